@@ -1,0 +1,139 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_join.h"
+
+namespace tetra {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+  }
+  return 0;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kI32: return "I32";
+  }
+  return "?";
+}
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeString(const Shape& shape) { return "[" + absl::StrJoin(shape, ", ") + "]"; }
+
+Tensor Tensor::Empty(const Shape& shape, DType dtype, DeviceType device) {
+  TETRA_CHECK(device == DeviceType::kCPU) << "device tensors are allocated by the CUDA runtime";
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = NumElements(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  // 64-byte alignment for AVX-512 loads; at least one line so data() is valid.
+  size_t bytes = (t.nbytes() + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+  TETRA_CHECK(p != nullptr) << "out of host memory allocating " << bytes << " bytes";
+  t.storage_ = std::shared_ptr<void>(p, std::free);
+  return t;
+}
+
+Tensor Tensor::Zeros(const Shape& shape, DType dtype, DeviceType device) {
+  Tensor t = Empty(shape, dtype, device);
+  std::memset(t.raw(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::Reshape(const Shape& shape) const {
+  TETRA_CHECK(NumElements(shape) == numel_)
+      << "reshape " << ShapeString(shape_) << " -> " << ShapeString(shape);
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::Slice(int64_t begin, int64_t end) const {
+  TETRA_CHECK(rank() >= 1 && 0 <= begin && begin <= end && end <= shape_[0])
+      << "slice [" << begin << ", " << end << ") of " << ShapeString(shape_);
+  Tensor t = *this;
+  int64_t row = shape_[0] == 0 ? 0 : numel_ / shape_[0];
+  t.offset_bytes_ += begin * row * DTypeSize(dtype_);
+  t.shape_[0] = end - begin;
+  t.numel_ = (end - begin) * row;
+  return t;
+}
+
+Tensor Tensor::Clone() const {
+  Tensor t = Empty(shape_, dtype_, device_);
+  std::memcpy(t.raw(), raw(), nbytes());
+  return t;
+}
+
+void Tensor::Fill(float value) const {
+  float* p = f32();
+  for (int64_t i = 0; i < numel_; ++i) p[i] = value;
+}
+
+void Tensor::CopyFrom(const Tensor& other) const {
+  TETRA_CHECK(other.dtype_ == dtype_ && other.numel_ == numel_)
+      << "copy " << DTypeName(other.dtype_) << ShapeString(other.shape_) << " into "
+      << DTypeName(dtype_) << ShapeString(shape_);
+  std::memcpy(raw(), other.raw(), nbytes());
+}
+
+float Bf16ToFloat(uint16_t bits) {
+  uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t FloatToBf16(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float Fp16ToFloat(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      u = sign | ((127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace tetra

@@ -1,0 +1,80 @@
+// Tensor: a shaped, typed view of a shared buffer on one device. Copies of a
+// Tensor share storage (like a shared_ptr); Reshape and Slice make views of the
+// same storage; Clone makes a deep copy. Row-major, contiguous.
+#ifndef TETRA_CORE_TENSOR_H_
+#define TETRA_CORE_TENSOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/logging.h"
+
+namespace tetra {
+
+enum class DType { kF32, kBF16, kF16, kI32 };
+enum class DeviceType { kCPU, kCUDA };
+
+size_t DTypeSize(DType dtype);
+const char* DTypeName(DType dtype);
+
+using Shape = std::vector<int64_t>;
+int64_t NumElements(const Shape& shape);
+std::string ShapeString(const Shape& shape);  // "[2, 3]"
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Uninitialised (CPU: allocated, contents unspecified).
+  static Tensor Empty(const Shape& shape, DType dtype = DType::kF32,
+                      DeviceType device = DeviceType::kCPU);
+  static Tensor Zeros(const Shape& shape, DType dtype = DType::kF32,
+                      DeviceType device = DeviceType::kCPU);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_[i < 0 ? i + shape_.size() : i]; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return numel_ * DTypeSize(dtype_); }
+  DType dtype() const { return dtype_; }
+  DeviceType device() const { return device_; }
+
+  void* raw() const { return static_cast<char*>(storage_.get()) + offset_bytes_; }
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(raw());
+  }
+  // fp32 access, checked.
+  float* f32() const {
+    TETRA_CHECK(dtype_ == DType::kF32) << "tensor is " << DTypeName(dtype_);
+    return data<float>();
+  }
+
+  // Same storage, new shape with the same element count.
+  Tensor Reshape(const Shape& shape) const;
+  // Rows [begin, end) of dim 0, sharing storage.
+  Tensor Slice(int64_t begin, int64_t end) const;
+  Tensor Clone() const;
+  void Fill(float value) const;  // fp32 only
+  void CopyFrom(const Tensor& other) const;  // same dtype and element count
+
+ private:
+  std::shared_ptr<void> storage_;
+  size_t offset_bytes_ = 0;
+  Shape shape_;
+  int64_t numel_ = 0;
+  DType dtype_ = DType::kF32;
+  DeviceType device_ = DeviceType::kCPU;
+};
+
+// bf16/fp16 <-> fp32 conversions (round to nearest even for bf16).
+float Bf16ToFloat(uint16_t bits);
+uint16_t FloatToBf16(float value);
+float Fp16ToFloat(uint16_t bits);
+
+}  // namespace tetra
+
+#endif  // TETRA_CORE_TENSOR_H_

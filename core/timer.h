@@ -1,0 +1,23 @@
+// Wall-clock stopwatch on the monotonic clock.
+#ifndef TETRA_CORE_TIMER_H_
+#define TETRA_CORE_TIMER_H_
+
+#include <chrono>
+
+namespace tetra {
+
+class Timer {
+ public:
+  Timer() : start_(std::chrono::steady_clock::now()) {}
+  void Reset() { start_ = std::chrono::steady_clock::now(); }
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace tetra
+
+#endif  // TETRA_CORE_TIMER_H_
