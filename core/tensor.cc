@@ -95,6 +95,10 @@ void Tensor::CopyFrom(const Tensor& other) const {
   std::memcpy(raw(), other.raw(), nbytes());
 }
 
+void EnsureShape(Tensor* t, const Shape& shape, DType dtype) {
+  if (!t->defined() || t->shape() != shape || t->dtype() != dtype) *t = Tensor::Empty(shape, dtype);
+}
+
 float Bf16ToFloat(uint16_t bits) {
   uint32_t u = static_cast<uint32_t>(bits) << 16;
   float f;

@@ -70,6 +70,10 @@ class Tensor {
   DeviceType device_ = DeviceType::kCPU;
 };
 
+// Reuses *t when it already has `shape` and `dtype` (CPU), else allocates:
+// layers keep their activation buffers across micro-batches.
+void EnsureShape(Tensor* t, const Shape& shape, DType dtype = DType::kF32);
+
 // bf16/fp16 <-> fp32 conversions (round to nearest even for bf16).
 float Bf16ToFloat(uint16_t bits);
 uint16_t FloatToBf16(float value);

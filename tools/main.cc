@@ -1,11 +1,83 @@
-// The `tetra` command line: `tetra <command> [flags]`.
+// The `tetra` command line:
+//   tetra train  --config FILE.textproto [--set path.to.field=value ...]
+//   tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]
+// Exit code 0 only on success; errors are one sentence plus a hint on stderr.
 #include <cstdio>
-#include <cstring>
+#include <iostream>
+#include <string>
 
-int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: tetra train --config FILE.textproto [--set path=value ...]\n");
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "model/llama_model.h"
+#include "model/weights_io.h"
+#include "tools/command_line.h"
+#include "train/config_loader.h"
+#include "train/trainer.h"
+
+namespace tetra {
+namespace {
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "  tetra train  --config FILE.textproto [--set path.to.field=value ...]\n"
+    "  tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]\n";
+
+absl::StatusOr<TrainerConfig> ConfigFromFlags(const ParsedFlags& flags, const std::string& command) {
+  auto config = flags.values.find("config");
+  if (config == flags.values.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("tetra ", command, " needs --config FILE.textproto",
+                                                   "\nhint: tetra ", command, " --config configs/tiny_dense.textproto"));
+  }
+  return LoadConfig(config->second, flags.sets);
+}
+
+absl::Status TrainCommand(int argc, char** argv) {
+  ASSIGN_OR_RETURN(ParsedFlags flags, ParseFlags(argc, argv, 2, "train", {"config", "set"}));
+  ASSIGN_OR_RETURN(TrainerConfig config, ConfigFromFlags(flags, "train"));
+  return Train(config, std::cout).status();
+}
+
+absl::Status ExportCommand(int argc, char** argv) {
+  ASSIGN_OR_RETURN(ParsedFlags flags,
+                   ParseFlags(argc, argv, 2, "export", {"config", "set", "out", "dtype"}));
+  ASSIGN_OR_RETURN(TrainerConfig config, ConfigFromFlags(flags, "export"));
+  if (!flags.values.count("out")) {
+    return absl::InvalidArgumentError("tetra export needs --out DIR\nhint: tetra export --config F --out exported/");
+  }
+  const std::string dtype_name = flags.values.count("dtype") ? flags.values.at("dtype") : "f32";
+  if (dtype_name != "f32" && dtype_name != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat("tetra export: --dtype ", dtype_name,
+                                                   " is not f32 or bf16"));
+  }
+  LlamaModel model(config.model(), config.train().seed());
+  if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), model.parameters()));
+  return ExportWeights(flags.values.at("out"), model.parameters(), config.model(),
+                       config.train().seq_length(), dtype_name == "bf16" ? DType::kBF16 : DType::kF32);
+}
+
+int Run(int argc, char** argv) {
+  const std::string command = argc >= 2 ? argv[1] : "";
+  absl::Status status;
+  if (command == "train") {
+    status = TrainCommand(argc, argv);
+  } else if (command == "export") {
+    status = ExportCommand(argc, argv);
+  } else if (command == "--help" || command == "help") {
+    std::cout << kUsage;
+    return 0;
+  } else {
+    std::cerr << "tetra: unknown command \"" << command << "\"\n" << kUsage;
     return 2;
+  }
+  if (!status.ok()) {
+    std::cerr << "tetra: error: " << status.message() << "\n";
+    return 1;
   }
   return 0;
 }
+
+}  // namespace
+}  // namespace tetra
+
+int main(int argc, char** argv) { return tetra::Run(argc, argv); }

@@ -1,0 +1,120 @@
+#include "model/weights_io.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "model/model_dims.h"
+#include "model/safetensors.h"
+
+namespace tetra {
+namespace {
+
+// "a, b, c and 4 more"
+std::string ListSome(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 6;
+  if (names.size() <= kShown) return absl::StrJoin(names, ", ");
+  std::vector<std::string> shown(names.begin(), names.begin() + kShown);
+  return absl::StrCat(absl::StrJoin(shown, ", "), " and ", names.size() - kShown, " more");
+}
+
+}  // namespace
+
+absl::Status LoadWeights(const std::string& path, ParameterStore& store) {
+  ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  std::vector<std::string> missing, mismatched, extra;
+  std::set<std::string> expected;
+  for (const Parameter& p : store.all()) {
+    expected.insert(p.name);
+    const SafetensorsEntry* entry = file.Find(p.name);
+    if (entry == nullptr) {
+      missing.push_back(p.name);
+    } else if (entry->shape != p.value.shape()) {
+      mismatched.push_back(absl::StrCat(p.name, " is ", ShapeString(entry->shape), " in the file but ",
+                                        ShapeString(p.value.shape()), " in the model"));
+    }
+  }
+  for (const SafetensorsEntry& entry : file.entries()) {
+    if (!expected.count(entry.name)) extra.push_back(entry.name);
+  }
+  if (!missing.empty() || !mismatched.empty() || !extra.empty()) {
+    std::vector<std::string> problems;
+    if (!missing.empty()) problems.push_back(absl::StrCat(missing.size(), " missing (", ListSome(missing), ")"));
+    if (!mismatched.empty()) problems.push_back(absl::StrCat(mismatched.size(), " with the wrong shape (", ListSome(mismatched), ")"));
+    if (!extra.empty()) problems.push_back(absl::StrCat(extra.size(), " not in the model (", ListSome(extra), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights in ", path, " do not match the model: ", absl::StrJoin(problems, "; "),
+        "\nhint: the model section of the config must describe the checkpoint's architecture "
+        "(sizes, num_key_value_heads, tie_word_embeddings)"));
+  }
+  // Read everything into temporaries first so a failure leaves the model as it was.
+  std::vector<Tensor> loaded;
+  for (const Parameter& p : store.all()) {
+    Tensor t = Tensor::Empty(p.value.shape());
+    RETURN_IF_ERROR(file.ReadF32(p.name, t.f32()));
+    loaded.push_back(t);
+  }
+  size_t i = 0;
+  for (Parameter& p : store.all()) p.value.CopyFrom(loaded[i++]);
+  return absl::OkStatus();
+}
+
+std::string HuggingFaceConfigJson(const ModelConfig& m, int64_t max_position_embeddings,
+                                  DType dtype) {
+  return absl::StrFormat(
+      "{\n"
+      "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+      "  \"model_type\": \"llama\",\n"
+      "  \"vocab_size\": %d,\n"
+      "  \"hidden_size\": %d,\n"
+      "  \"intermediate_size\": %d,\n"
+      "  \"num_hidden_layers\": %d,\n"
+      "  \"num_attention_heads\": %d,\n"
+      "  \"num_key_value_heads\": %d,\n"
+      "  \"head_dim\": %d,\n"
+      "  \"hidden_act\": \"silu\",\n"
+      "  \"max_position_embeddings\": %d,\n"
+      "  \"rms_norm_eps\": %.9g,\n"
+      "  \"rope_theta\": %.9g,\n"
+      "  \"tie_word_embeddings\": %s,\n"
+      "  \"attention_bias\": false,\n"
+      "  \"mlp_bias\": false,\n"
+      "  \"initializer_range\": %.9g,\n"
+      "  \"torch_dtype\": \"%s\"\n"
+      "}\n",
+      m.vocab_size(), m.hidden_size(), m.intermediate_size(), m.num_hidden_layers(),
+      m.num_attention_heads(), KeyValueHeads(m), HeadDim(m), max_position_embeddings,
+      m.rms_norm_eps(), m.rope_theta(), m.tie_word_embeddings() ? "true" : "false",
+      m.initializer_range(), dtype == DType::kBF16 ? "bfloat16" : "float32");
+}
+
+absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
+                           const ModelConfig& model, int64_t max_position_embeddings, DType dtype) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot create export directory ", dir, ": ",
+                                                   error.message()));
+  }
+  std::vector<SafetensorsTensorRef> tensors;
+  for (const Parameter& p : store.all()) tensors.push_back({p.name, p.value.shape(), p.value.f32()});
+  RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", tensors, dtype,
+                                   {{"format", "pt"}, {"producer", "tetra"}}));
+  const std::string config_path = dir + "/config.json";
+  std::ofstream config(config_path + ".tmp");
+  config << HuggingFaceConfigJson(model, max_position_embeddings, dtype);
+  config.close();
+  if (!config || std::rename((config_path + ".tmp").c_str(), config_path.c_str()) != 0) {
+    return absl::DataLossError(absl::StrCat("writing ", config_path, " failed: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tetra

@@ -1,0 +1,31 @@
+// Importing and exporting a model's weights as Hugging Face safetensors.
+// Import checks every name and shape and lists everything missing, extra or
+// mismatched in one error; export writes DIR/model.safetensors and an HF
+// config.json beside it (LlamaForCausalLM), loadable by `transformers` as is.
+#ifndef TETRA_MODEL_WEIGHTS_IO_H_
+#define TETRA_MODEL_WEIGHTS_IO_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "core/tensor.h"
+#include "model/parameters.h"
+#include "proto/config.pb.h"
+
+namespace tetra {
+
+// Loads every parameter of `store` from the safetensors file at `path`
+// (F32, BF16 or F16 tensors). On error `store` is left unchanged.
+absl::Status LoadWeights(const std::string& path, ParameterStore& store);
+
+// Writes DIR/model.safetensors (`dtype` kF32 or kBF16) and DIR/config.json.
+absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
+                           const ModelConfig& model, int64_t max_position_embeddings, DType dtype);
+
+// The Hugging Face config.json text for `model`.
+std::string HuggingFaceConfigJson(const ModelConfig& model, int64_t max_position_embeddings,
+                                  DType dtype);
+
+}  // namespace tetra
+
+#endif  // TETRA_MODEL_WEIGHTS_IO_H_

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs tetra's Debian 12 build and test dependencies (idempotent) and
+# builds it into build/. CUDA parts are compiled when /usr/local/cuda exists.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake g++ ninja-build pkg-config libabsl-dev libprotobuf-dev protobuf-compiler
+          libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
+          libopenblas-dev python3-torch python3-numpy)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+ninja -C build

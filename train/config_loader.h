@@ -1,0 +1,32 @@
+// Loading a TrainerConfig: text-format parsing with file:line:column errors,
+// `--set path.to.field=value` overrides through protobuf reflection, and the
+// nearest valid name when a field name is misspelled.
+#ifndef TETRA_TRAIN_CONFIG_LOADER_H_
+#define TETRA_TRAIN_CONFIG_LOADER_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+
+namespace tetra {
+
+// Parses `text` (named `source` in messages) in protobuf text format.
+absl::StatusOr<TrainerConfig> ParseConfigText(std::string_view text, const std::string& source);
+
+// Reads and parses the file at `path`.
+absl::StatusOr<TrainerConfig> LoadConfigFile(const std::string& path);
+
+// Applies one override "a.b.c=value" to a scalar (or enum) field of `config`.
+absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config);
+
+// LoadConfigFile, then each override in order, then ValidateConfig.
+absl::StatusOr<TrainerConfig> LoadConfig(const std::string& path,
+                                         const std::vector<std::string>& overrides);
+
+}  // namespace tetra
+
+#endif  // TETRA_TRAIN_CONFIG_LOADER_H_

@@ -1,0 +1,22 @@
+#include "train/flops.h"
+
+#include "model/model_dims.h"
+
+namespace tetra {
+
+int64_t ActiveParameters(const ModelConfig& m) {
+  const int64_t c = m.hidden_size(), q = int64_t{m.num_attention_heads()} * HeadDim(m),
+                kv = int64_t{KeyValueHeads(m)} * HeadDim(m);
+  const int64_t attention = c * q + 2 * c * kv + q * c;
+  const int64_t mlp = 3 * c * m.intermediate_size();
+  const int64_t norms = 2 * c;
+  return m.num_hidden_layers() * (attention + mlp + norms) + c /*final norm*/ +
+         int64_t{m.vocab_size()} * c /*LM head*/;
+}
+
+double TrainingFlopsPerToken(const ModelConfig& m, int64_t seq_length) {
+  return 6.0 * ActiveParameters(m) + 6.0 * m.num_hidden_layers() * seq_length *
+                                         (double{1.0} * m.num_attention_heads() * HeadDim(m));
+}
+
+}  // namespace tetra

@@ -1,0 +1,71 @@
+#include "train/metrics_log.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tetra {
+namespace {
+
+// JSON has no NaN or Inf: a diverged loss is written as null.
+std::string Number(double value) {
+  return std::isfinite(value) ? absl::StrFormat("%.9g", value) : std::string("null");
+}
+
+std::string Duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, s % 3600 / 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+}  // namespace
+
+std::string MetricsJson(const StepMetrics& m) {
+  std::string json = absl::StrCat("{\"step\": ", m.step, ", \"loss\": ", Number(m.loss),
+                                  ", \"lr\": ", Number(m.lr), ", \"grad_norm\": ",
+                                  Number(m.grad_norm), ", \"tokens_per_s\": ",
+                                  Number(m.tokens_per_s), ", \"tflops\": ", Number(m.tflops));
+  if (m.mfu) absl::StrAppend(&json, ", \"mfu\": ", Number(*m.mfu));
+  if (m.loss_floor) absl::StrAppend(&json, ", \"loss_floor\": ", Number(*m.loss_floor));
+  absl::StrAppend(&json, ", \"step_time_s\": ", Number(m.step_time_s), "}");
+  return json;
+}
+
+std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s) {
+  std::string line = absl::StrFormat("step %d/%d | loss %.4f", m.step, total_steps, m.loss);
+  if (m.loss_floor) absl::StrAppendFormat(&line, " (floor %.4f)", *m.loss_floor);
+  absl::StrAppendFormat(&line, " | lr %.2e | grad norm %.3f | %.0f tok/s | %.2f GFLOP/s", m.lr,
+                        m.grad_norm, m.tokens_per_s, m.tflops * 1e3);
+  if (m.mfu) absl::StrAppendFormat(&line, " | MFU %.1f%%", *m.mfu * 100);
+  absl::StrAppend(&line, " | ETA ", Duration(eta_s));
+  return line;
+}
+
+absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot open log.metrics_path ", path, ": ",
+                                                   std::strerror(errno),
+                                                   "\nhint: point it at a writable directory"));
+  }
+  MetricsLog log;
+  log.path_ = path;
+  log.file_ = std::shared_ptr<FILE>(f, std::fclose);
+  return log;
+}
+
+absl::Status MetricsLog::Append(const StepMetrics& m) {
+  std::string line = MetricsJson(m) + "\n";
+  if (std::fputs(line.c_str(), file_.get()) < 0 || std::fflush(file_.get()) != 0) {
+    return absl::DataLossError(absl::StrCat("writing metrics to ", path_, " failed: ",
+                                            std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tetra

@@ -1,0 +1,46 @@
+// Per-step metrics: one JSON object per optimizer step appended to
+// log.metrics_path (DESIGN.md's field names), and the human progress line.
+#ifndef TETRA_TRAIN_METRICS_LOG_H_
+#define TETRA_TRAIN_METRICS_LOG_H_
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace tetra {
+
+struct StepMetrics {
+  int step = 0;
+  double loss = 0;       // mean token cross-entropy over the global batch
+  double lr = 0;
+  double grad_norm = 0;  // global L2 norm before clipping
+  double tokens_per_s = 0;
+  double tflops = 0;     // achieved model TFLOP/s per rank
+  double step_time_s = 0;
+  std::optional<double> mfu;         // tflops / device peak, when the peak is known
+  std::optional<double> loss_floor;  // synthetic data only
+};
+
+// One JSON line, fields in contract order.
+std::string MetricsJson(const StepMetrics& m);
+
+// "step 20/200 | loss 2.3456 (floor 1.2345) | lr 3.00e-04 | grad 0.812 | 12.3k tok/s | 4.56 GFLOP/s | ETA 1m23s"
+std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s);
+
+class MetricsLog {
+ public:
+  // Appends to `path` (created if missing).
+  static absl::StatusOr<MetricsLog> Open(const std::string& path);
+  absl::Status Append(const StepMetrics& m);
+
+ private:
+  std::string path_;
+  std::shared_ptr<FILE> file_;
+};
+
+}  // namespace tetra
+
+#endif  // TETRA_TRAIN_METRICS_LOG_H_

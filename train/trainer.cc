@@ -1,0 +1,102 @@
+#include "train/trainer.h"
+
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "core/status_macros.h"
+#include "core/timer.h"
+#include "kernels/cpu/threads.h"
+#include "model/llama_model.h"
+#include "model/weights_io.h"
+#include "train/adamw_optimizer.h"
+#include "train/flops.h"
+#include "train/lr_schedule.h"
+#include "train/training_data.h"
+
+namespace tetra {
+namespace {
+
+// train.threads, or the cores shared evenly by the ranks on this node (Open
+// MPI and Slurm say how many there are), so co-located ranks don't oversubscribe.
+int ResolveThreads(const TrainConfig& train) {
+  if (train.threads() > 0) return train.threads();
+  int local_ranks = 1;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* value = std::getenv(name)) {
+      local_ranks = std::max(1, std::atoi(value));
+      break;
+    }
+  }
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / local_ranks);
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> Train(const TrainerConfig& config, std::ostream& progress) {
+  const TrainConfig& train = config.train();
+  cpu::SetCpuThreads(ResolveThreads(train));
+  ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(config));
+
+  LlamaModel model(config.model(), train.seed());
+  if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), model.parameters()));
+  AdamWOptimizer optimizer(model.parameters(), config.optimizer());
+  std::optional<MetricsLog> metrics;
+  if (!config.log().metrics_path().empty()) {
+    ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path()));
+  }
+
+  const int64_t seq = train.seq_length(), micro = train.micro_batch_size();
+  const int64_t global_batch = train.global_batch_size();
+  const int64_t tokens_per_step = global_batch * seq;
+  const double flops_per_step = TrainingFlopsPerToken(config.model(), seq) * tokens_per_step;
+  std::vector<int32_t> inputs(micro * seq), targets(micro * seq);
+
+  progress << absl::StrFormat(
+      "tetra: %d-layer model, %d parameters, %d threads | data: %s | %d steps of %d tokens\n",
+      config.model().num_hidden_layers(), model.parameters().NumElements(),
+      cpu::CpuThreads(), data.description, train.steps(), tokens_per_step)
+           << std::flush;
+
+  TrainResult result;
+  Timer run_timer;
+  for (int step = 1; step <= train.steps(); ++step) {
+    Timer step_timer;
+    model.parameters().ZeroGrads();
+    double loss_sum = 0;
+    const float grad_scale = 1.0f / static_cast<float>(tokens_per_step);
+    for (int64_t first = 0; first < global_batch; first += micro) {
+      RETURN_IF_ERROR(data.loader.Load((step - 1) * global_batch + first, micro, inputs.data(),
+                                       targets.data()));
+      loss_sum += model.ForwardBackward(inputs.data(), targets.data(), micro, seq, grad_scale);
+    }
+    StepMetrics m;
+    m.step = step;
+    m.loss = loss_sum / tokens_per_step;
+    m.grad_norm = optimizer.GradNorm();
+    optimizer.ClipGradients(m.grad_norm);
+    m.lr = LearningRate(config.optimizer(), step, train.steps());
+    optimizer.Step(m.lr, step);
+
+    m.step_time_s = step_timer.Seconds();
+    m.tokens_per_s = tokens_per_step / m.step_time_s;
+    m.tflops = flops_per_step / m.step_time_s / 1e12;
+    if (config.log().peak_tflops() > 0) m.mfu = m.tflops / config.log().peak_tflops();
+    m.loss_floor = data.loss_floor;
+    if (metrics) RETURN_IF_ERROR(metrics->Append(m));
+    if (step % config.log().interval() == 0 || step == train.steps() || step == 1) {
+      const double eta = run_timer.Seconds() / step * (train.steps() - step);
+      progress << ProgressLine(m, train.steps(), eta) << "\n" << std::flush;
+    }
+    result.steps.push_back(m);
+  }
+  if (!config.export_path().empty()) {
+    RETURN_IF_ERROR(ExportWeights(config.export_path(), model.parameters(), config.model(), seq,
+                                  DType::kF32));
+    progress << "tetra: weights exported to " << config.export_path() << "\n";
+  }
+  return result;
+}
+
+}  // namespace tetra

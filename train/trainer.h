@@ -1,0 +1,25 @@
+// The training loop of one rank: data, model, micro-batch gradient
+// accumulation, global-norm clipping, AdamW with the LR schedule, metrics and
+// progress lines, and the final export.
+#ifndef TETRA_TRAIN_TRAINER_H_
+#define TETRA_TRAIN_TRAINER_H_
+
+#include <ostream>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+#include "train/metrics_log.h"
+
+namespace tetra {
+
+struct TrainResult {
+  std::vector<StepMetrics> steps;
+};
+
+// `config` must have passed ValidateConfig. Progress lines go to `progress`.
+absl::StatusOr<TrainResult> Train(const TrainerConfig& config, std::ostream& progress);
+
+}  // namespace tetra
+
+#endif  // TETRA_TRAIN_TRAINER_H_

@@ -1,0 +1,25 @@
+// The run's training data from `data { ... }`: the synthetic Markov source
+// (with its exact loss floor) or token files, validated against the
+// vocabulary and addressed by sample index.
+#ifndef TETRA_TRAIN_TRAINING_DATA_H_
+#define TETRA_TRAIN_TRAINING_DATA_H_
+
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+#include "train/sample_loader.h"
+
+namespace tetra {
+
+struct TrainingData {
+  SampleLoader loader;
+  std::optional<double> loss_floor;  // SYNTHETIC only
+  std::string description;           // one line for the run's banner
+};
+
+absl::StatusOr<TrainingData> OpenTrainingData(const TrainerConfig& config);
+
+}  // namespace tetra
+
+#endif  // TETRA_TRAIN_TRAINING_DATA_H_
