@@ -22,8 +22,8 @@ int64_t Rows(const Tensor& t) { return t.numel() / t.dim(-1); }
 
 void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   ExpectHost(x);
-  const int64_t rows = Rows(x), in = w.dim(1), out = w.dim(0);
-  TETRA_CHECK(x.dim(-1) == in && y.numel() == rows * out)
+  const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
+  TETRA_CHECK(x.numel() == rows * in && y.numel() == rows * out)
       << "linear " << ShapeString(x.shape()) << " x " << ShapeString(w.shape()) << "^T -> "
       << ShapeString(y.shape());
   cpu::Gemm(false, true, rows, out, in, 1.0f, x.f32(), w.f32(), 0.0f, y.f32());
@@ -32,7 +32,11 @@ void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
                     const Tensor& dw, bool accumulate_dx) {
   ExpectHost(dy);
-  const int64_t rows = Rows(x), in = w.dim(1), out = w.dim(0);
+  const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
+  TETRA_CHECK(x.numel() == rows * in && dy.numel() == rows * out &&
+              (!dx.defined() || dx.numel() == x.numel()))
+      << "linear backward " << ShapeString(dy.shape()) << ", " << ShapeString(x.shape()) << ", "
+      << ShapeString(w.shape());
   // dw (out, in) += dy^T (out, N) . x (N, in)
   cpu::Gemm(true, false, out, in, rows, 1.0f, dy.f32(), x.f32(), 1.0f, dw.f32());
   // dx (N, in) = dy (N, out) . w (out, in)

@@ -30,12 +30,8 @@ void AdamWOptimizer::ClipGradients(double grad_norm) const {
 void AdamWOptimizer::Step(double lr, int step) {
   size_t i = 0;
   for (const Parameter& p : store_.all()) {
-    cpu::AdamWHyper hyper{static_cast<float>(lr),
-                          static_cast<float>(config_.beta1()),
-                          static_cast<float>(config_.beta2()),
-                          static_cast<float>(config_.eps()),
-                          p.weight_decay ? static_cast<float>(config_.weight_decay()) : 0.0f,
-                          step};
+    cpu::AdamWHyper hyper{lr, config_.beta1(), config_.beta2(), config_.eps(),
+                          p.weight_decay ? config_.weight_decay() : 0.0, step};
     ops::AdamW(p.value, p.grad, m_[i], v_[i], hyper);
     ++i;
   }

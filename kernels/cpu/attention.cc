@@ -1,0 +1,387 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <utility>
+
+#include "core/logging.h"
+
+namespace tetra::cpu {
+namespace {
+
+// Tile products are hand-written rather than cblas_sgemm calls: the installed
+// OpenBLAS is the pthread build, which starts its own threads when called from
+// inside our OpenMP loop over (batch, head, tile) and so oversubscribes the
+// cores, and the tiles are small enough that register-blocked loops keep up.
+//
+// Within a query tile the scores are held transposed, S^T (keys x queries), so
+// that every per-query softmax statistic is a vector op across a key row.
+
+constexpr int64_t kTileRows = 64;  // query rows per tile
+
+// A Vec is one native register; a 6 x kNrVecs block of C stays in registers.
+#if defined(__AVX512F__)
+constexpr int kVecFloats = 16;
+constexpr int kNrVecs = 4;  // 24 of the 32 zmm registers
+#elif defined(__AVX__)
+constexpr int kVecFloats = 8;
+constexpr int kNrVecs = 2;  // 12 of the 16 ymm registers
+#else
+constexpr int kVecFloats = 4;
+constexpr int kNrVecs = 2;  // 12 of the 16 xmm registers
+#endif
+constexpr int kMr = 6;  // rows of C per micro-tile
+
+using Vec = float __attribute__((vector_size(kVecFloats * sizeof(float))));
+
+inline Vec Load(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void Store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof(v)); }
+// x - 0 is exactly x, even for x = -0, so this compiles to one broadcast.
+inline Vec Splat(float x) { return x - Vec{}; }
+
+// C (m x n) = or += A (m x depth) * B (depth x n). A is read element by element
+// at a[r * a_row + p * a_col], so it can be a transposed view; rows of B and C
+// are contiguous with strides ldb and ldc.
+struct Gemm {
+  int64_t m, n, depth;
+  const float* a;
+  int64_t a_row, a_col;
+  const float* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  bool accumulate;
+};
+
+// One kRows x (kVecs * kVecFloats) block of C at (row0, col0), held in
+// registers across the whole depth.
+template <int kRows, int kVecs>
+void MicroTile(const Gemm& g, int64_t row0, int64_t col0) {
+  const float* a = g.a + row0 * g.a_row;
+  const float* b = g.b + col0;
+  Vec acc[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = Splat(0.0f);
+  }
+  for (int64_t p = 0; p < g.depth; ++p) {
+    Vec bv[kVecs];
+    for (int v = 0; v < kVecs; ++v) bv[v] = Load(b + p * g.ldb + v * kVecFloats);
+    for (int r = 0; r < kRows; ++r) {
+      const Vec av = Splat(a[r * g.a_row + p * g.a_col]);
+      for (int v = 0; v < kVecs; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kVecs; ++v) {
+      float* dst = g.c + (row0 + r) * g.ldc + col0 + v * kVecFloats;
+      Store(dst, g.accumulate ? acc[r][v] + Load(dst) : acc[r][v]);
+    }
+  }
+}
+
+using MicroTileFn = void (*)(const Gemm&, int64_t, int64_t);
+
+template <size_t... I>
+constexpr std::array<MicroTileFn, sizeof...(I)> MakeMicroTiles(std::index_sequence<I...>) {
+  return {&MicroTile<I / kNrVecs + 1, I % kNrVecs + 1>...};
+}
+// kMicroTiles[(rows - 1) * kNrVecs + vecs - 1] handles a rows x vecs block.
+constexpr auto kMicroTiles = MakeMicroTiles(std::make_index_sequence<kMr * kNrVecs>());
+
+void RunGemm(const Gemm& g) {
+  const int64_t vector_cols = g.n / kVecFloats * kVecFloats;
+  for (int64_t col = 0; col < vector_cols; col += kNrVecs * kVecFloats) {
+    const int64_t vecs = std::min<int64_t>(kNrVecs, (vector_cols - col) / kVecFloats);
+    for (int64_t row = 0; row < g.m; row += kMr) {
+      const int64_t rows = std::min<int64_t>(kMr, g.m - row);
+      kMicroTiles[(rows - 1) * kNrVecs + vecs - 1](g, row, col);
+    }
+  }
+  // Columns past the last whole vector (a head dim or a last query tile that
+  // is not a multiple of the vector width).
+  for (int64_t r = 0; r < g.m; ++r) {
+    for (int64_t col = vector_cols; col < g.n; ++col) {
+      float sum = 0;
+      for (int64_t p = 0; p < g.depth; ++p) {
+        sum += g.a[r * g.a_row + p * g.a_col] * g.b[p * g.ldb + col];
+      }
+      float& dst = g.c[r * g.ldc + col];
+      dst = g.accumulate ? dst + sum : sum;
+    }
+  }
+}
+
+// e^x within about 1 ulp (Cephes' expf polynomial), exactly 0 below the
+// normal float range (so masked -inf scores give 0). Unlike std::exp it
+// vectorises, and the exponentials are a large share of the kernel's time.
+inline float Exp(float x) {
+  constexpr float kMinArg = -87.3365447f;  // ln(FLT_MIN)
+  constexpr float kMaxArg = 88.0f;         // keeps 2^n finite
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;  // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi exact in few bits
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float xc = std::min(std::max(x, kMinArg), kMaxArg);
+  const float shifted = xc * kLog2e + kRoundMagic;
+  const float n = shifted - kRoundMagic;
+  const float r = xc - n * kLn2Hi - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.0f;
+  const int32_t n_int = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRoundMagic);
+  const float two_n = std::bit_cast<float>((n_int + 127) << 23);
+  return x < kMinArg ? 0.0f : y * two_n;
+}
+
+// Addressing of the (B, T, H, D) tensors and the (B, Hq, T) lse.
+struct Layout {
+  explicit Layout(const AttentionShape& s)
+      : shape(s),
+        q_row(s.q_heads * s.head_dim),
+        kv_row(s.kv_heads * s.head_dim),
+        group(s.q_heads / s.kv_heads),
+        tiles((s.seq + kTileRows - 1) / kTileRows),
+        scale(static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))) {}
+  int64_t QOffset(int64_t b, int64_t t, int64_t h) const {
+    return ((b * shape.seq + t) * shape.q_heads + h) * shape.head_dim;
+  }
+  int64_t KvOffset(int64_t b, int64_t t, int64_t g) const {
+    return ((b * shape.seq + t) * shape.kv_heads + g) * shape.head_dim;
+  }
+  int64_t LseOffset(int64_t b, int64_t h, int64_t t) const {
+    return (b * shape.q_heads + h) * shape.seq + t;
+  }
+  const AttentionShape shape;
+  const int64_t q_row;   // stride between time steps of q, out, dout, dq
+  const int64_t kv_row;  // stride between time steps of k, v, dk, dv
+  const int64_t group;   // query heads per kv head
+  const int64_t tiles;   // query tiles per sequence
+  const float scale;     // 1 / sqrt(D)
+};
+
+// One thread's scratch, (2 T + 2 D + 2) * kTileRows floats, left
+// uninitialised: every step writes its part before reading it.
+struct TileScratch {
+  explicit TileScratch(const AttentionShape& s)
+      : buffer(std::make_unique_for_overwrite<float[]>((2 * s.seq + 2 * s.head_dim + 2) *
+                                                       kTileRows)),
+        scores(buffer.get()),
+        grad_scores(scores + s.seq * kTileRows),
+        q_t(grad_scores + s.seq * kTileRows),
+        dout_t(q_t + s.head_dim * kTileRows),
+        row_stat(dout_t + s.head_dim * kTileRows),
+        row_sum(row_stat + kTileRows) {}
+  std::unique_ptr<float[]> buffer;
+  float* scores;       // S^T then P^T: (keys, kTileRows)
+  float* grad_scores;  // dP^T then dS^T: (keys, kTileRows)
+  float* q_t;          // (D, kTileRows)
+  float* dout_t;       // (D, kTileRows)
+  float* row_stat;     // per query: scaled max (forward) or lse (backward)
+  float* row_sum;      // per query: softmax denominator or rowsum(dout * out)
+};
+
+// dst (D, kTileRows) = the `rows` rows of src (stride `row`) transposed.
+void PackTransposed(const float* src, int64_t row, int64_t rows, int64_t d, float* dst) {
+  for (int64_t c = 0; c < d; ++c) {
+    for (int64_t i = 0; i < rows; ++i) dst[c * kTileRows + i] = src[i * row + c];
+  }
+}
+
+// sum(a[i] * b[i]) over n elements, in kVecFloats partial sums.
+float Dot(const float* a, const float* b, int64_t n) {
+  Vec partial = Splat(0.0f);
+  int64_t i = 0;
+  for (; i + kVecFloats <= n; i += kVecFloats) partial += Load(a + i) * Load(b + i);
+  float sum = 0;
+  for (int lane = 0; lane < kVecFloats; ++lane) sum += partial[lane];
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// Scores of query tile [t0, t0 + rows) against keys [0, t0 + rows), as S^T
+// (keys, kTileRows) in `scores`, raw q.k with the causal mask as -inf.
+void TileScores(const Layout& l, const float* q_t, const float* k_head, int64_t t0,
+                int64_t rows, float* scores) {
+  const int64_t keys = t0 + rows;
+  RunGemm({.m = keys, .n = rows, .depth = l.shape.head_dim, .a = k_head, .a_row = l.kv_row,
+           .a_col = 1, .b = q_t, .ldb = kTileRows, .c = scores, .ldc = kTileRows,
+           .accumulate = false});
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (int64_t j = t0 + 1; j < keys; ++j) {
+    std::fill(scores + j * kTileRows, scores + j * kTileRows + (j - t0), kMasked);
+  }
+}
+
+void ForwardTile(const Layout& l, const float* q, const float* k, const float* v, float* out,
+                 float* lse, int64_t b, int64_t h, int64_t tile, TileScratch& scratch) {
+  const AttentionShape& s = l.shape;
+  const int64_t t0 = tile * kTileRows;
+  const int64_t rows = std::min(kTileRows, s.seq - t0);
+  const int64_t keys = t0 + rows;
+  const int64_t g = h / l.group;
+  float* scores = scratch.scores;
+  float* max_scaled = scratch.row_stat;
+  float* denom = scratch.row_sum;
+
+  PackTransposed(q + l.QOffset(b, t0, h), l.q_row, rows, s.head_dim, scratch.q_t);
+  TileScores(l, scratch.q_t, k + l.KvOffset(b, 0, g), t0, rows, scores);
+
+  std::fill(max_scaled, max_scaled + rows, -std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* row = scores + j * kTileRows;
+    for (int64_t i = 0; i < rows; ++i) max_scaled[i] = std::max(max_scaled[i], row[i]);
+  }
+  // Every query sees key 0, so each max is finite.
+  for (int64_t i = 0; i < rows; ++i) max_scaled[i] *= l.scale;
+  std::fill(denom, denom + rows, 0.0f);
+  for (int64_t j = 0; j < keys; ++j) {
+    float* row = scores + j * kTileRows;
+    for (int64_t i = 0; i < rows; ++i) {
+      row[i] = Exp(l.scale * row[i] - max_scaled[i]);
+      denom[i] += row[i];
+    }
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    lse[l.LseOffset(b, h, t0 + i)] = max_scaled[i] + std::log(denom[i]);
+  }
+
+  // out rows = (P V) / denominator.
+  float* out_tile = out + l.QOffset(b, t0, h);
+  RunGemm({.m = rows, .n = s.head_dim, .depth = keys, .a = scores, .a_row = 1,
+           .a_col = kTileRows, .b = v + l.KvOffset(b, 0, g), .ldb = l.kv_row, .c = out_tile,
+           .ldc = l.q_row, .accumulate = false});
+  for (int64_t i = 0; i < rows; ++i) {
+    const float inv = 1.0f / denom[i];
+    float* row = out_tile + i * l.q_row;
+    for (int64_t c = 0; c < s.head_dim; ++c) row[c] *= inv;
+  }
+}
+
+// Writes the rows of dq of query tile `tile` of head h and adds the tile's
+// share to dk and dv of its kv head; with `first` it overwrites dk and dv
+// instead, which covers them all only for the last tile (it sees every key).
+void BackwardTile(const Layout& l, const float* dout, const float* q, const float* k,
+                  const float* v, const float* out, const float* lse, float* dq, float* dk,
+                  float* dv, int64_t b, int64_t h, int64_t tile, bool first,
+                  TileScratch& scratch) {
+  const AttentionShape& s = l.shape;
+  const int64_t t0 = tile * kTileRows;
+  const int64_t rows = std::min(kTileRows, s.seq - t0);
+  const int64_t keys = t0 + rows;
+  const int64_t d = s.head_dim;
+  const int64_t g = h / l.group;
+  float* probs = scratch.scores;
+  float* grad_scores = scratch.grad_scores;
+  float* row_lse = scratch.row_stat;
+  float* dout_dot_out = scratch.row_sum;
+  const float* q_tile = q + l.QOffset(b, t0, h);
+  const float* dout_tile = dout + l.QOffset(b, t0, h);
+  const float* out_tile = out + l.QOffset(b, t0, h);
+  const float* k_head = k + l.KvOffset(b, 0, g);
+  const float* v_head = v + l.KvOffset(b, 0, g);
+  float* dk_head = dk + l.KvOffset(b, 0, g);
+  float* dv_head = dv + l.KvOffset(b, 0, g);
+
+  PackTransposed(q_tile, l.q_row, rows, d, scratch.q_t);
+  PackTransposed(dout_tile, l.q_row, rows, d, scratch.dout_t);
+  for (int64_t i = 0; i < rows; ++i) {
+    row_lse[i] = lse[l.LseOffset(b, h, t0 + i)];
+    dout_dot_out[i] = Dot(dout_tile + i * l.q_row, out_tile + i * l.q_row, d);
+  }
+
+  // P^T = exp(scale * S^T - lse), recomputed.
+  TileScores(l, scratch.q_t, k_head, t0, rows, probs);
+  for (int64_t j = 0; j < keys; ++j) {
+    float* row = probs + j * kTileRows;
+    for (int64_t i = 0; i < rows; ++i) row[i] = Exp(l.scale * row[i] - row_lse[i]);
+  }
+  // dv[keys] += P^T dout_tile.
+  RunGemm({.m = keys, .n = d, .depth = rows, .a = probs, .a_row = kTileRows, .a_col = 1,
+           .b = dout_tile, .ldb = l.q_row, .c = dv_head, .ldc = l.kv_row, .accumulate = !first});
+  // dP^T = v[keys] dout_tile^T, then dS^T = P^T * (dP^T - rowsum(dout * out)) * scale.
+  RunGemm({.m = keys, .n = rows, .depth = d, .a = v_head, .a_row = l.kv_row, .a_col = 1,
+           .b = scratch.dout_t, .ldb = kTileRows, .c = grad_scores, .ldc = kTileRows,
+           .accumulate = false});
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* p_row = probs + j * kTileRows;
+    float* row = grad_scores + j * kTileRows;
+    for (int64_t i = 0; i < rows; ++i) row[i] = p_row[i] * (row[i] - dout_dot_out[i]) * l.scale;
+  }
+  // dq_tile = dS k[keys]; dk[keys] += dS^T q_tile.
+  RunGemm({.m = rows, .n = d, .depth = keys, .a = grad_scores, .a_row = 1, .a_col = kTileRows,
+           .b = k_head, .ldb = l.kv_row, .c = dq + l.QOffset(b, t0, h), .ldc = l.q_row,
+           .accumulate = false});
+  RunGemm({.m = keys, .n = d, .depth = rows, .a = grad_scores, .a_row = kTileRows, .a_col = 1,
+           .b = q_tile, .ldb = l.q_row, .c = dk_head, .ldc = l.kv_row, .accumulate = !first});
+}
+
+void CheckShape(const AttentionShape& s) {
+  TETRA_CHECK(s.batch > 0 && s.seq > 0 && s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0)
+      << "attention shape (" << s.batch << ", " << s.seq << ", " << s.q_heads << ", "
+      << s.kv_heads << ", " << s.head_dim << ") has a non-positive dim";
+  TETRA_CHECK(s.q_heads % s.kv_heads == 0)
+      << "q_heads " << s.q_heads << " is not a multiple of kv_heads " << s.kv_heads;
+}
+
+}  // namespace
+
+void AttentionForward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                      float* out, float* lse) {
+  CheckShape(s);
+  const Layout l(s);
+  const int64_t heads = s.batch * s.q_heads;
+  const int64_t tasks = heads * l.tiles;
+#pragma omp parallel
+  {
+    TileScratch scratch(s);
+    // Causal tiles differ in cost: hand out the longest (last) tiles first.
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t tile = l.tiles - 1 - task / heads;
+      const int64_t bh = task % heads;
+      ForwardTile(l, q, k, v, out, lse, bh / s.q_heads, bh % s.q_heads, tile, scratch);
+    }
+  }
+}
+
+void AttentionBackward(const AttentionShape& s, const float* dout, const float* q, const float* k,
+                       const float* v, const float* out, const float* lse, float* dq, float* dk,
+                       float* dv) {
+  CheckShape(s);
+  const Layout l(s);
+  const int64_t kv_tasks = s.batch * s.kv_heads;
+#pragma omp parallel
+  {
+    TileScratch scratch(s);
+    // One task owns dk and dv of one (batch, kv head) and sums its query
+    // heads and tiles serially, so the result does not depend on threads.
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < kv_tasks; ++task) {
+      const int64_t b = task / s.kv_heads;
+      const int64_t g = task % s.kv_heads;
+      const int64_t first_head = g * l.group;
+      for (int64_t h = first_head; h < first_head + l.group; ++h) {
+        for (int64_t tile = l.tiles - 1; tile >= 0; --tile) {
+          const bool first = h == first_head && tile == l.tiles - 1;
+          BackwardTile(l, dout, q, k, v, out, lse, dq, dk, dv, b, h, tile, first, scratch);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace tetra::cpu

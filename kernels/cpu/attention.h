@@ -1,0 +1,41 @@
+// Causal multi-head attention with grouped-query attention (GQA) on the CPU,
+// forward and backward, in fp32: the reference the CUDA kernels are tested
+// against and the CPU training path.
+//
+// Scores are q.k / sqrt(D) with a causal mask (query t sees keys 0..t). Query
+// head h reads kv head h / (Hq / Hkv), as Hugging Face's repeat_kv does. The
+// kernels work on tiles of query rows, so memory is linear in the sequence
+// length: the forward saves only the log-sum-exp of each query row, and the
+// backward recomputes the probabilities from it (FlashAttention-2 style).
+#ifndef TETRA_KERNELS_CPU_ATTENTION_H_
+#define TETRA_KERNELS_CPU_ATTENTION_H_
+
+#include <cstdint>
+
+namespace tetra::cpu {
+
+struct AttentionShape {
+  int64_t batch;     // B
+  int64_t seq;       // T
+  int64_t q_heads;   // Hq, a multiple of kv_heads
+  int64_t kv_heads;  // Hkv
+  int64_t head_dim;  // D
+};
+
+// q: (B, T, Hq, D); k, v: (B, T, Hkv, D).
+// out: (B, T, Hq, D); lse: (B, Hq, T), the log-sum-exp of each query row's
+// scaled scores, saved for the backward.
+void AttentionForward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                      float* out, float* lse);
+
+// dout, q, out: (B, T, Hq, D); k, v: (B, T, Hkv, D); lse: (B, Hq, T) from the
+// forward. Writes (overwrites) dq: (B, T, Hq, D) and dk, dv: (B, T, Hkv, D).
+// Bit-identical run to run and for any thread count: every (batch, kv head)
+// is one task that sums its query heads' contributions in a fixed order.
+void AttentionBackward(const AttentionShape& s, const float* dout, const float* q, const float* k,
+                       const float* v, const float* out, const float* lse, float* dq, float* dk,
+                       float* dv);
+
+}  // namespace tetra::cpu
+
+#endif  // TETRA_KERNELS_CPU_ATTENTION_H_

@@ -1,0 +1,23 @@
+// Token embedding lookup and its gradient: out[i] = table[tokens[i]].
+#ifndef TETRA_KERNELS_CPU_EMBEDDING_H_
+#define TETRA_KERNELS_CPU_EMBEDDING_H_
+
+#include <cstdint>
+
+namespace tetra::cpu {
+
+// out (n, dim) = table[tokens] with table (vocab, dim). Ids are validated when
+// data is read, so an id < 0 here is a bug (checked); the upper bound is the
+// caller's (the table's row count is not passed).
+void EmbeddingForward(const int32_t* tokens, int64_t n, const float* table, int64_t dim,
+                      float* out);
+
+// dtable (vocab, dim) += scatter of dout (n, dim) by tokens, accumulated.
+// Threads split the dim columns, so each element sums its rows in token order:
+// bit-identical run to run and for any thread count, with no atomics.
+void EmbeddingBackward(const int32_t* tokens, int64_t n, const float* dout, int64_t dim,
+                       float* dtable);
+
+}  // namespace tetra::cpu
+
+#endif  // TETRA_KERNELS_CPU_EMBEDDING_H_

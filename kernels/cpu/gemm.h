@@ -1,0 +1,28 @@
+// Single-precision matrix products on the CPU: a thin row-major wrapper over
+// OpenBLAS's cblas_sgemm, and the linear-layer forward/backward built on it
+// with Hugging Face's weight layout W (out, in), so y = x W^T.
+#ifndef TETRA_KERNELS_CPU_GEMM_H_
+#define TETRA_KERNELS_CPU_GEMM_H_
+
+#include <cstdint>
+
+namespace tetra::cpu {
+
+// C (m, n) = alpha * op(A) * op(B) + beta * C, all row-major and contiguous.
+// op(A) is (m, k): A is stored (m, k), or (k, m) when trans_a.
+// op(B) is (k, n): B is stored (k, n), or (n, k) when trans_b.
+// beta == 0 overwrites C (NaNs in C do not propagate).
+void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          const float* b, float beta, float* c);
+
+// y (rows, out) = x (rows, in) * w^T, w (out, in).
+void LinearForward(const float* x, const float* w, int64_t rows, int64_t in, int64_t out, float* y);
+
+// dx (rows, in) = dy (rows, out) * w, written; skipped when dx is null.
+// dw (out, in) += dy^T * x, accumulated over calls (micro-batches).
+void LinearBackward(const float* dy, const float* x, const float* w, int64_t rows, int64_t in,
+                    int64_t out, float* dx, float* dw);
+
+}  // namespace tetra::cpu
+
+#endif  // TETRA_KERNELS_CPU_GEMM_H_

@@ -1,0 +1,61 @@
+#include "kernels/cpu/rmsnorm.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/partition.h"
+
+namespace tetra::cpu {
+
+void RmsNormForward(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+                    float* rstd) {
+#pragma omp parallel for schedule(static) if (rows * dim >= kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    double sum_sq = 0;
+#pragma omp simd reduction(+ : sum_sq)
+    for (int64_t j = 0; j < dim; ++j) sum_sq += static_cast<double>(xr[j]) * xr[j];
+    const float s = static_cast<float>(1.0 / std::sqrt(sum_sq / dim + eps));
+    rstd[r] = s;
+#pragma omp simd
+    for (int64_t j = 0; j < dim; ++j) yr[j] = w[j] * (xr[j] * s);
+  }
+}
+
+void RmsNormBackward(const float* dy, const float* x, const float* w, const float* rstd,
+                     int64_t rows, int64_t dim, float* dx, float* dw) {
+  // dw[j] += sum_r dy[r, j] * x[r, j] * rstd[r], first, so that dx may overwrite dy.
+#pragma omp parallel if (rows * dim >= kMinParallelWork)
+  {
+    const auto [begin, end] = ThreadSlice(dim);
+    std::vector<double> sum(end - begin, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* dyr = dy + r * dim + begin;
+      const float* xr = x + r * dim + begin;
+      const float s = rstd[r];
+#pragma omp simd
+      for (int64_t j = 0; j < end - begin; ++j) {
+        sum[j] += static_cast<double>(dyr[j]) * (xr[j] * s);  // x * s as in the forward
+      }
+    }
+    for (int64_t j = 0; j < end - begin; ++j) dw[begin + j] += static_cast<float>(sum[j]);
+  }
+  // With g = w * dy: dx = s * g - s^3 / dim * (g . x) * x.
+#pragma omp parallel for schedule(static) if (rows * dim >= kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* dyr = dy + r * dim;
+    const float* xr = x + r * dim;
+    float* dxr = dx + r * dim;
+    const double s = rstd[r];
+    double dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j < dim; ++j) dot += static_cast<double>(w[j] * dyr[j]) * xr[j];
+    const float c = static_cast<float>(s * s * s * dot / dim);
+    const float sf = static_cast<float>(s);
+#pragma omp simd
+    for (int64_t j = 0; j < dim; ++j) dxr[j] = sf * (w[j] * dyr[j]) - c * xr[j];
+  }
+}
+
+}  // namespace tetra::cpu

@@ -1,0 +1,84 @@
+// Safetensors: Hugging Face's weight file format, the way tetra imports and
+// exports weights (DESIGN.md "Weights").
+//
+// Layout: an 8-byte little-endian uint64 header length N, N bytes of JSON
+//   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},
+//    ..., "__metadata__": {"key": "value"}}
+// then the data buffer; offsets are bytes relative to the buffer's start.
+//
+// SafetensorsFile maps a file read-only and converts tensors to fp32;
+// WriteSafetensors writes fp32 data as F32 or BF16 through a temporary file
+// and a rename, so the final name never holds a half-written file.
+#ifndef TETRA_MODEL_SAFETENSORS_H_
+#define TETRA_MODEL_SAFETENSORS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace tetra {
+
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+};
+
+class SafetensorsFile {
+ public:
+  // Maps `path` and validates the whole header: dtypes, shapes and that every
+  // tensor's byte range lies inside the data buffer with the size its shape
+  // and dtype need.
+  static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  // In header order.
+  const std::vector<SafetensorsEntry>& entries() const { return entries_; }
+  // nullptr when absent.
+  const SafetensorsEntry* Find(std::string_view name) const;
+  // Converts an F32, BF16 or F16 tensor to fp32 into `out` (numel floats).
+  absl::Status ReadF32(std::string_view name, float* out) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  struct Unmap {
+    size_t size;
+    void operator()(const char* addr) const;
+  };
+
+  SafetensorsFile() = default;
+
+  std::string path_;
+  std::unique_ptr<const char, Unmap> mapping_;
+  const char* data_ = nullptr;  // start of the data buffer inside mapping_
+  std::vector<SafetensorsEntry> entries_;
+  std::vector<uint64_t> begin_offsets_;               // entries_[i]'s first byte in data_
+  std::map<std::string, size_t, std::less<>> index_;  // name -> entries_ index
+  std::map<std::string, std::string> metadata_;
+};
+
+struct SafetensorsTensorRef {
+  std::string name;
+  Shape shape;
+  const float* data;  // NumElements(shape) floats
+};
+
+// Writes `tensors` in the given order as `dtype` (kF32, or kBF16 rounded to
+// nearest even as FloatToBf16), the header padded with spaces to a multiple of
+// 8 bytes. Writes `path + ".tmp"`, syncs it, then renames it to `path`.
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<SafetensorsTensorRef>& tensors, DType dtype,
+                              const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace tetra
+
+#endif  // TETRA_MODEL_SAFETENSORS_H_

@@ -1,0 +1,108 @@
+#include "kernels/cpu/cross_entropy.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/gradient_check.h"
+
+namespace tetra::cpu {
+namespace {
+
+using ::tetra::testing::ExpectGradientMatches;
+using ::tetra::testing::RandomVector;
+
+constexpr int64_t kRows = 5;
+constexpr int64_t kVocab = 11;
+const std::vector<int32_t> kTargets = {3, 0, 10, 3, 7};
+constexpr float kGradScale = 0.37f;  // e.g. 1 / (global token count)
+
+struct Tolerances {
+  // Per-row loss vs double log-sum-exp: fp32 exp within ~1.5 ulp, so the sum
+  // of exps, hence the log, is off by ~2e-7 relative; the loss is O(3).
+  double loss_abs;
+  // Softmax is smooth; with h = 1e-2 on O(1) logits the central-difference
+  // truncation error is ~1e-5, fp32 noise in the double loss ~1e-6 / h.
+  ::tetra::testing::GradCheckOptions grad;
+};
+constexpr Tolerances kTol = {
+    .loss_abs = 2e-6, .grad = {.step = 1e-2, .rel_tol = 2e-3, .abs_tol = 2e-4, .max_checks = 1000}};
+
+// -log softmax(x)[target], straight from the definition in double.
+double DirectRowLoss(const float* x, int64_t vocab, int32_t target) {
+  double sum = 0;
+  for (int64_t j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(x[j]));
+  return std::log(sum) - x[target];
+}
+
+TEST(CrossEntropyTest, LossMatchesDirectLogSumExp) {
+  const std::vector<float> logits = RandomVector(kRows * kVocab, 1, 3.0f);
+  std::vector<float> row_losses(kRows);
+  const double total = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+                                                   1.0f, nullptr, row_losses.data());
+  double expected_total = 0;
+  for (int64_t r = 0; r < kRows; ++r) {
+    const double expected = DirectRowLoss(logits.data() + r * kVocab, kVocab, kTargets[r]);
+    EXPECT_NEAR(row_losses[r], expected, kTol.loss_abs) << "row " << r;
+    expected_total += expected;
+  }
+  EXPECT_NEAR(total, expected_total, kRows * kTol.loss_abs);
+}
+
+TEST(CrossEntropyTest, LargeLogitsAreStable) {
+  // exp(1000) overflows fp32 and double; the max-subtracted form does not care.
+  std::vector<float> logits = RandomVector(kRows * kVocab, 2);
+  std::vector<float> shifted = logits;
+  for (float& x : shifted) x += 1000.0f;
+  const double loss = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+                                                  1.0f, nullptr, nullptr);
+  std::vector<float> dlogits(kRows * kVocab);
+  const double shifted_loss = CrossEntropyForwardBackward(shifted.data(), kTargets.data(), kRows,
+                                                          kVocab, 1.0f, dlogits.data(), nullptr);
+  ASSERT_TRUE(std::isfinite(shifted_loss));
+  // fp32 logits near 1000 are spaced 6e-5 apart, so the shift itself rounds.
+  EXPECT_NEAR(shifted_loss, loss, kRows * 1e-4);
+  for (float d : dlogits) EXPECT_TRUE(std::isfinite(d));
+}
+
+TEST(CrossEntropyTest, GradientMatchesFiniteDifferencesAndWorksInPlace) {
+  std::vector<float> logits = RandomVector(kRows * kVocab, 3, 2.0f);
+  auto loss = [&] {
+    return kGradScale * CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+                                                    1.0f, nullptr, nullptr);
+  };
+  std::vector<float> dlogits(kRows * kVocab);
+  const double total = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+                                                   kGradScale, dlogits.data(), nullptr);
+  ExpectGradientMatches("dlogits", logits.data(), kRows * kVocab, dlogits.data(), loss, kTol.grad);
+  // Each row of softmax - onehot sums to 0.
+  for (int64_t r = 0; r < kRows; ++r) {
+    double row_sum = 0;
+    for (int64_t j = 0; j < kVocab; ++j) row_sum += dlogits[r * kVocab + j];
+    EXPECT_NEAR(row_sum, 0.0, 1e-6) << "row " << r;
+  }
+
+  // In place: the gradient overwrites the logits, with the same loss and values.
+  std::vector<float> buffer = logits;
+  const double in_place_total = CrossEntropyForwardBackward(
+      buffer.data(), kTargets.data(), kRows, kVocab, kGradScale, buffer.data(), nullptr);
+  EXPECT_EQ(in_place_total, total);
+  EXPECT_EQ(buffer, dlogits);
+}
+
+TEST(CrossEntropyDeathTest, TargetOutsideVocabularyIsABug) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::vector<float> logits = RandomVector(kRows * kVocab, 4);
+  std::vector<int32_t> targets = kTargets;
+  targets[2] = kVocab;
+  EXPECT_DEATH(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, 1.0f,
+                                           nullptr, nullptr),
+               "target 11 of row 2");
+  targets[2] = -1;
+  EXPECT_DEATH(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, 1.0f,
+                                           nullptr, nullptr),
+               "target -1 of row 2");
+}
+
+}  // namespace
+}  // namespace tetra::cpu

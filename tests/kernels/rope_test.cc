@@ -1,0 +1,98 @@
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/gradient_check.h"
+
+namespace tetra::cpu {
+namespace {
+
+using ::tetra::testing::ExpectGradientMatches;
+using ::tetra::testing::ProbeLoss;
+using ::tetra::testing::RandomVector;
+
+constexpr int64_t kBatch = 2, kSeq = 5, kHeads = 3, kHeadDim = 8;
+constexpr double kTheta = 10000.0;
+
+struct Tolerances {
+  // Rotation by the closed form in double: the fp32 angle p * inv_freq is off
+  // by ~p ulps, i.e. < 1e-6 rad at p < 8, plus fp32 rounding of the outputs.
+  double closed_form;
+  // Forward then backward: two fp32 rotations of O(1) values, a few ulps.
+  double round_trip;
+  // RoPE is linear in x: central differences are exact up to fp32 rounding.
+  ::tetra::testing::GradCheckOptions grad;
+};
+constexpr Tolerances kTol = {
+    .closed_form = 2e-6,
+    .round_trip = 1e-6,
+    .grad = {.step = 1e-2, .rel_tol = 1e-3, .abs_tol = 1e-3, .max_checks = 96}};
+
+TEST(RopeTest, TableMatchesHuggingFaceFp32Angles) {
+  // HF: inv_freq = 1 / theta ** (arange(0, D, 2).float() / D) and
+  // angle = float(p) * inv_freq, all fp32; cos/sin then within an ulp.
+  const int64_t seq = 4096;
+  const RopeTable table = MakeRopeTable(seq, kHeadDim, kTheta);
+  ASSERT_EQ(table.seq, seq);
+  ASSERT_EQ(table.half_dim, kHeadDim / 2);
+  for (int64_t p : {0, 1, 1000, 4095}) {
+    for (int64_t i = 0; i < kHeadDim / 2; ++i) {
+      const float inv_freq =
+          1.0f / std::pow(static_cast<float>(kTheta), static_cast<float>(2 * i) / kHeadDim);
+      const double angle = static_cast<float>(p) * inv_freq;
+      EXPECT_NEAR(table.cos[p * table.half_dim + i], std::cos(angle), 1e-7) << p << ", " << i;
+      EXPECT_NEAR(table.sin[p * table.half_dim + i], std::sin(angle), 1e-7) << p << ", " << i;
+    }
+  }
+}
+
+TEST(RopeTest, ForwardMatchesClosedFormRotation) {
+  std::vector<float> x = RandomVector(kBatch * kSeq * kHeads * kHeadDim, 1);
+  const std::vector<float> original = x;
+  const RopeTable table = MakeRopeTable(/*seq=*/8, kHeadDim, kTheta);  // longer than kSeq
+  RopeForward(x.data(), kBatch, kSeq, kHeads, kHeadDim, table);
+  const int64_t half = kHeadDim / 2;
+  for (int64_t b = 0; b < kBatch; ++b) {
+    for (int64_t t = 0; t < kSeq; ++t) {
+      for (int64_t h = 0; h < kHeads; ++h) {
+        const int64_t base = ((b * kSeq + t) * kHeads + h) * kHeadDim;
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = t * std::pow(kTheta, -2.0 * i / kHeadDim);
+          const double x1 = original[base + i], x2 = original[base + i + half];
+          EXPECT_NEAR(x[base + i], x1 * std::cos(angle) - x2 * std::sin(angle), kTol.closed_form);
+          EXPECT_NEAR(x[base + i + half], x2 * std::cos(angle) + x1 * std::sin(angle),
+                      kTol.closed_form);
+        }
+      }
+    }
+  }
+}
+
+TEST(RopeTest, BackwardUndoesForward) {
+  const std::vector<float> original = RandomVector(kBatch * kSeq * kHeads * kHeadDim, 2);
+  std::vector<float> x = original;
+  const RopeTable table = MakeRopeTable(kSeq, kHeadDim, kTheta);
+  RopeForward(x.data(), kBatch, kSeq, kHeads, kHeadDim, table);
+  RopeBackward(x.data(), kBatch, kSeq, kHeads, kHeadDim, table);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], original[i], kTol.round_trip) << i;
+}
+
+TEST(RopeTest, BackwardMatchesFiniteDifferences) {
+  const int64_t n = kBatch * kSeq * kHeads * kHeadDim;
+  std::vector<float> x = RandomVector(n, 3);
+  const std::vector<float> probe = RandomVector(n, 4);
+  const RopeTable table = MakeRopeTable(kSeq, kHeadDim, 500000.0);
+  auto loss = [&] {
+    std::vector<float> y = x;
+    RopeForward(y.data(), kBatch, kSeq, kHeads, kHeadDim, table);
+    return ProbeLoss(y.data(), probe);
+  };
+  std::vector<float> dx = probe;
+  RopeBackward(dx.data(), kBatch, kSeq, kHeads, kHeadDim, table);
+  ExpectGradientMatches("dx", x.data(), n, dx.data(), loss, kTol.grad);
+}
+
+}  // namespace
+}  // namespace tetra::cpu

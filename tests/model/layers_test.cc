@@ -1,0 +1,177 @@
+// Finite-difference gradient checks of every layer (input and weight
+// gradients) and of the whole Llama model on tiny dimensions.
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/attention_layer.h"
+#include "model/decoder_block.h"
+#include "model/llama_model.h"
+#include "model/mlp_layer.h"
+#include "model/rmsnorm_layer.h"
+#include "tests/testing/gradient_check.h"
+
+namespace tetra {
+namespace {
+
+using testing::ExpectGradientMatches;
+using testing::GradCheckOptions;
+using testing::ProbeLoss;
+using testing::RandomVector;
+
+// Tolerances: fp32 forward passes differenced with h = 1e-2; the truncation
+// error is O(h^2 f''') and the rounding error O(1e-7 |L| / h), so about 1e-3
+// relative on these well-scaled inputs. 2e-2 leaves room without hiding a wrong
+// term (a wrong gradient is off by O(1)).
+const GradCheckOptions kLayerTolerance{/*step=*/1e-2, /*rel_tol=*/2e-2, /*abs_tol=*/2e-4};
+// The whole model stacks many layers: the same bounds, applied to the sum of
+// token losses (grad_scale 1), whose gradients are O(1).
+const GradCheckOptions kModelTolerance{/*step=*/1e-2, /*rel_tol=*/3e-2, /*abs_tol=*/5e-4};
+
+ModelConfig TinyConfig(bool tie) {
+  ModelConfig c;
+  c.set_vocab_size(11);
+  c.set_hidden_size(16);
+  c.set_num_hidden_layers(2);
+  c.set_num_attention_heads(4);
+  c.set_num_key_value_heads(2);  // grouped-query attention on
+  c.set_intermediate_size(24);
+  c.set_tie_word_embeddings(tie);
+  c.set_initializer_range(0.3);  // larger weights give gradients well above rounding noise
+  return c;
+}
+
+Tensor RandomTensor(const Shape& shape, uint64_t stream) {
+  Tensor t = Tensor::Empty(shape);
+  std::vector<float> v = RandomVector(t.numel(), stream);
+  std::memcpy(t.raw(), v.data(), t.nbytes());
+  return t;
+}
+
+// Checks a layer: forward(x) -> y, loss = sum(y * probe), backward(probe) -> dx,
+// against finite differences in x and in every parameter of `store`.
+template <typename Layer>
+void CheckLayer(Layer& layer, ParameterStore& store, const Shape& x_shape) {
+  Tensor x = RandomTensor(x_shape, 100);
+  std::vector<float> probe = RandomVector(x.numel(), 200);
+  Tensor dy = Tensor::Empty(x_shape);
+  std::memcpy(dy.raw(), probe.data(), dy.nbytes());
+  store.ZeroGrads();
+  layer.Forward(x);
+  Tensor dx = layer.Backward(dy).Clone();
+  auto loss = [&] { return ProbeLoss(layer.Forward(x).f32(), probe); };
+  ExpectGradientMatches("dx", x.f32(), x.numel(), dx.f32(), loss, kLayerTolerance);
+  for (Parameter& p : store.all()) {
+    Tensor grad = p.grad.Clone();
+    ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), loss, kLayerTolerance);
+  }
+}
+
+TEST(LayerGradientTest, RmsNorm) {
+  ParameterStore store(1);
+  RmsNormLayer layer(store, "norm.weight", 16, 1e-5f);
+  // Non-trivial weights so the weight gradient path is exercised.
+  std::vector<float> w = RandomVector(16, 3);
+  std::memcpy(store.all()[0].value.raw(), w.data(), 16 * sizeof(float));
+  CheckLayer(layer, store, {3, 16});
+}
+
+TEST(LayerGradientTest, Attention) {
+  ParameterStore store(1);
+  AttentionLayer layer(store, "attn", TinyConfig(false));
+  CheckLayer(layer, store, {2, 5, 16});
+}
+
+TEST(LayerGradientTest, Mlp) {
+  ParameterStore store(1);
+  MlpLayer layer(store, "mlp", TinyConfig(false));
+  CheckLayer(layer, store, {2, 5, 16});
+}
+
+TEST(LayerGradientTest, DecoderBlock) {
+  ParameterStore store(1);
+  DecoderBlock block(store, 0, TinyConfig(false));
+  CheckLayer(block, store, {2, 5, 16});
+}
+
+void CheckModel(bool tie) {
+  LlamaModel model(TinyConfig(tie), 5);
+  const int64_t batch = 2, seq = 6;
+  std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    inputs[i] = static_cast<int32_t>((i * 7 + 3) % 11);
+    targets[i] = static_cast<int32_t>((i * 5 + 1) % 11);
+  }
+  model.parameters().ZeroGrads();
+  model.ForwardBackward(inputs.data(), targets.data(), batch, seq, 1.0f);
+  auto loss = [&] { return model.ForwardLoss(inputs.data(), targets.data(), batch, seq); };
+  for (Parameter& p : model.parameters().all()) {
+    Tensor grad = p.grad.Clone();
+    ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), loss,
+                          {kModelTolerance.step, kModelTolerance.rel_tol, kModelTolerance.abs_tol,
+                           /*max_checks=*/12});
+  }
+}
+
+TEST(ModelGradientTest, UntiedHeadWithGroupedQueryAttention) { CheckModel(/*tie=*/false); }
+TEST(ModelGradientTest, TiedEmbeddings) { CheckModel(/*tie=*/true); }
+
+TEST(ModelTest, HasHuggingFaceParameterNames) {
+  LlamaModel model(TinyConfig(false), 5);
+  std::vector<std::string> names;
+  for (const Parameter& p : model.parameters().all()) names.push_back(p.name);
+  const std::vector<std::string> expected = {
+      "model.embed_tokens.weight",
+      "model.layers.0.input_layernorm.weight",
+      "model.layers.0.self_attn.q_proj.weight",
+      "model.layers.0.self_attn.k_proj.weight",
+      "model.layers.0.self_attn.v_proj.weight",
+      "model.layers.0.self_attn.o_proj.weight",
+      "model.layers.0.post_attention_layernorm.weight",
+      "model.layers.0.mlp.gate_proj.weight",
+      "model.layers.0.mlp.up_proj.weight",
+      "model.layers.0.mlp.down_proj.weight",
+      "model.layers.1.input_layernorm.weight",
+      "model.layers.1.self_attn.q_proj.weight",
+      "model.layers.1.self_attn.k_proj.weight",
+      "model.layers.1.self_attn.v_proj.weight",
+      "model.layers.1.self_attn.o_proj.weight",
+      "model.layers.1.post_attention_layernorm.weight",
+      "model.layers.1.mlp.gate_proj.weight",
+      "model.layers.1.mlp.up_proj.weight",
+      "model.layers.1.mlp.down_proj.weight",
+      "model.norm.weight",
+      "lm_head.weight"};
+  EXPECT_EQ(names, expected);
+  // k_proj is (kv_heads x head_dim, hidden) = (2 x 4, 16).
+  EXPECT_EQ(model.parameters().Find("model.layers.0.self_attn.k_proj.weight")->value.shape(),
+            (Shape{8, 16}));
+}
+
+TEST(ModelTest, InitIsAPureFunctionOfSeedNameAndIndex) {
+  ModelConfig c = TinyConfig(false);
+  c.set_initializer_range(0.02);
+  LlamaModel a(c, 9), b(c, 9);
+  ModelConfig deeper = c;
+  deeper.set_num_hidden_layers(3);
+  LlamaModel d(deeper, 9);
+  // Same seed: identical; a deeper model shares the draws of every common
+  // matrix except the output projections, whose std depends on the depth.
+  const Tensor& qa = a.parameters().Find("model.layers.1.self_attn.q_proj.weight")->value;
+  const Tensor& qb = b.parameters().Find("model.layers.1.self_attn.q_proj.weight")->value;
+  const Tensor& qd = d.parameters().Find("model.layers.1.self_attn.q_proj.weight")->value;
+  EXPECT_EQ(std::memcmp(qa.raw(), qb.raw(), qa.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(qa.raw(), qd.raw(), qa.nbytes()), 0);
+  // Element i is 0.02 * Normal(seed, hash(name), i).
+  CounterRng rng(9, StableHash("model.layers.1.self_attn.q_proj.weight"));
+  EXPECT_EQ(qa.f32()[37], static_cast<float>(0.02 * rng.Normal(37)));
+  // Output projections: std / sqrt(2 L), norms: 1.
+  CounterRng orng(9, StableHash("model.layers.0.mlp.down_proj.weight"));
+  EXPECT_EQ(a.parameters().Find("model.layers.0.mlp.down_proj.weight")->value.f32()[5],
+            static_cast<float>(0.02 / 2.0 * orng.Normal(5)));
+  EXPECT_EQ(a.parameters().Find("model.norm.weight")->value.f32()[3], 1.0f);
+}
+
+}  // namespace
+}  // namespace tetra

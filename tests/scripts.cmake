@@ -1,0 +1,7 @@
+# Tests that drive the `tetra` binary from scripts (label `unit`: one process at a time).
+add_test(NAME reference.llama_untied_gqa
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>)
+add_test(NAME reference.llama_tied
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>
+                 --tie --kv-heads 4 --seed 3)
+set_tests_properties(reference.llama_untied_gqa reference.llama_tied PROPERTIES LABELS unit TIMEOUT 300)

@@ -1,0 +1,256 @@
+// llm.c shards, and the TokenStream plumbing over them: globs of shards as one
+// stream, range checks naming file and position, and the open-time errors.
+#include "train/llmc_shard.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "train/token_stream.h"
+
+namespace tetra {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+// A directory of this process's files, removed when the tests end.
+const std::string& TestDir() {
+  static const std::string* dir = [] {
+    auto* path = new std::string(::testing::TempDir() + "llmc_shard_test_" + std::to_string(getpid()));
+    std::filesystem::create_directories(*path);
+    struct Cleanup : ::testing::Environment {
+      void TearDown() override { std::filesystem::remove_all(TestDir()); }
+    };
+    ::testing::AddGlobalTestEnvironment(new Cleanup);
+    return path;
+  }();
+  return *dir;
+}
+
+std::string TempPath(const std::string& name) { return TestDir() + "/" + name; }
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// Little-endian int32 at byte `offset`, decoded by hand.
+int32_t Int32At(const std::string& bytes, size_t offset) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(bytes[offset + i]);
+  return static_cast<int32_t>(v);
+}
+
+void PutInt32(std::string* bytes, size_t offset, int32_t value) {
+  for (int i = 0; i < 4; ++i) (*bytes)[offset + i] = static_cast<char>((value >> (8 * i)) & 0xff);
+}
+
+std::vector<int32_t> ReadAll(const TokenStream& stream) {
+  std::vector<int32_t> out(stream.size());
+  EXPECT_TRUE(stream.Read(0, stream.size(), out.data()).ok());
+  return out;
+}
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+TEST(LlmcShardTest, WritesTheLlmcLayoutByteForByte) {
+  const std::string path = TempPath("layout.bin");
+  ASSERT_TRUE(WriteLlmcShard(path, {1, 258, 65535}).ok());
+  const std::string bytes = ReadBytes(path);
+  ASSERT_EQ(bytes.size(), 1024u + 3 * 2);
+  EXPECT_EQ(Int32At(bytes, 0), 20240520);  // magic, GPT-2 layout
+  EXPECT_EQ(Int32At(bytes, 4), 1);         // version
+  EXPECT_EQ(Int32At(bytes, 8), 3);         // token count
+  for (size_t i = 12; i < 1024; ++i) ASSERT_EQ(bytes[i], 0) << "header byte " << i;
+  // uint16 little-endian: 1 = 01 00, 258 = 02 01, 65535 = ff ff.
+  EXPECT_EQ(bytes.substr(1024), std::string("\x01\x00\x02\x01\xff\xff", 6));
+}
+
+TEST(LlmcShardTest, RoundTripsUint16AndUint32Tokens) {
+  const std::vector<int32_t> small = {0, 7, 50256, 65535, 3};
+  const std::string path16 = TempPath("u16.bin");
+  ASSERT_TRUE(WriteLlmcShard(path16, small).ok());
+  auto stream16 = OpenLlmcShard(path16);
+  ASSERT_TRUE(stream16.ok()) << stream16.status();
+  EXPECT_EQ((*stream16)->size(), 5);
+  EXPECT_THAT(ReadAll(**stream16), ElementsAreArray(small));
+  std::vector<int32_t> middle(2);
+  ASSERT_TRUE((*stream16)->Read(2, 2, middle.data()).ok());
+  EXPECT_THAT(middle, ElementsAre(50256, 65535));
+
+  const std::vector<int32_t> large = {128255, 0, 70000, 2147483647};
+  const std::string path32 = TempPath("u32.bin");
+  ASSERT_TRUE(WriteLlmcShard(path32, large, /*uint32_tokens=*/true).ok());
+  const std::string bytes = ReadBytes(path32);
+  EXPECT_EQ(Int32At(bytes, 0), 20240801);
+  EXPECT_EQ(Int32At(bytes, 4), 7);  // llm.c's Llama-3 shards are version 7
+  EXPECT_EQ(bytes.size(), 1024u + 4 * 4);
+  auto stream32 = OpenLlmcShard(path32);
+  ASSERT_TRUE(stream32.ok()) << stream32.status();
+  EXPECT_THAT(ReadAll(**stream32), ElementsAreArray(large));
+}
+
+TEST(LlmcShardTest, WriterRejectsTokensTheTypeCannotHold) {
+  absl::Status status = WriteLlmcShard(TempPath("wide.bin"), {1, 70000});
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(Message(status), HasSubstr("70000"));
+  EXPECT_THAT(Message(status), HasSubstr("position 1"));
+  EXPECT_FALSE(WriteLlmcShard(TempPath("negative.bin"), {-1}, true).ok());
+}
+
+TEST(LlmcShardTest, ReadOutsideTheStreamIsAnError) {
+  const std::string path = TempPath("range.bin");
+  ASSERT_TRUE(WriteLlmcShard(path, {1, 2, 3}).ok());
+  auto stream = OpenLlmcShard(path);
+  ASSERT_TRUE(stream.ok());
+  std::vector<int32_t> out(4);
+  absl::Status status = (*stream)->Read(1, 3, out.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(Message(status), HasSubstr(path));
+  EXPECT_FALSE((*stream)->Read(-1, 1, out.data()).ok());
+  EXPECT_TRUE((*stream)->Read(3, 0, out.data()).ok());
+}
+
+TEST(LlmcShardTest, FileShorterThanTheHeader) {
+  const std::string path = TempPath("short.bin");
+  WriteBytes(path, std::string(100, '\0'));
+  auto stream = OpenLlmcShard(path);
+  ASSERT_FALSE(stream.ok());
+  EXPECT_THAT(Message(stream.status()), HasSubstr(path));
+  EXPECT_THAT(Message(stream.status()), HasSubstr("100 bytes"));
+  EXPECT_THAT(Message(stream.status()), HasSubstr("1024-byte header"));
+}
+
+TEST(LlmcShardTest, WrongMagicSaysWhatWasFoundAndExpected) {
+  const std::string path = TempPath("magic.bin");
+  ASSERT_TRUE(WriteLlmcShard(path, {1, 2}).ok());
+  std::string bytes = ReadBytes(path);
+  PutInt32(&bytes, 0, 12345);
+  WriteBytes(path, bytes);
+  auto stream = OpenLlmcShard(path);
+  ASSERT_FALSE(stream.ok());
+  EXPECT_THAT(Message(stream.status()), HasSubstr(path));
+  EXPECT_THAT(Message(stream.status()), HasSubstr("magic is 12345"));
+  EXPECT_THAT(Message(stream.status()), HasSubstr("20240520"));
+  EXPECT_THAT(Message(stream.status()), HasSubstr("20240801"));
+}
+
+TEST(LlmcShardTest, UnexpectedVersion) {
+  const std::string path = TempPath("version.bin");
+  ASSERT_TRUE(WriteLlmcShard(path, {1, 2}).ok());
+  std::string bytes = ReadBytes(path);
+  PutInt32(&bytes, 4, 3);
+  WriteBytes(path, bytes);
+  auto stream = OpenLlmcShard(path);
+  ASSERT_FALSE(stream.ok());
+  EXPECT_THAT(Message(stream.status()), HasSubstr(path));
+  EXPECT_THAT(Message(stream.status()), HasSubstr("version 3"));
+  EXPECT_THAT(Message(stream.status()), HasSubstr("expected version 1"));
+}
+
+TEST(LlmcShardTest, TruncatedShardSaysWhatTheHeaderPromised) {
+  const std::string path = TempPath("truncated.bin");
+  ASSERT_TRUE(WriteLlmcShard(path, std::vector<int32_t>(10, 5)).ok());
+  std::string bytes = ReadBytes(path);
+  WriteBytes(path, bytes.substr(0, 1024 + 7 * 2));  // 3 tokens missing
+  auto stream = OpenLlmcShard(path);
+  ASSERT_FALSE(stream.ok());
+  EXPECT_THAT(Message(stream.status()), HasSubstr(path));
+  EXPECT_THAT(Message(stream.status()), HasSubstr("promises 10 tokens"));
+  EXPECT_THAT(Message(stream.status()), HasSubstr("has 1038 bytes"));
+}
+
+TEST(LlmcShardTest, MissingFileIsNamed) {
+  const std::string path = TempPath("does_not_exist.bin");
+  auto stream = OpenLlmcShard(path);
+  ASSERT_FALSE(stream.ok());
+  EXPECT_EQ(stream.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(stream.status()), HasSubstr(path));
+}
+
+TEST(TokenFilesTest, GlobOfShardsIsOneStreamInNameOrder) {
+  // Written out of name order, with an empty shard in the middle.
+  const std::string prefix = TempPath("glob_");
+  ASSERT_TRUE(WriteLlmcShard(prefix + "002.bin", {30, 31}).ok());
+  ASSERT_TRUE(WriteLlmcShard(prefix + "000.bin", {10, 11, 12}).ok());
+  ASSERT_TRUE(WriteLlmcShard(prefix + "001.bin", {}).ok());
+  ASSERT_TRUE(WriteLlmcShard(prefix + "003.bin", {40}, /*uint32_tokens=*/true).ok());
+  auto stream = OpenTokenFiles(DataConfig::LLMC, prefix + "*.bin");
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_EQ((*stream)->size(), 6);
+  EXPECT_THAT(ReadAll(**stream), ElementsAre(10, 11, 12, 30, 31, 40));
+  std::vector<int32_t> across(3);
+  ASSERT_TRUE((*stream)->Read(2, 3, across.data()).ok());  // spans three shards
+  EXPECT_THAT(across, ElementsAre(12, 30, 31));
+  TokenLocation where = (*stream)->Locate(4);
+  EXPECT_EQ(where.file, prefix + "002.bin");
+  EXPECT_EQ(where.position, 1);
+
+  auto single = OpenTokenFiles(DataConfig::LLMC, prefix + "000.bin");
+  ASSERT_TRUE(single.ok());
+  EXPECT_THAT(ReadAll(**single), ElementsAre(10, 11, 12));
+}
+
+TEST(TokenFilesTest, GlobMatchingNothingNamesThePattern) {
+  const std::string pattern = TempPath("nothing_here_*.bin");
+  auto stream = OpenTokenFiles(DataConfig::LLMC, pattern);
+  ASSERT_FALSE(stream.ok());
+  EXPECT_THAT(Message(stream.status()), HasSubstr(pattern));
+}
+
+TEST(TokenFilesTest, SyntheticAndEmptyPathAreErrors) {
+  EXPECT_THAT(Message(OpenTokenFiles(DataConfig::SYNTHETIC, "x").status()),
+              HasSubstr("SYNTHETIC"));
+  EXPECT_THAT(Message(OpenTokenFiles(DataConfig::LLMC, "").status()), HasSubstr("data.path"));
+}
+
+TEST(TokenFilesTest, ValidationNamesTheShardPositionAndValue) {
+  const std::string prefix = TempPath("vocab_");
+  ASSERT_TRUE(WriteLlmcShard(prefix + "a.bin", {1, 2, 3, 4}).ok());
+  ASSERT_TRUE(WriteLlmcShard(prefix + "b.bin", {5, 6, 60000, 7}).ok());
+  auto stream = OpenTokenFiles(DataConfig::LLMC, prefix + "?.bin");
+  ASSERT_TRUE(stream.ok());
+  EXPECT_TRUE(ValidateTokens(**stream, 60001).ok());
+  absl::Status status = ValidateTokens(**stream, 50257);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(Message(status), HasSubstr(prefix + "b.bin"));
+  EXPECT_THAT(Message(status), HasSubstr("position 2 is 60000"));
+  EXPECT_THAT(Message(status), HasSubstr("[0, 50257)"));
+  EXPECT_THAT(Message(status), HasSubstr("hint: "));
+}
+
+TEST(TokenFilesTest, ConvertsEveryTokenTypeAndSaturatesWideValues) {
+  // Bytes laid out by hand, little-endian.
+  const uint8_t bytes[] = {0xff, 0xfe, 0x01, 0x80, 0x00, 0x00, 0x00, 0x80};
+  int32_t out[4];
+  ConvertTokens(TokenType::kUint8, bytes, 2, out);
+  EXPECT_THAT(std::vector<int32_t>(out, out + 2), ElementsAre(255, 254));
+  ConvertTokens(TokenType::kInt8, bytes, 2, out);
+  EXPECT_THAT(std::vector<int32_t>(out, out + 2), ElementsAre(-1, -2));
+  ConvertTokens(TokenType::kUint16, bytes, 2, out);
+  EXPECT_THAT(std::vector<int32_t>(out, out + 2), ElementsAre(0xfeff, 0x8001));
+  ConvertTokens(TokenType::kInt16, bytes, 2, out);
+  EXPECT_THAT(std::vector<int32_t>(out, out + 2), ElementsAre(-257, -32767));
+  ConvertTokens(TokenType::kUint32, bytes + 4, 1, out);  // 0x80000000
+  EXPECT_EQ(out[0], 2147483647);
+  ConvertTokens(TokenType::kInt32, bytes + 4, 1, out);
+  EXPECT_EQ(out[0], -2147483647 - 1);
+  ConvertTokens(TokenType::kInt64, bytes, 1, out);  // 0x8000000080 01feff: negative
+  EXPECT_EQ(out[0], -2147483647 - 1);
+}
+
+}  // namespace
+}  // namespace tetra

@@ -1,0 +1,243 @@
+// Megatron-LM indexed data sets: the writer against the MMIDIDX layout spelled
+// out byte by byte, round trips for every integer dtype, and each bad input.
+#include "train/megatron_dataset.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "train/token_stream.h"
+
+namespace tetra {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+// A directory of this process's files, removed when the tests end.
+const std::string& TestDir() {
+  static const std::string* dir = [] {
+    auto* path = new std::string(::testing::TempDir() + "megatron_dataset_test_" + std::to_string(getpid()));
+    std::filesystem::create_directories(*path);
+    struct Cleanup : ::testing::Environment {
+      void TearDown() override { std::filesystem::remove_all(TestDir()); }
+    };
+    ::testing::AddGlobalTestEnvironment(new Cleanup);
+    return path;
+  }();
+  return *dir;
+}
+
+std::string TempPrefix(const std::string& name) { return TestDir() + "/" + name; }
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// `value` as `width` little-endian bytes, by hand.
+std::string LittleEndian(uint64_t value, int width) {
+  std::string bytes;
+  for (int i = 0; i < width; ++i) bytes.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  return bytes;
+}
+
+std::vector<int32_t> ReadAll(const TokenStream& stream) {
+  std::vector<int32_t> out(stream.size());
+  EXPECT_TRUE(stream.Read(0, stream.size(), out.data()).ok());
+  return out;
+}
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+// Opens `prefix` and returns the error message (empty if it opened).
+std::string OpenError(const std::string& prefix) {
+  auto stream = OpenMegatronDataset(prefix);
+  return stream.ok() ? "" : Message(stream.status());
+}
+
+TEST(MegatronDatasetTest, WritesTheMmidIdxLayoutByteForByte) {
+  const std::string prefix = TempPrefix("layout");
+  ASSERT_TRUE(WriteMegatronDataset(prefix, {{1, 2, 3}, {258, 5}}, kMegatronUint16).ok());
+  std::string expected_index = std::string("MMIDIDX\0\0", 9) + LittleEndian(1, 8) +  // version
+                               LittleEndian(8, 1) +                                 // uint16
+                               LittleEndian(2, 8) +                                 // sequences
+                               LittleEndian(3, 8) +  // document indices: 0, 1, 2
+                               LittleEndian(3, 4) + LittleEndian(2, 4) +  // lengths
+                               LittleEndian(0, 8) + LittleEndian(6, 8) +  // byte pointers
+                               LittleEndian(0, 8) + LittleEndian(1, 8) + LittleEndian(2, 8);
+  EXPECT_EQ(ReadBytes(prefix + ".idx"), expected_index);
+  EXPECT_EQ(ReadBytes(prefix + ".bin"), LittleEndian(1, 2) + LittleEndian(2, 2) +
+                                            LittleEndian(3, 2) + LittleEndian(258, 2) +
+                                            LittleEndian(5, 2));
+}
+
+TEST(MegatronDatasetTest, RoundTripsEveryIntegerDtype) {
+  struct Case {
+    int code;
+    std::vector<std::vector<int32_t>> sequences;
+  };
+  const std::vector<Case> cases = {
+      {kMegatronUint8, {{0, 255}, {7}}},
+      {kMegatronInt8, {{-128, 127}, {}, {5}}},
+      {kMegatronInt16, {{-32768, 32767, 1}}},
+      {kMegatronInt32, {{-5, 2147483647}, {100000}}},
+      {kMegatronInt64, {{3, 128255}, {-2}}},
+      {kMegatronUint16, {{65535}, {50256, 0}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.code);
+    const std::string prefix = TempPrefix("dtype" + std::to_string(c.code));
+    ASSERT_TRUE(WriteMegatronDataset(prefix, c.sequences, c.code).ok());
+    auto stream = OpenMegatronDataset(prefix);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    std::vector<int32_t> expected;
+    for (const auto& sequence : c.sequences) {
+      expected.insert(expected.end(), sequence.begin(), sequence.end());
+    }
+    EXPECT_THAT(ReadAll(**stream), ElementsAreArray(expected));
+  }
+}
+
+TEST(MegatronDatasetTest, WriterRejectsFloatCodesAndTokensThatDoNotFit) {
+  EXPECT_THAT(Message(WriteMegatronDataset(TempPrefix("float"), {{1}}, kMegatronFloat32)),
+              HasSubstr("float32"));
+  absl::Status status = WriteMegatronDataset(TempPrefix("fit"), {{1}, {300}}, kMegatronUint8);
+  EXPECT_THAT(Message(status), HasSubstr("token 300 of sequence 1"));
+}
+
+TEST(MegatronDatasetTest, SequencesAreReadInIndexOrderWhereverTheyLie) {
+  // A hand-made index whose sequences are stored in the .bin in reverse order
+  // with a gap: the stream still follows the index.
+  const std::string prefix = TempPrefix("scattered");
+  WriteBytes(prefix + ".bin", LittleEndian(30, 4) + LittleEndian(31, 4) + LittleEndian(99, 4) +
+                                  LittleEndian(10, 4) + LittleEndian(11, 4) +
+                                  LittleEndian(12, 4));
+  WriteBytes(prefix + ".idx", std::string("MMIDIDX\0\0", 9) + LittleEndian(1, 8) +
+                                  LittleEndian(kMegatronInt32, 1) + LittleEndian(2, 8) +
+                                  LittleEndian(2, 8) + LittleEndian(3, 4) + LittleEndian(2, 4) +
+                                  LittleEndian(12, 8) + LittleEndian(0, 8) + LittleEndian(0, 8) +
+                                  LittleEndian(2, 8));
+  auto stream = OpenMegatronDataset(prefix);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_THAT(ReadAll(**stream), ElementsAre(10, 11, 12, 30, 31));
+  std::vector<int32_t> across(2);
+  ASSERT_TRUE((*stream)->Read(2, 2, across.data()).ok());
+  EXPECT_THAT(across, ElementsAre(12, 30));
+  // Stream position 3 (token 30) is token 0 of the .bin file.
+  EXPECT_EQ((*stream)->Locate(3).file, prefix + ".bin");
+  EXPECT_EQ((*stream)->Locate(3).position, 0);
+  EXPECT_EQ((*stream)->Locate(1).position, 4);
+}
+
+TEST(MegatronDatasetTest, MissingIdxOrBinIsNamed) {
+  const std::string prefix = TempPrefix("missing");
+  ASSERT_TRUE(WriteMegatronDataset(prefix, {{1, 2}}, kMegatronUint16).ok());
+  std::remove((prefix + ".bin").c_str());
+  EXPECT_THAT(OpenError(prefix), HasSubstr(prefix + ".bin: cannot open"));
+  std::remove((prefix + ".idx").c_str());
+  EXPECT_THAT(OpenError(prefix), HasSubstr(prefix + ".idx: cannot open"));
+}
+
+// Writes a valid two-sequence data set and returns its index bytes.
+std::string ValidDataset(const std::string& prefix) {
+  EXPECT_TRUE(WriteMegatronDataset(prefix, {{1, 2, 3}, {4, 5}}, kMegatronUint16).ok());
+  return ReadBytes(prefix + ".idx");
+}
+
+TEST(MegatronDatasetTest, BadMagic) {
+  const std::string prefix = TempPrefix("magic");
+  std::string index = ValidDataset(prefix);
+  index[0] = 'X';
+  WriteBytes(prefix + ".idx", index);
+  std::string error = OpenError(prefix);
+  EXPECT_THAT(error, HasSubstr(prefix + ".idx"));
+  EXPECT_THAT(error, HasSubstr("XMIDIDX"));
+  EXPECT_THAT(error, HasSubstr("expected \"MMIDIDX\\x00\\x00\""));
+}
+
+TEST(MegatronDatasetTest, BadVersion) {
+  const std::string prefix = TempPrefix("version");
+  std::string index = ValidDataset(prefix);
+  index.replace(9, 8, LittleEndian(2, 8));
+  WriteBytes(prefix + ".idx", index);
+  std::string error = OpenError(prefix);
+  EXPECT_THAT(error, HasSubstr(prefix + ".idx"));
+  EXPECT_THAT(error, HasSubstr("version 2, expected 1"));
+}
+
+TEST(MegatronDatasetTest, UnsupportedDtype) {
+  const std::string prefix = TempPrefix("dtype");
+  std::string index = ValidDataset(prefix);
+  index[17] = 6;  // float64
+  WriteBytes(prefix + ".idx", index);
+  std::string error = OpenError(prefix);
+  EXPECT_THAT(error, HasSubstr(prefix + ".idx"));
+  EXPECT_THAT(error, HasSubstr("dtype code 6 is float64"));
+  index[17] = 9;
+  WriteBytes(prefix + ".idx", index);
+  EXPECT_THAT(OpenError(prefix), HasSubstr("unknown dtype code 9"));
+}
+
+TEST(MegatronDatasetTest, TruncatedIndex) {
+  const std::string prefix = TempPrefix("truncated");
+  std::string index = ValidDataset(prefix);
+  WriteBytes(prefix + ".idx", index.substr(0, index.size() - 1));
+  std::string error = OpenError(prefix);
+  EXPECT_THAT(error, HasSubstr(prefix + ".idx"));
+  EXPECT_THAT(error, HasSubstr("truncated"));
+  EXPECT_THAT(error, HasSubstr("2 sequences and 3 documents"));
+  WriteBytes(prefix + ".idx", index.substr(0, 20));
+  EXPECT_THAT(OpenError(prefix), HasSubstr("fewer than the 34-byte header"));
+  // A sequence count so large the multiplication would overflow.
+  index.replace(18, 8, LittleEndian(~uint64_t{0}, 8));
+  WriteBytes(prefix + ".idx", index);
+  EXPECT_THAT(OpenError(prefix), HasSubstr("truncated"));
+}
+
+TEST(MegatronDatasetTest, SequencePastTheEndOfTheBin) {
+  const std::string prefix = TempPrefix("short_bin");
+  ValidDataset(prefix);
+  std::string data = ReadBytes(prefix + ".bin");
+  WriteBytes(prefix + ".bin", data.substr(0, data.size() - 2));  // drop token 5
+  std::string error = OpenError(prefix);
+  EXPECT_THAT(error, HasSubstr(prefix + ".bin"));
+  EXPECT_THAT(error, HasSubstr("sequence 1 (byte offset 6, 2 tokens of 2 bytes)"));
+  EXPECT_THAT(error, HasSubstr("(8 bytes)"));
+}
+
+TEST(MegatronDatasetTest, OpenTokenFilesTakesPrefixesSuffixesAndGlobs) {
+  const std::string base = TempPrefix("glob_");
+  ASSERT_TRUE(WriteMegatronDataset(base + "b", {{20, 21}}, kMegatronUint16).ok());
+  ASSERT_TRUE(WriteMegatronDataset(base + "a", {{10}, {11}}, kMegatronInt32).ok());
+  auto prefix = OpenTokenFiles(DataConfig::MEGATRON, base + "a");
+  ASSERT_TRUE(prefix.ok()) << prefix.status();
+  EXPECT_THAT(ReadAll(**prefix), ElementsAre(10, 11));
+  auto with_suffix = OpenTokenFiles(DataConfig::MEGATRON, base + "b.bin");
+  ASSERT_TRUE(with_suffix.ok()) << with_suffix.status();
+  EXPECT_THAT(ReadAll(**with_suffix), ElementsAre(20, 21));
+  auto glob = OpenTokenFiles(DataConfig::MEGATRON, base + "*");
+  ASSERT_TRUE(glob.ok()) << glob.status();
+  EXPECT_THAT(ReadAll(**glob), ElementsAre(10, 11, 20, 21));
+
+  absl::Status invalid = ValidateTokens(**glob, 21);
+  EXPECT_THAT(Message(invalid), HasSubstr(base + "b.bin: token at position 1 is 21"));
+
+  const std::string nothing = base + "nothing*";
+  EXPECT_THAT(Message(OpenTokenFiles(DataConfig::MEGATRON, nothing).status()),
+              HasSubstr(nothing));
+}
+
+}  // namespace
+}  // namespace tetra

@@ -1,0 +1,77 @@
+#include "train/sample_loader.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "core/philox.h"
+#include "core/status_macros.h"
+
+namespace tetra {
+
+absl::StatusOr<SampleLoader> SampleLoader::Create(std::unique_ptr<TokenStream> stream,
+                                                  int64_t seq_length, bool shuffle,
+                                                  uint64_t seed) {
+  if (seq_length < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("train.seq_length is %d, expected at least 1", seq_length));
+  }
+  if (stream->size() < seq_length + 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %d tokens are too few for one sample, which needs seq_length + 1 = %d tokens; "
+        "hint: use more data or a smaller train.seq_length",
+        stream->name(), stream->size(), seq_length + 1));
+  }
+  return SampleLoader(std::move(stream), seq_length, shuffle, seed);
+}
+
+SampleLoader::SampleLoader(std::unique_ptr<TokenStream> stream, int64_t seq_length,
+                           bool shuffle, uint64_t seed)
+    : stream_(std::move(stream)),
+      seq_length_(seq_length),
+      samples_per_epoch_((stream_->size() - 1) / seq_length),
+      shuffle_(shuffle),
+      seed_(seed),
+      buffer_(seq_length + 1) {}
+
+const std::vector<int64_t>& SampleLoader::Permutation(int64_t epoch) {
+  if (epoch != permutation_epoch_) {
+    CounterRng rng(seed_, StableHash("tetra.data.shuffle") + static_cast<uint64_t>(epoch));
+    permutation_.resize(samples_per_epoch_);
+    for (int64_t i = 0; i < samples_per_epoch_; ++i) permutation_[i] = i;
+    for (int64_t i = samples_per_epoch_ - 1; i > 0; --i) {
+      PhiloxBlock bits = rng.Bits(i);
+      uint64_t r = (static_cast<uint64_t>(bits[0]) << 32) | bits[1];
+      // j uniform in [0, i] (multiply-shift; bias below 2^-40 for any real epoch).
+      auto j = static_cast<int64_t>((static_cast<unsigned __int128>(r) * (i + 1)) >> 64);
+      std::swap(permutation_[i], permutation_[j]);
+    }
+    permutation_epoch_ = epoch;
+  }
+  return permutation_;
+}
+
+int64_t SampleLoader::PositionOf(int64_t sample) {
+  const int64_t position = sample % samples_per_epoch_;
+  return shuffle_ ? Permutation(EpochOf(sample))[position] : position;
+}
+
+absl::Status SampleLoader::Load(int64_t first_sample, int64_t count, int32_t* inputs,
+                                int32_t* targets) {
+  if (first_sample < 0 || count < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cannot load %d samples from sample %d: both must be non-negative", count, first_sample));
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t sample = first_sample + i;
+    const int64_t epoch = EpochOf(sample);
+    if (last_epoch_ >= 0 && epoch > last_epoch_ && epoch_callback_) epoch_callback_(epoch);
+    last_epoch_ = epoch;
+    RETURN_IF_ERROR(stream_->Read(PositionOf(sample) * seq_length_, seq_length_ + 1,
+                                  buffer_.data()));
+    std::copy_n(buffer_.begin(), seq_length_, inputs + i * seq_length_);
+    std::copy_n(buffer_.begin() + 1, seq_length_, targets + i * seq_length_);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tetra

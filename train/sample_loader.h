@@ -1,0 +1,67 @@
+// SampleLoader: which tokens make sample s of a run (DESIGN.md "Numerics of
+// one step"). A stream of N tokens holds (N - 1) / T samples per epoch, sample
+// position p being tokens [p*T, p*T + T] (T + 1 tokens: inputs are the first
+// T, targets the last T). Run sample s lies in epoch s / samples_per_epoch at
+// position s % samples_per_epoch; with shuffling that position goes through a
+// permutation that is a pure function of (seed, epoch), so every rank and
+// every restart agrees on the data without talking.
+#ifndef TETRA_TRAIN_SAMPLE_LOADER_H_
+#define TETRA_TRAIN_SAMPLE_LOADER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "train/token_stream.h"
+
+namespace tetra {
+
+class SampleLoader {
+ public:
+  // An error if the stream is too short for one sample (seq_length + 1 tokens).
+  static absl::StatusOr<SampleLoader> Create(std::unique_ptr<TokenStream> stream,
+                                             int64_t seq_length, bool shuffle, uint64_t seed);
+
+  // Run samples first_sample .. first_sample + count - 1 into inputs and
+  // targets, each (count, seq_length), row-major.
+  absl::Status Load(int64_t first_sample, int64_t count, int32_t* inputs, int32_t* targets);
+
+  // Called with the new epoch when Load reaches a sample of a later epoch than
+  // the one before it (not for the epoch of the first sample loaded, so a
+  // resumed run does not report an epoch it started in).
+  void set_epoch_callback(std::function<void(int64_t epoch)> callback) {
+    epoch_callback_ = std::move(callback);
+  }
+
+  int64_t samples_per_epoch() const { return samples_per_epoch_; }
+  int64_t seq_length() const { return seq_length_; }
+  int64_t EpochOf(int64_t sample) const { return sample / samples_per_epoch_; }
+  // The position in the stream's sample grid of run sample `sample`: its first
+  // token is at PositionOf(sample) * seq_length.
+  int64_t PositionOf(int64_t sample);
+  const TokenStream& stream() const { return *stream_; }
+
+ private:
+  SampleLoader(std::unique_ptr<TokenStream> stream, int64_t seq_length, bool shuffle,
+               uint64_t seed);
+  // Fisher-Yates permutation of one epoch's positions.
+  const std::vector<int64_t>& Permutation(int64_t epoch);
+
+  std::unique_ptr<TokenStream> stream_;
+  int64_t seq_length_;
+  int64_t samples_per_epoch_;
+  bool shuffle_;
+  uint64_t seed_;
+  int64_t permutation_epoch_ = -1;  // epoch of permutation_, -1 for none
+  std::vector<int64_t> permutation_;
+  int64_t last_epoch_ = -1;  // epoch of the last sample loaded, -1 before any
+  std::function<void(int64_t)> epoch_callback_;
+  std::vector<int32_t> buffer_;  // (seq_length + 1)
+};
+
+}  // namespace tetra
+
+#endif  // TETRA_TRAIN_SAMPLE_LOADER_H_
