@@ -5,3 +5,6 @@ add_test(NAME reference.llama_tied
          COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>
                  --tie --kv-heads 4 --seed 3)
 set_tests_properties(reference.llama_untied_gqa reference.llama_tied PROPERTIES LABELS unit TIMEOUT 300)
+add_test(NAME recipes.tiny_dense_reaches_floor
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/recipes/check_default_recipe.sh $<TARGET_FILE:tetra>)
+set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIMEOUT 400 RUN_SERIAL ON)

@@ -37,7 +37,8 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// " (did you mean "x"?)" for the closest field of `type`, or "" if none is close.
+// "did you mean "x"?" for the closest field of `type`, or the list of its fields
+// when none is close.
 std::string NearestFieldHint(const Descriptor* type, const std::string& name) {
   const FieldDescriptor* best = nullptr;
   size_t best_distance = 0;
@@ -48,12 +49,12 @@ std::string NearestFieldHint(const Descriptor* type, const std::string& name) {
       best_distance = d;
     }
   }
-  if (best == nullptr || best_distance > std::max<size_t>(3, name.size() / 2)) {
+  if (best == nullptr || best_distance > std::max<size_t>(2, name.size() / 3)) {
     std::vector<std::string> names;
     for (int i = 0; i < type->field_count(); ++i) names.push_back(type->field(i)->name());
-    return absl::StrCat("; valid fields of ", type->name(), ": ", absl::StrJoin(names, ", "));
+    return absl::StrCat("the fields of ", type->name(), " are ", absl::StrJoin(names, ", "));
   }
-  return absl::StrCat("; did you mean \"", best->name(), "\"?");
+  return absl::StrCat("did you mean \"", best->name(), "\"?");
 }
 
 // Collects the first parse error and adds the nearest-name hint for unknown fields.
@@ -61,7 +62,8 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
     if (!first_.empty()) return;
-    first_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+    const std::string where = absl::StrCat(line + 1, ":", column + 1, ": ");
+    first_ = where + message;
     // protobuf says: Message type "tetra.ModelConfig" has no field named "x".
     constexpr std::string_view kType = "Message type \"";
     constexpr std::string_view kField = "has no field named \"";
@@ -73,7 +75,10 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
     std::string field = message.substr(f + kField.size(), f_end - f - kField.size());
     const Descriptor* type =
         google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(type_name);
-    if (type != nullptr) first_ += NearestFieldHint(type, field);
+    if (type != nullptr) {
+      first_ = absl::StrCat(where, type->name(), " has no field \"", field, "\"\nhint: ",
+                            NearestFieldHint(type, field));
+    }
   }
   const std::string& first() const { return first_; }
 
@@ -194,7 +199,7 @@ absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
     const FieldDescriptor* field = type->FindFieldByName(parts[i]);
     if (field == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("--set ", path, ": ", type->name(),
-                                                     " has no field \"", parts[i], "\"",
+                                                     " has no field \"", parts[i], "\"\nhint: ",
                                                      NearestFieldHint(type, parts[i])));
     }
     if (field->is_repeated()) {

@@ -1,8 +1,10 @@
 #include "train/metrics_log.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -10,9 +12,13 @@
 namespace tetra {
 namespace {
 
-// JSON has no NaN or Inf: a diverged loss is written as null.
+// The shortest text that reads back as exactly `value`, so runs compare bit
+// for bit; JSON has no NaN or Inf, so a diverged loss is written as null.
 std::string Number(double value) {
-  return std::isfinite(value) ? absl::StrFormat("%.9g", value) : std::string("null");
+  if (!std::isfinite(value)) return "null";
+  char buffer[32];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, end);
 }
 
 std::string Duration(double seconds) {
@@ -47,6 +53,8 @@ std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s) {
 }
 
 absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path) {
+  std::error_code ignored;  // fopen reports a directory that could not be made
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
   FILE* f = std::fopen(path.c_str(), "a");
   if (f == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot open log.metrics_path ", path, ": ",

@@ -32,7 +32,7 @@ std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s);
 
 class MetricsLog {
  public:
-  // Appends to `path` (created if missing).
+  // Appends to `path` (created, with its directory, if missing).
   static absl::StatusOr<MetricsLog> Open(const std::string& path);
   absl::Status Append(const StepMetrics& m);
 

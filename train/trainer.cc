@@ -32,6 +32,20 @@ int ResolveThreads(const TrainConfig& train) {
   return std::max(1, cores / local_ranks);
 }
 
+// "done: 3000 steps in 23.1 s | loss 1.1991 (mean of the last 100 steps), 0.0898 above the floor"
+std::string RunSummary(const std::vector<StepMetrics>& steps, double seconds) {
+  const size_t window = std::min<size_t>(100, steps.size());
+  double mean = 0;
+  for (size_t i = steps.size() - window; i < steps.size(); ++i) mean += steps[i].loss / window;
+  std::string line = absl::StrFormat("tetra: done: %d steps in %.1f s | loss %.4f (mean of the last %d steps)",
+                                     steps.size(), seconds, mean, window);
+  if (steps.back().loss_floor) {
+    absl::StrAppendFormat(&line, ", %.4f nats above the data's floor %.4f", mean - *steps.back().loss_floor,
+                          *steps.back().loss_floor);
+  }
+  return line;
+}
+
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const TrainerConfig& config, std::ostream& progress) {
@@ -91,6 +105,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, std::ostream& pro
     }
     result.steps.push_back(m);
   }
+  progress << RunSummary(result.steps, run_timer.Seconds()) << "\n";
   if (!config.export_path().empty()) {
     RETURN_IF_ERROR(ExportWeights(config.export_path(), model.parameters(), config.model(), seq,
                                   DType::kF32));
