@@ -38,6 +38,7 @@ std::string MetricsJson(const StepMetrics& m) {
                                   Number(m.tokens_per_s), ", \"tflops\": ", Number(m.tflops));
   if (m.mfu) absl::StrAppend(&json, ", \"mfu\": ", Number(*m.mfu));
   if (m.loss_floor) absl::StrAppend(&json, ", \"loss_floor\": ", Number(*m.loss_floor));
+  if (m.val_loss) absl::StrAppend(&json, ", \"val_loss\": ", Number(*m.val_loss));
   absl::StrAppend(&json, ", \"step_time_s\": ", Number(m.step_time_s), "}");
   return json;
 }
@@ -45,6 +46,7 @@ std::string MetricsJson(const StepMetrics& m) {
 std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s) {
   std::string line = absl::StrFormat("step %d/%d | loss %.4f", m.step, total_steps, m.loss);
   if (m.loss_floor) absl::StrAppendFormat(&line, " (floor %.4f)", *m.loss_floor);
+  if (m.val_loss) absl::StrAppendFormat(&line, " | val loss %.4f", *m.val_loss);
   absl::StrAppendFormat(&line, " | lr %.2e | grad norm %.3f | %.0f tok/s | %.2f GFLOP/s", m.lr,
                         m.grad_norm, m.tokens_per_s, m.tflops * 1e3);
   if (m.mfu) absl::StrAppendFormat(&line, " | MFU %.1f%%", *m.mfu * 100);

@@ -22,6 +22,7 @@ struct StepMetrics {
   double step_time_s = 0;
   std::optional<double> mfu;         // tflops / device peak, when the peak is known
   std::optional<double> loss_floor;  // synthetic data only
+  std::optional<double> val_loss;    // evaluation steps only
 };
 
 // One JSON line, fields in contract order.

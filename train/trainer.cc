@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "core/timer.h"
@@ -44,6 +45,25 @@ std::string RunSummary(const std::vector<StepMetrics>& steps, double seconds) {
                           *steps.back().loss_floor);
   }
   return line;
+}
+
+// Mean token cross-entropy over the first `batches` global batches of the
+// validation data (the same samples at every evaluation, so values compare).
+absl::StatusOr<double> Evaluate(LlamaModel& model, SampleLoader& validation, int64_t batches,
+                                int64_t global_batch, int64_t micro, int64_t seq,
+                                std::vector<int32_t>& inputs, std::vector<int32_t>& targets) {
+  const int64_t samples = std::min(batches * global_batch, validation.samples_per_epoch()) / micro * micro;
+  if (samples == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.valid_path holds ", validation.samples_per_epoch(), " samples of ", seq,
+        " tokens, fewer than one micro-batch of ", micro, "\nhint: use a larger validation set"));
+  }
+  double loss_sum = 0;
+  for (int64_t first = 0; first < samples; first += micro) {
+    RETURN_IF_ERROR(validation.Load(first, micro, inputs.data(), targets.data()));
+    loss_sum += model.ForwardLoss(inputs.data(), targets.data(), micro, seq);
+  }
+  return loss_sum / (samples * seq);
 }
 
 }  // namespace
@@ -98,6 +118,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, std::ostream& pro
     m.tflops = flops_per_step / m.step_time_s / 1e12;
     if (config.log().peak_tflops() > 0) m.mfu = m.tflops / config.log().peak_tflops();
     m.loss_floor = data.loss_floor;
+    const int eval_interval = config.log().eval_interval();
+    if (data.validation && ((eval_interval > 0 && step % eval_interval == 0) || step == train.steps())) {
+      ASSIGN_OR_RETURN(m.val_loss, Evaluate(model, *data.validation, config.log().eval_batches(),
+                                            global_batch, micro, seq, inputs, targets));
+    }
     if (metrics) RETURN_IF_ERROR(metrics->Append(m));
     if (step % config.log().interval() == 0 || step == train.steps() || step == 1) {
       const double eta = run_timer.Seconds() / step * (train.steps() - step);

@@ -32,7 +32,14 @@ absl::StatusOr<TrainingData> OpenTrainingData(const TrainerConfig& config) {
   loader.set_epoch_callback([](int64_t epoch) {
     TETRA_LOG() << "tetra: data exhausted, starting epoch " << epoch;
   });
-  return TrainingData{std::move(loader), loss_floor, description};
+  std::optional<SampleLoader> validation;
+  if (!data.valid_path().empty()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<TokenStream> valid, OpenTokenFiles(data.format(), data.valid_path()));
+    RETURN_IF_ERROR(ValidateTokens(*valid, vocab));
+    ASSIGN_OR_RETURN(validation, SampleLoader::Create(std::move(valid), seq, /*shuffle=*/false,
+                                                      config.train().seed()));
+  }
+  return TrainingData{std::move(loader), std::move(validation), loss_floor, description};
 }
 
 }  // namespace tetra

@@ -14,6 +14,7 @@ namespace tetra {
 
 struct TrainingData {
   SampleLoader loader;
+  std::optional<SampleLoader> validation;  // data.valid_path, never shuffled
   std::optional<double> loss_floor;  // SYNTHETIC only
   std::string description;           // one line for the run's banner
 };

@@ -11,14 +11,15 @@
 #include <utility>
 
 #include "core/logging.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace tetra::cpu {
 namespace {
 
-// Tile products are hand-written rather than cblas_sgemm calls: the installed
-// OpenBLAS is the pthread build, which starts its own threads when called from
-// inside our OpenMP loop over (batch, head, tile) and so oversubscribes the
-// cores, and the tiles are small enough that register-blocked loops keep up.
+// Tile products are hand-written rather than cblas_sgemm calls: they run inside
+// our OpenMP loop over (batch, head, tile), where BLAS would have to be forced
+// single-threaded per call, and the tiles are small enough that
+// register-blocked loops keep up with it.
 //
 // Within a query tile the scores are held transposed, S^T (keys x queries), so
 // that every per-query softmax statistic is a vector op across a key row.
@@ -119,32 +120,6 @@ void RunGemm(const Gemm& g) {
       dst = g.accumulate ? dst + sum : sum;
     }
   }
-}
-
-// e^x within about 1 ulp (Cephes' expf polynomial), exactly 0 below the
-// normal float range (so masked -inf scores give 0). Unlike std::exp it
-// vectorises, and the exponentials are a large share of the kernel's time.
-inline float Exp(float x) {
-  constexpr float kMinArg = -87.3365447f;  // ln(FLT_MIN)
-  constexpr float kMaxArg = 88.0f;         // keeps 2^n finite
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;  // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi exact in few bits
-  constexpr float kLn2Lo = -2.12194440e-4f;
-  constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float xc = std::min(std::max(x, kMinArg), kMaxArg);
-  const float shifted = xc * kLog2e + kRoundMagic;
-  const float n = shifted - kRoundMagic;
-  const float r = xc - n * kLn2Hi - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  const int32_t n_int = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRoundMagic);
-  const float two_n = std::bit_cast<float>((n_int + 127) << 23);
-  return x < kMinArg ? 0.0f : y * two_n;
 }
 
 // Addressing of the (B, T, H, D) tensors and the (B, Hq, T) lse.
@@ -251,7 +226,7 @@ void ForwardTile(const Layout& l, const float* q, const float* k, const float* v
   for (int64_t j = 0; j < keys; ++j) {
     float* row = scores + j * kTileRows;
     for (int64_t i = 0; i < rows; ++i) {
-      row[i] = Exp(l.scale * row[i] - max_scaled[i]);
+      row[i] = VecExp(l.scale * row[i] - max_scaled[i]);
       denom[i] += row[i];
     }
   }
@@ -307,7 +282,7 @@ void BackwardTile(const Layout& l, const float* dout, const float* q, const floa
   TileScores(l, scratch.q_t, k_head, t0, rows, probs);
   for (int64_t j = 0; j < keys; ++j) {
     float* row = probs + j * kTileRows;
-    for (int64_t i = 0; i < rows; ++i) row[i] = Exp(l.scale * row[i] - row_lse[i]);
+    for (int64_t i = 0; i < rows; ++i) row[i] = VecExp(l.scale * row[i] - row_lse[i]);
   }
   // dv[keys] += P^T dout_tile.
   RunGemm({.m = keys, .n = d, .depth = rows, .a = probs, .a_row = kTileRows, .a_col = 1,

@@ -1,14 +1,10 @@
 #include "model/safetensors.h"
 
-#include <unistd.h>
-
 #include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -16,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/scratch_files.h"
 
 namespace tetra {
 namespace {
@@ -27,16 +24,18 @@ using ::testing::HasSubstr;
 // 2^-8 of the value's magnitude.
 constexpr double kBf16RelError = 1.0 / 256;
 
-// Gives each test an empty scratch directory, unique to the process and the
-// test so parallel runs do not collide, and removes it afterwards.
+using ::tetra::testing::ReadBytes;
+using ::tetra::testing::WriteBytes;
+
+// Gives each test an empty directory of its own inside this process's scratch
+// directory, and removes it afterwards.
 class ScratchDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
     std::string name = std::string(info->test_suite_name()) + "_" + info->name();
     for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           ("safetensors_test_" + std::to_string(getpid()) + "_" + name);
+    dir_ = std::filesystem::path(testing::ScratchDir("safetensors_test")) / name;
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -48,17 +47,6 @@ class ScratchDirTest : public ::testing::Test {
 };
 
 using SafetensorsTest = ScratchDirTest;
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
 
 // The 8-byte little-endian header length field.
 std::string LengthField(uint64_t n) {

@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scratch_files.h"
 #include "train/llmc_shard.h"
 #include "train/megatron_dataset.h"
 
@@ -21,19 +22,13 @@ namespace tetra {
 namespace {
 
 using ::testing::HasSubstr;
+using ::tetra::testing::ReadBytes;
 namespace fs = std::filesystem;
 
 struct RunResult {
   int exit_code;
   std::string out, err;
 };
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class CliTest : public ::testing::Test {
  protected:
@@ -49,8 +44,8 @@ class CliTest : public ::testing::Test {
     const std::string command = std::string(TETRA_BINARY) + " " + args + " >" +
                                 (dir_ / "out").string() + " 2>" + (dir_ / "err").string();
     int status = std::system(command.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadFile(dir_ / "out"),
-            ReadFile(dir_ / "err")};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadBytes(dir_ / "out"),
+            ReadBytes(dir_ / "err")};
   }
 
   // A tiny, fast config file; `extra` is appended (later fields win for scalars).
@@ -169,7 +164,7 @@ TEST_F(CliTest, ExportThenInitFromReproducesTheRun) {
   // Training from exported initial weights equals training from the seed.
   const std::string config = WriteConfig("");
   ASSERT_EQ(Run("export --config " + config + " --out " + (dir_ / "init").string()).exit_code, 0);
-  EXPECT_THAT(ReadFile(dir_ / "init" / "config.json"), HasSubstr("\"LlamaForCausalLM\""));
+  EXPECT_THAT(ReadBytes(dir_ / "init" / "config.json"), HasSubstr("\"LlamaForCausalLM\""));
   const std::string seeded = Run("train --config " + config + " --set log.interval=1").out;
   const std::string loaded = Run("train --config " + config + " --set log.interval=1 --set init_from=" +
                                  (dir_ / "init" / "model.safetensors").string()).out;
@@ -199,9 +194,45 @@ TEST_F(CliTest, SameConfigTwiceGivesBitIdenticalLosses) {
     }
     return values;
   };
-  std::vector<std::string> a = losses(ReadFile(dir_ / "a.jsonl")), b = losses(ReadFile(dir_ / "b.jsonl"));
+  std::vector<std::string> a = losses(ReadBytes(dir_ / "a.jsonl"));
+  std::vector<std::string> b = losses(ReadBytes(dir_ / "b.jsonl"));
   EXPECT_EQ(a.size(), 8u);
   EXPECT_EQ(a, b);
+}
+
+TEST_F(CliTest, ValidationLossUsesTheValidationSamples) {
+  // With lr 0 the weights never move, so evaluating one global batch of a
+  // validation file equal to the training file gives step 1's training loss.
+  std::vector<int32_t> tokens(200);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + i / 5) % 32);
+  const fs::path shard = dir_ / "tokens.bin";
+  ASSERT_TRUE(WriteLlmcShard(shard.string(), tokens).ok());
+  const fs::path metrics = dir_ / "m.jsonl";
+  const std::string config = WriteConfig(
+      "optimizer { lr: 0 min_lr: 0 }\n"
+      "data { format: LLMC path: \"" + shard.string() + "\" valid_path: \"" + shard.string() + "\" }\n"
+      "log { eval_interval: 2 eval_batches: 1 metrics_path: \"" + metrics.string() + "\" }\n");
+  RunResult r = Run("train --config " + config);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines;
+  std::istringstream in(ReadBytes(metrics));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  auto field = [](const std::string& line, const std::string& name) {
+    size_t at = line.find("\"" + name + "\": ");
+    if (at == std::string::npos) return std::string();
+    at += name.size() + 4;
+    return line.substr(at, line.find_first_of(",}", at) - at);
+  };
+  EXPECT_EQ(field(lines[0], "val_loss"), "");                           // step 1: no evaluation
+  EXPECT_EQ(field(lines[1], "val_loss"), field(lines[0], "loss"));      // step 2: every 2 steps
+  EXPECT_EQ(field(lines[2], "val_loss"), field(lines[0], "loss"));      // step 3: the last step
+}
+
+TEST_F(CliTest, UnimplementedSectionsAreRefusedNotIgnored) {
+  ExpectError("train --config " + WriteConfig("checkpoint { dir: \"/tmp/ckpt\" }\n"),
+              "checkpoint.dir is set to \"/tmp/ckpt\", but that feature is not implemented yet");
+  ExpectError("train --config " + WriteConfig("log { eval_interval: 5 }\n"), "data.valid_path is empty");
 }
 
 }  // namespace

@@ -2,16 +2,13 @@
 // out byte by byte, round trips for every integer dtype, and each bad input.
 #include "train/megatron_dataset.h"
 
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scratch_files.h"
 #include "train/token_stream.h"
 
 namespace tetra {
@@ -21,29 +18,11 @@ using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
-// A directory of this process's files, removed when the tests end.
-const std::string& TestDir() {
-  static const std::string* dir = [] {
-    auto* path = new std::string(::testing::TempDir() + "megatron_dataset_test_" + std::to_string(getpid()));
-    std::filesystem::create_directories(*path);
-    struct Cleanup : ::testing::Environment {
-      void TearDown() override { std::filesystem::remove_all(TestDir()); }
-    };
-    ::testing::AddGlobalTestEnvironment(new Cleanup);
-    return path;
-  }();
-  return *dir;
-}
+using ::tetra::testing::ReadBytes;
+using ::tetra::testing::WriteBytes;
 
-std::string TempPrefix(const std::string& name) { return TestDir() + "/" + name; }
-
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
+std::string TempPrefix(const std::string& name) {
+  return testing::ScratchDir("megatron_dataset_test") + "/" + name;
 }
 
 // `value` as `width` little-endian bytes, by hand.
