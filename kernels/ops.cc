@@ -1,11 +1,46 @@
 #include "kernels/ops.h"
 
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cpu/swiglu.h"
+
+namespace tetra {
+
+RopeTable MakeRopeTable(int64_t seq, int64_t head_dim, double theta) {
+  TETRA_CHECK(seq >= 0 && head_dim > 0 && head_dim % 2 == 0)
+      << "seq " << seq << " head_dim " << head_dim;
+  const int64_t half_dim = head_dim / 2;
+  RopeTable table{.seq = seq,
+                  .half_dim = half_dim,
+                  .cos = Tensor::Empty({seq, half_dim}),
+                  .sin = Tensor::Empty({seq, half_dim})};
+  std::vector<float> inv_freq(half_dim);
+  for (int64_t i = 0; i < half_dim; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), exponent);
+  }
+  float* cos = table.cos.f32();
+  float* sin = table.sin.f32();
+  for (int64_t p = 0; p < seq; ++p) {
+    for (int64_t i = 0; i < half_dim; ++i) {
+      const float angle = static_cast<float>(p) * inv_freq[i];
+      cos[p * half_dim + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin[p * half_dim + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+  return table;
+}
+
+}  // namespace tetra
 
 namespace tetra::ops {
 namespace {
@@ -26,7 +61,7 @@ void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   TETRA_CHECK(x.numel() == rows * in && y.numel() == rows * out)
       << "linear " << ShapeString(x.shape()) << " x " << ShapeString(w.shape()) << "^T -> "
       << ShapeString(y.shape());
-  cpu::Gemm(false, true, rows, out, in, 1.0f, x.f32(), w.f32(), 0.0f, y.f32());
+  cpu::LinearForward(x.f32(), w.f32(), rows, in, out, y.f32());
 }
 
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
@@ -37,25 +72,20 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
               (!dx.defined() || dx.numel() == x.numel()))
       << "linear backward " << ShapeString(dy.shape()) << ", " << ShapeString(x.shape()) << ", "
       << ShapeString(w.shape());
-  // dw (out, in) += dy^T (out, N) . x (N, in)
-  cpu::Gemm(true, false, out, in, rows, 1.0f, dy.f32(), x.f32(), 1.0f, dw.f32());
-  // dx (N, in) = dy (N, out) . w (out, in)
-  if (dx.defined()) {
-    cpu::Gemm(false, false, rows, in, out, 1.0f, dy.f32(), w.f32(), accumulate_dx ? 1.0f : 0.0f,
-              dx.f32());
-  }
+  cpu::LinearBackward(dy.f32(), x.f32(), w.f32(), rows, in, out,
+                      dx.defined() ? dx.f32() : nullptr, dw.f32(), accumulate_dx);
 }
 
 void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
   ExpectHost(table);
-  cpu::EmbeddingForward(tokens.data<int32_t>(), tokens.numel(), table.f32(), table.dim(1),
-                        out.f32());
+  cpu::EmbeddingForward(tokens.data<int32_t>(), tokens.numel(), table.f32(), table.dim(0),
+                        table.dim(1), out.f32());
 }
 
 void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& dtable) {
   ExpectHost(dtable);
-  cpu::EmbeddingBackward(tokens.data<int32_t>(), tokens.numel(), dout.f32(), dtable.dim(1),
-                         dtable.f32());
+  cpu::EmbeddingBackward(tokens.data<int32_t>(), tokens.numel(), dout.f32(), dtable.dim(0),
+                         dtable.dim(1), dtable.f32());
 }
 
 void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd) {
@@ -70,23 +100,23 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
                        dw.f32());
 }
 
-void Rope(const Tensor& x, const cpu::RopeTable& table) {
+void Rope(const Tensor& x, const RopeTable& table) {
   ExpectHost(x);
   cpu::RopeForward(x.f32(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), table);
 }
 
-void RopeBackward(const Tensor& dx, const cpu::RopeTable& table) {
+void RopeBackward(const Tensor& dx, const RopeTable& table) {
   ExpectHost(dx);
   cpu::RopeBackward(dx.f32(), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table);
 }
 
-void Attention(const cpu::AttentionShape& shape, const Tensor& q, const Tensor& k,
-               const Tensor& v, const Tensor& out, const Tensor& lse) {
+void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& out, const Tensor& lse) {
   ExpectHost(q);
   cpu::AttentionForward(shape, q.f32(), k.f32(), v.f32(), out.f32(), lse.f32());
 }
 
-void AttentionBackward(const cpu::AttentionShape& shape, const Tensor& dout, const Tensor& q,
+void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   ExpectHost(q);
@@ -114,7 +144,7 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
 }
 
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-           const cpu::AdamWHyper& hyper) {
+           const AdamWHyper& hyper) {
   ExpectHost(param);
   cpu::AdamWUpdate(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), hyper);
 }

@@ -11,9 +11,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "kernels/cpu/adamw.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/rope.h"
+#include "kernels/op_types.h"
 
 namespace tetra::ops {
 
@@ -23,7 +21,8 @@ void Linear(const Tensor& x, const Tensor& w, const Tensor& y);
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
                     const Tensor& dw, bool accumulate_dx = false);
 
-// out (N, C) = table[tokens]; dtable[tokens] += dout.
+// out (N, C) = table[tokens]; dtable[tokens] += dout. Ids outside
+// [0, table rows) are a bug (checked).
 void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out);
 void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& dtable);
 
@@ -32,14 +31,14 @@ void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                      const Tensor& dx, const Tensor& dw);
 
-// In place on x (B, T, H, D), rotate-half convention.
-void Rope(const Tensor& x, const cpu::RopeTable& table);
-void RopeBackward(const Tensor& dx, const cpu::RopeTable& table);
+// In place on x (B, T, H, D), rotate-half convention; table from MakeRopeTable.
+void Rope(const Tensor& x, const RopeTable& table);
+void RopeBackward(const Tensor& dx, const RopeTable& table);
 
 // Causal grouped-query attention: q (B,T,Hq,D), k/v (B,T,Hkv,D) -> out (B,T,Hq,D), lse (B,Hq,T).
-void Attention(const cpu::AttentionShape& shape, const Tensor& q, const Tensor& k,
-               const Tensor& v, const Tensor& out, const Tensor& lse);
-void AttentionBackward(const cpu::AttentionShape& shape, const Tensor& dout, const Tensor& q,
+void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& out, const Tensor& lse);
+void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv);
 
@@ -54,7 +53,7 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
                     const Tensor& dlogits);
 
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-           const cpu::AdamWHyper& hyper);
+           const AdamWHyper& hyper);
 
 double SumOfSquares(const Tensor& x);
 void Scale(const Tensor& x, float factor);

@@ -21,7 +21,7 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
 
 const Tensor& AttentionLayer::Forward(const Tensor& x) {
   const int64_t batch = x.dim(0), seq = x.dim(1);
-  if (rope_.seq != seq) rope_ = cpu::MakeRopeTable(seq, head_dim_, rope_theta_);
+  if (rope_.seq != seq) rope_ = MakeRopeTable(seq, head_dim_, rope_theta_);
   x_ = x;
   EnsureShape(&q_, {batch, seq, q_heads_, head_dim_});
   EnsureShape(&k_, {batch, seq, kv_heads_, head_dim_});

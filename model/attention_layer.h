@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "kernels/cpu/rope.h"
+#include "kernels/op_types.h"
 #include "model/parameters.h"
 #include "proto/config.pb.h"
 
@@ -24,7 +24,7 @@ class AttentionLayer {
   int64_t q_heads_, kv_heads_, head_dim_;
   double rope_theta_;
   Parameter &q_proj_, &k_proj_, &v_proj_, &o_proj_;
-  cpu::RopeTable rope_;
+  RopeTable rope_;
   Tensor x_, q_, k_, v_, attn_, lse_, y_;   // forward
   Tensor dattn_, dq_, dk_, dv_, dx_;        // backward
 };

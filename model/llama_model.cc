@@ -5,29 +5,22 @@
 #include "kernels/ops.h"
 
 namespace tetra {
-namespace {
-
-Parameter& AddHead(ParameterStore& store, const ModelConfig& c, Parameter& embed) {
-  if (c.tie_word_embeddings()) return embed;
-  return store.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
-                   c.initializer_range());
-}
-
-}  // namespace
-
 LlamaModel::LlamaModel(const ModelConfig& c, uint64_t seed)
     : config_(c),
       store_(seed),
       embed_tokens_(store_.Add("model.embed_tokens.weight", {c.vocab_size(), c.hidden_size()},
-                               Init::kNormal, c.initializer_range())),
-      lm_head_([&]() -> Parameter& {
-        for (int i = 0; i < c.num_hidden_layers(); ++i) {
-          blocks_.push_back(std::make_unique<DecoderBlock>(store_, i, c));
-        }
-        final_norm_ = std::make_unique<RmsNormLayer>(store_, "model.norm.weight", c.hidden_size(),
-                                                     c.rms_norm_eps());
-        return AddHead(store_, c, embed_tokens_);
-      }()) {}
+                               Init::kNormal, c.initializer_range())) {
+  // Registration order is the Hugging Face order: embedding, blocks, norm, head.
+  for (int i = 0; i < c.num_hidden_layers(); ++i) {
+    blocks_.push_back(std::make_unique<DecoderBlock>(store_, i, c));
+  }
+  final_norm_ = std::make_unique<RmsNormLayer>(store_, "model.norm.weight", c.hidden_size(),
+                                               c.rms_norm_eps());
+  lm_head_ = c.tie_word_embeddings()
+                 ? &embed_tokens_
+                 : &store_.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
+                               c.initializer_range());
+}
 
 double LlamaModel::ForwardToLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,
                                  int64_t seq, float grad_scale, bool with_grad) {
@@ -42,7 +35,7 @@ double LlamaModel::ForwardToLoss(const int32_t* inputs, const int32_t* targets, 
   for (auto& block : blocks_) x = &block->Forward(*x);
   normed_ = final_norm_->Forward(*x);
   EnsureShape(&logits_, {rows, config_.vocab_size()});
-  ops::Linear(normed_, lm_head_.value, logits_);
+  ops::Linear(normed_, lm_head_->value, logits_);
   // The fused kernel overwrites the logits with their gradient.
   return ops::CrossEntropy(logits_, targets_, grad_scale, with_grad ? logits_ : Tensor());
 }
@@ -58,7 +51,7 @@ double LlamaModel::ForwardBackward(const int32_t* inputs, const int32_t* targets
   const int64_t hidden = config_.hidden_size();
   EnsureShape(&dnormed_, {batch, seq, hidden});
   // logits = normed . head^T: d normed = dlogits . head, d head += dlogits^T normed.
-  ops::LinearBackward(logits_, normed_, lm_head_.value, dnormed_, lm_head_.grad);
+  ops::LinearBackward(logits_, normed_, lm_head_->value, dnormed_, lm_head_->grad);
   const Tensor* d = &final_norm_->Backward(dnormed_);
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = &(*it)->Backward(*d);
   ops::EmbeddingBackward(tokens_, *d, embed_tokens_.grad);

@@ -41,7 +41,7 @@ class LlamaModel {
   Parameter& embed_tokens_;
   std::vector<std::unique_ptr<DecoderBlock>> blocks_;
   std::unique_ptr<RmsNormLayer> final_norm_;
-  Parameter& lm_head_;  // embed_tokens_ itself when tied
+  Parameter* lm_head_;  // &embed_tokens_ when tied
   Tensor tokens_, targets_, hidden_, normed_, logits_, dnormed_;
 };
 

@@ -11,13 +11,16 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "core/user_error.h"
 
 namespace tetra {
 namespace {
@@ -327,24 +330,47 @@ class JsonParser {
 // ---------------------------------------------------------------------------
 // Header semantics.
 
-absl::Status FileError(const std::string& path, const std::string& message) {
-  return absl::InvalidArgumentError(absl::StrCat("safetensors file ", path, ": ", message));
+// For a file whose header is not what a safetensors writer makes.
+constexpr char kNotSafetensorsHint[] =
+    "init_from must be a .safetensors file, e.g. model.safetensors from a Hugging Face "
+    "checkpoint or `tetra export`";
+
+absl::Status FileError(const std::string& path, const std::string& message,
+                       const std::string& hint = kNotSafetensorsHint) {
+  return UserError(absl::StrCat("safetensors file ", path, ": ", message), hint);
 }
 
-// Every dtype name the safetensors format defines; tetra holds the first four.
-absl::StatusOr<DType> ParseDType(const std::string& name) {
-  if (name == "F32") return DType::kF32;
-  if (name == "BF16") return DType::kBF16;
-  if (name == "F16") return DType::kF16;
-  if (name == "I32") return DType::kI32;
-  static const std::set<std::string, std::less<>> kOtherFormatDTypes = {
-      "F64", "I64", "U64", "U32", "I16", "U16", "I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2"};
-  if (kOtherFormatDTypes.count(name) > 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "dtype \"", name, "\", which tetra does not read (it reads F32, BF16, F16 and I32)"));
+// "<what>: <strerror>" with the status code errno maps to.
+absl::Status ErrnoError(int error, const std::string& what, const std::string& hint) {
+  absl::Status status = absl::ErrnoToStatus(error, what);
+  return UserError(std::string(status.message()), hint, status.code());
+}
+
+struct FormatDType {
+  const char* name;
+  std::optional<DType> dtype;  // nullopt: tetra does not read it
+  int bits;                    // per element
+};
+
+// Every dtype the safetensors format defines (safetensors/src/tensor.rs).
+constexpr FormatDType kFormatDTypes[] = {
+    {"F32", DType::kF32, 32},    {"BF16", DType::kBF16, 16},     {"F16", DType::kF16, 16},
+    {"I32", DType::kI32, 32},    {"F64", std::nullopt, 64},      {"I64", std::nullopt, 64},
+    {"U64", std::nullopt, 64},   {"U32", std::nullopt, 32},      {"I16", std::nullopt, 16},
+    {"U16", std::nullopt, 16},   {"I8", std::nullopt, 8},        {"U8", std::nullopt, 8},
+    {"BOOL", std::nullopt, 8},   {"F8_E4M3", std::nullopt, 8},   {"F8_E5M2", std::nullopt, 8},
+    {"F8_E8M0", std::nullopt, 8}, {"C64", std::nullopt, 64},     {"F6_E2M3", std::nullopt, 6},
+    {"F6_E3M2", std::nullopt, 6}, {"F4", std::nullopt, 4},
+};
+absl::StatusOr<FormatDType> ParseDType(const std::string& name) {
+  for (const FormatDType& d : kFormatDTypes) {
+    if (d.name == name) return d;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype \"", name, "\" (expected F32, BF16, F16 or I32)"));
+  std::vector<const char*> names;
+  for (const FormatDType& d : kFormatDTypes) names.push_back(d.name);
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", name,
+                                                 "\" (the format's dtypes are ",
+                                                 absl::StrJoin(names, ", "), ")"));
 }
 
 // Finds member `key` of `object`; nullptr when absent.
@@ -401,9 +427,9 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
   }
 
   if (dtype->kind != JsonValue::Kind::kString) return error("has a dtype that is not a string");
-  absl::StatusOr<DType> parsed_dtype = ParseDType(dtype->string);
+  absl::StatusOr<FormatDType> parsed_dtype = ParseDType(dtype->string);
   if (!parsed_dtype.ok()) return error(absl::StrCat("has ", parsed_dtype.status().message()));
-  TensorInfo info{{name, *parsed_dtype, {}}, 0};
+  TensorInfo info{{name, parsed_dtype->dtype, dtype->string, {}}, 0};
 
   if (shape->kind != JsonValue::Kind::kArray) return error("has a shape that is not an array");
   int64_t numel = 1;
@@ -416,10 +442,15 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
     }
     info.entry.shape.push_back(dim.integer);
   }
-  int64_t nbytes;
-  if (__builtin_mul_overflow(numel, static_cast<int64_t>(DTypeSize(info.entry.dtype)), &nbytes)) {
+  int64_t nbits;
+  if (__builtin_mul_overflow(numel, int64_t{parsed_dtype->bits}, &nbits)) {
     return error("has a shape too large to address");
   }
+  if (nbits % 8 != 0) {
+    return error(absl::StrFormat("has shape %s of %s, %d bits, which is not whole bytes",
+                                 ShapeString(info.entry.shape), dtype->string, nbits));
+  }
+  const int64_t nbytes = nbits / 8;
 
   if (offsets->kind != JsonValue::Kind::kArray || offsets->items.size() != 2 ||
       offsets->items[0].kind != JsonValue::Kind::kInteger ||
@@ -438,7 +469,7 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
         absl::StrFormat("has data_offsets %s spanning %d bytes, but shape %s of %s "
                         "needs %d bytes",
                         offsets_string, end - begin, ShapeString(info.entry.shape),
-                        DTypeName(info.entry.dtype), nbytes));
+                        dtype->string, nbytes));
   }
   info.begin = static_cast<uint64_t>(begin);
   return info;
@@ -451,13 +482,14 @@ void SafetensorsFile::Unmap::operator()(const char* addr) const {
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  constexpr char kPathHint[] = "check init_from: it must name an existing .safetensors file";
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, "cannot open safetensors file " + path);
+  if (fd < 0) return ErrnoError(errno, "cannot open safetensors file " + path, kPathHint);
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int err = errno;
     close(fd);
-    return absl::ErrnoToStatus(err, "cannot stat safetensors file " + path);
+    return ErrnoError(err, "cannot stat safetensors file " + path, kPathHint);
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
@@ -474,7 +506,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   int mmap_errno = errno;
   close(fd);
   if (addr == MAP_FAILED) {
-    return absl::ErrnoToStatus(mmap_errno, "cannot map safetensors file " + path);
+    return ErrnoError(mmap_errno, "cannot map safetensors file " + path,
+                      "the address space may be limited; check `ulimit -v`");
   }
 
   SafetensorsFile file;
@@ -486,9 +519,12 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   std::memcpy(&header_size, bytes, kLengthFieldBytes);
   const uint64_t after_length = file_size - kLengthFieldBytes;
   if (header_size > after_length) {
-    return FileError(path, absl::StrFormat("the header length field says %d bytes of JSON but only "
-                                           "%d bytes follow it (truncated or not safetensors?)",
-                                           header_size, after_length));
+    return FileError(path,
+                     absl::StrFormat("the header length field says %d bytes of JSON but only "
+                                     "%d bytes follow it (truncated or not safetensors?)",
+                                     header_size, after_length),
+                     absl::StrCat("a truncated file comes from an interrupted download or copy; ",
+                                  kNotSafetensorsHint));
   }
   const uint64_t data_size = after_length - header_size;
   file.data_ = bytes + kLengthFieldBytes + header_size;
@@ -532,29 +568,33 @@ const SafetensorsEntry* SafetensorsFile::Find(std::string_view name) const {
 absl::Status SafetensorsFile::ReadF32(std::string_view name, float* out) const {
   auto it = index_.find(name);
   if (it == index_.end()) {
-    return absl::NotFoundError(
-        absl::StrFormat("safetensors file %s has no tensor named \"%s\"", path_, name));
+    return UserError(
+        absl::StrFormat("safetensors file %s has no tensor named \"%s\"", path_, name),
+        "tetra reads Hugging Face names, e.g. model.layers.0.self_attn.q_proj.weight",
+        absl::StatusCode::kNotFound);
   }
   const SafetensorsEntry& entry = entries_[it->second];
   const char* src = data_ + begin_offsets_[it->second];
   const int64_t n = NumElements(entry.shape);
-  switch (entry.dtype) {
-    case DType::kF32: std::memcpy(out, src, n * sizeof(float)); return absl::OkStatus();
-    case DType::kBF16:
-    case DType::kF16: {
-      float (*convert)(uint16_t) = entry.dtype == DType::kBF16 ? Bf16ToFloat : Fp16ToFloat;
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t bits;
-        std::memcpy(&bits, src + 2 * i, 2);  // the data buffer need not be aligned
-        out[i] = convert(bits);
-      }
-      return absl::OkStatus();
-    }
-    case DType::kI32: break;
+  if (entry.dtype == DType::kF32) {
+    std::memcpy(out, src, n * sizeof(float));
+    return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "safetensors file %s: tensor \"%s\" is %s, but only F32, BF16 and F16 convert to fp32", path_,
-      name, DTypeName(entry.dtype)));
+  if (entry.dtype == DType::kBF16 || entry.dtype == DType::kF16) {
+    float (*convert)(uint16_t) = entry.dtype == DType::kBF16 ? Bf16ToFloat : Fp16ToFloat;
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, src + 2 * i, 2);  // the data buffer need not be aligned
+      out[i] = convert(bits);
+    }
+    return absl::OkStatus();
+  }
+  return UserError(
+      absl::StrFormat("safetensors file %s: tensor \"%s\" is %s, but only F32, BF16 and F16 "
+                      "convert to fp32",
+                      path_, name, entry.dtype_name),
+      "save the tensor as F32, BF16 or F16 (in PyTorch, .float() before "
+      "safetensors.torch.save_file)");
 }
 
 // ---------------------------------------------------------------------------
@@ -607,15 +647,17 @@ absl::StatusOr<std::string> BuildHeader(const std::string& path,
   int64_t offset = 0;
   for (const SafetensorsTensorRef& t : tensors) {
     if (t.name == kMetadataKey || !names.insert(t.name).second) {
-      return absl::InvalidArgumentError(
+      return UserError(
           absl::StrCat("cannot write safetensors file ", path, ": tensor name \"", t.name,
-                       t.name == kMetadataKey ? "\" is reserved" : "\" appears twice"));
+                       t.name == kMetadataKey ? "\" is reserved" : "\" appears twice"),
+          absl::StrCat("give every tensor its own name, other than \"", std::string(kMetadataKey),
+                       "\""));
     }
     for (int64_t d : t.shape) {
       if (d < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cannot write safetensors file ", path, ": tensor \"", t.name,
-                         "\" has negative shape ", ShapeString(t.shape)));
+        return UserError(absl::StrCat("cannot write safetensors file ", path, ": tensor \"",
+                                      t.name, "\" has negative shape ", ShapeString(t.shape)),
+                         "shapes list element counts, which are never negative");
       }
     }
     const int64_t nbytes = NumElements(t.shape) * static_cast<int64_t>(DTypeSize(dtype));
@@ -666,14 +708,19 @@ absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<SafetensorsTensorRef>& tensors, DType dtype,
                               const std::map<std::string, std::string>& metadata) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot write safetensors file ", path, " as ",
-                                                   DTypeName(dtype), ": tetra writes F32 or BF16"));
+    return UserError(absl::StrCat("cannot write safetensors file ", path, " as ",
+                                  DTypeName(dtype), ": tetra writes F32 or BF16"),
+                     "export as F32, or as BF16 for half the size (tetra export --dtype bf16)");
   }
   ASSIGN_OR_RETURN(std::string header, BuildHeader(path, tensors, dtype, metadata));
 
   const std::string tmp_path = path + ".tmp";
   int fd = open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::ErrnoToStatus(errno, "cannot create safetensors file " + tmp_path);
+  const std::string directory_hint =
+      absl::StrCat("check that the directory of ", path, " exists and is writable");
+  if (fd < 0) {
+    return ErrnoError(errno, "cannot create safetensors file " + tmp_path, directory_hint);
+  }
   const uint64_t header_size = header.size();
   bool ok =
       WriteAll(fd, &header_size, kLengthFieldBytes) && WriteAll(fd, header.data(), header.size());
@@ -687,12 +734,14 @@ absl::Status WriteSafetensors(const std::string& path,
   }
   if (!ok) {
     unlink(tmp_path.c_str());
-    return absl::ErrnoToStatus(err, "cannot write safetensors file " + tmp_path);
+    return ErrnoError(err, "cannot write safetensors file " + tmp_path,
+                      "check that the disk is not full");
   }
   if (rename(tmp_path.c_str(), path.c_str()) != 0) {
     err = errno;
     unlink(tmp_path.c_str());
-    return absl::ErrnoToStatus(err, "cannot rename " + tmp_path + " to safetensors file " + path);
+    return ErrnoError(err, "cannot rename " + tmp_path + " to safetensors file " + path,
+                      absl::StrCat(directory_hint, ", and that ", path, " is not a directory"));
   }
   return absl::OkStatus();
 }

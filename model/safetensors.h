@@ -6,7 +6,9 @@
 //    ..., "__metadata__": {"key": "value"}}
 // then the data buffer; offsets are bytes relative to the buffer's start.
 //
-// SafetensorsFile maps a file read-only and converts tensors to fp32;
+// SafetensorsFile maps a file read-only and converts tensors to fp32; a tensor
+// of a dtype tetra does not read (I64, U8, F64, ...) is still listed, so a
+// caller can report it, and only reading it is an error;
 // WriteSafetensors writes fp32 data as F32 or BF16 through a temporary file
 // and a rename, so the final name never holds a half-written file.
 #ifndef TETRA_MODEL_SAFETENSORS_H_
@@ -17,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,15 +32,18 @@ namespace tetra {
 
 struct SafetensorsEntry {
   std::string name;
-  DType dtype;
+  // nullopt: a dtype of the format that tetra does not read (dtype_name says
+  // which); ReadF32 refuses such a tensor.
+  std::optional<DType> dtype;
+  std::string dtype_name;  // as the header spells it: "F32", "I64", ...
   Shape shape;
 };
 
 class SafetensorsFile {
  public:
-  // Maps `path` and validates the whole header: dtypes, shapes and that every
-  // tensor's byte range lies inside the data buffer with the size its shape
-  // and dtype need.
+  // Maps `path` and validates the whole header: dtypes (any the format
+  // defines), shapes and that every tensor's byte range lies inside the data
+  // buffer with the size its shape and dtype need.
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
 
   const std::string& path() const { return path_; }
@@ -45,7 +51,8 @@ class SafetensorsFile {
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
   // nullptr when absent.
   const SafetensorsEntry* Find(std::string_view name) const;
-  // Converts an F32, BF16 or F16 tensor to fp32 into `out` (numel floats).
+  // Converts an F32, BF16 or F16 tensor to fp32 into `out` (numel floats); an
+  // error naming the dtype for any other.
   absl::Status ReadF32(std::string_view name, float* out) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 

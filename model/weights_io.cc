@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "core/user_error.h"
 #include "model/model_dims.h"
 #include "model/safetensors.h"
 
@@ -49,10 +50,10 @@ absl::Status LoadWeights(const std::string& path, ParameterStore& store) {
     if (!missing.empty()) problems.push_back(absl::StrCat(missing.size(), " missing (", ListSome(missing), ")"));
     if (!mismatched.empty()) problems.push_back(absl::StrCat(mismatched.size(), " with the wrong shape (", ListSome(mismatched), ")"));
     if (!extra.empty()) problems.push_back(absl::StrCat(extra.size(), " not in the model (", ListSome(extra), ")"));
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weights in ", path, " do not match the model: ", absl::StrJoin(problems, "; "),
-        "\nhint: the model section of the config must describe the checkpoint's architecture "
-        "(sizes, num_key_value_heads, tie_word_embeddings)"));
+    return UserError(absl::StrCat("weights in ", path, " do not match the model: ",
+                                  absl::StrJoin(problems, "; ")),
+                     "the model section of the config must describe the checkpoint's architecture "
+                     "(sizes, num_key_value_heads, tie_word_embeddings)");
   }
   // Read everything into temporaries first so a failure leaves the model as it was.
   std::vector<Tensor> loaded;
@@ -100,8 +101,8 @@ absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot create export directory ", dir, ": ",
-                                                   error.message()));
+    return UserError(absl::StrCat("cannot create export directory ", dir, ": ", error.message()),
+                     "choose a writable export_path / --out directory");
   }
   std::vector<SafetensorsTensorRef> tensors;
   for (const Parameter& p : store.all()) tensors.push_back({p.name, p.value.shape(), p.value.f32()});
@@ -112,7 +113,8 @@ absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
   config << HuggingFaceConfigJson(model, max_position_embeddings, dtype);
   config.close();
   if (!config || std::rename((config_path + ".tmp").c_str(), config_path.c_str()) != 0) {
-    return absl::DataLossError(absl::StrCat("writing ", config_path, " failed: ", std::strerror(errno)));
+    return UserError(absl::StrCat("writing ", config_path, " failed: ", std::strerror(errno)),
+                     "check the disk has space and the directory is writable", absl::StatusCode::kDataLoss);
   }
   return absl::OkStatus();
 }

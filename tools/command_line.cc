@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/user_error.h"
 
 namespace tetra {
 
@@ -12,24 +13,28 @@ absl::StatusOr<ParsedFlags> ParseFlags(int argc, char** argv, int first, const s
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
     if (!absl::StartsWith(arg, "--")) {
-      return absl::InvalidArgumentError(absl::StrCat("tetra ", command, ": unexpected argument \"", arg,
-                                                     "\"\nhint: flags are --name value"));
+      return UserError(absl::StrCat("tetra ", command, ": unexpected argument \"", arg, "\""),
+                       "flags are --name value or --name=value");
     }
     std::string name = arg.substr(2), value;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("tetra ", command, ": flag --", name,
-                                                     " needs a value"));
     }
     if (!allowed.count(name)) {
       std::vector<std::string> names;
       for (const std::string& a : allowed) names.push_back("--" + a);
-      return absl::InvalidArgumentError(absl::StrCat("tetra ", command, ": unknown flag --", name,
-                                                     "\nhint: it takes ", absl::StrJoin(names, ", ")));
+      return UserError(absl::StrCat("tetra ", command, ": unknown flag --", name),
+                       absl::StrCat("tetra ", command, " takes ", absl::StrJoin(names, ", ")));
+    }
+    if (eq == std::string::npos) {
+      if (i + 1 == argc) {
+        return UserError(absl::StrCat("tetra ", command, ": flag --", name, " needs a value"),
+                         absl::StrCat("write --", name, " VALUE or --", name, "=VALUE",
+                                      name == "set" ? ", e.g. --set train.steps=20" : ""));
+      }
+      value = argv[++i];
     }
     if (name == "set") {
       flags.sets.push_back(value);

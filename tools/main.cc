@@ -9,9 +9,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/user_error.h"
 #include "model/llama_model.h"
 #include "model/weights_io.h"
+#include "tools/commbench_command.h"
 #include "tools/command_line.h"
+#include "tools/plan_command.h"
 #include "train/config_loader.h"
 #include "train/trainer.h"
 
@@ -21,13 +24,15 @@ namespace {
 constexpr char kUsage[] =
     "usage:\n"
     "  tetra train  --config FILE.textproto [--set path.to.field=value ...]\n"
-    "  tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]\n";
+    "  tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]\n"
+    "  tetra plan   --config FILE.textproto --world N [--json] [--gpus-per-node G] [--set ...]\n"
+    "  mpirun -np N tetra commbench [--op all_reduce|...|all] [--group world|even_odd|pairs] ...\n";
 
 absl::StatusOr<TrainerConfig> ConfigFromFlags(const ParsedFlags& flags, const std::string& command) {
   auto config = flags.values.find("config");
   if (config == flags.values.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("tetra ", command, " needs --config FILE.textproto",
-                                                   "\nhint: tetra ", command, " --config configs/tiny_dense.textproto"));
+    return UserError(absl::StrCat("tetra ", command, " needs --config FILE.textproto"),
+                     absl::StrCat("tetra ", command, " --config configs/tiny_dense.textproto"));
   }
   return LoadConfig(config->second, flags.sets);
 }
@@ -43,12 +48,12 @@ absl::Status ExportCommand(int argc, char** argv) {
                    ParseFlags(argc, argv, 2, "export", {"config", "set", "out", "dtype"}));
   ASSIGN_OR_RETURN(TrainerConfig config, ConfigFromFlags(flags, "export"));
   if (!flags.values.count("out")) {
-    return absl::InvalidArgumentError("tetra export needs --out DIR\nhint: tetra export --config F --out exported/");
+    return UserError("tetra export needs --out DIR", "tetra export --config F --out exported/");
   }
   const std::string dtype_name = flags.values.count("dtype") ? flags.values.at("dtype") : "f32";
   if (dtype_name != "f32" && dtype_name != "bf16") {
-    return absl::InvalidArgumentError(absl::StrCat("tetra export: --dtype ", dtype_name,
-                                                   " is not f32 or bf16"));
+    return UserError(absl::StrCat("--dtype ", dtype_name, " is not f32 or bf16"),
+                     "export fp32 weights with --dtype f32 or halve the size with --dtype bf16");
   }
   LlamaModel model(config.model(), config.train().seed());
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), model.parameters()));
@@ -63,6 +68,10 @@ int Run(int argc, char** argv) {
     status = TrainCommand(argc, argv);
   } else if (command == "export") {
     status = ExportCommand(argc, argv);
+  } else if (command == "commbench") {
+    status = CommbenchCommand(argc, argv);
+  } else if (command == "plan") {
+    status = PlanCommand(argc, argv);
   } else if (command == "--help" || command == "help") {
     std::cout << kUsage;
     return 0;

@@ -30,17 +30,11 @@ void AdamWOptimizer::ClipGradients(double grad_norm) const {
 void AdamWOptimizer::Step(double lr, int step) {
   size_t i = 0;
   for (const Parameter& p : store_.all()) {
-    cpu::AdamWHyper hyper{lr, config_.beta1(), config_.beta2(), config_.eps(),
-                          p.weight_decay ? config_.weight_decay() : 0.0, step};
+    AdamWHyper hyper{lr, config_.beta1(), config_.beta2(), config_.eps(),
+                     p.weight_decay ? config_.weight_decay() : 0.0, step};
     ops::AdamW(p.value, p.grad, m_[i], v_[i], hyper);
     ++i;
   }
-}
-
-int64_t AdamWOptimizer::StateBytes() const {
-  int64_t bytes = 0;
-  for (size_t i = 0; i < m_.size(); ++i) bytes += m_[i].nbytes() + v_[i].nbytes();
-  return bytes;
 }
 
 }  // namespace tetra

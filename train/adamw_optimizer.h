@@ -22,8 +22,6 @@ class AdamWOptimizer {
   // One update with learning rate `lr`; `step` is 1-based (bias correction).
   void Step(double lr, int step);
 
-  int64_t StateBytes() const;
-
  private:
   ParameterStore& store_;
   OptimizerConfig config_;

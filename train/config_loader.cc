@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status_macros.h"
+#include "core/user_error.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -37,61 +38,135 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// "did you mean "x"?" for the closest field of `type`, or the list of its fields
-// when none is close.
+// "did you mean "x"?" for the field of `type` the user most likely meant: the
+// closest by edit distance if it is close; else the only field that the typed
+// name begins or is begun by ("hidden" -> "hidden_size", "lr_max" -> "lr");
+// else the only field containing it ("layers" -> "num_hidden_layers"). Several
+// such fields are all offered; with none, the list of all fields.
 std::string NearestFieldHint(const Descriptor* type, const std::string& name) {
   const FieldDescriptor* best = nullptr;
   size_t best_distance = 0;
+  std::vector<std::string> prefixed, containing, related;
   for (int i = 0; i < type->field_count(); ++i) {
-    size_t d = EditDistance(name, type->field(i)->name());
+    const std::string& field = type->field(i)->name();
+    size_t d = EditDistance(name, field);
     if (best == nullptr || d < best_distance) {
       best = type->field(i);
       best_distance = d;
     }
+    // Below 3 letters a shared prefix or substring says little about intent.
+    if (name.size() < 3) continue;
+    const bool prefix = field.starts_with(name) || name.starts_with(field);
+    const bool contains = field.find(name) != std::string::npos;
+    if (prefix) prefixed.push_back(field);
+    if (contains) containing.push_back(field);
+    if (prefix || contains) related.push_back(absl::StrCat("\"", field, "\""));
   }
-  if (best == nullptr || best_distance > std::max<size_t>(2, name.size() / 3)) {
-    std::vector<std::string> names;
-    for (int i = 0; i < type->field_count(); ++i) names.push_back(type->field(i)->name());
-    return absl::StrCat("the fields of ", type->name(), " are ", absl::StrJoin(names, ", "));
+  if (best != nullptr && best_distance <= std::max<size_t>(2, name.size() / 3)) {
+    return absl::StrCat("did you mean \"", best->name(), "\"?");
   }
-  return absl::StrCat("did you mean \"", best->name(), "\"?");
+  if (prefixed.size() == 1) return absl::StrCat("did you mean \"", prefixed[0], "\"?");
+  if (containing.size() == 1) return absl::StrCat("did you mean \"", containing[0], "\"?");
+  if (!related.empty()) {
+    return absl::StrCat("did you mean one of ", absl::StrJoin(related, ", "), "?");
+  }
+  std::vector<std::string> names;
+  for (int i = 0; i < type->field_count(); ++i) names.push_back(type->field(i)->name());
+  return absl::StrCat("the fields of ", type->name(), " are ", absl::StrJoin(names, ", "));
 }
 
-// Collects the first parse error and adds the nearest-name hint for unknown fields.
+std::string EnumNames(const google::protobuf::EnumDescriptor* type) {
+  std::vector<std::string> names;
+  for (int i = 0; i < type->value_count(); ++i) names.push_back(type->value(i)->name());
+  return absl::StrJoin(names, ", ");
+}
+
+// "<path> takes one of A, B" for every enum field named `name` under `type`
+// (the text-format parser names the field but not its message).
+void DescribeEnumFields(const Descriptor* type, const std::string& name, const std::string& prefix,
+                        int depth, std::vector<std::string>* out) {
+  constexpr int kMaxDepth = 8;  // a guard against recursive message types
+  for (int i = 0; i < type->field_count(); ++i) {
+    const FieldDescriptor* field = type->field(i);
+    const std::string path = prefix + field->name();
+    if (field->enum_type() != nullptr && field->name() == name) {
+      out->push_back(absl::StrCat(path, " takes one of ", EnumNames(field->enum_type())));
+    } else if (field->message_type() != nullptr && depth < kMaxDepth) {
+      DescribeEnumFields(field->message_type(), name, path + ".", depth + 1, out);
+    }
+  }
+}
+
+// The text between `open` (e.g. `field "`) and the next quote in `message`;
+// empty when `open` is absent.
+std::string Quoted(const std::string& message, std::string_view open) {
+  size_t begin = message.find(open);
+  if (begin == std::string::npos) return "";
+  begin += open.size();
+  size_t end = message.find('"', begin);
+  return end == std::string::npos ? "" : message.substr(begin, end - begin);
+}
+
+// Keeps the first parse error as "line:column: what" plus a hint: the nearest
+// name for an unknown field, the valid names for an unknown enum value.
 class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
-    if (!first_.empty()) return;
+    if (!what_.empty()) return;
     const std::string where = absl::StrCat(line + 1, ":", column + 1, ": ");
-    first_ = where + message;
-    // protobuf says: Message type "tetra.ModelConfig" has no field named "x".
-    constexpr std::string_view kType = "Message type \"";
-    constexpr std::string_view kField = "has no field named \"";
-    size_t t = message.find(kType), f = message.find(kField);
-    if (t == std::string::npos || f == std::string::npos) return;
-    size_t t_end = message.find('"', t + kType.size());
-    size_t f_end = message.find('"', f + kField.size());
-    std::string type_name = message.substr(t + kType.size(), t_end - t - kType.size());
-    std::string field = message.substr(f + kField.size(), f_end - f - kField.size());
+    what_ = where + message;
+    hint_ = "the config is protobuf text format; see configs/tiny_dense.textproto";
+    // protobuf 3.21 says: Message type "tetra.ModelConfig" has no field named "x".
+    const std::string type_name = Quoted(message, "Message type \"");
+    const std::string field = Quoted(message, "has no field named \"");
     const Descriptor* type =
         google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(type_name);
-    if (type != nullptr) {
-      first_ = absl::StrCat(where, type->name(), " has no field \"", field, "\"\nhint: ",
-                            NearestFieldHint(type, field));
+    if (type != nullptr && !field.empty()) {
+      what_ = absl::StrCat(where, type->name(), " has no field \"", field, "\"");
+      hint_ = NearestFieldHint(type, field);
+      return;
+    }
+    // ... and: Unknown enumeration value of "CSV" for field "format".
+    if (message.find("Unknown enumeration value") != std::string::npos) {
+      std::vector<std::string> choices;
+      DescribeEnumFields(TrainerConfig::descriptor(), Quoted(message, "for field \""), "", 0,
+                         &choices);
+      if (!choices.empty()) hint_ = absl::StrJoin(choices, "; ");
     }
   }
-  const std::string& first() const { return first_; }
+  absl::Status Error(const std::string& source) const {
+    return UserError(absl::StrCat(source, ":", what_), hint_);
+  }
 
  private:
-  std::string first_;
+  std::string what_;
+  std::string hint_;
 };
+
+// The field's default as `--set` would take it, for examples in hints.
+std::string DefaultText(const FieldDescriptor* field) {
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32: return absl::StrCat(field->default_value_int32());
+    case FieldDescriptor::CPPTYPE_INT64: return absl::StrCat(field->default_value_int64());
+    case FieldDescriptor::CPPTYPE_UINT32: return absl::StrCat(field->default_value_uint32());
+    case FieldDescriptor::CPPTYPE_UINT64: return absl::StrCat(field->default_value_uint64());
+    case FieldDescriptor::CPPTYPE_DOUBLE: return absl::StrCat(field->default_value_double());
+    case FieldDescriptor::CPPTYPE_FLOAT: return absl::StrCat(field->default_value_float());
+    case FieldDescriptor::CPPTYPE_BOOL: return field->default_value_bool() ? "true" : "false";
+    case FieldDescriptor::CPPTYPE_ENUM: return field->default_value_enum()->name();
+    case FieldDescriptor::CPPTYPE_STRING: return "VALUE";
+    case FieldDescriptor::CPPTYPE_MESSAGE: break;
+  }
+  return "VALUE";
+}
 
 absl::Status SetScalar(Message* message, const FieldDescriptor* field, const std::string& value,
                        const std::string& path) {
   const Reflection* reflection = message->GetReflection();
   auto bad = [&](const std::string& expected) {
-    return absl::InvalidArgumentError(absl::StrCat("--set ", path, "=", value, ": \"", value,
-                                                   "\" is not ", expected));
+    return UserError(
+        absl::StrCat("--set ", path, "=", value, ": \"", value, "\" is not ", expected),
+        absl::StrCat("write ", expected, ", e.g. --set ", path, "=", DefaultText(field)));
   };
   const std::string& text = value;
   switch (field->cpp_type()) {
@@ -143,19 +218,18 @@ absl::Status SetScalar(Message* message, const FieldDescriptor* field, const std
     case FieldDescriptor::CPPTYPE_ENUM: {
       const auto* enum_value = field->enum_type()->FindValueByName(text);
       if (enum_value == nullptr) {
-        std::vector<std::string> names;
-        for (int i = 0; i < field->enum_type()->value_count(); ++i) {
-          names.push_back(field->enum_type()->value(i)->name());
-        }
-        return bad(absl::StrCat("one of ", absl::StrJoin(names, ", ")));
+        return bad(absl::StrCat("one of ", EnumNames(field->enum_type())));
       }
       reflection->SetEnum(message, field, enum_value);
       break;
     }
-    case FieldDescriptor::CPPTYPE_MESSAGE:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--set ", path, ": ", field->name(), " is a message, not a scalar; hint: name one of its fields, e.g. ",
-          path, ".", field->message_type()->field(0)->name()));
+    case FieldDescriptor::CPPTYPE_MESSAGE: {
+      const FieldDescriptor* first = field->message_type()->field(0);
+      return UserError(
+          absl::StrCat("--set ", path, ": ", field->name(), " is a message, not a scalar"),
+          absl::StrCat("name one of its fields, e.g. --set ", path, ".", first->name(), "=",
+                       DefaultText(first)));
+    }
   }
   return absl::OkStatus();
 }
@@ -167,17 +241,17 @@ absl::StatusOr<TrainerConfig> ParseConfigText(std::string_view text, const std::
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &config)) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ":", errors.first()));
-  }
+  if (!parser.ParseFromString(std::string(text), &config)) return errors.Error(source);
   return config;
 }
 
 absl::StatusOr<TrainerConfig> LoadConfigFile(const std::string& path) {
   std::ifstream file(path);
   if (!file) {
-    return absl::NotFoundError(absl::StrCat("cannot read config file ", path,
-                                            "; hint: pass --config with a path to a .textproto file, e.g. configs/tiny_dense.textproto"));
+    return UserError(absl::StrCat("cannot read config file ", path),
+                     "pass --config with a path to a .textproto file, e.g. "
+                     "configs/tiny_dense.textproto",
+                     absl::StatusCode::kNotFound);
   }
   std::stringstream buffer;
   buffer << file.rdbuf();
@@ -187,8 +261,9 @@ absl::StatusOr<TrainerConfig> LoadConfigFile(const std::string& path) {
 absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
   size_t eq = assignment.find('=');
   if (eq == std::string_view::npos || eq == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--set ", std::string(assignment),
-                                                   ": expected path.to.field=value, e.g. --set train.steps=20"));
+    return UserError(
+        absl::StrCat("--set ", std::string(assignment), ": expected path.to.field=value"),
+        "e.g. --set train.steps=20");
   }
   const std::string path(assignment.substr(0, eq));
   const std::string value(assignment.substr(eq + 1));
@@ -198,19 +273,22 @@ absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
     const Descriptor* type = message->GetDescriptor();
     const FieldDescriptor* field = type->FindFieldByName(parts[i]);
     if (field == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("--set ", path, ": ", type->name(),
-                                                     " has no field \"", parts[i], "\"\nhint: ",
-                                                     NearestFieldHint(type, parts[i])));
+      return UserError(
+          absl::StrCat("--set ", path, ": ", type->name(), " has no field \"", parts[i], "\""),
+          NearestFieldHint(type, parts[i]));
     }
     if (field->is_repeated()) {
-      return absl::InvalidArgumentError(absl::StrCat("--set ", path, ": ", parts[i],
-                                                     " is a repeated field; hint: set it in the config file"));
+      return UserError(absl::StrCat("--set ", path, ": ", parts[i], " is a repeated field"),
+                       "set it in the config file");
     }
     bool last = i + 1 == parts.size();
     if (!last) {
       if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--set ", path, ": ", parts[i], " is a scalar and has no fields"));
+        const std::string scalar_path =
+            absl::StrJoin(parts.begin(), parts.begin() + i + 1, ".");
+        return UserError(
+            absl::StrCat("--set ", path, ": ", parts[i], " is a scalar and has no fields"),
+            absl::StrCat("set it directly, e.g. --set ", scalar_path, "=", DefaultText(field)));
       }
       message = message->GetReflection()->MutableMessage(message, field);
       continue;

@@ -4,28 +4,31 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "core/user_error.h"
 #include "model/model_dims.h"
+#include "parallel/mesh.h"
 
 namespace tetra {
 namespace {
 
-absl::Status Invalid(const std::string& what, const std::string& hint) {
-  return absl::InvalidArgumentError(absl::StrCat(what, "\nhint: ", hint));
+absl::Status Invalid(const std::string& what, const std::string& hint) { return UserError(what, hint); }
+
+// `field` (a dotted config path) must be finite and > 0, or >= 0 when zero_ok.
+absl::Status CheckNumber(const std::string& field, double value, bool zero_ok, const std::string& example) {
+  if (std::isfinite(value) && (value > 0 || (zero_ok && value == 0))) return absl::OkStatus();
+  return Invalid(absl::StrCat(field, " is ", value, " but must be a finite number ", zero_ok ? ">= 0" : "> 0"),
+                 absl::StrCat("set ", field, ", e.g. to ", example));
 }
 
 absl::Status ValidateModel(const ModelConfig& m) {
-  auto positive = [](const std::string& name, double value) -> absl::Status {
-    if (value > 0) return absl::OkStatus();
-    return Invalid(absl::StrCat("model.", name, " is ", value, " but must be positive"),
-                   absl::StrCat("set model.", name, " to a positive value"));
-  };
-  RETURN_IF_ERROR(positive("vocab_size", m.vocab_size()));
-  RETURN_IF_ERROR(positive("hidden_size", m.hidden_size()));
-  RETURN_IF_ERROR(positive("num_hidden_layers", m.num_hidden_layers()));
-  RETURN_IF_ERROR(positive("num_attention_heads", m.num_attention_heads()));
-  RETURN_IF_ERROR(positive("intermediate_size", m.intermediate_size()));
-  RETURN_IF_ERROR(positive("rope_theta", m.rope_theta()));
-  RETURN_IF_ERROR(positive("rms_norm_eps", m.rms_norm_eps()));
+  RETURN_IF_ERROR(CheckNumber("model.vocab_size", m.vocab_size(), false, "32000"));
+  RETURN_IF_ERROR(CheckNumber("model.hidden_size", m.hidden_size(), false, "512"));
+  RETURN_IF_ERROR(CheckNumber("model.num_hidden_layers", m.num_hidden_layers(), false, "8"));
+  RETURN_IF_ERROR(CheckNumber("model.num_attention_heads", m.num_attention_heads(), false, "8"));
+  RETURN_IF_ERROR(CheckNumber("model.intermediate_size", m.intermediate_size(), false, "1536"));
+  RETURN_IF_ERROR(CheckNumber("model.rope_theta", m.rope_theta(), false, "10000"));
+  RETURN_IF_ERROR(CheckNumber("model.rms_norm_eps", m.rms_norm_eps(), false, "1e-5"));
+  RETURN_IF_ERROR(CheckNumber("model.initializer_range", m.initializer_range(), false, "0.02"));
   if (m.hidden_size() % m.num_attention_heads() != 0) {
     return Invalid(absl::StrCat("model.hidden_size ", m.hidden_size(),
                                 " is not divisible by model.num_attention_heads ",
@@ -81,10 +84,11 @@ absl::Status ValidateTrain(const TrainConfig& t) {
 }
 
 absl::Status ValidateOptimizer(const OptimizerConfig& o, int steps) {
-  if (!(o.lr() >= 0) || !(o.min_lr() >= 0)) {
-    return Invalid(absl::StrCat("optimizer.lr ", o.lr(), " and optimizer.min_lr ", o.min_lr(), " must be >= 0"),
-                   "use a learning rate such as 3e-4");
-  }
+  RETURN_IF_ERROR(CheckNumber("optimizer.lr", o.lr(), true, "3e-4"));
+  RETURN_IF_ERROR(CheckNumber("optimizer.min_lr", o.min_lr(), true, "3e-5"));
+  RETURN_IF_ERROR(CheckNumber("optimizer.eps", o.eps(), false, "1e-8"));
+  RETURN_IF_ERROR(CheckNumber("optimizer.weight_decay", o.weight_decay(), true, "0.1"));
+  RETURN_IF_ERROR(CheckNumber("optimizer.clip_grad", o.clip_grad(), true, "1.0 (or 0 to disable clipping)"));
   if (o.min_lr() > o.lr()) {
     return Invalid(absl::StrCat("optimizer.min_lr ", o.min_lr(), " is above optimizer.lr ", o.lr()),
                    "the cosine schedule decays from lr to min_lr: set min_lr <= lr");
@@ -99,9 +103,6 @@ absl::Status ValidateOptimizer(const OptimizerConfig& o, int steps) {
                      "typical values are beta1 0.9, beta2 0.95");
     }
   }
-  if (!(o.eps() > 0)) return Invalid(absl::StrCat("optimizer.eps is ", o.eps(), " but must be positive"), "use 1e-8");
-  if (!(o.weight_decay() >= 0)) return Invalid(absl::StrCat("optimizer.weight_decay is ", o.weight_decay()), "use a value >= 0, e.g. 0.1");
-  if (!(o.clip_grad() >= 0)) return Invalid(absl::StrCat("optimizer.clip_grad is ", o.clip_grad()), "use a positive norm, or 0 to disable clipping");
   if (o.zero_stage() != 0) {
     return Invalid(absl::StrCat("optimizer.zero_stage ", o.zero_stage(), " needs the distributed optimizer, not implemented yet"),
                    "set optimizer.zero_stage to 0");
@@ -109,17 +110,33 @@ absl::Status ValidateOptimizer(const OptimizerConfig& o, int steps) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateData(const DataConfig& d, const ModelConfig& m) {
-  if (d.format() == DataConfig::SYNTHETIC) {
-    const SyntheticConfig& s = d.synthetic();
-    if (s.order() < 1) return Invalid(absl::StrCat("data.synthetic.order is ", s.order()), "use an order >= 1, e.g. 2");
-    if (s.branching() < 2 || s.branching() > m.vocab_size()) {
-      return Invalid(absl::StrCat("data.synthetic.branching ", s.branching(), " is outside [2, vocab_size ", m.vocab_size(), "]"),
-                     "use a small branching factor such as 4");
-    }
-    if (!(s.concentration() > 0)) return Invalid(absl::StrCat("data.synthetic.concentration is ", s.concentration()), "use a positive value, e.g. 1");
-    return absl::OkStatus();
+absl::Status ValidateSynthetic(const DataConfig& d, const ModelConfig& m, const TrainConfig& t) {
+  const SyntheticConfig& s = d.synthetic();
+  if (!d.path().empty() || !d.valid_path().empty()) {
+    return Invalid(absl::StrCat("data.path \"", d.path(), "\" / data.valid_path \"", d.valid_path(),
+                                "\" is set, but data.format is SYNTHETIC, which reads no files"),
+                   "set data.format to LLMC or MEGATRON to train on token files");
   }
+  if (s.order() < 1) return Invalid(absl::StrCat("data.synthetic.order is ", s.order()), "use an order >= 1, e.g. 2");
+  if (s.branching() < 2 || s.branching() > m.vocab_size()) {
+    return Invalid(absl::StrCat("data.synthetic.branching ", s.branching(), " is outside [2, vocab_size ", m.vocab_size(), "]"),
+                   "use a small branching factor such as 4");
+  }
+  RETURN_IF_ERROR(CheckNumber("data.synthetic.concentration", s.concentration(), false, "1.0"));
+  // Fresh samples every step: a source that wraps around could be memorised,
+  // and then loss_floor would no longer bound the loss.
+  const int64_t needed = int64_t{t.steps()} * t.global_batch_size() * t.seq_length() + 1;
+  if (s.num_tokens() < needed) {
+    return Invalid(absl::StrCat("data.synthetic.num_tokens ", s.num_tokens(), " is less than the ", needed,
+                                " tokens that train.steps ", t.steps(), " x global_batch_size ", t.global_batch_size(),
+                                " x seq_length ", t.seq_length(), " (+1) read"),
+                   absl::StrCat("set data.synthetic.num_tokens to at least ", needed));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateData(const DataConfig& d, const ModelConfig& m, const TrainConfig& t) {
+  if (d.format() == DataConfig::SYNTHETIC) return ValidateSynthetic(d, m, t);
   if (d.path().empty()) {
     return Invalid(absl::StrCat("data.format is ", DataConfig::Format_Name(d.format()), " but data.path is empty"),
                    "set data.path to a token file or a glob of shards");
@@ -128,19 +145,44 @@ absl::Status ValidateData(const DataConfig& d, const ModelConfig& m) {
 }
 
 absl::Status ValidateParallel(const ParallelConfig& p, int world_size) {
-  for (auto [name, size] : {std::pair{"tensor", p.tensor()}, std::pair{"pipeline", p.pipeline()},
-                            std::pair{"expert", p.expert()}, std::pair{"virtual_stages", p.virtual_stages()}}) {
-    if (size != 1) {
-      return Invalid(absl::StrCat("parallel.", name, " is ", size, ", but only single-rank training is implemented yet"),
-                     absl::StrCat("set parallel.", name, " to 1"));
+  if (p.sequence_parallel()) {
+    return Invalid("parallel.sequence_parallel is set, but sequence parallelism is not implemented yet",
+                   "remove parallel.sequence_parallel");
+  }
+  ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(p, world_size));  // layout arithmetic and order string
+  const MeshShape& s = mesh.shape();
+  if (s.world > 1 || p.virtual_stages() != 1) {
+    return Invalid(absl::StrCat("the layout tensor ", s.tp, " x pipeline ", s.pp, " x data ", s.dp,
+                                " (expert ", s.ep, ", virtual stages ", p.virtual_stages(),
+                                ") needs multi-rank training, which is not implemented yet"),
+                   "launch 1 rank with the parallel sizes left at 1");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateLog(const LogConfig& log, const CheckpointConfig& checkpoint, const DataConfig& data) {
+  // Sections whose machinery lands in later milestones: refuse rather than ignore.
+  for (auto [field, value] : {std::pair{"checkpoint.dir", checkpoint.dir()},
+                              std::pair{"log.trace_path", log.trace_path()},
+                              std::pair{"log.tensorboard_dir", log.tensorboard_dir()}}) {
+    if (!value.empty()) {
+      return Invalid(absl::StrCat(field, " is set to \"", value, "\", but that feature is not implemented yet"),
+                     absl::StrCat("remove ", field, " from the config"));
     }
   }
-  int data = p.data() == 0 ? world_size : p.data();
-  if (data != world_size || world_size != 1) {
-    return Invalid(absl::StrCat("parallel.data ", data, " x tensor 1 x pipeline 1 must equal the world size ", world_size,
-                                ", and only 1 rank is supported yet"),
-                   "launch 1 rank with parallel.data 0 or 1");
+  if (log.eval_interval() < 0 || log.eval_batches() < 1) {
+    return Invalid(absl::StrCat("log.eval_interval ", log.eval_interval(), " and log.eval_batches ",
+                                log.eval_batches(), " must be >= 0 and >= 1"),
+                   "evaluate every N steps over M >= 1 global batches, or set eval_interval 0");
   }
+  if (log.eval_interval() > 0 && data.valid_path().empty()) {
+    return Invalid(absl::StrCat("log.eval_interval is ", log.eval_interval(), " but data.valid_path is empty"),
+                   "set data.valid_path to held-out token files, or log.eval_interval to 0");
+  }
+  if (log.interval() < 1) {
+    return Invalid(absl::StrCat("log.interval is ", log.interval(), " but must be >= 1"), "print progress every N >= 1 steps");
+  }
+  RETURN_IF_ERROR(CheckNumber("log.peak_tflops", log.peak_tflops(), true, "989 for an H100 (0: built-in table)"));
   return absl::OkStatus();
 }
 
@@ -150,33 +192,9 @@ absl::Status ValidateConfig(const TrainerConfig& config, int world_size) {
   RETURN_IF_ERROR(ValidateModel(config.model()));
   RETURN_IF_ERROR(ValidateTrain(config.train()));
   RETURN_IF_ERROR(ValidateOptimizer(config.optimizer(), config.train().steps()));
-  RETURN_IF_ERROR(ValidateData(config.data(), config.model()));
+  RETURN_IF_ERROR(ValidateData(config.data(), config.model(), config.train()));
   RETURN_IF_ERROR(ValidateParallel(config.parallel(), world_size));
-  // Sections whose machinery lands in later milestones: refuse rather than ignore.
-  for (auto [field, value] : {std::pair{"checkpoint.dir", config.checkpoint().dir()},
-                              std::pair{"log.trace_path", config.log().trace_path()},
-                              std::pair{"log.tensorboard_dir", config.log().tensorboard_dir()}}) {
-    if (!value.empty()) {
-      return Invalid(absl::StrCat(field, " is set to \"", value, "\", but that feature is not implemented yet"),
-                     absl::StrCat("remove ", field, " from the config"));
-    }
-  }
-  if (config.log().eval_interval() < 0 || config.log().eval_batches() < 1) {
-    return Invalid(absl::StrCat("log.eval_interval ", config.log().eval_interval(), " and log.eval_batches ",
-                                config.log().eval_batches(), " must be >= 0 and >= 1"),
-                   "evaluate every N steps over M >= 1 global batches, or set eval_interval 0");
-  }
-  if (!config.data().valid_path().empty() && config.data().format() == DataConfig::SYNTHETIC) {
-    return Invalid("data.valid_path is set, but data.format is SYNTHETIC",
-                   "validation files need data.format LLMC or MEGATRON");
-  }
-  if (config.log().eval_interval() > 0 && config.data().valid_path().empty()) {
-    return Invalid(absl::StrCat("log.eval_interval is ", config.log().eval_interval(), " but data.valid_path is empty"),
-                   "set data.valid_path to held-out token files, or log.eval_interval to 0");
-  }
-  if (config.log().interval() < 1) {
-    return Invalid(absl::StrCat("log.interval is ", config.log().interval(), " but must be >= 1"), "print progress every N >= 1 steps");
-  }
+  RETURN_IF_ERROR(ValidateLog(config.log(), config.checkpoint(), config.data()));
   return absl::OkStatus();
 }
 

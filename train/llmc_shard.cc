@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
+#include "core/user_error.h"
 
 namespace tetra {
 namespace {
@@ -28,14 +29,23 @@ class LlmcShardStream : public TokenStream {
   int64_t num_tokens_;
 };
 
+// For a file that is not an llm.c shard at all.
+constexpr char kNotLlmcHint[] =
+    "data.format LLMC expects llm.c shards (made by llm.c's dev/data scripts); for Megatron "
+    ".bin/.idx use data.format MEGATRON";
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenStream>> OpenLlmcShard(const std::string& path) {
-  ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+  ASSIGN_OR_RETURN(MappedFile file,
+                   MappedFile::Open(path, "check data.path (or data.valid_path): it must name an "
+                                          "llm.c shard or a glob of them, e.g. "
+                                          "data/fineweb_train_*.bin"));
   if (file.size() < kLlmcHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: not an llm.c token shard: the file has %d bytes, fewer than the %d-byte header",
-        path, file.size(), kLlmcHeaderBytes));
+    return UserError(absl::StrFormat("%s: not an llm.c token shard: the file has %d bytes, fewer "
+                                     "than the %d-byte header",
+                                     path, file.size(), kLlmcHeaderBytes),
+                     kNotLlmcHint);
   }
   const int32_t magic = LoadScalar<int32_t>(file.data());
   const int32_t version = LoadScalar<int32_t>(file.data() + 4);
@@ -49,23 +59,25 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenLlmcShard(const std::string& pa
     type = TokenType::kUint32;
     expected_version = kLlmcVersionUint32;
   } else {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: not an llm.c token shard: the header magic is %d, expected %d (uint16 tokens) or "
-        "%d (uint32 tokens)",
-        path, magic, kLlmcMagicUint16, kLlmcMagicUint32));
+    return UserError(absl::StrFormat("%s: not an llm.c token shard: the header magic is %d, "
+                                     "expected %d (uint16 tokens) or %d (uint32 tokens)",
+                                     path, magic, kLlmcMagicUint16, kLlmcMagicUint32),
+                     kNotLlmcHint);
   }
   if (version != expected_version) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: unsupported llm.c shard version %d for magic %d, expected version %d", path,
-        version, magic, expected_version));
+    return UserError(absl::StrFormat("%s: unsupported llm.c shard version %d for magic %d, "
+                                     "expected version %d",
+                                     path, version, magic, expected_version),
+                     "re-create the shard with llm.c's current dev/data scripts");
   }
   const int64_t token_bytes = TokenTypeSize(type);
   const int64_t expected_size = kLlmcHeaderBytes + num_tokens * token_bytes;
   if (num_tokens < 0 || file.size() != expected_size) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: the header promises %d tokens of %d bytes (%d bytes with the header) but the file "
-        "has %d bytes; the shard is truncated or corrupt, hint: re-create it",
-        path, num_tokens, token_bytes, expected_size, file.size()));
+    return UserError(
+        absl::StrFormat("%s: the header promises %d tokens of %d bytes (%d bytes with the "
+                        "header) but the file has %d bytes, so the shard is truncated or corrupt",
+                        path, num_tokens, token_bytes, expected_size, file.size()),
+        "re-create or re-download the shard (an interrupted copy leaves it truncated)");
   }
   return std::make_unique<LlmcShardStream>(std::move(file), type, num_tokens);
 }
@@ -75,8 +87,10 @@ absl::Status WriteLlmcShard(const std::string& path, const std::vector<int32_t>&
   const int64_t max_token =
       uint32_tokens ? std::numeric_limits<int32_t>::max() : std::numeric_limits<uint16_t>::max();
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %d tokens do not fit one llm.c shard (at most 2^31 - 1)", path, tokens.size()));
+    return UserError(
+        absl::StrFormat("%s: %d tokens do not fit one llm.c shard (at most 2^31 - 1)", path,
+                        tokens.size()),
+        "split the tokens over several shards and read them with a glob");
   }
   std::string bytes;
   bytes.reserve(kLlmcHeaderBytes + tokens.size() * (uint32_tokens ? 4 : 2));
@@ -86,9 +100,11 @@ absl::Status WriteLlmcShard(const std::string& path, const std::vector<int32_t>&
   bytes.resize(kLlmcHeaderBytes, '\0');
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] > max_token) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: token %d at position %d does not fit a %s llm.c shard [0, %d]", path, tokens[i],
-          i, uint32_tokens ? "uint32" : "uint16", max_token));
+      return UserError(
+          absl::StrFormat("%s: token %d at position %d does not fit a %s llm.c shard [0, %d]",
+                          path, tokens[i], i, uint32_tokens ? "uint32" : "uint16", max_token),
+          uint32_tokens ? "token ids are never negative; check the tokenizer's output"
+                        : "write uint32 tokens (magic 20240801) for vocabularies above 65536");
     }
     if (uint32_tokens) {
       AppendScalar<uint32_t>(&bytes, tokens[i]);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "core/status_macros.h"
+#include "core/user_error.h"
 
 namespace tetra {
 namespace {
@@ -16,6 +17,10 @@ constexpr absl::string_view kMagic("MMIDIDX\0\0", 9);
 constexpr uint64_t kVersion = 1;
 // magic, version, dtype code, sequence count, document count.
 constexpr int64_t kIndexHeaderBytes = 9 + 8 + 1 + 8 + 8;
+// For an index that Megatron-LM's tools would not have written.
+constexpr char kRecreateHint[] =
+    "re-create the data set with Megatron-LM's tools/preprocess_data.py (an interrupted copy "
+    "leaves files truncated)";
 
 struct TokenTypeInfo {
   TokenType type;
@@ -40,15 +45,17 @@ absl::StatusOr<TokenTypeInfo> TokenTypeOfCode(int code, const std::string& path)
       return TokenTypeInfo{TokenType::kUint16, 0, 65535};
     case kMegatronFloat64:
     case kMegatronFloat32:
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: dtype code %d is %s, not an integer token type; expected 1 (uint8), 2 (int8), "
-          "3 (int16), 4 (int32), 5 (int64) or 8 (uint16)",
-          path, code, code == kMegatronFloat64 ? "float64" : "float32"));
+      return UserError(
+          absl::StrFormat("%s: dtype code %d is %s, not an integer token type; expected 1 "
+                          "(uint8), 2 (int8), 3 (int16), 4 (int32), 5 (int64) or 8 (uint16)",
+                          path, code, code == kMegatronFloat64 ? "float64" : "float32"),
+          "token files hold token ids; re-create the data set from text with Megatron-LM's "
+          "tools/preprocess_data.py");
     default:
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: unknown dtype code %d; expected 1 (uint8), 2 (int8), 3 (int16), 4 (int32), "
-          "5 (int64) or 8 (uint16)",
-          path, code));
+      return UserError(absl::StrFormat("%s: unknown dtype code %d; expected 1 (uint8), 2 (int8), "
+                                       "3 (int16), 4 (int32), 5 (int64) or 8 (uint16)",
+                                       path, code),
+                       kRecreateHint);
   }
 }
 
@@ -101,13 +108,11 @@ class MegatronStream : public TokenStream {
 };
 
 absl::StatusOr<MappedFile> OpenPart(const std::string& prefix, const std::string& suffix) {
-  auto file = MappedFile::Open(prefix + suffix);
-  if (!file.ok()) {
-    return absl::Status(file.status().code(),
-                        absl::StrCat(file.status().message(), "; a Megatron data set is ", prefix,
-                                     ".idx plus ", prefix, ".bin, hint: check data.path"));
-  }
-  return file;
+  return MappedFile::Open(
+      prefix + suffix,
+      absl::StrCat("a Megatron data set is ", prefix, ".idx plus ", prefix,
+                   ".bin; check data.path (or data.valid_path): it names the prefix, either "
+                   "file, or a glob of prefixes"));
 }
 
 }  // namespace
@@ -118,20 +123,24 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenMegatronDataset(const std::stri
   const std::string& index_path = index.path();
   const uint8_t* bytes = index.data();
   if (index.size() < kIndexHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: truncated Megatron index: %d bytes, fewer than the %d-byte header", index_path,
-        index.size(), kIndexHeaderBytes));
+    return UserError(absl::StrFormat("%s: truncated Megatron index: %d bytes, fewer than the "
+                                     "%d-byte header",
+                                     index_path, index.size(), kIndexHeaderBytes),
+                     kRecreateHint);
   }
   absl::string_view magic(reinterpret_cast<const char*>(bytes), kMagic.size());
   if (magic != kMagic) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: not a Megatron index: the file starts with \"%s\", expected \"%s\"", index_path,
-        absl::CHexEscape(magic), absl::CHexEscape(kMagic)));
+    return UserError(absl::StrFormat("%s: not a Megatron index: the file starts with \"%s\", "
+                                     "expected \"%s\"",
+                                     index_path, absl::CHexEscape(magic), absl::CHexEscape(kMagic)),
+                     "data.format MEGATRON expects Megatron-LM indexed data sets (.bin + .idx, "
+                     "made by tools/preprocess_data.py); for llm.c shards use data.format LLMC");
   }
   const uint64_t version = LoadScalar<uint64_t>(bytes + 9);
   if (version != kVersion) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: unsupported Megatron index version %d, expected %d", index_path, version, kVersion));
+    return UserError(absl::StrFormat("%s: unsupported Megatron index version %d, expected %d",
+                                     index_path, version, kVersion),
+                     kRecreateHint);
   }
   ASSIGN_OR_RETURN(TokenTypeInfo info, TokenTypeOfCode(bytes[17], index_path));
   const uint64_t num_sequences = LoadScalar<uint64_t>(bytes + 18);
@@ -139,11 +148,14 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenMegatronDataset(const std::stri
   // Sizes in the header may be garbage: compare counts before multiplying.
   const uint64_t body = index.size() - kIndexHeaderBytes;
   if (num_sequences > body / 12 || num_documents > (body - num_sequences * 12) / 8) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: truncated Megatron index: the header promises %d sequences and %d documents "
-        "(%.0f bytes of tables) but only %d bytes follow the header; hint: re-create the index",
-        index_path, num_sequences, num_documents,
-        static_cast<double>(num_sequences) * 12 + static_cast<double>(num_documents) * 8, body));
+    return UserError(
+        absl::StrFormat(
+            "%s: truncated Megatron index: the header promises %d sequences and %d documents "
+            "(%.0f bytes of tables) but only %d bytes follow the header",
+            index_path, num_sequences, num_documents,
+            static_cast<double>(num_sequences) * 12 + static_cast<double>(num_documents) * 8,
+            body),
+        kRecreateHint);
   }
   const uint8_t* lengths = bytes + kIndexHeaderBytes;
   const uint8_t* pointers = lengths + num_sequences * 4;
@@ -155,11 +167,12 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenMegatronDataset(const std::stri
     const int64_t pointer = LoadScalar<int64_t>(pointers + i * 8);
     if (length < 0 || pointer < 0 || pointer > data.size() ||
         length * token_bytes > data.size() - pointer) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: sequence %d (byte offset %d, %d tokens of %d bytes) runs past the end of the "
-          "file (%d bytes); hint: %s.idx and %s.bin do not belong together or the .bin is "
-          "truncated",
-          data.path(), i, pointer, length, token_bytes, data.size(), prefix, prefix));
+      return UserError(
+          absl::StrFormat("%s: sequence %d (byte offset %d, %d tokens of %d bytes) runs past the "
+                          "end of the file (%d bytes)",
+                          data.path(), i, pointer, length, token_bytes, data.size()),
+          absl::StrFormat("%s.idx and %s.bin do not belong together or the .bin is truncated; %s",
+                          prefix, prefix, kRecreateHint));
     }
     const bool continues_run =
         !runs.empty() && runs.back().byte_offset + (num_tokens - runs.back().start) * token_bytes ==
@@ -187,9 +200,10 @@ absl::Status WriteMegatronDataset(const std::string& prefix,
     AppendScalar<int64_t>(&index, data.size());
     for (int32_t token : sequences[i]) {
       if (token < info.min || token > info.max) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s.bin: token %d of sequence %d does not fit dtype code %d [%d, %d]", prefix, token,
-            i, dtype_code, info.min, info.max));
+        return UserError(
+            absl::StrFormat("%s.bin: token %d of sequence %d does not fit dtype code %d [%d, %d]",
+                            prefix, token, i, dtype_code, info.min, info.max),
+            "choose a wider dtype code, e.g. 4 (int32)");
       }
       // Little-endian: the low bytes of the int64 are the narrower integer.
       AppendScalar<int64_t>(&data, token);

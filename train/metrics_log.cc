@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/user_error.h"
 
 namespace tetra {
 namespace {
@@ -57,11 +58,10 @@ std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s) {
 absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path) {
   std::error_code ignored;  // fopen reports a directory that could not be made
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
-  FILE* f = std::fopen(path.c_str(), "a");
+  FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot open log.metrics_path ", path, ": ",
-                                                   std::strerror(errno),
-                                                   "\nhint: point it at a writable directory"));
+    return UserError(absl::StrCat("cannot open log.metrics_path ", path, ": ", std::strerror(errno)),
+                     "point log.metrics_path at a writable directory");
   }
   MetricsLog log;
   log.path_ = path;
@@ -72,8 +72,9 @@ absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path) {
 absl::Status MetricsLog::Append(const StepMetrics& m) {
   std::string line = MetricsJson(m) + "\n";
   if (std::fputs(line.c_str(), file_.get()) < 0 || std::fflush(file_.get()) != 0) {
-    return absl::DataLossError(absl::StrCat("writing metrics to ", path_, " failed: ",
-                                            std::strerror(errno)));
+    return UserError(absl::StrCat("writing metrics to ", path_, " failed: ", std::strerror(errno)),
+                     "check the disk has space, or point log.metrics_path elsewhere",
+                     absl::StatusCode::kDataLoss);
   }
   return absl::OkStatus();
 }

@@ -28,12 +28,12 @@ struct StepMetrics {
 // One JSON line, fields in contract order.
 std::string MetricsJson(const StepMetrics& m);
 
-// "step 20/200 | loss 2.3456 (floor 1.2345) | lr 3.00e-04 | grad 0.812 | 12.3k tok/s | 4.56 GFLOP/s | ETA 1m23s"
+// "step 20/200 | loss 2.3456 (floor 1.2345) | lr 3.00e-04 | grad norm 0.812 | 12345 tok/s | 4.56 GFLOP/s | ETA 1m23s"
 std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s);
 
 class MetricsLog {
  public:
-  // Appends to `path` (created, with its directory, if missing).
+  // Starts `path` afresh (creating its directory), so one file is one run.
   static absl::StatusOr<MetricsLog> Open(const std::string& path);
   absl::Status Append(const StepMetrics& m);
 

@@ -4,7 +4,9 @@
 // T, targets the last T). Run sample s lies in epoch s / samples_per_epoch at
 // position s % samples_per_epoch; with shuffling that position goes through a
 // permutation that is a pure function of (seed, epoch), so every rank and
-// every restart agrees on the data without talking.
+// every restart agrees on the data without talking. Token ids are checked
+// against the vocabulary as samples load, not by a scan of the whole data set
+// at start-up: a run pays only for the tokens it reads.
 #ifndef TETRA_TRAIN_SAMPLE_LOADER_H_
 #define TETRA_TRAIN_SAMPLE_LOADER_H_
 
@@ -22,11 +24,14 @@ namespace tetra {
 class SampleLoader {
  public:
   // An error if the stream is too short for one sample (seq_length + 1 tokens).
+  // vocab_size >= 1 is the model's: every loaded token must lie in [0, vocab_size).
   static absl::StatusOr<SampleLoader> Create(std::unique_ptr<TokenStream> stream,
-                                             int64_t seq_length, bool shuffle, uint64_t seed);
+                                             int64_t seq_length, bool shuffle, uint64_t seed,
+                                             int64_t vocab_size);
 
   // Run samples first_sample .. first_sample + count - 1 into inputs and
-  // targets, each (count, seq_length), row-major.
+  // targets, each (count, seq_length), row-major. A token outside the
+  // vocabulary is an error naming its file and position in that file.
   absl::Status Load(int64_t first_sample, int64_t count, int32_t* inputs, int32_t* targets);
 
   // Called with the new epoch when Load reaches a sample of a later epoch than
@@ -46,7 +51,10 @@ class SampleLoader {
 
  private:
   SampleLoader(std::unique_ptr<TokenStream> stream, int64_t seq_length, bool shuffle,
-               uint64_t seed);
+               uint64_t seed, int64_t vocab_size);
+  // An error for the first token of buffer_ outside [0, vocab_size_); buffer_
+  // holds the stream's tokens from position `start`.
+  absl::Status CheckVocabulary(int64_t start) const;
   // Fisher-Yates permutation of one epoch's positions.
   const std::vector<int64_t>& Permutation(int64_t epoch);
 
@@ -55,6 +63,7 @@ class SampleLoader {
   int64_t samples_per_epoch_;
   bool shuffle_;
   uint64_t seed_;
+  int64_t vocab_size_;
   int64_t permutation_epoch_ = -1;  // epoch of permutation_, -1 for none
   std::vector<int64_t> permutation_;
   int64_t last_epoch_ = -1;  // epoch of the last sample loaded, -1 before any

@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "core/philox.h"
 #include "core/status_macros.h"
+#include "core/user_error.h"
 
 namespace tetra {
 namespace {
@@ -158,33 +159,47 @@ std::vector<int32_t> StronglyConnectedComponents(const std::vector<int32_t>& suc
 }
 
 absl::Status CheckKnobs(const SyntheticConfig& config, int64_t vocab_size, int64_t seq_length) {
-  auto error = [](auto&&... args) { return absl::InvalidArgumentError(absl::StrFormat(args...)); };
   if (vocab_size < 2 || vocab_size > std::numeric_limits<int32_t>::max()) {
-    return error("synthetic data: model.vocab_size %d must be in [2, 2^31)", vocab_size);
+    return UserError(
+        absl::StrFormat("synthetic data: model.vocab_size %d must be in [2, 2^31)", vocab_size),
+        "set model.vocab_size to at least 2, e.g. 256");
   }
   if (config.order() < 1) {
-    return error("synthetic data: data.synthetic.order is %d, expected at least 1", config.order());
+    return UserError(absl::StrFormat("synthetic data: data.synthetic.order is %d, expected at "
+                                     "least 1",
+                                     config.order()),
+                     "set data.synthetic.order, the tokens each next token depends on, e.g. 2");
   }
   if (config.branching() < 1 || config.branching() > vocab_size) {
-    return error("synthetic data: data.synthetic.branching is %d, expected 1 to vocab_size (%d)",
-                 config.branching(), vocab_size);
+    return UserError(absl::StrFormat("synthetic data: data.synthetic.branching is %d, expected 1 "
+                                     "to vocab_size (%d)",
+                                     config.branching(), vocab_size),
+                     "set data.synthetic.branching, the possible next tokens of a context, e.g. 4");
   }
   if (!(config.concentration() > 0) || !std::isfinite(config.concentration())) {
-    return error("synthetic data: data.synthetic.concentration is %g, expected a positive number",
-                 config.concentration());
+    return UserError(absl::StrFormat("synthetic data: data.synthetic.concentration is %g, "
+                                     "expected a positive number",
+                                     config.concentration()),
+                     "set data.synthetic.concentration, e.g. 1.0 (smaller is more predictable)");
   }
   if (config.num_tokens() <= config.order()) {
-    return error("synthetic data: data.synthetic.num_tokens is %d, expected more than order (%d)",
-                 config.num_tokens(), config.order());
+    return UserError(absl::StrFormat("synthetic data: data.synthetic.num_tokens is %d, expected "
+                                     "more than order (%d)",
+                                     config.num_tokens(), config.order()),
+                     "raise data.synthetic.num_tokens, e.g. to 4194304");
   }
-  if (seq_length < 1) return error("synthetic data: seq_length is %d, expected >= 1", seq_length);
+  if (seq_length < 1) {
+    return UserError(
+        absl::StrFormat("synthetic data: seq_length is %d, expected >= 1", seq_length),
+        "set train.seq_length to the sample length in tokens, e.g. 256");
+  }
   // Context keys are base-V numbers of `order` digits in 62 bits.
   double key_bits = config.order() * std::log2(static_cast<double>(vocab_size));
   if (key_bits > 62) {
-    return error(
-        "synthetic data: vocab_size^order = %d^%d is too many contexts to index; hint: lower "
-        "data.synthetic.order",
-        vocab_size, config.order());
+    return UserError(absl::StrFormat("synthetic data: vocab_size^order = %d^%d is too many "
+                                     "contexts to index",
+                                     vocab_size, config.order()),
+                     "lower data.synthetic.order");
   }
   return absl::OkStatus();
 }
@@ -220,11 +235,12 @@ absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
   }
   for (size_t v = 0; v < keys.size(); ++v) {
     if (static_cast<int64_t>(keys.size()) * b > kMaxTransitions) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "synthetic data: more than %d contexts are reachable (order %d, vocab_size %d, "
-          "branching %d), too many to tabulate; hint: lower data.synthetic.order, "
-          "data.synthetic.branching or model.vocab_size",
-          kMaxTransitions / b, k, vocab_size, b));
+      return UserError(
+          absl::StrFormat("synthetic data: more than %d contexts are reachable (order %d, "
+                          "vocab_size %d, branching %d), too many to tabulate",
+                          kMaxTransitions / b, k, vocab_size, b),
+          "lower data.synthetic.order, data.synthetic.branching or model.vocab_size",
+          absl::StatusCode::kResourceExhausted);
     }
     next.push_back(DrawNext(params, keys[v]));
     for (int e = 0; e < b; ++e) {
@@ -291,10 +307,11 @@ absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
   std::vector<double> stepped(n);
   for (int64_t iteration = 0;; ++iteration) {
     if (iteration == kMaxPowerIterations) {
-      return absl::InternalError(absl::StrFormat(
-          "synthetic data: the stationary distribution over %d contexts did not converge in %d "
-          "iterations; hint: raise data.synthetic.branching",
-          n, kMaxPowerIterations));
+      return UserError(
+          absl::StrFormat("synthetic data: the stationary distribution over %d contexts did not "
+                          "converge in %d iterations",
+                          n, kMaxPowerIterations),
+          "raise data.synthetic.branching", absl::StatusCode::kInternal);
     }
     for (int32_t v = 0; v < n; ++v) stepped[v] = 0.5 * s.pi_[v];
     for (int32_t v = 0; v < n; ++v) {
@@ -334,18 +351,22 @@ absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
   const double floor = s.LossFloor(seq_length);
   const double max_floor = std::log(static_cast<double>(vocab_size)) - kMinGapToUniform;
   if (floor < kMinFloor) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "synthetic data: the loss floor is %.4f nats at seq_length %d (entropy rate %.4f), below "
-        "the %.1f-nat minimum of a non-trivial source; hint: raise data.synthetic.branching "
-        "(now %d) or data.synthetic.concentration (now %g)",
-        floor, seq_length, s.entropy_rate_, kMinFloor, b, params.concentration));
+    return UserError(
+        absl::StrFormat("synthetic data: the loss floor is %.4f nats at seq_length %d (entropy "
+                        "rate %.4f), below the %.1f-nat minimum of a non-trivial source",
+                        floor, seq_length, s.entropy_rate_, kMinFloor),
+        absl::StrFormat("raise data.synthetic.branching (now %d) or "
+                        "data.synthetic.concentration (now %g)",
+                        b, params.concentration));
   }
   if (floor > max_floor) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "synthetic data: the loss floor is %.4f nats at seq_length %d, above ln(vocab_size) - 1 "
-        "= %.4f nats, too close to uniform noise to learn; hint: lower "
-        "data.synthetic.branching (now %d) or data.synthetic.concentration (now %g)",
-        floor, seq_length, max_floor, b, params.concentration));
+    return UserError(
+        absl::StrFormat("synthetic data: the loss floor is %.4f nats at seq_length %d, above "
+                        "ln(vocab_size) - 1 = %.4f nats, too close to uniform noise to learn",
+                        floor, seq_length, max_floor),
+        absl::StrFormat("lower data.synthetic.branching (now %d) or "
+                        "data.synthetic.concentration (now %g)",
+                        b, params.concentration));
   }
 
   // 5. Generate: the first context from pi, then the chain, one Philox

@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
+#include "core/user_error.h"
 #include "train/llmc_shard.h"
 #include "train/megatron_dataset.h"
 
@@ -69,16 +70,18 @@ void ConcatStream::ReadInRange(int64_t begin, int64_t count, int32_t* out) const
   }
 }
 
-absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
+absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path, const std::string& hint) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    auto message = absl::StrCat(path, ": cannot open: ", std::strerror(errno));
-    return errno == ENOENT ? absl::NotFoundError(message) : absl::PermissionDeniedError(message);
+    const int error = errno;
+    return UserError(absl::StrCat(path, ": cannot open: ", std::strerror(error)), hint,
+                     error == ENOENT ? absl::StatusCode::kNotFound
+                                     : absl::StatusCode::kPermissionDenied);
   }
   struct stat info;
   if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+    return UserError(absl::StrCat(path, ": not a regular file"), hint);
   }
   const uint8_t* data = nullptr;
   if (info.st_size > 0) {
@@ -86,7 +89,11 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
     if (mapped == MAP_FAILED) {
       int error = errno;
       close(fd);
-      return absl::InternalError(absl::StrCat(path, ": cannot mmap: ", std::strerror(error)));
+      return UserError(
+          absl::StrFormat("%s: cannot map its %d bytes into memory: %s", path, info.st_size,
+                          std::strerror(error)),
+          "the address space may be limited; check `ulimit -v`",
+          absl::StatusCode::kResourceExhausted);
     }
     data = static_cast<const uint8_t*>(mapped);
   }
@@ -165,8 +172,10 @@ absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern,
   if (rc == 0) paths.assign(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
   globfree(&matches);
   if (paths.empty()) {
-    return absl::NotFoundError(absl::StrCat("no ", what, " match the pattern '", pattern,
-                                            "'; hint: check data.path"));
+    return UserError(absl::StrCat("no ", what, " match the pattern '", pattern, "'"),
+                     "check data.path (or data.valid_path): the glob must match at least one "
+                     "file, e.g. data/fineweb_train_*.bin",
+                     absl::StatusCode::kNotFound);
   }
   std::sort(paths.begin(), paths.end());
   return paths;
@@ -204,30 +213,15 @@ void ConvertTokens(TokenType type, const uint8_t* src, int64_t count, int32_t* o
 absl::Status WriteFileBytes(const std::string& path, const std::string& bytes) {
   FILE* file = std::fopen(path.c_str(), "wb");
   if (file == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(path, ": cannot open for writing: ", std::strerror(errno)));
+    return UserError(absl::StrCat(path, ": cannot open for writing: ", std::strerror(errno)),
+                     "check that its directory exists and is writable",
+                     absl::StatusCode::kPermissionDenied);
   }
   bool written = std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size();
   if (std::fclose(file) != 0 || !written) {
-    return absl::DataLossError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateTokens(const TokenStream& stream, int64_t vocab_size) {
-  constexpr int64_t kChunk = int64_t{1} << 20;
-  std::vector<int32_t> chunk(std::min(kChunk, stream.size()));
-  for (int64_t begin = 0; begin < stream.size(); begin += kChunk) {
-    int64_t count = std::min(kChunk, stream.size() - begin);
-    RETURN_IF_ERROR(stream.Read(begin, count, chunk.data()));
-    for (int64_t i = 0; i < count; ++i) {
-      if (chunk[i] >= 0 && chunk[i] < vocab_size) continue;
-      TokenLocation where = stream.Locate(begin + i);
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: token at position %d is %d, outside the vocabulary [0, %d); hint: check that "
-          "model.vocab_size matches the tokenizer that wrote the data",
-          where.file, where.position, chunk[i], vocab_size));
-    }
+    return UserError(absl::StrFormat("%s: writing %d bytes failed: %s", path, bytes.size(),
+                                     std::strerror(errno)),
+                     "check that the disk is not full", absl::StatusCode::kDataLoss);
   }
   return absl::OkStatus();
 }
@@ -235,13 +229,13 @@ absl::Status ValidateTokens(const TokenStream& stream, int64_t vocab_size) {
 absl::StatusOr<std::unique_ptr<TokenStream>> OpenTokenFiles(DataConfig::Format format,
                                                             const std::string& path_or_glob) {
   if (format == DataConfig::SYNTHETIC) {
-    return absl::InvalidArgumentError(
-        "data.format SYNTHETIC generates its tokens and opens no files; hint: set data.format "
-        "to LLMC or MEGATRON to read data.path");
+    return UserError("data.format SYNTHETIC generates its tokens and opens no files",
+                     "set data.format to LLMC or MEGATRON to read data.path");
   }
   if (path_or_glob.empty()) {
-    return absl::InvalidArgumentError(
-        "data.path is empty; hint: set data.path to a token file or a glob of shards");
+    return UserError("data.path is empty",
+                     "set data.path to a token file or a glob of shards, e.g. "
+                     "data/fineweb_train_*.bin");
   }
   std::vector<std::unique_ptr<TokenStream>> parts;
   if (format == DataConfig::LLMC) {
@@ -267,8 +261,8 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenTokenFiles(DataConfig::Format f
       parts.push_back(std::move(part));
     }
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown data.format ", static_cast<int>(format)));
+    return UserError(absl::StrCat("data.format ", static_cast<int>(format), " is unknown"),
+                     "set data.format to SYNTHETIC, LLMC or MEGATRON");
   }
   if (parts.size() == 1) return std::move(parts[0]);
   return std::make_unique<ConcatStream>(path_or_glob, std::move(parts));

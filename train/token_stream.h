@@ -3,8 +3,9 @@
 // [i*T, i*T + T] of the stream). File-backed streams memory-map their files,
 // so a multi-GB data set costs no memory until it is read; a glob of shards is
 // one stream in name order (ConcatStream). Also here: the element types token
-// files store, a token range check that names the file and position of a bad
-// id, and OpenTokenFiles, which turns `data.format` + `data.path` into a stream.
+// files store, and OpenTokenFiles, which turns `data.format` + `data.path` into
+// a stream. Token ids are range-checked where samples are loaded (SampleLoader),
+// so opening a data set reads nothing but its headers.
 #ifndef TETRA_TRAIN_TOKEN_STREAM_H_
 #define TETRA_TRAIN_TOKEN_STREAM_H_
 
@@ -85,7 +86,9 @@ class ConcatStream : public TokenStream {
 // A whole file mapped read-only; unmapped when destroyed. Move-only.
 class MappedFile {
  public:
-  static absl::StatusOr<MappedFile> Open(const std::string& path);
+  // `hint` says how to fix a path that cannot be opened (it names the config
+  // field the path came from), for the "hint: " line of the error.
+  static absl::StatusOr<MappedFile> Open(const std::string& path, const std::string& hint);
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;
   MappedFile(const MappedFile&) = delete;
@@ -128,10 +131,6 @@ void AppendScalar(std::string* bytes, T value) {
 
 // Writes `bytes` as the whole content of `path` (the token file writers).
 absl::Status WriteFileBytes(const std::string& path, const std::string& bytes);
-
-// Scans the whole stream once: every id must lie in [0, vocab_size), else an
-// error naming the file, the position in it and the value.
-absl::Status ValidateTokens(const TokenStream& stream, int64_t vocab_size);
 
 // `path_or_glob` of format LLMC: an llm.c shard or a glob of them; MEGATRON: a
 // data set prefix (`.bin`/`.idx` suffixes are accepted) or a glob of prefixes.

@@ -1,11 +1,15 @@
 #include "train/trainer.h"
 
+#include <sched.h>
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdlib>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status_macros.h"
+#include "core/user_error.h"
 #include "core/timer.h"
 #include "kernels/cpu/threads.h"
 #include "model/llama_model.h"
@@ -18,10 +22,13 @@
 namespace tetra {
 namespace {
 
-// train.threads, or the cores shared evenly by the ranks on this node (Open
-// MPI and Slurm say how many there are), so co-located ranks don't oversubscribe.
+// train.threads, or else the cores this process may run on (its affinity mask,
+// which honours cgroups and mpirun's binding) shared evenly by the ranks that
+// share that mask, so co-located ranks never oversubscribe the cores.
 int ResolveThreads(const TrainConfig& train) {
   if (train.threads() > 0) return train.threads();
+  cpu_set_t mask;
+  const int cores = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 1;
   int local_ranks = 1;
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
     if (const char* value = std::getenv(name)) {
@@ -29,8 +36,9 @@ int ResolveThreads(const TrainConfig& train) {
       break;
     }
   }
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / local_ranks);
+  // A rank bound to fewer cores than the node has already owns its share.
+  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  return cores < online ? std::max(1, cores) : std::max(1, cores / local_ranks);
 }
 
 // "done: 3000 steps in 23.1 s | loss 1.1991 (mean of the last 100 steps), 0.0898 above the floor"
@@ -54,9 +62,9 @@ absl::StatusOr<double> Evaluate(LlamaModel& model, SampleLoader& validation, int
                                 std::vector<int32_t>& inputs, std::vector<int32_t>& targets) {
   const int64_t samples = std::min(batches * global_batch, validation.samples_per_epoch()) / micro * micro;
   if (samples == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.valid_path holds ", validation.samples_per_epoch(), " samples of ", seq,
-        " tokens, fewer than one micro-batch of ", micro, "\nhint: use a larger validation set"));
+    return UserError(absl::StrCat("data.valid_path holds ", validation.samples_per_epoch(),
+                                  " samples of ", seq, " tokens, fewer than one micro-batch of ", micro),
+                     "use a larger validation set or a smaller train.micro_batch_size");
   }
   double loss_sum = 0;
   for (int64_t first = 0; first < samples; first += micro) {
@@ -109,6 +117,14 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, std::ostream& pro
     m.step = step;
     m.loss = loss_sum / tokens_per_step;
     m.grad_norm = optimizer.GradNorm();
+    if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
+      return UserError(
+          absl::StrFormat("training diverged at step %d: loss %g, gradient norm %g (weights were "
+                          "not updated)", step, m.loss, m.grad_norm),
+          absl::StrFormat("lower optimizer.lr (now %g), add optimizer.warmup_steps, or keep "
+                          "optimizer.clip_grad > 0", config.optimizer().lr()),
+          absl::StatusCode::kInternal);
+    }
     optimizer.ClipGradients(m.grad_norm);
     m.lr = LearningRate(config.optimizer(), step, train.steps());
     optimizer.Step(m.lr, step);

@@ -24,20 +24,18 @@ absl::StatusOr<TrainingData> OpenTrainingData(const TrainerConfig& config) {
     stream = std::move(source);
   } else {
     ASSIGN_OR_RETURN(stream, OpenTokenFiles(data.format(), data.path()));
-    RETURN_IF_ERROR(ValidateTokens(*stream, vocab));
     description = absl::StrFormat("%s (%d tokens)", data.path(), stream->size());
   }
   ASSIGN_OR_RETURN(SampleLoader loader, SampleLoader::Create(std::move(stream), seq, data.shuffle(),
-                                                             config.train().seed()));
+                                                             config.train().seed(), vocab));
   loader.set_epoch_callback([](int64_t epoch) {
     TETRA_LOG() << "tetra: data exhausted, starting epoch " << epoch;
   });
   std::optional<SampleLoader> validation;
   if (!data.valid_path().empty()) {
     ASSIGN_OR_RETURN(std::unique_ptr<TokenStream> valid, OpenTokenFiles(data.format(), data.valid_path()));
-    RETURN_IF_ERROR(ValidateTokens(*valid, vocab));
     ASSIGN_OR_RETURN(validation, SampleLoader::Create(std::move(valid), seq, /*shuffle=*/false,
-                                                      config.train().seed()));
+                                                      config.train().seed(), vocab));
   }
   return TrainingData{std::move(loader), std::move(validation), loss_floor, description};
 }

@@ -1,6 +1,6 @@
 // The run's training data from `data { ... }`: the synthetic Markov source
-// (with its exact loss floor) or token files, validated against the
-// vocabulary and addressed by sample index.
+// (with its exact loss floor) or token files, addressed by sample index; token
+// ids are checked against the vocabulary as samples load.
 #ifndef TETRA_TRAIN_TRAINING_DATA_H_
 #define TETRA_TRAIN_TRAINING_DATA_H_
 

@@ -6,19 +6,9 @@
 
 #include <cstdint>
 
-namespace tetra::cpu {
+#include "kernels/op_types.h"
 
-// Hyperparameters are double because torch's are Python floats: the scalar
-// terms (bias corrections, step size) are formed in double and each is
-// rounded to fp32 once where torch applies it to an fp32 tensor.
-struct AdamWHyper {
-  double lr = 3e-4;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  int64_t step = 1;  // 1-based count of updates including this one
-};
+namespace tetra::cpu {
 
 // param, m (exp_avg), v (exp_avg_sq): (n), updated in place; grad: (n).
 //   param *= 1 - lr * wd

@@ -12,15 +12,9 @@
 
 #include <cstdint>
 
-namespace tetra::cpu {
+#include "kernels/op_types.h"
 
-struct AttentionShape {
-  int64_t batch;     // B
-  int64_t seq;       // T
-  int64_t q_heads;   // Hq, a multiple of kv_heads
-  int64_t kv_heads;  // Hkv
-  int64_t head_dim;  // D
-};
+namespace tetra::cpu {
 
 // q: (B, T, Hq, D); k, v: (B, T, Hkv, D).
 // out: (B, T, Hq, D); lse: (B, Hq, T), the log-sum-exp of each query row's

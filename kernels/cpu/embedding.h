@@ -7,16 +7,17 @@
 namespace tetra::cpu {
 
 // out (n, dim) = table[tokens] with table (vocab, dim). Ids are validated when
-// data is read, so an id < 0 here is a bug (checked); the upper bound is the
-// caller's (the table's row count is not passed).
-void EmbeddingForward(const int32_t* tokens, int64_t n, const float* table, int64_t dim,
-                      float* out);
+// data is read; the check here that every id is in [0, vocab) guards memory,
+// so a failure is a bug.
+void EmbeddingForward(const int32_t* tokens, int64_t n, const float* table, int64_t vocab,
+                      int64_t dim, float* out);
 
-// dtable (vocab, dim) += scatter of dout (n, dim) by tokens, accumulated.
+// dtable (vocab, dim) += scatter of dout (n, dim) by tokens, accumulated; ids
+// checked as in the forward.
 // Threads split the dim columns, so each element sums its rows in token order:
 // bit-identical run to run and for any thread count, with no atomics.
-void EmbeddingBackward(const int32_t* tokens, int64_t n, const float* dout, int64_t dim,
-                       float* dtable);
+void EmbeddingBackward(const int32_t* tokens, int64_t n, const float* dout, int64_t vocab,
+                       int64_t dim, float* dtable);
 
 }  // namespace tetra::cpu
 

@@ -38,9 +38,10 @@ void LinearForward(const float* x, const float* w, int64_t rows, int64_t in, int
 }
 
 void LinearBackward(const float* dy, const float* x, const float* w, int64_t rows, int64_t in,
-                    int64_t out, float* dx, float* dw) {
+                    int64_t out, float* dx, float* dw, bool accumulate_dx) {
   if (dx != nullptr) {
-    Gemm(/*trans_a=*/false, /*trans_b=*/false, rows, in, out, 1.0f, dy, w, 0.0f, dx);
+    Gemm(/*trans_a=*/false, /*trans_b=*/false, rows, in, out, 1.0f, dy, w,
+         accumulate_dx ? 1.0f : 0.0f, dx);
   }
   Gemm(/*trans_a=*/true, /*trans_b=*/false, out, in, rows, 1.0f, dy, x, 1.0f, dw);
 }

@@ -18,10 +18,12 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 // y (rows, out) = x (rows, in) * w^T, w (out, in).
 void LinearForward(const float* x, const float* w, int64_t rows, int64_t in, int64_t out, float* y);
 
-// dx (rows, in) = dy (rows, out) * w, written; skipped when dx is null.
+// dx (rows, in) = dy (rows, out) * w, written, or added onto dx when
+// accumulate_dx (an input read by several linears, e.g. by q, k and v);
+// skipped when dx is null.
 // dw (out, in) += dy^T * x, accumulated over calls (micro-batches).
 void LinearBackward(const float* dy, const float* x, const float* w, int64_t rows, int64_t in,
-                    int64_t out, float* dx, float* dw);
+                    int64_t out, float* dx, float* dw, bool accumulate_dx);
 
 }  // namespace tetra::cpu
 

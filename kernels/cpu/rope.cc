@@ -1,7 +1,5 @@
 #include "kernels/cpu/rope.h"
 
-#include <cmath>
-
 #include "core/logging.h"
 #include "kernels/cpu/partition.h"
 
@@ -14,12 +12,16 @@ void Rotate(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_di
   TETRA_CHECK(head_dim == 2 * table.half_dim)
       << "head_dim " << head_dim << " vs table half_dim " << table.half_dim;
   TETRA_CHECK(seq <= table.seq) << "seq " << seq << " > table seq " << table.seq;
+  TETRA_CHECK(table.cos.device() == DeviceType::kCPU && table.sin.device() == DeviceType::kCPU)
+      << "RoPE table is not on the host";
   const int64_t half = table.half_dim;
   const int64_t rows = batch * seq;
+  const float* cos_table = table.cos.f32();
+  const float* sin_table = table.sin.f32();
 #pragma omp parallel for schedule(static) if (rows * heads * head_dim >= kMinParallelWork)
   for (int64_t bt = 0; bt < rows; ++bt) {
-    const float* cos = table.cos.data() + (bt % seq) * half;
-    const float* sin = table.sin.data() + (bt % seq) * half;
+    const float* cos = cos_table + (bt % seq) * half;
+    const float* sin = sin_table + (bt % seq) * half;
     for (int64_t h = 0; h < heads; ++h) {
       float* x1 = x + (bt * heads + h) * head_dim;
       float* x2 = x1 + half;
@@ -36,29 +38,6 @@ void Rotate(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_di
 }
 
 }  // namespace
-
-RopeTable MakeRopeTable(int64_t seq, int64_t head_dim, double theta) {
-  TETRA_CHECK(seq >= 0 && head_dim > 0 && head_dim % 2 == 0)
-      << "seq " << seq << " head_dim " << head_dim;
-  RopeTable table;
-  table.seq = seq;
-  table.half_dim = head_dim / 2;
-  table.cos.resize(seq * table.half_dim);
-  table.sin.resize(seq * table.half_dim);
-  std::vector<float> inv_freq(table.half_dim);
-  for (int64_t i = 0; i < table.half_dim; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), exponent);
-  }
-  for (int64_t p = 0; p < seq; ++p) {
-    for (int64_t i = 0; i < table.half_dim; ++i) {
-      const float angle = static_cast<float>(p) * inv_freq[i];
-      table.cos[p * table.half_dim + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      table.sin[p * table.half_dim + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
-    }
-  }
-  return table;
-}
 
 void RopeForward(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                  const RopeTable& table) {

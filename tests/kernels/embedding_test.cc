@@ -1,10 +1,13 @@
 #include "kernels/cpu/embedding.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "core/tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/ops.h"
 #include "tests/testing/gradient_check.h"
 
 namespace tetra::cpu {
@@ -27,7 +30,7 @@ constexpr int64_t kDim = 20;  // not a multiple of 16: threads get unequal colum
 TEST(EmbeddingTest, ForwardCopiesTableRows) {
   const std::vector<float> table = RandomVector(kVocab * kDim, 1);
   std::vector<float> out(kTokens.size() * kDim);
-  EmbeddingForward(kTokens.data(), kTokens.size(), table.data(), kDim, out.data());
+  EmbeddingForward(kTokens.data(), kTokens.size(), table.data(), kVocab, kDim, out.data());
   for (size_t i = 0; i < kTokens.size(); ++i) {
     for (int64_t j = 0; j < kDim; ++j) {
       ASSERT_EQ(out[i * kDim + j], table[kTokens[i] * kDim + j]) << "token " << i << " dim " << j;
@@ -41,13 +44,13 @@ TEST(EmbeddingTest, BackwardMatchesFiniteDifferencesWithRepeatedTokens) {
   const std::vector<float> probe = RandomVector(n * kDim, 3);
   auto loss = [&] {
     std::vector<float> out(n * kDim);
-    EmbeddingForward(kTokens.data(), n, table.data(), kDim, out.data());
+    EmbeddingForward(kTokens.data(), n, table.data(), kVocab, kDim, out.data());
     return ProbeLoss(out.data(), probe);
   };
   // Accumulates: start from an earlier micro-batch's gradient.
   const std::vector<float> before = RandomVector(kVocab * kDim, 4);
   std::vector<float> dtable = before;
-  EmbeddingBackward(kTokens.data(), n, probe.data(), kDim, dtable.data());
+  EmbeddingBackward(kTokens.data(), n, probe.data(), kVocab, kDim, dtable.data());
   std::vector<float> added(kVocab * kDim);
   for (int64_t i = 0; i < kVocab * kDim; ++i) added[i] = dtable[i] - before[i];
   ExpectGradientMatches("dtable", table.data(), kVocab * kDim, added.data(), loss, kGradOptions);
@@ -63,7 +66,7 @@ TEST(EmbeddingTest, BackwardIsBitIdenticalAcrossRunsAndThreadCounts) {
   for (int threads : {2, 2, 1, 3}) {
     SetCpuThreads(threads);
     std::vector<float> dtable(vocab * dim, 0.25f);
-    EmbeddingBackward(tokens.data(), n, dout.data(), dim, dtable.data());
+    EmbeddingBackward(tokens.data(), n, dout.data(), vocab, dim, dtable.data());
     results.push_back(dtable);
   }
   SetCpuThreads(saved_threads);
@@ -72,6 +75,37 @@ TEST(EmbeddingTest, BackwardIsBitIdenticalAcrossRunsAndThreadCounts) {
               0)
         << "run " << r;
   }
+}
+
+TEST(EmbeddingDeathTest, TokenOutsideTableIsABug) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::vector<float> table = RandomVector(kVocab * kDim, 6);
+  std::vector<float> rows(kTokens.size() * kDim);
+  std::vector<float> dtable(kVocab * kDim);
+  std::vector<int32_t> tokens = kTokens;
+  tokens[4] = kVocab;  // one past the last row
+  EXPECT_DEATH(EmbeddingForward(tokens.data(), tokens.size(), table.data(), kVocab, kDim,
+                                rows.data()),
+               "token id 7 at 4 outside");
+  EXPECT_DEATH(EmbeddingBackward(tokens.data(), tokens.size(), rows.data(), kVocab, kDim,
+                                 dtable.data()),
+               "token id 7 at 4 outside");
+  tokens[4] = -1;
+  EXPECT_DEATH(EmbeddingForward(tokens.data(), tokens.size(), table.data(), kVocab, kDim,
+                                rows.data()),
+               "token id -1 at 4 outside");
+}
+
+// The op API passes the table's row count down: ops::Embedding checks the same.
+TEST(EmbeddingDeathTest, OpChecksTokensAgainstTableRows) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const Tensor tokens = Tensor::Empty({static_cast<int64_t>(kTokens.size())}, DType::kI32);
+  std::copy(kTokens.begin(), kTokens.end(), tokens.data<int32_t>());
+  tokens.data<int32_t>()[2] = kVocab;
+  const Tensor table = Tensor::Zeros({kVocab, kDim});
+  const Tensor out = Tensor::Empty({tokens.numel(), kDim});
+  EXPECT_DEATH(ops::Embedding(tokens, table, out), "token id 7 at 2 outside");
+  EXPECT_DEATH(ops::EmbeddingBackward(tokens, out, table), "token id 7 at 2 outside");
 }
 
 }  // namespace

@@ -84,7 +84,7 @@ TEST(LinearTest, ForwardIsXTimesWTransposed) {
   }
 }
 
-TEST(LinearTest, BackwardMatchesFiniteDifferencesAndAccumulatesDw) {
+TEST(LinearTest, BackwardMatchesFiniteDifferencesOverwritingOrAccumulatingDx) {
   const int64_t rows = 4, in = 6, out = 5;
   std::vector<float> x = RandomVector(rows * in, 8);
   std::vector<float> w = RandomVector(out * in, 9);
@@ -94,19 +94,52 @@ TEST(LinearTest, BackwardMatchesFiniteDifferencesAndAccumulatesDw) {
     LinearForward(x.data(), w.data(), rows, in, out, y.data());
     return ProbeLoss(y.data(), probe);
   };
+  // dw always accumulates: start from an earlier micro-batch's gradient.
   const std::vector<float> dw_before = RandomVector(out * in, 11);
-  std::vector<float> dx(rows * in);
-  std::vector<float> dw = dw_before;
-  LinearBackward(probe.data(), x.data(), w.data(), rows, in, out, dx.data(), dw.data());
-  std::vector<float> dw_added(out * in);
-  for (int64_t i = 0; i < out * in; ++i) dw_added[i] = dw[i] - dw_before[i];
-  ExpectGradientMatches("dx", x.data(), rows * in, dx.data(), loss, kLinearGradOptions);
-  ExpectGradientMatches("dw", w.data(), out * in, dw_added.data(), loss, kLinearGradOptions);
+  for (bool accumulate_dx : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "accumulate_dx=" << accumulate_dx);
+    // Overwriting must ignore what dx held, even NaN; accumulating adds onto it.
+    const std::vector<float> dx_before =
+        accumulate_dx ? RandomVector(rows * in, 12)
+                      : std::vector<float>(rows * in, std::numeric_limits<float>::quiet_NaN());
+    std::vector<float> dx = dx_before;
+    std::vector<float> dw = dw_before;
+    LinearBackward(probe.data(), x.data(), w.data(), rows, in, out, dx.data(), dw.data(),
+                   accumulate_dx);
+    std::vector<float> dx_added = dx;
+    if (accumulate_dx) {
+      for (int64_t i = 0; i < rows * in; ++i) dx_added[i] -= dx_before[i];
+    }
+    std::vector<float> dw_added(out * in);
+    for (int64_t i = 0; i < out * in; ++i) dw_added[i] = dw[i] - dw_before[i];
+    ExpectGradientMatches("dx", x.data(), rows * in, dx_added.data(), loss, kLinearGradOptions);
+    ExpectGradientMatches("dw", w.data(), out * in, dw_added.data(), loss, kLinearGradOptions);
 
-  // dx may be skipped (first layer); dw is then the same.
-  std::vector<float> dw_only = dw_before;
-  LinearBackward(probe.data(), x.data(), w.data(), rows, in, out, nullptr, dw_only.data());
-  EXPECT_EQ(dw_only, dw);
+    // dx may be skipped (first layer); dw is then the same.
+    std::vector<float> dw_only = dw_before;
+    LinearBackward(probe.data(), x.data(), w.data(), rows, in, out, nullptr, dw_only.data(),
+                   accumulate_dx);
+    EXPECT_EQ(dw_only, dw);
+  }
+}
+
+TEST(LinearTest, AccumulatedDxMatchesDoubleReference) {
+  const int64_t rows = 3, in = 4, out = 6;
+  const std::vector<float> x = RandomVector(rows * in, 13);
+  const std::vector<float> w = RandomVector(out * in, 14);
+  const std::vector<float> dy = RandomVector(rows * out, 15);
+  const std::vector<float> dx_before = RandomVector(rows * in, 16);
+  std::vector<float> dx = dx_before;
+  std::vector<float> dw(out * in, 0.0f);
+  LinearBackward(dy.data(), x.data(), w.data(), rows, in, out, dx.data(), dw.data(),
+                 /*accumulate_dx=*/true);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < in; ++i) {
+      double sum = dx_before[r * in + i];
+      for (int64_t o = 0; o < out; ++o) sum += double{dy[r * out + o]} * w[o * in + i];
+      EXPECT_NEAR(dx[r * in + i], sum, kGemmAbsTol) << "at (" << r << ", " << i << ")";
+    }
+  }
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ namespace tetra {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 
 // Tolerances. F32 is copied bit for bit, so its round trip is exact. BF16
 // keeps 8 significant bits; rounding to nearest errs by at most half an ulp,
@@ -82,6 +83,9 @@ uint32_t Bits(float x) {
 }
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+// One sentence, then one "hint: " line (core/user_error.h).
+auto UserErrorShape() { return MatchesRegex("[^\n]+\nhint: [^\n]+"); }
 
 TEST_F(SafetensorsTest, F32RoundTripIsBitExactAndLaidOutAsTheFormatSays) {
   const std::string path = TempPath("f32.safetensors");
@@ -243,10 +247,46 @@ TEST_F(SafetensorsTest, ReadF32RejectsMissingNamesAndIntegerTensors) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(status), HasSubstr("only F32, BF16 and F16"));
   EXPECT_THAT(Message(status), HasSubstr(path));
+  EXPECT_THAT(Message(status), UserErrorShape());
   status = file->ReadF32("nope", out);
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(Message(status), HasSubstr("no tensor named \"nope\""));
   EXPECT_THAT(Message(status), HasSubstr(path));
+  EXPECT_THAT(Message(status), UserErrorShape());
+}
+
+TEST_F(SafetensorsTest, TensorsOfDtypesTetraDoesNotReadAreListedNotFatal) {
+  // An I64, a U8 and a 4-bit F4 tensor (two elements, one byte) beside an F32
+  // one, as in checkpoints that carry position ids or masks.
+  const std::string path = TempPath("mixed.safetensors");
+  WriteBytes(path, HandWritten(R"({"ids":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},)"
+                               R"("w":{"dtype":"F32","shape":[1],"data_offsets":[16,20]},)"
+                               R"("mask":{"dtype":"U8","shape":[3],"data_offsets":[20,23]},)"
+                               R"("packed":{"dtype":"F4","shape":[2],"data_offsets":[23,24]}})",
+                               std::string(16, '\0') + FloatBytes({1.5f}) +
+                                   std::string("\x01\x00\x01\x00", 4)));
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(file->entries().size(), 4u);
+  const std::vector<std::string> names = {"ids", "w", "mask", "packed"};
+  const std::vector<std::string> dtype_names = {"I64", "F32", "U8", "F4"};
+  const std::vector<Shape> shapes = {{2}, {1}, {3}, {2}};
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(file->entries()[i].name, names[i]);
+    EXPECT_EQ(file->entries()[i].dtype_name, dtype_names[i]);
+    EXPECT_EQ(file->entries()[i].shape, shapes[i]);
+    EXPECT_EQ(file->entries()[i].dtype.has_value(), names[i] == "w") << names[i];
+  }
+  float w = 0;
+  ASSERT_TRUE(file->ReadF32("w", &w).ok());
+  EXPECT_EQ(w, 1.5f);
+  float out[3];
+  absl::Status status = file->ReadF32("ids", out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(status), HasSubstr("tensor \"ids\" is I64, but only F32, BF16 and F16"));
+  EXPECT_THAT(Message(status), HasSubstr(path));
+  EXPECT_THAT(Message(status), UserErrorShape());
+  EXPECT_THAT(Message(file->ReadF32("mask", out)), HasSubstr("is U8"));
 }
 
 TEST_F(SafetensorsTest, MissingFileIsNotFound) {
@@ -254,6 +294,8 @@ TEST_F(SafetensorsTest, MissingFileIsNotFound) {
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
   EXPECT_EQ(file.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(Message(file.status()), HasSubstr(path));
+  EXPECT_THAT(Message(file.status()), UserErrorShape());
+  EXPECT_THAT(Message(file.status()), HasSubstr("\nhint: check init_from"));
 }
 
 struct BadFileCase {
@@ -274,6 +316,10 @@ TEST_P(BadSafetensorsFileTest, OpenFailsNamingFileAndProblem) {
   ASSERT_FALSE(file.ok());
   EXPECT_THAT(Message(file.status()), HasSubstr(path));
   EXPECT_THAT(Message(file.status()), HasSubstr(GetParam().expected_message));
+  EXPECT_THAT(Message(file.status()), UserErrorShape());
+  EXPECT_THAT(Message(file.status()),
+              HasSubstr("init_from must be a .safetensors file, e.g. model.safetensors from a "
+                        "Hugging Face checkpoint or `tetra export`"));
 }
 
 // Byte positions in the malformed-JSON cases are counted by hand from the
@@ -301,9 +347,12 @@ const BadFileCase kBadFiles[] = {
     {"UnknownDtype",
      HandWritten(R"({"w":{"dtype":"F9","shape":[1],"data_offsets":[0,4]}})", std::string(4, '\0')),
      "tensor \"w\" has unknown dtype \"F9\""},
-    {"UnsupportedDtype",
-     HandWritten(R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", std::string(8, '\0')),
-     "dtype \"F64\", which tetra does not read"},
+    {"UnreadableDtypeWrongSize",
+     HandWritten(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0')),
+     "spanning 8 bytes, but shape [2] of F64 needs 16 bytes"},
+    {"SubByteDtypeNotWholeBytes",
+     HandWritten(R"({"w":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", std::string(2, '\0')),
+     "shape [3] of F4, 12 bits, which is not whole bytes"},
     {"OffsetsPastData",
      HandWritten(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
                  std::string(8, '\0')),
@@ -344,14 +393,17 @@ TEST_F(SafetensorsTest, WriteRejectsBadRequestsAndUnwritablePaths) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(status), HasSubstr("\"a\" appears twice"));
   EXPECT_THAT(Message(status), HasSubstr(path));
+  EXPECT_THAT(Message(status), UserErrorShape());
   status = WriteSafetensors(path, {{"a", {1}, &x}}, DType::kF16);
   EXPECT_THAT(Message(status), HasSubstr("F32 or BF16"));
+  EXPECT_THAT(Message(status), UserErrorShape());
   EXPECT_FALSE(std::filesystem::exists(path));
 
   const std::string unwritable = TempPath("no_such_dir/w.safetensors");
   status = WriteSafetensors(unwritable, {{"a", {1}, &x}}, DType::kF32);
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(Message(status), HasSubstr(unwritable));
+  EXPECT_THAT(Message(status), UserErrorShape());
 }
 
 TEST_F(SafetensorsTest, WriteReplacesAnExistingFileWhole) {

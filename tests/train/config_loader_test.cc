@@ -8,6 +8,12 @@ namespace tetra {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+// One sentence, then one "hint: " line (core/user_error.h).
+auto UserErrorShape() { return MatchesRegex("[^\n]+\nhint: [^\n]+"); }
+
+std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
 TEST(ConfigLoaderTest, ParsesTextFormatWithDefaults) {
   auto config = ParseConfigText("model { hidden_size: 128 }\ntrain { steps: 7 }", "inline");
@@ -26,6 +32,23 @@ TEST(ConfigLoaderTest, ParseErrorNamesFileLineAndColumn) {
   auto config = ParseConfigText("model {\n  hidden_size: 12x\n}\n", "recipe.textproto");
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("recipe.textproto:2:"));
+  EXPECT_THAT(Message(config.status()), UserErrorShape());
+  EXPECT_THAT(Message(config.status()),
+              HasSubstr("\nhint: the config is protobuf text format; see "
+                        "configs/tiny_dense.textproto"));
+}
+
+TEST(ConfigLoaderTest, UnknownEnumValueListsTheValidNames) {
+  // protobuf places the error after the value, here at the closing brace.
+  auto config = ParseConfigText("data { format: CSV }", "r.textproto");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(Message(config.status()), HasSubstr("r.textproto:1:"));
+  EXPECT_THAT(Message(config.status()), HasSubstr("CSV"));
+  EXPECT_THAT(Message(config.status()),
+              HasSubstr("\nhint: data.format takes one of SYNTHETIC, LLMC, MEGATRON"));
+  EXPECT_THAT(Message(config.status()), UserErrorShape());
+  auto device = ParseConfigText("train { device: GPU }", "r.textproto");
+  EXPECT_THAT(Message(device.status()), HasSubstr("train.device takes one of AUTO, CPU, CUDA"));
 }
 
 TEST(ConfigLoaderTest, UnknownFieldSuggestsNearestName) {
@@ -34,6 +57,27 @@ TEST(ConfigLoaderTest, UnknownFieldSuggestsNearestName) {
   EXPECT_THAT(config.status().message(), HasSubstr("r.textproto:2:"));
   EXPECT_THAT(config.status().message(), HasSubstr("hiden_size"));
   EXPECT_THAT(config.status().message(), HasSubstr("did you mean \"hidden_size\""));
+  EXPECT_THAT(Message(config.status()), UserErrorShape());
+}
+
+TEST(ConfigLoaderTest, NearestNameAlsoMatchesPrefixesAndSubstrings) {
+  auto hint = [](const std::string& text) {
+    auto config = ParseConfigText(text, "r.textproto");
+    std::string message = config.ok() ? "" : Message(config.status());
+    return message.substr(message.find("\nhint: ") + 1);
+  };
+  // A prefix of one field (also inside num_hidden_layers, but not its start).
+  EXPECT_EQ(hint("model { hidden: 64 }"), "hint: did you mean \"hidden_size\"?");
+  // A field name that begins the typed one.
+  EXPECT_EQ(hint("optimizer { lr_max: 0.1 }"), "hint: did you mean \"lr\"?");
+  // Inside exactly one field.
+  EXPECT_EQ(hint("model { layers: 2 }"), "hint: did you mean \"num_hidden_layers\"?");
+  // Inside several: all of them.
+  EXPECT_EQ(hint("train { batch_size: 2 }"),
+            "hint: did you mean one of \"global_batch_size\", \"micro_batch_size\"?");
+  // Nothing related: the list of fields.
+  EXPECT_THAT(hint("optimizer { momentum: 0.9 }"),
+              HasSubstr("hint: the fields of OptimizerConfig are lr, min_lr, "));
 }
 
 TEST(ConfigLoaderTest, SetOverridesScalarsAndEnums) {
@@ -58,12 +102,30 @@ TEST(ConfigLoaderTest, SetErrorsSayWhatIsWrong) {
   EXPECT_THAT(unknown.message(), HasSubstr("did you mean \"steps\""));
   auto not_number = ApplyOverride("train.steps=many", &config);
   EXPECT_THAT(not_number.message(), HasSubstr("\"many\" is not a 32-bit integer"));
+  EXPECT_THAT(not_number.message(),
+              HasSubstr("\nhint: write a 32-bit integer, e.g. --set train.steps=100"));
+  auto not_real = ApplyOverride("optimizer.lr=fast", &config);
+  EXPECT_THAT(not_real.message(),
+              HasSubstr("\nhint: write a number, e.g. --set optimizer.lr=0.0003"));
   auto bad_enum = ApplyOverride("data.format=CSV", &config);
   EXPECT_THAT(bad_enum.message(), HasSubstr("SYNTHETIC, LLMC, MEGATRON"));
+  EXPECT_THAT(bad_enum.message(), HasSubstr("e.g. --set data.format=SYNTHETIC"));
   auto message_field = ApplyOverride("model=3", &config);
   EXPECT_THAT(message_field.message(), HasSubstr("is a message, not a scalar"));
+  EXPECT_THAT(message_field.message(), HasSubstr("e.g. --set model.vocab_size=256"));
   auto no_equals = ApplyOverride("train.steps", &config);
   EXPECT_THAT(no_equals.message(), HasSubstr("expected path.to.field=value"));
+  auto below_scalar = ApplyOverride("train.steps.max=3", &config);
+  EXPECT_THAT(below_scalar.message(), HasSubstr("steps is a scalar and has no fields"));
+  EXPECT_THAT(below_scalar.message(), HasSubstr("e.g. --set train.steps=100"));
+  auto repeated = ApplyOverride("parallel.pipeline_layers=2", &config);
+  EXPECT_THAT(repeated.message(), HasSubstr("is a repeated field"));
+  for (const absl::Status& status : {unknown, not_number, not_real, bad_enum, message_field,
+                                     no_equals, below_scalar, repeated}) {
+    EXPECT_THAT(Message(status), UserErrorShape());
+  }
+  EXPECT_THAT(Message(LoadConfigFile("/nonexistent/recipe.textproto").status()),
+              UserErrorShape());
 }
 
 TEST(ConfigValidationTest, ReportsBrokenConstraintsWithNumbers) {

@@ -1,5 +1,6 @@
 // llm.c shards, and the TokenStream plumbing over them: globs of shards as one
-// stream, range checks naming file and position, and the open-time errors.
+// stream, range checks naming file and position, and the open-time errors,
+// each one sentence plus a hint line.
 #include "train/llmc_shard.h"
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/scratch_files.h"
+#include "train/sample_loader.h"
 #include "train/token_stream.h"
 
 namespace tetra {
@@ -17,6 +19,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 
 using ::tetra::testing::ReadBytes;
 using ::tetra::testing::WriteBytes;
@@ -43,6 +46,13 @@ std::vector<int32_t> ReadAll(const TokenStream& stream) {
 }
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
+
+// One sentence, then one "hint: " line (core/user_error.h).
+auto UserErrorShape() { return MatchesRegex("[^\n]+\nhint: [^\n]+"); }
+
+constexpr char kNotLlmcHint[] =
+    "\nhint: data.format LLMC expects llm.c shards (made by llm.c's dev/data scripts); for "
+    "Megatron .bin/.idx use data.format MEGATRON";
 
 TEST(LlmcShardTest, WritesTheLlmcLayoutByteForByte) {
   const std::string path = TempPath("layout.bin");
@@ -86,7 +96,8 @@ TEST(LlmcShardTest, WriterRejectsTokensTheTypeCannotHold) {
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(Message(status), HasSubstr("70000"));
   EXPECT_THAT(Message(status), HasSubstr("position 1"));
-  EXPECT_FALSE(WriteLlmcShard(TempPath("negative.bin"), {-1}, true).ok());
+  EXPECT_THAT(Message(status), UserErrorShape());
+  EXPECT_THAT(Message(WriteLlmcShard(TempPath("negative.bin"), {-1}, true)), UserErrorShape());
 }
 
 TEST(LlmcShardTest, ReadOutsideTheStreamIsAnError) {
@@ -110,6 +121,8 @@ TEST(LlmcShardTest, FileShorterThanTheHeader) {
   EXPECT_THAT(Message(stream.status()), HasSubstr(path));
   EXPECT_THAT(Message(stream.status()), HasSubstr("100 bytes"));
   EXPECT_THAT(Message(stream.status()), HasSubstr("1024-byte header"));
+  EXPECT_THAT(Message(stream.status()), UserErrorShape());
+  EXPECT_THAT(Message(stream.status()), HasSubstr(kNotLlmcHint));
 }
 
 TEST(LlmcShardTest, WrongMagicSaysWhatWasFoundAndExpected) {
@@ -124,6 +137,8 @@ TEST(LlmcShardTest, WrongMagicSaysWhatWasFoundAndExpected) {
   EXPECT_THAT(Message(stream.status()), HasSubstr("magic is 12345"));
   EXPECT_THAT(Message(stream.status()), HasSubstr("20240520"));
   EXPECT_THAT(Message(stream.status()), HasSubstr("20240801"));
+  EXPECT_THAT(Message(stream.status()), UserErrorShape());
+  EXPECT_THAT(Message(stream.status()), HasSubstr(kNotLlmcHint));
 }
 
 TEST(LlmcShardTest, UnexpectedVersion) {
@@ -137,6 +152,7 @@ TEST(LlmcShardTest, UnexpectedVersion) {
   EXPECT_THAT(Message(stream.status()), HasSubstr(path));
   EXPECT_THAT(Message(stream.status()), HasSubstr("version 3"));
   EXPECT_THAT(Message(stream.status()), HasSubstr("expected version 1"));
+  EXPECT_THAT(Message(stream.status()), UserErrorShape());
 }
 
 TEST(LlmcShardTest, TruncatedShardSaysWhatTheHeaderPromised) {
@@ -149,6 +165,7 @@ TEST(LlmcShardTest, TruncatedShardSaysWhatTheHeaderPromised) {
   EXPECT_THAT(Message(stream.status()), HasSubstr(path));
   EXPECT_THAT(Message(stream.status()), HasSubstr("promises 10 tokens"));
   EXPECT_THAT(Message(stream.status()), HasSubstr("has 1038 bytes"));
+  EXPECT_THAT(Message(stream.status()), UserErrorShape());
 }
 
 TEST(LlmcShardTest, MissingFileIsNamed) {
@@ -157,6 +174,8 @@ TEST(LlmcShardTest, MissingFileIsNamed) {
   ASSERT_FALSE(stream.ok());
   EXPECT_EQ(stream.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(Message(stream.status()), HasSubstr(path));
+  EXPECT_THAT(Message(stream.status()), UserErrorShape());
+  EXPECT_THAT(Message(stream.status()), HasSubstr("data.path"));
 }
 
 TEST(TokenFilesTest, GlobOfShardsIsOneStreamInNameOrder) {
@@ -187,27 +206,38 @@ TEST(TokenFilesTest, GlobMatchingNothingNamesThePattern) {
   auto stream = OpenTokenFiles(DataConfig::LLMC, pattern);
   ASSERT_FALSE(stream.ok());
   EXPECT_THAT(Message(stream.status()), HasSubstr(pattern));
+  EXPECT_THAT(Message(stream.status()), UserErrorShape());
 }
 
 TEST(TokenFilesTest, SyntheticAndEmptyPathAreErrors) {
-  EXPECT_THAT(Message(OpenTokenFiles(DataConfig::SYNTHETIC, "x").status()),
-              HasSubstr("SYNTHETIC"));
-  EXPECT_THAT(Message(OpenTokenFiles(DataConfig::LLMC, "").status()), HasSubstr("data.path"));
+  const std::string synthetic = Message(OpenTokenFiles(DataConfig::SYNTHETIC, "x").status());
+  EXPECT_THAT(synthetic, HasSubstr("SYNTHETIC"));
+  EXPECT_THAT(synthetic, UserErrorShape());
+  const std::string empty = Message(OpenTokenFiles(DataConfig::LLMC, "").status());
+  EXPECT_THAT(empty, HasSubstr("data.path"));
+  EXPECT_THAT(empty, UserErrorShape());
 }
 
-TEST(TokenFilesTest, ValidationNamesTheShardPositionAndValue) {
+TEST(TokenFilesTest, VocabularyCheckNamesTheShardPositionAndValue) {
   const std::string prefix = TempPath("vocab_");
   ASSERT_TRUE(WriteLlmcShard(prefix + "a.bin", {1, 2, 3, 4}).ok());
   ASSERT_TRUE(WriteLlmcShard(prefix + "b.bin", {5, 6, 60000, 7}).ok());
-  auto stream = OpenTokenFiles(DataConfig::LLMC, prefix + "?.bin");
-  ASSERT_TRUE(stream.ok());
-  EXPECT_TRUE(ValidateTokens(**stream, 60001).ok());
-  absl::Status status = ValidateTokens(**stream, 50257);
+  // One sample of seq_length 7 holds all 8 tokens of the two shards.
+  auto load = [&](int64_t vocab_size) {
+    auto stream = OpenTokenFiles(DataConfig::LLMC, prefix + "?.bin");
+    if (!stream.ok()) return stream.status();
+    auto loader = SampleLoader::Create(*std::move(stream), 7, /*shuffle=*/false, 1, vocab_size);
+    if (!loader.ok()) return loader.status();
+    std::vector<int32_t> inputs(7), targets(7);
+    return loader->Load(0, 1, inputs.data(), targets.data());
+  };
+  EXPECT_TRUE(load(60001).ok());
+  absl::Status status = load(50257);
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(Message(status), HasSubstr(prefix + "b.bin"));
   EXPECT_THAT(Message(status), HasSubstr("position 2 is 60000"));
   EXPECT_THAT(Message(status), HasSubstr("[0, 50257)"));
-  EXPECT_THAT(Message(status), HasSubstr("hint: "));
+  EXPECT_THAT(Message(status), UserErrorShape());
 }
 
 TEST(TokenFilesTest, ConvertsEveryTokenTypeAndSaturatesWideValues) {

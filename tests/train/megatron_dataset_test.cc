@@ -1,5 +1,6 @@
 // Megatron-LM indexed data sets: the writer against the MMIDIDX layout spelled
-// out byte by byte, round trips for every integer dtype, and each bad input.
+// out byte by byte, round trips for every integer dtype, and each bad input
+// (one sentence naming the file, then a hint line).
 #include "train/megatron_dataset.h"
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/scratch_files.h"
+#include "train/sample_loader.h"
 #include "train/token_stream.h"
 
 namespace tetra {
@@ -17,6 +19,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 
 using ::tetra::testing::ReadBytes;
 using ::tetra::testing::WriteBytes;
@@ -40,10 +43,16 @@ std::vector<int32_t> ReadAll(const TokenStream& stream) {
 
 std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
-// Opens `prefix` and returns the error message (empty if it opened).
+// One sentence, then one "hint: " line (core/user_error.h).
+auto UserErrorShape() { return MatchesRegex("[^\n]+\nhint: [^\n]+"); }
+
+// Opens `prefix` and returns the error message (empty if it opened), which
+// must have the shape of a user error.
 std::string OpenError(const std::string& prefix) {
   auto stream = OpenMegatronDataset(prefix);
-  return stream.ok() ? "" : Message(stream.status());
+  if (stream.ok()) return "";
+  EXPECT_THAT(Message(stream.status()), UserErrorShape());
+  return Message(stream.status());
 }
 
 TEST(MegatronDatasetTest, WritesTheMmidIdxLayoutByteForByte) {
@@ -94,6 +103,7 @@ TEST(MegatronDatasetTest, WriterRejectsFloatCodesAndTokensThatDoNotFit) {
               HasSubstr("float32"));
   absl::Status status = WriteMegatronDataset(TempPrefix("fit"), {{1}, {300}}, kMegatronUint8);
   EXPECT_THAT(Message(status), HasSubstr("token 300 of sequence 1"));
+  EXPECT_THAT(Message(status), UserErrorShape());
 }
 
 TEST(MegatronDatasetTest, SequencesAreReadInIndexOrderWhereverTheyLie) {
@@ -127,6 +137,9 @@ TEST(MegatronDatasetTest, MissingIdxOrBinIsNamed) {
   EXPECT_THAT(OpenError(prefix), HasSubstr(prefix + ".bin: cannot open"));
   std::remove((prefix + ".idx").c_str());
   EXPECT_THAT(OpenError(prefix), HasSubstr(prefix + ".idx: cannot open"));
+  EXPECT_THAT(OpenError(prefix),
+              HasSubstr("\nhint: a Megatron data set is " + prefix + ".idx plus " + prefix +
+                        ".bin"));
 }
 
 // Writes a valid two-sequence data set and returns its index bytes.
@@ -144,6 +157,8 @@ TEST(MegatronDatasetTest, BadMagic) {
   EXPECT_THAT(error, HasSubstr(prefix + ".idx"));
   EXPECT_THAT(error, HasSubstr("XMIDIDX"));
   EXPECT_THAT(error, HasSubstr("expected \"MMIDIDX\\x00\\x00\""));
+  EXPECT_THAT(error,
+              HasSubstr("\nhint: data.format MEGATRON expects Megatron-LM indexed data sets"));
 }
 
 TEST(MegatronDatasetTest, BadVersion) {
@@ -210,12 +225,18 @@ TEST(MegatronDatasetTest, OpenTokenFilesTakesPrefixesSuffixesAndGlobs) {
   ASSERT_TRUE(glob.ok()) << glob.status();
   EXPECT_THAT(ReadAll(**glob), ElementsAre(10, 11, 20, 21));
 
-  absl::Status invalid = ValidateTokens(**glob, 21);
+  // The vocabulary check names the .bin file and the position in it.
+  auto loader = SampleLoader::Create(*std::move(glob), 3, /*shuffle=*/false, 1, /*vocab_size=*/21);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::vector<int32_t> inputs(3), targets(3);
+  absl::Status invalid = loader->Load(0, 1, inputs.data(), targets.data());
   EXPECT_THAT(Message(invalid), HasSubstr(base + "b.bin: token at position 1 is 21"));
+  EXPECT_THAT(Message(invalid), UserErrorShape());
 
   const std::string nothing = base + "nothing*";
-  EXPECT_THAT(Message(OpenTokenFiles(DataConfig::MEGATRON, nothing).status()),
-              HasSubstr(nothing));
+  const std::string no_match = Message(OpenTokenFiles(DataConfig::MEGATRON, nothing).status());
+  EXPECT_THAT(no_match, HasSubstr(nothing));
+  EXPECT_THAT(no_match, UserErrorShape());
 }
 
 }  // namespace

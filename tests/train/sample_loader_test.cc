@@ -1,5 +1,6 @@
 // Sample addressing (DESIGN.md "Numerics of one step"): exact tokens of each
-// sample, epochs, and shuffling as a pure function of (seed, epoch).
+// sample, epochs, shuffling as a pure function of (seed, epoch), and the
+// vocabulary check on the tokens a sample loads.
 #include "train/sample_loader.h"
 
 #include <algorithm>
@@ -15,6 +16,10 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+// Larger than every token of CountingStream in these tests.
+constexpr int64_t kVocab = 1000;
 
 // A stream whose token at position i is 100 + i, so a sample shows where it
 // came from.
@@ -50,7 +55,7 @@ std::vector<int64_t> Positions(SampleLoader& loader, int64_t first, int64_t coun
 TEST(SampleLoaderTest, SamplesAreConsecutiveWindowsWithShiftedTargets) {
   // 23 tokens (100..122), T = 4: (23 - 1) / 4 = 5 samples per epoch; the last
   // two tokens (121, 122) only ever serve as sample 4's final target and beyond.
-  auto loader = SampleLoader::Create(CountingStream(23), 4, /*shuffle=*/false, 1);
+  auto loader = SampleLoader::Create(CountingStream(23), 4, /*shuffle=*/false, 1, kVocab);
   ASSERT_TRUE(loader.ok()) << loader.status();
   EXPECT_EQ(loader->samples_per_epoch(), 5);
   Batch batch = LoadBatch(*loader, 1, 2);
@@ -62,7 +67,7 @@ TEST(SampleLoaderTest, SamplesAreConsecutiveWindowsWithShiftedTargets) {
 }
 
 TEST(SampleLoaderTest, WrapsIntoTheNextEpochAndReportsIt) {
-  auto loader = SampleLoader::Create(CountingStream(23), 4, /*shuffle=*/false, 1);
+  auto loader = SampleLoader::Create(CountingStream(23), 4, /*shuffle=*/false, 1, kVocab);
   ASSERT_TRUE(loader.ok());
   std::vector<int64_t> reported;
   loader->set_epoch_callback([&](int64_t epoch) { reported.push_back(epoch); });
@@ -78,7 +83,7 @@ TEST(SampleLoaderTest, WrapsIntoTheNextEpochAndReportsIt) {
 }
 
 TEST(SampleLoaderTest, ResumingMidEpochReportsNothing) {
-  auto loader = SampleLoader::Create(CountingStream(23), 4, /*shuffle=*/false, 1);
+  auto loader = SampleLoader::Create(CountingStream(23), 4, /*shuffle=*/false, 1, kVocab);
   ASSERT_TRUE(loader.ok());
   int calls = 0;
   loader->set_epoch_callback([&](int64_t) { ++calls; });
@@ -88,10 +93,10 @@ TEST(SampleLoaderTest, ResumingMidEpochReportsNothing) {
 
 TEST(SampleLoaderTest, ShuffleIsAPermutationPerEpochAndDeterministic) {
   const int64_t kSamples = 50;  // 50 * 3 + 1 tokens, T = 3
-  auto a = SampleLoader::Create(CountingStream(kSamples * 3 + 1), 3, /*shuffle=*/true, 7);
-  auto b = SampleLoader::Create(CountingStream(kSamples * 3 + 1), 3, /*shuffle=*/true, 7);
+  auto a = SampleLoader::Create(CountingStream(kSamples * 3 + 1), 3, /*shuffle=*/true, 7, kVocab);
+  auto b = SampleLoader::Create(CountingStream(kSamples * 3 + 1), 3, /*shuffle=*/true, 7, kVocab);
   auto other_seed =
-      SampleLoader::Create(CountingStream(kSamples * 3 + 1), 3, /*shuffle=*/true, 8);
+      SampleLoader::Create(CountingStream(kSamples * 3 + 1), 3, /*shuffle=*/true, 8, kVocab);
   ASSERT_TRUE(a.ok() && b.ok() && other_seed.ok());
   ASSERT_EQ(a->samples_per_epoch(), kSamples);
 
@@ -124,16 +129,42 @@ TEST(SampleLoaderTest, ShuffleIsAPermutationPerEpochAndDeterministic) {
 }
 
 TEST(SampleLoaderTest, TooLittleDataForOneSample) {
-  auto loader = SampleLoader::Create(CountingStream(8), 8, /*shuffle=*/false, 1);
+  auto loader = SampleLoader::Create(CountingStream(8), 8, /*shuffle=*/false, 1, kVocab);
   ASSERT_FALSE(loader.ok());
   EXPECT_THAT(loader.status().message(), HasSubstr("counting: 8 tokens"));
   EXPECT_THAT(loader.status().message(), HasSubstr("seq_length + 1 = 9"));
-  EXPECT_TRUE(SampleLoader::Create(CountingStream(9), 8, false, 1).ok());
-  EXPECT_FALSE(SampleLoader::Create(CountingStream(9), 0, false, 1).ok());
+  EXPECT_THAT(std::string(loader.status().message()), MatchesRegex("[^\n]+\nhint: [^\n]+"));
+  EXPECT_TRUE(SampleLoader::Create(CountingStream(9), 8, false, 1, kVocab).ok());
+  EXPECT_FALSE(SampleLoader::Create(CountingStream(9), 0, false, 1, kVocab).ok());
+}
+
+TEST(SampleLoaderTest, TokenOutsideTheVocabularyNamesFilePositionAndValue) {
+  // T = 3: sample p is tokens [3p, 3p + 3]. Token 7 (= vocab_size) at position
+  // 7 is in sample 2 only; sample 3 ends with -2, a token only its targets
+  // hold. 0 and vocab_size - 1 are the edges that pass.
+  const int64_t vocab = 7;
+  auto loader = SampleLoader::Create(
+      std::make_unique<VectorTokenStream>(
+          "tokens.bin", std::vector<int32_t>{0, 6, 1, 2, 3, 4, 5, 7, 1, 2, 3, 4, -2}),
+      3, /*shuffle=*/false, 1, vocab);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  ASSERT_EQ(loader->samples_per_epoch(), 4);
+  std::vector<int32_t> inputs(6), targets(6);
+  ASSERT_TRUE(loader->Load(0, 2, inputs.data(), targets.data()).ok());
+  EXPECT_THAT(inputs, ElementsAre(0, 6, 1, 2, 3, 4));
+  absl::Status status = loader->Load(2, 1, inputs.data(), targets.data());
+  ASSERT_FALSE(status.ok());
+  const std::string message(status.message());
+  EXPECT_THAT(message, MatchesRegex("[^\n]+\nhint: [^\n]+"));
+  EXPECT_THAT(message, HasSubstr("tokens.bin: token at position 7 is 7, outside the vocabulary "
+                                 "[0, 7)"));
+  EXPECT_THAT(message, HasSubstr("model.vocab_size"));
+  status = loader->Load(3, 1, inputs.data(), targets.data());
+  EXPECT_THAT(std::string(status.message()), HasSubstr("position 12 is -2"));
 }
 
 TEST(SampleLoaderTest, NegativeSampleIndexIsAnError) {
-  auto loader = SampleLoader::Create(CountingStream(9), 4, false, 1);
+  auto loader = SampleLoader::Create(CountingStream(9), 4, false, 1, kVocab);
   ASSERT_TRUE(loader.ok());
   std::vector<int32_t> inputs(4), targets(4);
   EXPECT_FALSE(loader->Load(-1, 1, inputs.data(), targets.data()).ok());

@@ -16,6 +16,7 @@ namespace tetra {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 using Block = std::vector<int32_t>;
 
 struct Tolerances {
@@ -349,18 +350,24 @@ TEST(SyntheticSourceTest, TrivialSourcesAreRejectedWithTheBoundAndTheKnob) {
   auto deterministic = SyntheticSource::Create(Config(2, 1, 1.0, 1000), 10, 1, 16);
   ASSERT_FALSE(deterministic.ok());
   EXPECT_THAT(deterministic.status().message(), HasSubstr("0.5-nat minimum"));
-  EXPECT_THAT(deterministic.status().message(), HasSubstr("data.synthetic.branching (now 1)"));
+  EXPECT_THAT(deterministic.status().message(),
+              HasSubstr("\nhint: raise data.synthetic.branching (now 1)"));
   // Every token, near-uniform probabilities: floor ~ln(16), no structure.
   auto uniform = SyntheticSource::Create(Config(1, 16, 1e4, 1000), 16, 1, 16);
   ASSERT_FALSE(uniform.ok());
   EXPECT_THAT(uniform.status().message(), HasSubstr("ln(vocab_size) - 1 = 1.7726"));
   EXPECT_THAT(uniform.status().message(), HasSubstr("data.synthetic.concentration (now 10000)"));
+  EXPECT_THAT(std::string(uniform.status().message()), MatchesRegex("[^\n]+\nhint: [^\n]+"));
 }
 
 TEST(SyntheticSourceTest, InvalidKnobsAreErrors) {
+  // Each is one sentence plus a hint line.
   auto message = [](const SyntheticConfig& config, int64_t vocab, int64_t seq_length) {
     auto source = SyntheticSource::Create(config, vocab, 1, seq_length);
-    return source.ok() ? std::string() : std::string(source.status().message());
+    if (source.ok()) return std::string();
+    const std::string text(source.status().message());
+    EXPECT_THAT(text, MatchesRegex("[^\n]+\nhint: [^\n]+"));
+    return text;
   };
   EXPECT_THAT(message(Config(2, 17, 1.0, 1000), 16, 8), HasSubstr("branching is 17"));
   EXPECT_THAT(message(Config(0, 4, 1.0, 1000), 16, 8), HasSubstr("order is 0"));

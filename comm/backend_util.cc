@@ -1,0 +1,50 @@
+#include "comm/backend_util.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/logging.h"
+
+namespace tetra {
+
+void CheckDisjoint(const void* a, size_t a_bytes, const void* b, size_t b_bytes, const char* op) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+  const bool overlap = a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+  TETRA_CHECK(!overlap) << op << ": send and recv buffers overlap (" << a_bytes << " bytes at " << a
+                        << ", " << b_bytes << " bytes at " << b
+                        << ") without being the in-place layout (see comm/communicator.h)";
+}
+
+void CheckGroupRank(const Communicator& comm, int rank, const char* role, const char* op) {
+  TETRA_CHECK(rank >= 0 && rank < comm.size())
+      << op << ": " << role << " " << rank << " is not a rank of group " << comm.name() << " (size "
+      << comm.size() << ")";
+}
+
+int64_t CheckBlocks(const Communicator& comm, const std::vector<int64_t>& counts,
+                    const std::vector<int64_t>& offsets, const char* what) {
+  TETRA_CHECK(static_cast<int>(counts.size()) == comm.size() &&
+              static_cast<int>(offsets.size()) == comm.size())
+      << "all_to_all_v: " << counts.size() << " " << what << " counts and " << offsets.size()
+      << " offsets for group " << comm.name() << " of size " << comm.size();
+  int64_t extent = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    TETRA_CHECK(counts[r] >= 0 && offsets[r] >= 0)
+        << "all_to_all_v: " << what << " block " << r << " has count " << counts[r] << " at offset "
+        << offsets[r];
+    if (counts[r] > 0) extent = std::max(extent, offsets[r] + counts[r]);
+  }
+  return extent;
+}
+
+std::string DescribeGroupRank(const Communicator& comm, int rank) {
+  return absl::StrCat("rank ", rank, " (world ", comm.ranks()[rank], ")");
+}
+
+std::string DescribeOp(const Communicator& comm, const std::string& op, int64_t count, DType dtype,
+                       const std::string& detail) {
+  return absl::StrCat(op, " of ", count, " ", DTypeName(dtype), detail.empty() ? "" : " ", detail,
+                      " on ", DescribeGroup(comm));
+}
+
+}  // namespace tetra

@@ -1,0 +1,157 @@
+// Communicator: the one interface every parallel feature talks through.
+// Collectives and point-to-point transfers over a group of ranks, each in a
+// non-blocking form that returns a CommHandle (so compute can overlap the
+// transfer) and a blocking form that waits on it. Backends: MPI over host
+// memory (mpi_communicator.h) and NCCL over device memory (nccl_communicator.h).
+//
+// Nothing waits forever: every Wait has the communicator's deadline
+// (parallel.comm_timeout_s). When it passes, the job ends with a message
+// naming the operation, the group and the waiting rank, and a non-zero exit
+// for every rank (abort, not hang).
+//
+// Buffers are raw pointers with an element count and a DType; counts are
+// elements, not bytes, and may be 0. In place: `send == recv` for all-reduce;
+// for reduce-scatter and all-gather the buffer of size() blocks is used in
+// place when this rank's block is the small buffer (recv == send + rank() x
+// recv_count, send == recv + rank() x send_count), as NCCL defines it. All-to-all
+// buffers must not overlap. Any other overlap is a fatal check. Calls (and
+// Wait/Test) come from one thread, the one that created the communicator.
+#ifndef TETRA_COMM_COMMUNICATOR_H_
+#define TETRA_COMM_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tetra {
+
+// kMean is the sum divided by the group size (floating types only).
+enum class ReduceOp { kSum, kMax, kMean };
+
+// A pending operation. Wait() returns when it has completed, or ends the job
+// when the deadline passes first. Move-only; waiting twice is a no-op.
+class CommHandle {
+ public:
+  // `poll` returns true once the operation has completed; `describe` names it
+  // for the timeout message ("all_reduce (sum) of 1024 F32 on group dp (world
+  // ranks 1, 3)"); `on_timeout`, when set, runs before the job is ended (NCCL
+  // aborts its communicator there). A default-constructed handle is complete.
+  CommHandle() = default;
+  CommHandle(std::function<bool()> poll, std::function<std::string()> describe, double timeout_s,
+             std::function<void()> on_timeout = nullptr);
+  // A moved-from handle is complete; assigning over a pending handle waits on it first.
+  CommHandle(CommHandle&& other) noexcept;
+  CommHandle& operator=(CommHandle&& other) noexcept;
+  CommHandle(const CommHandle&) = delete;
+  CommHandle& operator=(const CommHandle&) = delete;
+  ~CommHandle();  // an unwaited pending handle is a bug: it is waited on here
+
+  // Polls (spinning, then sleeping up to 1 ms) until done; after timeout_s
+  // seconds prints which rank waited for what to stderr and ends the job.
+  void Wait();
+  bool Test();  // true once complete (never blocks)
+
+ private:
+  std::function<bool()> poll_;
+  std::function<std::string()> describe_;
+  std::function<void()> on_timeout_;
+  double timeout_s_ = 0;
+  bool done_ = true;
+};
+
+// What a timed-out Wait calls, after printing its message, to end every rank
+// of the job; it should not return (if it does, the process exits with 1).
+// The default exits this process with 1; the MPI backend installs MPI_Abort.
+// Returns the handler it replaced.
+std::function<void()> SetCommAbortHandler(std::function<void()> handler);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;  // within this group
+  virtual int size() const = 0;
+  // e.g. "dp" for the data-parallel group; "world" for all ranks.
+  virtual const std::string& name() const = 0;
+  // The world ranks of this group, ascending; ranks()[rank()] is this process.
+  virtual const std::vector<int>& ranks() const = 0;
+  virtual double timeout_s() const = 0;
+
+  // recv = op over ranks of send (count elements).
+  virtual CommHandle AllReduceAsync(const void* send, void* recv, int64_t count, DType dtype,
+                                    ReduceOp op) = 0;
+  // send holds size() x recv_count elements; rank r receives the reduction of block r.
+  virtual CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count,
+                                        DType dtype, ReduceOp op) = 0;
+  // recv holds size() x send_count elements: block r is rank r's send.
+  virtual CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count,
+                                    DType dtype) = 0;
+  // Block r of send (count elements) goes to rank r; block r of recv came from rank r.
+  virtual CommHandle AllToAllAsync(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  // Variable blocks: send_counts[r] elements at send_offsets[r] go to rank r;
+  // recv_counts[r] elements from rank r land at recv_offsets[r].
+  virtual CommHandle AllToAllVAsync(const void* send, const std::vector<int64_t>& send_counts,
+                                    const std::vector<int64_t>& send_offsets, void* recv,
+                                    const std::vector<int64_t>& recv_counts,
+                                    const std::vector<int64_t>& recv_offsets, DType dtype) = 0;
+  // `root` is a rank of this group.
+  virtual CommHandle BroadcastAsync(void* buffer, int64_t count, DType dtype, int root) = 0;
+  // Point-to-point with group rank `peer`. MPI matches by tag; NCCL has no
+  // tags (it takes only tag 0) and matches a peer's messages in issue order,
+  // so portable code sends and receives in the same order.
+  virtual CommHandle SendAsync(const void* buffer, int64_t count, DType dtype, int peer,
+                               int tag = 0) = 0;
+  virtual CommHandle RecvAsync(void* buffer, int64_t count, DType dtype, int peer,
+                               int tag = 0) = 0;
+  virtual CommHandle BarrierAsync() = 0;
+
+  // A communicator over `world_ranks` (ascending, containing this rank), named
+  // `name`. Collective over this communicator: every member calls it, in the
+  // same order; ranks not in `world_ranks` call it with the group they belong to.
+  virtual std::unique_ptr<Communicator> Split(const std::vector<int>& world_ranks,
+                                              const std::string& name) = 0;
+
+  // Blocking forms.
+  void AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
+    AllReduceAsync(send, recv, count, dtype, op).Wait();
+  }
+  void ReduceScatter(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op) {
+    ReduceScatterAsync(send, recv, recv_count, dtype, op).Wait();
+  }
+  void AllGather(const void* send, void* recv, int64_t send_count, DType dtype) {
+    AllGatherAsync(send, recv, send_count, dtype).Wait();
+  }
+  void AllToAll(const void* send, void* recv, int64_t count, DType dtype) {
+    AllToAllAsync(send, recv, count, dtype).Wait();
+  }
+  void AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
+                 const std::vector<int64_t>& send_offsets, void* recv,
+                 const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,
+                 DType dtype) {
+    AllToAllVAsync(send, send_counts, send_offsets, recv, recv_counts, recv_offsets, dtype).Wait();
+  }
+  void Broadcast(void* buffer, int64_t count, DType dtype, int root) {
+    BroadcastAsync(buffer, count, dtype, root).Wait();
+  }
+  void Send(const void* buffer, int64_t count, DType dtype, int peer, int tag = 0) {
+    SendAsync(buffer, count, dtype, peer, tag).Wait();
+  }
+  void Recv(void* buffer, int64_t count, DType dtype, int peer, int tag = 0) {
+    RecvAsync(buffer, count, dtype, peer, tag).Wait();
+  }
+  void Barrier() { BarrierAsync().Wait(); }
+};
+
+const char* ReduceOpName(ReduceOp op);  // "sum", "max", "mean"
+
+// "group dp (world ranks 1, 3)": how timeout messages name a group (long rank
+// lists are shortened).
+std::string DescribeGroup(const Communicator& comm);
+
+}  // namespace tetra
+
+#endif  // TETRA_COMM_COMMUNICATOR_H_

@@ -1,0 +1,49 @@
+// Parameter types of the op API (kernels/ops.h) that are more than a Tensor:
+// attention shapes, AdamW hyperparameters and the RoPE table. They belong to
+// no backend, so the CPU kernels and a CUDA backend take the same types.
+#ifndef TETRA_KERNELS_OP_TYPES_H_
+#define TETRA_KERNELS_OP_TYPES_H_
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tetra {
+
+struct AttentionShape {
+  int64_t batch;     // B
+  int64_t seq;       // T
+  int64_t q_heads;   // Hq, a multiple of kv_heads
+  int64_t kv_heads;  // Hkv
+  int64_t head_dim;  // D
+};
+
+// Hyperparameters are double because torch's are Python floats: the scalar
+// terms (bias corrections, step size) are formed in double and each is
+// rounded to fp32 once where torch applies it to an fp32 tensor.
+struct AdamWHyper {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t step = 1;  // 1-based count of updates including this one
+};
+
+// cos and sin of every (position, frequency) angle of rotary embeddings, fp32
+// tensors (seq, half_dim) on the device of the ops that read them.
+struct RopeTable {
+  int64_t seq = 0;
+  int64_t half_dim = 0;
+  Tensor cos;  // (seq, half_dim)
+  Tensor sin;  // (seq, half_dim)
+};
+
+// The table on the host, computed as Hugging Face Llama does in fp32:
+// inv_freq[i] = 1 / theta^(float(2i) / head_dim), angle = float(p) * inv_freq[i],
+// then cos/sin of that fp32 angle, correctly rounded.
+RopeTable MakeRopeTable(int64_t seq, int64_t head_dim, double theta);
+
+}  // namespace tetra
+
+#endif  // TETRA_KERNELS_OP_TYPES_H_

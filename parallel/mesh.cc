@@ -1,0 +1,266 @@
+#include "parallel/mesh.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/logging.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
+
+namespace tetra {
+namespace {
+
+// Axis slots of Mesh::Layout; the expert layout keeps edp in the dp slot.
+enum Axis { kTp, kCp, kEp, kDp, kPp, kNumAxes };
+constexpr std::array<const char*, kNumAxes> kAxisNames = {"tp", "cp", "ep", "dp", "pp"};
+constexpr char kDefaultOrder[] = "tp-cp-ep-dp-pp";
+
+// Product of positive factors, saturating instead of overflowing (any product
+// that large is far from every world size anyway).
+int64_t Product(std::initializer_list<int64_t> factors) {
+  int64_t product = 1;
+  for (int64_t f : factors) {
+    if (__builtin_mul_overflow(product, f, &product)) return std::numeric_limits<int64_t>::max();
+  }
+  return product;
+}
+
+std::string JoinedGroup(const std::vector<int>& group) { return absl::StrCat("[", absl::StrJoin(group, ", "), "]"); }
+
+// Parses an order string into axis slots, fastest first.
+absl::StatusOr<std::array<int, kNumAxes>> ParseOrder(const std::string& order) {
+  const std::string hint = absl::StrCat(
+      "parallel.order names each of tp, cp, ep, dp, pp once, fastest first, joined by '-', "
+      "e.g. the default \"",
+      kDefaultOrder, "\"");
+  std::vector<std::string> tokens = absl::StrSplit(order, '-');
+  std::array<int, kNumAxes> slots{};
+  std::array<bool, kNumAxes> seen{};
+  // More than kNumAxes tokens must repeat one, so slots[i] stays in bounds.
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    int axis = 0;
+    while (axis < kNumAxes && tokens[i] != kAxisNames[axis]) ++axis;
+    if (axis == kNumAxes) {
+      return UserError(absl::StrCat("parallel.order \"", order, "\" has unknown axis \"", tokens[i], "\""), hint);
+    }
+    if (seen[axis]) return UserError(absl::StrCat("parallel.order \"", order, "\" names ", tokens[i], " twice"), hint);
+    seen[axis] = true;
+    slots[i] = axis;
+  }
+  std::vector<const char*> missing;
+  for (int axis = 0; axis < kNumAxes; ++axis) {
+    if (!seen[axis]) missing.push_back(kAxisNames[axis]);
+  }
+  if (!missing.empty()) {
+    return UserError(absl::StrCat("parallel.order \"", order, "\" lacks ", absl::StrJoin(missing, ", ")), hint);
+  }
+  return slots;
+}
+
+// Checks every size and derives data; returns the shape.
+absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) {
+  if (world_size < 1) {
+    return UserError(absl::StrCat("the world size is ", world_size, ", but a run needs at least 1 rank"),
+                     "launch 1 or more ranks");
+  }
+  for (auto [name, size] : {std::pair{"tensor", config.tensor()}, std::pair{"pipeline", config.pipeline()},
+                            std::pair{"expert", config.expert()}}) {
+    if (size < 1) {
+      return UserError(absl::StrCat("parallel.", name, " is ", size, ", but every parallel size must be at least 1"),
+                       absl::StrCat("set parallel.", name, " to 1 or more"));
+    }
+  }
+  if (config.data() < 0) {
+    return UserError(absl::StrCat("parallel.data is ", config.data(),
+                                  ", but it must be at least 1, or 0 to derive it from the world size"),
+                     "set parallel.data to 0");
+  }
+  MeshShape shape;
+  shape.world = world_size;
+  shape.tp = config.tensor();
+  shape.cp = 1;  // reserved: context parallelism has no config field yet
+  shape.pp = config.pipeline();
+  shape.ep = config.expert();
+  const std::string model_factors =
+      absl::StrCat("tensor ", shape.tp, " x context ", shape.cp, " x pipeline ", shape.pp);
+  const int64_t model_size = Product({shape.tp, shape.cp, shape.pp});
+  const bool model_divides = world_size % model_size == 0;
+  if (config.data() == 0) {
+    if (!model_divides) {
+      const int64_t below = world_size / model_size * model_size;
+      return UserError(absl::StrCat("parallel.data 0 means the world size over ", model_factors, " = ", model_size,
+                                    ", but the world size ", world_size, " is not a multiple of ", model_size),
+                       absl::StrCat("launch ", below > 0 ? absl::StrCat(below, " or ") : "", below + model_size,
+                                    " ranks, or choose tensor x pipeline dividing ", world_size));
+    }
+    shape.dp = static_cast<int>(world_size / model_size);
+  } else {
+    shape.dp = config.data();
+    const int64_t product = Product({shape.tp, shape.cp, shape.pp, shape.dp});
+    if (product != world_size) {
+      return UserError(absl::StrCat("parallel sizes ", model_factors, " x data ", shape.dp, " = ", product,
+                                    ", but the world size is ", world_size),
+                       model_divides
+                           ? absl::StrCat("set parallel.data to ", world_size / model_size,
+                                          " (or 0 to derive it from the world size), or launch ", product, " ranks")
+                           : absl::StrCat("launch ", product, " ranks, or choose sizes whose product is ", world_size));
+    }
+  }
+  const int replicas = shape.dp * shape.cp;  // ranks holding the same dense weights
+  if (replicas % shape.ep != 0) {
+    std::vector<int> divisors;
+    for (int d = 1; d <= replicas; ++d) {
+      if (replicas % d == 0) divisors.push_back(d);
+    }
+    return UserError(
+        absl::StrCat("parallel.expert ", shape.ep, " does not divide data ", shape.dp, " x context ", shape.cp, " = ",
+                     replicas, ", the ranks that hold the same dense weights and split the experts"),
+        absl::StrCat("set parallel.expert to one of ", absl::StrJoin(divisors, ", ")));
+  }
+  shape.edp = replicas / shape.ep;
+  return shape;
+}
+
+}  // namespace
+
+const char* GroupKindName(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::kTensor:
+      return "tp";
+    case GroupKind::kContext:
+      return "cp";
+    case GroupKind::kData:
+      return "dp";
+    case GroupKind::kPipeline:
+      return "pp";
+    case GroupKind::kExpert:
+      return "ep";
+    case GroupKind::kExpertData:
+      return "edp";
+    case GroupKind::kModel:
+      return "mp";
+    case GroupKind::kEmbedding:
+      return "embd";
+  }
+  TETRA_CHECK(false) << "unknown GroupKind " << static_cast<int>(kind);
+  return "";
+}
+
+Mesh::GroupSet Mesh::Partition(const Layout& layout, int world, std::initializer_list<int> axes) {
+  // Two ranks share a group when they differ only on `axes`; a group's first
+  // rank (its "base") has coordinate 0 on all of them and comes first.
+  GroupSet set;
+  set.group_of_rank.assign(world, -1);
+  for (int rank = 0; rank < world; ++rank) {
+    int base = rank;
+    for (int axis : axes) base -= (rank / layout.stride[axis]) % layout.size[axis] * layout.stride[axis];
+    if (base == rank) set.groups.emplace_back();
+    const int group = base == rank ? static_cast<int>(set.groups.size()) - 1 : set.group_of_rank[base];
+    set.groups[group].push_back(rank);
+    set.group_of_rank[rank] = group;
+  }
+  return set;
+}
+
+absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) {
+  Mesh mesh;
+  ASSIGN_OR_RETURN(mesh.shape_, ShapeOf(config, world_size));
+  ASSIGN_OR_RETURN(const auto dense_order, ParseOrder(config.order()));
+  mesh.order_ = config.order();
+  const MeshShape& s = mesh.shape_;
+
+  // Strides are the products of the sizes of the faster axes.
+  auto lay_out = [](std::array<int, kNumAxes> size, const std::array<int, kNumAxes>& order) {
+    Layout layout{size, {}};
+    int stride = 1;
+    for (int axis : order) {
+      layout.stride[axis] = stride;
+      stride *= size[axis];
+    }
+    return layout;
+  };
+  mesh.dense_ = lay_out({s.tp, s.cp, 1, s.dp, s.pp}, dense_order);
+  mesh.expert_ = lay_out({s.tp, 1, s.ep, s.edp, s.pp}, {kTp, kCp, kEp, kDp, kPp});
+
+  auto set = [&mesh](GroupKind kind) -> GroupSet& { return mesh.groups_[static_cast<int>(kind)]; };
+  set(GroupKind::kTensor) = Partition(mesh.dense_, s.world, {kTp});
+  set(GroupKind::kContext) = Partition(mesh.dense_, s.world, {kCp});
+  set(GroupKind::kData) = Partition(mesh.dense_, s.world, {kDp});
+  set(GroupKind::kPipeline) = Partition(mesh.dense_, s.world, {kPp});
+  set(GroupKind::kModel) = Partition(mesh.dense_, s.world, {kTp, kPp});
+  set(GroupKind::kExpert) = Partition(mesh.expert_, s.world, {kEp});
+  set(GroupKind::kExpertData) = Partition(mesh.expert_, s.world, {kDp});
+
+  // Expert weights must be split over the same tensor and pipeline groups as
+  // the dense weights around them.
+  for (auto [kind, axis, name, hint] : {std::tuple{GroupKind::kTensor, kTp, "tensor", "put tp first"},
+                                        std::tuple{GroupKind::kPipeline, kPp, "pipeline", "put pp last"}}) {
+    const GroupSet expert = Partition(mesh.expert_, s.world, {axis});
+    if (expert.groups == set(kind).groups) continue;
+    int rank = 0;
+    while (mesh.Group(kind, rank) == expert.groups[expert.group_of_rank[rank]]) ++rank;
+    return UserError(
+        absl::StrCat("parallel.order \"", mesh.order_, "\" gives dense and expert weights different ", name,
+                     " groups (rank ", rank, ": dense ", JoinedGroup(mesh.Group(kind, rank)), ", expert ",
+                     JoinedGroup(expert.groups[expert.group_of_rank[rank]]), ")"),
+        absl::StrCat(hint, " among the axes larger than 1, as in the default order \"", kDefaultOrder, "\""));
+  }
+
+  GroupSet& embedding = set(GroupKind::kEmbedding);
+  embedding.group_of_rank.assign(s.world, -1);
+  for (const std::vector<int>& pipeline : set(GroupKind::kPipeline).groups) {
+    std::vector<int> ends = {pipeline.front()};
+    if (pipeline.size() > 1) ends.push_back(pipeline.back());
+    for (int rank : ends) embedding.group_of_rank[rank] = static_cast<int>(embedding.groups.size());
+    embedding.groups.push_back(std::move(ends));
+  }
+  return mesh;
+}
+
+RankCoords Mesh::Coords(int rank) const {
+  TETRA_CHECK(rank >= 0 && rank < shape_.world) << "rank " << rank << " outside world " << shape_.world;
+  auto coord = [rank](const Layout& layout, int axis) { return rank / layout.stride[axis] % layout.size[axis]; };
+  return {.tp = coord(dense_, kTp),
+          .cp = coord(dense_, kCp),
+          .ep = coord(expert_, kEp),
+          .dp = coord(dense_, kDp),
+          .edp = coord(expert_, kDp),
+          .pp = coord(dense_, kPp)};
+}
+
+int Mesh::Rank(const RankCoords& c) const {
+  TETRA_CHECK(c.tp >= 0 && c.tp < shape_.tp && c.cp >= 0 && c.cp < shape_.cp && c.dp >= 0 && c.dp < shape_.dp &&
+              c.pp >= 0 && c.pp < shape_.pp)
+      << "coordinates tp " << c.tp << " cp " << c.cp << " dp " << c.dp << " pp " << c.pp << " outside the mesh";
+  return c.tp * dense_.stride[kTp] + c.cp * dense_.stride[kCp] + c.dp * dense_.stride[kDp] + c.pp * dense_.stride[kPp];
+}
+
+const std::vector<int>& Mesh::Group(GroupKind kind, int rank) const {
+  TETRA_CHECK(rank >= 0 && rank < shape_.world) << "rank " << rank << " outside world " << shape_.world;
+  static const auto* const kNone = new std::vector<int>();  // never destroyed, so safe at exit
+  const GroupSet& set = groups_[static_cast<int>(kind)];
+  const int group = set.group_of_rank[rank];
+  return group < 0 ? *kNone : set.groups[group];
+}
+
+const std::vector<std::vector<int>>& Mesh::Groups(GroupKind kind) const {
+  return groups_[static_cast<int>(kind)].groups;
+}
+
+int Mesh::NextPipelineRank(int rank) const {
+  return Group(GroupKind::kPipeline, rank)[(Coords(rank).pp + 1) % shape_.pp];
+}
+
+int Mesh::PrevPipelineRank(int rank) const {
+  return Group(GroupKind::kPipeline, rank)[(Coords(rank).pp + shape_.pp - 1) % shape_.pp];
+}
+
+}  // namespace tetra

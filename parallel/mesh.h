@@ -1,0 +1,105 @@
+// The rank mesh: each rank's coordinates on the tensor (tp), context (cp),
+// expert (ep), data (dp), expert-data (edp) and pipeline (pp) axes, and every
+// communication group, computed from `parallel { ... }` and the world size with
+// no MPI in it, so any layout can be built and checked on one core
+// (DESIGN.md, "Rank layout").
+//
+// Two decompositions of the same ranks, as in Megatron-LM's parallel_state.py:
+//   dense weights:  tp, cp, dp, pp laid out by `parallel.order`, first axis
+//                   fastest (ep is not a factor of the world size: it has size
+//                   1 in this decomposition);
+//   expert weights: tp, ep, edp, pp, first fastest, with edp = dp * cp / ep,
+//                   so the cp and dp ranks that hold the same dense weights are
+//                   split into ep groups (experts sharded) x edp groups (expert
+//                   replicas).
+// (Megatron-LM lays the expert ranks out by the same order string; for the
+// default order "tp-cp-ep-dp-pp" the two coincide.) The two decompositions
+// must agree on the tensor and pipeline groups; an order under which they
+// would not (pp not outermost, or tp not innermost, among the axes larger than
+// 1) is rejected. Then every EP group lies inside one DP x CP group.
+// Context parallelism is reserved: cp is 1 until a config field sets it.
+#ifndef TETRA_PARALLEL_MESH_H_
+#define TETRA_PARALLEL_MESH_H_
+
+#include <array>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/config.pb.h"
+
+namespace tetra {
+
+// Axis sizes; world = tp * cp * pp * dp = tp * ep * edp * pp.
+struct MeshShape {
+  int tp = 1, cp = 1, pp = 1, dp = 1, ep = 1, edp = 1, world = 1;
+};
+
+// One rank's place on each axis; each coordinate is also its index in the
+// (ascending) group of that axis.
+struct RankCoords {
+  int tp = 0, cp = 0, ep = 0, dp = 0, edp = 0, pp = 0;
+  bool operator==(const RankCoords&) const = default;
+};
+
+// The kinds of groups. kModel is tp x pp (the ranks holding one full replica of
+// the dense weights); kEmbedding holds the first and last stage of each
+// pipeline group (the ranks whose tied embedding gradients are summed), so
+// middle stages belong to no embedding group.
+enum class GroupKind { kTensor, kContext, kData, kPipeline, kExpert, kExpertData, kModel, kEmbedding };
+inline constexpr std::array<GroupKind, 8> kGroupKinds = {
+    GroupKind::kTensor, GroupKind::kContext,    GroupKind::kData,  GroupKind::kPipeline,
+    GroupKind::kExpert, GroupKind::kExpertData, GroupKind::kModel, GroupKind::kEmbedding};
+
+// "tp", "cp", "dp", "pp", "ep", "edp", "mp", "embd".
+const char* GroupKindName(GroupKind kind);
+
+class Mesh {
+ public:
+  // Validates `config` against `world_size` (parallel.data 0 means world /
+  // (tensor x context x pipeline)) and lays out every rank. Errors name the
+  // numbers and end with a "\nhint: " line.
+  static absl::StatusOr<Mesh> Create(const ParallelConfig& config, int world_size);
+
+  const MeshShape& shape() const { return shape_; }
+  const std::string& order() const { return order_; }
+
+  RankCoords Coords(int rank) const;
+  // The rank at coords.tp, .cp, .dp, .pp (its .ep and .edp follow from those).
+  int Rank(const RankCoords& coords) const;
+
+  // The group of `kind` holding `rank`, ranks ascending; empty for an
+  // embedding group of a middle pipeline stage.
+  const std::vector<int>& Group(GroupKind kind, int rank) const;
+  // Every group of `kind`, each ascending, sorted by first rank.
+  const std::vector<std::vector<int>>& Groups(GroupKind kind) const;
+
+  // The neighbouring stage in `rank`'s pipeline group, wrapping around at the
+  // ends as Megatron-LM's next/previous pipeline rank do.
+  int NextPipelineRank(int rank) const;
+  int PrevPipelineRank(int rank) const;
+
+ private:
+  // One decomposition of the ranks: size and stride of each axis, indexed by
+  // the axis enum in mesh.cc (tp, cp, ep, dp, pp).
+  struct Layout {
+    std::array<int, 5> size{}, stride{};
+  };
+  struct GroupSet {
+    std::vector<std::vector<int>> groups;
+    std::vector<int> group_of_rank;  // index into groups, -1 for none
+  };
+
+  Mesh() = default;
+  static GroupSet Partition(const Layout& layout, int world, std::initializer_list<int> axes);
+
+  MeshShape shape_;
+  std::string order_;
+  Layout dense_, expert_;
+  std::array<GroupSet, kGroupKinds.size()> groups_;
+};
+
+}  // namespace tetra
+
+#endif  // TETRA_PARALLEL_MESH_H_

@@ -1,0 +1,395 @@
+// Every operation of the MPI backend, on the world and on sub-groups (even and
+// odd ranks, consecutive pairs, each rank alone), for counts 0, 1, 7, 1001 and
+// several MB, in place and out of place. Inputs are small integers that are a
+// closed-form function of (world rank, index), so every result is exact in
+// F32 and I32 and is compared bit for bit against the value computed here
+// from the same formula. Runs under mpirun with 2, 4 and 8 ranks.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "comm/communicator.h"
+#include "comm/mpi_communicator.h"
+#include "gtest/gtest.h"
+
+namespace tetra {
+namespace {
+
+// Deadline of every operation here: far above their run time even with 8
+// ranks on 2 cores, far below ctest's TIMEOUT, so a hang fails with the
+// watchdog's message instead of ctest's kill.
+constexpr double kTimeoutS = 30;
+// The several-MB case: 4 MiB of F32 per buffer (split into blocks for the
+// operations whose buffer holds one block per rank).
+constexpr int64_t kLargeCount = int64_t{1} << 20;
+// Fills the parts of receive buffers that no operation should write.
+constexpr int kUntouched = -99;
+
+// Input element `i` of world rank `r`: integers in [-15, 15]; a sum over 8
+// ranks stays far inside F32's exact-integer range.
+int64_t Value(int r, int64_t i) { return (i * 7 + r * 13) % 31 - 15; }
+// Element `j` of the block world rank `src` sends to world rank `dst`.
+int64_t Element(int src, int dst, int64_t j) { return (src * 31 + dst * 7 + j * 3) % 61 - 30; }
+
+template <typename T>
+constexpr DType kDType = DType::kF32;
+template <>
+constexpr DType kDType<int32_t> = DType::kI32;
+template <>
+constexpr DType kDType<uint16_t> = DType::kBF16;  // moved as bit patterns, never reduced
+
+enum class Layout { kWorld, kParity, kPairs, kSelf };
+
+std::vector<int> GroupOf(Layout layout, int me, int world_size) {
+  std::vector<int> group;
+  for (int r = 0; r < world_size; ++r) {
+    const bool member = layout == Layout::kWorld    ? true
+                        : layout == Layout::kParity ? r % 2 == me % 2
+                        : layout == Layout::kPairs  ? r / 2 == me / 2
+                                                    : r == me;
+    if (member) group.push_back(r);
+  }
+  return group;
+}
+
+const char* LayoutName(Layout layout) {
+  switch (layout) {
+    case Layout::kWorld: return "world";
+    case Layout::kParity: return "parity";
+    case Layout::kPairs: return "pairs";
+    case Layout::kSelf: return "self";
+  }
+  return "?";
+}
+
+void PrintTo(Layout layout, std::ostream* os) { *os << LayoutName(layout); }
+
+Communicator& World() {
+  static std::unique_ptr<Communicator> world = MpiWorld(kTimeoutS);
+  return *world;
+}
+
+// Groups are split once, on first use; every rank runs the tests in the same
+// order, so the collective Split calls line up.
+Communicator& Group(Layout layout) {
+  static std::map<Layout, std::unique_ptr<Communicator>> groups;
+  if (layout == Layout::kWorld) return World();
+  auto& group = groups[layout];
+  if (!group) {
+    group = World().Split(GroupOf(layout, World().rank(), World().size()), LayoutName(layout));
+  }
+  return *group;
+}
+
+int WorldRank(const Communicator& comm, int rank) { return comm.ranks()[rank]; }
+int MyWorldRank(const Communicator& comm) { return WorldRank(comm, comm.rank()); }
+
+// Counts of one buffer (or of one block, when the buffer holds a block per rank).
+std::vector<int64_t> Counts(int blocks) { return {0, 1, 7, 1001, kLargeCount / blocks}; }
+
+// Bitwise comparison; on a mismatch, names the first one and how many.
+template <typename T>
+void ExpectBitwiseEqual(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int64_t wrong = 0, first = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && wrong++ == 0) first = static_cast<int64_t>(i);
+  }
+  EXPECT_EQ(wrong, 0) << what << ": first mismatch at " << first << ": got "
+                      << (first >= 0 ? +got[first] : T{}) << ", want " << (first >= 0 ? +want[first] : T{});
+}
+
+template <typename T>
+std::string Case(const Communicator& comm, const char* op, int64_t count, bool in_place) {
+  return absl::StrCat(op, " ", DTypeName(kDType<T>), " count ", count, in_place ? " in place" : "",
+                      " on ", DescribeGroup(comm), " at world rank ", MyWorldRank(comm));
+}
+
+// Element i of the reduction over the group's ranks of Value(r, offset + i).
+template <typename T>
+std::vector<T> Reduced(const Communicator& comm, ReduceOp op, int64_t offset, int64_t count) {
+  std::vector<T> out(count);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t acc = op == ReduceOp::kMax ? INT64_MIN : 0;
+    for (int r : comm.ranks()) {
+      acc = op == ReduceOp::kMax ? std::max(acc, Value(r, offset + i)) : acc + Value(r, offset + i);
+    }
+    out[i] = static_cast<T>(acc);
+  }
+  return out;
+}
+
+// This rank's input: Value(me, i), times the group size for kMean so that
+// the mean is the (exact) sum of Value.
+template <typename T>
+std::vector<T> Input(const Communicator& comm, ReduceOp op, int64_t count) {
+  const int scale = op == ReduceOp::kMean ? comm.size() : 1;
+  std::vector<T> out(count);
+  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(Value(MyWorldRank(comm), i) * scale);
+  return out;
+}
+
+template <typename T>
+void CheckAllReduce(Communicator& comm, ReduceOp op, int64_t count, bool in_place) {
+  std::vector<T> send = Input<T>(comm, op, count), recv(count, static_cast<T>(kUntouched));
+  if (in_place) {
+    comm.AllReduce(send.data(), send.data(), count, kDType<T>, op);
+    recv = send;
+  } else {
+    comm.AllReduce(send.data(), recv.data(), count, kDType<T>, op);
+  }
+  ExpectBitwiseEqual(recv, Reduced<T>(comm, op, 0, count),
+                     Case<T>(comm, ReduceOpName(op), count, in_place));
+}
+
+template <typename T>
+void CheckReduceScatter(Communicator& comm, ReduceOp op, int64_t count, bool in_place) {
+  const int n = comm.size(), me = comm.rank();
+  std::vector<T> send = Input<T>(comm, op, n * count), recv(count, static_cast<T>(kUntouched));
+  if (in_place) {
+    comm.ReduceScatter(send.data(), send.data() + me * count, count, kDType<T>, op);
+    recv.assign(send.begin() + me * count, send.begin() + (me + 1) * count);
+  } else {
+    comm.ReduceScatter(send.data(), recv.data(), count, kDType<T>, op);
+  }
+  ExpectBitwiseEqual(recv, Reduced<T>(comm, op, me * count, count),
+                     Case<T>(comm, "reduce_scatter", count, in_place));
+}
+
+template <typename T>
+void CheckAllGather(Communicator& comm, int64_t count, bool in_place) {
+  const int n = comm.size(), me = comm.rank();
+  std::vector<T> send(count), recv(n * count, static_cast<T>(kUntouched)), want(n * count);
+  for (int r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < count; ++i) want[r * count + i] = static_cast<T>(Value(WorldRank(comm, r), i));
+  }
+  std::copy(want.begin() + me * count, want.begin() + (me + 1) * count, send.begin());
+  if (in_place) {
+    std::copy(send.begin(), send.end(), recv.begin() + me * count);
+    comm.AllGather(recv.data() + me * count, recv.data(), count, kDType<T>);
+  } else {
+    comm.AllGather(send.data(), recv.data(), count, kDType<T>);
+  }
+  ExpectBitwiseEqual(recv, want, Case<T>(comm, "all_gather", count, in_place));
+}
+
+template <typename T>
+void CheckAllToAll(Communicator& comm, int64_t count) {
+  const int n = comm.size(), me = MyWorldRank(comm);
+  std::vector<T> send(n * count), recv(n * count, static_cast<T>(kUntouched)), want(n * count);
+  for (int r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < count; ++j) {
+      send[r * count + j] = static_cast<T>(Element(me, WorldRank(comm, r), j));
+      want[r * count + j] = static_cast<T>(Element(WorldRank(comm, r), me, j));
+    }
+  }
+  comm.AllToAll(send.data(), recv.data(), count, kDType<T>);
+  ExpectBitwiseEqual(recv, want, Case<T>(comm, "all_to_all", count, false));
+}
+
+// Uneven blocks: world rank s sends ((s + 2 d) % 3) x unit elements to d
+// (zero for a third of the pairs). Blocks sit in reverse rank order with a
+// one-element gap after each, so offsets are honoured and gaps untouched.
+template <typename T>
+void CheckAllToAllV(Communicator& comm, int64_t unit) {
+  const int n = comm.size(), me = MyWorldRank(comm);
+  auto block = [unit](int src, int dst) { return (src + 2 * dst) % 3 * unit; };
+  std::vector<int64_t> send_counts(n), send_offsets(n), recv_counts(n), recv_offsets(n);
+  int64_t send_size = 0, recv_size = 0;
+  for (int r = n - 1; r >= 0; --r) {
+    send_counts[r] = block(me, WorldRank(comm, r));
+    recv_counts[r] = block(WorldRank(comm, r), me);
+    send_offsets[r] = send_size;
+    recv_offsets[r] = recv_size;
+    send_size += send_counts[r] + 1;
+    recv_size += recv_counts[r] + 1;
+  }
+  std::vector<T> send(send_size, static_cast<T>(kUntouched)), recv(recv_size, static_cast<T>(kUntouched));
+  std::vector<T> want = recv;
+  for (int r = 0; r < n; ++r) {
+    for (int64_t j = 0; j < send_counts[r]; ++j) {
+      send[send_offsets[r] + j] = static_cast<T>(Element(me, WorldRank(comm, r), j));
+    }
+    for (int64_t j = 0; j < recv_counts[r]; ++j) {
+      want[recv_offsets[r] + j] = static_cast<T>(Element(WorldRank(comm, r), me, j));
+    }
+  }
+  comm.AllToAllV(send.data(), send_counts, send_offsets, recv.data(), recv_counts, recv_offsets,
+                 kDType<T>);
+  ExpectBitwiseEqual(recv, want, Case<T>(comm, "all_to_all_v", unit, false));
+}
+
+template <typename T>
+void CheckBroadcast(Communicator& comm, int64_t count, int root) {
+  std::vector<T> buffer(count, static_cast<T>(kUntouched)), want(count);
+  for (int64_t i = 0; i < count; ++i) want[i] = static_cast<T>(Value(WorldRank(comm, root), i));
+  if (comm.rank() == root) buffer = want;
+  comm.Broadcast(buffer.data(), count, kDType<T>, root);
+  ExpectBitwiseEqual(buffer, want, Case<T>(comm, "broadcast", count, false) + " from root " +
+                                       std::to_string(root));
+}
+
+// Each rank sends to the next and receives from the previous (a ring; a
+// group of one sends to itself).
+template <typename T>
+void CheckSendRecvRing(Communicator& comm, int64_t count) {
+  const int n = comm.size(), me = comm.rank();
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  std::vector<T> send(count), recv(count, static_cast<T>(kUntouched)), want(count);
+  for (int64_t j = 0; j < count; ++j) {
+    send[j] = static_cast<T>(Element(MyWorldRank(comm), WorldRank(comm, next), j));
+    want[j] = static_cast<T>(Element(WorldRank(comm, prev), MyWorldRank(comm), j));
+  }
+  CommHandle received = comm.RecvAsync(recv.data(), count, kDType<T>, prev);
+  CommHandle sent = comm.SendAsync(send.data(), count, kDType<T>, next);
+  sent.Wait();
+  received.Wait();
+  ExpectBitwiseEqual(recv, want, Case<T>(comm, "send_recv ring", count, false));
+}
+
+class CollectivesTest : public testing::TestWithParam<Layout> {
+ protected:
+  Communicator& comm() { return Group(GetParam()); }
+};
+
+TEST_P(CollectivesTest, GroupIsTheRequestedRanks) {
+  const std::vector<int> want = GroupOf(GetParam(), World().rank(), World().size());
+  EXPECT_EQ(comm().ranks(), want);
+  EXPECT_EQ(comm().size(), static_cast<int>(want.size()));
+  EXPECT_EQ(MyWorldRank(comm()), World().rank());
+  EXPECT_EQ(comm().name(), LayoutName(GetParam()));
+  comm().Barrier();
+}
+
+TEST_P(CollectivesTest, AllReduce) {
+  for (int64_t count : Counts(1)) {
+    for (bool in_place : {false, true}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        CheckAllReduce<float>(comm(), op, count, in_place);
+        // I32 takes MPI's same path as F32; the small counts cover it.
+        if (count < kLargeCount) CheckAllReduce<int32_t>(comm(), op, count, in_place);
+      }
+      CheckAllReduce<float>(comm(), ReduceOp::kMean, count, in_place);
+    }
+  }
+}
+
+TEST_P(CollectivesTest, ReduceScatter) {
+  for (int64_t count : Counts(comm().size())) {
+    for (bool in_place : {false, true}) {
+      CheckReduceScatter<float>(comm(), ReduceOp::kSum, count, in_place);
+      CheckReduceScatter<int32_t>(comm(), ReduceOp::kMax, count, in_place);
+      CheckReduceScatter<float>(comm(), ReduceOp::kMean, count, in_place);
+    }
+  }
+}
+
+TEST_P(CollectivesTest, AllGather) {
+  for (int64_t count : Counts(comm().size())) {
+    for (bool in_place : {false, true}) {
+      CheckAllGather<float>(comm(), count, in_place);
+      CheckAllGather<int32_t>(comm(), count, in_place);
+      CheckAllGather<uint16_t>(comm(), count, in_place);
+    }
+  }
+}
+
+TEST_P(CollectivesTest, AllToAll) {
+  for (int64_t count : Counts(comm().size())) {
+    CheckAllToAll<float>(comm(), count);
+    CheckAllToAll<uint16_t>(comm(), count);
+  }
+}
+
+TEST_P(CollectivesTest, AllToAllVWithUnevenAndEmptyBlocks) {
+  for (int64_t unit : {1, 7, 1001}) {
+    CheckAllToAllV<float>(comm(), unit);
+    CheckAllToAllV<int32_t>(comm(), unit);
+  }
+}
+
+TEST_P(CollectivesTest, BroadcastFromEveryRoot) {
+  for (int root = 0; root < comm().size(); ++root) {
+    for (int64_t count : Counts(comm().size())) {
+      CheckBroadcast<float>(comm(), count, root);
+    }
+    CheckBroadcast<uint16_t>(comm(), 7, root);
+  }
+}
+
+TEST_P(CollectivesTest, SendRecvRing) {
+  for (int64_t count : Counts(1)) {
+    CheckSendRecvRing<float>(comm(), count);
+    CheckSendRecvRing<int32_t>(comm(), count);
+  }
+}
+
+// Two messages to the same peer, received in the opposite order: MPI
+// matches by tag.
+TEST_P(CollectivesTest, SendRecvMatchesTags) {
+  const int n = comm().size(), me = comm().rank();
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  const std::vector<int32_t> first = {1, 2, 3}, second = {4, 5};
+  std::vector<int32_t> got_first(3), got_second(2);
+  CommHandle send_first = comm().SendAsync(first.data(), 3, DType::kI32, next, /*tag=*/1);
+  CommHandle send_second = comm().SendAsync(second.data(), 2, DType::kI32, next, /*tag=*/2);
+  comm().Recv(got_second.data(), 2, DType::kI32, prev, /*tag=*/2);
+  comm().Recv(got_first.data(), 3, DType::kI32, prev, /*tag=*/1);
+  send_first.Wait();
+  send_second.Wait();
+  EXPECT_EQ(got_first, first);
+  EXPECT_EQ(got_second, second);
+}
+
+// Three operations in flight at once, waited in the reverse order.
+TEST_P(CollectivesTest, OverlappedOperations) {
+  const int n = comm().size(), me = comm().rank();
+  const int64_t count = 1001;
+  std::vector<float> reduce_in = Input<float>(comm(), ReduceOp::kSum, count), reduced(count);
+  std::vector<int32_t> gather_in(count), gathered(n * count), gather_want(n * count);
+  for (int r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < count; ++i) gather_want[r * count + i] = Value(WorldRank(comm(), r), i);
+  }
+  std::copy(gather_want.begin() + me * count, gather_want.begin() + (me + 1) * count, gather_in.begin());
+  std::vector<float> scatter_in = Input<float>(comm(), ReduceOp::kSum, n * count), scattered(count);
+
+  CommHandle reduce = comm().AllReduceAsync(reduce_in.data(), reduced.data(), count, DType::kF32, ReduceOp::kSum);
+  CommHandle gather = comm().AllGatherAsync(gather_in.data(), gathered.data(), count, DType::kI32);
+  CommHandle scatter = comm().ReduceScatterAsync(scatter_in.data(), scattered.data(), count,
+                                                 DType::kF32, ReduceOp::kSum);
+  scatter.Wait();
+  gather.Wait();
+  reduce.Wait();
+  ExpectBitwiseEqual(reduced, Reduced<float>(comm(), ReduceOp::kSum, 0, count), "overlapped all_reduce");
+  ExpectBitwiseEqual(gathered, gather_want, "overlapped all_gather");
+  ExpectBitwiseEqual(scattered, Reduced<float>(comm(), ReduceOp::kSum, me * count, count),
+                     "overlapped reduce_scatter");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CollectivesTest,
+                         testing::Values(Layout::kWorld, Layout::kParity, Layout::kPairs, Layout::kSelf),
+                         [](const testing::TestParamInfo<Layout>& info) {
+                           return std::string(LayoutName(info.param));
+                         });
+
+// Timeout messages name groups by their world ranks, ranges shortened.
+TEST(GroupDescriptionTest, NamesWorldRanks) {
+  const int n = World().size();
+  std::vector<std::string> ranks;
+  for (int r = 0; r < n; ++r) ranks.push_back(std::to_string(r));
+  const std::string world_list = n >= 3 ? absl::StrCat("0-", n - 1) : absl::StrJoin(ranks, ", ");
+  EXPECT_EQ(DescribeGroup(World()), absl::StrCat("group world (world ranks ", world_list, ")"));
+  std::vector<std::string> same_parity;
+  for (int r = World().rank() % 2; r < n; r += 2) same_parity.push_back(std::to_string(r));
+  EXPECT_EQ(DescribeGroup(Group(Layout::kParity)),
+            absl::StrCat("group parity (world ranks ", absl::StrJoin(same_parity, ", "), ")"));
+}
+
+}  // namespace
+}  // namespace tetra

@@ -1,0 +1,84 @@
+// The watchdog end to end: a 2-rank MPI job (skip_collective_main.cc) in
+// which rank 1 never joins an all-reduce must end, non-zero, within seconds of
+// the 2 s comm timeout, with a message naming the operation, the group and the
+// waiting rank, and must leave no process behind.
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "core/timer.h"
+#include "gtest/gtest.h"
+
+namespace tetra {
+namespace {
+
+// The helper's comm timeout is 2 s; mpirun start-up and MPI_Abort's teardown
+// on 2 busy cores take a few seconds more.
+constexpr double kMaxJobSeconds = 30;
+// How long the aborted ranks may take to disappear after mpirun returns.
+constexpr double kMaxExitSeconds = 10;
+
+// True while `pid` exists and is not a zombie.
+bool IsRunning(const std::string& pid) {
+  std::ifstream stat("/proc/" + pid + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return false;
+  const size_t name_end = text.rfind(')');
+  return name_end != std::string::npos && name_end + 2 < text.size() && text[name_end + 2] != 'Z';
+}
+
+TEST(WatchdogTest, StuckRankEndsTheJobNamingTheOperation) {
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  setenv("OMP_NUM_THREADS", "1", 1);
+  char dir_template[] = "/tmp/tetra_watchdog_XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  // `timeout` ends the job if the watchdog itself fails to.
+  const std::string command = std::string("timeout -k 5 120 ") + TETRA_MPIEXEC +
+                              " --oversubscribe -np 2 " + TETRA_SKIP_COLLECTIVE + " " + dir + " 2>&1";
+  Timer timer;
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  std::array<char, 4096> chunk;
+  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) output.append(chunk.data(), n);
+  const int status = pclose(pipe);
+  const double seconds = timer.Seconds();
+
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_NE(WEXITSTATUS(status), 0) << output;
+  EXPECT_NE(WEXITSTATUS(status), 124) << "the watchdog did not end the job; `timeout` did\n" << output;
+  EXPECT_LT(seconds, kMaxJobSeconds) << output;
+  EXPECT_NE(output.find("tetra: error: rank 0 (world) waited 2."), std::string::npos) << output;
+  EXPECT_NE(output.find("for all_reduce (sum) of 1024 F32 on group skippers (world ranks 0, 1)"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("parallel.comm_timeout_s"), std::string::npos) << output;
+
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream pid_file(dir + "/rank" + std::to_string(rank) + ".pid");
+    std::string pid;
+    ASSERT_TRUE(std::getline(pid_file, pid)) << "rank " << rank << " wrote no pid\n" << output;
+    Timer exit_timer;
+    while (IsRunning(pid) && exit_timer.Seconds() < kMaxExitSeconds) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (IsRunning(pid)) {
+      ADD_FAILURE() << "rank " << rank << " (pid " << pid << ") still runs; killing it";
+      kill(std::stoi(pid), SIGKILL);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tetra

@@ -1,0 +1,349 @@
+// The rank mesh against layouts worked out by hand (Megatron-LM's 16-GPU
+// example, an MoE example), against its own definitions for every
+// factorisation of every world size up to 1024, and its layout errors.
+#include "parallel/mesh.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/logging.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tetra {
+namespace {
+
+using ::testing::HasSubstr;
+using Groups = std::vector<std::vector<int>>;
+
+// The sweep: every (tensor, pipeline) factorisation of every world size up to
+// kAllShapesUpTo and of every power of two up to kMaxWorld, and
+// kShapesPerOtherWorld of each other world size up to kMaxWorld (all of them
+// would take tens of seconds). No floating point here, so no tolerances: every
+// comparison is exact.
+constexpr int kMaxWorld = 1024;
+constexpr int kAllShapesUpTo = 128;
+constexpr int kShapesPerOtherWorld = 2;
+
+ParallelConfig Parallel(int tp, int pp, int dp, int ep = 1, const std::string& order = "tp-cp-ep-dp-pp") {
+  ParallelConfig config;
+  config.set_tensor(tp);
+  config.set_pipeline(pp);
+  config.set_data(dp);
+  config.set_expert(ep);
+  config.set_order(order);
+  return config;
+}
+
+Mesh MustCreate(const ParallelConfig& config, int world) {
+  absl::StatusOr<Mesh> mesh = Mesh::Create(config, world);
+  TETRA_CHECK(mesh.ok()) << mesh.status().message();
+  return *std::move(mesh);
+}
+
+TEST(MeshTest, MegatronSixteenGpuExample) {
+  // parallel_state.py's initialize_model_parallel docstring: 16 GPUs g0..g15,
+  // tensor 2, pipeline 4, hence data 2.
+  const Mesh mesh = MustCreate(Parallel(/*tp=*/2, /*pp=*/4, /*dp=*/0), 16);
+  EXPECT_EQ(mesh.shape().dp, 2);
+  EXPECT_EQ(mesh.Groups(GroupKind::kTensor),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kPipeline), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kData),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  // Model-parallel: the tp x pp ranks of one data replica (dp coordinate 0: the
+  // even pairs, 1: the odd pairs); embedding: first and last pipeline stage.
+  EXPECT_EQ(mesh.Groups(GroupKind::kModel), (Groups{{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kEmbedding), (Groups{{0, 12}, {1, 13}, {2, 14}, {3, 15}}));
+  EXPECT_EQ(mesh.Group(GroupKind::kEmbedding, 5), std::vector<int>{});  // a middle stage
+  // No expert parallelism: singleton EP groups, expert-data = data.
+  Groups singletons;
+  for (int r = 0; r < 16; ++r) singletons.push_back({r});
+  EXPECT_EQ(mesh.Groups(GroupKind::kExpert), singletons);
+  EXPECT_EQ(mesh.Groups(GroupKind::kContext), singletons);
+  EXPECT_EQ(mesh.Groups(GroupKind::kExpertData), mesh.Groups(GroupKind::kData));
+  // g11 = tp 1 + 2 x dp 1 + 4 x pp 2.
+  EXPECT_EQ(mesh.Coords(11), (RankCoords{.tp = 1, .cp = 0, .ep = 0, .dp = 1, .edp = 1, .pp = 2}));
+  EXPECT_EQ(mesh.NextPipelineRank(0), 4);
+  EXPECT_EQ(mesh.NextPipelineRank(13), 1);  // wraps from the last stage
+  EXPECT_EQ(mesh.PrevPipelineRank(3), 15);
+  EXPECT_EQ(mesh.PrevPipelineRank(10), 6);
+}
+
+TEST(MeshTest, MoeExampleByHand) {
+  // tensor 2, pipeline 2, data 4, expert 2 on 16 ranks; edp = 4 / 2 = 2.
+  // Dense:  rank = tp + 2 dp + 8 pp.
+  // Expert: rank = tp + 2 ep + 4 edp + 8 pp (tp, ep, edp, pp, first fastest).
+  // An EP group fixes tp, edp, pp and runs ep over 0..1 (ranks 2 apart); an
+  // EDP group fixes tp, ep, pp and runs edp over 0..1 (ranks 4 apart).
+  const Mesh mesh = MustCreate(Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/4, /*ep=*/2), 16);
+  EXPECT_EQ(mesh.shape().edp, 2);
+  EXPECT_EQ(mesh.Groups(GroupKind::kExpert),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kExpertData),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kData), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kPipeline),
+            (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  // 13 = 1 + 2*2 + 8*1 (dense) = 1 + 2*0 + 4*1 + 8*1 (expert).
+  EXPECT_EQ(mesh.Coords(13), (RankCoords{.tp = 1, .cp = 0, .ep = 0, .dp = 2, .edp = 1, .pp = 1}));
+  // 6 = 0 + 2*3 (dense) = 0 + 2*1 + 4*1 (expert).
+  EXPECT_EQ(mesh.Coords(6), (RankCoords{.tp = 0, .cp = 0, .ep = 1, .dp = 3, .edp = 1, .pp = 0}));
+}
+
+// Axis slots for the independent decomposition below; the expert layout
+// keeps edp in the dp slot and cp (size 1) anywhere.
+enum Slot { kTp, kCp, kEp, kDp, kPp };
+using Sizes = std::array<int, 5>;
+
+// The order string's axes as slots, fastest first.
+std::vector<int> Slots(const std::string& order) {
+  const std::map<std::string, int> slot = {{"tp", kTp}, {"cp", kCp}, {"ep", kEp}, {"dp", kDp}, {"pp", kPp}};
+  std::vector<int> slots;
+  size_t start = 0;
+  for (size_t dash; (dash = order.find('-', start)) != std::string::npos; start = dash + 1) {
+    slots.push_back(slot.at(order.substr(start, dash - start)));
+  }
+  slots.push_back(slot.at(order.substr(start)));
+  return slots;
+}
+
+// Peels coordinates off `rank` axis by axis, fastest first.
+Sizes Decompose(int rank, const std::vector<int>& order, const Sizes& sizes) {
+  Sizes coords{};
+  for (int slot : order) {
+    coords[slot] = rank % sizes[slot];
+    rank /= sizes[slot];
+  }
+  return coords;
+}
+
+// Whether the order keeps tp innermost and pp outermost among the dense axes
+// larger than 1 (cp and, in the dense layout, ep have size 1).
+bool OrderAgreesWithExpertLayout(const std::vector<int>& order, int tp, int dp, int pp) {
+  const Sizes sizes = {tp, 1, 1, dp, pp};
+  std::vector<int> large;
+  for (int slot : order) {
+    if (sizes[slot] > 1) large.push_back(slot);
+  }
+  return (tp == 1 || large.front() == kTp) && (pp == 1 || large.back() == kPp);
+}
+
+// For each group kind: the coordinates that differ between its members (the
+// others are shared), the one that numbers a member within its group, and the
+// axes whose sizes multiply to the group size.
+struct KindSemantics {
+  GroupKind kind;
+  std::vector<int RankCoords::*> varying;
+  int RankCoords::*index;  // nullptr: no single coordinate (model group)
+  std::vector<int MeshShape::*> size;
+};
+
+RankCoords Shared(RankCoords coords, const KindSemantics& k) {
+  for (int RankCoords::*member : k.varying) coords.*member = 0;
+  return coords;
+}
+
+void ExpectLayoutHolds(const Mesh& mesh, const std::vector<int>& order) {
+  const MeshShape& s = mesh.shape();
+  SCOPED_TRACE(::testing::Message() << "world " << s.world << " tp " << s.tp << " pp " << s.pp << " dp " << s.dp
+                                    << " ep " << s.ep << " order " << mesh.order());
+  ASSERT_EQ(s.tp * s.cp * s.pp * s.dp, s.world);
+  ASSERT_EQ(s.tp * s.ep * s.edp * s.pp, s.world);
+  const Sizes dense_sizes = {s.tp, s.cp, 1, s.dp, s.pp};
+  const Sizes expert_sizes = {s.tp, 1, s.ep, s.edp, s.pp};
+  const std::vector<int> expert_order = {kTp, kEp, kDp, kPp};
+  std::vector<RankCoords> coords(s.world);
+  for (int rank = 0; rank < s.world; ++rank) {
+    coords[rank] = mesh.Coords(rank);
+    const Sizes dense = Decompose(rank, order, dense_sizes);
+    const Sizes expert = Decompose(rank, expert_order, expert_sizes);
+    ASSERT_EQ(coords[rank], (RankCoords{.tp = dense[kTp],
+                                        .cp = dense[kCp],
+                                        .ep = expert[kEp],
+                                        .dp = dense[kDp],
+                                        .edp = expert[kDp],
+                                        .pp = dense[kPp]}))
+        << "rank " << rank;
+    ASSERT_EQ(mesh.Rank(coords[rank]), rank);
+  }
+  // Within an EP or EDP group the data coordinate varies too: it is
+  // ep + ep_size x edp.
+  const std::vector<KindSemantics> semantics = {
+      {GroupKind::kTensor, {&RankCoords::tp}, &RankCoords::tp, {&MeshShape::tp}},
+      {GroupKind::kContext, {&RankCoords::cp}, &RankCoords::cp, {&MeshShape::cp}},
+      {GroupKind::kData, {&RankCoords::dp, &RankCoords::ep, &RankCoords::edp}, &RankCoords::dp, {&MeshShape::dp}},
+      {GroupKind::kPipeline, {&RankCoords::pp}, &RankCoords::pp, {&MeshShape::pp}},
+      {GroupKind::kExpert, {&RankCoords::ep, &RankCoords::dp}, &RankCoords::ep, {&MeshShape::ep}},
+      {GroupKind::kExpertData, {&RankCoords::edp, &RankCoords::dp}, &RankCoords::edp, {&MeshShape::edp}},
+      {GroupKind::kModel, {&RankCoords::tp, &RankCoords::pp}, nullptr, {&MeshShape::tp, &MeshShape::pp}},
+  };
+  for (const KindSemantics& k : semantics) {
+    SCOPED_TRACE(GroupKindName(k.kind));
+    const Groups& groups = mesh.Groups(k.kind);
+    std::vector<int> seen(s.world, 0);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::vector<int>& group = groups[g];
+      int size = 1;
+      for (int MeshShape::*axis : k.size) size *= s.*axis;
+      ASSERT_EQ(static_cast<int>(group.size()), size) << "group " << g;
+      if (g > 0) {
+        ASSERT_LT(groups[g - 1].front(), group.front());
+      }
+      for (size_t i = 0; i < group.size(); ++i) {
+        const int rank = group[i];
+        if (i > 0) {
+          ASSERT_LT(group[i - 1], rank);
+        }
+        ++seen[rank];
+        ASSERT_EQ(&mesh.Group(k.kind, rank), &group);
+        ASSERT_EQ(Shared(coords[rank], k), Shared(coords[group.front()], k)) << "rank " << rank;
+        if (k.index) {
+          ASSERT_EQ(coords[rank].*k.index, static_cast<int>(i)) << "rank " << rank;
+        }
+      }
+    }
+    ASSERT_EQ(seen, std::vector<int>(s.world, 1));  // a partition of the world
+  }
+  // Each EP group lies inside one data-parallel group.
+  for (const std::vector<int>& group : mesh.Groups(GroupKind::kExpert)) {
+    for (int rank : group) {
+      ASSERT_EQ(&mesh.Group(GroupKind::kData, rank), &mesh.Group(GroupKind::kData, group.front()));
+    }
+  }
+  for (int rank = 0; rank < s.world; ++rank) {
+    const std::vector<int>& pipeline = mesh.Group(GroupKind::kPipeline, rank);
+    const int stage = coords[rank].pp;
+    ASSERT_EQ(mesh.NextPipelineRank(rank), pipeline[(stage + 1) % s.pp]);
+    ASSERT_EQ(mesh.PrevPipelineRank(mesh.NextPipelineRank(rank)), rank);
+    std::vector<int> embedding;
+    if (stage == 0 || stage == s.pp - 1) {
+      embedding = {pipeline.front()};
+      if (s.pp > 1) embedding.push_back(pipeline.back());
+    }
+    ASSERT_EQ(mesh.Group(GroupKind::kEmbedding, rank), embedding);
+  }
+  ASSERT_EQ(mesh.Groups(GroupKind::kEmbedding).size(), mesh.Groups(GroupKind::kPipeline).size());
+}
+
+TEST(MeshTest, FactorisationsOfWorldsUpTo1024) {
+  // Every order of the five axes, cycled over the shapes so each order meets
+  // many different sizes.
+  std::vector<std::string> axes = {"cp", "dp", "ep", "pp", "tp"};
+  std::vector<std::string> orders;
+  do {
+    orders.push_back(axes[0] + "-" + axes[1] + "-" + axes[2] + "-" + axes[3] + "-" + axes[4]);
+  } while (std::next_permutation(axes.begin(), axes.end()));
+  int shapes = 0, accepted = 0;
+  for (int world = 1; world <= kMaxWorld; ++world) {
+    std::vector<std::array<int, 2>> tp_pp;
+    for (int tp = 1; tp <= world; ++tp) {
+      for (int pp = 1; world % tp == 0 && pp <= world / tp; ++pp) {
+        if (world / tp % pp == 0) tp_pp.push_back({tp, pp});
+      }
+    }
+    const bool all = world <= kAllShapesUpTo || (world & (world - 1)) == 0;
+    const int count = all ? static_cast<int>(tp_pp.size()) : std::min<int>(kShapesPerOtherWorld, tp_pp.size());
+    for (int i = 0; i < count; ++i) {
+      // Skip through the other worlds' shapes so that different ones are picked.
+      const auto [tp, pp] = tp_pp[all ? i : (world * 7 + i) % tp_pp.size()];
+      const int dp = world / tp / pp;
+      std::vector<int> eps;
+      for (int ep = 1; ep <= dp; ++ep) {
+        if (dp % ep == 0) eps.push_back(ep);
+      }
+      const int ep = eps[shapes % eps.size()];
+      // Half the shapes get the default order, the rest cycle through all.
+      const std::string order = shapes % 2 == 0 ? "tp-cp-ep-dp-pp" : orders[shapes / 2 % orders.size()];
+      ++shapes;
+      // Data given or derived (0).
+      absl::StatusOr<Mesh> mesh = Mesh::Create(Parallel(tp, pp, shapes % 3 == 0 ? 0 : dp, ep, order), world);
+      const bool agrees = OrderAgreesWithExpertLayout(Slots(order), tp, dp, pp);
+      ASSERT_EQ(mesh.ok(), agrees) << "world " << world << " tp " << tp << " pp " << pp << " ep " << ep << " order "
+                                   << order << ": " << mesh.status().message();
+      if (!mesh.ok()) continue;
+      ++accepted;
+      ASSERT_NO_FATAL_FAILURE(ExpectLayoutHolds(*mesh, Slots(order)));
+    }
+  }
+  EXPECT_GT(accepted, shapes / 2);
+}
+
+absl::Status CreateStatus(const ParallelConfig& config, int world) { return Mesh::Create(config, world).status(); }
+
+TEST(MeshTest, ProductMustEqualTheWorldSize) {
+  absl::Status status = CreateStatus(Parallel(/*tp=*/2, /*pp=*/4, /*dp=*/3), 16);
+  EXPECT_THAT(status.message(), HasSubstr("tensor 2 x context 1 x pipeline 4 x data 3 = 24, but the world size is 16"));
+  EXPECT_THAT(status.message(), HasSubstr("\nhint: set parallel.data to 2"));
+  status = CreateStatus(Parallel(/*tp=*/3, /*pp=*/1, /*dp=*/2), 16);
+  EXPECT_THAT(status.message(), HasSubstr("tensor 3 x context 1 x pipeline 1 x data 2 = 6, but the world size is 16"));
+  EXPECT_THAT(status.message(), HasSubstr("\nhint: launch 6 ranks"));
+}
+
+TEST(MeshTest, DerivedDataMustDivideEvenly) {
+  absl::Status status = CreateStatus(Parallel(/*tp=*/4, /*pp=*/1, /*dp=*/0), 10);
+  EXPECT_THAT(status.message(), HasSubstr("tensor 4 x context 1 x pipeline 1 = 4"));
+  EXPECT_THAT(status.message(), HasSubstr("the world size 10 is not a multiple of 4"));
+  EXPECT_THAT(status.message(), HasSubstr("\nhint: launch 8 or 12 ranks"));
+  EXPECT_THAT(CreateStatus(Parallel(/*tp=*/8, /*pp=*/2, /*dp=*/0), 8).message(), HasSubstr("\nhint: launch 16 ranks"));
+}
+
+TEST(MeshTest, ExpertMustDivideData) {
+  absl::Status status = CreateStatus(Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/0, /*ep=*/3), 16);
+  EXPECT_THAT(status.message(), HasSubstr("parallel.expert 3 does not divide data 4 x context 1 = 4"));
+  EXPECT_THAT(status.message(), HasSubstr("\nhint: set parallel.expert to one of 1, 2, 4"));
+  EXPECT_THAT(CreateStatus(Parallel(2, 2, 0, /*ep=*/8), 16).message(), HasSubstr("parallel.expert 8 does not divide"));
+}
+
+TEST(MeshTest, BadOrderStrings) {
+  auto message = [](const std::string& order) {
+    return std::string(CreateStatus(Parallel(2, 2, 0, 1, order), 8).message());
+  };
+  EXPECT_THAT(message("tp-cp-xp-dp-pp"), HasSubstr("parallel.order \"tp-cp-xp-dp-pp\" has unknown axis \"xp\""));
+  EXPECT_THAT(message("tp-tp-ep-dp-pp"), HasSubstr("names tp twice"));
+  EXPECT_THAT(message("tp-cp-dp-pp"), HasSubstr("parallel.order \"tp-cp-dp-pp\" lacks ep"));
+  EXPECT_THAT(message("tp-dp-pp"), HasSubstr("lacks cp, ep"));
+  EXPECT_THAT(message("tp-cp-ep-dp-pp-tp"), HasSubstr("names tp twice"));
+  EXPECT_THAT(message(""), HasSubstr("unknown axis \"\""));
+  EXPECT_THAT(message("tp_cp_ep_dp_pp"), HasSubstr("\nhint: parallel.order names each of tp, cp, ep, dp, pp once"));
+}
+
+TEST(MeshTest, OrderGivingExpertsOtherPipelineOrTensorGroupsIsRejected) {
+  // tp-cp-ep-pp-dp with tp 1, pp 2, dp 2: dense rank = pp + 2 dp, so rank 0's
+  // pipeline group is [0, 1]; the expert layout keeps pp outermost: [0, 2].
+  absl::Status status = CreateStatus(Parallel(1, 2, 2, 1, "tp-cp-ep-pp-dp"), 4);
+  EXPECT_THAT(status.message(), HasSubstr("gives dense and expert weights different pipeline groups"));
+  EXPECT_THAT(status.message(), HasSubstr("(rank 0: dense [0, 1], expert [0, 2])"));
+  EXPECT_THAT(status.message(), HasSubstr("\nhint: put pp last"));
+  // dp-tp-cp-ep-pp with tp 2, dp 2: dense tensor group of rank 0 is [0, 2].
+  status = CreateStatus(Parallel(2, 1, 2, 1, "dp-tp-cp-ep-pp"), 4);
+  EXPECT_THAT(status.message(), HasSubstr("different tensor groups (rank 0: dense [0, 2], expert [0, 1])"));
+  EXPECT_THAT(status.message(), HasSubstr("\nhint: put tp first"));
+  // Either order is fine when the axes it moves have size 1.
+  EXPECT_TRUE(CreateStatus(Parallel(1, 2, 1, 1, "tp-cp-ep-pp-dp"), 2).ok());
+  EXPECT_TRUE(CreateStatus(Parallel(2, 4, 1, 1, "dp-tp-cp-ep-pp"), 8).ok());
+}
+
+TEST(MeshTest, SizesBelowOne) {
+  EXPECT_THAT(CreateStatus(Parallel(0, 1, 0), 4).message(),
+              HasSubstr("parallel.tensor is 0, but every parallel size must be at least 1"));
+  EXPECT_THAT(CreateStatus(Parallel(1, -2, 0), 4).message(), HasSubstr("parallel.pipeline is -2"));
+  EXPECT_THAT(CreateStatus(Parallel(1, 1, 0, 0), 4).message(), HasSubstr("parallel.expert is 0"));
+  EXPECT_THAT(CreateStatus(Parallel(1, 1, -1), 4).message(), HasSubstr("parallel.data is -1"));
+  EXPECT_THAT(CreateStatus(Parallel(1, 1, 0), 0).message(), HasSubstr("the world size is 0"));
+  for (const absl::Status& status : {CreateStatus(Parallel(0, 1, 0), 4), CreateStatus(Parallel(1, 1, 0), 0)}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("\nhint: "));
+  }
+}
+
+TEST(MeshTest, HugeSizesDoNotOverflow) {
+  absl::Status status = CreateStatus(Parallel(1 << 30, 1 << 30, 1 << 30), 8);
+  EXPECT_THAT(status.message(), HasSubstr("but the world size is 8"));
+}
+
+}  // namespace
+}  // namespace tetra

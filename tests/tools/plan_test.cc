@@ -1,0 +1,251 @@
+// `tetra plan` end to end: the built binary lays out Megatron-LM's 16-GPU
+// example and an MoE layout as JSON with the groups worked out by hand, prints
+// the table and the node warnings, and refuses bad layouts with the numbers.
+#include <sys/wait.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/scratch_files.h"
+
+namespace tetra {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::tetra::testing::ReadBytes;
+using ::tetra::testing::ScratchDir;
+using ::tetra::testing::WriteBytes;
+using Groups = std::vector<std::vector<int>>;
+
+// Just enough JSON for the plan: objects (keys kept in order), arrays,
+// integers and plain strings.
+struct Json {
+  enum Kind { kNull, kNumber, kString, kArray, kObject } kind = kNull;
+  long number = 0;
+  std::string text;
+  std::vector<Json> items;
+  std::vector<std::pair<std::string, Json>> fields;
+
+  const Json& operator[](const std::string& key) const {
+    static const Json kMissing;
+    for (const auto& [name, value] : fields) {
+      if (name == key) return value;
+    }
+    return kMissing;
+  }
+  std::vector<std::string> Keys() const {
+    std::vector<std::string> keys;
+    for (const auto& field : fields) keys.push_back(field.first);
+    return keys;
+  }
+  Groups AsGroups() const {
+    Groups groups;
+    for (const Json& group : items) {
+      groups.emplace_back();
+      for (const Json& rank : group.items) groups.back().push_back(static_cast<int>(rank.number));
+    }
+    return groups;
+  }
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(const std::string& text) : text_(text) {}
+
+  // The document, or kNull with `error` set.
+  Json Parse(std::string* error) {
+    Json value = Value();
+    Skip();
+    if (failed_ || pos_ != text_.size()) {
+      *error = "malformed JSON near offset " + std::to_string(pos_);
+      return Json{};
+    }
+    return value;
+  }
+
+ private:
+  void Skip() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  bool Eat(char c) {
+    Skip();
+    if (pos_ >= text_.size() || text_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+  std::string String() {
+    std::string out;
+    failed_ |= !Eat('"');
+    while (!failed_ && pos_ < text_.size() && text_[pos_] != '"') out += text_[pos_++];
+    failed_ |= !Eat('"');
+    return out;
+  }
+  Json Value() {
+    Json value;
+    Skip();
+    if (failed_ || pos_ >= text_.size()) {
+      failed_ = true;
+    } else if (Eat('{')) {
+      value.kind = Json::kObject;
+      if (Eat('}')) return value;
+      do {
+        std::string key = String();
+        failed_ |= !Eat(':');
+        if (!failed_) value.fields.emplace_back(key, Value());
+      } while (!failed_ && Eat(','));
+      failed_ |= !Eat('}');
+    } else if (Eat('[')) {
+      value.kind = Json::kArray;
+      if (Eat(']')) return value;
+      do {
+        value.items.push_back(Value());
+      } while (!failed_ && Eat(','));
+      failed_ |= !Eat(']');
+    } else if (text_[pos_] == '"') {
+      value.kind = Json::kString;
+      value.text = String();
+    } else {
+      value.kind = Json::kNumber;
+      size_t used = 0;
+      try {
+        value.number = std::stol(text_.substr(pos_), &used);
+      } catch (...) {
+        failed_ = true;
+      }
+      pos_ += used;
+    }
+    return value;
+  }
+
+  const std::string& text_;
+  size_t pos_ = 0;
+  bool failed_ = false;
+};
+
+struct RunResult {
+  int exit_code;
+  std::string out, err;
+};
+
+class PlanTest : public ::testing::Test {
+ protected:
+  // Runs `tetra plan --config <config text> <args>`.
+  RunResult Plan(const std::string& config, const std::string& args) {
+    const std::string dir = ScratchDir("plan_test");
+    WriteBytes(dir + "/plan.textproto", config);
+    const std::string command = std::string(TETRA_BINARY) + " plan --config " + dir + "/plan.textproto " + args + " >" +
+                                dir + "/out 2>" + dir + "/err";
+    const int status = std::system(command.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadBytes(dir + "/out"), ReadBytes(dir + "/err")};
+  }
+
+  Json PlanJson(const std::string& config, const std::string& args) {
+    RunResult r = Plan(config, args + " --json");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::string error;
+    Json plan = JsonParser(r.out).Parse(&error);
+    EXPECT_EQ(error, "") << r.out;
+    return plan;
+  }
+
+  // Expects exit code 1 with "tetra: error: ", `message` and a hint line.
+  void ExpectError(const std::string& config, const std::string& args, const std::string& message) {
+    RunResult r = Plan(config, args);
+    EXPECT_EQ(r.exit_code, 1) << args << "\nstderr: " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("tetra: error: ")) << args;
+    EXPECT_THAT(r.err, HasSubstr(message)) << args;
+    EXPECT_THAT(r.err, HasSubstr("\nhint: ")) << args;
+  }
+};
+
+// One rank object as the plan prints it, to compare field by field.
+std::vector<std::pair<std::string, long>> RankFields(const Json& rank) {
+  std::vector<std::pair<std::string, long>> fields;
+  for (const auto& [name, value] : rank.fields) fields.emplace_back(name, value.number);
+  return fields;
+}
+
+TEST_F(PlanTest, MegatronSixteenGpuExampleAsJson) {
+  // parallel_state.py's docstring: 16 GPUs, tensor 2, pipeline 4 (data 2).
+  // The config has no model section: plan checks layouts only.
+  const Json plan = PlanJson("parallel { tensor: 2 pipeline: 4 }\n", "--world 16");
+  EXPECT_EQ(plan.Keys(), (std::vector<std::string>{"world", "ranks", "groups"}));
+  EXPECT_EQ(plan["world"].number, 16);
+  ASSERT_EQ(plan["ranks"].items.size(), 16u);
+  // g5 = tp 1 + 2 x dp 0 + 4 x pp 1; g10 = tp 0 + 2 x dp 1 + 4 x pp 2.
+  using Fields = std::vector<std::pair<std::string, long>>;
+  EXPECT_EQ(RankFields(plan["ranks"].items[5]),
+            (Fields{{"rank", 5}, {"tp", 1}, {"cp", 0}, {"ep", 0}, {"dp", 0}, {"edp", 0}, {"pp", 1}}));
+  EXPECT_EQ(RankFields(plan["ranks"].items[10]),
+            (Fields{{"rank", 10}, {"tp", 0}, {"cp", 0}, {"ep", 0}, {"dp", 1}, {"edp", 1}, {"pp", 2}}));
+  const Json& groups = plan["groups"];
+  EXPECT_EQ(groups["tp"].AsGroups(), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(groups["pp"].AsGroups(), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  const Groups data = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}};
+  EXPECT_EQ(groups["dp"].AsGroups(), data);
+  EXPECT_EQ(groups["edp"].AsGroups(), data);  // expert 1: expert-data = data
+  EXPECT_EQ(groups["ep"].AsGroups().size(), 16u);
+  EXPECT_EQ(groups["cp"].AsGroups().size(), 16u);
+  EXPECT_EQ(groups["embd"].AsGroups(), (Groups{{0, 12}, {1, 13}, {2, 14}, {3, 15}}));
+}
+
+TEST_F(PlanTest, MoeLayoutThroughSetOverrides) {
+  // tensor 2, pipeline 2, data 4, expert 2: expert rank = tp + 2 ep + 4 edp + 8 pp.
+  const Json plan =
+      PlanJson("parallel { tensor: 2 pipeline: 4 }\n", "--world 16 --set parallel.pipeline=2 --set parallel.expert=2");
+  EXPECT_EQ(plan["groups"]["ep"].AsGroups(),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(plan["groups"]["edp"].AsGroups(),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(plan["groups"]["dp"].AsGroups(), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(plan["ranks"].items[13]["ep"].number, 0);  // 13 = 1 + 0 + 4 + 8
+  EXPECT_EQ(plan["ranks"].items[13]["edp"].number, 1);
+}
+
+TEST_F(PlanTest, TableAndNodeWarnings) {
+  // Tensor 16 on nodes of 8 GPUs: both tensor groups cross a node boundary.
+  RunResult r = Plan("parallel { tensor: 16 }\n", "--world 32");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("32 ranks = tensor 16 x context 1 x pipeline 1 x data 2"));
+  EXPECT_THAT(r.out, HasSubstr("rank  node  gpu  tp  cp  ep  dp  edp  pp\n"));
+  EXPECT_THAT(r.out, HasSubstr("\n    19     2    3   3   0   0   1    1   0\n"));  // 19 = 16 + 3
+  EXPECT_THAT(r.out, HasSubstr("pp groups (32):"));
+  EXPECT_THAT(r.err, HasSubstr("tetra: warning: 2 of 2 tp groups span nodes of 8 GPUs"));
+  EXPECT_THAT(r.err, HasSubstr("\nhint: "));
+  // The same layout on nodes of 16 GPUs needs no warning.
+  r = Plan("parallel { tensor: 16 }\n", "--world 32 --gpus-per-node 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("tp groups span")));
+  EXPECT_THAT(r.out, HasSubstr("\n    19     1    3   3"));  // node 1, GPU 3
+}
+
+TEST_F(PlanTest, BadLayoutsNameTheNumbers) {
+  ExpectError("parallel { tensor: 2 pipeline: 4 data: 3 }\n", "--world 16",
+              "tensor 2 x context 1 x pipeline 4 x data 3 = 24, but the world size is 16");
+  ExpectError("parallel { tensor: 2 pipeline: 2 expert: 3 }\n", "--world 16",
+              "parallel.expert 3 does not divide data 4 x context 1 = 4");
+  ExpectError("parallel { order: \"tp-cp-xx-dp-pp\" }\n", "--world 4",
+              "parallel.order \"tp-cp-xx-dp-pp\" has unknown axis \"xx\"");
+  ExpectError("parallel { order: \"tp-cp-dp-pp\" }\n", "--world 4", "lacks ep");
+  ExpectError("parallel { pipeline: 2 order: \"tp-cp-ep-pp-dp\" }\n", "--world 4",
+              "gives dense and expert weights different pipeline groups");
+  ExpectError("parallel { tensor: 4 }\n", "--world 10", "the world size 10 is not a multiple of 4");
+}
+
+TEST_F(PlanTest, BadFlags) {
+  const std::string config = "parallel { tensor: 2 }\n";
+  ExpectError(config, "", "needs --config FILE.textproto and --world N");
+  ExpectError(config, "--world 0", "--world \"0\" is not a whole number of at least 1");
+  ExpectError(config, "--world 8 --gpus-per-node x", "--gpus-per-node \"x\"");
+  ExpectError(config, "--world 8 --set parallel.tensr=2", "did you mean \"tensor\"");
+  ExpectError(config, "--world 8 --nodes 2", "unknown flag --nodes");
+}
+
+}  // namespace
+}  // namespace tetra

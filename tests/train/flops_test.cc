@@ -1,0 +1,35 @@
+#include "train/flops.h"
+
+#include "gtest/gtest.h"
+
+namespace tetra {
+namespace {
+
+ModelConfig Small(bool tie) {
+  ModelConfig c;
+  c.set_vocab_size(100);
+  c.set_hidden_size(16);
+  c.set_num_hidden_layers(2);
+  c.set_num_attention_heads(4);  // head_dim 4
+  c.set_num_key_value_heads(2);
+  c.set_intermediate_size(24);
+  c.set_tie_word_embeddings(tie);
+  return c;
+}
+
+// Counted by hand: per layer q 16x16 + k 16x8 + v 16x8 + o 16x16 = 768,
+// MLP 3 x 16 x 24 = 1152, two norms 32: 1952; two layers 3904, final norm 16,
+// LM head 100 x 16 = 1600 (the input embedding is not counted): 5520.
+TEST(FlopsTest, ActiveParametersExcludeTheInputEmbedding) {
+  EXPECT_EQ(ActiveParameters(Small(false)), 5520);
+  // A tied head is still a matrix every token passes through.
+  EXPECT_EQ(ActiveParameters(Small(true)), 5520);
+}
+
+TEST(FlopsTest, TrainingFlopsFollowTheMetricsContract) {
+  // 6 x 5520 + 6 x layers 2 x seq 8 x (heads 4 x head_dim 4) = 33120 + 1536.
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(Small(false), 8), 34656.0);
+}
+
+}  // namespace
+}  // namespace tetra

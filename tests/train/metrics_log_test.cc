@@ -1,0 +1,81 @@
+#include "train/metrics_log.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tetra {
+namespace {
+
+using ::testing::HasSubstr;
+
+StepMetrics Example() {
+  StepMetrics m;
+  m.step = 3;
+  m.loss = 2.5;
+  m.lr = 3e-4;
+  m.grad_norm = 1.25;
+  m.tokens_per_s = 1000;
+  m.tflops = 0.5;
+  m.step_time_s = 0.25;
+  m.loss_floor = 1.5;
+  return m;
+}
+
+TEST(MetricsLogTest, JsonHasContractFieldsInOrder) {
+  EXPECT_EQ(MetricsJson(Example()),
+            "{\"step\": 3, \"loss\": 2.5, \"lr\": 3e-04, \"grad_norm\": 1.25, "
+            "\"tokens_per_s\": 1000, \"tflops\": 0.5, \"loss_floor\": 1.5, \"step_time_s\": 0.25}");
+  StepMetrics with_mfu = Example();
+  with_mfu.mfu = 0.125;
+  with_mfu.val_loss = 2.75;
+  EXPECT_THAT(MetricsJson(with_mfu), HasSubstr("\"tflops\": 0.5, \"mfu\": 0.125, \"loss_floor\": 1.5, \"val_loss\": 2.75"));
+}
+
+TEST(MetricsLogTest, NumbersRoundTripExactlyAndNonFiniteIsNull) {
+  StepMetrics m = Example();
+  m.loss = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
+  EXPECT_THAT(MetricsJson(m), HasSubstr("\"loss\": 0.30000000000000004,"));
+  m.loss = std::nan("");
+  EXPECT_THAT(MetricsJson(m), HasSubstr("\"loss\": null,"));
+}
+
+TEST(MetricsLogTest, ProgressLineShowsWhatAUserWatches) {
+  const std::string line = ProgressLine(Example(), 10, 83);
+  EXPECT_EQ(line,
+            "step 3/10 | loss 2.5000 (floor 1.5000) | lr 3.00e-04 | grad norm 1.250 | 1000 tok/s | "
+            "500.00 GFLOP/s | ETA 1m23s");
+}
+
+TEST(MetricsLogTest, FileStartsAfreshAndGetsOneLinePerStep) {
+  const std::string path = ::testing::TempDir() + "metrics_log_test/run/metrics.jsonl";
+  for (int run = 0; run < 2; ++run) {
+    auto log = MetricsLog::Open(path);
+    ASSERT_TRUE(log.ok()) << log.status();
+    StepMetrics m = Example();
+    ASSERT_TRUE(log->Append(m).ok());
+    m.step = 4;
+    ASSERT_TRUE(log->Append(m).ok());
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), MetricsJson(Example()) + "\n" + [] {
+    StepMetrics m = Example();
+    m.step = 4;
+    return MetricsJson(m);
+  }() + "\n");
+}
+
+TEST(MetricsLogTest, UnwritablePathIsAUserError) {
+  auto log = MetricsLog::Open("/proc/no/such/dir/metrics.jsonl");
+  ASSERT_FALSE(log.ok());
+  EXPECT_THAT(log.status().message(), HasSubstr("/proc/no/such/dir/metrics.jsonl"));
+  EXPECT_THAT(log.status().message(), HasSubstr("\nhint: "));
+}
+
+}  // namespace
+}  // namespace tetra

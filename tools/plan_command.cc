@@ -1,0 +1,200 @@
+#include "tools/plan_command.h"
+
+#include <algorithm>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
+#include "parallel/mesh.h"
+#include "tools/command_line.h"
+#include "train/config_loader.h"
+
+namespace tetra {
+namespace {
+
+constexpr int kDefaultGpusPerNode = 8;
+constexpr size_t kLineWidth = 100;  // where the group lists wrap
+
+struct PlanOptions {
+  std::string config_path;
+  std::vector<std::string> sets;
+  int world = 0;
+  int gpus_per_node = kDefaultGpusPerNode;
+  bool json = false;
+};
+
+absl::StatusOr<int> PositiveFlag(const ParsedFlags& flags, const std::string& name) {
+  int value;
+  if (!absl::SimpleAtoi(flags.values.at(name), &value) || value < 1) {
+    return UserError(
+        absl::StrCat("tetra plan: --", name, " \"", flags.values.at(name), "\" is not a whole number of at least 1"),
+        "tetra plan --config F --world 16 --gpus-per-node 8");
+  }
+  return value;
+}
+
+absl::StatusOr<PlanOptions> ParseOptions(int argc, char** argv) {
+  // ParseFlags takes `--name value` pairs; the bare switch --json is picked
+  // out first (--json=true|false goes through ParseFlags).
+  PlanOptions options;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (i >= 2 && std::string_view(argv[i]) == "--json") {
+      options.json = true;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  ASSIGN_OR_RETURN(ParsedFlags flags, ParseFlags(static_cast<int>(args.size()), args.data(), 2, "plan",
+                                                 {"config", "set", "world", "gpus-per-node", "json"}));
+  if (!flags.values.count("config") || !flags.values.count("world")) {
+    return UserError("tetra plan needs --config FILE.textproto and --world N",
+                     "tetra plan --config configs/tiny_dense.textproto --world 8");
+  }
+  options.config_path = flags.values.at("config");
+  options.sets = flags.sets;
+  ASSIGN_OR_RETURN(options.world, PositiveFlag(flags, "world"));
+  if (flags.values.count("gpus-per-node")) {
+    ASSIGN_OR_RETURN(options.gpus_per_node, PositiveFlag(flags, "gpus-per-node"));
+  }
+  if (flags.values.count("json") && !absl::SimpleAtob(flags.values.at("json"), &options.json)) {
+    return UserError(absl::StrCat("tetra plan: --json=", flags.values.at("json"), " is not true or false"),
+                     "write --json alone");
+  }
+  return options;
+}
+
+std::string GroupText(const std::vector<int>& group) { return absl::StrCat("[", absl::StrJoin(group, ", "), "]"); }
+
+// {"world": N, "ranks": [{"rank": 0, "tp": 0, ...}, ...], "groups": {"tp": [[0, 1], ...], ...}}
+std::string PlanJson(const Mesh& mesh) {
+  std::string out = absl::StrCat("{\"world\": ", mesh.shape().world, ", \"ranks\": [");
+  for (int rank = 0; rank < mesh.shape().world; ++rank) {
+    const RankCoords c = mesh.Coords(rank);
+    absl::StrAppend(&out, rank > 0 ? ", " : "", "{\"rank\": ", rank, ", \"tp\": ", c.tp, ", \"cp\": ", c.cp,
+                    ", \"ep\": ", c.ep, ", \"dp\": ", c.dp, ", \"edp\": ", c.edp, ", \"pp\": ", c.pp, "}");
+  }
+  absl::StrAppend(&out, "], \"groups\": {");
+  for (GroupKind kind : kGroupKinds) {
+    std::vector<std::string> groups;
+    for (const std::vector<int>& group : mesh.Groups(kind)) groups.push_back(GroupText(group));
+    absl::StrAppend(&out, kind == kGroupKinds.front() ? "" : ", ", "\"", GroupKindName(kind), "\": [",
+                    absl::StrJoin(groups, ", "), "]");
+  }
+  absl::StrAppend(&out, "}}\n");
+  return out;
+}
+
+std::string PlanText(const Mesh& mesh, int gpus_per_node) {
+  const MeshShape& s = mesh.shape();
+  const int nodes = (s.world + gpus_per_node - 1) / gpus_per_node;
+  std::string out = absl::StrCat(s.world, " ranks = tensor ", s.tp, " x context ", s.cp, " x pipeline ", s.pp,
+                                 " x data ", s.dp, ", order ", mesh.order(), "\nexpert weights: tensor ", s.tp,
+                                 " x expert ", s.ep, " x expert-data ", s.edp, " x pipeline ", s.pp, "\n", nodes,
+                                 nodes == 1 ? " node" : " nodes", " of ", gpus_per_node, " GPUs\n\n");
+
+  // The table: one row per rank, columns as wide as their widest entry.
+  const std::vector<std::string> header = {"rank", "node", "gpu", "tp", "cp", "ep", "dp", "edp", "pp"};
+  std::vector<std::vector<int>> rows;
+  for (int rank = 0; rank < s.world; ++rank) {
+    const RankCoords c = mesh.Coords(rank);
+    rows.push_back({rank, rank / gpus_per_node, rank % gpus_per_node, c.tp, c.cp, c.ep, c.dp, c.edp, c.pp});
+  }
+  std::vector<size_t> width(header.size());
+  for (size_t col = 0; col < header.size(); ++col) {
+    width[col] = std::max(header[col].size(), absl::StrCat(rows.back()[col]).size());
+    for (const std::vector<int>& row : rows) width[col] = std::max(width[col], absl::StrCat(row[col]).size());
+  }
+  auto pad = [](const std::string& text, size_t w) { return std::string(w - text.size() + 2, ' ') + text; };
+  for (size_t col = 0; col < header.size(); ++col) absl::StrAppend(&out, pad(header[col], width[col]));
+  absl::StrAppend(&out, "\n");
+  for (const std::vector<int>& row : rows) {
+    for (size_t col = 0; col < row.size(); ++col) absl::StrAppend(&out, pad(absl::StrCat(row[col]), width[col]));
+    absl::StrAppend(&out, "\n");
+  }
+
+  // The groups, wrapped at kLineWidth.
+  absl::StrAppend(&out, "\n");
+  for (GroupKind kind : kGroupKinds) {
+    const std::vector<std::vector<int>>& groups = mesh.Groups(kind);
+    const std::string title = absl::StrCat(GroupKindName(kind), " groups (", groups.size(), "):");
+    absl::StrAppend(&out, title);
+    size_t column = title.size();
+    for (const std::vector<int>& group : groups) {
+      const std::string text = GroupText(group);
+      if (column + 1 + text.size() > kLineWidth) {
+        absl::StrAppend(&out, "\n ");
+        column = 1;
+      }
+      absl::StrAppend(&out, " ", text);
+      column += 1 + text.size();
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  return out;
+}
+
+// Groups whose traffic should stay inside a node, and what crossing costs.
+struct SpanCheck {
+  GroupKind kind;
+  const char* severity;
+  const char* consequence;
+  const char* hint;  // may be empty
+};
+constexpr SpanCheck kSpanChecks[] = {
+    {GroupKind::kTensor, "warning", "their all-reduces run in every layer and need the bandwidth inside a node",
+     "make parallel.tensor a divisor of the GPUs per node"},
+    {GroupKind::kContext, "warning", "their exchanges run in every attention layer", ""},
+    {GroupKind::kExpert, "note", "their token all-to-all crosses the network", ""},
+};
+
+// Layouts that run, but slowly: one message each, ready for "tetra: ".
+std::vector<std::string> PlanWarnings(const Mesh& mesh, int gpus_per_node) {
+  std::vector<std::string> warnings;
+  const int world = mesh.shape().world;
+  if (world > gpus_per_node && world % gpus_per_node != 0) {
+    warnings.push_back(absl::StrCat("warning: the world size ", world, " is not a multiple of ", gpus_per_node,
+                                    " GPUs per node, so the last node runs ", world % gpus_per_node, " ranks"));
+  }
+  for (const SpanCheck& check : kSpanChecks) {
+    const std::vector<std::vector<int>>& groups = mesh.Groups(check.kind);
+    int spanning = 0;
+    const std::vector<int>* example = nullptr;
+    for (const std::vector<int>& group : groups) {
+      if (group.front() / gpus_per_node != group.back() / gpus_per_node) {
+        ++spanning;
+        if (example == nullptr) example = &group;
+      }
+    }
+    if (spanning == 0) continue;
+    warnings.push_back(absl::StrCat(
+        check.severity, ": ", spanning, " of ", groups.size(), " ", GroupKindName(check.kind), " groups span nodes of ",
+        gpus_per_node, " GPUs, e.g. ", GroupText(*example), " on nodes ", example->front() / gpus_per_node, " to ",
+        example->back() / gpus_per_node, "; ", check.consequence, *check.hint ? "\nhint: " : "", check.hint));
+  }
+  return warnings;
+}
+
+}  // namespace
+
+absl::Status PlanCommand(int argc, char** argv) {
+  ASSIGN_OR_RETURN(PlanOptions options, ParseOptions(argc, argv));
+  // Not ValidateConfig: plan checks layouts for any world size, nothing else.
+  ASSIGN_OR_RETURN(TrainerConfig config, LoadConfigFile(options.config_path));
+  for (const std::string& assignment : options.sets) RETURN_IF_ERROR(ApplyOverride(assignment, &config));
+  ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(config.parallel(), options.world));
+  std::cout << (options.json ? PlanJson(mesh) : PlanText(mesh, options.gpus_per_node));
+  for (const std::string& warning : PlanWarnings(mesh, options.gpus_per_node)) {
+    std::cerr << "tetra: " << warning << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tetra
