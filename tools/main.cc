@@ -2,7 +2,9 @@
 //   tetra train  --config FILE.textproto [--set path.to.field=value ...]
 //   tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]
 // Exit code 0 only on success; errors are one sentence plus a hint on stderr.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -28,13 +30,22 @@ constexpr char kUsage[] =
     "  tetra plan   --config FILE.textproto --world N [--json] [--gpus-per-node G] [--set ...]\n"
     "  mpirun -np N tetra commbench [--op all_reduce|...|all] [--group world|even_odd|pairs] ...\n";
 
+// The number of ranks the launcher started (mpirun, Slurm), 1 when run directly,
+// so a layout is checked against the job it is actually part of.
+int LaunchedWorldSize() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+  }
+  return 1;
+}
+
 absl::StatusOr<TrainerConfig> ConfigFromFlags(const ParsedFlags& flags, const std::string& command) {
   auto config = flags.values.find("config");
   if (config == flags.values.end()) {
     return UserError(absl::StrCat("tetra ", command, " needs --config FILE.textproto"),
                      absl::StrCat("tetra ", command, " --config configs/tiny_dense.textproto"));
   }
-  return LoadConfig(config->second, flags.sets);
+  return LoadConfig(config->second, flags.sets, LaunchedWorldSize());
 }
 
 absl::Status TrainCommand(int argc, char** argv) {

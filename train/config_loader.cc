@@ -299,10 +299,11 @@ absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
 }
 
 absl::StatusOr<TrainerConfig> LoadConfig(const std::string& path,
-                                         const std::vector<std::string>& overrides) {
+                                         const std::vector<std::string>& overrides,
+                                         int world_size) {
   ASSIGN_OR_RETURN(TrainerConfig config, LoadConfigFile(path));
   for (const std::string& assignment : overrides) RETURN_IF_ERROR(ApplyOverride(assignment, &config));
-  RETURN_IF_ERROR(ValidateConfig(config));
+  RETURN_IF_ERROR(ValidateConfig(config, world_size));
   return config;
 }
 

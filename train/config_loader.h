@@ -23,9 +23,11 @@ absl::StatusOr<TrainerConfig> LoadConfigFile(const std::string& path);
 // Applies one override "a.b.c=value" to a scalar (or enum) field of `config`.
 absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config);
 
-// LoadConfigFile, then each override in order, then ValidateConfig.
+// LoadConfigFile, then each override in order, then ValidateConfig for a job
+// of `world_size` ranks.
 absl::StatusOr<TrainerConfig> LoadConfig(const std::string& path,
-                                         const std::vector<std::string>& overrides);
+                                         const std::vector<std::string>& overrides,
+                                         int world_size);
 
 }  // namespace tetra
 

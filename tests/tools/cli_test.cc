@@ -253,6 +253,17 @@ TEST_F(CliTest, ValidationLossUsesTheValidationSamples) {
   EXPECT_EQ(field(lines[2], "val_loss"), field(lines[0], "loss"));      // step 3: the last step
 }
 
+TEST_F(CliTest, LayoutIsCheckedAgainstTheLaunchedWorld) {
+  // Under mpirun each rank sees the job's size; four ranks must not silently
+  // run four independent single-rank trainings.
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  const std::string config = WriteConfig("");
+  ExpectError("train --config " + config, "data 4");
+  ExpectError("train --config " + config + " --set parallel.tensor=2 --set parallel.data=3",
+              "tensor 2 x context 1 x pipeline 1 x data 3 = 6, but the world size is 4");
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+}
+
 TEST_F(CliTest, UnimplementedSectionsAreRefusedNotIgnored) {
   ExpectError("train --config " + WriteConfig("checkpoint { dir: \"/tmp/ckpt\" }\n"),
               "checkpoint.dir is set to \"/tmp/ckpt\", but that feature is not implemented yet");
