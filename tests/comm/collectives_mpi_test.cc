@@ -17,6 +17,7 @@
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "gtest/gtest.h"
+#include "parallel/mesh.h"
 
 namespace tetra {
 namespace {
@@ -44,9 +45,30 @@ constexpr DType kDType<int32_t> = DType::kI32;
 template <>
 constexpr DType kDType<uint16_t> = DType::kBF16;  // moved as bit patterns, never reduced
 
-enum class Layout { kWorld, kParity, kPairs, kSelf };
+// Hand-made groups, plus the tensor, data and pipeline groups of the mesh a
+// training job would use on this world: tp 2 x pp 2 x dp (world / 4), or
+// tp 2 alone on 2 ranks.
+enum class Layout { kWorld, kParity, kPairs, kSelf, kMeshTensor, kMeshData, kMeshPipeline };
+
+const Mesh& JobMesh(int world_size) {
+  static const Mesh mesh = [&] {
+    ParallelConfig config;
+    config.set_tensor(2);
+    config.set_pipeline(world_size % 4 == 0 ? 2 : 1);
+    absl::StatusOr<Mesh> made = Mesh::Create(config, world_size);
+    TETRA_CHECK(made.ok()) << made.status();
+    return *std::move(made);
+  }();
+  return mesh;
+}
 
 std::vector<int> GroupOf(Layout layout, int me, int world_size) {
+  switch (layout) {
+    case Layout::kMeshTensor: return JobMesh(world_size).Group(GroupKind::kTensor, me);
+    case Layout::kMeshData: return JobMesh(world_size).Group(GroupKind::kData, me);
+    case Layout::kMeshPipeline: return JobMesh(world_size).Group(GroupKind::kPipeline, me);
+    default: break;
+  }
   std::vector<int> group;
   for (int r = 0; r < world_size; ++r) {
     const bool member = layout == Layout::kWorld    ? true
@@ -64,6 +86,9 @@ const char* LayoutName(Layout layout) {
     case Layout::kParity: return "parity";
     case Layout::kPairs: return "pairs";
     case Layout::kSelf: return "self";
+    case Layout::kMeshTensor: return "tp";
+    case Layout::kMeshData: return "dp";
+    case Layout::kMeshPipeline: return "pp";
   }
   return "?";
 }
@@ -373,7 +398,8 @@ TEST_P(CollectivesTest, OverlappedOperations) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CollectivesTest,
-                         testing::Values(Layout::kWorld, Layout::kParity, Layout::kPairs, Layout::kSelf),
+                         testing::Values(Layout::kWorld, Layout::kParity, Layout::kPairs, Layout::kSelf,
+                                         Layout::kMeshTensor, Layout::kMeshData, Layout::kMeshPipeline),
                          [](const testing::TestParamInfo<Layout>& info) {
                            return std::string(LayoutName(info.param));
                          });
