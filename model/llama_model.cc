@@ -20,6 +20,7 @@ LlamaModel::LlamaModel(const ModelConfig& c, uint64_t seed)
                  ? &embed_tokens_
                  : &store_.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
                                c.initializer_range());
+  store_.Pack();
 }
 
 double LlamaModel::ForwardToLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,

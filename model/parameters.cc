@@ -5,20 +5,69 @@
 #include "core/philox.h"
 
 namespace tetra {
+namespace {
+constexpr int64_t kSlotAlignment = 16;  // floats: 64 bytes, one AVX-512 line
+}  // namespace
 
-Parameter& ParameterStore::Add(std::string name, const Shape& shape, Init init, double std) {
+Shape ShardShape(const Shape& global_shape, const TensorShard& shard) {
+  Shape local = global_shape;
+  if (shard.dim < 0) return local;
+  TETRA_CHECK(shard.dim < static_cast<int>(local.size()) && local[shard.dim] % shard.count == 0 &&
+              0 <= shard.index && shard.index < shard.count)
+      << "cannot take slice " << shard.index << " of " << shard.count << " along dim " << shard.dim
+      << " of " << ShapeString(global_shape);
+  local[shard.dim] /= shard.count;
+  return local;
+}
+
+int64_t Parameter::GlobalIndex(int64_t local) const {
+  if (shard.dim < 0) return local;
+  // Row-major: split the local index around the shard dim, shift that coordinate.
+  int64_t inner = 1;
+  for (size_t d = shard.dim + 1; d < global_shape.size(); ++d) inner *= global_shape[d];
+  const int64_t local_extent = value.dim(shard.dim);
+  const int64_t outer = local / (local_extent * inner);
+  const int64_t coordinate = local / inner % local_extent + shard.index * local_extent;
+  return (outer * global_shape[shard.dim] + coordinate) * inner + local % inner;
+}
+
+Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init init, double std,
+                               TensorShard shard) {
   TETRA_CHECK(Find(name) == nullptr) << "parameter " << name << " registered twice";
-  Tensor value = Tensor::Empty(shape);
-  float* v = value.f32();
+  TETRA_CHECK(!flat_values_.defined()) << "parameter " << name << " added after Pack()";
+  const Shape local = ShardShape(global_shape, shard);
+  parameters_.push_back(Parameter{std::move(name), Tensor::Empty(local), Tensor::Zeros(local),
+                                  /*weight_decay=*/global_shape.size() >= 2, global_shape, shard});
+  Parameter& p = parameters_.back();
   if (init == Init::kOnes) {
-    value.Fill(1.0f);
+    p.value.Fill(1.0f);
   } else {
-    CounterRng rng(seed_, StableHash(name));
-    for (int64_t i = 0; i < value.numel(); ++i) v[i] = static_cast<float>(std * rng.Normal(i));
+    CounterRng rng(seed_, StableHash(p.name));
+    float* v = p.value.f32();
+    for (int64_t i = 0; i < p.value.numel(); ++i) {
+      v[i] = static_cast<float>(std * rng.Normal(p.GlobalIndex(i)));
+    }
   }
-  parameters_.push_back(
-      Parameter{std::move(name), value, Tensor::Zeros(shape), /*weight_decay=*/shape.size() >= 2});
-  return parameters_.back();
+  return p;
+}
+
+void ParameterStore::Pack() {
+  int64_t total = 0;
+  for (Parameter& p : parameters_) {
+    p.flat_offset = total;
+    total += (p.value.numel() + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+  }
+  flat_values_ = Tensor::Zeros({total});
+  flat_grads_ = Tensor::Zeros({total});
+  for (Parameter& p : parameters_) {
+    const int64_t end = p.flat_offset + p.value.numel();
+    Tensor value = flat_values_.Slice(p.flat_offset, end).Reshape(p.value.shape());
+    value.CopyFrom(p.value);
+    p.value = value;
+    Tensor grad = flat_grads_.Slice(p.flat_offset, end).Reshape(p.grad.shape());
+    grad.CopyFrom(p.grad);
+    p.grad = grad;
+  }
 }
 
 Parameter* ParameterStore::Find(std::string_view name) {
@@ -29,6 +78,10 @@ Parameter* ParameterStore::Find(std::string_view name) {
 }
 
 void ParameterStore::ZeroGrads() {
+  if (flat_grads_.defined()) {
+    std::memset(flat_grads_.raw(), 0, flat_grads_.nbytes());
+    return;
+  }
   for (Parameter& p : parameters_) std::memset(p.grad.raw(), 0, p.grad.nbytes());
 }
 

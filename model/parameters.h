@@ -1,7 +1,9 @@
-// Named parameters with their gradients, and their initialisation as a pure
-// function of (seed, parameter name, element index): a shard of a parameter
-// can draw exactly its slice of the global tensor, so every layout starts from
-// the same global weights.
+// Named parameters with their gradients, how each is split over the
+// tensor-parallel ranks, and their initialisation as a pure function of
+// (seed, parameter name, global element index): a shard draws exactly its
+// slice of the global tensor, so every layout starts from the same global
+// weights. After Pack() all values (and all gradients) live in one flat
+// buffer each, which data-parallel reduction and the sharded optimizer walk.
 #ifndef TETRA_MODEL_PARAMETERS_H_
 #define TETRA_MODEL_PARAMETERS_H_
 
@@ -14,34 +16,59 @@
 
 namespace tetra {
 
+// How a parameter's global tensor is split over the tensor-parallel group.
+struct TensorShard {
+  int dim = -1;      // the split dim; -1: this rank holds the whole tensor
+  int index = 0;     // this rank holds slice `index` of `count` equal slices
+  int count = 1;
+  int replicas = 1;  // ranks of the group holding this same slice (e.g. norm weights: tp)
+};
+
 struct Parameter {
-  std::string name;   // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
-  Tensor value;
-  Tensor grad;        // same shape; accumulated over micro-batches
-  bool weight_decay;  // AdamW decay: matrices yes, norm weights no
+  std::string name;    // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  Tensor value;        // this rank's slice
+  Tensor grad;         // same shape; accumulated over micro-batches
+  bool weight_decay;   // AdamW decay: matrices yes, norm weights no
+  Shape global_shape;  // the whole tensor across the tensor-parallel group
+  TensorShard shard;
+  int64_t flat_offset = -1;  // position of value/grad in the flat buffers, after Pack()
+
+  // Flat index in the global tensor of element `local` of this slice.
+  int64_t GlobalIndex(int64_t local) const;
 };
 
 enum class Init { kOnes, kNormal };
 
 class ParameterStore {
  public:
-  // Adds a parameter initialised per `init`: kNormal draws N(0, std^2) element
-  // i from Philox(seed, stream = StableHash(name), counter = i).
-  Parameter& Add(std::string name, const Shape& shape, Init init, double std = 0.0);
+  explicit ParameterStore(uint64_t seed) : seed_(seed) {}
+
+  // Adds this rank's slice of a parameter of `global_shape`, initialised per
+  // `init`: kNormal draws global element g as std x Normal(seed, StableHash(name), g).
+  Parameter& Add(std::string name, const Shape& global_shape, Init init, double std = 0.0,
+                 TensorShard shard = {});
+
+  // Moves every value and gradient into one flat buffer each (64-byte aligned
+  // slots, registration order). No Add after this.
+  void Pack();
+  const Tensor& flat_values() const { return flat_values_; }
+  const Tensor& flat_grads() const { return flat_grads_; }
 
   // In registration order; a deque keeps references stable as parameters are added.
   std::deque<Parameter>& all() { return parameters_; }
   const std::deque<Parameter>& all() const { return parameters_; }
   Parameter* Find(std::string_view name);
   void ZeroGrads();
-  int64_t NumElements() const;
-
-  explicit ParameterStore(uint64_t seed) : seed_(seed) {}
+  int64_t NumElements() const;  // local
 
  private:
   uint64_t seed_;
   std::deque<Parameter> parameters_;
+  Tensor flat_values_, flat_grads_;
 };
+
+// The local shape of `shard` of a tensor of `global_shape`.
+Shape ShardShape(const Shape& global_shape, const TensorShard& shard);
 
 }  // namespace tetra
 

@@ -1,0 +1,49 @@
+#include "model/parameters.h"
+
+#include <cstring>
+
+#include "gtest/gtest.h"
+
+namespace tetra {
+namespace {
+
+// Every shard of a parameter is exactly its slice of the unsharded tensor,
+// whichever dim is split: the layout-independence of initialisation.
+TEST(ParameterStoreTest, ShardsDrawTheirSliceOfTheGlobalTensor) {
+  const Shape global = {6, 4};
+  ParameterStore whole_store(11);
+  const Tensor whole = whole_store.Add("w", global, Init::kNormal, 0.02).value;
+  for (int dim : {0, 1}) {
+    for (int index = 0; index < 2; ++index) {
+      ParameterStore store(11);
+      const Parameter& p = store.Add("w", global, Init::kNormal, 0.02, {dim, index, 2, 1});
+      ASSERT_EQ(p.value.shape(), dim == 0 ? (Shape{3, 4}) : (Shape{6, 2}));
+      for (int64_t i = 0; i < p.value.numel(); ++i) {
+        const int64_t row = i / p.value.dim(1), col = i % p.value.dim(1);
+        const int64_t g = dim == 0 ? (row + 3 * index) * 4 + col : row * 4 + col + 2 * index;
+        EXPECT_EQ(p.GlobalIndex(i), g);
+        EXPECT_EQ(p.value.f32()[i], whole.f32()[g]) << "dim " << dim << " slice " << index;
+      }
+    }
+  }
+}
+
+TEST(ParameterStoreTest, PackKeepsValuesAndSharesOneBuffer) {
+  ParameterStore store(3);
+  Parameter& a = store.Add("a", {5, 3}, Init::kNormal, 1.0);
+  Parameter& b = store.Add("b", {7}, Init::kOnes);
+  const Tensor a_before = a.value.Clone();
+  a.grad.f32()[2] = 4.0f;
+  store.Pack();
+  EXPECT_EQ(std::memcmp(a.value.raw(), a_before.raw(), a_before.nbytes()), 0);
+  EXPECT_EQ(a.grad.f32()[2], 4.0f);
+  EXPECT_EQ(b.value.f32()[6], 1.0f);
+  EXPECT_EQ(a.flat_offset, 0);
+  EXPECT_EQ(b.flat_offset, 16);  // 15 floats rounded up to a 64-byte slot
+  EXPECT_EQ(store.flat_values().f32() + b.flat_offset, b.value.f32());
+  store.ZeroGrads();
+  EXPECT_EQ(a.grad.f32()[2], 0.0f);
+}
+
+}  // namespace
+}  // namespace tetra
