@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -56,6 +57,29 @@ const char* ReduceOpName(ReduceOp op) {
     case ReduceOp::kMean: return "mean";
   }
   return "?";
+}
+
+namespace {
+// Every rank's `value`, in rank order.
+std::vector<double> GatherDoubles(Communicator& group, double value) {
+  static_assert(sizeof(double) == 2 * sizeof(int32_t));
+  std::vector<double> values(group.size());
+  group.AllGather(&value, values.data(), 2, DType::kI32);
+  return values;
+}
+}  // namespace
+
+double SumOverRanks(Communicator& group, double value) {
+  if (group.size() == 1) return value;
+  double sum = 0;
+  for (double v : GatherDoubles(group, value)) sum += v;
+  return sum;
+}
+
+double MaxOverRanks(Communicator& group, double value) {
+  if (group.size() == 1) return value;
+  const std::vector<double> values = GatherDoubles(group, value);
+  return *std::max_element(values.begin(), values.end());
 }
 
 std::string DescribeGroup(const Communicator& comm) {

@@ -146,7 +146,14 @@ class Communicator {
   void Barrier() { BarrierAsync().Wait(); }
 };
 
-const char* ReduceOpName(ReduceOp op);  // "sum", "max", "mean"
+const char* ReduceOpName(ReduceOp op);
+
+// The sum of every rank's `value`, added in rank order, so every rank gets
+// the same bits (a loss or a squared norm). Doubles travel as bit patterns:
+// the backends reduce only F32 and I32.
+double SumOverRanks(Communicator& group, double value);
+// The largest of every rank's `value` (e.g. the peak memory of any rank).
+double MaxOverRanks(Communicator& group, double value);  // "sum", "max", "mean"
 
 // "group dp (world ranks 1, 3)": how timeout messages name a group (long rank
 // lists are shortened).

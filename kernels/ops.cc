@@ -88,6 +88,20 @@ void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& d
                          dtable.dim(1), dtable.f32());
 }
 
+void EmbeddingShard(const Tensor& tokens, const Tensor& table, int64_t vocab_begin,
+                    const Tensor& out) {
+  ExpectHost(table);
+  cpu::EmbeddingShardForward(tokens.data<int32_t>(), tokens.numel(), table.f32(), vocab_begin,
+                             table.dim(0), table.dim(1), out.f32());
+}
+
+void EmbeddingShardBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
+                            const Tensor& dtable) {
+  ExpectHost(dtable);
+  cpu::EmbeddingShardBackward(tokens.data<int32_t>(), tokens.numel(), dout.f32(), vocab_begin,
+                              dtable.dim(0), dtable.dim(1), dtable.f32());
+}
+
 void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd) {
   ExpectHost(x);
   cpu::RmsNormForward(x.f32(), w.f32(), Rows(x), x.dim(-1), eps, y.f32(), rstd.f32());

@@ -25,6 +25,13 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
 // [0, table rows) are a bug (checked).
 void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out);
 void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& dtable);
+// Vocabulary-parallel forms: `table` holds ids [vocab_begin, vocab_begin +
+// table rows) of the whole vocabulary; a token outside that range gives a
+// zero row of out and adds nothing to dtable.
+void EmbeddingShard(const Tensor& tokens, const Tensor& table, int64_t vocab_begin,
+                    const Tensor& out);
+void EmbeddingShardBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
+                            const Tensor& dtable);
 
 // y = w * x * rsqrt(mean(x^2) + eps) over the last dim; rstd (N) saved.
 void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd);

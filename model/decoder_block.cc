@@ -9,19 +9,20 @@ namespace {
 std::string LayerPrefix(int layer) { return "model.layers." + std::to_string(layer); }
 }  // namespace
 
-DecoderBlock::DecoderBlock(ParameterStore& store, int layer, const ModelConfig& c)
+DecoderBlock::DecoderBlock(ParameterStore& store, int layer, const ModelConfig& c,
+                           const LayerParallelism& parallelism)
     : input_norm_(store, LayerPrefix(layer) + ".input_layernorm.weight", c.hidden_size(),
-                  c.rms_norm_eps()),
-      attention_(store, LayerPrefix(layer) + ".self_attn", c),
+                  c.rms_norm_eps(), parallelism),
+      attention_(store, LayerPrefix(layer) + ".self_attn", c, parallelism),
       post_attention_norm_(store, LayerPrefix(layer) + ".post_attention_layernorm.weight",
-                           c.hidden_size(), c.rms_norm_eps()),
-      mlp_(store, LayerPrefix(layer) + ".mlp", c) {}
+                           c.hidden_size(), c.rms_norm_eps(), parallelism),
+      mlp_(store, LayerPrefix(layer) + ".mlp", c, parallelism) {}
 
-const Tensor& DecoderBlock::Forward(const Tensor& x) {
+const Tensor& DecoderBlock::Forward(const Tensor& x, int64_t batch, int64_t seq) {
   EnsureShape(&residual_, x.shape());
   EnsureShape(&out_, x.shape());
   residual_.CopyFrom(x);
-  ops::Add(attention_.Forward(input_norm_.Forward(x)), residual_);
+  ops::Add(attention_.Forward(input_norm_.Forward(x), batch, seq), residual_);
   out_.CopyFrom(residual_);
   ops::Add(mlp_.Forward(post_attention_norm_.Forward(residual_)), out_);
   return out_;

@@ -1,20 +1,25 @@
 // One Llama decoder block (pre-norm):
 //   r = x + attn(input_layernorm(x));  out = r + mlp(post_attention_layernorm(r))
+// Activations between the attention and the MLP are in the residual layout:
+// all B*T token rows on every tensor-parallel rank, or under sequence
+// parallelism this rank's B*T/tp (model_parallelism.h).
 #ifndef TETRA_MODEL_DECODER_BLOCK_H_
 #define TETRA_MODEL_DECODER_BLOCK_H_
 
 #include "model/attention_layer.h"
 #include "model/mlp_layer.h"
+#include "model/model_parallelism.h"
 #include "model/rmsnorm_layer.h"
 
 namespace tetra {
 
 class DecoderBlock {
  public:
-  DecoderBlock(ParameterStore& store, int layer, const ModelConfig& config);
-  // x (B, T, C) -> out (B, T, C).
-  const Tensor& Forward(const Tensor& x);
-  // dout (B, T, C) -> dx (B, T, C), written.
+  DecoderBlock(ParameterStore& store, int layer, const ModelConfig& config,
+               const LayerParallelism& parallelism = SingleRankParallelism());
+  // x (rows, C) of B = `batch` sequences of T = `seq` tokens -> out (rows, C).
+  const Tensor& Forward(const Tensor& x, int64_t batch, int64_t seq);
+  // dout (rows, C) -> dx (rows, C), written.
   const Tensor& Backward(const Tensor& dout);
 
  private:

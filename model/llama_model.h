@@ -1,13 +1,24 @@
 // A Llama-style decoder (LlamaForCausalLM): token embedding, N decoder blocks,
 // final RMSNorm, LM head (tied to the embedding when tie_word_embeddings) and
 // the token cross-entropy. Parameters carry Hugging Face names.
+//
+// Tensor-parallel when given a TP group (model_parallelism.h): every rank of
+// the group builds the model with the same config and seed, holds its shard
+// of each weight (drawn as that slice of the global tensor), runs the same
+// inputs and returns the same loss; each gradient is that of its shard of the
+// single-rank model.
 #ifndef TETRA_MODEL_LLAMA_MODEL_H_
 #define TETRA_MODEL_LLAMA_MODEL_H_
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "model/decoder_block.h"
+#include "model/embedding_layer.h"
+#include "model/lm_head_layer.h"
+#include "model/model_parallelism.h"
 #include "model/parameters.h"
 #include "model/rmsnorm_layer.h"
 #include "proto/config.pb.h"
@@ -16,33 +27,44 @@ namespace tetra {
 
 class LlamaModel {
  public:
-  // Initialises every parameter from (seed, name, element index).
-  LlamaModel(const ModelConfig& config, uint64_t seed);
+  // Called during backward with X whenever every parameter at flat offset
+  // >= X has received its last gradient contribution of this backward (so
+  // data-parallel reduction of that suffix of the flat gradient buffer can
+  // start). X decreases call to call and the last call has X = 0.
+  using GradientReadyCallback = std::function<void(int64_t first_ready_flat_offset)>;
 
-  // inputs, targets: (B, T) token ids. Returns the sum of the B*T token
-  // cross-entropies and accumulates into every parameter gradient the
-  // gradient of grad_scale x that sum.
+  // Initialises every parameter from (seed, name, element index). With a TP
+  // group this is collective over it (it may split a key-value replica group).
+  LlamaModel(const ModelConfig& config, uint64_t seed, const ModelParallelism& parallelism = {});
+
+  // inputs, targets: (B, T) token ids, the same on every TP rank. Returns the
+  // sum of the B*T token cross-entropies and accumulates into every parameter
+  // gradient the gradient of grad_scale x that sum.
   double ForwardBackward(const int32_t* inputs, const int32_t* targets, int64_t batch,
-                         int64_t seq, float grad_scale);
+                         int64_t seq, float grad_scale,
+                         const GradientReadyCallback& on_ready = nullptr);
   // The same sum, without gradients.
   double ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq);
 
   ParameterStore& parameters() { return store_; }
   const ModelConfig& config() const { return config_; }
+  const LayerParallelism& parallelism() const { return groups_.layers(); }
 
  private:
-  // Runs everything up to the logits; returns the cross-entropy sum and, when
-  // grad_scale != 0, leaves dlogits in logits_.
+  // Runs everything up to the loss; returns the cross-entropy sum and, when
+  // with_grad, leaves dlogits in the head.
   double ForwardToLoss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
                        float grad_scale, bool with_grad);
 
   ModelConfig config_;
   ParameterStore store_;
-  Parameter& embed_tokens_;
+  TensorParallelGroups groups_;
+  EmbeddingLayer embedding_;
   std::vector<std::unique_ptr<DecoderBlock>> blocks_;
+  std::vector<const Parameter*> block_first_parameter_;  // the lowest flat offset of each block
   std::unique_ptr<RmsNormLayer> final_norm_;
-  Parameter* lm_head_;  // &embed_tokens_ when tied
-  Tensor tokens_, targets_, hidden_, normed_, logits_, dnormed_;
+  std::unique_ptr<LmHeadLayer> head_;
+  Tensor tokens_, targets_;
 };
 
 }  // namespace tetra

@@ -1,9 +1,12 @@
-// Derived sizes of a ModelConfig, named once so every layer agrees.
+// Derived sizes of a ModelConfig, named once so every layer agrees, and how
+// they split over the ranks of a tensor-parallel group.
 #ifndef TETRA_MODEL_MODEL_DIMS_H_
 #define TETRA_MODEL_MODEL_DIMS_H_
 
 #include <cmath>
+#include <cstdint>
 
+#include "absl/status/status.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
@@ -20,6 +23,26 @@ inline int HeadDim(const ModelConfig& c) { return c.hidden_size() / c.num_attent
 inline double OutputProjectionStd(const ModelConfig& c) {
   return c.initializer_range() / std::sqrt(2.0 * c.num_hidden_layers());
 }
+
+// Under tensor parallelism of size tp (a layout ValidateTensorParallel
+// accepts): each rank holds heads / tp query heads, and kv / tp key-value
+// heads when kv >= tp, else one key-value head shared by tp / kv ranks (as
+// Megatron-LM does), so KeyValueReplicas ranks hold the same one.
+inline int LocalQueryHeads(const ModelConfig& c, int tp) { return c.num_attention_heads() / tp; }
+inline int KeyValueReplicas(const ModelConfig& c, int tp) {
+  return KeyValueHeads(c) >= tp ? 1 : tp / KeyValueHeads(c);
+}
+inline int LocalKeyValueHeads(const ModelConfig& c, int tp) {
+  return KeyValueHeads(c) * KeyValueReplicas(c, tp) / tp;
+}
+
+// Whether `config` splits over a tensor-parallel group of `tp` ranks: query
+// heads, vocabulary and intermediate size divisible by tp, key-value heads a
+// multiple or a divisor of tp, and under sequence parallelism the
+// `rows_per_micro_batch` token rows (micro_batch_size x seq_length) too. A
+// user error, with the numbers and a "\nhint: " line, when not.
+absl::Status ValidateTensorParallel(const ModelConfig& config, int tp, bool sequence_parallel,
+                                    int64_t rows_per_micro_batch);
 
 }  // namespace tetra
 

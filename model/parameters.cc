@@ -20,15 +20,19 @@ Shape ShardShape(const Shape& global_shape, const TensorShard& shard) {
   return local;
 }
 
-int64_t Parameter::GlobalIndex(int64_t local) const {
+int64_t ShardGlobalIndex(const Shape& global_shape, const TensorShard& shard, int64_t local) {
   if (shard.dim < 0) return local;
   // Row-major: split the local index around the shard dim, shift that coordinate.
   int64_t inner = 1;
   for (size_t d = shard.dim + 1; d < global_shape.size(); ++d) inner *= global_shape[d];
-  const int64_t local_extent = value.dim(shard.dim);
+  const int64_t local_extent = global_shape[shard.dim] / shard.count;
   const int64_t outer = local / (local_extent * inner);
   const int64_t coordinate = local / inner % local_extent + shard.index * local_extent;
   return (outer * global_shape[shard.dim] + coordinate) * inner + local % inner;
+}
+
+int64_t Parameter::GlobalIndex(int64_t local) const {
+  return ShardGlobalIndex(global_shape, shard, local);
 }
 
 Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init init, double std,
@@ -51,12 +55,13 @@ Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init
   return p;
 }
 
-void ParameterStore::Pack() {
+void ParameterStore::Pack(int64_t total_multiple) {
   int64_t total = 0;
   for (Parameter& p : parameters_) {
     p.flat_offset = total;
     total += (p.value.numel() + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
   }
+  total = (total + total_multiple - 1) / total_multiple * total_multiple;
   flat_values_ = Tensor::Zeros({total});
   flat_grads_ = Tensor::Zeros({total});
   for (Parameter& p : parameters_) {
@@ -88,6 +93,12 @@ void ParameterStore::ZeroGrads() {
 int64_t ParameterStore::NumElements() const {
   int64_t n = 0;
   for (const Parameter& p : parameters_) n += p.value.numel();
+  return n;
+}
+
+int64_t ParameterStore::GlobalNumElements() const {
+  int64_t n = 0;
+  for (const Parameter& p : parameters_) n += tetra::NumElements(p.global_shape);
   return n;
 }
 

@@ -49,8 +49,9 @@ class ParameterStore {
                  TensorShard shard = {});
 
   // Moves every value and gradient into one flat buffer each (64-byte aligned
-  // slots, registration order). No Add after this.
-  void Pack();
+  // slots, registration order, zero padding up to a multiple of
+  // `total_multiple` elements, e.g. for even data-parallel shards). No Add after this.
+  void Pack(int64_t total_multiple = 1);
   const Tensor& flat_values() const { return flat_values_; }
   const Tensor& flat_grads() const { return flat_grads_; }
 
@@ -59,7 +60,8 @@ class ParameterStore {
   const std::deque<Parameter>& all() const { return parameters_; }
   Parameter* Find(std::string_view name);
   void ZeroGrads();
-  int64_t NumElements() const;  // local
+  int64_t NumElements() const;        // this rank's slices
+  int64_t GlobalNumElements() const;  // the whole model
 
  private:
   uint64_t seed_;
@@ -69,6 +71,8 @@ class ParameterStore {
 
 // The local shape of `shard` of a tensor of `global_shape`.
 Shape ShardShape(const Shape& global_shape, const TensorShard& shard);
+// Flat index in the global tensor of element `local` of `shard`.
+int64_t ShardGlobalIndex(const Shape& global_shape, const TensorShard& shard, int64_t local);
 
 }  // namespace tetra
 

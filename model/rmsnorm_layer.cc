@@ -4,8 +4,11 @@
 
 namespace tetra {
 
-RmsNormLayer::RmsNormLayer(ParameterStore& store, const std::string& name, int64_t dim, float eps)
-    : weight_(store.Add(name, {dim}, Init::kOnes)), eps_(eps) {}
+RmsNormLayer::RmsNormLayer(ParameterStore& store, const std::string& name, int64_t dim, float eps,
+                           const LayerParallelism& parallelism)
+    : weight_(store.Add(name, {dim}, Init::kOnes, 0.0, parallelism.Replicated())),
+      eps_(eps),
+      grad_group_(parallelism.sequence_parallel ? parallelism.tp : nullptr) {}
 
 const Tensor& RmsNormLayer::Forward(const Tensor& x) {
   x_ = x;
@@ -17,7 +20,9 @@ const Tensor& RmsNormLayer::Forward(const Tensor& x) {
 
 const Tensor& RmsNormLayer::Backward(const Tensor& dy) {
   EnsureShape(&dx_, x_.shape());
-  ops::RmsNormBackward(dy, x_, weight_.value, rstd_, dx_, weight_.grad);
+  AccumulateSummedGrad(weight_, grad_group_, &dweight_, [&](const Tensor& dw) {
+    ops::RmsNormBackward(dy, x_, weight_.value, rstd_, dx_, dw);
+  });
   return dx_;
 }
 

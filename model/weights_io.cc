@@ -37,9 +37,9 @@ absl::Status LoadWeights(const std::string& path, ParameterStore& store) {
     const SafetensorsEntry* entry = file.Find(p.name);
     if (entry == nullptr) {
       missing.push_back(p.name);
-    } else if (entry->shape != p.value.shape()) {
+    } else if (entry->shape != p.global_shape) {
       mismatched.push_back(absl::StrCat(p.name, " is ", ShapeString(entry->shape), " in the file but ",
-                                        ShapeString(p.value.shape()), " in the model"));
+                                        ShapeString(p.global_shape), " in the model"));
     }
   }
   for (const SafetensorsEntry& entry : file.entries()) {
@@ -55,12 +55,15 @@ absl::Status LoadWeights(const std::string& path, ParameterStore& store) {
                      "the model section of the config must describe the checkpoint's architecture "
                      "(sizes, num_key_value_heads, tie_word_embeddings)");
   }
-  // Read everything into temporaries first so a failure leaves the model as it was.
+  // Read everything into temporaries first so a failure leaves the model as it
+  // was; each rank keeps only its tensor-parallel slice of each tensor.
   std::vector<Tensor> loaded;
   for (const Parameter& p : store.all()) {
-    Tensor t = Tensor::Empty(p.value.shape());
-    RETURN_IF_ERROR(file.ReadF32(p.name, t.f32()));
-    loaded.push_back(t);
+    Tensor global = Tensor::Empty(p.global_shape);
+    RETURN_IF_ERROR(file.ReadF32(p.name, global.f32()));
+    Tensor slice = Tensor::Empty(p.value.shape());
+    for (int64_t i = 0; i < slice.numel(); ++i) slice.f32()[i] = global.f32()[p.GlobalIndex(i)];
+    loaded.push_back(slice);
   }
   size_t i = 0;
   for (Parameter& p : store.all()) p.value.CopyFrom(loaded[i++]);
@@ -96,8 +99,31 @@ std::string HuggingFaceConfigJson(const ModelConfig& m, int64_t max_position_emb
       m.initializer_range(), dtype == DType::kBF16 ? "bfloat16" : "float32");
 }
 
-absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
-                           const ModelConfig& model, int64_t max_position_embeddings, DType dtype) {
+Tensor GatherGlobal(const Parameter& p, Communicator& tp) {
+  if (p.shard.dim < 0) return p.value;
+  TETRA_CHECK(p.shard.count * p.shard.replicas == tp.size() &&
+              p.shard.index == tp.rank() / p.shard.replicas)
+      << p.name << ": slice " << p.shard.index << " of " << p.shard.count << " (x"
+      << p.shard.replicas << ") does not match tensor-parallel rank " << tp.rank() << " of " << tp.size();
+  const int64_t local = p.value.numel();
+  Tensor slices = Tensor::Empty({tp.size() * local});
+  tp.AllGather(p.value.raw(), slices.raw(), local, DType::kF32);
+  Tensor global = Tensor::Empty(p.global_shape);
+  for (int r = 0; r < tp.size(); r += p.shard.replicas) {  // one copy of each slice
+    TensorShard shard = p.shard;
+    shard.index = r / p.shard.replicas;
+    const float* from = slices.f32() + r * local;
+    for (int64_t i = 0; i < local; ++i) global.f32()[ShardGlobalIndex(p.global_shape, shard, i)] = from[i];
+  }
+  return global;
+}
+
+absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, const ModelConfig& model,
+                           int64_t max_position_embeddings, DType dtype, Communicator& tp, bool write) {
+  // Every tensor-parallel rank takes part in the gathers; one writes.
+  std::vector<Tensor> globals;
+  for (const Parameter& p : store.all()) globals.push_back(GatherGlobal(p, tp));
+  if (!write) return absl::OkStatus();
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
@@ -105,7 +131,8 @@ absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
                      "choose a writable export_path / --out directory");
   }
   std::vector<SafetensorsTensorRef> tensors;
-  for (const Parameter& p : store.all()) tensors.push_back({p.name, p.value.shape(), p.value.f32()});
+  size_t i = 0;
+  for (const Parameter& p : store.all()) tensors.push_back({p.name, p.global_shape, globals[i++].f32()});
   RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", tensors, dtype,
                                    {{"format", "pt"}, {"producer", "tetra"}}));
   const std::string config_path = dir + "/config.json";

@@ -8,19 +8,27 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "comm/communicator.h"
 #include "core/tensor.h"
 #include "model/parameters.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
 
-// Loads every parameter of `store` from the safetensors file at `path`
-// (F32, BF16 or F16 tensors). On error `store` is left unchanged.
+// Loads every parameter of `store` (this rank's slice of each) from the
+// safetensors file at `path` (F32, BF16 or F16 tensors, global shapes). On
+// error `store` is left unchanged.
 absl::Status LoadWeights(const std::string& path, ParameterStore& store);
 
-// Writes DIR/model.safetensors (`dtype` kF32 or kBF16) and DIR/config.json.
+// The whole tensor of a parameter split over the tensor-parallel group `tp`
+// (collective over `tp`; a replicated parameter is returned as is).
+Tensor GatherGlobal(const Parameter& p, Communicator& tp);
+
+// Writes DIR/model.safetensors (`dtype` kF32 or kBF16, global tensors) and
+// DIR/config.json. Collective over `tp`; only the rank with `write` writes.
 absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
-                           const ModelConfig& model, int64_t max_position_embeddings, DType dtype);
+                           const ModelConfig& model, int64_t max_position_embeddings, DType dtype,
+                           Communicator& tp, bool write);
 
 // The Hugging Face config.json text for `model`.
 std::string HuggingFaceConfigJson(const ModelConfig& model, int64_t max_position_embeddings,

@@ -1,15 +1,23 @@
 // The `tetra` command line:
 //   tetra train  --config FILE.textproto [--set path.to.field=value ...]
 //   tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]
+//   tetra plan   --config FILE.textproto --world N [--json] ...
+//   mpirun -np N tetra commbench ...
 // Exit code 0 only on success; errors are one sentence plus a hint on stderr.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "comm/mpi_communicator.h"
+#include "comm/self_communicator.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "model/llama_model.h"
@@ -39,6 +47,10 @@ int LaunchedWorldSize() {
   return 1;
 }
 
+void PrintError(const absl::Status& status) {
+  std::cerr << "tetra: error: " << status.message() << "\n" << std::flush;
+}
+
 absl::StatusOr<TrainerConfig> ConfigFromFlags(const ParsedFlags& flags, const std::string& command) {
   auto config = flags.values.find("config");
   if (config == flags.values.end()) {
@@ -51,7 +63,24 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags(const ParsedFlags& flags, const st
 absl::Status TrainCommand(int argc, char** argv) {
   ASSIGN_OR_RETURN(ParsedFlags flags, ParseFlags(argc, argv, 2, "train", {"config", "set"}));
   ASSIGN_OR_RETURN(TrainerConfig config, ConfigFromFlags(flags, "train"));
-  return Train(config, std::cout).status();
+  // MPI only when a launcher started several ranks; one process needs none.
+  std::optional<MpiSession> session;
+  std::unique_ptr<Communicator> world;
+  if (LaunchedWorldSize() > 1) {
+    session.emplace(&argc, &argv);
+    world = MpiWorld(config.parallel().comm_timeout_s());
+  } else {
+    world = std::make_unique<SelfCommunicator>();
+  }
+  ASSIGN_OR_RETURN(Distributed dist, Distributed::Create(config.parallel(), std::move(world)));
+  absl::Status status = Train(config, dist, std::cout).status();
+  if (!status.ok() && session) {
+    // Other ranks may be inside a collective: finalising MPI could wait for
+    // them forever, so end this rank now; mpirun then ends the job.
+    PrintError(status);
+    _exit(1);
+  }
+  return status;
 }
 
 absl::Status ExportCommand(int argc, char** argv) {
@@ -68,8 +97,10 @@ absl::Status ExportCommand(int argc, char** argv) {
   }
   LlamaModel model(config.model(), config.train().seed());
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), model.parameters()));
+  SelfCommunicator self;
   return ExportWeights(flags.values.at("out"), model.parameters(), config.model(),
-                       config.train().seq_length(), dtype_name == "bf16" ? DType::kBF16 : DType::kF32);
+                       config.train().seq_length(), dtype_name == "bf16" ? DType::kBF16 : DType::kF32,
+                       self, /*write=*/true);
 }
 
 int Run(int argc, char** argv) {
@@ -91,7 +122,7 @@ int Run(int argc, char** argv) {
     return 2;
   }
   if (!status.ok()) {
-    std::cerr << "tetra: error: " << status.message() << "\n";
+    PrintError(status);
     return 1;
   }
   return 0;

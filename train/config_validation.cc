@@ -103,9 +103,10 @@ absl::Status ValidateOptimizer(const OptimizerConfig& o, int steps) {
                      "typical values are beta1 0.9, beta2 0.95");
     }
   }
-  if (o.zero_stage() != 0) {
-    return Invalid(absl::StrCat("optimizer.zero_stage ", o.zero_stage(), " needs the distributed optimizer, not implemented yet"),
-                   "set optimizer.zero_stage to 0");
+  if (o.zero_stage() != 0 && o.zero_stage() != 1) {
+    return Invalid(absl::StrCat("optimizer.zero_stage is ", o.zero_stage(), ", but only 0 (replicated "
+                                "optimizer) and 1 (sharded over data-parallel ranks) exist"),
+                   "set optimizer.zero_stage to 0 or 1");
   }
   return absl::OkStatus();
 }
@@ -144,20 +145,26 @@ absl::Status ValidateData(const DataConfig& d, const ModelConfig& m, const Train
   return absl::OkStatus();
 }
 
-absl::Status ValidateParallel(const ParallelConfig& p, int world_size) {
-  if (p.sequence_parallel()) {
-    return Invalid("parallel.sequence_parallel is set, but sequence parallelism is not implemented yet",
-                   "remove parallel.sequence_parallel");
-  }
+absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
+  const ParallelConfig& p = c.parallel();
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(p, world_size));  // layout arithmetic and order string
   const MeshShape& s = mesh.shape();
-  if (s.world > 1 || p.virtual_stages() != 1) {
-    return Invalid(absl::StrCat("the layout tensor ", s.tp, " x pipeline ", s.pp, " x data ", s.dp,
-                                " (expert ", s.ep, ", virtual stages ", p.virtual_stages(),
-                                ") needs multi-rank training, which is not implemented yet"),
-                   "launch 1 rank with the parallel sizes left at 1");
+  if (s.pp > 1 || s.ep > 1 || p.virtual_stages() != 1) {
+    return Invalid(absl::StrCat("parallel.pipeline ", s.pp, ", parallel.expert ", s.ep,
+                                " and parallel.virtual_stages ", p.virtual_stages(),
+                                " need pipeline or expert parallelism, which is not implemented yet"),
+                   "use tensor and data parallelism only (pipeline, expert, virtual_stages 1)");
   }
-  return absl::OkStatus();
+  const TrainConfig& t = c.train();
+  if (t.global_batch_size() % (int64_t{t.micro_batch_size()} * s.dp) != 0) {
+    return Invalid(absl::StrCat("train.global_batch_size ", t.global_batch_size(),
+                                " is not a multiple of train.micro_batch_size ", t.micro_batch_size(),
+                                " x data-parallel size ", s.dp, " = ", t.micro_batch_size() * s.dp),
+                   absl::StrCat("each data-parallel rank takes whole micro-batches: set global_batch_size "
+                                "to a multiple of ", t.micro_batch_size() * s.dp));
+  }
+  return ValidateTensorParallel(c.model(), s.tp, p.sequence_parallel(),
+                                int64_t{t.micro_batch_size()} * t.seq_length());
 }
 
 absl::Status ValidateLog(const LogConfig& log, const CheckpointConfig& checkpoint, const DataConfig& data) {
@@ -193,7 +200,7 @@ absl::Status ValidateConfig(const TrainerConfig& config, int world_size) {
   RETURN_IF_ERROR(ValidateTrain(config.train()));
   RETURN_IF_ERROR(ValidateOptimizer(config.optimizer(), config.train().steps()));
   RETURN_IF_ERROR(ValidateData(config.data(), config.model(), config.train()));
-  RETURN_IF_ERROR(ValidateParallel(config.parallel(), world_size));
+  RETURN_IF_ERROR(ValidateParallel(config, world_size));
   RETURN_IF_ERROR(ValidateLog(config.log(), config.checkpoint(), config.data()));
   return absl::OkStatus();
 }

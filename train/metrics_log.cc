@@ -40,7 +40,14 @@ std::string MetricsJson(const StepMetrics& m) {
   if (m.mfu) absl::StrAppend(&json, ", \"mfu\": ", Number(*m.mfu));
   if (m.loss_floor) absl::StrAppend(&json, ", \"loss_floor\": ", Number(*m.loss_floor));
   if (m.val_loss) absl::StrAppend(&json, ", \"val_loss\": ", Number(*m.val_loss));
-  absl::StrAppend(&json, ", \"step_time_s\": ", Number(m.step_time_s), "}");
+  for (const auto& [name, value] : {std::pair{"param_bytes", m.param_bytes},
+                                    std::pair{"grad_bytes", m.grad_bytes},
+                                    std::pair{"optimizer_bytes", m.optimizer_bytes}}) {
+    if (value) absl::StrAppend(&json, ", \"", name, "\": ", Number(*value));
+  }
+  absl::StrAppend(&json, ", \"step_time_s\": ", Number(m.step_time_s));
+  if (m.comm_exposed_s_dp) absl::StrAppend(&json, ", \"comm_exposed_s_dp\": ", Number(*m.comm_exposed_s_dp));
+  json += "}";
   return json;
 }
 

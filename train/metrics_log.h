@@ -23,6 +23,9 @@ struct StepMetrics {
   std::optional<double> mfu;         // tflops / device peak, when the peak is known
   std::optional<double> loss_floor;  // synthetic data only
   std::optional<double> val_loss;    // evaluation steps only
+  // Bytes per rank, each the largest over ranks (multi-rank runs).
+  std::optional<double> param_bytes, grad_bytes, optimizer_bytes;
+  std::optional<double> comm_exposed_s_dp;  // the step's wait on data-parallel communication
 };
 
 // One JSON line, fields in contract order.

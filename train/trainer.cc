@@ -14,7 +14,8 @@
 #include "kernels/cpu/threads.h"
 #include "model/llama_model.h"
 #include "model/weights_io.h"
-#include "train/adamw_optimizer.h"
+#include "parallel/distributed_optimizer.h"
+#include "parallel/gradient_reducer.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
 #include "train/training_data.h"
@@ -76,46 +77,77 @@ absl::StatusOr<double> Evaluate(LlamaModel& model, SampleLoader& validation, int
 
 }  // namespace
 
-absl::StatusOr<TrainResult> Train(const TrainerConfig& config, std::ostream& progress) {
+// Segments of the flat buffers for the optimizer: a slice held by several
+// tensor-parallel ranks counts once in the global gradient norm.
+std::vector<FlatSegment> Segments(const ParameterStore& store) {
+  std::vector<FlatSegment> segments;
+  for (const Parameter& p : store.all()) {
+    segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay, 1.0 / p.shard.replicas});
+  }
+  return segments;
+}
+
+absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist,
+                                  std::ostream& progress_stream) {
   const TrainConfig& train = config.train();
   cpu::SetCpuThreads(ResolveThreads(train));
+  // Progress and metrics come from one rank; the others compute the same numbers.
+  std::ostream null_stream(nullptr);
+  std::ostream& progress = dist.is_logging_rank() ? progress_stream : null_stream;
   ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(config));
 
-  LlamaModel model(config.model(), train.seed());
-  if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), model.parameters()));
-  AdamWOptimizer optimizer(model.parameters(), config.optimizer());
+  const int dp = dist.dp->size(), dp_rank = dist.dp->rank();
+  const bool zero1 = config.optimizer().zero_stage() == 1;
+  LlamaModel model(config.model(), train.seed(),
+                   {dist.tp.get(), config.parallel().sequence_parallel(),
+                    /*flat_multiple=*/GradientReducer::PaddedSize(1, dp)});
+  ParameterStore& store = model.parameters();
+  if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), store));
+  GradientReducer reducer(store.flat_grads(), *dist.dp, config.parallel().dp_bucket_mb(), zero1);
+  // The gradient norm sums over the ranks of one model replica (tensor-parallel group).
+  DistributedOptimizer optimizer(store.flat_values(), Segments(store),
+                                 AdamWSettings::FromConfig(config.optimizer()), reducer, *dist.tp);
   std::optional<MetricsLog> metrics;
-  if (!config.log().metrics_path().empty()) {
+  if (dist.is_logging_rank() && !config.log().metrics_path().empty()) {
     ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path()));
   }
 
   const int64_t seq = train.seq_length(), micro = train.micro_batch_size();
-  const int64_t global_batch = train.global_batch_size();
+  const int64_t global_batch = train.global_batch_size(), rank_batch = global_batch / dp;
   const int64_t tokens_per_step = global_batch * seq;
   const double flops_per_step = TrainingFlopsPerToken(config.model(), seq) * tokens_per_step;
   std::vector<int32_t> inputs(micro * seq), targets(micro * seq);
 
   progress << absl::StrFormat(
-      "tetra: %d-layer model, %d parameters, %d threads | data: %s | %d steps of %d tokens\n",
-      config.model().num_hidden_layers(), model.parameters().NumElements(),
-      cpu::CpuThreads(), data.description, train.steps(), tokens_per_step)
+      "tetra: %d-layer model, %d parameters | %d ranks (tensor %d x data %d%s), %d threads each | "
+      "data: %s | %d steps of %d tokens\n",
+      config.model().num_hidden_layers(), store.GlobalNumElements(),
+      dist.world->size(), dist.tp->size(), dp, zero1 ? ", ZeRO-1" : "", cpu::CpuThreads(),
+      data.description, train.steps(), tokens_per_step)
            << std::flush;
 
   TrainResult result;
   Timer run_timer;
   for (int step = 1; step <= train.steps(); ++step) {
     Timer step_timer;
-    model.parameters().ZeroGrads();
+    store.ZeroGrads();
     double loss_sum = 0;
     const float grad_scale = 1.0f / static_cast<float>(tokens_per_step);
-    for (int64_t first = 0; first < global_batch; first += micro) {
-      RETURN_IF_ERROR(data.loader.Load((step - 1) * global_batch + first, micro, inputs.data(),
-                                       targets.data()));
-      loss_sum += model.ForwardBackward(inputs.data(), targets.data(), micro, seq, grad_scale);
+    // Data-parallel rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the step.
+    const int64_t first_sample = (step - 1) * global_batch + dp_rank * rank_batch;
+    for (int64_t first = 0; first < rank_batch; first += micro) {
+      RETURN_IF_ERROR(data.loader.Load(first_sample + first, micro, inputs.data(), targets.data()));
+      // Gradient buckets start reducing during the last micro-batch's backward.
+      const bool last = first + micro == rank_batch;
+      loss_sum += model.ForwardBackward(
+          inputs.data(), targets.data(), micro, seq, grad_scale,
+          last ? std::function<void(int64_t)>([&](int64_t ready) { reducer.ReadyFrom(ready); })
+               : nullptr);
     }
+    reducer.Finish();
     StepMetrics m;
     m.step = step;
-    m.loss = loss_sum / tokens_per_step;
+    m.loss = SumOverRanks(*dist.dp, loss_sum) / tokens_per_step;
     m.grad_norm = optimizer.GradNorm();
     if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
       return UserError(
@@ -125,15 +157,21 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, std::ostream& pro
                           "optimizer.clip_grad > 0", config.optimizer().lr()),
           absl::StatusCode::kInternal);
     }
-    optimizer.ClipGradients(m.grad_norm);
+    optimizer.Clip(m.grad_norm);
     m.lr = LearningRate(config.optimizer(), step, train.steps());
     optimizer.Step(m.lr, step);
 
     m.step_time_s = step_timer.Seconds();
     m.tokens_per_s = tokens_per_step / m.step_time_s;
-    m.tflops = flops_per_step / m.step_time_s / 1e12;
+    m.tflops = flops_per_step / dist.world->size() / m.step_time_s / 1e12;
     if (config.log().peak_tflops() > 0) m.mfu = m.tflops / config.log().peak_tflops();
     m.loss_floor = data.loss_floor;
+    if (dist.world->size() > 1) {
+      m.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes());
+      m.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes());
+      m.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes());
+      m.comm_exposed_s_dp = reducer.exposed_seconds() + optimizer.exposed_seconds();
+    }
     const int eval_interval = config.log().eval_interval();
     if (data.validation && ((eval_interval > 0 && step % eval_interval == 0) || step == train.steps())) {
       ASSIGN_OR_RETURN(m.val_loss, Evaluate(model, *data.validation, config.log().eval_batches(),
@@ -147,9 +185,9 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, std::ostream& pro
     result.steps.push_back(m);
   }
   progress << RunSummary(result.steps, run_timer.Seconds()) << "\n";
-  if (!config.export_path().empty()) {
-    RETURN_IF_ERROR(ExportWeights(config.export_path(), model.parameters(), config.model(), seq,
-                                  DType::kF32));
+  if (!config.export_path().empty() && dist.coords.dp == 0) {
+    RETURN_IF_ERROR(ExportWeights(config.export_path(), store, config.model(), seq, DType::kF32,
+                                  *dist.tp, dist.is_logging_rank()));
     progress << "tetra: weights exported to " << config.export_path() << "\n";
   }
   return result;

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
+#include "train/distributed.h"
 #include "train/metrics_log.h"
 
 namespace tetra {
@@ -17,8 +18,10 @@ struct TrainResult {
   std::vector<StepMetrics> steps;
 };
 
-// `config` must have passed ValidateConfig. Progress lines go to `progress`.
-absl::StatusOr<TrainResult> Train(const TrainerConfig& config, std::ostream& progress);
+// `config` must have passed ValidateConfig for dist's world size. Collective
+// over dist.world. The logging rank writes progress lines to `progress`.
+absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist,
+                                  std::ostream& progress);
 
 }  // namespace tetra
 

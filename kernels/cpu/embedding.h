@@ -1,4 +1,5 @@
-// Token embedding lookup and its gradient: out[i] = table[tokens[i]].
+// Token embedding lookup and its gradient: out[i] = table[tokens[i]], over the
+// whole table or over one vocabulary shard of it (tensor parallelism).
 #ifndef TETRA_KERNELS_CPU_EMBEDDING_H_
 #define TETRA_KERNELS_CPU_EMBEDDING_H_
 
@@ -18,6 +19,15 @@ void EmbeddingForward(const int32_t* tokens, int64_t n, const float* table, int6
 // bit-identical run to run and for any thread count, with no atomics.
 void EmbeddingBackward(const int32_t* tokens, int64_t n, const float* dout, int64_t vocab,
                        int64_t dim, float* dtable);
+
+// Vocabulary-parallel forms: `table` (rows, dim) holds ids [vocab_begin,
+// vocab_begin + rows) of a larger vocabulary. A token outside that range
+// gives a zero row of out and adds nothing to dtable (another rank owns it);
+// negative ids are a bug (checked).
+void EmbeddingShardForward(const int32_t* tokens, int64_t n, const float* table,
+                           int64_t vocab_begin, int64_t rows, int64_t dim, float* out);
+void EmbeddingShardBackward(const int32_t* tokens, int64_t n, const float* dout,
+                            int64_t vocab_begin, int64_t rows, int64_t dim, float* dtable);
 
 }  // namespace tetra::cpu
 

@@ -1,7 +1,10 @@
 // Finite-difference gradient checks of every layer (input and weight
-// gradients) and of the whole Llama model on tiny dimensions.
+// gradients) and of the whole Llama model on tiny dimensions; the model's
+// parameter names and init; which tensor-parallel layouts a config accepts.
+// (Tensor-parallel numerics: tests/parallel/tensor_parallel_mpi_test.cc.)
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -9,6 +12,7 @@
 #include "model/decoder_block.h"
 #include "model/llama_model.h"
 #include "model/mlp_layer.h"
+#include "model/model_dims.h"
 #include "model/rmsnorm_layer.h"
 #include "tests/testing/gradient_check.h"
 
@@ -49,23 +53,38 @@ Tensor RandomTensor(const Shape& shape, uint64_t stream) {
   return t;
 }
 
-// Checks a layer: forward(x) -> y, loss = sum(y * probe), backward(probe) -> dx,
+// Checks a layer: y = forward(x), loss = sum(y * probe), backward(probe) -> dx,
 // against finite differences in x and in every parameter of `store`.
 template <typename Layer>
-void CheckLayer(Layer& layer, ParameterStore& store, const Shape& x_shape) {
+void CheckLayer(Layer& layer, ParameterStore& store, const Shape& x_shape,
+                const std::function<Tensor(const Tensor&)>& forward) {
   Tensor x = RandomTensor(x_shape, 100);
   std::vector<float> probe = RandomVector(x.numel(), 200);
   Tensor dy = Tensor::Empty(x_shape);
   std::memcpy(dy.raw(), probe.data(), dy.nbytes());
   store.ZeroGrads();
-  layer.Forward(x);
-  Tensor dx = layer.Backward(dy).Clone();
-  auto loss = [&] { return ProbeLoss(layer.Forward(x).f32(), probe); };
+  forward(x);
+  Tensor dx = Tensor(layer.Backward(dy)).Clone();
+  auto loss = [&] { return ProbeLoss(forward(x).f32(), probe); };
   ExpectGradientMatches("dx", x.f32(), x.numel(), dx.f32(), loss, kLayerTolerance);
   for (Parameter& p : store.all()) {
     Tensor grad = p.grad.Clone();
-    ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), loss, kLayerTolerance);
+    ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), loss,
+                          kLayerTolerance);
   }
+}
+
+// Token-wise layers take (rows, C); the others also the (B, T) grid.
+template <typename Layer>
+void CheckLayer(Layer& layer, ParameterStore& store, const Shape& x_shape) {
+  CheckLayer(layer, store, x_shape, [&](const Tensor& x) { return Tensor(layer.Forward(x)); });
+}
+
+template <typename Layer>
+void CheckSequenceLayer(Layer& layer, ParameterStore& store, int64_t batch, int64_t seq,
+                        int64_t dim) {
+  CheckLayer(layer, store, {batch, seq, dim},
+             [&](const Tensor& x) { return Tensor(layer.Forward(x, batch, seq)); });
 }
 
 TEST(LayerGradientTest, RmsNorm) {
@@ -80,7 +99,7 @@ TEST(LayerGradientTest, RmsNorm) {
 TEST(LayerGradientTest, Attention) {
   ParameterStore store(1);
   AttentionLayer layer(store, "attn", TinyConfig(false));
-  CheckLayer(layer, store, {2, 5, 16});
+  CheckSequenceLayer(layer, store, 2, 5, 16);
 }
 
 TEST(LayerGradientTest, Mlp) {
@@ -92,7 +111,7 @@ TEST(LayerGradientTest, Mlp) {
 TEST(LayerGradientTest, DecoderBlock) {
   ParameterStore store(1);
   DecoderBlock block(store, 0, TinyConfig(false));
-  CheckLayer(block, store, {2, 5, 16});
+  CheckSequenceLayer(block, store, 2, 5, 16);
 }
 
 void CheckModel(bool tie) {
@@ -171,6 +190,64 @@ TEST(ModelTest, InitIsAPureFunctionOfSeedNameAndIndex) {
   EXPECT_EQ(a.parameters().Find("model.layers.0.mlp.down_proj.weight")->value.f32()[5],
             static_cast<float>(0.02 / 2.0 * orng.Normal(5)));
   EXPECT_EQ(a.parameters().Find("model.norm.weight")->value.f32()[3], 1.0f);
+}
+
+// ValidateTensorParallel: each rule refused with its numbers and a hint line,
+// on the 4-head, 2-kv-head config with vocabulary 11 (so only tp 1 divides it).
+ModelConfig DivisibleConfig() {
+  ModelConfig c = TinyConfig(false);
+  c.set_vocab_size(64);
+  return c;
+}
+
+void ExpectRefused(const ModelConfig& c, int tp, bool sp, int64_t rows,
+                   const std::vector<std::string>& parts) {
+  const absl::Status status = ValidateTensorParallel(c, tp, sp, rows);
+  ASSERT_FALSE(status.ok()) << "tp " << tp;
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(status.message());
+  EXPECT_NE(message.find("\nhint: "), std::string::npos) << message;
+  for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message;
+}
+
+TEST(TensorParallelValidationTest, AcceptsLayoutsThatSplitEvenly) {
+  const ModelConfig c = DivisibleConfig();
+  EXPECT_TRUE(ValidateTensorParallel(TinyConfig(false), 1, /*sp=*/true, 7).ok());
+  EXPECT_TRUE(ValidateTensorParallel(c, 2, /*sp=*/true, 12).ok());
+  // kv 2 < tp 4: one kv head shared by 2 ranks.
+  EXPECT_TRUE(ValidateTensorParallel(c, 4, /*sp=*/false, 7).ok());
+}
+
+TEST(TensorParallelValidationTest, RefusesUnevenSplits) {
+  ExpectRefused(TinyConfig(false), 2, false, 12, {"model.vocab_size 11", "parallel.tensor 2"});
+  ModelConfig c = DivisibleConfig();
+  ExpectRefused(c, 8, false, 16, {"model.num_attention_heads 4", "parallel.tensor 8"});
+  c.set_intermediate_size(26);
+  ExpectRefused(c, 4, false, 16, {"model.intermediate_size 26", "e.g. 28"});
+  c = DivisibleConfig();
+  c.set_num_attention_heads(6);
+  c.set_hidden_size(24);
+  c.set_num_key_value_heads(3);
+  ExpectRefused(c, 2, false, 16, {"model.num_key_value_heads 3", "parallel.tensor 2"});
+  ExpectRefused(DivisibleConfig(), 4, /*sp=*/true, 10,
+                {"10 token rows", "parallel.tensor 4", "sequence_parallel"});
+  ExpectRefused(DivisibleConfig(), 0, false, 16, {"parallel.tensor is 0"});
+}
+
+// The gradient-ready callback on one rank: the final norm's offset, each
+// block's first offset from the last block down, then 0.
+TEST(ModelTest, ReportsGradientsReadyFromTheEndOfTheFlatBuffer) {
+  LlamaModel model(TinyConfig(false), 5);
+  std::vector<int32_t> tokens(2 * 3, 1);
+  std::vector<int64_t> offsets;
+  model.ForwardBackward(tokens.data(), tokens.data(), 2, 3, 1.0f,
+                        [&](int64_t offset) { offsets.push_back(offset); });
+  ParameterStore& p = model.parameters();
+  const std::vector<int64_t> expected = {
+      p.Find("model.norm.weight")->flat_offset,
+      p.Find("model.layers.1.input_layernorm.weight")->flat_offset,
+      p.Find("model.layers.0.input_layernorm.weight")->flat_offset, 0};
+  EXPECT_EQ(offsets, expected);
 }
 
 }  // namespace

@@ -258,9 +258,16 @@ TEST_F(CliTest, LayoutIsCheckedAgainstTheLaunchedWorld) {
   // run four independent single-rank trainings.
   setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
   const std::string config = WriteConfig("");
-  ExpectError("train --config " + config, "data 4");
+  ExpectError("train --config " + config, "x data-parallel size 4");
   ExpectError("train --config " + config + " --set parallel.tensor=2 --set parallel.data=3",
               "tensor 2 x context 1 x pipeline 1 x data 3 = 6, but the world size is 4");
+  // A model that cannot be split over the tensor-parallel ranks fails at start.
+  ExpectError("train --config " + config + " --set parallel.tensor=4 --set model.vocab_size=30"
+              " --set model.num_attention_heads=4",
+              "model.vocab_size 30 is not divisible by parallel.tensor 4");
+  ExpectError("train --config " + config + " --set parallel.tensor=4 --set model.num_attention_heads=1"
+              " --set model.hidden_size=16",
+              "model.num_attention_heads 1 is not divisible by parallel.tensor 4");
   unsetenv("OMPI_COMM_WORLD_SIZE");
 }
 

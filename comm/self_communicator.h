@@ -1,0 +1,61 @@
+// SelfCommunicator: a Communicator whose group is this process alone, for
+// single-process runs and for size-1 axes of a layout (tp = 1, dp = 1). Every
+// collective over one rank is a copy from send to recv (nothing when in
+// place), broadcast and barrier do nothing, and every handle it returns is
+// already complete, so code written for a group runs unchanged and free of
+// transfers. Point-to-point with oneself has no meaning here: a fatal check.
+#ifndef TETRA_COMM_SELF_COMMUNICATOR_H_
+#define TETRA_COMM_SELF_COMMUNICATOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace tetra {
+
+class SelfCommunicator : public Communicator {
+ public:
+  // Default deadline: SelfCommunicator never waits, so it only names a value
+  // for callers that read timeout_s().
+  static constexpr double kDefaultTimeoutS = 600;
+
+  // `world_rank`: this process's rank in the job (ranks() = {world_rank}).
+  explicit SelfCommunicator(int world_rank = 0, std::string name = "self",
+                            double timeout_s = kDefaultTimeoutS);
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const std::string& name() const override { return name_; }
+  const std::vector<int>& ranks() const override { return ranks_; }
+  double timeout_s() const override { return timeout_s_; }
+
+  CommHandle AllReduceAsync(const void* send, void* recv, int64_t count, DType dtype,
+                            ReduceOp op) override;
+  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType dtype,
+                                ReduceOp op) override;
+  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count, DType dtype) override;
+  CommHandle AllToAllAsync(const void* send, void* recv, int64_t count, DType dtype) override;
+  CommHandle AllToAllVAsync(const void* send, const std::vector<int64_t>& send_counts,
+                            const std::vector<int64_t>& send_offsets, void* recv,
+                            const std::vector<int64_t>& recv_counts,
+                            const std::vector<int64_t>& recv_offsets, DType dtype) override;
+  CommHandle BroadcastAsync(void* buffer, int64_t count, DType dtype, int root) override;
+  CommHandle SendAsync(const void* buffer, int64_t count, DType dtype, int peer, int tag) override;
+  CommHandle RecvAsync(void* buffer, int64_t count, DType dtype, int peer, int tag) override;
+  CommHandle BarrierAsync() override;
+
+  // `world_ranks` must be {this world rank}; returns another SelfCommunicator.
+  std::unique_ptr<Communicator> Split(const std::vector<int>& world_ranks,
+                                      const std::string& name) override;
+
+ private:
+  std::string name_;
+  std::vector<int> ranks_;
+  double timeout_s_;
+};
+
+}  // namespace tetra
+
+#endif  // TETRA_COMM_SELF_COMMUNICATOR_H_

@@ -1,0 +1,83 @@
+// How a model is split over the ranks of a tensor-parallel (TP) group, in
+// the way of Megatron-LM: column-parallel q/k/v and gate/up projections
+// (output features split, dim 0), row-parallel o_proj and down_proj (input
+// features split, dim 1), attention heads split, vocabulary-parallel
+// embedding and LM head, replicated norm weights; optionally sequence
+// parallelism (SP), which splits the residual stream's token rows over TP
+// between the tensor-parallel regions.
+//
+// ModelParallelism is what a caller passes to LlamaModel; TensorParallelGroups
+// turns it into the LayerParallelism every layer reads (the groups and the
+// shard of each kind of weight).
+#ifndef TETRA_MODEL_MODEL_PARALLELISM_H_
+#define TETRA_MODEL_MODEL_PARALLELISM_H_
+
+#include <memory>
+
+#include "absl/functional/function_ref.h"
+#include "comm/communicator.h"
+#include "model/parameters.h"
+#include "proto/config.pb.h"
+
+namespace tetra {
+
+struct ModelParallelism {
+  Communicator* tp = nullptr;  // the TP group (outlives the model); null: this process alone
+  bool sequence_parallel = false;
+  // The flat value and gradient buffers are zero-padded to a multiple of this
+  // many elements (ParameterStore::Pack), e.g. for equal data-parallel shards.
+  int64_t flat_multiple = 1;
+};
+
+struct LayerParallelism {
+  Communicator* tp = nullptr;
+  // The ranks of tp holding this rank's key-value heads: tp / kv of them when
+  // num_key_value_heads < tp, else this rank alone.
+  Communicator* kv_replicas = nullptr;
+  bool sequence_parallel = false;
+
+  int tp_rank() const { return tp->rank(); }
+  int tp_size() const { return tp->size(); }
+  // Weights (out, in) of column-parallel linears and vocabulary-parallel
+  // tables: dim 0 split over tp.
+  TensorShard Column() const;
+  // Weights (out, in) of row-parallel linears: dim 1 split over tp.
+  TensorShard Row() const;
+  // Held whole by every rank (norm weights).
+  TensorShard Replicated() const;
+  // k_proj/v_proj (kv_heads x head_dim, hidden): dim 0 split over tp, or
+  // when kv_heads < tp the one head tp_rank * kv_heads / tp, which the
+  // kv_replicas ranks share.
+  TensorShard KeyValueColumn(int kv_heads) const;
+};
+
+// One process alone: the layers' default, so single-rank code never names a group.
+const LayerParallelism& SingleRankParallelism();
+
+// The groups of one model: the TP group (a SelfCommunicator when
+// ModelParallelism::tp is null) and the key-value replica group, split from
+// it when kv < tp (collective over tp: every TP rank builds its model at the
+// same point).
+class TensorParallelGroups {
+ public:
+  TensorParallelGroups(const ModelConfig& config, const ModelParallelism& parallelism);
+  const LayerParallelism& layers() const { return layers_; }
+
+ private:
+  std::unique_ptr<Communicator> own_tp_, kv_replicas_;
+  LayerParallelism layers_;
+};
+
+// Accumulates the gradient of parameter `p`, of which every rank of `group`
+// holds a replica but computes only a part (its token rows under SP, its
+// query heads for a shared key-value head): `backward` adds this backward's
+// part into the tensor it is given, the parts are summed over `group`, and
+// the sum is added to p.grad, so each replica's gradient equals the
+// single-rank one. Without a group (null or of one rank) `backward` adds into
+// p.grad directly. `scratch` is the caller's buffer for the part.
+void AccumulateSummedGrad(Parameter& p, Communicator* group, Tensor* scratch,
+                          absl::FunctionRef<void(const Tensor& dw)> backward);
+
+}  // namespace tetra
+
+#endif  // TETRA_MODEL_MODEL_PARALLELISM_H_

@@ -1,0 +1,18 @@
+#include "train/distributed.h"
+
+#include "core/status_macros.h"
+
+namespace tetra {
+
+absl::StatusOr<Distributed> Distributed::Create(const ParallelConfig& parallel,
+                                                std::unique_ptr<Communicator> world) {
+  ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(parallel, world->size()));
+  const int rank = world->rank();
+  // Every rank splits every kind in the same order, so the collective Split calls line up.
+  std::unique_ptr<Communicator> tp = world->Split(mesh.Group(GroupKind::kTensor, rank), "tp");
+  std::unique_ptr<Communicator> dp = world->Split(mesh.Group(GroupKind::kData, rank), "dp");
+  RankCoords coords = mesh.Coords(rank);
+  return Distributed{std::move(world), std::move(mesh), coords, std::move(tp), std::move(dp)};
+}
+
+}  // namespace tetra

@@ -1,0 +1,33 @@
+// Where this rank stands in the job: the world communicator, the layout's
+// mesh, and the communicators of this rank's tensor- and data-parallel
+// groups. With one rank every group is a single-rank communicator.
+#ifndef TETRA_TRAIN_DISTRIBUTED_H_
+#define TETRA_TRAIN_DISTRIBUTED_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "comm/communicator.h"
+#include "parallel/mesh.h"
+#include "proto/config.pb.h"
+
+namespace tetra {
+
+struct Distributed {
+  std::unique_ptr<Communicator> world;
+  Mesh mesh;
+  RankCoords coords;                 // this rank's coordinates
+  std::unique_ptr<Communicator> tp;  // tensor-parallel group
+  std::unique_ptr<Communicator> dp;  // data-parallel group
+
+  bool is_logging_rank() const { return world->rank() == 0; }
+
+  // Builds the mesh for `world`'s size and splits the groups (collective over
+  // `world`). An impossible layout is a user error.
+  static absl::StatusOr<Distributed> Create(const ParallelConfig& parallel,
+                                            std::unique_ptr<Communicator> world);
+};
+
+}  // namespace tetra
+
+#endif  // TETRA_TRAIN_DISTRIBUTED_H_
