@@ -9,10 +9,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "parallel/mesh.h"
+#include "pipeline/schedule.h"
+#include "pipeline/schedule_checker.h"
 #include "tools/command_line.h"
 #include "train/config_loader.h"
 
@@ -141,6 +144,49 @@ std::string PlanText(const Mesh& mesh, int gpus_per_node) {
   return out;
 }
 
+// "F3" / "B3" for micro-batch 3; with several chunks per rank a letter names
+// the chunk: "F3a", "B3b".
+std::string CellLabel(const Action& action, int virtual_stages) {
+  std::string label = absl::StrCat(action.type == ActionType::kForward ? "F" : "B", action.micro_batch);
+  if (virtual_stages > 1) label += static_cast<char>('a' + action.chunk);
+  return label;
+}
+
+// The configured pipeline schedule, checked (pipeline/schedule_checker.h), as
+// a summary line and one timeline row per pipeline rank. Every time unit is a
+// fixed number of columns, so a cell sits at its simulated start and idle
+// time is blank; a backward's extra units are drawn as '-'.
+absl::StatusOr<std::string> ScheduleText(const TrainerConfig& config, const MeshShape& shape) {
+  ASSIGN_OR_RETURN(ScheduleSpec spec, ScheduleSpecFromConfig(config, shape.dp));
+  ASSIGN_OR_RETURN(std::vector<std::vector<Action>> tables, BuildAllSchedules(spec));
+  ASSIGN_OR_RETURN(ScheduleReport report, CheckSchedule(spec, tables));
+  const int v = spec.virtual_stages;
+  std::vector<int> peaks;
+  for (const RankReport& rank : report.ranks) peaks.push_back(rank.peak_activations);
+  std::string out = absl::StrFormat(
+      "pipeline schedule %s, %d stages%s, %d micro-batches: bubble %.1f%% simulated, %s = %.1f%%; peak "
+      "activations per rank %s%s\n",
+      ScheduleKindName(spec.kind), spec.stages, v > 1 ? absl::StrCat(" x ", v, " chunks") : "", spec.micro_batches,
+      100 * report.BubbleFraction(), v > 1 ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)", 100 * IdealBubbleFraction(spec),
+      absl::StrJoin(peaks, " "), v > 1 ? absl::StrCat(" (micro-batch chunks, 1/", v, " of a stage each)") : "");
+  absl::StrAppend(&out, "time units: F ", kForwardTime, ", B ", kBackwardTime, v > 1 ? " per chunk" : "",
+                  "; blank = idle\n");
+  const size_t unit = CellLabel({ActionType::kForward, spec.micro_batches - 1, 0}, v).size() + 1;
+  const size_t rank_width = absl::StrCat(spec.stages - 1).size();
+  for (int rank = 0; rank < spec.stages; ++rank) {
+    std::string row(report.step_time * unit, ' ');
+    for (const TimedAction& cell : report.ranks[rank].timeline) {
+      std::string text = CellLabel(cell.action, v);
+      text.resize((cell.end - cell.start) * unit - 1, cell.action.type == ActionType::kBackward ? '-' : ' ');
+      row.replace(cell.start * unit, text.size(), text);
+    }
+    row.erase(row.find_last_not_of(' ') + 1);
+    const std::string label = absl::StrCat(rank);
+    absl::StrAppend(&out, "rank ", std::string(rank_width - label.size(), ' '), label, " | ", row, "\n");
+  }
+  return out;
+}
+
 // Groups whose traffic should stay inside a node, and what crossing costs.
 struct SpanCheck {
   GroupKind kind;
@@ -190,7 +236,16 @@ absl::Status PlanCommand(int argc, char** argv) {
   ASSIGN_OR_RETURN(TrainerConfig config, LoadConfigFile(options.config_path));
   for (const std::string& assignment : options.sets) RETURN_IF_ERROR(ApplyOverride(assignment, &config));
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(config.parallel(), options.world));
-  std::cout << (options.json ? PlanJson(mesh) : PlanText(mesh, options.gpus_per_node));
+  if (options.json) {
+    std::cout << PlanJson(mesh);
+  } else {
+    std::string text = PlanText(mesh, options.gpus_per_node);
+    if (mesh.shape().pp > 1) {
+      ASSIGN_OR_RETURN(std::string schedule, ScheduleText(config, mesh.shape()));
+      absl::StrAppend(&text, "\n", schedule);
+    }
+    std::cout << text;
+  }
   for (const std::string& warning : PlanWarnings(mesh, options.gpus_per_node)) {
     std::cerr << "tetra: " << warning << "\n";
   }

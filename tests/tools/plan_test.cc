@@ -1,6 +1,7 @@
 // `tetra plan` end to end: the built binary lays out Megatron-LM's 16-GPU
 // example and an MoE layout as JSON with the groups worked out by hand, prints
-// the table and the node warnings, and refuses bad layouts with the numbers.
+// the table and the node warnings, draws pipeline schedules as timelines worked
+// out by hand, and refuses bad layouts and schedules with the numbers.
 #include <sys/wait.h>
 
 #include <cctype>
@@ -236,6 +237,55 @@ TEST_F(PlanTest, BadLayoutsNameTheNumbers) {
   ExpectError("parallel { pipeline: 2 order: \"tp-cp-ep-pp-dp\" }\n", "--world 4",
               "gives dense and expert weights different pipeline groups");
   ExpectError("parallel { tensor: 4 }\n", "--world 10", "the world size 10 is not a multiple of 4");
+}
+
+TEST_F(PlanTest, PipelineScheduleTimeline) {
+  // 1F1B, 4 stages, 8 / (1 x data 1) = 8 micro-batches; F 1 unit, B 2, 3
+  // columns a unit. Rank 3 gets micro-batch k's activation at 3 + k (rank 0..2
+  // run F0 at 0, 1, 2), so it runs F0 [3,4), B0 [4,6), F1 [6,7), B1 [7,9), ...;
+  // rank 0 runs F0..F3 [0,4), then waits for B0's gradient until 10.
+  RunResult r = Plan("parallel { pipeline: 4 }\ntrain { global_batch_size: 8 micro_batch_size: 1 }\n", "--world 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\npipeline schedule 1F1B, 4 stages, 8 micro-batches: bubble 27.3% simulated, "
+                               "(p-1)/(m+p-1) = 27.3%; peak activations per rank 4 3 2 1\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nrank 0 | F0 F1 F2 F3                   B0--- F4 B1---"));
+  EXPECT_THAT(r.out, HasSubstr("\nrank 3 |          F0 B0--- F1 B1--- F2 B2--- F3 B3---"));
+
+  // GPipe on 2 stages, 2 micro-batches: rank 1 runs F0 [1,2), F1 [2,3),
+  // B0 [3,5), B1 [5,7); rank 0 waits for each gradient: B0 [5,7), B1 [7,9).
+  r = Plan("parallel { pipeline: 2 schedule: GPIPE }\ntrain { global_batch_size: 4 micro_batch_size: 2 }\n",
+           "--world 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("pipeline schedule GPipe, 2 stages, 2 micro-batches: bubble 33.3% simulated"));
+  EXPECT_THAT(r.out, HasSubstr("\nrank 0 | F0 F1          B0--- B1---\nrank 1 |    F0 F1 B0--- B1---\n"));
+
+  // Interleaved, 2 stages x 2 chunks, 2 micro-batches: (p-1)/(v*m+p-1) = 1/5;
+  // chunk letters a, b. Rank 1 warms up with (v - 1) p = 2 forwards, rank 0
+  // with all 4 (2 (p - 1) + 2 = 4).
+  r = Plan("parallel { pipeline: 2 virtual_stages: 2 }\nmodel { num_hidden_layers: 4 }\n"
+           "train { global_batch_size: 2 micro_batch_size: 1 }\n",
+           "--world 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("pipeline schedule interleaved 1F1B, 2 stages x 2 chunks, 2 micro-batches: bubble "
+                               "20.0% simulated, (p-1)/(v*m+p-1) = 20.0%; peak activations per rank 4 3"));
+  EXPECT_THAT(r.out, HasSubstr("\nrank 0 | F0a F1a F0b F1b"));
+
+  // No pipeline, no schedule.
+  r = Plan("parallel { tensor: 2 }\n", "--world 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("pipeline schedule")));
+}
+
+TEST_F(PlanTest, SchedulesThatCannotRunNameTheNumbers) {
+  // 2 data-parallel ranks: 12 / (1 x 2) = 6 micro-batches on 4 stages.
+  ExpectError("parallel { pipeline: 4 virtual_stages: 2 }\nmodel { num_hidden_layers: 8 }\n"
+              "train { global_batch_size: 12 micro_batch_size: 1 }\n",
+              "--world 8", "needs the micro-batches per step, 6, to be a multiple of parallel.pipeline 4");
+  ExpectError("parallel { pipeline: 2 virtual_stages: 3 }\nmodel { num_hidden_layers: 8 }\n"
+              "train { global_batch_size: 4 micro_batch_size: 1 }\n",
+              "--world 2", "model.num_hidden_layers 8 into parallel.pipeline 2 x parallel.virtual_stages 3 = 6");
+  ExpectError("parallel { pipeline: 2 }\ntrain { global_batch_size: 6 micro_batch_size: 4 }\n", "--world 2",
+              "train.global_batch_size 6 is not a multiple of train.micro_batch_size 4 x data-parallel size 1 = 4");
 }
 
 TEST_F(PlanTest, BadFlags) {
