@@ -1,0 +1,268 @@
+// Data parallelism (alone and with tensor parallelism) against the single-rank
+// run, under mpirun: the world is split into jobs of tp x dp consecutive
+// ranks (layouts whose tp x dp does not divide the world size skip), each job
+// laid out by Mesh and split into its tensor and data groups as
+// train/distributed.cc does, and each job runs step 1 of train/trainer.cc's
+// loop: data-parallel rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the
+// global batch in micro-batches, gradients scaled by 1 / (B x T) accumulate,
+// the gradient-ready callback feeds GradientReducer only on the last
+// micro-batch, then Finish(). For (tp, dp) in (2,1), (4,1), (1,2), (1,4),
+// (2,2) (and (2,4), (4,2) with 8 ranks), ZeRO-1 off and on (dp > 1), sequence
+// parallelism off and on (tp > 1), untied head, and one tied case per layout:
+//   - the step's loss (summed over dp) against the single-rank loss;
+//   - every gradient element this rank holds reduced (all of its slice under
+//     all-reduce, only its owned_ranges() under ZeRO-1), at its global index,
+//     against the gradient of the model built in this process on one rank
+//     with the same seed over the whole global batch, micro-batch by
+//     micro-batch;
+//   - that the ranks of the job together checked every global element of
+//     every parameter, each exactly (TP replicas) x (dp, or 1 under ZeRO-1)
+//     times, so no shard or owned block is left out or counted twice.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/mpi_communicator.h"
+#include "core/logging.h"
+#include "gtest/gtest.h"
+#include "model/llama_model.h"
+#include "model/model_dims.h"
+#include "parallel/gradient_reducer.h"
+#include "parallel/mesh.h"
+#include "proto/config.pb.h"
+
+namespace tetra {
+namespace {
+
+// Deadline of every collective: far above their run time with 8 ranks on 2
+// cores, far below ctest's TIMEOUT, so a hang fails with the watchdog's message.
+constexpr double kTimeoutS = 60;
+
+struct Tolerances {
+  // The sharded, data-parallel run adds the same fp32 terms in other
+  // groupings (per-rank partial sums over samples, heads or features, then
+  // sums over ranks): round-off of ~1e-7 per operation through two layers.
+  double loss_rel = 1e-5;
+  // Measured against the gradient tensor's largest element, so tiny entries
+  // do not demand relative accuracy they cannot have; a missing or doubled
+  // contribution (a rank's samples, a micro-batch) is off by O(1/dp).
+  double grad_rel_to_max = 1e-4;
+};
+constexpr Tolerances kTol;
+
+constexpr uint64_t kSeed = 23;
+// The global batch of the step: 8 samples of 8 tokens, in micro-batches of 2,
+// so each data-parallel rank runs 4, 2 or 1 micro-batches at dp 1, 2, 4.
+constexpr int64_t kGlobalBatch = 8, kMicroBatch = 2, kSeq = 8;
+// Buckets of 0.002 MiB = 524 floats: many buckets, so ZeRO-1 blocks cut
+// parameters at arbitrary offsets and reduction overlaps backward.
+constexpr double kBucketMb = 0.002;
+
+Communicator& World() {
+  static std::unique_ptr<Communicator> world = MpiWorld(kTimeoutS);
+  return *world;
+}
+
+// One training job's communicators.
+struct JobGroups {
+  std::unique_ptr<Communicator> job;  // the job's world: tp x dp consecutive world ranks
+  std::unique_ptr<Communicator> tp, dp;
+};
+
+// The world ranks of this rank's `kind` group of `mesh`, laid over `job`.
+std::vector<int> WorldRanks(const Mesh& mesh, GroupKind kind, const Communicator& job) {
+  std::vector<int> ranks;
+  for (int r : mesh.Group(kind, job.rank())) ranks.push_back(job.ranks()[r]);
+  return ranks;
+}
+
+// Split once per layout on first use; every rank runs the tests in the same
+// order and skips the same ones, so the collective Split calls line up.
+JobGroups& Groups(int tp, int dp) {
+  static std::map<std::pair<int, int>, JobGroups> cache;
+  JobGroups& g = cache[{tp, dp}];
+  if (!g.job) {
+    const int size = tp * dp, first = World().rank() / size * size;
+    std::vector<int> ranks(size);
+    std::iota(ranks.begin(), ranks.end(), first);
+    g.job = World().Split(ranks, "job");
+    ParallelConfig parallel;
+    parallel.set_tensor(tp);
+    const absl::StatusOr<Mesh> mesh = Mesh::Create(parallel, size);
+    TETRA_CHECK(mesh.ok()) << mesh.status();
+    TETRA_CHECK(mesh->shape().dp == dp) << "mesh of " << size << " ranks at tp " << tp;
+    g.tp = g.job->Split(WorldRanks(*mesh, GroupKind::kTensor, *g.job), "tp");
+    g.dp = g.job->Split(WorldRanks(*mesh, GroupKind::kData, *g.job), "dp");
+  }
+  return g;
+}
+
+ModelConfig GqaConfig(bool tie) {
+  ModelConfig c;
+  c.set_vocab_size(64);
+  c.set_hidden_size(32);
+  c.set_num_hidden_layers(2);
+  c.set_num_attention_heads(4);
+  c.set_num_key_value_heads(2);
+  c.set_intermediate_size(64);
+  c.set_tie_word_embeddings(tie);
+  c.set_initializer_range(0.1);  // gradients well above fp32 round-off
+  return c;
+}
+
+// Samples [first, first + count) of the global batch, (count, T) each: ids
+// spread over the whole vocabulary, different for every sample.
+void LoadSamples(int64_t first, int64_t count, int vocab, std::vector<int32_t>& inputs,
+                 std::vector<int32_t>& targets) {
+  inputs.resize(count * kSeq);
+  targets.resize(count * kSeq);
+  for (int64_t s = 0; s < count; ++s) {
+    for (int64_t t = 0; t < kSeq; ++t) {
+      const int64_t sample = first + s;
+      inputs[s * kSeq + t] = static_cast<int32_t>((sample * 13 + t * 11 + 3) % vocab);
+      targets[s * kSeq + t] = static_cast<int32_t>((sample * 7 + t * 5 + 40) % vocab);
+    }
+  }
+}
+
+// (tp, dp) of the job; the last two run only with 8 ranks.
+constexpr std::pair<int, int> kLayouts[] = {{2, 1}, {4, 1}, {1, 2}, {1, 4},
+                                            {2, 2}, {2, 4}, {4, 2}};
+
+struct Case {
+  int tp, dp;
+  bool tie, zero1, sequence_parallel;
+};
+
+// "tp2_dp2_untied_zero1_sp": the test's name suffix, and how gtest prints it.
+std::string Name(const Case& c) {
+  return "tp" + std::to_string(c.tp) + "_dp" + std::to_string(c.dp) +
+         (c.tie ? "_tied" : "_untied") + (c.zero1 ? "_zero1" : "") +
+         (c.sequence_parallel ? "_sp" : "");
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << Name(c); }
+
+// Untied: every combination of ZeRO-1 and SP the layout allows. Tied: one
+// case per layout, with both where they apply.
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  for (const auto& [tp, dp] : kLayouts) {
+    for (bool zero1 : {false, true}) {
+      for (bool sp : {false, true}) {
+        if ((zero1 && dp == 1) || (sp && tp == 1)) continue;
+        cases.push_back({tp, dp, /*tie=*/false, zero1, sp});
+      }
+    }
+    cases.push_back({tp, dp, /*tie=*/true, dp > 1, tp > 1});
+  }
+  return cases;
+}
+
+class DataParallelGradientsTest : public testing::TestWithParam<Case> {};
+
+TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
+  const Case& c = GetParam();
+  if (World().size() % (c.tp * c.dp) != 0) {
+    GTEST_SKIP() << "tp x dp = " << c.tp * c.dp << " does not divide the world size "
+                 << World().size();
+  }
+  JobGroups& groups = Groups(c.tp, c.dp);
+  Communicator& dp = *groups.dp;
+  ASSERT_EQ(groups.tp->size(), c.tp);
+  ASSERT_EQ(dp.size(), c.dp);
+  const ModelConfig config = GqaConfig(c.tie);
+  ASSERT_TRUE(
+      ValidateTensorParallel(config, c.tp, c.sequence_parallel, kMicroBatch * kSeq).ok());
+  const float grad_scale = 1.0f / static_cast<float>(kGlobalBatch * kSeq);
+  std::vector<int32_t> inputs, targets;
+
+  // The single-rank run: the whole global batch, micro-batch by micro-batch.
+  LlamaModel reference(config, kSeed);
+  double want_loss = 0;
+  for (int64_t first = 0; first < kGlobalBatch; first += kMicroBatch) {
+    LoadSamples(first, kMicroBatch, config.vocab_size(), inputs, targets);
+    want_loss += reference.ForwardBackward(inputs.data(), targets.data(), kMicroBatch, kSeq,
+                                           grad_scale);
+  }
+
+  // Step 1 as train/trainer.cc runs it.
+  LlamaModel model(config, kSeed,
+                   {groups.tp.get(), c.sequence_parallel,
+                    /*flat_multiple=*/GradientReducer::PaddedSize(1, c.dp)});
+  ParameterStore& store = model.parameters();
+  GradientReducer reducer(store.flat_grads(), dp, kBucketMb, c.zero1);
+  ASSERT_GT(reducer.buckets().size(), 2u) << "too few buckets to cut parameters";
+  store.ZeroGrads();
+  const int64_t rank_batch = kGlobalBatch / c.dp;
+  double loss_sum = 0;
+  for (int64_t first = 0; first < rank_batch; first += kMicroBatch) {
+    LoadSamples(dp.rank() * rank_batch + first, kMicroBatch, config.vocab_size(), inputs,
+                targets);
+    const bool last = first + kMicroBatch == rank_batch;
+    loss_sum += model.ForwardBackward(
+        inputs.data(), targets.data(), kMicroBatch, kSeq, grad_scale,
+        last ? LlamaModel::GradientReadyCallback([&](int64_t ready) { reducer.ReadyFrom(ready); })
+             : nullptr);
+  }
+  reducer.Finish();
+
+  EXPECT_NEAR(SumOverRanks(dp, loss_sum), want_loss, kTol.loss_rel * std::fabs(want_loss));
+
+  ASSERT_EQ(store.all().size(), reference.parameters().all().size());
+  const float* flat_grads = store.flat_grads().f32();
+  for (const Parameter& p : store.all()) {
+    const Parameter* want = reference.parameters().Find(p.name);
+    ASSERT_NE(want, nullptr) << p.name;
+    ASSERT_EQ(p.global_shape, want->grad.shape()) << p.name;
+    const float* want_grad = want->grad.f32();
+    float max_abs = 0;
+    for (int64_t g = 0; g < want->grad.numel(); ++g) {
+      max_abs = std::max(max_abs, std::fabs(want_grad[g]));
+    }
+    ASSERT_GT(max_abs, 0.0f) << p.name << " has no gradient in the single-rank model";
+
+    // The elements of p this rank holds reduced, against the global gradient.
+    std::vector<int32_t> checks(want->grad.numel(), 0);
+    float max_error = 0;
+    int64_t worst = 0;
+    const int64_t end = p.flat_offset + p.value.numel();
+    for (const FlatRange& owned : reducer.owned_ranges()) {
+      for (int64_t f = std::max(owned.begin, p.flat_offset); f < std::min(owned.end, end); ++f) {
+        const int64_t g = p.GlobalIndex(f - p.flat_offset);
+        ++checks[g];
+        const float error = std::fabs(flat_grads[f] - want_grad[g]);
+        if (error > max_error) {
+          max_error = error;
+          worst = g;
+        }
+      }
+    }
+    EXPECT_LE(max_error, kTol.grad_rel_to_max * max_abs)
+        << p.name << " (" << ShapeString(p.value.shape()) << " of "
+        << ShapeString(p.global_shape) << "): largest error " << max_error
+        << " at global element " << worst << " (want " << want_grad[worst]
+        << "), largest gradient " << max_abs;
+
+    groups.job->AllReduce(checks.data(), checks.data(), checks.size(), DType::kI32,
+                          ReduceOp::kSum);
+    const int holders = p.shard.replicas * (c.zero1 ? 1 : c.dp);
+    const int64_t wrong =
+        std::count_if(checks.begin(), checks.end(), [&](int32_t n) { return n != holders; });
+    EXPECT_EQ(wrong, 0) << p.name << ": global elements not checked exactly " << holders
+                        << " times over the job";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelGradientsTest, testing::ValuesIn(Cases()),
+                         [](const auto& info) { return Name(info.param); });
+
+}  // namespace
+}  // namespace tetra
