@@ -25,48 +25,56 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
       region_(*parallelism.tp, parallelism.sequence_parallel),
       kv_replicas_(parallelism.kv_replicas) {}
 
-Tensor AttentionLayer::Forward(const Tensor& x, int64_t batch, int64_t seq) {
+const RopeTable& AttentionLayer::RopeTableFor(int64_t seq) {
   if (rope_.seq != seq) rope_ = MakeRopeTable(seq, head_dim_, rope_theta_);
-  x_ = region_.Enter(x);
-  TETRA_CHECK(x_.numel() / x_.dim(-1) == batch * seq)
-      << "attention input has " << x_.numel() / x_.dim(-1) << " rows, not " << batch << " x "
+  return rope_;
+}
+
+Tensor AttentionLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t seq) {
+  Activations& a = slots_.ForForward(slot, region_);
+  const RopeTable& rope = RopeTableFor(seq);
+  a.x = a.entry.Enter(x);
+  TETRA_CHECK(a.x.numel() / a.x.dim(-1) == batch * seq)
+      << "attention input has " << a.x.numel() / a.x.dim(-1) << " rows, not " << batch << " x "
       << seq;
-  EnsureShape(&q_, {batch, seq, q_heads_, head_dim_});
-  EnsureShape(&k_, {batch, seq, kv_heads_, head_dim_});
-  EnsureShape(&v_, {batch, seq, kv_heads_, head_dim_});
-  EnsureShape(&attn_, q_.shape());
-  EnsureShape(&lse_, {batch, q_heads_, seq});
-  EnsureShape(&y_, {batch * seq, x_.dim(-1)});
-  ops::Linear(x_, q_proj_.value, q_);
-  ops::Linear(x_, k_proj_.value, k_);
-  ops::Linear(x_, v_proj_.value, v_);
-  ops::Rope(q_, rope_);
-  ops::Rope(k_, rope_);
-  ops::Attention({batch, seq, q_heads_, kv_heads_, head_dim_}, q_, k_, v_, attn_, lse_);
-  ops::Linear(attn_.Reshape({batch * seq, q_heads_ * head_dim_}), o_proj_.value, y_);
+  EnsureShape(&a.q, {batch, seq, q_heads_, head_dim_});
+  EnsureShape(&a.k, {batch, seq, kv_heads_, head_dim_});
+  EnsureShape(&a.v, {batch, seq, kv_heads_, head_dim_});
+  EnsureShape(&a.attn, a.q.shape());
+  EnsureShape(&a.lse, {batch, q_heads_, seq});
+  EnsureShape(&y_, {batch * seq, a.x.dim(-1)});
+  ops::Linear(a.x, q_proj_.value, a.q);
+  ops::Linear(a.x, k_proj_.value, a.k);
+  ops::Linear(a.x, v_proj_.value, a.v);
+  ops::Rope(a.q, rope);
+  ops::Rope(a.k, rope);
+  ops::Attention({batch, seq, q_heads_, kv_heads_, head_dim_}, a.q, a.k, a.v, a.attn, a.lse);
+  ops::Linear(a.attn.Reshape({batch * seq, q_heads_ * head_dim_}), o_proj_.value, y_);
   return region_.Exit(y_);
 }
 
-Tensor AttentionLayer::Backward(const Tensor& dy) {
-  const int64_t batch = q_.dim(0), seq = q_.dim(1);
-  EnsureShape(&dattn_, attn_.shape());
-  EnsureShape(&dq_, q_.shape());
-  EnsureShape(&dk_, k_.shape());
-  EnsureShape(&dv_, v_.shape());
-  EnsureShape(&dx_, x_.shape());
-  ops::LinearBackward(region_.ExitBackward(dy), attn_, o_proj_.value, dattn_, o_proj_.grad);
-  ops::AttentionBackward({batch, seq, q_heads_, kv_heads_, head_dim_}, dattn_, q_, k_, v_, attn_,
-                         lse_, dq_, dk_, dv_);
-  ops::RopeBackward(dq_, rope_);
-  ops::RopeBackward(dk_, rope_);
-  ops::LinearBackward(dq_, x_, q_proj_.value, dx_, q_proj_.grad);
+Tensor AttentionLayer::Backward(int slot, const Tensor& dy) {
+  const Activations& a = slots_.ForBackward(slot);
+  const int64_t batch = a.q.dim(0), seq = a.q.dim(1);
+  const RopeTable& rope = RopeTableFor(seq);
+  EnsureShape(&dattn_, a.attn.shape());
+  EnsureShape(&dq_, a.q.shape());
+  EnsureShape(&dk_, a.k.shape());
+  EnsureShape(&dv_, a.v.shape());
+  EnsureShape(&dx_, a.x.shape());
+  ops::LinearBackward(region_.ExitBackward(dy), a.attn, o_proj_.value, dattn_, o_proj_.grad);
+  ops::AttentionBackward({batch, seq, q_heads_, kv_heads_, head_dim_}, dattn_, a.q, a.k, a.v,
+                         a.attn, a.lse, dq_, dk_, dv_);
+  ops::RopeBackward(dq_, rope);
+  ops::RopeBackward(dk_, rope);
+  ops::LinearBackward(dq_, a.x, q_proj_.value, dx_, q_proj_.grad);
   // A key-value head shared by several ranks gets a part of its gradient
   // from each rank's query heads.
   AccumulateSummedGrad(k_proj_, kv_replicas_, &dk_w_, [&](const Tensor& dw) {
-    ops::LinearBackward(dk_, x_, k_proj_.value, dx_, dw, /*accumulate_dx=*/true);
+    ops::LinearBackward(dk_, a.x, k_proj_.value, dx_, dw, /*accumulate_dx=*/true);
   });
   AccumulateSummedGrad(v_proj_, kv_replicas_, &dv_w_, [&](const Tensor& dw) {
-    ops::LinearBackward(dv_, x_, v_proj_.value, dx_, dw, /*accumulate_dx=*/true);
+    ops::LinearBackward(dv_, a.x, v_proj_.value, dx_, dw, /*accumulate_dx=*/true);
   });
   return region_.EnterBackward(dx_);
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/op_types.h"
+#include "model/activation_slots.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
 #include "parallel/tensor_parallel.h"
@@ -26,20 +27,33 @@ class AttentionLayer {
                  const LayerParallelism& parallelism = SingleRankParallelism());
   // x: this rank's rows of the (B*T, C) activation, sequences of `seq` tokens
   // back to back (all B*T rows, or under SP its B*T/tp) -> y, the same rows.
-  // Keeps q, k, v (after RoPE), the output and lse.
-  Tensor Forward(const Tensor& x, int64_t batch, int64_t seq);
-  // dy (rows of y) -> dx (rows of x), written; accumulates weight gradients.
-  Tensor Backward(const Tensor& dy);
+  // Keeps the input, q, k, v (after RoPE), the output and lse in `slot`
+  // (activation_slots.h).
+  Tensor Forward(int slot, const Tensor& x, int64_t batch, int64_t seq);
+  // dy (rows of y) of the forward of `slot` -> dx (rows of x), written;
+  // accumulates weight gradients.
+  Tensor Backward(int slot, const Tensor& dy);
+  void ReleaseSlots() { slots_.Clear(); }
 
  private:
+  struct Activations {
+    explicit Activations(const TensorParallelRegion& like)
+        : entry(like.tp(), like.sequence_parallel()) {}
+    TensorParallelRegion entry;    // Enter's, one per slot (activation_slots.h)
+    Tensor x, q, k, v, attn, lse;  // x (B*T, C); q, attn (B, T, H/tp, D); lse (B, H/tp, T)
+  };
+  // The table for `seq` positions, made when the length changes.
+  const RopeTable& RopeTableFor(int64_t seq);
+
   int64_t q_heads_, kv_heads_, head_dim_;  // this rank's heads
   double rope_theta_;
   Parameter &q_proj_, &k_proj_, &v_proj_, &o_proj_;
-  TensorParallelRegion region_;
+  TensorParallelRegion region_;  // Exit and the backward passes
   Communicator* kv_replicas_;
   RopeTable rope_;
-  Tensor x_, q_, k_, v_, attn_, lse_, y_;             // forward; x_ (B*T, C)
-  Tensor dattn_, dq_, dk_, dv_, dx_, dk_w_, dv_w_;    // backward
+  ActivationSlots<Activations> slots_;
+  Tensor y_;                                        // forward scratch
+  Tensor dattn_, dq_, dk_, dv_, dx_, dk_w_, dv_w_;  // backward scratch
 };
 
 }  // namespace tetra

@@ -6,6 +6,7 @@
 #ifndef TETRA_MODEL_DECODER_BLOCK_H_
 #define TETRA_MODEL_DECODER_BLOCK_H_
 
+#include "model/activation_slots.h"
 #include "model/attention_layer.h"
 #include "model/mlp_layer.h"
 #include "model/model_parallelism.h"
@@ -18,16 +19,23 @@ class DecoderBlock {
   DecoderBlock(ParameterStore& store, int layer, const ModelConfig& config,
                const LayerParallelism& parallelism = SingleRankParallelism());
   // x (rows, C) of B = `batch` sequences of T = `seq` tokens -> out (rows, C).
-  const Tensor& Forward(const Tensor& x, int64_t batch, int64_t seq);
-  // dout (rows, C) -> dx (rows, C), written.
-  const Tensor& Backward(const Tensor& dout);
+  // Keeps r and out, which the norms keep as their inputs, in `slot`
+  // (activation_slots.h).
+  const Tensor& Forward(int slot, const Tensor& x, int64_t batch, int64_t seq);
+  // dout (rows, C) of the forward of `slot` -> dx (rows, C), written.
+  const Tensor& Backward(int slot, const Tensor& dout);
+  void ReleaseSlots();
 
  private:
+  struct Activations {
+    Tensor residual, out;  // r and out
+  };
+
   RmsNormLayer input_norm_;
   AttentionLayer attention_;
   RmsNormLayer post_attention_norm_;
   MlpLayer mlp_;
-  Tensor residual_, out_;  // r and out
+  ActivationSlots<Activations> slots_;
   Tensor dresidual_, dx_;
 };
 

@@ -13,28 +13,32 @@ EmbeddingLayer::EmbeddingLayer(ParameterStore& store, const ModelConfig& c,
       sequence_parallel_(parallelism.sequence_parallel),
       vocab_begin_(int64_t{tp_.rank()} * weight_.value.dim(0)) {}
 
-Tensor EmbeddingLayer::Forward(const Tensor& tokens) {
-  tokens_ = tokens;
-  EnsureShape(&lookup_, {tokens.numel(), weight_.value.dim(1)});
+Tensor EmbeddingLayer::Forward(int slot, const Tensor& tokens) {
+  Activations& a = slots_.ForForward(slot);
+  a.tokens = tokens;
+  // Without SP the lookup, summed in place, is the output.
+  Tensor& lookup = sequence_parallel_ ? lookup_ : a.out;
+  EnsureShape(&lookup, {tokens.numel(), weight_.value.dim(1)});
   // One rank holds the whole table: every id must be in it (checked).
   if (tp_.size() == 1) {
-    ops::Embedding(tokens, weight_.value, lookup_);
+    ops::Embedding(tokens, weight_.value, lookup);
   } else {
-    ops::EmbeddingShard(tokens, weight_.value, vocab_begin_, lookup_);
+    ops::EmbeddingShard(tokens, weight_.value, vocab_begin_, lookup);
   }
-  if (sequence_parallel_) return ReduceScatterToSequenceParallelRegion(lookup_, tp_, &out_);
-  ReduceFromTensorParallelRegion(lookup_, tp_);
-  return lookup_;
+  if (sequence_parallel_) return ReduceScatterToSequenceParallelRegion(lookup, tp_, &a.out);
+  ReduceFromTensorParallelRegion(lookup, tp_);
+  return lookup;
 }
 
-void EmbeddingLayer::Backward(const Tensor& dout) {
+void EmbeddingLayer::Backward(int slot, const Tensor& dout) {
+  const Tensor& tokens = slots_.ForBackward(slot).tokens;
   const Tensor dlookup =
       sequence_parallel_ ? ReduceScatterToSequenceParallelRegionBackward(dout, tp_, &dlookup_)
                          : ReduceFromTensorParallelRegionBackward(dout, tp_);
   if (tp_.size() == 1) {
-    ops::EmbeddingBackward(tokens_, dlookup, weight_.grad);
+    ops::EmbeddingBackward(tokens, dlookup, weight_.grad);
   } else {
-    ops::EmbeddingShardBackward(tokens_, dlookup, vocab_begin_, weight_.grad);
+    ops::EmbeddingShardBackward(tokens, dlookup, vocab_begin_, weight_.grad);
   }
 }
 

@@ -6,6 +6,7 @@
 #ifndef TETRA_MODEL_EMBEDDING_LAYER_H_
 #define TETRA_MODEL_EMBEDDING_LAYER_H_
 
+#include "model/activation_slots.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
 #include "proto/config.pb.h"
@@ -17,19 +18,28 @@ class EmbeddingLayer {
   EmbeddingLayer(ParameterStore& store, const ModelConfig& config,
                  const LayerParallelism& parallelism = SingleRankParallelism());
   // tokens (N) int32 ids -> (rows, C) in the residual layout: all N rows, or
-  // under SP this rank's N/tp. Keeps `tokens` (the caller's) for Backward.
-  Tensor Forward(const Tensor& tokens);
-  // d of the output (residual layout): accumulates the table gradient.
-  void Backward(const Tensor& dout);
+  // under SP this rank's N/tp. Keeps `tokens` (the caller's) and the output
+  // in `slot` (activation_slots.h).
+  Tensor Forward(int slot, const Tensor& tokens);
+  // d of the output (residual layout) of the forward of `slot`: accumulates
+  // the table gradient.
+  void Backward(int slot, const Tensor& dout);
+  void ReleaseSlots() { slots_.Clear(); }
 
   Parameter& weight() { return weight_; }
 
  private:
+  struct Activations {
+    Tensor tokens;
+    Tensor out;  // kept by the next layer: (N, C), or under SP (N/tp, C)
+  };
+
   Parameter& weight_;
   Communicator& tp_;
   bool sequence_parallel_;
   int64_t vocab_begin_;  // first id of this rank's rows
-  Tensor tokens_, lookup_, out_, dlookup_;  // lookup_ (N, C), out_ (N/tp, C) under SP
+  ActivationSlots<Activations> slots_;
+  Tensor lookup_, dlookup_;  // under SP: (N, C) before the reduce-scatter, its gradient
 };
 
 }  // namespace tetra

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "model/activation_slots.h"
 #include "model/decoder_block.h"
 #include "model/embedding_layer.h"
 #include "model/lm_head_layer.h"
@@ -39,22 +40,46 @@ class LlamaModel {
 
   // inputs, targets: (B, T) token ids, the same on every TP rank. Returns the
   // sum of the B*T token cross-entropies and accumulates into every parameter
-  // gradient the gradient of grad_scale x that sum.
+  // gradient the gradient of grad_scale x that sum. Forward then Backward of
+  // slot 0.
   double ForwardBackward(const int32_t* inputs, const int32_t* targets, int64_t batch,
                          int64_t seq, float grad_scale,
                          const GradientReadyCallback& on_ready = nullptr);
-  // The same sum, without gradients.
+  // The same sum, without gradients, in slot 0.
   double ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq);
+
+  // A pipeline schedule (1F1B) runs the forwards of several micro-batches
+  // before their backwards: each runs in its own activation slot (0, 1, ...;
+  // activation_slots.h), which holds what its backward needs. Forward returns
+  // the cross-entropy sum as ForwardBackward does; grad_scale is given here
+  // because the fused cross-entropy writes the scaled logit gradients in the
+  // forward. Backward then accumulates the gradient of grad_scale x that sum,
+  // calling on_ready as ForwardBackward does. A slot takes a new forward only
+  // after the backward of its last one.
+  double Forward(int slot, const int32_t* inputs, const int32_t* targets, int64_t batch,
+                 int64_t seq, float grad_scale);
+  void Backward(int slot, const GradientReadyCallback& on_ready = nullptr);
+  // Slots holding activations: one more than the highest used since the last
+  // release.
+  int num_slots() const { return micro_batches_.size(); }
+  // Frees the activations of every slot, forgetting any forward whose
+  // backward has not run.
+  void ReleaseSlots();
 
   ParameterStore& parameters() { return store_; }
   const ModelConfig& config() const { return config_; }
   const LayerParallelism& parallelism() const { return groups_.layers(); }
 
  private:
-  // Runs everything up to the loss; returns the cross-entropy sum and, when
-  // with_grad, leaves dlogits in the head.
-  double ForwardToLoss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq,
-                       float grad_scale, bool with_grad);
+  struct MicroBatch {
+    Tensor tokens;  // (B*T) inputs, kept for the embedding's backward
+    bool awaiting_backward = false;
+  };
+
+  // Runs everything up to the loss in `slot`; returns the cross-entropy sum
+  // and, when with_grad, leaves dlogits in the head.
+  double ForwardToLoss(int slot, const int32_t* inputs, const int32_t* targets, int64_t batch,
+                       int64_t seq, float grad_scale, bool with_grad);
 
   ModelConfig config_;
   ParameterStore store_;
@@ -64,7 +89,8 @@ class LlamaModel {
   std::vector<const Parameter*> block_first_parameter_;  // the lowest flat offset of each block
   std::unique_ptr<RmsNormLayer> final_norm_;
   std::unique_ptr<LmHeadLayer> head_;
-  Tensor tokens_, targets_;
+  ActivationSlots<MicroBatch> micro_batches_;
+  Tensor targets_;  // (B*T), read only by the forward
 };
 
 }  // namespace tetra

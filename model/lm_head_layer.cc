@@ -8,20 +8,22 @@ namespace tetra {
 LmHeadLayer::LmHeadLayer(Parameter& weight, const LayerParallelism& parallelism)
     : weight_(weight), region_(*parallelism.tp, parallelism.sequence_parallel) {}
 
-double LmHeadLayer::ForwardLoss(const Tensor& x, const Tensor& targets, float grad_scale,
+double LmHeadLayer::ForwardLoss(int slot, const Tensor& x, const Tensor& targets, float grad_scale,
                                 bool with_grad) {
-  x_ = region_.Enter(x);
-  EnsureShape(&logits_, {x_.numel() / x_.dim(-1), weight_.value.dim(0)});
-  ops::Linear(x_, weight_.value, logits_);
+  Activations& a = slots_.ForForward(slot, region_);
+  a.x = a.entry.Enter(x);
+  EnsureShape(&a.logits, {a.x.numel() / a.x.dim(-1), weight_.value.dim(0)});
+  ops::Linear(a.x, weight_.value, a.logits);
   // The fused cross-entropy overwrites the logits with their gradient.
-  return VocabParallelCrossEntropy(logits_, targets, grad_scale, with_grad ? logits_ : Tensor(),
+  return VocabParallelCrossEntropy(a.logits, targets, grad_scale, with_grad ? a.logits : Tensor(),
                                    region_.tp());
 }
 
-Tensor LmHeadLayer::Backward() {
-  EnsureShape(&dx_, x_.shape());
+Tensor LmHeadLayer::Backward(int slot) {
+  const Activations& a = slots_.ForBackward(slot);
+  EnsureShape(&dx_, a.x.shape());
   // logits = x . W^T: d x = dlogits . W, d W += dlogits^T x.
-  ops::LinearBackward(logits_, x_, weight_.value, dx_, weight_.grad);
+  ops::LinearBackward(a.logits, a.x, weight_.value, dx_, weight_.grad);
   return region_.EnterBackward(dx_);
 }
 

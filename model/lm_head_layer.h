@@ -7,6 +7,7 @@
 #ifndef TETRA_MODEL_LM_HEAD_LAYER_H_
 #define TETRA_MODEL_LM_HEAD_LAYER_H_
 
+#include "model/activation_slots.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
 #include "parallel/tensor_parallel.h"
@@ -20,15 +21,27 @@ class LmHeadLayer {
                        const LayerParallelism& parallelism = SingleRankParallelism());
   // x (residual layout), targets (N) int32 -> the sum of the N token
   // cross-entropies (the same on every TP rank). With `with_grad` the logits
-  // are overwritten by grad_scale x their gradient, kept for Backward.
-  double ForwardLoss(const Tensor& x, const Tensor& targets, float grad_scale, bool with_grad);
-  // -> d x (residual layout); accumulates the weight gradient.
-  Tensor Backward();
+  // are overwritten by grad_scale x their gradient, kept for Backward in
+  // `slot` (activation_slots.h) with the input.
+  double ForwardLoss(int slot, const Tensor& x, const Tensor& targets, float grad_scale,
+                     bool with_grad);
+  // -> d x (residual layout) of the forward of `slot`; accumulates the
+  // weight gradient.
+  Tensor Backward(int slot);
+  void ReleaseSlots() { slots_.Clear(); }
 
  private:
+  struct Activations {
+    explicit Activations(const TensorParallelRegion& like)
+        : entry(like.tp(), like.sequence_parallel()) {}
+    TensorParallelRegion entry;  // Enter's, one per slot (activation_slots.h)
+    Tensor x, logits;            // x (N, C), logits (N, V/tp)
+  };
+
   Parameter& weight_;
-  TensorParallelRegion region_;
-  Tensor x_, logits_, dx_;  // x_ (N, C), logits_ (N, V/tp)
+  TensorParallelRegion region_;  // the backward pass
+  ActivationSlots<Activations> slots_;
+  Tensor dx_;
 };
 
 }  // namespace tetra

@@ -16,29 +16,31 @@ MlpLayer::MlpLayer(ParameterStore& store, const std::string& prefix, const Model
                            Init::kNormal, OutputProjectionStd(c), parallelism.Row())),
       region_(*parallelism.tp, parallelism.sequence_parallel) {}
 
-Tensor MlpLayer::Forward(const Tensor& x) {
-  x_ = region_.Enter(x);
-  const int64_t rows = x_.numel() / x_.dim(-1);
-  EnsureShape(&gate_, {rows, intermediate_});
-  EnsureShape(&up_, {rows, intermediate_});
-  EnsureShape(&act_, {rows, intermediate_});
-  EnsureShape(&y_, x_.shape());
-  ops::Linear(x_, gate_proj_.value, gate_);
-  ops::Linear(x_, up_proj_.value, up_);
-  ops::Swiglu(gate_, up_, act_);
-  ops::Linear(act_, down_proj_.value, y_);
+Tensor MlpLayer::Forward(int slot, const Tensor& x) {
+  Activations& a = slots_.ForForward(slot, region_);
+  a.x = a.entry.Enter(x);
+  const int64_t rows = a.x.numel() / a.x.dim(-1);
+  EnsureShape(&a.gate, {rows, intermediate_});
+  EnsureShape(&a.up, {rows, intermediate_});
+  EnsureShape(&a.act, {rows, intermediate_});
+  EnsureShape(&y_, a.x.shape());
+  ops::Linear(a.x, gate_proj_.value, a.gate);
+  ops::Linear(a.x, up_proj_.value, a.up);
+  ops::Swiglu(a.gate, a.up, a.act);
+  ops::Linear(a.act, down_proj_.value, y_);
   return region_.Exit(y_);
 }
 
-Tensor MlpLayer::Backward(const Tensor& dy) {
-  EnsureShape(&dact_, act_.shape());
-  EnsureShape(&dgate_, gate_.shape());
-  EnsureShape(&dup_, up_.shape());
-  EnsureShape(&dx_, x_.shape());
-  ops::LinearBackward(region_.ExitBackward(dy), act_, down_proj_.value, dact_, down_proj_.grad);
-  ops::SwigluBackward(dact_, gate_, up_, dgate_, dup_);
-  ops::LinearBackward(dgate_, x_, gate_proj_.value, dx_, gate_proj_.grad);
-  ops::LinearBackward(dup_, x_, up_proj_.value, dx_, up_proj_.grad, /*accumulate_dx=*/true);
+Tensor MlpLayer::Backward(int slot, const Tensor& dy) {
+  const Activations& a = slots_.ForBackward(slot);
+  EnsureShape(&dact_, a.act.shape());
+  EnsureShape(&dgate_, a.gate.shape());
+  EnsureShape(&dup_, a.up.shape());
+  EnsureShape(&dx_, a.x.shape());
+  ops::LinearBackward(region_.ExitBackward(dy), a.act, down_proj_.value, dact_, down_proj_.grad);
+  ops::SwigluBackward(dact_, a.gate, a.up, dgate_, dup_);
+  ops::LinearBackward(dgate_, a.x, gate_proj_.value, dx_, gate_proj_.grad);
+  ops::LinearBackward(dup_, a.x, up_proj_.value, dx_, up_proj_.grad, /*accumulate_dx=*/true);
   return region_.EnterBackward(dx_);
 }
 

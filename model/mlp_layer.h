@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "model/activation_slots.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
 #include "parallel/tensor_parallel.h"
@@ -20,17 +21,28 @@ class MlpLayer {
   MlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& config,
            const LayerParallelism& parallelism = SingleRankParallelism());
   // x (rows, C): this rank's token rows (all N, or under SP its N/tp) -> y,
-  // the same rows. Keeps the input, gate, up and the activation.
-  Tensor Forward(const Tensor& x);
-  // dy (rows of y) -> dx (rows of x), written; accumulates weight gradients.
-  Tensor Backward(const Tensor& dy);
+  // the same rows. Keeps the input, gate, up and the activation in `slot`
+  // (activation_slots.h).
+  Tensor Forward(int slot, const Tensor& x);
+  // dy (rows of y) of the forward of `slot` -> dx (rows of x), written;
+  // accumulates weight gradients.
+  Tensor Backward(int slot, const Tensor& dy);
+  void ReleaseSlots() { slots_.Clear(); }
 
  private:
+  struct Activations {
+    explicit Activations(const TensorParallelRegion& like)
+        : entry(like.tp(), like.sequence_parallel()) {}
+    TensorParallelRegion entry;  // Enter's, one per slot (activation_slots.h)
+    Tensor x, gate, up, act;     // x (N, C), the rest (N, I/tp)
+  };
+
   int64_t intermediate_;  // this rank's features
   Parameter &gate_proj_, &up_proj_, &down_proj_;
-  TensorParallelRegion region_;
-  Tensor x_, gate_, up_, act_, y_;   // forward: x_ and y_ (N, C), the rest (N, I/tp)
-  Tensor dact_, dgate_, dup_, dx_;   // backward
+  TensorParallelRegion region_;  // Exit and the backward passes
+  ActivationSlots<Activations> slots_;
+  Tensor y_;                        // forward scratch (N, C)
+  Tensor dact_, dgate_, dup_, dx_;  // backward scratch
 };
 
 }  // namespace tetra

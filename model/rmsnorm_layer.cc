@@ -10,18 +10,20 @@ RmsNormLayer::RmsNormLayer(ParameterStore& store, const std::string& name, int64
       eps_(eps),
       grad_group_(parallelism.sequence_parallel ? parallelism.tp : nullptr) {}
 
-const Tensor& RmsNormLayer::Forward(const Tensor& x) {
-  x_ = x;
-  EnsureShape(&y_, x.shape());
-  EnsureShape(&rstd_, {x.numel() / x.dim(-1)});
-  ops::RmsNorm(x, weight_.value, eps_, y_, rstd_);
-  return y_;
+const Tensor& RmsNormLayer::Forward(int slot, const Tensor& x) {
+  Activations& a = slots_.ForForward(slot);
+  a.x = x;
+  EnsureShape(&a.y, x.shape());
+  EnsureShape(&a.rstd, {x.numel() / x.dim(-1)});
+  ops::RmsNorm(x, weight_.value, eps_, a.y, a.rstd);
+  return a.y;
 }
 
-const Tensor& RmsNormLayer::Backward(const Tensor& dy) {
-  EnsureShape(&dx_, x_.shape());
+const Tensor& RmsNormLayer::Backward(int slot, const Tensor& dy) {
+  const Activations& a = slots_.ForBackward(slot);
+  EnsureShape(&dx_, a.x.shape());
   AccumulateSummedGrad(weight_, grad_group_, &dweight_, [&](const Tensor& dw) {
-    ops::RmsNormBackward(dy, x_, weight_.value, rstd_, dx_, dw);
+    ops::RmsNormBackward(dy, a.x, weight_.value, a.rstd, dx_, dw);
   });
   return dx_;
 }

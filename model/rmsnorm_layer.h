@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "model/activation_slots.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
 
@@ -16,18 +17,26 @@ class RmsNormLayer {
  public:
   RmsNormLayer(ParameterStore& store, const std::string& name, int64_t dim, float eps,
                const LayerParallelism& parallelism = SingleRankParallelism());
-  // x (N, C) -> y (N, C), N this rank's rows. Keeps x and the row statistics.
-  const Tensor& Forward(const Tensor& x);
-  // dy (N, C) -> dx (N, C), written; accumulates the weight gradient.
-  const Tensor& Backward(const Tensor& dy);
+  // x (N, C) -> y (N, C), N this rank's rows. Keeps x (the caller's), y and
+  // the row statistics in `slot` (activation_slots.h).
+  const Tensor& Forward(int slot, const Tensor& x);
+  // dy (N, C) of the forward of `slot` -> dx (N, C), written; accumulates the
+  // weight gradient.
+  const Tensor& Backward(int slot, const Tensor& dy);
+  void ReleaseSlots() { slots_.Clear(); }
 
   const Parameter& weight() const { return weight_; }
 
  private:
+  struct Activations {
+    Tensor x, y, rstd;  // x, y (N, C), rstd (N)
+  };
+
   Parameter& weight_;
   float eps_;
   Communicator* grad_group_;  // sums the weight gradient: TP under SP, else none
-  Tensor x_, y_, rstd_, dx_, dweight_;
+  ActivationSlots<Activations> slots_;
+  Tensor dx_, dweight_;
 };
 
 }  // namespace tetra

@@ -1,6 +1,7 @@
 // Finite-difference gradient checks of every layer (input and weight
-// gradients) and of the whole Llama model on tiny dimensions; the model's
-// parameter names and init; which tensor-parallel layouts a config accepts.
+// gradients) and of the whole Llama model on tiny dimensions; micro-batches
+// in flight in activation slots; the model's parameter names and init; which
+// tensor-parallel layouts a config accepts.
 // (Tensor-parallel numerics: tests/parallel/tensor_parallel_mpi_test.cc.)
 #include <cstring>
 #include <functional>
@@ -53,7 +54,7 @@ Tensor RandomTensor(const Shape& shape, uint64_t stream) {
   return t;
 }
 
-// Checks a layer: y = forward(x), loss = sum(y * probe), backward(probe) -> dx,
+// Checks a layer in slot 0: y = forward(x), loss = sum(y * probe), backward(probe) -> dx,
 // against finite differences in x and in every parameter of `store`.
 template <typename Layer>
 void CheckLayer(Layer& layer, ParameterStore& store, const Shape& x_shape,
@@ -64,7 +65,7 @@ void CheckLayer(Layer& layer, ParameterStore& store, const Shape& x_shape,
   std::memcpy(dy.raw(), probe.data(), dy.nbytes());
   store.ZeroGrads();
   forward(x);
-  Tensor dx = Tensor(layer.Backward(dy)).Clone();
+  Tensor dx = Tensor(layer.Backward(/*slot=*/0, dy)).Clone();
   auto loss = [&] { return ProbeLoss(forward(x).f32(), probe); };
   ExpectGradientMatches("dx", x.f32(), x.numel(), dx.f32(), loss, kLayerTolerance);
   for (Parameter& p : store.all()) {
@@ -77,14 +78,15 @@ void CheckLayer(Layer& layer, ParameterStore& store, const Shape& x_shape,
 // Token-wise layers take (rows, C); the others also the (B, T) grid.
 template <typename Layer>
 void CheckLayer(Layer& layer, ParameterStore& store, const Shape& x_shape) {
-  CheckLayer(layer, store, x_shape, [&](const Tensor& x) { return Tensor(layer.Forward(x)); });
+  CheckLayer(layer, store, x_shape,
+             [&](const Tensor& x) { return Tensor(layer.Forward(/*slot=*/0, x)); });
 }
 
 template <typename Layer>
 void CheckSequenceLayer(Layer& layer, ParameterStore& store, int64_t batch, int64_t seq,
                         int64_t dim) {
   CheckLayer(layer, store, {batch, seq, dim},
-             [&](const Tensor& x) { return Tensor(layer.Forward(x, batch, seq)); });
+             [&](const Tensor& x) { return Tensor(layer.Forward(/*slot=*/0, x, batch, seq)); });
 }
 
 TEST(LayerGradientTest, RmsNorm) {
@@ -190,6 +192,98 @@ TEST(ModelTest, InitIsAPureFunctionOfSeedNameAndIndex) {
   EXPECT_EQ(a.parameters().Find("model.layers.0.mlp.down_proj.weight")->value.f32()[5],
             static_cast<float>(0.02 / 2.0 * orng.Normal(5)));
   EXPECT_EQ(a.parameters().Find("model.norm.weight")->value.f32()[3], 1.0f);
+}
+
+// A micro-batch of `batch` sequences of `seq` tokens, drawn from `stream`.
+struct MicroBatch {
+  int64_t batch, seq;
+  std::vector<int32_t> inputs, targets;
+};
+
+MicroBatch MakeMicroBatch(int64_t batch, int64_t seq, int stream) {
+  MicroBatch m{batch, seq, std::vector<int32_t>(batch * seq), std::vector<int32_t>(batch * seq)};
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    m.inputs[i] = static_cast<int32_t>((i * 7 + 3 * stream) % 11);
+    m.targets[i] = static_cast<int32_t>((i * 5 + stream) % 11);
+  }
+  return m;
+}
+
+void ExpectSameGradients(LlamaModel& got, LlamaModel& want) {
+  for (const Parameter& p : want.parameters().all()) {
+    const Tensor& grad = got.parameters().Find(p.name)->grad;
+    EXPECT_EQ(std::memcmp(grad.raw(), p.grad.raw(), grad.nbytes()), 0) << p.name;
+  }
+}
+
+// 1F1B keeps micro-batches in flight: the forwards of A and B in slots 0 and
+// 1, then their backwards, in either order (1F1B's own order is A first).
+// Each backward reads only its own slot, so the gradients are bit for bit
+// those of ForwardBackward run on one slot in the order of the backwards: the
+// same values summed in the same order. A stale or shared activation changes
+// them. B's shape differs from A's, so no buffer or RoPE table fits both.
+void CheckMicroBatchesInFlight(bool tie, bool backward_a_first) {
+  const MicroBatch a = MakeMicroBatch(2, 6, 1), b = MakeMicroBatch(3, 4, 2);
+  const float scale_a = 0.25f, scale_b = 0.5f;
+  LlamaModel in_flight(TinyConfig(tie), 5), one_by_one(TinyConfig(tie), 5);
+  in_flight.parameters().ZeroGrads();
+  one_by_one.parameters().ZeroGrads();
+
+  const double loss_a =
+      in_flight.Forward(0, a.inputs.data(), a.targets.data(), a.batch, a.seq, scale_a);
+  const double loss_b =
+      in_flight.Forward(1, b.inputs.data(), b.targets.data(), b.batch, b.seq, scale_b);
+  EXPECT_EQ(in_flight.num_slots(), 2);
+  const std::vector<int> order = backward_a_first ? std::vector<int>{0, 1} : std::vector<int>{1, 0};
+  for (int slot : order) {
+    in_flight.Backward(slot);
+    const MicroBatch& m = slot == 0 ? a : b;
+    const double loss = one_by_one.ForwardBackward(m.inputs.data(), m.targets.data(), m.batch,
+                                                   m.seq, slot == 0 ? scale_a : scale_b);
+    EXPECT_EQ(loss, slot == 0 ? loss_a : loss_b) << "slot " << slot;
+  }
+  EXPECT_EQ(one_by_one.num_slots(), 1);  // one set of activations, as without slots
+  ExpectSameGradients(in_flight, one_by_one);
+}
+
+TEST(ModelSlotTest, BackwardsInForwardOrderMatchOneByOne) {
+  CheckMicroBatchesInFlight(/*tie=*/false, /*backward_a_first=*/true);
+  CheckMicroBatchesInFlight(/*tie=*/true, /*backward_a_first=*/true);
+}
+
+TEST(ModelSlotTest, BackwardsInReverseOrderMatchOneByOne) {
+  CheckMicroBatchesInFlight(/*tie=*/false, /*backward_a_first=*/false);
+  CheckMicroBatchesInFlight(/*tie=*/true, /*backward_a_first=*/false);
+}
+
+TEST(ModelSlotTest, ReleasedSlotsAreMadeAgain) {
+  LlamaModel model(TinyConfig(false), 5), fresh(TinyConfig(false), 5);
+  const MicroBatch m = MakeMicroBatch(2, 3, 1);
+  model.Forward(2, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
+  model.Backward(2);
+  EXPECT_EQ(model.num_slots(), 3);
+  model.ReleaseSlots();
+  EXPECT_EQ(model.num_slots(), 0);
+  model.parameters().ZeroGrads();
+  fresh.parameters().ZeroGrads();
+  model.ForwardBackward(m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
+  fresh.ForwardBackward(m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
+  EXPECT_EQ(model.num_slots(), 1);
+  ExpectSameGradients(model, fresh);
+}
+
+TEST(ModelSlotDeathTest, BackwardNeedsItsOwnForward) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  LlamaModel model(TinyConfig(false), 5);
+  const MicroBatch m = MakeMicroBatch(2, 3, 1);
+  EXPECT_DEATH(model.Backward(0), "no forward has filled");
+  model.Forward(0, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
+  EXPECT_DEATH(model.Forward(0, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f),
+               "before the backward of its last forward");
+  model.Backward(0);
+  EXPECT_DEATH(model.Backward(0), "without a forward with gradients");
+  model.ForwardLoss(m.inputs.data(), m.targets.data(), m.batch, m.seq);
+  EXPECT_DEATH(model.Backward(0), "without a forward with gradients");
 }
 
 // ValidateTensorParallel: each rule refused with its numbers and a hint line,
