@@ -38,6 +38,7 @@
 #include "parallel/gradient_reducer.h"
 #include "parallel/mesh.h"
 #include "proto/config.pb.h"
+#include "tests/testing/tiny_models.h"
 
 namespace tetra {
 namespace {
@@ -105,19 +106,6 @@ JobGroups& Groups(int tp, int dp) {
   return g;
 }
 
-ModelConfig GqaConfig(bool tie) {
-  ModelConfig c;
-  c.set_vocab_size(64);
-  c.set_hidden_size(32);
-  c.set_num_hidden_layers(2);
-  c.set_num_attention_heads(4);
-  c.set_num_key_value_heads(2);
-  c.set_intermediate_size(64);
-  c.set_tie_word_embeddings(tie);
-  c.set_initializer_range(0.1);  // gradients well above fp32 round-off
-  return c;
-}
-
 // Samples [first, first + count) of the global batch, (count, T) each: ids
 // spread over the whole vocabulary, different for every sample.
 void LoadSamples(int64_t first, int64_t count, int vocab, std::vector<int32_t>& inputs,
@@ -166,7 +154,7 @@ std::vector<Case> Cases() {
   return cases;
 }
 
-class DataParallelGradientsTest : public testing::TestWithParam<Case> {};
+class DataParallelGradientsTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
   const Case& c = GetParam();
@@ -178,7 +166,7 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
   Communicator& dp = *groups.dp;
   ASSERT_EQ(groups.tp->size(), c.tp);
   ASSERT_EQ(dp.size(), c.dp);
-  const ModelConfig config = GqaConfig(c.tie);
+  const ModelConfig config = testing::TinyGqaConfig(c.tie);
   ASSERT_TRUE(
       ValidateTensorParallel(config, c.tp, c.sequence_parallel, kMicroBatch * kSeq).ok());
   const float grad_scale = 1.0f / static_cast<float>(kGlobalBatch * kSeq);
@@ -261,7 +249,7 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelGradientsTest, testing::ValuesIn(Cases()),
+INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelGradientsTest, ::testing::ValuesIn(Cases()),
                          [](const auto& info) { return Name(info.param); });
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include "parallel/tensor_parallel.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/tiny_models.h"
 
 namespace tetra {
 namespace {
@@ -281,19 +282,6 @@ constexpr uint64_t kSeed = 17;
 constexpr int64_t kBatch = 2, kSeq = 8;  // 16 token rows: split by 2 and 4
 constexpr int kMicroBatches = 2;
 
-ModelConfig TensorParallelConfig(bool tie) {
-  ModelConfig c;
-  c.set_vocab_size(64);
-  c.set_hidden_size(32);
-  c.set_num_hidden_layers(2);
-  c.set_num_attention_heads(4);
-  c.set_num_key_value_heads(2);
-  c.set_intermediate_size(64);
-  c.set_tie_word_embeddings(tie);
-  c.set_initializer_range(0.1);  // gradients well above fp32 round-off
-  return c;
-}
-
 // Flat index in the global tensor of element `local` of slice `index` (of
 // shard.count along shard.dim); written here independently of Parameter.
 int64_t GlobalElement(const Shape& global_shape, const TensorShard& shard, int index,
@@ -372,7 +360,7 @@ TEST_P(ModelTest, LossAndGradientsMatchTheSingleRankModel) {
   const auto [tp_size, tie, sequence_parallel] = GetParam();
   SKIP_UNLESS_WORLD_DIVIDES(tp_size);
   Communicator& tp = TensorGroup(tp_size);
-  const ModelConfig config = TensorParallelConfig(tie);
+  const ModelConfig config = testing::TinyGqaConfig(tie);
   ASSERT_TRUE(ValidateTensorParallel(config, tp_size, sequence_parallel, kBatch * kSeq).ok());
   LlamaModel reference(config, kSeed);
   LlamaModel model(config, kSeed, {.tp = &tp, .sequence_parallel = sequence_parallel});
