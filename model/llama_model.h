@@ -7,6 +7,11 @@
 // of each weight (drawn as that slice of the global tensor), runs the same
 // inputs and returns the same loss; each gradient is that of its shard of the
 // single-rank model.
+//
+// A pipeline stage (ModelParallelism::stage) builds only its own layers, with
+// their global names: ForwardStage / BackwardStage then run one micro-batch
+// through it, taking the previous stage's hidden states and giving back their
+// gradient. The whole-model calls below are the one-stage case.
 #ifndef TETRA_MODEL_LLAMA_MODEL_H_
 #define TETRA_MODEL_LLAMA_MODEL_H_
 
@@ -41,7 +46,8 @@ class LlamaModel {
   // inputs, targets: (B, T) token ids, the same on every TP rank. Returns the
   // sum of the B*T token cross-entropies and accumulates into every parameter
   // gradient the gradient of grad_scale x that sum. Forward then Backward of
-  // slot 0.
+  // slot 0. This, ForwardLoss, Forward and Backward run the whole model (the
+  // default stage); a pipeline stage runs ForwardStage / BackwardStage.
   double ForwardBackward(const int32_t* inputs, const int32_t* targets, int64_t batch,
                          int64_t seq, float grad_scale,
                          const GradientReadyCallback& on_ready = nullptr);
@@ -59,6 +65,25 @@ class LlamaModel {
   double Forward(int slot, const int32_t* inputs, const int32_t* targets, int64_t batch,
                  int64_t seq, float grad_scale);
   void Backward(int slot, const GradientReadyCallback& on_ready = nullptr);
+
+  // One micro-batch through this pipeline stage in `slot`. The first stage
+  // (has_embedding) reads `inputs` (B, T) token ids, any other `hidden_in`, the
+  // previous stage's output (rows, C) in the residual layout (rows = B*T, or
+  // B*T/tp under sequence parallelism), copied so the caller may reuse it.
+  // Returns this stage's output (rows, C), valid until the next forward in
+  // `slot`; the last stage (has_head) instead reads `targets` (B, T), stores
+  // the cross-entropy sum in *loss_sum and returns an empty tensor.
+  Tensor ForwardStage(int slot, const int32_t* inputs, const Tensor& hidden_in,
+                      const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
+                      double* loss_sum);
+  // The backward of `slot`'s ForwardStage: d_hidden_out (rows, C) is the
+  // gradient of the stage's output (ignored by the last stage, which starts
+  // from its loss). Accumulates the parameter gradients, calling on_ready as
+  // ForwardBackward does, and returns d hidden_in (rows, C), valid until the
+  // next BackwardStage; empty on the first stage.
+  Tensor BackwardStage(int slot, const Tensor& d_hidden_out,
+                       const GradientReadyCallback& on_ready = nullptr);
+
   // Slots holding activations: one more than the highest used since the last
   // release.
   int num_slots() const { return micro_batches_.size(); }
@@ -69,25 +94,30 @@ class LlamaModel {
   ParameterStore& parameters() { return store_; }
   const ModelConfig& config() const { return config_; }
   const LayerParallelism& parallelism() const { return groups_.layers(); }
+  // The layers this model holds (num_layers resolved).
+  const PipelineStage& stage() const { return stage_; }
 
  private:
   struct MicroBatch {
-    Tensor tokens;  // (B*T) inputs, kept for the embedding's backward
+    Tensor tokens;     // (B*T) inputs, kept for the embedding's backward (first stage)
+    Tensor hidden_in;  // (rows, C) the stage's input, kept for the first block's backward
     bool awaiting_backward = false;
   };
 
-  // Runs everything up to the loss in `slot`; returns the cross-entropy sum
-  // and, when with_grad, leaves dlogits in the head.
-  double ForwardToLoss(int slot, const int32_t* inputs, const int32_t* targets, int64_t batch,
-                       int64_t seq, float grad_scale, bool with_grad);
+  // ForwardStage; when !with_grad (ForwardLoss) the slot awaits no backward.
+  Tensor RunForward(int slot, const int32_t* inputs, const Tensor& hidden_in,
+                    const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
+                    bool with_grad, double* loss_sum);
+  bool is_whole_model() const;
 
   ModelConfig config_;
+  PipelineStage stage_;
   ParameterStore store_;
   TensorParallelGroups groups_;
-  EmbeddingLayer embedding_;
+  std::unique_ptr<EmbeddingLayer> embedding_;  // first stage only
   std::vector<std::unique_ptr<DecoderBlock>> blocks_;
   std::vector<const Parameter*> block_first_parameter_;  // the lowest flat offset of each block
-  std::unique_ptr<RmsNormLayer> final_norm_;
+  std::unique_ptr<RmsNormLayer> final_norm_;  // last stage only, as head_
   std::unique_ptr<LmHeadLayer> head_;
   ActivationSlots<MicroBatch> micro_batches_;
   Tensor targets_;  // (B*T), read only by the forward

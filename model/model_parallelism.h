@@ -6,6 +6,10 @@
 // parallelism (SP), which splits the residual stream's token rows over TP
 // between the tensor-parallel regions.
 //
+// Under pipeline parallelism a model holds one stage: a run of decoder
+// layers, with the embedding on the first stage and the final norm and LM
+// head on the last (pipeline/stage_partition.h computes them).
+//
 // ModelParallelism is what a caller passes to LlamaModel; TensorParallelGroups
 // turns it into the LayerParallelism every layer reads (the groups and the
 // shard of each kind of weight).
@@ -21,12 +25,21 @@
 
 namespace tetra {
 
+// The part of the model one pipeline stage holds; the default is all of it.
+struct PipelineStage {
+  int first_layer = 0;
+  int num_layers = -1;  // -1: every layer from first_layer on
+  bool has_embedding = true;
+  bool has_head = true;  // the final norm, the LM head and the loss
+};
+
 struct ModelParallelism {
   Communicator* tp = nullptr;  // the TP group (outlives the model); null: this process alone
   bool sequence_parallel = false;
   // The flat value and gradient buffers are zero-padded to a multiple of this
   // many elements (ParameterStore::Pack), e.g. for equal data-parallel shards.
   int64_t flat_multiple = 1;
+  PipelineStage stage = {};  // the whole model
 };
 
 struct LayerParallelism {

@@ -1,0 +1,133 @@
+// Stage partition: even and explicit splits against layer ranges written out
+// by hand, Megatron-LM's interleaved virtual-stage order, where the embedding
+// and the head go, the config entry point, and every error with its numbers.
+#include "pipeline/stage_partition.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tetra {
+namespace {
+
+using ::testing::HasSubstr;
+
+// (first_layer, num_layers) of every virtual stage, in model order.
+std::vector<std::pair<int, int>> Ranges(const StagePartition& partition) {
+  std::vector<std::pair<int, int>> ranges;
+  for (const PipelineStage& s : partition.stages) ranges.emplace_back(s.first_layer, s.num_layers);
+  return ranges;
+}
+
+StagePartition Partition(int layers, int pp, int v, std::vector<int32_t> counts = {}) {
+  absl::StatusOr<StagePartition> partition = PartitionStages(layers, pp, v, counts);
+  EXPECT_TRUE(partition.ok()) << partition.status();
+  return partition.ok() ? *partition : StagePartition{};
+}
+
+std::string ErrorOf(int layers, int pp, int v, std::vector<int32_t> counts = {}) {
+  absl::StatusOr<StagePartition> partition = PartitionStages(layers, pp, v, counts);
+  EXPECT_FALSE(partition.ok());
+  EXPECT_EQ(partition.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(partition.status().message());
+}
+
+TEST(StagePartitionTest, OneStageIsTheWholeModel) {
+  const StagePartition p = Partition(5, 1, 1);
+  ASSERT_EQ(p.stages.size(), 1u);
+  EXPECT_EQ(p.stages[0].first_layer, 0);
+  EXPECT_EQ(p.stages[0].num_layers, 5);
+  EXPECT_TRUE(p.stages[0].has_embedding);
+  EXPECT_TRUE(p.stages[0].has_head);
+}
+
+TEST(StagePartitionTest, EvenSplitGivesConsecutiveEqualRanges) {
+  const StagePartition p = Partition(12, 4, 1);
+  EXPECT_EQ(Ranges(p), (std::vector<std::pair<int, int>>{{0, 3}, {3, 3}, {6, 3}, {9, 3}}));
+}
+
+TEST(StagePartitionTest, ExplicitCountsAreTakenInModelOrder) {
+  const StagePartition p = Partition(7, 3, 1, {1, 4, 2});
+  EXPECT_EQ(Ranges(p), (std::vector<std::pair<int, int>>{{0, 1}, {1, 4}, {5, 2}}));
+}
+
+TEST(StagePartitionTest, InterleavedChunksFollowMegatronOrder) {
+  // pp 2, v 2, 8 layers: virtual stages 0..3 hold layers 0-1, 2-3, 4-5, 6-7;
+  // rank 0 runs virtual stages 0 and 2, rank 1 virtual stages 1 and 3.
+  const StagePartition p = Partition(8, 2, 2);
+  EXPECT_EQ(VirtualStageIndex(0, 0, 2), 0);
+  EXPECT_EQ(VirtualStageIndex(1, 0, 2), 1);
+  EXPECT_EQ(VirtualStageIndex(0, 1, 2), 2);
+  EXPECT_EQ(VirtualStageIndex(1, 1, 2), 3);
+  EXPECT_EQ(p.Stage(0, 0).first_layer, 0);
+  EXPECT_EQ(p.Stage(0, 0).num_layers, 2);
+  EXPECT_EQ(p.Stage(0, 1).first_layer, 4);
+  EXPECT_EQ(p.Stage(0, 1).num_layers, 2);
+  EXPECT_EQ(p.Stage(1, 0).first_layer, 2);
+  EXPECT_EQ(p.Stage(1, 1).first_layer, 6);
+  // Explicit counts are per virtual stage too: rank 1 chunk 0 is the second entry.
+  const StagePartition q = Partition(8, 2, 2, {1, 3, 2, 2});
+  EXPECT_EQ(q.Stage(1, 0).first_layer, 1);
+  EXPECT_EQ(q.Stage(1, 0).num_layers, 3);
+  EXPECT_EQ(q.Stage(0, 1).first_layer, 4);
+}
+
+TEST(StagePartitionTest, EmbeddingOnTheFirstVirtualStageHeadOnTheLast) {
+  const StagePartition p = Partition(8, 2, 2);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      SCOPED_TRACE(testing::Message() << "rank " << rank << " chunk " << chunk);
+      EXPECT_EQ(p.Stage(rank, chunk).has_embedding, rank == 0 && chunk == 0);
+      EXPECT_EQ(p.Stage(rank, chunk).has_head, rank == 1 && chunk == 1);
+    }
+  }
+}
+
+TEST(StagePartitionTest, ReadsTheConfig) {
+  TrainerConfig config;
+  config.mutable_model()->set_num_hidden_layers(6);
+  config.mutable_parallel()->set_pipeline(2);
+  for (int32_t n : {4, 2}) config.mutable_parallel()->add_pipeline_layers(n);
+  absl::StatusOr<StagePartition> p = PartitionStages(config);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(Ranges(*p), (std::vector<std::pair<int, int>>{{0, 4}, {4, 2}}));
+  config.mutable_parallel()->clear_pipeline_layers();
+  config.mutable_parallel()->set_virtual_stages(2);
+  EXPECT_THAT(std::string(PartitionStages(config).status().message()),
+              HasSubstr("model.num_hidden_layers = 6 does not split evenly over 4"));
+}
+
+TEST(StagePartitionTest, UnevenSplitIsAnErrorWithAHint) {
+  const std::string error = ErrorOf(10, 2, 2);
+  EXPECT_THAT(error, HasSubstr("model.num_hidden_layers = 10"));
+  EXPECT_THAT(error, HasSubstr("4 virtual pipeline stages (pipeline 2 x virtual_stages 2)"));
+  EXPECT_THAT(error, HasSubstr("hint: use a multiple of 4"));
+  EXPECT_THAT(ErrorOf(2, 4, 1), HasSubstr("model.num_hidden_layers = 2 does not split evenly"));
+}
+
+TEST(StagePartitionTest, NonPositiveSizesAreErrors) {
+  EXPECT_THAT(ErrorOf(4, 0, 1), HasSubstr("parallel.pipeline is 0"));
+  EXPECT_THAT(ErrorOf(4, 2, 0), HasSubstr("parallel.virtual_stages is 0"));
+}
+
+TEST(StagePartitionTest, WrongNumberOfCountsIsAnError) {
+  const std::string error = ErrorOf(8, 2, 2, {4, 4});
+  EXPECT_THAT(error, HasSubstr("parallel.pipeline_layers has 2 entries"));
+  EXPECT_THAT(error, HasSubstr("4 virtual pipeline stages"));
+}
+
+TEST(StagePartitionTest, EmptyStageIsAnError) {
+  EXPECT_THAT(ErrorOf(4, 2, 1, {4, 0}), HasSubstr("parallel.pipeline_layers[1] is 0"));
+  EXPECT_THAT(ErrorOf(4, 2, 1, {5, -1}), HasSubstr("parallel.pipeline_layers[1] is -1"));
+}
+
+TEST(StagePartitionTest, CountsMustSumToTheLayers) {
+  const std::string error = ErrorOf(8, 2, 1, {3, 4});
+  EXPECT_THAT(error, HasSubstr("sums to 7 layers but model.num_hidden_layers is 8"));
+  EXPECT_THAT(error, HasSubstr("hint:"));
+}
+
+}  // namespace
+}  // namespace tetra
