@@ -8,6 +8,6 @@ set_tests_properties(reference.llama_untied_gqa reference.llama_tied PROPERTIES 
 add_test(NAME recipes.tiny_dense_reaches_floor
          COMMAND ${PROJECT_SOURCE_DIR}/tests/recipes/check_default_recipe.sh $<TARGET_FILE:tetra>)
 set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIMEOUT 400 RUN_SERIAL ON)
-add_test(NAME layouts.tensor_data_parallel_match_single_rank
+add_test(NAME layouts.parallel_layouts_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_layouts.py $<TARGET_FILE:tetra>)
-set_tests_properties(layouts.tensor_data_parallel_match_single_rank PROPERTIES LABELS mpi TIMEOUT 1200 RUN_SERIAL ON)
+set_tests_properties(layouts.parallel_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 1200 RUN_SERIAL ON)

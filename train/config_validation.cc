@@ -7,6 +7,8 @@
 #include "core/user_error.h"
 #include "model/model_dims.h"
 #include "parallel/mesh.h"
+#include "pipeline/schedule.h"
+#include "pipeline/stage_partition.h"
 
 namespace tetra {
 namespace {
@@ -145,16 +147,39 @@ absl::Status ValidateData(const DataConfig& d, const ModelConfig& m, const Train
   return absl::OkStatus();
 }
 
+// Pipeline parallelism (one chunk per rank): the stage split and the schedule
+// must exist, and the features that need the whole model on one rank (tied
+// embedding and LM head, export, evaluation) are refused.
+absl::Status ValidatePipeline(const TrainerConfig& c, const MeshShape& s) {
+  if (c.model().tie_word_embeddings()) {
+    return Invalid(absl::StrCat("model.tie_word_embeddings is true with parallel.pipeline ", s.pp,
+                                ", but tied embeddings across pipeline stages are not implemented yet"),
+                   "set model.tie_word_embeddings to false, or parallel.pipeline to 1");
+  }
+  for (auto [field, value] : {std::pair{"export_path", c.export_path()},
+                              std::pair{"data.valid_path", c.data().valid_path()}}) {
+    if (!value.empty()) {
+      return Invalid(absl::StrCat(field, " is set to \"", value, "\" with parallel.pipeline ", s.pp,
+                                  ", but that needs the whole model on one rank, which pipeline runs do "
+                                  "not have yet"),
+                     absl::StrCat("remove ", field, ", or set parallel.pipeline to 1"));
+    }
+  }
+  RETURN_IF_ERROR(PartitionStages(c).status());
+  return ScheduleSpecFromConfig(c, s.dp).status();
+}
+
 absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
   const ParallelConfig& p = c.parallel();
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(p, world_size));  // layout arithmetic and order string
   const MeshShape& s = mesh.shape();
-  if (s.pp > 1 || s.ep > 1 || p.virtual_stages() != 1) {
-    return Invalid(absl::StrCat("parallel.pipeline ", s.pp, ", parallel.expert ", s.ep,
-                                " and parallel.virtual_stages ", p.virtual_stages(),
-                                " need pipeline or expert parallelism, which is not implemented yet"),
-                   "use tensor and data parallelism only (pipeline, expert, virtual_stages 1)");
+  if (s.ep > 1 || p.virtual_stages() != 1) {
+    return Invalid(absl::StrCat("parallel.expert ", s.ep, " and parallel.virtual_stages ", p.virtual_stages(),
+                                " need expert parallelism or interleaved pipeline stages, which are not "
+                                "implemented yet"),
+                   "use tensor, pipeline and data parallelism only (expert 1, virtual_stages 1)");
   }
+  if (s.pp > 1) RETURN_IF_ERROR(ValidatePipeline(c, s));
   const TrainConfig& t = c.train();
   if (t.global_batch_size() % (int64_t{t.micro_batch_size()} * s.dp) != 0) {
     return Invalid(absl::StrCat("train.global_batch_size ", t.global_batch_size(),

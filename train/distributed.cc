@@ -11,8 +11,11 @@ absl::StatusOr<Distributed> Distributed::Create(const ParallelConfig& parallel,
   // Every rank splits every kind in the same order, so the collective Split calls line up.
   std::unique_ptr<Communicator> tp = world->Split(mesh.Group(GroupKind::kTensor, rank), "tp");
   std::unique_ptr<Communicator> dp = world->Split(mesh.Group(GroupKind::kData, rank), "dp");
+  std::unique_ptr<Communicator> pp = world->Split(mesh.Group(GroupKind::kPipeline, rank), "pp");
+  std::unique_ptr<Communicator> mp = world->Split(mesh.Group(GroupKind::kModel, rank), "mp");
   RankCoords coords = mesh.Coords(rank);
-  return Distributed{std::move(world), std::move(mesh), coords, std::move(tp), std::move(dp)};
+  return Distributed{std::move(world), std::move(mesh), coords, std::move(tp),
+                     std::move(dp), std::move(pp), std::move(mp)};
 }
 
 }  // namespace tetra

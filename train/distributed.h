@@ -1,6 +1,6 @@
 // Where this rank stands in the job: the world communicator, the layout's
-// mesh, and the communicators of this rank's tensor- and data-parallel
-// groups. With one rank every group is a single-rank communicator.
+// mesh, and the communicators of this rank's tensor-, data- and
+// pipeline-parallel groups and of its model group (tensor x pipeline). With one rank every group is a single-rank communicator.
 #ifndef TETRA_TRAIN_DISTRIBUTED_H_
 #define TETRA_TRAIN_DISTRIBUTED_H_
 
@@ -19,6 +19,8 @@ struct Distributed {
   RankCoords coords;                 // this rank's coordinates
   std::unique_ptr<Communicator> tp;  // tensor-parallel group
   std::unique_ptr<Communicator> dp;  // data-parallel group
+  std::unique_ptr<Communicator> pp;  // pipeline group, ranks in stage order
+  std::unique_ptr<Communicator> mp;  // model group: the ranks holding one model replica
 
   bool is_logging_rank() const { return world->rank() == 0; }
 

@@ -47,6 +47,7 @@ std::string MetricsJson(const StepMetrics& m) {
   }
   absl::StrAppend(&json, ", \"step_time_s\": ", Number(m.step_time_s));
   if (m.comm_exposed_s_dp) absl::StrAppend(&json, ", \"comm_exposed_s_dp\": ", Number(*m.comm_exposed_s_dp));
+  if (m.bubble_fraction) absl::StrAppend(&json, ", \"bubble_fraction\": ", Number(*m.bubble_fraction));
   json += "}";
   return json;
 }

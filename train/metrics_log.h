@@ -26,6 +26,7 @@ struct StepMetrics {
   // Bytes per rank, each the largest over ranks (multi-rank runs).
   std::optional<double> param_bytes, grad_bytes, optimizer_bytes;
   std::optional<double> comm_exposed_s_dp;  // the step's wait on data-parallel communication
+  std::optional<double> bubble_fraction;    // pipeline wait over step time (pipeline > 1)
 };
 
 // One JSON line, fields in contract order.

@@ -16,6 +16,9 @@
 #include "model/weights_io.h"
 #include "parallel/distributed_optimizer.h"
 #include "parallel/gradient_reducer.h"
+#include "pipeline/executor.h"
+#include "pipeline/schedule.h"
+#include "pipeline/stage_partition.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
 #include "train/training_data.h"
@@ -98,15 +101,18 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
 
   const int dp = dist.dp->size(), dp_rank = dist.dp->rank();
   const bool zero1 = config.optimizer().zero_stage() == 1;
+  const int pp = dist.pp->size();
+  ASSIGN_OR_RETURN(StagePartition partition, PartitionStages(config));
   LlamaModel model(config.model(), train.seed(),
                    {dist.tp.get(), config.parallel().sequence_parallel(),
-                    /*flat_multiple=*/GradientReducer::PaddedSize(1, dp)});
+                    /*flat_multiple=*/GradientReducer::PaddedSize(1, dp),
+                    partition.Stage(dist.pp->rank(), /*chunk=*/0)});
   ParameterStore& store = model.parameters();
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), store));
   GradientReducer reducer(store.flat_grads(), *dist.dp, config.parallel().dp_bucket_mb(), zero1);
-  // The gradient norm sums over the ranks of one model replica (tensor-parallel group).
+  // The gradient norm sums over the ranks of one model replica (tensor x pipeline).
   DistributedOptimizer optimizer(store.flat_values(), Segments(store),
-                                 AdamWSettings::FromConfig(config.optimizer()), reducer, *dist.tp);
+                                 AdamWSettings::FromConfig(config.optimizer()), reducer, *dist.mp);
   std::optional<MetricsLog> metrics;
   if (dist.is_logging_rank() && !config.log().metrics_path().empty()) {
     ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path()));
@@ -117,12 +123,19 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   const int64_t tokens_per_step = global_batch * seq;
   const double flops_per_step = TrainingFlopsPerToken(config.model(), seq) * tokens_per_step;
   std::vector<int32_t> inputs(micro * seq), targets(micro * seq);
+  std::optional<PipelineExecutor> pipeline;
+  if (pp > 1) {
+    ASSIGN_OR_RETURN(std::vector<Action> actions, MakeSchedule(config, dp, dist.pp->rank()));
+    pipeline.emplace(model, *dist.pp, std::move(actions), micro, seq);
+  }
+  // Each stage holds its own layers: the parameter count sums over the pipeline.
+  const double num_parameters = SumOverRanks(*dist.pp, store.GlobalNumElements());
 
   progress << absl::StrFormat(
-      "tetra: %d-layer model, %d parameters | %d ranks (tensor %d x data %d%s), %d threads each | "
+      "tetra: %d-layer model, %.0f parameters | %d ranks (tensor %d x pipeline %d x data %d%s), %d threads each | "
       "data: %s | %d steps of %d tokens\n",
-      config.model().num_hidden_layers(), store.GlobalNumElements(),
-      dist.world->size(), dist.tp->size(), dp, zero1 ? ", ZeRO-1" : "", cpu::CpuThreads(),
+      config.model().num_hidden_layers(), num_parameters,
+      dist.world->size(), dist.tp->size(), pp, dp, zero1 ? ", ZeRO-1" : "", cpu::CpuThreads(),
       data.description, train.steps(), tokens_per_step)
            << std::flush;
 
@@ -135,19 +148,29 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     const float grad_scale = 1.0f / static_cast<float>(tokens_per_step);
     // Data-parallel rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the step.
     const int64_t first_sample = (step - 1) * global_batch + dp_rank * rank_batch;
-    for (int64_t first = 0; first < rank_batch; first += micro) {
-      RETURN_IF_ERROR(data.loader.Load(first_sample + first, micro, inputs.data(), targets.data()));
-      // Gradient buckets start reducing during the last micro-batch's backward.
-      const bool last = first + micro == rank_batch;
-      loss_sum += model.ForwardBackward(
-          inputs.data(), targets.data(), micro, seq, grad_scale,
-          last ? std::function<void(int64_t)>([&](int64_t ready) { reducer.ReadyFrom(ready); })
-               : nullptr);
+    // Gradient buckets start reducing during the last micro-batch's backward.
+    const LlamaModel::GradientReadyCallback on_ready = [&](int64_t ready) { reducer.ReadyFrom(ready); };
+    if (pipeline) {
+      absl::Status load_status;
+      loss_sum = pipeline->Step(
+          [&](int m, int32_t* in, int32_t* out) {
+            if (load_status.ok()) load_status = data.loader.Load(first_sample + m * micro, micro, in, out);
+          },
+          grad_scale, on_ready);
+      RETURN_IF_ERROR(load_status);
+    } else {
+      for (int64_t first = 0; first < rank_batch; first += micro) {
+        RETURN_IF_ERROR(data.loader.Load(first_sample + first, micro, inputs.data(), targets.data()));
+        const bool last = first + micro == rank_batch;
+        loss_sum += model.ForwardBackward(inputs.data(), targets.data(), micro, seq, grad_scale,
+                                          last ? on_ready : nullptr);
+      }
     }
     reducer.Finish();
     StepMetrics m;
     m.step = step;
-    m.loss = SumOverRanks(*dist.dp, loss_sum) / tokens_per_step;
+    // Only the last pipeline stage has a loss; the others contribute 0.
+    m.loss = SumOverRanks(*dist.pp, SumOverRanks(*dist.dp, loss_sum)) / tokens_per_step;
     m.grad_norm = optimizer.GradNorm();
     if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
       return UserError(
@@ -171,6 +194,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       m.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes());
       m.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes());
       m.comm_exposed_s_dp = reducer.exposed_seconds() + optimizer.exposed_seconds();
+    }
+    if (pipeline) {
+      // Mean over ranks of the time each waited on its pipeline neighbours.
+      m.bubble_fraction = SumOverRanks(*dist.world, pipeline->wait_seconds() / pipeline->step_seconds()) /
+                          dist.world->size();
     }
     const int eval_interval = config.log().eval_interval();
     if (data.validation && ((eval_interval > 0 && step % eval_interval == 0) || step == train.steps())) {

@@ -1,0 +1,116 @@
+#include "pipeline/executor.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/logging.h"
+#include "core/timer.h"
+
+namespace tetra {
+
+PipelineExecutor::PipelineExecutor(LlamaModel& model, Communicator& pipeline,
+                                   std::vector<Action> actions, int64_t batch, int64_t seq)
+    : model_(model), pipeline_(pipeline), actions_(std::move(actions)), batch_(batch), seq_(seq) {
+  const LayerParallelism& lp = model_.parallelism();
+  rows_ = batch * seq / (lp.sequence_parallel ? lp.tp_size() : 1);
+  hidden_ = model_.config().hidden_size();
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    TETRA_CHECK(actions_[i].chunk == 0) << "the executor runs one chunk per rank";
+    if (actions_[i].type == ActionType::kBackward) last_backward_ = static_cast<int>(i);
+  }
+}
+
+int PipelineExecutor::Tag(ActionType type, int micro_batch) {
+  const bool gradient = type == ActionType::kSendGradient || type == ActionType::kRecvGradient;
+  return 2 * micro_batch + (gradient ? 1 : 0);
+}
+
+Tensor PipelineExecutor::HiddenBuffer() const { return Tensor::Empty({rows_, hidden_}); }
+
+void PipelineExecutor::Wait(CommHandle& handle) {
+  Timer timer;
+  handle.Wait();
+  wait_seconds_ += timer.Seconds();
+}
+
+double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
+                              const LlamaModel::GradientReadyCallback& on_ready) {
+  Timer step_timer;
+  wait_seconds_ = 0;
+  const PipelineStage& stage = model_.stage();
+  int micro_batches = 0;
+  for (const Action& a : actions_) micro_batches = std::max(micro_batches, a.micro_batch + 1);
+
+  // Per micro-batch: the received input / output gradient with its pending
+  // receive, the forward's output kept for its send, and its activation slot.
+  struct InFlight {
+    Tensor received;
+    CommHandle receive;
+    int slot = -1;
+  };
+  std::vector<InFlight> in_flight(micro_batches);
+  std::vector<bool> slot_busy;
+  std::vector<Tensor> outputs(micro_batches);  // what a forward or backward sends
+  std::vector<std::pair<CommHandle, Tensor>> sends;  // pending sends keep their buffers
+  std::vector<int32_t> inputs(batch_ * seq_), targets(batch_ * seq_);
+  double loss_sum = 0;
+
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const Action& a = actions_[i];
+    InFlight& mb = in_flight[a.micro_batch];
+    switch (a.type) {
+      case ActionType::kRecvActivation:
+      case ActionType::kRecvGradient:
+        mb.received = HiddenBuffer();
+        mb.receive = pipeline_.RecvAsync(mb.received.raw(), mb.received.numel(), DType::kF32,
+                                         a.peer, Tag(a.type, a.micro_batch));
+        break;
+      case ActionType::kSendActivation:
+      case ActionType::kSendGradient: {
+        Tensor& out = outputs[a.micro_batch];
+        TETRA_CHECK(out.numel() == rows_ * hidden_) << "send of micro-batch " << a.micro_batch
+                                                    << " before its computation";
+        sends.emplace_back(pipeline_.SendAsync(out.raw(), out.numel(), DType::kF32, a.peer,
+                                               Tag(a.type, a.micro_batch)),
+                           std::move(out));
+        out = Tensor();
+        break;
+      }
+      case ActionType::kForward: {
+        const auto free_slot = std::find(slot_busy.begin(), slot_busy.end(), false);
+        mb.slot = static_cast<int>(free_slot - slot_busy.begin());
+        if (free_slot == slot_busy.end()) slot_busy.push_back(true);
+        else *free_slot = true;
+        if (stage.has_embedding || stage.has_head) load(a.micro_batch, inputs.data(), targets.data());
+        if (!stage.has_embedding) Wait(mb.receive);
+        double stage_loss = 0;
+        Tensor out = model_.ForwardStage(mb.slot, inputs.data(), mb.received, targets.data(),
+                                         batch_, seq_, grad_scale, &stage_loss);
+        mb.received = Tensor();
+        if (stage.has_head) {
+          loss_sum += stage_loss;
+        } else {
+          // The output lives in the slot; a copy may travel while others compute.
+          outputs[a.micro_batch] = out.Clone();
+        }
+        break;
+      }
+      case ActionType::kBackward: {
+        if (!stage.has_head) Wait(mb.receive);
+        Tensor d_in = model_.BackwardStage(mb.slot, mb.received,
+                                           static_cast<int>(i) == last_backward_ ? on_ready : nullptr);
+        mb.received = Tensor();
+        slot_busy[mb.slot] = false;
+        if (!stage.has_embedding) {
+          outputs[a.micro_batch] = d_in.Clone();
+        }
+        break;
+      }
+    }
+  }
+  for (auto& [handle, buffer] : sends) Wait(handle);
+  step_seconds_ = step_timer.Seconds();
+  return loss_sum;
+}
+
+}  // namespace tetra

@@ -1,0 +1,65 @@
+// The pipeline executor: runs one pipeline rank's action table
+// (pipeline/schedule.h) for one optimizer step on its model stage, moving
+// activations (forward) and their gradients (backward) between neighbouring
+// pipeline ranks with non-blocking point-to-point messages.
+//
+// One chunk per rank (virtual_stages 1). Receives are posted where the table
+// places them and waited on just before the computation that reads them;
+// sends are waited on at the end of the step. The table's message order is
+// deadlock-free under blocking semantics, so the looser non-blocking order is
+// too. Micro-batches take model activation slots as their forwards start and
+// give them back after their backwards, so a schedule holds as many slots as
+// it keeps micro-batches in flight.
+#ifndef TETRA_PIPELINE_EXECUTOR_H_
+#define TETRA_PIPELINE_EXECUTOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/llama_model.h"
+#include "pipeline/schedule.h"
+
+namespace tetra {
+
+class PipelineExecutor {
+ public:
+  // Fills inputs and targets, each (batch, seq) token ids, of micro-batch m.
+  using LoadMicroBatch = std::function<void(int micro_batch, int32_t* inputs, int32_t* targets)>;
+
+  // `model` holds this rank's stage (v = 1), `pipeline` is the pipeline group
+  // (the table's peers are its ranks) and `actions` this rank's table. All
+  // must outlive the executor.
+  PipelineExecutor(LlamaModel& model, Communicator& pipeline, std::vector<Action> actions,
+                   int64_t batch, int64_t seq);
+
+  // Runs the table once: accumulates into the model's gradients the gradient
+  // of grad_scale x the step's loss sum, calling on_ready during the step's
+  // last backward. Returns the sum of the token cross-entropies of every
+  // micro-batch on the last stage, 0 on the others.
+  double Step(const LoadMicroBatch& load, float grad_scale,
+              const LlamaModel::GradientReadyCallback& on_ready = nullptr);
+
+  // Seconds the last Step waited on pipeline messages (the bubble, plus any
+  // transfer time not hidden), and the step's wall time.
+  double wait_seconds() const { return wait_seconds_; }
+  double step_seconds() const { return step_seconds_; }
+
+ private:
+  // Tags: activation and gradient messages of each micro-batch apart.
+  static int Tag(ActionType type, int micro_batch);
+  Tensor HiddenBuffer() const;  // (rows, C)
+  void Wait(CommHandle& handle);
+
+  LlamaModel& model_;
+  Communicator& pipeline_;
+  std::vector<Action> actions_;
+  int64_t batch_, seq_, rows_, hidden_;
+  int last_backward_ = -1;  // index in actions_ of the step's last backward
+  double wait_seconds_ = 0, step_seconds_ = 0;
+};
+
+}  // namespace tetra
+
+#endif  // TETRA_PIPELINE_EXECUTOR_H_
