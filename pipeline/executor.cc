@@ -54,6 +54,8 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
   std::vector<std::pair<CommHandle, Tensor>> sends;  // pending sends keep their buffers
   std::vector<int32_t> inputs(batch_ * seq_), targets(batch_ * seq_);
   double loss_sum = 0;
+  int live_activations = 0;
+  peak_activations_ = 0;
 
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
@@ -81,6 +83,7 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
         mb.slot = static_cast<int>(free_slot - slot_busy.begin());
         if (free_slot == slot_busy.end()) slot_busy.push_back(true);
         else *free_slot = true;
+        peak_activations_ = std::max(peak_activations_, ++live_activations);
         if (stage.has_embedding || stage.has_head) load(a.micro_batch, inputs.data(), targets.data());
         if (!stage.has_embedding) Wait(mb.receive);
         double stage_loss = 0;
@@ -101,6 +104,7 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
                                            static_cast<int>(i) == last_backward_ ? on_ready : nullptr);
         mb.received = Tensor();
         slot_busy[mb.slot] = false;
+        --live_activations;
         if (!stage.has_embedding) {
           outputs[a.micro_batch] = d_in.Clone();
         }

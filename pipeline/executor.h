@@ -45,6 +45,9 @@ class PipelineExecutor {
   // transfer time not hidden), and the step's wall time.
   double wait_seconds() const { return wait_seconds_; }
   double step_seconds() const { return step_seconds_; }
+  // Most micro-batches whose forward had run but not yet their backward
+  // (activations held) at any point of the last Step.
+  int peak_activations() const { return peak_activations_; }
 
  private:
   // Tags: activation and gradient messages of each micro-batch apart.
@@ -58,6 +61,7 @@ class PipelineExecutor {
   int64_t batch_, seq_, rows_, hidden_;
   int last_backward_ = -1;  // index in actions_ of the step's last backward
   double wait_seconds_ = 0, step_seconds_ = 0;
+  int peak_activations_ = 0;
 };
 
 }  // namespace tetra

@@ -18,6 +18,7 @@
 #include "model/llama_model.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
+#include "pipeline/schedule_checker.h"
 #include "pipeline/stage_partition.h"
 
 namespace tetra {
@@ -87,6 +88,14 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind) {
   EXPECT_EQ(ready.back(), 0);
   EXPECT_GE(executor.wait_seconds(), 0.0);
   EXPECT_LE(executor.wait_seconds(), executor.step_seconds());
+  // Measured peak of live activations = the checker's simulated peak, within its bound.
+  const ScheduleSpec spec{.kind = kind, .stages = stages, .micro_batches = kMicroBatches};
+  auto tables = BuildAllSchedules(spec);
+  ASSERT_TRUE(tables.ok()) << tables.status();
+  auto report = CheckSchedule(spec, *tables);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(executor.peak_activations(), report->ranks[rank].peak_activations) << "rank " << rank;
+  EXPECT_LE(executor.peak_activations(), ActivationBound(spec, rank)) << "rank " << rank;
 
   int mismatches = 0;
   for (const Parameter& p : stage.parameters().all()) {
