@@ -68,6 +68,17 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
+def check_matches(name, got, ref):
+    """Step-1 loss and grad norm within STEP1_RTOL, 20-step curve within CURVE_RTOL."""
+    check(rel(got[0]["loss"], ref[0]["loss"]) <= STEP1_RTOL,
+          f"{name}: step-1 loss {got[0]['loss']:.9f} vs {ref[0]['loss']:.9f}")
+    check(rel(got[0]["grad_norm"], ref[0]["grad_norm"]) <= STEP1_RTOL,
+          f"{name}: step-1 grad norm {got[0]['grad_norm']:.9f} vs {ref[0]['grad_norm']:.9f}")
+    worst = max(rel(g["loss"], r["loss"]) for g, r in zip(got, ref))
+    check(len(got) == 20 and worst <= CURVE_RTOL,
+          f"{name}: 20-step loss curve, worst relative difference {worst:.2e}")
+
+
 failures = []
 
 
@@ -94,13 +105,7 @@ with tempfile.TemporaryDirectory() as tmp:
                 got = run(fresh(name), tp * dp, 20,
                           [f"parallel.tensor={tp}", f"optimizer.zero_stage={zero}",
                            f"parallel.sequence_parallel={'true' if sp else 'false'}"])
-                check(rel(got[0]["loss"], ref[0]["loss"]) <= STEP1_RTOL,
-                      f"{name}: step-1 loss {got[0]['loss']:.9f} vs {ref[0]['loss']:.9f}")
-                check(rel(got[0]["grad_norm"], ref[0]["grad_norm"]) <= STEP1_RTOL,
-                      f"{name}: step-1 grad norm {got[0]['grad_norm']:.9f} vs {ref[0]['grad_norm']:.9f}")
-                worst = max(rel(g["loss"], r["loss"]) for g, r in zip(got, ref))
-                check(len(got) == 20 and worst <= CURVE_RTOL,
-                      f"{name}: 20-step loss curve, worst relative difference {worst:.2e}")
+                check_matches(name, got, ref)
 
     # Pipeline layouts: 4 layers (a multiple of pp), 8 micro-batches of 2
     # samples per data-parallel rank and step; each global batch size has its
@@ -116,13 +121,7 @@ with tempfile.TemporaryDirectory() as tmp:
             got = run(fresh(name), tp * pp * dp, 20,
                       shape + [f"parallel.tensor={tp}", f"parallel.pipeline={pp}",
                                f"parallel.schedule={schedule}"])
-            check(rel(got[0]["loss"], base[0]["loss"]) <= STEP1_RTOL,
-                  f"{name}: step-1 loss {got[0]['loss']:.9f} vs {base[0]['loss']:.9f}")
-            check(rel(got[0]["grad_norm"], base[0]["grad_norm"]) <= STEP1_RTOL,
-                  f"{name}: step-1 grad norm {got[0]['grad_norm']:.9f} vs {base[0]['grad_norm']:.9f}")
-            worst = max(rel(g["loss"], r["loss"]) for g, r in zip(got, base))
-            check(len(got) == 20 and worst <= CURVE_RTOL,
-                  f"{name}: 20-step loss curve, worst relative difference {worst:.2e}")
+            check_matches(name, got, base)
 
     # Optimizer state under ZeRO-1 with dp 4: a quarter of the replicated one.
     replicated = run(fresh("bytes_zero0"), 4, 2, ["optimizer.zero_stage=0"])[0]["optimizer_bytes"]

@@ -20,6 +20,7 @@
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_checker.h"
 #include "pipeline/stage_partition.h"
+#include "tests/testing/tiny_models.h"
 
 namespace tetra {
 namespace {
@@ -34,19 +35,6 @@ Communicator& World() {
   return *world;
 }
 
-ModelConfig EightLayerConfig() {
-  ModelConfig c;
-  c.set_vocab_size(13);
-  c.set_hidden_size(16);
-  c.set_num_hidden_layers(kLayers);
-  c.set_num_attention_heads(4);
-  c.set_num_key_value_heads(2);
-  c.set_intermediate_size(24);
-  c.set_tie_word_embeddings(false);
-  c.set_initializer_range(0.3);  // gradients well above fp32 round-off
-  return c;
-}
-
 // Token ids of micro-batch `mb`: inputs (offset 0) or targets (offset 1).
 void Tokens(int mb, int offset, int32_t* out) {
   for (int64_t i = 0; i < kBatch * kSeq; ++i) out[i] = static_cast<int32_t>((5 * i + 3 * mb + offset) % 13);
@@ -55,7 +43,7 @@ void Tokens(int mb, int offset, int32_t* out) {
 void CheckPipelineMatchesWholeModel(ScheduleKind kind) {
   Communicator& world = World();
   const int stages = world.size(), rank = world.rank();
-  const ModelConfig config = EightLayerConfig();
+  const ModelConfig config = testing::TinyGqaConfig(/*tie_word_embeddings=*/false, kLayers);
   const float grad_scale = 1.0f / (kMicroBatches * kBatch * kSeq);
 
   LlamaModel whole(config, kSeed);

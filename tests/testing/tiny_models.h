@@ -1,6 +1,7 @@
 // Tiny model configs shared by the multi-rank equivalence tests, sized so
 // every layout divides them: vocab 64, 4 query heads and 2 key-value heads
-// (so tp 4 replicates KV heads), intermediate 64.
+// (so tp 4 replicates KV heads), intermediate 64, `layers` blocks (a multiple
+// of the pipeline stages).
 #ifndef TETRA_TESTS_TESTING_TINY_MODELS_H_
 #define TETRA_TESTS_TESTING_TINY_MODELS_H_
 
@@ -8,11 +9,11 @@
 
 namespace tetra::testing {
 
-inline ModelConfig TinyGqaConfig(bool tie_word_embeddings) {
+inline ModelConfig TinyGqaConfig(bool tie_word_embeddings, int layers = 2) {
   ModelConfig c;
   c.set_vocab_size(64);
   c.set_hidden_size(32);
-  c.set_num_hidden_layers(2);
+  c.set_num_hidden_layers(layers);
   c.set_num_attention_heads(4);
   c.set_num_key_value_heads(2);
   c.set_intermediate_size(64);
