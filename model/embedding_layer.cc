@@ -5,10 +5,15 @@
 
 namespace tetra {
 
+Parameter& AddEmbeddingTable(ParameterStore& store, const ModelConfig& c,
+                             const LayerParallelism& parallelism) {
+  return store.Add("model.embed_tokens.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
+                   c.initializer_range(), parallelism.Column());
+}
+
 EmbeddingLayer::EmbeddingLayer(ParameterStore& store, const ModelConfig& c,
                                const LayerParallelism& parallelism)
-    : weight_(store.Add("model.embed_tokens.weight", {c.vocab_size(), c.hidden_size()},
-                        Init::kNormal, c.initializer_range(), parallelism.Column())),
+    : weight_(AddEmbeddingTable(store, c, parallelism)),
       tp_(*parallelism.tp),
       sequence_parallel_(parallelism.sequence_parallel),
       vocab_begin_(int64_t{tp_.rank()} * weight_.value.dim(0)) {}

@@ -13,6 +13,12 @@
 
 namespace tetra {
 
+// Registers this rank's vocabulary-parallel slice of the table,
+// model.embed_tokens.weight (also what a tied LM head on another pipeline
+// stage holds a copy of).
+Parameter& AddEmbeddingTable(ParameterStore& store, const ModelConfig& config,
+                             const LayerParallelism& parallelism);
+
 class EmbeddingLayer {
  public:
   EmbeddingLayer(ParameterStore& store, const ModelConfig& config,

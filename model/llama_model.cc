@@ -4,56 +4,77 @@
 
 namespace tetra {
 LlamaModel::LlamaModel(const ModelConfig& c, uint64_t seed, const ModelParallelism& parallelism)
-    : config_(c), stage_(parallelism.stage), store_(seed), groups_(c, parallelism) {
-  if (stage_.num_layers < 0) stage_.num_layers = c.num_hidden_layers() - stage_.first_layer;
-  TETRA_CHECK(stage_.first_layer >= 0 &&
-              stage_.first_layer + stage_.num_layers <= c.num_hidden_layers())
-      << "pipeline stage of layers [" << stage_.first_layer << ", "
-      << stage_.first_layer + stage_.num_layers << ") outside the model's "
-      << c.num_hidden_layers() << " layers";
-  // A tied head on another stage than the embedding would need the two
-  // stages' copies of the table kept equal (Megatron-LM all-reduces their
-  // gradients); not supported yet.
-  TETRA_CHECK(!c.tie_word_embeddings() || (stage_.has_embedding && stage_.has_head))
-      << "tie_word_embeddings with the embedding and the LM head on different pipeline "
-         "stages is not supported";
+    : config_(c), store_(seed), groups_(c, parallelism) {
+  TETRA_CHECK(!parallelism.chunks.empty()) << "a model needs at least one chunk";
+  int next_layer = 0;
+  for (size_t i = 0; i < parallelism.chunks.size(); ++i) {
+    PipelineStage stage = parallelism.chunks[i];
+    if (stage.num_layers < 0) stage.num_layers = c.num_hidden_layers() - stage.first_layer;
+    TETRA_CHECK(stage.first_layer >= next_layer &&
+                stage.first_layer + stage.num_layers <= c.num_hidden_layers())
+        << "model chunk " << i << " of layers [" << stage.first_layer << ", "
+        << stage.first_layer + stage.num_layers << ") overlaps the chunk before it or lies "
+        << "outside the model's " << c.num_hidden_layers() << " layers";
+    TETRA_CHECK((!stage.has_embedding || i == 0) &&
+                (!stage.has_head || i + 1 == parallelism.chunks.size()))
+        << "only the first chunk may hold the embedding and only the last the head";
+    next_layer = stage.first_layer + stage.num_layers;
+    chunks_.emplace_back().stage = stage;
+  }
+  const bool has_embedding = chunks_.front().stage.has_embedding;
+  const bool has_head = chunks_.back().stage.has_head;
   const LayerParallelism& layers = groups_.layers();
   // Registration order is the Hugging Face order: embedding, blocks, norm,
   // head; Pack() lays the flat buffers out in it, which BackwardStage's
   // readiness offsets rely on.
-  if (stage_.has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(store_, c, layers);
-  for (int i = 0; i < stage_.num_layers; ++i) {
-    const size_t first = store_.all().size();
-    blocks_.push_back(std::make_unique<DecoderBlock>(store_, stage_.first_layer + i, c, layers));
-    block_first_parameter_.push_back(&store_.all()[first]);
+  if (has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(store_, c, layers);
+  for (Chunk& chunk : chunks_) {
+    for (int i = 0; i < chunk.stage.num_layers; ++i) {
+      const size_t first = store_.all().size();
+      chunk.blocks.push_back(
+          std::make_unique<DecoderBlock>(store_, chunk.stage.first_layer + i, c, layers));
+      chunk.block_first_parameter.push_back(&store_.all()[first]);
+    }
   }
-  if (stage_.has_head) {
+  if (has_head) {
     final_norm_ = std::make_unique<RmsNormLayer>(store_, "model.norm.weight", c.hidden_size(),
                                                  c.rms_norm_eps(), layers);
-    Parameter& head_weight =
-        c.tie_word_embeddings()
-            ? embedding_->weight()
-            : store_.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
-                         c.initializer_range(), layers.Column());
-    head_ = std::make_unique<LmHeadLayer>(head_weight, layers);
+    Parameter* head_weight = nullptr;
+    if (!c.tie_word_embeddings()) {
+      head_weight = &store_.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
+                                c.initializer_range(), layers.Column());
+    } else if (has_embedding) {
+      head_weight = &embedding_->weight();
+    } else {
+      // Drawn from the same (seed, name, index) as the first stage's table,
+      // so the two copies start equal.
+      head_weight = tied_embedding_copy_ = &AddEmbeddingTable(store_, c, layers);
+    }
+    head_ = std::make_unique<LmHeadLayer>(*head_weight, layers);
+  } else if (c.tie_word_embeddings() && has_embedding) {
+    tied_embedding_copy_ = &embedding_->weight();
   }
+  if (tied_embedding_copy_) tied_embedding_copy_->stage_copies = 2;
   store_.Pack(parallelism.flat_multiple);
 }
 
 bool LlamaModel::is_whole_model() const {
-  return stage_.has_embedding && stage_.has_head &&
-         stage_.num_layers == config_.num_hidden_layers();
+  const PipelineStage& stage = chunks_.front().stage;
+  return chunks_.size() == 1 && stage.has_embedding && stage.has_head &&
+         stage.num_layers == config_.num_hidden_layers();
 }
 
-Tensor LlamaModel::RunForward(int slot, const int32_t* inputs, const Tensor& hidden_in,
-                              const int32_t* targets, int64_t batch, int64_t seq,
-                              float grad_scale, bool with_grad, double* loss_sum) {
+Tensor LlamaModel::RunForward(int slot, int chunk, const int32_t* inputs,
+                              const Tensor& hidden_in, const int32_t* targets, int64_t batch,
+                              int64_t seq, float grad_scale, bool with_grad, double* loss_sum) {
+  TETRA_CHECK(chunk >= 0 && chunk < num_chunks()) << "chunk " << chunk << " of " << num_chunks();
+  const Chunk& c = chunks_[chunk];
   MicroBatch& micro_batch = micro_batches_.ForForward(slot);
   TETRA_CHECK(!micro_batch.awaiting_backward)
       << "forward in activation slot " << slot << " before the backward of its last forward";
   const int64_t rows = batch * seq;
   Tensor x;
-  if (stage_.has_embedding) {
+  if (c.stage.has_embedding) {
     TETRA_CHECK(inputs != nullptr) << "the first pipeline stage needs the input tokens";
     EnsureShape(&micro_batch.tokens, {rows}, DType::kI32);
     std::memcpy(micro_batch.tokens.raw(), inputs, rows * sizeof(int32_t));
@@ -68,9 +89,9 @@ Tensor LlamaModel::RunForward(int slot, const int32_t* inputs, const Tensor& hid
     micro_batch.hidden_in.CopyFrom(hidden_in);
     x = micro_batch.hidden_in;
   }
-  for (auto& block : blocks_) x = block->Forward(slot, x, batch, seq);
+  for (auto& block : c.blocks) x = block->Forward(slot, x, batch, seq);
   micro_batch.awaiting_backward = with_grad;
-  if (!stage_.has_head) return x;
+  if (!c.stage.has_head) return x;
   TETRA_CHECK(targets != nullptr && loss_sum != nullptr)
       << "the last pipeline stage needs the targets and somewhere to put the loss";
   EnsureShape(&targets_, {rows}, DType::kI32);
@@ -80,10 +101,10 @@ Tensor LlamaModel::RunForward(int slot, const int32_t* inputs, const Tensor& hid
   return Tensor();
 }
 
-Tensor LlamaModel::ForwardStage(int slot, const int32_t* inputs, const Tensor& hidden_in,
-                                const int32_t* targets, int64_t batch, int64_t seq,
-                                float grad_scale, double* loss_sum) {
-  return RunForward(slot, inputs, hidden_in, targets, batch, seq, grad_scale, /*with_grad=*/true,
+Tensor LlamaModel::ForwardStage(int slot, int chunk, const int32_t* inputs,
+                                const Tensor& hidden_in, const int32_t* targets, int64_t batch,
+                                int64_t seq, float grad_scale, double* loss_sum) {
+  return RunForward(slot, chunk, inputs, hidden_in, targets, batch, seq, grad_scale, /*with_grad=*/true,
                     loss_sum);
 }
 
@@ -91,7 +112,7 @@ double LlamaModel::ForwardLoss(const int32_t* inputs, const int32_t* targets, in
                                int64_t seq) {
   TETRA_CHECK(is_whole_model()) << "ForwardLoss runs the whole model, not a pipeline stage";
   double loss = 0;
-  RunForward(0, inputs, Tensor(), targets, batch, seq, 0.0f, /*with_grad=*/false, &loss);
+  RunForward(0, 0, inputs, Tensor(), targets, batch, seq, 0.0f, /*with_grad=*/false, &loss);
   return loss;
 }
 
@@ -99,7 +120,7 @@ double LlamaModel::Forward(int slot, const int32_t* inputs, const int32_t* targe
                            int64_t seq, float grad_scale) {
   TETRA_CHECK(is_whole_model()) << "Forward runs the whole model; a pipeline stage: ForwardStage";
   double loss = 0;
-  ForwardStage(slot, inputs, Tensor(), targets, batch, seq, grad_scale, &loss);
+  ForwardStage(slot, 0, inputs, Tensor(), targets, batch, seq, grad_scale, &loss);
   return loss;
 }
 
@@ -113,11 +134,13 @@ double LlamaModel::ForwardBackward(const int32_t* inputs, const int32_t* targets
 
 void LlamaModel::Backward(int slot, const GradientReadyCallback& on_ready) {
   TETRA_CHECK(is_whole_model()) << "Backward runs the whole model; a pipeline stage: BackwardStage";
-  BackwardStage(slot, Tensor(), on_ready);
+  BackwardStage(slot, 0, Tensor(), on_ready);
 }
 
-Tensor LlamaModel::BackwardStage(int slot, const Tensor& d_hidden_out,
+Tensor LlamaModel::BackwardStage(int slot, int chunk, const Tensor& d_hidden_out,
                                  const GradientReadyCallback& on_ready) {
+  TETRA_CHECK(chunk >= 0 && chunk < num_chunks()) << "chunk " << chunk << " of " << num_chunks();
+  const Chunk& c = chunks_[chunk];
   MicroBatch& micro_batch = micro_batches_.ForBackward(slot);
   TETRA_CHECK(micro_batch.awaiting_backward)
       << "backward in activation slot " << slot << " without a forward with gradients before it";
@@ -125,22 +148,22 @@ Tensor LlamaModel::BackwardStage(int slot, const Tensor& d_hidden_out,
   auto ready_from = [&](int64_t offset) {
     if (on_ready) on_ready(offset);
   };
-  // The stage's first registered parameter is at offset 0, so the last call
-  // below is ready_from(0). A tied head writes the embedding's gradient
+  // The first chunk's first registered parameter is at offset 0, so its last
+  // call below is ready_from(0). A tied head writes the embedding's gradient
   // (offset 0) here already; the readiness offsets only ever promise a
   // suffix, which it is not part of.
   Tensor d = d_hidden_out;
-  if (stage_.has_head) {
+  if (c.stage.has_head) {
     d = final_norm_->Backward(slot, head_->Backward(slot));
     ready_from(final_norm_->weight().flat_offset);
   } else {
     TETRA_CHECK(d.defined()) << "pipeline stage backward without the gradient of its output";
   }
-  for (int i = static_cast<int>(blocks_.size()) - 1; i >= 0; --i) {
-    d = blocks_[i]->Backward(slot, d);
-    ready_from(block_first_parameter_[i]->flat_offset);
+  for (int i = static_cast<int>(c.blocks.size()) - 1; i >= 0; --i) {
+    d = c.blocks[i]->Backward(slot, d);
+    ready_from(c.block_first_parameter[i]->flat_offset);
   }
-  if (!stage_.has_embedding) return d;
+  if (!c.stage.has_embedding) return d;
   embedding_->Backward(slot, d);
   ready_from(0);
   return Tensor();
@@ -148,7 +171,9 @@ Tensor LlamaModel::BackwardStage(int slot, const Tensor& d_hidden_out,
 
 void LlamaModel::ReleaseSlots() {
   if (embedding_) embedding_->ReleaseSlots();
-  for (auto& block : blocks_) block->ReleaseSlots();
+  for (Chunk& chunk : chunks_) {
+    for (auto& block : chunk.blocks) block->ReleaseSlots();
+  }
   if (final_norm_) final_norm_->ReleaseSlots();
   if (head_) head_->ReleaseSlots();
   micro_batches_.Clear();

@@ -8,10 +8,14 @@
 // inputs and returns the same loss; each gradient is that of its shard of the
 // single-rank model.
 //
-// A pipeline stage (ModelParallelism::stage) builds only its own layers, with
-// their global names: ForwardStage / BackwardStage then run one micro-batch
-// through it, taking the previous stage's hidden states and giving back their
-// gradient. The whole-model calls below are the one-stage case.
+// Under pipeline parallelism a rank builds only its own model chunks
+// (ModelParallelism::chunks: one pipeline stage, or with interleaving several
+// virtual stages), with their global names: ForwardStage / BackwardStage run
+// one micro-batch through one chunk, taking the previous virtual stage's
+// hidden states and giving back their gradient. The whole-model calls below
+// are the one-chunk, one-stage case. With tied embeddings split over stages,
+// the last stage holds its own copy of the table for the LM head
+// (tied_embedding_copy()).
 #ifndef TETRA_MODEL_LLAMA_MODEL_H_
 #define TETRA_MODEL_LLAMA_MODEL_H_
 
@@ -66,22 +70,25 @@ class LlamaModel {
                  int64_t seq, float grad_scale);
   void Backward(int slot, const GradientReadyCallback& on_ready = nullptr);
 
-  // One micro-batch through this pipeline stage in `slot`. The first stage
+  // One micro-batch through chunk `chunk` in `slot` (slots are shared by the
+  // chunks: a micro-batch in flight on two chunks takes two). The first stage
   // (has_embedding) reads `inputs` (B, T) token ids, any other `hidden_in`, the
   // previous stage's output (rows, C) in the residual layout (rows = B*T, or
   // B*T/tp under sequence parallelism), copied so the caller may reuse it.
   // Returns this stage's output (rows, C), valid until the next forward in
   // `slot`; the last stage (has_head) instead reads `targets` (B, T), stores
   // the cross-entropy sum in *loss_sum and returns an empty tensor.
-  Tensor ForwardStage(int slot, const int32_t* inputs, const Tensor& hidden_in,
+  Tensor ForwardStage(int slot, int chunk, const int32_t* inputs, const Tensor& hidden_in,
                       const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
                       double* loss_sum);
-  // The backward of `slot`'s ForwardStage: d_hidden_out (rows, C) is the
-  // gradient of the stage's output (ignored by the last stage, which starts
-  // from its loss). Accumulates the parameter gradients, calling on_ready as
-  // ForwardBackward does, and returns d hidden_in (rows, C), valid until the
-  // next BackwardStage; empty on the first stage.
-  Tensor BackwardStage(int slot, const Tensor& d_hidden_out,
+  // The backward of `slot`'s ForwardStage on `chunk`: d_hidden_out (rows, C)
+  // is the gradient of the chunk's output (ignored by the last stage, which
+  // starts from its loss). Accumulates the parameter gradients and returns
+  // d hidden_in (rows, C), valid until the next BackwardStage; empty on the
+  // first stage. on_ready is called as ForwardBackward does, with offsets
+  // inside this chunk and the chunks before it: pass it only to a backward
+  // after which the later chunks receive no more gradient.
+  Tensor BackwardStage(int slot, int chunk, const Tensor& d_hidden_out,
                        const GradientReadyCallback& on_ready = nullptr);
 
   // Slots holding activations: one more than the highest used since the last
@@ -94,8 +101,14 @@ class LlamaModel {
   ParameterStore& parameters() { return store_; }
   const ModelConfig& config() const { return config_; }
   const LayerParallelism& parallelism() const { return groups_.layers(); }
-  // The layers this model holds (num_layers resolved).
-  const PipelineStage& stage() const { return stage_; }
+  // The chunks this model holds, in model order (num_layers resolved).
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  const PipelineStage& chunk(int c) const { return chunks_[c].stage; }
+  // The tied embedding table when this rank holds only one of its two uses
+  // (the embedding on the first stage, the LM head on the last): the two
+  // copies start equal and stay equal when their gradients are summed over
+  // the embedding group before the update. Null otherwise.
+  Parameter* tied_embedding_copy() const { return tied_embedding_copy_; }
 
  private:
   struct MicroBatch {
@@ -104,21 +117,26 @@ class LlamaModel {
     bool awaiting_backward = false;
   };
 
+  struct Chunk {
+    PipelineStage stage;
+    std::vector<std::unique_ptr<DecoderBlock>> blocks;
+    std::vector<const Parameter*> block_first_parameter;  // the lowest flat offset of each block
+  };
+
   // ForwardStage; when !with_grad (ForwardLoss) the slot awaits no backward.
-  Tensor RunForward(int slot, const int32_t* inputs, const Tensor& hidden_in,
+  Tensor RunForward(int slot, int chunk, const int32_t* inputs, const Tensor& hidden_in,
                     const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
                     bool with_grad, double* loss_sum);
   bool is_whole_model() const;
 
   ModelConfig config_;
-  PipelineStage stage_;
   ParameterStore store_;
   TensorParallelGroups groups_;
-  std::unique_ptr<EmbeddingLayer> embedding_;  // first stage only
-  std::vector<std::unique_ptr<DecoderBlock>> blocks_;
-  std::vector<const Parameter*> block_first_parameter_;  // the lowest flat offset of each block
-  std::unique_ptr<RmsNormLayer> final_norm_;  // last stage only, as head_
+  std::vector<Chunk> chunks_;
+  std::unique_ptr<EmbeddingLayer> embedding_;  // first stage only (chunk 0)
+  std::unique_ptr<RmsNormLayer> final_norm_;   // last stage only (last chunk), as head_
   std::unique_ptr<LmHeadLayer> head_;
+  Parameter* tied_embedding_copy_ = nullptr;
   ActivationSlots<MicroBatch> micro_batches_;
   Tensor targets_;  // (B*T), read only by the forward
 };

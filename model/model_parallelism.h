@@ -8,7 +8,8 @@
 //
 // Under pipeline parallelism a model holds one stage: a run of decoder
 // layers, with the embedding on the first stage and the final norm and LM
-// head on the last (pipeline/stage_partition.h computes them).
+// head on the last; with interleaving, several such chunks
+// (pipeline/stage_partition.h computes them).
 //
 // ModelParallelism is what a caller passes to LlamaModel; TensorParallelGroups
 // turns it into the LayerParallelism every layer reads (the groups and the
@@ -17,6 +18,7 @@
 #define TETRA_MODEL_MODEL_PARALLELISM_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "comm/communicator.h"
@@ -39,7 +41,9 @@ struct ModelParallelism {
   // The flat value and gradient buffers are zero-padded to a multiple of this
   // many elements (ParameterStore::Pack), e.g. for equal data-parallel shards.
   int64_t flat_multiple = 1;
-  PipelineStage stage = {};  // the whole model
+  // The chunks this rank holds, in model order: the embedding only on the
+  // first, the head only on the last. The default: the whole model.
+  std::vector<PipelineStage> chunks = {PipelineStage{}};
 };
 
 struct LayerParallelism {

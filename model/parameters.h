@@ -32,6 +32,9 @@ struct Parameter {
   Shape global_shape;  // the whole tensor across the tensor-parallel group
   TensorShard shard;
   int64_t flat_offset = -1;  // position of value/grad in the flat buffers, after Pack()
+  // Pipeline stages holding a copy of this slice: 2 for a tied embedding
+  // table whose LM head lives on another stage than the embedding, else 1.
+  int stage_copies = 1;
 
   // Flat index in the global tensor of element `local` of this slice.
   int64_t GlobalIndex(int64_t local) const;

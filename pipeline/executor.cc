@@ -15,14 +15,27 @@ PipelineExecutor::PipelineExecutor(LlamaModel& model, Communicator& pipeline,
   rows_ = batch * seq / (lp.sequence_parallel ? lp.tp_size() : 1);
   hidden_ = model_.config().hidden_size();
   for (size_t i = 0; i < actions_.size(); ++i) {
-    TETRA_CHECK(actions_[i].chunk == 0) << "the executor runs one chunk per rank";
-    if (actions_[i].type == ActionType::kBackward) last_backward_ = static_cast<int>(i);
+    const Action& a = actions_[i];
+    TETRA_CHECK(a.chunk >= 0 && a.chunk < model_.num_chunks())
+        << ActionText(a) << ": the model holds " << model_.num_chunks() << " chunks";
+    micro_batches_ = std::max(micro_batches_, a.micro_batch + 1);
+    if (a.type == ActionType::kBackward) last_backward_ = static_cast<int>(i);
   }
+  // The gradient-ready callback promises a suffix of the flat buffers, which
+  // holds only when the step's last backward runs the first chunk.
+  TETRA_CHECK(last_backward_ < 0 || actions_[last_backward_].chunk == 0)
+      << "the schedule's last backward is not on chunk 0";
 }
 
-int PipelineExecutor::Tag(ActionType type, int micro_batch) {
-  const bool gradient = type == ActionType::kSendGradient || type == ActionType::kRecvGradient;
-  return 2 * micro_batch + (gradient ? 1 : 0);
+int PipelineExecutor::Tag(const Action& a) const {
+  // The link between virtual stages s and s + 1 is numbered s.
+  const int stage = a.chunk * pipeline_.size() + pipeline_.rank();
+  const bool gradient = a.type == ActionType::kSendGradient || a.type == ActionType::kRecvGradient;
+  const bool outgoing_link = a.type == ActionType::kSendActivation || a.type == ActionType::kRecvGradient;
+  const int link = outgoing_link ? stage : stage - 1;
+  // MPI guarantees tags up to 32767; matching never needs more, because
+  // every pair of ranks meets its messages in the same order.
+  return (2 * (link * micro_batches_ + a.micro_batch) + (gradient ? 1 : 0)) % 32768;
 }
 
 Tensor PipelineExecutor::HiddenBuffer() const { return Tensor::Empty({rows_, hidden_}); }
@@ -37,20 +50,19 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
                               const LlamaModel::GradientReadyCallback& on_ready) {
   Timer step_timer;
   wait_seconds_ = 0;
-  const PipelineStage& stage = model_.stage();
-  int micro_batches = 0;
-  for (const Action& a : actions_) micro_batches = std::max(micro_batches, a.micro_batch + 1);
-
-  // Per micro-batch: the received input / output gradient with its pending
-  // receive, the forward's output kept for its send, and its activation slot.
+  // Per (micro-batch, chunk): the received input / output gradient with its
+  // pending receive, the forward's output kept for its send, and its
+  // activation slot.
   struct InFlight {
     Tensor received;
     CommHandle receive;
     int slot = -1;
   };
-  std::vector<InFlight> in_flight(micro_batches);
+  const int pieces = micro_batches_ * model_.num_chunks();
+  auto piece = [&](const Action& a) { return a.chunk * micro_batches_ + a.micro_batch; };
+  std::vector<InFlight> in_flight(pieces);
   std::vector<bool> slot_busy;
-  std::vector<Tensor> outputs(micro_batches);  // what a forward or backward sends
+  std::vector<Tensor> outputs(pieces);  // what a forward or backward sends
   std::vector<std::pair<CommHandle, Tensor>> sends;  // pending sends keep their buffers
   std::vector<int32_t> inputs(batch_ * seq_), targets(batch_ * seq_);
   double loss_sum = 0;
@@ -59,21 +71,20 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
 
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
-    InFlight& mb = in_flight[a.micro_batch];
+    InFlight& mb = in_flight[piece(a)];
+    const PipelineStage& stage = model_.chunk(a.chunk);
     switch (a.type) {
       case ActionType::kRecvActivation:
       case ActionType::kRecvGradient:
         mb.received = HiddenBuffer();
         mb.receive = pipeline_.RecvAsync(mb.received.raw(), mb.received.numel(), DType::kF32,
-                                         a.peer, Tag(a.type, a.micro_batch));
+                                         a.peer, Tag(a));
         break;
       case ActionType::kSendActivation:
       case ActionType::kSendGradient: {
-        Tensor& out = outputs[a.micro_batch];
-        TETRA_CHECK(out.numel() == rows_ * hidden_) << "send of micro-batch " << a.micro_batch
-                                                    << " before its computation";
-        sends.emplace_back(pipeline_.SendAsync(out.raw(), out.numel(), DType::kF32, a.peer,
-                                               Tag(a.type, a.micro_batch)),
+        Tensor& out = outputs[piece(a)];
+        TETRA_CHECK(out.numel() == rows_ * hidden_) << ActionText(a) << " before its computation";
+        sends.emplace_back(pipeline_.SendAsync(out.raw(), out.numel(), DType::kF32, a.peer, Tag(a)),
                            std::move(out));
         out = Tensor();
         break;
@@ -87,26 +98,26 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
         if (stage.has_embedding || stage.has_head) load(a.micro_batch, inputs.data(), targets.data());
         if (!stage.has_embedding) Wait(mb.receive);
         double stage_loss = 0;
-        Tensor out = model_.ForwardStage(mb.slot, inputs.data(), mb.received, targets.data(),
+        Tensor out = model_.ForwardStage(mb.slot, a.chunk, inputs.data(), mb.received, targets.data(),
                                          batch_, seq_, grad_scale, &stage_loss);
         mb.received = Tensor();
         if (stage.has_head) {
           loss_sum += stage_loss;
         } else {
           // The output lives in the slot; a copy may travel while others compute.
-          outputs[a.micro_batch] = out.Clone();
+          outputs[piece(a)] = out.Clone();
         }
         break;
       }
       case ActionType::kBackward: {
         if (!stage.has_head) Wait(mb.receive);
-        Tensor d_in = model_.BackwardStage(mb.slot, mb.received,
+        Tensor d_in = model_.BackwardStage(mb.slot, a.chunk, mb.received,
                                            static_cast<int>(i) == last_backward_ ? on_ready : nullptr);
         mb.received = Tensor();
         slot_busy[mb.slot] = false;
         --live_activations;
         if (!stage.has_embedding) {
-          outputs[a.micro_batch] = d_in.Clone();
+          outputs[piece(a)] = d_in.Clone();
         }
         break;
       }

@@ -3,13 +3,14 @@
 // activations (forward) and their gradients (backward) between neighbouring
 // pipeline ranks with non-blocking point-to-point messages.
 //
-// One chunk per rank (virtual_stages 1). Receives are posted where the table
+// A rank holds one model chunk, or with interleaving several: the model's
+// chunks are the rank's chunks of the table. Receives are posted where the table
 // places them and waited on just before the computation that reads them;
 // sends are waited on at the end of the step. The table's message order is
 // deadlock-free under blocking semantics, so the looser non-blocking order is
-// too. Micro-batches take model activation slots as their forwards start and
-// give them back after their backwards, so a schedule holds as many slots as
-// it keeps micro-batches in flight.
+// too. Each (micro-batch, chunk) takes a model activation slot as its forward
+// starts and gives it back after its backward, so a schedule holds as many
+// slots as it keeps forwards in flight.
 #ifndef TETRA_PIPELINE_EXECUTOR_H_
 #define TETRA_PIPELINE_EXECUTOR_H_
 
@@ -28,7 +29,7 @@ class PipelineExecutor {
   // Fills inputs and targets, each (batch, seq) token ids, of micro-batch m.
   using LoadMicroBatch = std::function<void(int micro_batch, int32_t* inputs, int32_t* targets)>;
 
-  // `model` holds this rank's stage (v = 1), `pipeline` is the pipeline group
+  // `model` holds this rank's chunks, `pipeline` is the pipeline group
   // (the table's peers are its ranks) and `actions` this rank's table. All
   // must outlive the executor.
   PipelineExecutor(LlamaModel& model, Communicator& pipeline, std::vector<Action> actions,
@@ -45,13 +46,14 @@ class PipelineExecutor {
   // transfer time not hidden), and the step's wall time.
   double wait_seconds() const { return wait_seconds_; }
   double step_seconds() const { return step_seconds_; }
-  // Most micro-batches whose forward had run but not yet their backward
-  // (activations held) at any point of the last Step.
+  // Most (micro-batch, chunk) forwards that had run but not yet their
+  // backward (activations held) at any point of the last Step.
   int peak_activations() const { return peak_activations_; }
 
  private:
-  // Tags: activation and gradient messages of each micro-batch apart.
-  static int Tag(ActionType type, int micro_batch);
+  // The message tag of a send or receive: activations and gradients of each
+  // micro-batch over each link between virtual stages apart.
+  int Tag(const Action& action) const;
   Tensor HiddenBuffer() const;  // (rows, C)
   void Wait(CommHandle& handle);
 
@@ -59,6 +61,7 @@ class PipelineExecutor {
   Communicator& pipeline_;
   std::vector<Action> actions_;
   int64_t batch_, seq_, rows_, hidden_;
+  int micro_batches_ = 0;
   int last_backward_ = -1;  // index in actions_ of the step's last backward
   double wait_seconds_ = 0, step_seconds_ = 0;
   int peak_activations_ = 0;

@@ -11,3 +11,6 @@ set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIM
 add_test(NAME layouts.parallel_layouts_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_layouts.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.parallel_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 1200 RUN_SERIAL ON)
+add_test(NAME pipeline.measured_bubble_matches_table
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/pipeline/check_bubble.py $<TARGET_FILE:tetra>)
+set_tests_properties(pipeline.measured_bubble_matches_table PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL ON)

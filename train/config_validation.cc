@@ -147,15 +147,10 @@ absl::Status ValidateData(const DataConfig& d, const ModelConfig& m, const Train
   return absl::OkStatus();
 }
 
-// Pipeline parallelism (one chunk per rank): the stage split and the schedule
-// must exist, and the features that need the whole model on one rank (tied
-// embedding and LM head, export, evaluation) are refused.
+// Pipeline parallelism: the stage split and the schedule must exist, and the
+// features that need the whole model on one rank (export, evaluation) are
+// refused.
 absl::Status ValidatePipeline(const TrainerConfig& c, const MeshShape& s) {
-  if (c.model().tie_word_embeddings()) {
-    return Invalid(absl::StrCat("model.tie_word_embeddings is true with parallel.pipeline ", s.pp,
-                                ", but tied embeddings across pipeline stages are not implemented yet"),
-                   "set model.tie_word_embeddings to false, or parallel.pipeline to 1");
-  }
   for (auto [field, value] : {std::pair{"export_path", c.export_path()},
                               std::pair{"data.valid_path", c.data().valid_path()}}) {
     if (!value.empty()) {
@@ -173,11 +168,14 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
   const ParallelConfig& p = c.parallel();
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(p, world_size));  // layout arithmetic and order string
   const MeshShape& s = mesh.shape();
-  if (s.ep > 1 || p.virtual_stages() != 1) {
-    return Invalid(absl::StrCat("parallel.expert ", s.ep, " and parallel.virtual_stages ", p.virtual_stages(),
-                                " need expert parallelism or interleaved pipeline stages, which are not "
-                                "implemented yet"),
-                   "use tensor, pipeline and data parallelism only (expert 1, virtual_stages 1)");
+  if (s.ep > 1) {
+    return Invalid(absl::StrCat("parallel.expert is ", s.ep, ", but expert parallelism is not implemented yet"),
+                   "use tensor, pipeline and data parallelism only (parallel.expert 1)");
+  }
+  if (p.virtual_stages() != 1 && s.pp == 1) {
+    return Invalid(absl::StrCat("parallel.virtual_stages is ", p.virtual_stages(),
+                                " but parallel.pipeline is 1: virtual stages interleave a pipeline"),
+                   "set parallel.pipeline to 2 or more, or parallel.virtual_stages to 1");
   }
   if (s.pp > 1) RETURN_IF_ERROR(ValidatePipeline(c, s));
   const TrainConfig& t = c.train();

@@ -21,6 +21,10 @@ struct Distributed {
   std::unique_ptr<Communicator> dp;  // data-parallel group
   std::unique_ptr<Communicator> pp;  // pipeline group, ranks in stage order
   std::unique_ptr<Communicator> mp;  // model group: the ranks holding one model replica
+  // Embedding group: the first and last stage of this rank's pipeline, which
+  // sum the gradients of a tied embedding's two copies; this rank alone on a
+  // middle stage.
+  std::unique_ptr<Communicator> embd;
 
   bool is_logging_rank() const { return world->rank() == 0; }
 

@@ -81,11 +81,12 @@ absl::StatusOr<double> Evaluate(LlamaModel& model, SampleLoader& validation, int
 }  // namespace
 
 // Segments of the flat buffers for the optimizer: a slice held by several
-// tensor-parallel ranks counts once in the global gradient norm.
+// tensor-parallel ranks or pipeline stages counts once in the global gradient norm.
 std::vector<FlatSegment> Segments(const ParameterStore& store) {
   std::vector<FlatSegment> segments;
   for (const Parameter& p : store.all()) {
-    segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay, 1.0 / p.shard.replicas});
+    segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay,
+                        1.0 / (p.shard.replicas * p.stage_copies)});
   }
   return segments;
 }
@@ -103,10 +104,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   const bool zero1 = config.optimizer().zero_stage() == 1;
   const int pp = dist.pp->size();
   ASSIGN_OR_RETURN(StagePartition partition, PartitionStages(config));
+  std::vector<PipelineStage> chunks;
+  for (int c = 0; c < partition.virtual_stages; ++c) chunks.push_back(partition.Stage(dist.pp->rank(), c));
   LlamaModel model(config.model(), train.seed(),
                    {dist.tp.get(), config.parallel().sequence_parallel(),
-                    /*flat_multiple=*/GradientReducer::PaddedSize(1, dp),
-                    partition.Stage(dist.pp->rank(), /*chunk=*/0)});
+                    /*flat_multiple=*/GradientReducer::PaddedSize(1, dp), chunks});
   ParameterStore& store = model.parameters();
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), store));
   GradientReducer reducer(store.flat_grads(), *dist.dp, config.parallel().dp_bucket_mb(), zero1);
@@ -148,8 +150,13 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     const float grad_scale = 1.0f / static_cast<float>(tokens_per_step);
     // Data-parallel rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the step.
     const int64_t first_sample = (step - 1) * global_batch + dp_rank * rank_batch;
-    // Gradient buckets start reducing during the last micro-batch's backward.
-    const LlamaModel::GradientReadyCallback on_ready = [&](int64_t ready) { reducer.ReadyFrom(ready); };
+    // Gradient buckets start reducing during the last micro-batch's backward,
+    // except those holding a tied embedding copy, which first sums with the
+    // other stage's copy once the pipeline has drained.
+    const Parameter* tied_copy = model.tied_embedding_copy();
+    const LlamaModel::GradientReadyCallback on_ready = [&](int64_t ready) {
+      reducer.ReadyFrom(tied_copy ? std::max(ready, tied_copy->flat_offset + tied_copy->grad.numel()) : ready);
+    };
     if (pipeline) {
       absl::Status load_status;
       loss_sum = pipeline->Step(
@@ -158,6 +165,10 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
           },
           grad_scale, on_ready);
       RETURN_IF_ERROR(load_status);
+      if (tied_copy) {
+        dist.embd->AllReduce(tied_copy->grad.raw(), tied_copy->grad.raw(), tied_copy->grad.numel(),
+                             DType::kF32, ReduceOp::kSum);
+      }
     } else {
       for (int64_t first = 0; first < rank_batch; first += micro) {
         RETURN_IF_ERROR(data.loader.Load(first_sample + first, micro, inputs.data(), targets.data()));

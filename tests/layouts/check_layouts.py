@@ -10,9 +10,11 @@ ZeRO-1 and sequence parallelism off and on, and checks (DESIGN.md principle 2):
     export to 1e-5,
   - ZeRO-1 with dp 4 holds a quarter (within padding) of the optimizer state,
   - num_key_value_heads 2 with tp 4 (replicated KV heads) matches too,
-  - pipeline 2 and 4 under 1F1B and GPipe, and tp 2 x pp 2 x dp 2, with a
-    4-layer model and 8 micro-batches per step: step-1 loss and gradient norm
-    within 1e-5 relative, and every one of 20 steps within 1e-4.
+  - pipeline 2 and 4 under 1F1B and GPipe, pipeline 2 interleaved with 2
+    virtual stages, and tp 2 x pp 2 x dp 2 under all three, with a 4-layer
+    model and 8 micro-batches per step, and tied embeddings split over the
+    first and last stage (pp 2, plain and interleaved): step-1 loss and
+    gradient norm within 1e-5 relative, and every one of 20 steps within 1e-4.
 usage: check_layouts.py TETRA_BINARY
 """
 import json
@@ -116,12 +118,22 @@ with tempfile.TemporaryDirectory() as tmp:
         if dp not in pipeline_refs:
             pipeline_refs[dp] = run(fresh(f"ref_pp_dp{dp}"), 1, 20, shape)
         base = pipeline_refs[dp]
-        for schedule in ("ONE_F_ONE_B", "GPIPE"):
-            name = f"tp{tp}_pp{pp}_dp{dp}_{schedule}"
+        schedules = [("ONE_F_ONE_B", 1), ("GPIPE", 1)] + ([("ONE_F_ONE_B", 2)] if pp == 2 else [])
+        for schedule, v in schedules:
+            name = f"tp{tp}_pp{pp}_dp{dp}_{schedule}_v{v}"
             got = run(fresh(name), tp * pp * dp, 20,
                       shape + [f"parallel.tensor={tp}", f"parallel.pipeline={pp}",
-                               f"parallel.schedule={schedule}"])
+                               f"parallel.schedule={schedule}", f"parallel.virtual_stages={v}"])
             check_matches(name, got, base)
+
+    # Tied embeddings: the first stage's table and the last stage's copy for
+    # the LM head sum their gradients over the embedding group.
+    tied = ["model.num_hidden_layers=4", "train.global_batch_size=16", "model.tie_word_embeddings=true"]
+    tied_ref = run(fresh("ref_tied"), 1, 20, tied)
+    for v in (1, 2):
+        name = f"pp2_tied_v{v}"
+        got = run(fresh(name), 2, 20, tied + ["parallel.pipeline=2", f"parallel.virtual_stages={v}"])
+        check_matches(name, got, tied_ref)
 
     # Optimizer state under ZeRO-1 with dp 4: a quarter of the replicated one.
     replicated = run(fresh("bytes_zero0"), 4, 2, ["optimizer.zero_stage=0"])[0]["optimizer_bytes"]

@@ -93,7 +93,7 @@ void CheckStagesMatchWholeModel(const std::vector<int>& layers) {
                               .num_layers = layers[s],
                               .has_embedding = s == 0,
                               .has_head = s == stages - 1};
-    models.push_back(std::make_unique<LlamaModel>(config, kSeed, ModelParallelism{.stage = stage}));
+    models.push_back(std::make_unique<LlamaModel>(config, kSeed, ModelParallelism{.chunks = {stage}}));
   }
 
   // Messages in flight, cloned as a point-to-point transfer would copy them:
@@ -115,7 +115,7 @@ void CheckStagesMatchWholeModel(const std::vector<int>& layers) {
       const std::vector<int32_t> targets = Tokens(step.micro_batch, 1);
       if (step.forward) {
         if (s > 0 && !activations.count(key)) continue;
-        const Tensor out = m.ForwardStage(step.micro_batch, inputs.data(),
+        const Tensor out = m.ForwardStage(step.micro_batch, 0, inputs.data(),
                                           s > 0 ? activations.at(key) : Tensor(), targets.data(),
                                           kBatch, kSeq, grad_scale, &got_loss[step.micro_batch]);
         EXPECT_EQ(out.defined(), s < stages - 1);
@@ -126,7 +126,7 @@ void CheckStagesMatchWholeModel(const std::vector<int>& layers) {
         const std::pair<int, int> from{s + 1, step.micro_batch};
         if (s < stages - 1 && !gradients.count(from)) continue;
         std::vector<int64_t> ready;
-        const Tensor d = m.BackwardStage(step.micro_batch,
+        const Tensor d = m.BackwardStage(step.micro_batch, 0,
                                          s < stages - 1 ? gradients.at(from) : Tensor(),
                                          [&](int64_t offset) { ready.push_back(offset); });
         EXPECT_EQ(d.defined(), s > 0);
@@ -169,10 +169,10 @@ TEST(PipelineStageTest, UnevenStagesMatchTheWholeModel) { CheckStagesMatchWholeM
 TEST(PipelineStageTest, StageHoldsOnlyItsLayersUnderGlobalNames) {
   const ModelConfig config = FourLayerConfig(/*tie=*/false);
   LlamaModel middle(config, kSeed,
-                    ModelParallelism{.stage = {.first_layer = 2,
-                                               .num_layers = 1,
-                                               .has_embedding = false,
-                                               .has_head = false}});
+                    ModelParallelism{.chunks = {{.first_layer = 2,
+                                                 .num_layers = 1,
+                                                 .has_embedding = false,
+                                                 .has_head = false}}});
   for (const Parameter& p : middle.parameters().all()) {
     EXPECT_EQ(p.name.rfind("model.layers.2.", 0), 0u) << p.name;
   }
@@ -181,11 +181,30 @@ TEST(PipelineStageTest, StageHoldsOnlyItsLayersUnderGlobalNames) {
   EXPECT_EQ(middle.parameters().Find("model.norm.weight"), nullptr);
 }
 
-TEST(PipelineStageDeathTest, TiedEmbeddingAcrossStagesIsUnsupported) {
+// The last stage's LM head holds its own copy of a tied table, drawn from the
+// same (seed, name, index) as the first stage's, so the two start equal.
+TEST(PipelineStageTest, TiedEmbeddingCopiesStartEqual) {
   const ModelConfig config = FourLayerConfig(/*tie=*/true);
+  LlamaModel first(config, kSeed, ModelParallelism{.chunks = {{.num_layers = 2, .has_head = false}}});
+  LlamaModel last(config, kSeed,
+                  ModelParallelism{.chunks = {{.first_layer = 2, .has_embedding = false}}});
+  LlamaModel whole(config, kSeed);
+  ASSERT_NE(first.tied_embedding_copy(), nullptr);
+  ASSERT_NE(last.tied_embedding_copy(), nullptr);
+  EXPECT_EQ(whole.tied_embedding_copy(), nullptr);
+  EXPECT_EQ(last.tied_embedding_copy()->name, "model.embed_tokens.weight");
+  EXPECT_EQ(last.tied_embedding_copy()->stage_copies, 2);
+  ExpectSameTensor(last.tied_embedding_copy()->value, first.tied_embedding_copy()->value, "copies");
+  ExpectSameTensor(first.tied_embedding_copy()->value,
+                   whole.parameters().Find("model.embed_tokens.weight")->value, "whole");
+}
+
+TEST(PipelineStageDeathTest, EmbeddingOnlyOnTheFirstChunk) {
+  const ModelConfig config = FourLayerConfig(/*tie=*/false);
   EXPECT_DEATH(LlamaModel(config, kSeed,
-                          ModelParallelism{.stage = {.num_layers = 2, .has_head = false}}),
-               "tie_word_embeddings");
+                          ModelParallelism{.chunks = {{.num_layers = 1, .has_embedding = false},
+                                                      {.first_layer = 2, .num_layers = 1}}}),
+               "only the first chunk may hold the embedding");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// ValidateConfig with pipeline parallelism: a 1F1B or GPipe pipeline with one
-// chunk per rank is accepted; what the pipeline trainer cannot do yet (tied
-// embeddings, export, evaluation, interleaving) and layer counts that do not
-// split are refused with errors naming the fields.
+// ValidateConfig with pipeline parallelism: GPipe, 1F1B and interleaved 1F1B
+// pipelines, with tied embeddings or not, are accepted; what the pipeline
+// trainer cannot do yet (export, evaluation), virtual stages without a
+// pipeline and layer counts that do not split are refused with errors naming
+// the fields.
 #include <string>
 
 #include "gmock/gmock.h"
@@ -38,10 +39,12 @@ TEST(PipelineConfig, AcceptsOneFOneBAndGPipe) {
   EXPECT_TRUE(ValidateConfig(c, 4).ok()) << ValidateConfig(c, 4);  // with dp 2
 }
 
-TEST(PipelineConfig, RefusesTiedEmbeddings) {
+TEST(PipelineConfig, AcceptsInterleavingAndTiedEmbeddings) {
   TrainerConfig c = PipelineConfig();
+  c.mutable_parallel()->set_virtual_stages(2);
+  EXPECT_TRUE(ValidateConfig(c, 2).ok()) << ValidateConfig(c, 2);
   c.mutable_model()->set_tie_word_embeddings(true);
-  EXPECT_THAT(std::string(ValidateConfig(c, 2).message()), HasSubstr("model.tie_word_embeddings"));
+  EXPECT_TRUE(ValidateConfig(c, 2).ok()) << ValidateConfig(c, 2);
 }
 
 TEST(PipelineConfig, RefusesExportAndEvaluation) {
@@ -55,10 +58,15 @@ TEST(PipelineConfig, RefusesExportAndEvaluation) {
   EXPECT_THAT(std::string(ValidateConfig(c, 2).message()), HasSubstr("data.valid_path"));
 }
 
-TEST(PipelineConfig, RefusesInterleavingAndUnevenLayers) {
+TEST(PipelineConfig, RefusesVirtualStagesWithoutPipelineAndUnevenLayers) {
   TrainerConfig c = PipelineConfig();
+  c.mutable_parallel()->set_pipeline(1);
   c.mutable_parallel()->set_virtual_stages(2);
-  EXPECT_THAT(std::string(ValidateConfig(c, 2).message()), HasSubstr("parallel.virtual_stages 2"));
+  EXPECT_THAT(std::string(ValidateConfig(c, 2).message()), HasSubstr("parallel.virtual_stages is 2"));
+  c = PipelineConfig();
+  c.mutable_parallel()->set_virtual_stages(2);
+  c.mutable_model()->set_num_hidden_layers(6);  // not a multiple of 2 x 2 virtual stages
+  EXPECT_THAT(std::string(ValidateConfig(c, 2).message()), HasSubstr("num_hidden_layers"));
   c = PipelineConfig();
   c.mutable_model()->set_num_hidden_layers(3);
   EXPECT_THAT(std::string(ValidateConfig(c, 2).message()), HasSubstr("model.num_hidden_layers = 3"));
