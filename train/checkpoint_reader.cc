@@ -164,11 +164,4 @@ absl::StatusOr<Tensor> CheckpointReader::ReadGlobal(const TensorRecord& tensor) 
   return ReadBox(tensor, box);
 }
 
-absl::Status CheckpointReader::VerifyChecksums() const {
-  for (const TensorRecord& tensor : manifest_.tensors()) {
-    for (const ShardRecord& shard : tensor.shards()) RETURN_IF_ERROR(ReadShard(tensor, shard).status());
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace tetra

@@ -35,11 +35,8 @@ class CheckpointReader {
   // The elements of `box` (one range per dim) of `tensor`, as a tensor of the
   // box's shape in row-major order (fp32).
   absl::StatusOr<Tensor> ReadBox(const TensorRecord& tensor, const std::vector<DimRange>& box) const;
-  // The whole global tensor.
+  // The whole global tensor (so reading every tensor checks every shard).
   absl::StatusOr<Tensor> ReadGlobal(const TensorRecord& tensor) const;
-
-  // Reads every shard of every tensor and checks its size and CRC-32C.
-  absl::Status VerifyChecksums() const;
 
  private:
   CheckpointReader() = default;
