@@ -24,6 +24,8 @@ struct RankShards {
 
   void Add(const Parameter& p, TensorRecord::Kind kind, const Tensor& data, int64_t flat_begin,
            const std::string& file, int rank) {
+    TETRA_CHECK(data.device() == DeviceType::kCPU && data.dtype() == DType::kF32)
+        << p.name << ": checkpoints save host fp32 tensors; copy device state to the host first";
     TensorRecord* tensor = records.add_tensors();
     tensor->set_name(p.name);
     tensor->set_kind(kind);
