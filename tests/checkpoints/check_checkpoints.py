@@ -8,15 +8,20 @@ Trains a tiny Llama (GQA, untied head) for 20 steps with a checkpoint at step
   - another layout (saved under tensor 2 x data 2 ZeRO-1, resumed under
     pipeline 2 x data 2 ZeRO-1, under one rank and under data 4 ZeRO-0; saved
     under data 4 ZeRO-1, resumed under tensor 2 x data 2 ZeRO-0): steps 11..20
-    within 1e-5 relative of the uninterrupted single-rank run.
+    within 1e-5 relative of the uninterrupted single-rank run,
+  - SIGTERM to mpirun during a long data 2 ZeRO-1 run: every rank finishes the
+    same step and saves it; the checkpoint verifies with `tetra checkpoint inspect`.
 usage: check_checkpoints.py TETRA_BINARY
 """
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 TETRA = sys.argv[1]
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -80,7 +85,35 @@ def check(name, resumed, reference, rtol):
         failures.append(f"{name}: {worst:.3g} > {rtol:g}")
 
 
+def stop_with_sigterm(work):
+    """A long 2-rank run, SIGTERM to mpirun once steps are running."""
+    ckpt, metrics = f"{work}/sigterm_ckpt", f"{work}/sigterm.jsonl"
+    cmd = ["mpirun", "--oversubscribe", "-np", "2", TETRA, "train", "--config", "/dev/null"]
+    for s in MODEL + ["optimizer.zero_stage=1", "train.steps=20000", "checkpoint.interval=0",
+                      f"log.metrics_path={metrics}", f"checkpoint.dir={ckpt}"]:
+        cmd += ["--set", s]
+    job = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not os.path.exists(metrics) or
+                                      sum(1 for _ in open(metrics)) < 3):
+        time.sleep(0.05)
+    job.send_signal(signal.SIGTERM)
+    out, _ = job.communicate(timeout=120)
+    stopped = re.search(r"stopped by SIGTERM after step (\d+)", out)
+    if not stopped:
+        failures.append(f"SIGTERM: no clean stop in\n{out}")
+        return
+    step = int(stopped.group(1))
+    steps = os.listdir(ckpt)
+    inspect = subprocess.run([TETRA, "checkpoint", "inspect", ckpt], capture_output=True, text=True)
+    print(f"SIGTERM to mpirun: stopped after step {step}, saved {steps}")
+    if steps != [f"step_{step:08d}"] or inspect.returncode != 0 or \
+            "written by 2 ranks" not in inspect.stdout:
+        failures.append(f"SIGTERM: saved {steps} for step {step}; inspect:\n{inspect.stdout}{inspect.stderr}")
+
+
 with tempfile.TemporaryDirectory() as work:
+    stop_with_sigterm(work)
     single, _ = saved_at_10(work, "single")
     for layout in ["tp2_dp2_zero1", "pp2_dp2_zero1"]:
         full, ckpt = saved_at_10(work, layout)

@@ -128,6 +128,9 @@ TEST_F(CheckpointCliTest, RetentionKeepsTheNewest) {
   for (const fs::directory_entry& e : fs::directory_iterator(ckpt_)) names.push_back(e.path().filename());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"step_00000006", "step_00000007"}));
+  RunResult negative = Run(TrainArgs(7, "a.jsonl", 2, " --set checkpoint.keep=-1"));
+  EXPECT_EQ(negative.exit_code, 1);
+  EXPECT_THAT(negative.err, HasSubstr("checkpoint.interval 2 and checkpoint.keep -1 must be >= 0"));
 }
 
 TEST_F(CheckpointCliTest, SigtermFinishesTheStepSavesAndExitsZero) {
