@@ -1,5 +1,6 @@
 #include "train/checkpoint_reader.h"
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>

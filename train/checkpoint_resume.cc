@@ -1,7 +1,5 @@
 #include "train/checkpoint_resume.h"
 
-#include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -46,19 +44,12 @@ absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& s
     ASSIGN_OR_RETURN(Tensor slice, reader.ReadBox(*tensor, ShardBox(p.global_shape, p.shard)));
     p.value.CopyFrom(slice.Reshape(p.value.shape()));
   }
-  std::vector<const Parameter*> by_offset;
-  for (const Parameter& p : store.all()) by_offset.push_back(&p);
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const Parameter* a, const Parameter* b) { return a->flat_offset < b->flat_offset; });
   // Moment views ascend, so one parameter's pieces come together: read its
   // slice of m and v once for all of them.
   const Parameter* cached = nullptr;
   Tensor exp_avg, exp_avg_sq;
   for (const DistributedOptimizer::MomentView& view : optimizer.moments()) {
-    auto it = std::upper_bound(by_offset.begin(), by_offset.end(), view.range.begin,
-                               [](int64_t offset, const Parameter* p) { return offset < p->flat_offset; });
-    TETRA_CHECK(it != by_offset.begin()) << "moment range at " << view.range.begin << " before every parameter";
-    const Parameter& p = **(it - 1);
+    const Parameter& p = store.AtFlatOffset(view.range.begin);
     if (&p != cached) {
       const std::vector<DimRange> box = ShardBox(p.global_shape, p.shard);
       ASSIGN_OR_RETURN(const TensorRecord* m, FindMatching(reader, p, TensorRecord::EXP_AVG));

@@ -61,16 +61,9 @@ RankShards CollectShards(const TrainerConfig& config, const ParameterStore& stor
   // Under ZeRO-1 each dp rank holds different moments; under ZeRO-0 all hold all.
   const bool zero1 = config.optimizer().zero_stage() == 1 && dist.dp->size() > 1;
   if (!zero1 && !first_dp) return shards;
-  std::vector<const Parameter*> by_offset;
-  for (const Parameter& p : store.all()) by_offset.push_back(&p);
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const Parameter* a, const Parameter* b) { return a->flat_offset < b->flat_offset; });
   for (const DistributedOptimizer::MomentView& view : optimizer.moments()) {
-    // The parameter whose segment holds this piece (pieces never cross segments).
-    auto it = std::upper_bound(by_offset.begin(), by_offset.end(), view.range.begin,
-                               [](int64_t offset, const Parameter* p) { return offset < p->flat_offset; });
-    TETRA_CHECK(it != by_offset.begin()) << "moment range at " << view.range.begin << " before every parameter";
-    const Parameter& p = **(it - 1);
+    // Pieces never cross segments: the piece's first element names its parameter.
+    const Parameter& p = store.AtFlatOffset(view.range.begin);
     const int64_t local_begin = view.range.begin - p.flat_offset;
     TETRA_CHECK(local_begin + view.range.size() <= p.value.numel())
         << "moment range [" << view.range.begin << ", " << view.range.end << ") leaves " << p.name;
