@@ -49,6 +49,14 @@ std::optional<int64_t> StepOf(const std::string& name) {
 
 std::string StepDirName(int64_t step) { return absl::StrFormat("%s%08d", kStepPrefix, step); }
 
+std::string StepDir(const std::string& root, int64_t step) {
+  return (fs::path(root) / StepDirName(step)).string();
+}
+
+std::string TemporaryStepDir(const std::string& root, int64_t step) {
+  return StepDir(root, step) + kTemporarySuffix;
+}
+
 std::vector<CheckpointEntry> ListCheckpoints(const std::string& root) {
   std::vector<CheckpointEntry> entries;
   std::error_code error;
@@ -108,7 +116,7 @@ absl::Status SyncDirectory(const std::string& path) {
 }
 
 absl::StatusOr<std::string> CreateTemporaryStepDir(const std::string& root, int64_t step) {
-  const fs::path tmp = fs::path(root) / (StepDirName(step) + kTemporarySuffix);
+  const fs::path tmp = TemporaryStepDir(root, step);
   std::error_code error;
   fs::remove_all(tmp, error);
   if (!error) fs::create_directories(tmp, error);
@@ -119,7 +127,7 @@ absl::StatusOr<std::string> CreateTemporaryStepDir(const std::string& root, int6
 absl::StatusOr<std::string> CommitStepDir(const std::string& tmp_dir, const std::string& root,
                                           int64_t step) {
   RETURN_IF_ERROR(SyncDirectory(tmp_dir));
-  const fs::path final_dir = fs::path(root) / StepDirName(step);
+  const fs::path final_dir = StepDir(root, step);
   std::error_code error;
   // A directory of the same step (an earlier run that went on past it) is
   // replaced: the new one is the state this run continues from.

@@ -20,6 +20,9 @@ namespace tetra {
 
 // "step_00000120"
 std::string StepDirName(int64_t step);
+// `root`/step_N, and `root`/step_N.tmp where it is written before the commit.
+std::string StepDir(const std::string& root, int64_t step);
+std::string TemporaryStepDir(const std::string& root, int64_t step);
 
 struct CheckpointEntry {
   int64_t step = 0;
@@ -41,7 +44,7 @@ absl::Status WriteFileDurably(const std::string& path, const void* data, size_t 
 // fsyncs the directory `path`, so the names created in it are on disk.
 absl::Status SyncDirectory(const std::string& path);
 
-// Creates an empty `root`/step_N.tmp (removing a stale one from a crashed save).
+// Creates an empty TemporaryStepDir (removing a stale one from a crashed save).
 absl::StatusOr<std::string> CreateTemporaryStepDir(const std::string& root, int64_t step);
 // Syncs `tmp_dir`, renames it to `root`/step_N (replacing an older one of the
 // same step) and syncs `root`. Returns the final path.

@@ -1,7 +1,6 @@
 #include "train/checkpoint_writer.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <utility>
 #include <vector>
@@ -16,15 +15,14 @@
 namespace tetra {
 namespace {
 
-// One rank's part of a checkpoint: its shard records and the bytes they point at.
+// One rank's part of a checkpoint: its shard records and its data file's bytes.
 struct RankShards {
   CheckpointManifest records;  // only `tensors`, each with this rank's shards
-  std::vector<std::pair<const char*, size_t>> pieces;
-  uint64_t bytes = 0;
+  std::string data;
 
-  void Add(const Parameter& p, TensorRecord::Kind kind, const Tensor& data, int64_t flat_begin,
+  void Add(const Parameter& p, TensorRecord::Kind kind, const Tensor& values, int64_t flat_begin,
            const std::string& file, int rank) {
-    TETRA_CHECK(data.device() == DeviceType::kCPU && data.dtype() == DType::kF32)
+    TETRA_CHECK(values.device() == DeviceType::kCPU && values.dtype() == DType::kF32)
         << p.name << ": checkpoints save host fp32 tensors; copy device state to the host first";
     TensorRecord* tensor = records.add_tensors();
     tensor->set_name(p.name);
@@ -32,15 +30,14 @@ struct RankShards {
     for (int64_t extent : p.global_shape) tensor->add_shape(extent);
     ShardRecord* shard = tensor->add_shards();
     shard->set_file(file);
-    shard->set_offset(bytes);
-    shard->set_bytes(data.nbytes());
+    shard->set_offset(data.size());
+    shard->set_bytes(values.nbytes());
     for (const DimRange& range : ShardBox(p.global_shape, p.shard)) *shard->add_box() = range;
     shard->set_flat_begin(flat_begin);
-    shard->set_flat_end(flat_begin + data.numel());
-    shard->set_crc32c(Crc32c(data.raw(), data.nbytes()));
+    shard->set_flat_end(flat_begin + values.numel());
+    shard->set_crc32c(Crc32c(values.raw(), values.nbytes()));
     shard->set_rank(rank);
-    pieces.emplace_back(static_cast<const char*>(data.raw()), data.nbytes());
-    bytes += data.nbytes();
+    data.append(static_cast<const char*>(values.raw()), values.nbytes());
   }
 };
 
@@ -139,22 +136,18 @@ absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t 
   Communicator& world = *dist.world;
   const std::string& root = config.checkpoint().dir();
   const bool leader = world.rank() == 0;
-  absl::StatusOr<std::string> tmp_dir = (std::filesystem::path(root) / (StepDirName(step) + ".tmp")).string();
+  absl::StatusOr<std::string> tmp_dir = TemporaryStepDir(root, step);
   if (leader) tmp_dir = CreateTemporaryStepDir(root, step);
   RETURN_IF_ERROR(AgreeOnStatus(world, tmp_dir.status()));
 
   // Each rank's data file, on disk (fsynced) before rank 0 writes the manifest.
   RankShards shards = CollectShards(config, store, optimizer, dist);
-  std::string data;
-  data.reserve(shards.bytes);
-  for (const auto& [bytes, size] : shards.pieces) data.append(bytes, size);
   const std::string data_path = absl::StrCat(*tmp_dir, "/", RankFileName(world.rank()));
-  RETURN_IF_ERROR(AgreeOnStatus(world, WriteFileDurably(data_path, data.data(), data.size())));
-  data.clear();
-  data.shrink_to_fit();
+  RETURN_IF_ERROR(AgreeOnStatus(world, WriteFileDurably(data_path, shards.data.data(), shards.data.size())));
+  shards.data = std::string();
 
   const std::vector<std::string> records = GatherRecords(world, shards.records.SerializeAsString());
-  absl::StatusOr<std::string> final_dir = (std::filesystem::path(root) / StepDirName(step)).string();
+  absl::StatusOr<std::string> final_dir = StepDir(root, step);
   if (leader) {
     final_dir = [&]() -> absl::StatusOr<std::string> {
       const std::string manifest = BuildManifest(config, step, dist, records).SerializeAsString();
