@@ -1,5 +1,6 @@
 #include "train/checkpoint_reader.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -117,8 +118,12 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
   Shape out_shape(dims);
   for (int d = 0; d < dims; ++d) out_shape[d] = box[d].end() - box[d].begin();
   Tensor out = Tensor::Empty(out_shape);
-  std::vector<bool> covered(out.numel(), false);
+  std::vector<char> covered(out.numel(), 0);
   int64_t num_covered = 0;
+  // Copies go by runs along the last dim (a 0-dim tensor is one run of one).
+  const int last = dims - 1;
+  const int64_t box_begin = dims ? box[last].begin() : 0, box_end = dims ? box[last].end() : 1;
+  const int64_t out_row = box_end - box_begin;
   std::vector<int64_t> coord(dims);
   for (const ShardRecord& shard : tensor.shards()) {
     bool overlaps = true;
@@ -128,26 +133,36 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
     if (!overlaps || shard.flat_begin() == shard.flat_end()) continue;
     ASSIGN_OR_RETURN(std::string bytes, ReadShard(tensor, shard));
     const float* values = reinterpret_cast<const float*>(bytes.data());
-    for (int64_t i = shard.flat_begin(); i < shard.flat_end(); ++i) {
-      // Element i of the shard's box (row-major) -> its global coordinates ->
-      // its place in `box`, if inside.
-      int64_t rest = i, at = 0;
-      bool inside = true;
-      for (int d = dims - 1; d >= 0; --d) {
+    const int64_t shard_row_end = dims ? shard.box(last).end() : 1;
+    for (int64_t i = shard.flat_begin(); i < shard.flat_end();) {
+      // Element i of the shard's box (row-major) -> its global coordinates;
+      // the run goes on to the end of its row in the shard or of the shard.
+      int64_t rest = i;
+      for (int d = last; d >= 0; --d) {
         const int64_t extent = shard.box(d).end() - shard.box(d).begin();
         coord[d] = shard.box(d).begin() + rest % extent;
         rest /= extent;
       }
-      for (int d = 0; d < dims && inside; ++d) {
+      const int64_t column = dims ? coord[last] : 0;
+      const int64_t run = std::min(shard.flat_end() - i, shard_row_end - column);
+      // Inside `box`: the row's leading coordinates, then the overlap of the columns.
+      bool inside = true;
+      int64_t row = 0;
+      for (int d = 0; d < last && inside; ++d) {
         inside = box[d].begin() <= coord[d] && coord[d] < box[d].end();
-        at = at * out_shape[d] + coord[d] - box[d].begin();
+        row = row * out_shape[d] + coord[d] - box[d].begin();
       }
-      if (!inside) continue;
-      std::memcpy(out.f32() + at, values + (i - shard.flat_begin()), sizeof(float));
-      if (!covered[at]) {
-        covered[at] = true;
-        ++num_covered;
+      const int64_t lo = std::max(column, box_begin), hi = std::min(column + run, box_end);
+      if (inside && lo < hi) {
+        const int64_t at = row * out_row + lo - box_begin;
+        std::memcpy(out.f32() + at, values + (i - shard.flat_begin()) + (lo - column),
+                    (hi - lo) * sizeof(float));
+        for (int64_t k = at; k < at + hi - lo; ++k) {
+          num_covered += !covered[k];
+          covered[k] = 1;
+        }
       }
+      i += run;
     }
   }
   if (num_covered != out.numel()) {

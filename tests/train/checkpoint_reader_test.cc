@@ -152,6 +152,66 @@ TEST_F(CheckpointReaderTest, InconsistentOrDamagedManifestIsAnError) {
   EXPECT_THAT(ReadAll().message(), HasSubstr("cannot read checkpoint manifest " + dir_ + "/manifest.pb"));
 }
 
+TEST(CheckpointReader3dTest, PiecesCutMidRowReadIntoAnInnerBox) {
+  // A (3, 4, 5) tensor, element g = 1000 + g: dim 1 split in halves, the
+  // second half cut into flat pieces [0, 7) and [7, 30) (mid-row), one file.
+  const std::string dir = tetra::testing::ScratchDir("checkpoint_reader_test") + "/3d";
+  std::filesystem::create_directories(dir);
+  const Shape shape = {3, 4, 5};
+  CheckpointManifest manifest;
+  manifest.set_format_version(kCheckpointFormatVersion);
+  TensorRecord* tensor = manifest.add_tensors();
+  tensor->set_name("t");
+  tensor->set_kind(TensorRecord::EXP_AVG);
+  for (int64_t e : shape) tensor->add_shape(e);
+  std::string file;
+  auto add = [&](int64_t c0, int64_t flat_begin, int64_t flat_end) {
+    ShardRecord* shard = tensor->add_shards();
+    std::vector<DimRange> box(3);
+    box[0].set_end(3);
+    box[1].set_begin(c0);
+    box[1].set_end(c0 + 2);
+    box[2].set_end(5);
+    std::string bytes;
+    for (int64_t i = flat_begin; i < flat_end; ++i) {  // (3, 2, 5) box, row-major
+      const float v = 1000.0f + static_cast<float>(((i / 10) * 4 + c0 + i / 5 % 2) * 5 + i % 5);
+      bytes.append(reinterpret_cast<const char*>(&v), sizeof(v));
+    }
+    for (const DimRange& r : box) *shard->add_box() = r;
+    shard->set_file("r.bin");
+    shard->set_offset(file.size());
+    shard->set_bytes(bytes.size());
+    shard->set_flat_begin(flat_begin);
+    shard->set_flat_end(flat_end);
+    shard->set_crc32c(Crc32c(bytes.data(), bytes.size()));
+    file += bytes;
+  };
+  add(0, 0, 30);
+  add(2, 7, 30);
+  add(2, 0, 7);
+  WriteBytes(dir + "/r.bin", file);
+  WriteBytes(dir + "/" + kManifestFileName, manifest.SerializeAsString());
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<DimRange> box(3);
+  const int64_t begin[3] = {1, 1, 2}, end[3] = {3, 4, 5};
+  for (int d = 0; d < 3; ++d) {
+    box[d].set_begin(begin[d]);
+    box[d].set_end(end[d]);
+  }
+  absl::StatusOr<Tensor> read = reader->ReadBox(*reader->Find("t", TensorRecord::EXP_AVG), box);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->shape(), (Shape{2, 3, 3}));
+  for (int64_t a = 0; a < 2; ++a) {
+    for (int64_t b = 0; b < 3; ++b) {
+      for (int64_t c = 0; c < 3; ++c) {
+        const int64_t g = ((1 + a) * 4 + 1 + b) * 5 + 2 + c;
+        EXPECT_EQ(read->f32()[(a * 3 + b) * 3 + c], 1000.0f + static_cast<float>(g)) << a << b << c;
+      }
+    }
+  }
+}
+
 TEST(CheckpointFormatTest, ShardBoxOfATensorParallelSlice) {
   EXPECT_EQ(BoxString(ShardBox({4, 6}, {.dim = 1, .index = 1, .count = 2})), "[0:4, 3:6]");
   EXPECT_EQ(BoxString(ShardBox({4, 6}, {.dim = 0, .index = 3, .count = 4})), "[3:4, 0:6]");
