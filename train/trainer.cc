@@ -212,7 +212,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
                                             global_batch, micro, seq, inputs, targets));
     }
     if (metrics) RETURN_IF_ERROR(metrics->Append(m));
-    if (step % config.log().interval() == 0 || step == train.steps() || step == 1) {
+    if (step % config.log().interval() == 0 || step == train.steps() || step == resumed + 1) {
       const double eta = run_timer.Seconds() / (step - resumed) * (train.steps() - step);
       progress << ProgressLine(m, train.steps(), eta) << "\n" << std::flush;
     }
