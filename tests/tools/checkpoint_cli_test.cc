@@ -244,6 +244,11 @@ TEST_F(CheckpointCliTest, AnotherModelShapeIsAnError) {
   RunResult deeper = Run(TrainArgs(4, "b.jsonl", 0, " --set model.num_hidden_layers=1"));
   EXPECT_EQ(deeper.exit_code, 1);
   EXPECT_THAT(deeper.err, HasSubstr("holds 21 weight tensors but the model has 12"));
+  // Another batch size would put the data position elsewhere.
+  RunResult batch = Run(TrainArgs(4, "b.jsonl", 0, " --set train.global_batch_size=8"));
+  EXPECT_EQ(batch.exit_code, 1);
+  EXPECT_THAT(batch.err, HasSubstr("is at step 2 after 8 samples, but train.global_batch_size 8 would have "
+                                   "consumed 16"));
 }
 
 TEST_F(CheckpointCliTest, KillDuringSaveLeavesAResumableCheckpoint) {
