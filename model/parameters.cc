@@ -1,5 +1,6 @@
 #include "model/parameters.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/philox.h"
@@ -80,6 +81,15 @@ Parameter* ParameterStore::Find(std::string_view name) {
     if (p.name == name) return &p;
   }
   return nullptr;
+}
+
+const Parameter& ParameterStore::AtFlatOffset(int64_t offset) const {
+  // Pack() lays the slots out in registration order: offsets ascend.
+  auto it = std::upper_bound(parameters_.begin(), parameters_.end(), offset,
+                             [](int64_t o, const Parameter& p) { return o < p.flat_offset; });
+  TETRA_CHECK(it != parameters_.begin() && offset < (it - 1)->flat_offset + (it - 1)->value.numel())
+      << "flat element " << offset << " lies in no parameter";
+  return *(it - 1);
 }
 
 void ParameterStore::ZeroGrads() {

@@ -62,6 +62,9 @@ class ParameterStore {
   std::deque<Parameter>& all() { return parameters_; }
   const std::deque<Parameter>& all() const { return parameters_; }
   Parameter* Find(std::string_view name);
+  // The parameter whose slot in the flat buffers holds flat element `offset`
+  // (after Pack(); a checkpoint maps optimizer ranges to names with it).
+  const Parameter& AtFlatOffset(int64_t offset) const;
   void ZeroGrads();
   int64_t NumElements() const;        // this rank's slices
   int64_t GlobalNumElements() const;  // the whole model

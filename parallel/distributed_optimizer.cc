@@ -64,6 +64,15 @@ DistributedOptimizer::DistributedOptimizer(Tensor flat_values, std::vector<FlatS
   v_ = Tensor::Zeros({moments}, DType::kF32, values_.device());
 }
 
+std::vector<DistributedOptimizer::MomentView> DistributedOptimizer::moments() const {
+  std::vector<MomentView> views;
+  for (const Piece& p : pieces_) {
+    const int64_t end = p.moment_offset + p.range.size();
+    views.push_back({p.range, m_.Slice(p.moment_offset, end), v_.Slice(p.moment_offset, end)});
+  }
+  return views;
+}
+
 double DistributedOptimizer::GradNorm() {
   double local = 0;
   for (const Piece& p : pieces_) {

@@ -70,6 +70,14 @@ class DistributedOptimizer {
   int64_t param_bytes() const { return static_cast<int64_t>(values_.nbytes()); }
   int64_t grad_bytes() const { return static_cast<int64_t>(grads_.nbytes()); }
 
+  // This rank's AdamW moments, for checkpoints: for each part of a segment it
+  // updates (ascending, disjoint), the flat range and views of its fp32 m and v.
+  struct MomentView {
+    FlatRange range;
+    Tensor exp_avg, exp_avg_sq;  // (range.size()) fp32
+  };
+  std::vector<MomentView> moments() const;
+
  private:
   // The part of one segment inside one owned range, and where its moments live.
   struct Piece {

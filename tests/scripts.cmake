@@ -14,3 +14,6 @@ set_tests_properties(layouts.parallel_layouts_match_single_rank PROPERTIES LABEL
 add_test(NAME pipeline.measured_bubble_matches_table
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/pipeline/check_bubble.py $<TARGET_FILE:tetra>)
 set_tests_properties(pipeline.measured_bubble_matches_table PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL ON)
+add_test(NAME checkpoints.resume_and_reshard_under_mpirun
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/checkpoints/check_checkpoints.py $<TARGET_FILE:tetra>)
+set_tests_properties(checkpoints.resume_and_reshard_under_mpirun PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)

@@ -2,6 +2,7 @@
 //   tetra train  --config FILE.textproto [--set path.to.field=value ...]
 //   tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]
 //   tetra plan   --config FILE.textproto --world N [--json] ...
+//   tetra checkpoint inspect DIR | export DIR --out model.safetensors
 //   mpirun -np N tetra commbench ...
 // Exit code 0 only on success; errors are one sentence plus a hint on stderr.
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include "core/user_error.h"
 #include "model/llama_model.h"
 #include "model/weights_io.h"
+#include "tools/checkpoint_command.h"
 #include "tools/commbench_command.h"
 #include "tools/command_line.h"
 #include "tools/plan_command.h"
@@ -36,6 +38,7 @@ constexpr char kUsage[] =
     "  tetra train  --config FILE.textproto [--set path.to.field=value ...]\n"
     "  tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]\n"
     "  tetra plan   --config FILE.textproto --world N [--json] [--gpus-per-node G] [--set ...]\n"
+    "  tetra checkpoint inspect DIR | export DIR --out model.safetensors [--dtype f32|bf16]\n"
     "  mpirun -np N tetra commbench [--op all_reduce|...|all] [--group world|even_odd|pairs] ...\n";
 
 // The number of ranks the launcher started (mpirun, Slurm), 1 when run directly,
@@ -112,6 +115,8 @@ int Run(int argc, char** argv) {
     status = ExportCommand(argc, argv);
   } else if (command == "commbench") {
     status = CommbenchCommand(argc, argv);
+  } else if (command == "checkpoint") {
+    status = CheckpointCommand(argc, argv);
   } else if (command == "plan") {
     status = PlanCommand(argc, argv);
   } else if (command == "--help" || command == "help") {

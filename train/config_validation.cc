@@ -192,13 +192,17 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
 
 absl::Status ValidateLog(const LogConfig& log, const CheckpointConfig& checkpoint, const DataConfig& data) {
   // Sections whose machinery lands in later milestones: refuse rather than ignore.
-  for (auto [field, value] : {std::pair{"checkpoint.dir", checkpoint.dir()},
-                              std::pair{"log.trace_path", log.trace_path()},
+  for (auto [field, value] : {std::pair{"log.trace_path", log.trace_path()},
                               std::pair{"log.tensorboard_dir", log.tensorboard_dir()}}) {
     if (!value.empty()) {
       return Invalid(absl::StrCat(field, " is set to \"", value, "\", but that feature is not implemented yet"),
                      absl::StrCat("remove ", field, " from the config"));
     }
+  }
+  if (checkpoint.interval() < 0 || checkpoint.keep() < 0) {
+    return Invalid(absl::StrCat("checkpoint.interval ", checkpoint.interval(), " and checkpoint.keep ",
+                                checkpoint.keep(), " must be >= 0"),
+                   "save every N steps (0: only at the end and on SIGTERM) and keep the newest K (0: all)");
   }
   if (log.eval_interval() < 0 || log.eval_batches() < 1) {
     return Invalid(absl::StrCat("log.eval_interval ", log.eval_interval(), " and log.eval_batches ",

@@ -1,5 +1,6 @@
 #include "train/distributed.h"
 
+#include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
 namespace tetra {
@@ -19,6 +20,15 @@ absl::StatusOr<Distributed> Distributed::Create(const ParallelConfig& parallel,
   RankCoords coords = mesh.Coords(rank);
   return Distributed{std::move(world), std::move(mesh), coords, std::move(tp),
                      std::move(dp), std::move(pp), std::move(mp), std::move(embd)};
+}
+
+absl::Status AgreeOnStatus(Communicator& group, absl::Status status) {
+  // The lowest failed rank, as -max(-rank); group.size() when none failed.
+  const int failed = static_cast<int>(
+      -MaxOverRanks(group, -(status.ok() ? group.size() : group.rank())));
+  if (!status.ok() || failed == group.size()) return status;
+  return absl::AbortedError(absl::StrCat("rank ", group.ranks()[failed],
+                                         " failed (see its error above)"));
 }
 
 }  // namespace tetra

@@ -34,6 +34,11 @@ struct Distributed {
                                             std::unique_ptr<Communicator> world);
 };
 
+// Every rank of `group` ends with an error when any rank had one: its own
+// `status`, or one naming the first failed rank. Collective over `group`, so a
+// failure on one rank never leaves the others waiting in a later collective.
+absl::Status AgreeOnStatus(Communicator& group, absl::Status status);
+
 }  // namespace tetra
 
 #endif  // TETRA_TRAIN_DISTRIBUTED_H_

@@ -19,8 +19,11 @@
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_partition.h"
+#include "train/checkpoint_resume.h"
+#include "train/checkpoint_writer.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
+#include "train/stop_request.h"
 #include "train/training_data.h"
 
 namespace tetra {
@@ -141,9 +144,12 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       data.description, train.steps(), tokens_per_step)
            << std::flush;
 
+  ASSIGN_OR_RETURN(const int64_t resumed, ResumeFromCheckpoint(config, store, optimizer, dist, progress));
+  std::optional<StopRequest> stop_request;  // with somewhere to save, a signal stops cleanly
+  if (!config.checkpoint().dir().empty()) stop_request.emplace();
   TrainResult result;
   Timer run_timer;
-  for (int step = 1; step <= train.steps(); ++step) {
+  for (int step = resumed + 1; step <= train.steps(); ++step) {
     Timer step_timer;
     store.ZeroGrads();
     double loss_sum = 0;
@@ -217,13 +223,23 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
                                             global_batch, micro, seq, inputs, targets));
     }
     if (metrics) RETURN_IF_ERROR(metrics->Append(m));
-    if (step % config.log().interval() == 0 || step == train.steps() || step == 1) {
-      const double eta = run_timer.Seconds() / step * (train.steps() - step);
+    if (step % config.log().interval() == 0 || step == train.steps() || step == resumed + 1) {
+      const double eta = run_timer.Seconds() / (step - resumed) * (train.steps() - step);
       progress << ProgressLine(m, train.steps(), eta) << "\n" << std::flush;
     }
     result.steps.push_back(m);
+    const bool stop = stop_request && stop_request->Agreed(*dist.world);
+    if (stop || CheckpointDue(config.checkpoint(), step, train.steps())) {
+      ASSIGN_OR_RETURN(const std::string saved, SaveCheckpoint(config, step, store, optimizer, dist));
+      progress << "tetra: checkpoint saved to " << saved << "\n" << std::flush;
+    }
+    if (stop) {
+      progress << "tetra: stopped by " << stop_request->SignalName() << " after step " << step
+               << "; resume by running the same command\n" << std::flush;
+      return result;
+    }
   }
-  progress << RunSummary(result.steps, run_timer.Seconds()) << "\n";
+  if (!result.steps.empty()) progress << RunSummary(result.steps, run_timer.Seconds()) << "\n";
   if (!config.export_path().empty() && dist.coords.dp == 0) {
     RETURN_IF_ERROR(ExportWeights(config.export_path(), store, config.model(), seq, DType::kF32,
                                   *dist.tp, dist.is_logging_rank()));

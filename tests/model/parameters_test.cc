@@ -45,5 +45,16 @@ TEST(ParameterStoreTest, PackKeepsValuesAndSharesOneBuffer) {
   EXPECT_EQ(a.grad.f32()[2], 0.0f);
 }
 
+TEST(ParameterStoreTest, AtFlatOffsetNamesTheParameterOfAFlatElement) {
+  ParameterStore store(3);
+  store.Add("a", {5, 3}, Init::kOnes);  // slot [0, 15), padded to 16
+  store.Add("b", {7}, Init::kOnes);     // slot [16, 23)
+  store.Pack();
+  EXPECT_EQ(store.AtFlatOffset(0).name, "a");
+  EXPECT_EQ(store.AtFlatOffset(14).name, "a");
+  EXPECT_EQ(store.AtFlatOffset(16).name, "b");
+  EXPECT_EQ(store.AtFlatOffset(22).name, "b");
+}
+
 }  // namespace
 }  // namespace tetra

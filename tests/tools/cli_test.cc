@@ -272,8 +272,8 @@ TEST_F(CliTest, LayoutIsCheckedAgainstTheLaunchedWorld) {
 }
 
 TEST_F(CliTest, UnimplementedSectionsAreRefusedNotIgnored) {
-  ExpectError("train --config " + WriteConfig("checkpoint { dir: \"/tmp/ckpt\" }\n"),
-              "checkpoint.dir is set to \"/tmp/ckpt\", but that feature is not implemented yet");
+  ExpectError("train --config " + WriteConfig("log { trace_path: \"/tmp/trace\" }\n"),
+              "log.trace_path is set to \"/tmp/trace\", but that feature is not implemented yet");
   ExpectError("train --config " + WriteConfig("log { eval_interval: 5 }\n"), "data.valid_path is empty");
 }
 

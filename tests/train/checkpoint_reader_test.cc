@@ -1,0 +1,223 @@
+// CheckpointReader on checkpoints built here by hand (not by the writer): a
+// (4, 6) tensor whose global element g holds 100 + g, split one way into
+// column halves, and the right half further cut into two flat pieces (as
+// ZeRO-1 cuts moments). Any box must come back with exactly its global
+// values; damage must be an error naming the file and the tensor.
+#include "train/checkpoint_reader.h"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "core/crc32c.h"
+#include "tests/testing/scratch_files.h"
+#include "train/checkpoint_format.h"
+
+namespace tetra {
+namespace {
+
+using ::testing::HasSubstr;
+using ::tetra::testing::ReadBytes;
+using ::tetra::testing::WriteBytes;
+
+constexpr int64_t kRows = 4, kCols = 6;
+
+float GlobalValue(int64_t row, int64_t col) { return 100.0f + static_cast<float>(row * kCols + col); }
+
+std::vector<DimRange> Box(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  std::vector<DimRange> box(2);
+  box[0].set_begin(r0);
+  box[0].set_end(r1);
+  box[1].set_begin(c0);
+  box[1].set_end(c1);
+  return box;
+}
+
+class CheckpointReaderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tetra::testing::ScratchDir("checkpoint_reader_test") + "/" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::create_directories(dir_);
+    manifest_.set_format_version(kCheckpointFormatVersion);
+    tensor_ = manifest_.add_tensors();
+    tensor_->set_name("w");
+    tensor_->add_shape(kRows);
+    tensor_->add_shape(kCols);
+    // a.bin: the left half (columns 0..2) whole. b.bin: 8 bytes of padding,
+    // then the right half's row-major elements [5, 12), then [0, 5).
+    AddShard("a.bin", 0, 0, 3, 0, 12);
+    AddShard("b.bin", 8 + 7 * 4, 3, 6, 0, 5);
+    AddShard("b.bin", 8, 3, 6, 5, 12);
+    WriteBytes(dir_ + "/a.bin", files_["a.bin"]);
+    WriteBytes(dir_ + "/b.bin", std::string(8, 'x') + files_["b.bin/5"] + files_["b.bin/0"]);
+    WriteManifest();
+  }
+
+  // A shard of elements [flat_begin, flat_end) of the column box [c0, c1).
+  void AddShard(const std::string& file, uint64_t offset, int64_t c0, int64_t c1, int64_t flat_begin,
+                int64_t flat_end) {
+    std::string bytes;
+    for (int64_t i = flat_begin; i < flat_end; ++i) {
+      const float v = GlobalValue(i / (c1 - c0), c0 + i % (c1 - c0));
+      bytes.append(reinterpret_cast<const char*>(&v), sizeof(v));
+    }
+    ShardRecord* shard = tensor_->add_shards();
+    shard->set_file(file);
+    shard->set_offset(offset);
+    shard->set_bytes(bytes.size());
+    for (const DimRange& r : Box(0, kRows, c0, c1)) *shard->add_box() = r;
+    shard->set_flat_begin(flat_begin);
+    shard->set_flat_end(flat_end);
+    shard->set_crc32c(Crc32c(bytes.data(), bytes.size()));
+    files_[file == "a.bin" ? file : file + "/" + std::to_string(flat_begin)] = bytes;
+  }
+  void WriteManifest() { WriteBytes(dir_ + "/" + kManifestFileName, manifest_.SerializeAsString()); }
+
+  absl::Status ReadAll() {
+    absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
+    if (!reader.ok()) return reader.status();
+    return reader->ReadGlobal(*reader->Find("w", TensorRecord::WEIGHT)).status();
+  }
+
+  std::string dir_;
+  CheckpointManifest manifest_;
+  TensorRecord* tensor_;
+  std::map<std::string, std::string> files_;
+};
+
+TEST_F(CheckpointReaderTest, AnyBoxComesBackWithItsGlobalValues) {
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const TensorRecord* w = reader->Find("w", TensorRecord::WEIGHT);
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(reader->Find("w", TensorRecord::EXP_AVG), nullptr);
+  absl::StatusOr<Tensor> global = reader->ReadGlobal(*w);
+  ASSERT_TRUE(global.ok()) << global.status();
+  ASSERT_EQ(global->shape(), (Shape{kRows, kCols}));
+  for (int64_t g = 0; g < kRows * kCols; ++g) EXPECT_EQ(global->f32()[g], GlobalValue(g / kCols, g % kCols));
+  // A box across both halves and both pieces of the right half.
+  absl::StatusOr<Tensor> box = reader->ReadBox(*w, Box(1, 3, 2, 5));
+  ASSERT_TRUE(box.ok()) << box.status();
+  ASSERT_EQ(box->shape(), (Shape{2, 3}));
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(box->f32()[r * 3 + c], GlobalValue(1 + r, 2 + c));
+  }
+}
+
+TEST_F(CheckpointReaderTest, FlippedByteIsAnErrorNamingFileAndTensor) {
+  std::string bytes = ReadBytes(dir_ + "/b.bin");
+  bytes[8 + 7 * 4 + 1] ^= 0x01;  // inside the piece [0, 5) of the right half
+  WriteBytes(dir_ + "/b.bin", bytes);
+  const absl::Status status = ReadAll();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("checkpoint file " + dir_ + "/b.bin is corrupt: w (weight) at bytes [36, 56)"));
+  // A box that never touches the damaged piece still reads.
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_TRUE(reader->ReadBox(*reader->Find("w", TensorRecord::WEIGHT), Box(0, 4, 0, 3)).ok());
+}
+
+TEST_F(CheckpointReaderTest, TruncatedFileIsAnErrorNamingFileAndTensor) {
+  std::filesystem::resize_file(dir_ + "/b.bin", 50);
+  EXPECT_THAT(ReadAll().message(),
+              HasSubstr("checkpoint file " + dir_ + "/b.bin is truncated: w (weight) needs bytes [36, 56) "
+                        "but the file has 50"));
+  std::filesystem::remove(dir_ + "/a.bin");
+  EXPECT_THAT(ReadAll().message(), HasSubstr("checkpoint file " + dir_ + "/a.bin holding w (weight) cannot be read"));
+}
+
+TEST_F(CheckpointReaderTest, UncoveredElementsAreAnError) {
+  tensor_->mutable_shards()->RemoveLast();  // the piece [5, 12) of the right half
+  WriteManifest();
+  EXPECT_THAT(ReadAll().message(), HasSubstr("holds only 17 of the 24 elements of w (weight) in [0:4, 0:6]"));
+}
+
+TEST_F(CheckpointReaderTest, InconsistentOrDamagedManifestIsAnError) {
+  tensor_->mutable_shards(0)->set_bytes(44);  // 12 elements need 48
+  WriteManifest();
+  EXPECT_THAT(ReadAll().message(), HasSubstr("is inconsistent: a shard of w (weight) in file \"a.bin\""));
+  tensor_->mutable_shards(0)->set_bytes(48);
+  tensor_->mutable_shards(0)->mutable_box(1)->set_end(7);  // past the 6 columns
+  WriteManifest();
+  EXPECT_THAT(ReadAll().message(), HasSubstr("is inconsistent"));
+  manifest_.set_format_version(kCheckpointFormatVersion + 1);
+  WriteManifest();
+  EXPECT_THAT(ReadAll().message(), HasSubstr("has format version 2, this tetra reads version 1"));
+  WriteBytes(dir_ + "/" + kManifestFileName, "\xff\xff\xff garbage");
+  EXPECT_THAT(ReadAll().message(), HasSubstr("is corrupt: it does not parse"));
+  std::filesystem::remove(dir_ + "/" + kManifestFileName);
+  EXPECT_THAT(ReadAll().message(), HasSubstr("cannot read checkpoint manifest " + dir_ + "/manifest.pb"));
+}
+
+TEST(CheckpointReader3dTest, PiecesCutMidRowReadIntoAnInnerBox) {
+  // A (3, 4, 5) tensor, element g = 1000 + g: dim 1 split in halves, the
+  // second half cut into flat pieces [0, 7) and [7, 30) (mid-row), one file.
+  const std::string dir = tetra::testing::ScratchDir("checkpoint_reader_test") + "/3d";
+  std::filesystem::create_directories(dir);
+  const Shape shape = {3, 4, 5};
+  CheckpointManifest manifest;
+  manifest.set_format_version(kCheckpointFormatVersion);
+  TensorRecord* tensor = manifest.add_tensors();
+  tensor->set_name("t");
+  tensor->set_kind(TensorRecord::EXP_AVG);
+  for (int64_t e : shape) tensor->add_shape(e);
+  std::string file;
+  auto add = [&](int64_t c0, int64_t flat_begin, int64_t flat_end) {
+    ShardRecord* shard = tensor->add_shards();
+    std::vector<DimRange> box(3);
+    box[0].set_end(3);
+    box[1].set_begin(c0);
+    box[1].set_end(c0 + 2);
+    box[2].set_end(5);
+    std::string bytes;
+    for (int64_t i = flat_begin; i < flat_end; ++i) {  // (3, 2, 5) box, row-major
+      const float v = 1000.0f + static_cast<float>(((i / 10) * 4 + c0 + i / 5 % 2) * 5 + i % 5);
+      bytes.append(reinterpret_cast<const char*>(&v), sizeof(v));
+    }
+    for (const DimRange& r : box) *shard->add_box() = r;
+    shard->set_file("r.bin");
+    shard->set_offset(file.size());
+    shard->set_bytes(bytes.size());
+    shard->set_flat_begin(flat_begin);
+    shard->set_flat_end(flat_end);
+    shard->set_crc32c(Crc32c(bytes.data(), bytes.size()));
+    file += bytes;
+  };
+  add(0, 0, 30);
+  add(2, 7, 30);
+  add(2, 0, 7);
+  WriteBytes(dir + "/r.bin", file);
+  WriteBytes(dir + "/" + kManifestFileName, manifest.SerializeAsString());
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<DimRange> box(3);
+  const int64_t begin[3] = {1, 1, 2}, end[3] = {3, 4, 5};
+  for (int d = 0; d < 3; ++d) {
+    box[d].set_begin(begin[d]);
+    box[d].set_end(end[d]);
+  }
+  absl::StatusOr<Tensor> read = reader->ReadBox(*reader->Find("t", TensorRecord::EXP_AVG), box);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->shape(), (Shape{2, 3, 3}));
+  for (int64_t a = 0; a < 2; ++a) {
+    for (int64_t b = 0; b < 3; ++b) {
+      for (int64_t c = 0; c < 3; ++c) {
+        const int64_t g = ((1 + a) * 4 + 1 + b) * 5 + 2 + c;
+        EXPECT_EQ(read->f32()[(a * 3 + b) * 3 + c], 1000.0f + static_cast<float>(g)) << a << b << c;
+      }
+    }
+  }
+}
+
+TEST(CheckpointFormatTest, ShardBoxOfATensorParallelSlice) {
+  EXPECT_EQ(BoxString(ShardBox({4, 6}, {.dim = 1, .index = 1, .count = 2})), "[0:4, 3:6]");
+  EXPECT_EQ(BoxString(ShardBox({4, 6}, {.dim = 0, .index = 3, .count = 4})), "[3:4, 0:6]");
+  EXPECT_EQ(BoxString(ShardBox({8}, {})), "[0:8]");
+  EXPECT_EQ(BoxNumElements(ShardBox({4, 6}, {.dim = 1, .index = 0, .count = 3})), 8);
+}
+
+}  // namespace
+}  // namespace tetra

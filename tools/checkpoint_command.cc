@@ -1,0 +1,120 @@
+#include "tools/checkpoint_command.h"
+
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
+#include "model/safetensors.h"
+#include "tools/command_line.h"
+#include "train/checkpoint_directory.h"
+#include "train/checkpoint_format.h"
+#include "train/checkpoint_reader.h"
+
+namespace tetra {
+namespace {
+
+constexpr char kUsageHint[] =
+    "tetra checkpoint inspect DIR | tetra checkpoint export DIR --out model.safetensors";
+
+// DIR itself when it holds a manifest, else its newest complete step directory.
+absl::StatusOr<CheckpointReader> OpenCheckpoint(const std::string& dir) {
+  if (std::filesystem::exists(std::filesystem::path(dir) / kManifestFileName)) {
+    if (!std::filesystem::exists(std::filesystem::path(dir) / kCompleteMarkerName)) {
+      std::cout << "tetra: warning: " << dir << " has no " << kCompleteMarkerName
+                << " marker: its save did not finish\n";
+    }
+    return CheckpointReader::Open(dir);
+  }
+  const std::optional<CheckpointEntry> entry = NewestCompleteCheckpoint(dir, std::cout);
+  if (!entry) {
+    return UserError(absl::StrCat(dir, " holds no complete checkpoint (no step_NNNNNNNN directory with a ",
+                                  kCompleteMarkerName, " marker)"),
+                     "point at a checkpoint.dir or one of its step directories");
+  }
+  return CheckpointReader::Open(entry->path);
+}
+
+absl::Status Inspect(const CheckpointReader& reader) {
+  const CheckpointManifest& m = reader.manifest();
+  const CheckpointLayout& l = m.layout();
+  const ModelConfig& model = m.config().model();
+  std::cout << absl::StrFormat(
+      "checkpoint %s (format %d)\n"
+      "  step %d, %d samples consumed (global batch %d), seed %d\n"
+      "  written by %d ranks: tensor %d x pipeline %d x data %d, expert %d, virtual stages %d, ZeRO-%d\n"
+      "  model: %d layers, hidden %d, %d heads (%d key-value), intermediate %d, vocab %d%s\n",
+      reader.dir(), m.format_version(), m.state().step(), m.state().consumed_samples(),
+      m.state().global_batch_size(), m.state().seed(), l.world(), l.tensor(), l.pipeline(), l.data(),
+      l.expert(), l.virtual_stages(), l.zero_stage(), model.num_hidden_layers(), model.hidden_size(),
+      model.num_attention_heads(),
+      model.num_key_value_heads() ? model.num_key_value_heads() : model.num_attention_heads(),
+      model.intermediate_size(), model.vocab_size(), model.tie_word_embeddings() ? ", tied embeddings" : "");
+  int64_t parameters = 0, shards = 0, bytes = 0;
+  for (const TensorRecord& tensor : m.tensors()) {
+    // Reading the whole tensor checks every shard's size and CRC and that they cover it.
+    RETURN_IF_ERROR(reader.ReadGlobal(tensor).status());
+    const Shape shape(tensor.shape().begin(), tensor.shape().end());
+    if (tensor.kind() == TensorRecord::WEIGHT) parameters += NumElements(shape);
+    shards += tensor.shards_size();
+    for (const ShardRecord& shard : tensor.shards()) bytes += static_cast<int64_t>(shard.bytes());
+    std::cout << absl::StrFormat("  %-10s %-48s %-12s %d shard%s\n", KindName(tensor.kind()), tensor.name(),
+                                 ShapeString(shape), tensor.shards_size(), tensor.shards_size() == 1 ? "" : "s");
+  }
+  std::cout << absl::StrFormat(
+      "  %d tensors, %d parameters, %d files, %d bytes of data: all %d shard checksums verified\n",
+      m.tensors_size(), parameters, m.files_size(), bytes, shards);
+  return absl::OkStatus();
+}
+
+absl::Status Export(const CheckpointReader& reader, const std::string& out, DType dtype) {
+  std::vector<Tensor> globals;
+  std::vector<SafetensorsTensorRef> refs;
+  for (const TensorRecord& tensor : reader.manifest().tensors()) {
+    if (tensor.kind() != TensorRecord::WEIGHT) continue;
+    ASSIGN_OR_RETURN(Tensor global, reader.ReadGlobal(tensor));
+    globals.push_back(global);
+    refs.push_back({tensor.name(), global.shape(), globals.back().f32()});
+  }
+  RETURN_IF_ERROR(WriteSafetensors(out, refs, dtype,
+                                   {{"format", "pt"}, {"producer", "tetra"},
+                                    {"step", absl::StrCat(reader.manifest().state().step())}}));
+  std::cout << "tetra: wrote " << refs.size() << " tensors of step " << reader.manifest().state().step()
+            << " to " << out << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckpointCommand(int argc, char** argv) {
+  const std::string action = argc >= 3 ? argv[2] : "";
+  if ((action != "inspect" && action != "export") || argc < 4 || std::string(argv[3]).rfind("--", 0) == 0) {
+    return UserError("tetra checkpoint needs an action (inspect or export) and a checkpoint directory",
+                     kUsageHint);
+  }
+  const std::string dir = argv[3];
+  if (action == "inspect") {
+    RETURN_IF_ERROR(ParseFlags(argc, argv, 4, "checkpoint inspect", {}).status());
+    ASSIGN_OR_RETURN(CheckpointReader reader, OpenCheckpoint(dir));
+    return Inspect(reader);
+  }
+  ASSIGN_OR_RETURN(ParsedFlags flags, ParseFlags(argc, argv, 4, "checkpoint export", {"out", "dtype"}));
+  if (!flags.values.count("out")) {
+    return UserError("tetra checkpoint export needs --out FILE.safetensors",
+                     "tetra checkpoint export DIR --out model.safetensors");
+  }
+  const std::string dtype_name = flags.values.count("dtype") ? flags.values.at("dtype") : "f32";
+  if (dtype_name != "f32" && dtype_name != "bf16") {
+    return UserError(absl::StrCat("--dtype ", dtype_name, " is not f32 or bf16"),
+                     "export fp32 weights with --dtype f32 or halve the size with --dtype bf16");
+  }
+  ASSIGN_OR_RETURN(CheckpointReader reader, OpenCheckpoint(dir));
+  return Export(reader, flags.values.at("out"), dtype_name == "bf16" ? DType::kBF16 : DType::kF32);
+}
+
+}  // namespace tetra

@@ -1,0 +1,183 @@
+#include "train/checkpoint_reader.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/crc32c.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
+#include "train/checkpoint_format.h"
+
+namespace tetra {
+namespace {
+
+constexpr char kOlderHint[] =
+    "the checkpoint is damaged: remove this step directory to resume from the previous one";
+
+std::string TensorLabel(const TensorRecord& tensor) {
+  return absl::StrCat(tensor.name(), " (", KindName(tensor.kind()), ")");
+}
+
+Shape ShapeOf(const TensorRecord& tensor) { return Shape(tensor.shape().begin(), tensor.shape().end()); }
+
+std::vector<DimRange> BoxOf(const ShardRecord& shard) {
+  return std::vector<DimRange>(shard.box().begin(), shard.box().end());
+}
+
+// A shard record that cannot describe real data: the manifest is damaged.
+absl::Status CheckShardRecord(const std::string& manifest_path, const TensorRecord& tensor,
+                              const ShardRecord& shard) {
+  bool ok = shard.box_size() == tensor.shape_size() && !shard.file().empty() &&
+            shard.file().find('/') == std::string::npos;
+  for (int d = 0; ok && d < shard.box_size(); ++d) {
+    ok = 0 <= shard.box(d).begin() && shard.box(d).begin() <= shard.box(d).end() &&
+         shard.box(d).end() <= tensor.shape(d);
+  }
+  ok = ok && 0 <= shard.flat_begin() && shard.flat_begin() <= shard.flat_end() &&
+       shard.flat_end() <= BoxNumElements(BoxOf(shard)) &&
+       shard.bytes() == static_cast<uint64_t>(shard.flat_end() - shard.flat_begin()) * sizeof(float);
+  if (ok) return absl::OkStatus();
+  return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " is inconsistent: a shard of ",
+                                TensorLabel(tensor), " in file \"", shard.file(), "\" holds elements [",
+                                shard.flat_begin(), ", ", shard.flat_end(), ") of box ",
+                                BoxString(BoxOf(shard)), " in ", shard.bytes(),
+                                " bytes, which does not fit the tensor's shape ",
+                                ShapeString(ShapeOf(tensor))),
+                   kOlderHint, absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) {
+  CheckpointReader reader;
+  reader.dir_ = dir;
+  ASSIGN_OR_RETURN(reader.manifest_, ReadManifest(dir));
+  const std::string manifest_path = absl::StrCat(dir, "/", kManifestFileName);
+  for (int i = 0; i < reader.manifest_.tensors_size(); ++i) {
+    const TensorRecord& tensor = reader.manifest_.tensors(i);
+    if (tensor.dtype() != "F32") {
+      return UserError(absl::StrCat("checkpoint ", dir, " stores ", TensorLabel(tensor), " as ",
+                                    tensor.dtype(), "; this tetra reads F32 checkpoints"),
+                       "load it with the tetra version that wrote it");
+    }
+    for (const ShardRecord& shard : tensor.shards()) {
+      RETURN_IF_ERROR(CheckShardRecord(manifest_path, tensor, shard));
+    }
+    reader.index_[{tensor.name(), tensor.kind()}] = i;
+  }
+  return reader;
+}
+
+const TensorRecord* CheckpointReader::Find(std::string_view name, TensorRecord::Kind kind) const {
+  auto it = index_.find(std::pair<std::string, int>(std::string(name), kind));
+  return it == index_.end() ? nullptr : &manifest_.tensors(it->second);
+}
+
+absl::StatusOr<std::string> CheckpointReader::ReadShard(const TensorRecord& tensor,
+                                                        const ShardRecord& shard) const {
+  const std::string path = absl::StrCat(dir_, "/", shard.file());
+  std::ifstream in(path, std::ios::binary);
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  if (!in || error) {
+    return UserError(absl::StrCat("checkpoint file ", path, " holding ", TensorLabel(tensor),
+                                  " cannot be read: ", error ? error.message() : std::strerror(errno)),
+                     kOlderHint, absl::StatusCode::kDataLoss);
+  }
+  if (size < shard.offset() + shard.bytes()) {
+    return UserError(absl::StrCat("checkpoint file ", path, " is truncated: ", TensorLabel(tensor),
+                                  " needs bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
+                                  ") but the file has ", size),
+                     kOlderHint, absl::StatusCode::kDataLoss);
+  }
+  std::string bytes(shard.bytes(), '\0');
+  in.seekg(static_cast<std::streamoff>(shard.offset()));
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!in) {
+    return UserError(absl::StrCat("reading ", TensorLabel(tensor), " from checkpoint file ", path, " failed"),
+                     kOlderHint, absl::StatusCode::kDataLoss);
+  }
+  const uint32_t crc = Crc32c(bytes.data(), bytes.size());
+  if (crc != shard.crc32c()) {
+    return UserError(absl::StrCat("checkpoint file ", path, " is corrupt: ", TensorLabel(tensor),
+                                  " at bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
+                                  ") has CRC-32C ", crc, " but the manifest says ", shard.crc32c()),
+                     kOlderHint, absl::StatusCode::kDataLoss);
+  }
+  return bytes;
+}
+
+absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
+                                                 const std::vector<DimRange>& box) const {
+  const int dims = static_cast<int>(box.size());
+  TETRA_CHECK(dims == tensor.shape_size()) << "a " << dims << "-dim box of " << TensorLabel(tensor);
+  Shape out_shape(dims);
+  for (int d = 0; d < dims; ++d) out_shape[d] = box[d].end() - box[d].begin();
+  Tensor out = Tensor::Empty(out_shape);
+  std::vector<char> covered(out.numel(), 0);
+  int64_t num_covered = 0;
+  // Copies go by runs along the last dim (a 0-dim tensor is one run of one).
+  const int last = dims - 1;
+  const int64_t box_begin = dims ? box[last].begin() : 0, box_end = dims ? box[last].end() : 1;
+  const int64_t out_row = box_end - box_begin;
+  std::vector<int64_t> coord(dims);
+  for (const ShardRecord& shard : tensor.shards()) {
+    bool overlaps = true;
+    for (int d = 0; d < dims; ++d) {
+      overlaps = overlaps && shard.box(d).begin() < box[d].end() && box[d].begin() < shard.box(d).end();
+    }
+    if (!overlaps || shard.flat_begin() == shard.flat_end()) continue;
+    ASSIGN_OR_RETURN(std::string bytes, ReadShard(tensor, shard));
+    const float* values = reinterpret_cast<const float*>(bytes.data());
+    const int64_t shard_row_end = dims ? shard.box(last).end() : 1;
+    for (int64_t i = shard.flat_begin(); i < shard.flat_end();) {
+      // Element i of the shard's box (row-major) -> its global coordinates;
+      // the run goes on to the end of its row in the shard or of the shard.
+      int64_t rest = i;
+      for (int d = last; d >= 0; --d) {
+        const int64_t extent = shard.box(d).end() - shard.box(d).begin();
+        coord[d] = shard.box(d).begin() + rest % extent;
+        rest /= extent;
+      }
+      const int64_t column = dims ? coord[last] : 0;
+      const int64_t run = std::min(shard.flat_end() - i, shard_row_end - column);
+      // Inside `box`: the row's leading coordinates, then the overlap of the columns.
+      bool inside = true;
+      int64_t row = 0;
+      for (int d = 0; d < last && inside; ++d) {
+        inside = box[d].begin() <= coord[d] && coord[d] < box[d].end();
+        row = row * out_shape[d] + coord[d] - box[d].begin();
+      }
+      const int64_t lo = std::max(column, box_begin), hi = std::min(column + run, box_end);
+      if (inside && lo < hi) {
+        const int64_t at = row * out_row + lo - box_begin;
+        std::memcpy(out.f32() + at, values + (i - shard.flat_begin()) + (lo - column),
+                    (hi - lo) * sizeof(float));
+        for (int64_t k = at; k < at + hi - lo; ++k) {
+          num_covered += !covered[k];
+          covered[k] = 1;
+        }
+      }
+      i += run;
+    }
+  }
+  if (num_covered != out.numel()) {
+    return UserError(absl::StrCat("checkpoint ", dir_, " holds only ", num_covered, " of the ", out.numel(),
+                                  " elements of ", TensorLabel(tensor), " in ", BoxString(box),
+                                  ": shards are missing from the manifest"),
+                     kOlderHint, absl::StatusCode::kDataLoss);
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> CheckpointReader::ReadGlobal(const TensorRecord& tensor) const {
+  std::vector<DimRange> box(tensor.shape_size());
+  for (int d = 0; d < tensor.shape_size(); ++d) box[d].set_end(tensor.shape(d));
+  return ReadBox(tensor, box);
+}
+
+}  // namespace tetra

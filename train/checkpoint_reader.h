@@ -1,0 +1,53 @@
+// Reading a checkpoint directory, whatever layout wrote it: any box of any
+// global tensor is assembled from the shards that overlap it (a tensor-
+// parallel slice, a ZeRO-1 flat piece, a whole tensor), every shard read is
+// checked against its CRC-32C, and every element of the box must be covered.
+// Truncated files, flipped bits and manifests that do not add up are errors
+// naming the file and the tensor: never a silent wrong load.
+#ifndef TETRA_TRAIN_CHECKPOINT_READER_H_
+#define TETRA_TRAIN_CHECKPOINT_READER_H_
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+#include "proto/checkpoint.pb.h"
+
+namespace tetra {
+
+class CheckpointReader {
+ public:
+  // Reads `dir`/manifest.pb and checks that every shard record is consistent
+  // (its box inside the global shape, its flat range inside the box, its byte
+  // count that of the range). Does not read the data files.
+  static absl::StatusOr<CheckpointReader> Open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const CheckpointManifest& manifest() const { return manifest_; }
+  // nullptr when the checkpoint has no such tensor.
+  const TensorRecord* Find(std::string_view name, TensorRecord::Kind kind) const;
+
+  // The elements of `box` (one range per dim) of `tensor`, as a tensor of the
+  // box's shape in row-major order (fp32).
+  absl::StatusOr<Tensor> ReadBox(const TensorRecord& tensor, const std::vector<DimRange>& box) const;
+  // The whole global tensor (so reading every tensor checks every shard).
+  absl::StatusOr<Tensor> ReadGlobal(const TensorRecord& tensor) const;
+
+ private:
+  CheckpointReader() = default;
+  // The bytes of one shard, checked against the file's size and the CRC.
+  absl::StatusOr<std::string> ReadShard(const TensorRecord& tensor, const ShardRecord& shard) const;
+
+  std::string dir_;
+  CheckpointManifest manifest_;
+  std::map<std::pair<std::string, int>, int, std::less<>> index_;  // (name, kind) -> tensors index
+};
+
+}  // namespace tetra
+
+#endif  // TETRA_TRAIN_CHECKPOINT_READER_H_
