@@ -1,5 +1,6 @@
 #include "train/checkpoint_resume.h"
 
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -84,8 +85,11 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
   }
   if (!entry) return 0;
 
-  // Each pipeline stage holds its own tensors: the model's count sums over the pipeline.
-  const int64_t model_weights = static_cast<int64_t>(SumOverRanks(*dist.pp, store.all().size()));
+  // Each pipeline stage holds its own tensors: the model's count sums over the
+  // pipeline, a tied embedding's two stage copies counting once.
+  double stage_weights = 0;
+  for (const Parameter& p : store.all()) stage_weights += 1.0 / p.stage_copies;
+  const int64_t model_weights = std::llround(SumOverRanks(*dist.pp, stage_weights));
   absl::Status status = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(entry->path));
     const TrainingState& state = reader.manifest().state();
