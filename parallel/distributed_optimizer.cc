@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/logging.h"
+#include "core/profiler.h"
 #include "core/timer.h"
 #include "kernels/ops.h"
 
@@ -111,6 +112,7 @@ void DistributedOptimizer::Step(double lr, int step) {
     while (gathered < k && gathers[gathered].Test()) ++gathered;
   }
   const Timer timer;
+  const ScopedSpan span(SpanKind::kCommDp, "parameter all_gather dp");
   for (CommHandle& gather : gathers) gather.Wait();
   exposed_seconds_ = timer.Seconds();
 }

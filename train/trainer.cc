@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/timer.h"
 #include "core/user_error.h"
@@ -21,6 +22,7 @@
 #include "pipeline/stage_partition.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
+#include "train/step_timing.h"
 #include "train/training_data.h"
 
 namespace tetra {
@@ -141,7 +143,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
 
   TrainResult result;
   Timer run_timer;
+  dist.world->Barrier();  // ranks' trace clocks start together
+  Profiler::Get().ResetOrigin();
   for (int step = 1; step <= train.steps(); ++step) {
+    Profiler::Get().BeginStep(/*record=*/false);
+    std::optional<ScopedSpan> step_span(std::in_place, SpanKind::kStep, nullptr, step);
     Timer step_timer;
     store.ZeroGrads();
     double loss_sum = 0;
@@ -162,11 +168,16 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       for (int64_t first = 0; first < rank_batch; first += micro) {
         RETURN_IF_ERROR(data.loader.Load(first_sample + first, micro, inputs.data(), targets.data()));
         const bool last = first + micro == rank_batch;
-        loss_sum += model.ForwardBackward(inputs.data(), targets.data(), micro, seq, grad_scale,
-                                          last ? on_ready : nullptr);
+        {
+          const ScopedSpan span(SpanKind::kForward, nullptr, first / micro);
+          loss_sum += model.Forward(0, inputs.data(), targets.data(), micro, seq, grad_scale);
+        }
+        const ScopedSpan span(SpanKind::kBackward, nullptr, first / micro);
+        model.Backward(0, last ? on_ready : nullptr);
       }
     }
     reducer.Finish();
+    std::optional<ScopedSpan> optimizer_span(std::in_place, SpanKind::kOptimizer);
     StepMetrics m;
     m.step = step;
     // Only the last pipeline stage has a loss; the others contribute 0.
@@ -183,8 +194,14 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     optimizer.Clip(m.grad_norm);
     m.lr = LearningRate(config.optimizer(), step, train.steps());
     optimizer.Step(m.lr, step);
+    optimizer_span.reset();
 
     m.step_time_s = step_timer.Seconds();
+    step_span.reset();
+    AddStepTiming(*dist.world, {dist.world->size(), dist.tp->size(), pp}, StepTiming::FromProfiler(), m);
+    if (step == 1) m.run = RunLayout{dist.world->size(), dist.tp->size(), pp, dp, config.parallel().expert(),
+                                     train.global_batch_size(), train.micro_batch_size(), train.seq_length(),
+                                     config.optimizer().zero_stage()};
     m.tokens_per_s = tokens_per_step / m.step_time_s;
     m.tflops = flops_per_step / dist.world->size() / m.step_time_s / 1e12;
     if (config.log().peak_tflops() > 0) m.mfu = m.tflops / config.log().peak_tflops();
@@ -193,7 +210,6 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       m.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes());
       m.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes());
       m.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes());
-      m.comm_exposed_s_dp = reducer.exposed_seconds() + optimizer.exposed_seconds();
     }
     if (pipeline) {
       // Mean over ranks of the time each waited on its pipeline neighbours.
