@@ -23,6 +23,7 @@
 #include "train/flops.h"
 #include "train/lr_schedule.h"
 #include "train/step_timing.h"
+#include "train/trace_writer.h"
 #include "train/training_data.h"
 
 namespace tetra {
@@ -143,10 +144,15 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
 
   TrainResult result;
   Timer run_timer;
+  std::optional<TraceWriter> trace;
+  if (!config.log().trace_path().empty()) {
+    ASSIGN_OR_RETURN(StepRange trace_steps, ParseTraceSteps(config.log().trace_steps(), train.steps()));
+    trace.emplace(config.log().trace_path(), trace_steps);
+  }
   dist.world->Barrier();  // ranks' trace clocks start together
   Profiler::Get().ResetOrigin();
   for (int step = 1; step <= train.steps(); ++step) {
-    Profiler::Get().BeginStep(/*record=*/false);
+    Profiler::Get().BeginStep(/*record=*/trace && trace->Records(step));
     std::optional<ScopedSpan> step_span(std::in_place, SpanKind::kStep, nullptr, step);
     Timer step_timer;
     store.ZeroGrads();
@@ -198,6 +204,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
 
     m.step_time_s = step_timer.Seconds();
     step_span.reset();
+    if (trace) RETURN_IF_ERROR(trace->EndStep(step, *dist.world, dist.coords));
     AddStepTiming(*dist.world, {dist.world->size(), dist.tp->size(), pp}, StepTiming::FromProfiler(), m);
     if (step == 1) m.run = RunLayout{dist.world->size(), dist.tp->size(), pp, dp, config.parallel().expert(),
                                      train.global_batch_size(), train.micro_batch_size(), train.seq_length(),
