@@ -195,8 +195,7 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
 
 absl::Status ValidateLog(const LogConfig& log, const CheckpointConfig& checkpoint, const DataConfig& data) {
   // Sections whose machinery lands in later milestones: refuse rather than ignore.
-  for (auto [field, value] : {std::pair{"checkpoint.dir", checkpoint.dir()},
-                              std::pair{"log.tensorboard_dir", log.tensorboard_dir()}}) {
+  for (auto [field, value] : {std::pair{"checkpoint.dir", checkpoint.dir()}}) {
     if (!value.empty()) {
       return Invalid(absl::StrCat(field, " is set to \"", value, "\", but that feature is not implemented yet"),
                      absl::StrCat("remove ", field, " from the config"));

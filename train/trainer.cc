@@ -23,6 +23,7 @@
 #include "train/flops.h"
 #include "train/lr_schedule.h"
 #include "train/step_timing.h"
+#include "train/tensorboard_writer.h"
 #include "train/trace_writer.h"
 #include "train/training_data.h"
 
@@ -119,6 +120,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   std::optional<MetricsLog> metrics;
   if (dist.is_logging_rank() && !config.log().metrics_path().empty()) {
     ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path()));
+  }
+
+  std::optional<TensorBoardWriter> tensorboard;
+  if (dist.is_logging_rank() && !config.log().tensorboard_dir().empty()) {
+    ASSIGN_OR_RETURN(tensorboard, TensorBoardWriter::Open(config.log().tensorboard_dir()));
   }
 
   const int64_t seq = train.seq_length(), micro = train.micro_batch_size();
@@ -229,6 +235,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
                                             global_batch, micro, seq, inputs, targets));
     }
     if (metrics) RETURN_IF_ERROR(metrics->Append(m));
+    if (tensorboard) RETURN_IF_ERROR(tensorboard->Write(m));
     if (step % config.log().interval() == 0 || step == train.steps() || step == 1) {
       const double eta = run_timer.Seconds() / step * (train.steps() - step);
       progress << ProgressLine(m, train.steps(), eta) << "\n" << std::flush;
