@@ -36,6 +36,7 @@ constexpr char kUsage[] =
     "  tetra train  --config FILE.textproto [--set path.to.field=value ...]\n"
     "  tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]\n"
     "  tetra plan   --config FILE.textproto --world N [--json] [--gpus-per-node G] [--set ...]\n"
+    "  tetra plan   --config FILE.textproto --cluster CLUSTER.textproto [--world N] [--set ...]\n"
     "  mpirun -np N tetra commbench [--op all_reduce|...|all] [--group world|even_odd|pairs] ...\n";
 
 // The number of ranks the launcher started (mpirun, Slurm), 1 when run directly,
