@@ -14,3 +14,6 @@ set_tests_properties(layouts.parallel_layouts_match_single_rank PROPERTIES LABEL
 add_test(NAME trace.perfetto_schema_per_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/train/check_trace.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(trace.perfetto_schema_per_rank PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+add_test(NAME report.cpu_scaling_study
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_scaling_report.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(report.cpu_scaling_study PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON ENVIRONMENT "OMP_NUM_THREADS=")

@@ -13,8 +13,9 @@ configs/bench_cpu_scaling.textproto:
                      step time the latency-free model misses, over the
                      model's latency count (its step time's slope in latency)
 
-usage: calibrate_cpu.py TETRA_BINARY [CORES]
-Writes the description and prints the measured values.
+usage: calibrate_cpu.py TETRA_BINARY [CORES [OUT.textproto]]
+Writes the description (by default configs/clusters/cpu_2core.textproto) and
+prints the measured values.
 """
 import os
 import subprocess
@@ -56,40 +57,55 @@ activation_bytes: 4
 def main():
     tetra = os.path.abspath(sys.argv[1])
     cores = int(sys.argv[2]) if len(sys.argv) > 2 else len(os.sched_getaffinity(0))
-    with tempfile.TemporaryDirectory() as out:
-        one = cpu_runs.fastest_step(cpu_runs.train(tetra, 1, [], f"{out}/one.jsonl"))
-        per_core = cpu_runs.fastest_step(
-            cpu_runs.train(tetra, cores, ["train.threads=1"], f"{out}/per_core.jsonl"))
-        # FLOPs of a step: tflops is per rank and second.
-        flops = one["tflops"] * 1e12 * one["step_time_s"]
-        compute_one = one["fwd_s"] + one["bwd_s"]
-        # Each of `cores` ranks computes flops / cores at the node's rate / cores.
-        node_rate = flops / (per_core["fwd_s"] + per_core["bwd_s"])
-        values = {
-            "cores": cores,
-            "peak": node_rate / 1e12,
-            "thread": flops / node_rate / compute_one,
-            "memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-            "memory_gbps": 0.0,
-            "overhead": max(0.0, one["step_time_s"] - compute_one - one["optimizer_s"]),
-            "latency": 0.0,
-        }
-        params = params_of(tetra)
-        values["memory_gbps"] = 2 * params * (4 + 4 + 8) / one["optimizer_s"] / 1e9
-        values["copy_gbps"] = values["memory_gbps"] / 2  # a copy reads and writes
-        write(values)
-        # Latency: the 4-rank step the latency-free model misses, over its slope.
-        sets = cpu_runs.LAYOUTS[4]
-        four = cpu_runs.fastest_step(cpu_runs.train(tetra, 4, sets, f"{out}/four.jsonl"))
-        layout = cpu_runs.layout_of(sets, 4)
-        base = cpu_runs.predict(tetra, cpu_runs.CLUSTER, 4, sets, layout)["step_s"]
-        values["latency"] = 1.0
-        write(values)
-        slope = cpu_runs.predict(tetra, cpu_runs.CLUSTER, 4, sets, layout)["step_s"] - base
-        values["latency"] = max(0.0, (four["step_time_s"] - base) / slope)
-        write(values)
+    path = sys.argv[3] if len(sys.argv) > 3 else cpu_runs.CLUSTER
+    calibrate(tetra, cores, path)
+
+
+def calibrate(tetra, cores, path, out=None):
+    """Measures, writes the description to `path`, prints the values and
+    returns {ranks: (metrics file, its lines)} of the runs measured (in `out`,
+    a scratch directory when None): the scaling study's layouts at 1, `cores`
+    (one thread each) and 4 ranks."""
+    if out is None:
+        with tempfile.TemporaryDirectory() as scratch:
+            return calibrate(tetra, cores, path, scratch)
+    runs = {}
+    for ranks, extra in ((1, []), (cores, ["train.threads=1"]), (4, [])):
+        metrics = f"{out}/w{ranks}.jsonl"
+        runs[ranks] = (metrics, cpu_runs.train(tetra, ranks, cpu_runs.LAYOUTS.get(ranks, []) + extra, metrics))
+    one = cpu_runs.fastest_step(runs[1][1])
+    per_core = cpu_runs.fastest_step(runs[cores][1])
+    # FLOPs of a step: tflops is per rank and second.
+    flops = one["tflops"] * 1e12 * one["step_time_s"]
+    compute_one = one["fwd_s"] + one["bwd_s"]
+    # Each of `cores` ranks computes flops / cores at the node's rate / cores.
+    node_rate = flops / (per_core["fwd_s"] + per_core["bwd_s"])
+    values = {
+        "cores": cores,
+        "peak": node_rate / 1e12,
+        "thread": flops / node_rate / compute_one,
+        "memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        "memory_gbps": 0.0,
+        "overhead": max(0.0, one["step_time_s"] - compute_one - one["optimizer_s"]),
+        "latency": 0.0,
+    }
+    params = params_of(tetra)
+    values["memory_gbps"] = 2 * params * (4 + 4 + 8) / one["optimizer_s"] / 1e9
+    values["copy_gbps"] = values["memory_gbps"] / 2  # a copy reads and writes
+    write(values, path)
+    # Latency: the 4-rank step the latency-free model misses, over its slope.
+    sets = cpu_runs.LAYOUTS[4]
+    four = cpu_runs.fastest_step(runs[4][1])
+    layout = cpu_runs.layout_of(sets, 4)
+    base = cpu_runs.predict(tetra, path, 4, sets, layout)["step_s"]
+    values["latency"] = 1.0
+    write(values, path)
+    slope = cpu_runs.predict(tetra, path, 4, sets, layout)["step_s"] - base
+    values["latency"] = max(0.0, (four["step_time_s"] - base) / slope)
+    write(values, path)
     for key, value in values.items():
         print(f"{key}: {value:.6g}")
+    return runs
 
 
 def params_of(tetra):
@@ -100,8 +116,8 @@ def params_of(tetra):
     return float(out.split(" parameters")[0].split()[-1])
 
 
-def write(values):
-    with open(cpu_runs.CLUSTER, "w") as f:
+def write(values, path):
+    with open(path, "w") as f:
         f.write(TEMPLATE.format(**values))
 
 
