@@ -212,9 +212,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     step_span.reset();
     if (trace) RETURN_IF_ERROR(trace->EndStep(step, *dist.world, dist.coords));
     AddStepTiming(*dist.world, {dist.world->size(), dist.tp->size(), pp}, StepTiming::FromProfiler(), m);
-    if (step == 1) m.run = RunLayout{dist.world->size(), dist.tp->size(), pp, dp, config.parallel().expert(),
-                                     train.global_batch_size(), train.micro_batch_size(), train.seq_length(),
-                                     config.optimizer().zero_stage()};
+    if (step == 1) {  // a report reads the run's layout from its first line
+      m.run = RunLayout{dist.world->size(),         dist.tp->size(),          pp, dp,
+                        config.parallel().expert(), train.global_batch_size(), train.micro_batch_size(),
+                        train.seq_length(),         config.optimizer().zero_stage()};
+    }
     m.tokens_per_s = tokens_per_step / m.step_time_s;
     m.tflops = flops_per_step / dist.world->size() / m.step_time_s / 1e12;
     if (config.log().peak_tflops() > 0) m.mfu = m.tflops / config.log().peak_tflops();
