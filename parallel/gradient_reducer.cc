@@ -89,8 +89,8 @@ void GradientReducer::ReadyFrom(int64_t offset) {
 
 void GradientReducer::Finish() {
   const Timer timer;
-  const ScopedSpan span(SpanKind::kCommDp, "gradient reduce dp");
   if (dp_.size() > 1) {
+    const ScopedSpan span(SpanKind::kCommDp, "gradient reduce dp");
     while (next_ > 0) Launch(--next_);
     for (CommHandle& handle : in_flight_) handle.Wait();
   }
