@@ -34,7 +34,9 @@ absl::StatusOr<ReportOptions> ParseReportOptions(int argc, char** argv) {
     std::string* target = arg == "--out" ? &o.out : arg == "--config" ? &o.config_path
                         : arg == "--cluster" ? &o.cluster_path : nullptr;
     if (target != nullptr || arg == "--set") {
-      if (i + 1 == argc) return UserError(absl::StrCat("tetra report: ", arg, " needs a value"), "tetra report --out DIR RUN.jsonl ...");
+      if (i + 1 == argc) {
+        return UserError(absl::StrCat("tetra report: ", arg, " needs a value"), "tetra report --out DIR RUN.jsonl ...");
+      }
       if (target != nullptr) *target = argv[++i];
       else o.sets.push_back(argv[++i]);
     } else if (arg.rfind("--", 0) == 0) {
@@ -312,17 +314,16 @@ absl::Status ReportCommand(int argc, char** argv) {
                               false, "fraction of the step"));
   }
 
-  std::string md = "# tetra scaling report\n\n";
-  absl::StrAppend(&md, "Runs: ", rows.size(), ". Statistics are over the steps after the first. Scaling efficiency "
-                  "is per-rank throughput against the smallest run's (strong: same global batch; weak: the "
-                  "batch grows with the ranks).\n\n");
-  std::string html =
+  const std::string intro = absl::StrCat(
+      "Runs: ", rows.size(), ". Statistics are over the steps after the first. Scaling efficiency is per-rank "
+      "throughput against the smallest run's (strong: same global batch; weak: the batch grows with the ranks).");
+  std::string md = absl::StrCat("# tetra scaling report\n\n", intro, "\n\n");
+  std::string html = absl::StrCat(
       "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
       "<title>tetra scaling report</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:1100px}"
       "table{border-collapse:collapse;margin-bottom:1em}td,th{border:1px solid #ccc;padding:3px 8px;"
       "text-align:right}th{background:#f3f3f3}svg{display:block;margin:1em 0}</style>\n</head>\n<body>\n"
-      "<h1>tetra scaling report</h1>\n";
-  absl::StrAppend(&html, "<p>", Escape(md.substr(md.find("Runs:"), md.size() - md.find("Runs:") - 2)), "</p>\n");
+      "<h1>tetra scaling report</h1>\n<p>", Escape(intro), "</p>\n");
   for (const Table& t : tables) {
     md += MarkdownTable(t);
     html += HtmlTable(t);

@@ -316,10 +316,10 @@ std::string LayoutName(const PlanLayout& l) {
 std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top) {
   const double usable = cluster.hbm_bytes() * cluster.usable_memory_fraction();
   std::string text = absl::StrFormat(
-      "cluster %s: %d nodes x %d devices, %.0f TFLOP/s peak each (%.0f%% achieved), %.1f GB usable of %.1f GB\n"
+      "cluster %s: %d nodes x %d devices, %.4g TFLOP/s peak %s (%.0f%% achieved), %.1f GB usable of %.1f GB\n"
       "%-44s %9s %10s %8s %7s %8s %8s %8s %8s %7s\n",
       cluster.name(), cluster.nodes(), cluster.devices_per_node(), cluster.peak_tflops(),
-      cluster.compute_efficiency() * 100, usable / 1e9, cluster.hbm_bytes() / 1e9, "layout", "memory GB",
+      cluster.shared_compute() ? "per node, shared" : "each", cluster.compute_efficiency() * 100, usable / 1e9, cluster.hbm_bytes() / 1e9, "layout", "memory GB",
       "step s", "compute", "tp", "ep", "bubble", "dp+pp", "opt", "MFU");
   int shown = 0;
   for (const LayoutPrediction& p : plans) {

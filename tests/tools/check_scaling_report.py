@@ -2,12 +2,12 @@
 """The scaling study on this machine's CPU, end to end (issue 9's acceptance):
 
 1. runs configs/bench_cpu_scaling.textproto at 1, 2, 4 and 8 ranks (data,
-   data, tensor x data, tensor x pipeline x data), calibrating a CPU cluster
-   description (tools/bench/calibrate_cpu.py) into a scratch file from the
-   first three: 8 ranks is a prediction from them alone;
+   data, tensor x data, tensor x pipeline x data), twice, taking turns, and
+   calibrates a CPU cluster description (tools/bench/calibrate_cpu.py) into a
+   scratch file from the first three: 8 ranks is a prediction from them alone;
 2. checks the planner's predicted step time for each layout is within 25% of
-   the measured one (the fastest step after the first: see tools/bench/
-   cpu_runs.py for why);
+   the measured one (the fastest step after the first over both runs: see
+   tools/bench/cpu_runs.py for why);
 3. runs `tetra report` on the four metrics files and checks its Markdown
    tables against numbers computed here from the metrics files and from
    `tetra plan --json`, and that report.html is well-formed XHTML with inline
@@ -22,6 +22,7 @@ usage: check_scaling_report.py TETRA_BINARY [MPIEXEC]
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
@@ -59,7 +60,6 @@ def tables(markdown):
 def check_report(tetra, out, cluster, runs):
     paths = [path for path, _, _ in runs]
     command = [tetra, "report", "--out", f"{out}/report", "--config", cpu_runs.CONFIG, "--cluster", cluster] + paths
-    import subprocess
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     with open(f"{out}/report/report.md") as f:
         t = tables(f.read())
@@ -107,28 +107,22 @@ def check_report(tetra, out, cluster, runs):
 def main():
     tetra = os.path.abspath(sys.argv[1])
     mpiexec = sys.argv[2] if len(sys.argv) > 2 else "mpirun"
-    cores = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory() as out:
+        measured = cpu_runs.measure(tetra, out, mpiexec)
+        # Calibrated from the 1-, 2- and 4-rank runs; 8 ranks (tensor x
+        # pipeline x data) is a prediction from them alone.
         cluster = f"{out}/cpu.textproto"
-        # The calibration's runs at 1, 2 and 4 ranks are the study's too (so
-        # the machine's load drifts less between calibration and check); 8
-        # ranks (tensor x pipeline x data) is predicted from them alone.
-        calibration_runs = calibrate_cpu.calibrate(tetra, cores, cluster, out)
+        calibrate_cpu.calibrate(tetra, measured, cluster)
         runs, failures = [], []
         for ranks, sets in cpu_runs.LAYOUTS.items():
-            path = f"{out}/w{ranks}.jsonl"
-            if ranks in calibration_runs:
-                path, lines = calibration_runs[ranks]
-            else:
-                lines = cpu_runs.train(tetra, ranks, sets, path, mpiexec)
             plan = cpu_runs.predict(tetra, cluster, ranks, sets, cpu_runs.layout_of(sets, ranks))
-            measured = cpu_runs.fastest_step(lines)["step_time_s"]
-            error = plan["step_s"] / measured - 1
-            print(f"{ranks} ranks {cpu_runs.layout_of(sets, ranks)}: measured {measured:.4f} s, "
+            best = cpu_runs.fastest_step(measured[ranks])["step_time_s"]
+            error = plan["step_s"] / best - 1
+            print(f"{ranks} ranks {cpu_runs.layout_of(sets, ranks)}: measured {best:.4f} s, "
                   f"predicted {plan['step_s']:.4f} s ({100 * error:+.1f}%)")
             if abs(error) > PREDICTION_TOLERANCE:
                 failures.append(ranks)
-            runs.append((path, lines, plan))
+            runs.append((f"{out}/w{ranks}_0.jsonl", measured[ranks][0], plan))
         check_report(tetra, out, cluster, runs)
         if failures:
             sys.exit(f"error: predicted step time off by more than {PREDICTION_TOLERANCE:.0%} at {failures} "

@@ -5,7 +5,7 @@ configs/bench_cpu_scaling.textproto:
 
   peak_tflops        the node's rate: the model's FLOPs of a step over the
                      forward + backward seconds of a rank when as many ranks
-                     as cores share the step (compute_efficiency 1: achieved)
+                     as cores (2) share the step (compute_efficiency 1)
   thread_efficiency  one rank on all cores (threads = cores) against that
   memory_gbps        AdamW's bytes (2 x params x (4 + 4 + 8)) over optimizer_s
   step_overhead_s    one-rank step time not in forward, backward, optimizer
@@ -13,7 +13,9 @@ configs/bench_cpu_scaling.textproto:
                      step time the latency-free model misses, over the
                      model's latency count (its step time's slope in latency)
 
-usage: calibrate_cpu.py TETRA_BINARY [CORES [OUT.textproto]]
+Every layout runs tools/bench/cpu_runs.py's REPEATS times, taking turns.
+
+usage: calibrate_cpu.py TETRA_BINARY [OUT.textproto]
 Writes the description (by default configs/clusters/cpu_2core.textproto) and
 prints the measured values.
 """
@@ -56,25 +58,17 @@ activation_bytes: 4
 
 def main():
     tetra = os.path.abspath(sys.argv[1])
-    cores = int(sys.argv[2]) if len(sys.argv) > 2 else len(os.sched_getaffinity(0))
-    path = sys.argv[3] if len(sys.argv) > 3 else cpu_runs.CLUSTER
-    calibrate(tetra, cores, path)
+    path = sys.argv[2] if len(sys.argv) > 2 else cpu_runs.CLUSTER
+    with tempfile.TemporaryDirectory() as out:
+        calibrate(tetra, cpu_runs.measure(tetra, out), path)
 
 
-def calibrate(tetra, cores, path, out=None):
-    """Measures, writes the description to `path`, prints the values and
-    returns {ranks: (metrics file, its lines)} of the runs measured (in `out`,
-    a scratch directory when None): the scaling study's layouts at 1, `cores`
-    (one thread each) and 4 ranks."""
-    if out is None:
-        with tempfile.TemporaryDirectory() as scratch:
-            return calibrate(tetra, cores, path, scratch)
-    runs = {}
-    for ranks, extra in ((1, []), (cores, ["train.threads=1"]), (4, [])):
-        metrics = f"{out}/w{ranks}.jsonl"
-        runs[ranks] = (metrics, cpu_runs.train(tetra, ranks, cpu_runs.LAYOUTS.get(ranks, []) + extra, metrics))
-    one = cpu_runs.fastest_step(runs[1][1])
-    per_core = cpu_runs.fastest_step(runs[cores][1])
+def calibrate(tetra, runs, path, cores=2):
+    """Writes the description of `cores` cores to `path` from `runs`
+    (cpu_runs.measure: the 1-, 2- and 4-rank layouts are used; the 2-rank
+    data-parallel run has one rank per core) and prints the values."""
+    one = cpu_runs.fastest_step(runs[1])
+    per_core = cpu_runs.fastest_step(runs[cores])
     # FLOPs of a step: tflops is per rank and second.
     flops = one["tflops"] * 1e12 * one["step_time_s"]
     compute_one = one["fwd_s"] + one["bwd_s"]
@@ -85,27 +79,23 @@ def calibrate(tetra, cores, path, out=None):
         "peak": node_rate / 1e12,
         "thread": flops / node_rate / compute_one,
         "memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-        "memory_gbps": 0.0,
+        "memory_gbps": 2 * params_of(tetra) * (4 + 4 + 8) / one["optimizer_s"] / 1e9,
         "overhead": max(0.0, one["step_time_s"] - compute_one - one["optimizer_s"]),
         "latency": 0.0,
     }
-    params = params_of(tetra)
-    values["memory_gbps"] = 2 * params * (4 + 4 + 8) / one["optimizer_s"] / 1e9
     values["copy_gbps"] = values["memory_gbps"] / 2  # a copy reads and writes
     write(values, path)
     # Latency: the 4-rank step the latency-free model misses, over its slope.
     sets = cpu_runs.LAYOUTS[4]
-    four = cpu_runs.fastest_step(runs[4][1])
     layout = cpu_runs.layout_of(sets, 4)
     base = cpu_runs.predict(tetra, path, 4, sets, layout)["step_s"]
     values["latency"] = 1.0
     write(values, path)
     slope = cpu_runs.predict(tetra, path, 4, sets, layout)["step_s"] - base
-    values["latency"] = max(0.0, (four["step_time_s"] - base) / slope)
+    values["latency"] = max(0.0, (cpu_runs.fastest_step(runs[4])["step_time_s"] - base) / slope)
     write(values, path)
     for key, value in values.items():
         print(f"{key}: {value:.6g}")
-    return runs
 
 
 def params_of(tetra):

@@ -2,10 +2,12 @@
 under mpirun --oversubscribe, shared by tools/bench/calibrate_cpu.py and
 tests/tools/check_scaling_report.py.
 
-A run's step time is the fastest step after the first (step 1 pays for first
-touches and thread start): on a machine shared with other jobs the fastest
-step is the one least disturbed by them, the closest to what the model alone
-costs.
+A layout's step time is the fastest step after the first (step 1 pays for
+first touches and thread start) over `REPEATS` runs, the layouts taking turns
+(1, 2, 4, 8, 1, 2, ...): on a machine shared with other jobs the fastest step
+is the one least disturbed by them, the closest to what the model alone
+costs, and taking turns keeps a burst of other work from landing on one
+layout only.
 """
 import json
 import os
@@ -35,9 +37,23 @@ def train(tetra, ranks, sets, metrics_path, mpiexec="mpirun"):
         return [json.loads(line) for line in f]
 
 
-def fastest_step(lines):
-    """The metrics line of the fastest step after the first."""
-    return min(lines[1:], key=lambda m: m["step_time_s"])
+REPEATS = 2
+
+
+def measure(tetra, out, mpiexec="mpirun"):
+    """{ranks: [metrics lines of each run]} for every layout, REPEATS runs
+    each, taking turns; run r of `ranks` ranks writes out/w{ranks}_{r}.jsonl."""
+    runs = {ranks: [] for ranks in LAYOUTS}
+    for r in range(REPEATS):
+        for ranks, sets in LAYOUTS.items():
+            runs[ranks].append(train(tetra, ranks, sets, f"{out}/w{ranks}_{r}.jsonl", mpiexec))
+    return runs
+
+
+def fastest_step(runs):
+    """The metrics line of the fastest step after the first of any of `runs`
+    (each a list of metrics lines)."""
+    return min((m for lines in runs for m in lines[1:]), key=lambda m: m["step_time_s"])
 
 
 def predict(tetra, cluster, ranks, sets, layout):
