@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/logging.h"
+#include "core/profiler.h"
 #include "core/timer.h"
 
 namespace tetra {
@@ -89,6 +90,7 @@ void GradientReducer::ReadyFrom(int64_t offset) {
 void GradientReducer::Finish() {
   const Timer timer;
   if (dp_.size() > 1) {
+    const ScopedSpan span(SpanKind::kCommDp, "gradient reduce dp");
     while (next_ > 0) Launch(--next_);
     for (CommHandle& handle : in_flight_) handle.Wait();
   }

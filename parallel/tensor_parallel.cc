@@ -1,6 +1,7 @@
 #include "parallel/tensor_parallel.h"
 
 #include "core/logging.h"
+#include "core/profiler.h"
 
 namespace tetra {
 namespace {
@@ -22,6 +23,7 @@ Tensor AllGatherRows(const Tensor& x, Communicator& tp, Tensor* gathered) {
   if (tp.size() == 1) return AsRows(x);
   const int64_t rows = Rows(x), cols = x.dim(-1);
   EnsureShape(gathered, {rows * tp.size(), cols});
+  const ScopedSpan span(SpanKind::kCommTp, "all_gather tp");
   tp.AllGather(x.f32(), gathered->f32(), rows * cols, DType::kF32);
   return *gathered;
 }
@@ -30,12 +32,14 @@ Tensor ReduceScatterRows(const Tensor& y, Communicator& tp, Tensor* scattered, c
   if (tp.size() == 1) return AsRows(y);
   const int64_t block = BlockRows(y, tp, op), cols = y.dim(-1);
   EnsureShape(scattered, {block, cols});
+  const ScopedSpan span(SpanKind::kCommTp, "reduce_scatter tp");
   tp.ReduceScatter(y.f32(), scattered->f32(), block * cols, DType::kF32, ReduceOp::kSum);
   return *scattered;
 }
 
 void AllReduceInPlace(const Tensor& t, Communicator& tp) {
   if (tp.size() == 1) return;
+  const ScopedSpan span(SpanKind::kCommTp, "all_reduce tp");
   tp.AllReduce(t.f32(), t.f32(), t.numel(), DType::kF32, ReduceOp::kSum);
 }
 

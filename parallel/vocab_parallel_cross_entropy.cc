@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/logging.h"
+#include "core/profiler.h"
 #include "kernels/cpu/partition.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/ops.h"
@@ -46,8 +47,11 @@ double VocabParallelCrossEntropy(const Tensor& logits, const Tensor& targets, fl
       tp.AllReduceAsync(max.data(), max.data(), rows, DType::kF32, ReduceOp::kMax);
   CommHandle target_done = tp.AllReduceAsync(target_logit.data(), target_logit.data(), rows,
                                              DType::kF32, ReduceOp::kSum);
-  max_done.Wait();
-  target_done.Wait();
+  {
+    const ScopedSpan span(SpanKind::kCommTp, "all_reduce tp (cross-entropy)");
+    max_done.Wait();
+    target_done.Wait();
+  }
 
   // Partial sums of exp(x - max) over this slice; the exps go to dlogits.
   std::vector<double> partial(rows);
@@ -67,7 +71,10 @@ double VocabParallelCrossEntropy(const Tensor& logits, const Tensor& targets, fl
   // Doubles travel as pairs of int32 words: moved bit for bit, never reduced.
   std::vector<double> gathered(rows * tp.size());
   static_assert(sizeof(double) == 2 * sizeof(int32_t));
-  tp.AllGather(partial.data(), gathered.data(), 2 * rows, DType::kI32);
+  {
+    const ScopedSpan span(SpanKind::kCommTp, "all_gather tp (cross-entropy)");
+    tp.AllGather(partial.data(), gathered.data(), 2 * rows, DType::kI32);
+  }
 
   double loss = 0;
   std::vector<double> sums(rows);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/logging.h"
+#include "core/profiler.h"
 #include "core/timer.h"
 
 namespace tetra {
@@ -42,6 +43,7 @@ Tensor PipelineExecutor::HiddenBuffer() const { return Tensor::Empty({rows_, hid
 
 void PipelineExecutor::Wait(CommHandle& handle) {
   Timer timer;
+  const ScopedSpan span(SpanKind::kCommPp, "pipeline wait pp");
   handle.Wait();
   wait_seconds_ += timer.Seconds();
 }
@@ -98,6 +100,7 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
         if (stage.has_embedding || stage.has_head) load(a.micro_batch, inputs.data(), targets.data());
         if (!stage.has_embedding) Wait(mb.receive);
         double stage_loss = 0;
+        const ScopedSpan span(SpanKind::kForward, nullptr, a.micro_batch);
         Tensor out = model_.ForwardStage(mb.slot, a.chunk, inputs.data(), mb.received, targets.data(),
                                          batch_, seq_, grad_scale, &stage_loss);
         mb.received = Tensor();
@@ -111,6 +114,7 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
       }
       case ActionType::kBackward: {
         if (!stage.has_head) Wait(mb.receive);
+        const ScopedSpan span(SpanKind::kBackward, nullptr, a.micro_batch);
         Tensor d_in = model_.BackwardStage(mb.slot, a.chunk, mb.received,
                                            static_cast<int>(i) == last_backward_ ? on_ready : nullptr);
         mb.received = Tensor();

@@ -11,6 +11,12 @@ set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIM
 add_test(NAME layouts.parallel_layouts_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_layouts.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.parallel_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 1200 RUN_SERIAL ON)
+add_test(NAME trace.perfetto_schema_per_rank
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/train/check_trace.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(trace.perfetto_schema_per_rank PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+add_test(NAME report.cpu_scaling_study
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_scaling_report.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(report.cpu_scaling_study PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)
 add_test(NAME pipeline.measured_bubble_matches_table
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/pipeline/check_bubble.py $<TARGET_FILE:tetra>)
 set_tests_properties(pipeline.measured_bubble_matches_table PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL ON)

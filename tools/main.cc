@@ -27,6 +27,7 @@
 #include "tools/commbench_command.h"
 #include "tools/command_line.h"
 #include "tools/plan_command.h"
+#include "tools/report_command.h"
 #include "train/config_loader.h"
 #include "train/trainer.h"
 
@@ -38,6 +39,8 @@ constexpr char kUsage[] =
     "  tetra train  --config FILE.textproto [--set path.to.field=value ...]\n"
     "  tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]\n"
     "  tetra plan   --config FILE.textproto --world N [--json] [--gpus-per-node G] [--set ...]\n"
+    "  tetra plan   --config FILE.textproto --cluster CLUSTER.textproto [--world N] [--json] [--set ...]\n"
+    "  tetra report --out DIR [--config F --cluster C] RUN.jsonl ...\n"
     "  tetra checkpoint inspect DIR | export DIR --out model.safetensors [--dtype f32|bf16]\n"
     "  mpirun -np N tetra commbench [--op all_reduce|...|all] [--group world|even_odd|pairs] ...\n";
 
@@ -119,6 +122,8 @@ int Run(int argc, char** argv) {
     status = CheckpointCommand(argc, argv);
   } else if (command == "plan") {
     status = PlanCommand(argc, argv);
+  } else if (command == "report") {
+    status = ReportCommand(argc, argv);
   } else if (command == "--help" || command == "help") {
     std::cout << kUsage;
     return 0;

@@ -17,13 +17,16 @@
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_checker.h"
 #include "tools/command_line.h"
+#include "train/cluster_config.h"
 #include "train/config_loader.h"
+#include "train/layout_planner.h"
 
 namespace tetra {
 namespace {
 
 constexpr int kDefaultGpusPerNode = 8;
 constexpr size_t kLineWidth = 100;  // where the group lists wrap
+constexpr int kPlanRows = 15;       // layouts --cluster lists
 
 struct PlanOptions {
   std::string config_path;
@@ -31,6 +34,7 @@ struct PlanOptions {
   int world = 0;
   int gpus_per_node = kDefaultGpusPerNode;
   bool json = false;
+  std::string cluster_path;  // --cluster: predict and rank layouts
 };
 
 absl::StatusOr<int> PositiveFlag(const ParsedFlags& flags, const std::string& name) {
@@ -56,14 +60,17 @@ absl::StatusOr<PlanOptions> ParseOptions(int argc, char** argv) {
     }
   }
   ASSIGN_OR_RETURN(ParsedFlags flags, ParseFlags(static_cast<int>(args.size()), args.data(), 2, "plan",
-                                                 {"config", "set", "world", "gpus-per-node", "json"}));
-  if (!flags.values.count("config") || !flags.values.count("world")) {
+                                                 {"config", "set", "world", "gpus-per-node", "json", "cluster"}));
+  if (flags.values.count("cluster")) options.cluster_path = flags.values.at("cluster");
+  if (!flags.values.count("config") || (!flags.values.count("world") && options.cluster_path.empty())) {
     return UserError("tetra plan needs --config FILE.textproto and --world N",
                      "tetra plan --config configs/tiny_dense.textproto --world 8");
   }
   options.config_path = flags.values.at("config");
   options.sets = flags.sets;
-  ASSIGN_OR_RETURN(options.world, PositiveFlag(flags, "world"));
+  if (flags.values.count("world")) {
+    ASSIGN_OR_RETURN(options.world, PositiveFlag(flags, "world"));
+  }
   if (flags.values.count("gpus-per-node")) {
     ASSIGN_OR_RETURN(options.gpus_per_node, PositiveFlag(flags, "gpus-per-node"));
   }
@@ -72,6 +79,26 @@ absl::StatusOr<PlanOptions> ParseOptions(int argc, char** argv) {
                      "write --json alone");
   }
   return options;
+}
+
+// {"layouts": [{"tp": 1, ..., "step_s": 0.5, "memory_bytes": ..., "fits": true}, ...]}, best first.
+std::string PredictionsJson(const std::vector<LayoutPrediction>& plans) {
+  std::vector<std::string> rows;
+  for (const LayoutPrediction& p : plans) {
+    const PlanLayout& l = p.layout;
+    const TimeEstimate& t = p.time;
+    const MemoryEstimate& m = p.memory;
+    rows.push_back(absl::StrFormat(
+        R"j(  {"tp": %d, "pp": %d, "dp": %d, "ep": %d, "zero_stage": %d, "recompute": %s, "micro_batches": %d, )j"
+        R"j("step_s": %.9g, "compute_s": %.9g, "tp_s": %.9g, "ep_s": %.9g, "bubble_s": %.9g, "pp_s": %.9g, )j"
+        R"j("dp_s": %.9g, "optimizer_s": %.9g, "overhead_s": %.9g, "bubble_fraction": %.9g, "mfu": %.9g, )j"
+        R"j("weights_bytes": %.9g, "grads_bytes": %.9g, "optimizer_bytes": %.9g, "activations_bytes": %.9g, )j"
+        R"j("memory_bytes": %.9g, "fits": %s})j",
+        l.tp, l.pp, l.dp, l.ep, l.zero_stage, l.recompute ? "true" : "false", p.micro_batches, t.step_s(),
+        t.compute_s, t.tp_s, t.ep_s, t.bubble_s, t.pp_s, t.dp_s, t.optimizer_s, t.overhead_s, p.bubble_fraction, p.mfu, m.weights,
+        m.grads, m.optimizer, m.activations, m.total(), p.fits ? "true" : "false"));
+  }
+  return absl::StrCat("{\"layouts\": [\n", absl::StrJoin(rows, ",\n"), "\n]}\n");
 }
 
 std::string GroupText(const std::vector<int>& group) { return absl::StrCat("[", absl::StrJoin(group, ", "), "]"); }
@@ -235,6 +262,13 @@ absl::Status PlanCommand(int argc, char** argv) {
   // Not ValidateConfig: plan checks layouts for any world size, nothing else.
   ASSIGN_OR_RETURN(TrainerConfig config, LoadConfigFile(options.config_path));
   for (const std::string& assignment : options.sets) RETURN_IF_ERROR(ApplyOverride(assignment, &config));
+  if (!options.cluster_path.empty()) {
+    ASSIGN_OR_RETURN(ClusterConfig cluster, LoadClusterFile(options.cluster_path));
+    const int world = options.world > 0 ? options.world : cluster.nodes() * cluster.devices_per_node();
+    const std::vector<LayoutPrediction> plans = PlanLayouts(config, cluster, world);
+    std::cout << (options.json ? PredictionsJson(plans) : PlanReport(plans, cluster, kPlanRows));
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(config.parallel(), options.world));
   if (options.json) {
     std::cout << PlanJson(mesh);

@@ -9,6 +9,7 @@
 #include "parallel/mesh.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_partition.h"
+#include "train/trace_writer.h"
 
 namespace tetra {
 namespace {
@@ -191,14 +192,6 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
 }
 
 absl::Status ValidateLog(const LogConfig& log, const CheckpointConfig& checkpoint, const DataConfig& data) {
-  // Sections whose machinery lands in later milestones: refuse rather than ignore.
-  for (auto [field, value] : {std::pair{"log.trace_path", log.trace_path()},
-                              std::pair{"log.tensorboard_dir", log.tensorboard_dir()}}) {
-    if (!value.empty()) {
-      return Invalid(absl::StrCat(field, " is set to \"", value, "\", but that feature is not implemented yet"),
-                     absl::StrCat("remove ", field, " from the config"));
-    }
-  }
   if (checkpoint.interval() < 0 || checkpoint.keep() < 0) {
     return Invalid(absl::StrCat("checkpoint.interval ", checkpoint.interval(), " and checkpoint.keep ",
                                 checkpoint.keep(), " must be >= 0"),
@@ -229,6 +222,7 @@ absl::Status ValidateConfig(const TrainerConfig& config, int world_size) {
   RETURN_IF_ERROR(ValidateData(config.data(), config.model(), config.train()));
   RETURN_IF_ERROR(ValidateParallel(config, world_size));
   RETURN_IF_ERROR(ValidateLog(config.log(), config.checkpoint(), config.data()));
+  RETURN_IF_ERROR(ParseTraceSteps(config.log().trace_steps(), config.train().steps()).status());
   return absl::OkStatus();
 }
 

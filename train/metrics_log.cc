@@ -1,10 +1,13 @@
 #include "train/metrics_log.h"
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -42,12 +45,30 @@ std::string MetricsJson(const StepMetrics& m) {
   if (m.val_loss) absl::StrAppend(&json, ", \"val_loss\": ", Number(*m.val_loss));
   for (const auto& [name, value] : {std::pair{"param_bytes", m.param_bytes},
                                     std::pair{"grad_bytes", m.grad_bytes},
-                                    std::pair{"optimizer_bytes", m.optimizer_bytes}}) {
+                                    std::pair{"optimizer_bytes", m.optimizer_bytes},
+                                    std::pair{"peak_memory_bytes", m.peak_memory_bytes}}) {
     if (value) absl::StrAppend(&json, ", \"", name, "\": ", Number(*value));
   }
   absl::StrAppend(&json, ", \"step_time_s\": ", Number(m.step_time_s));
-  if (m.comm_exposed_s_dp) absl::StrAppend(&json, ", \"comm_exposed_s_dp\": ", Number(*m.comm_exposed_s_dp));
-  if (m.bubble_fraction) absl::StrAppend(&json, ", \"bubble_fraction\": ", Number(*m.bubble_fraction));
+  for (const auto& [name, value] : {std::pair{"fwd_s", m.fwd_s},
+                                    std::pair{"bwd_s", m.bwd_s},
+                                    std::pair{"optimizer_s", m.optimizer_s},
+                                    std::pair{"comm_exposed_s", m.comm_exposed_s},
+                                    std::pair{"comm_exposed_s_tp", m.comm_exposed_s_tp},
+                                    std::pair{"comm_exposed_s_dp", m.comm_exposed_s_dp},
+                                    std::pair{"comm_exposed_s_ep", m.comm_exposed_s_ep},
+                                    std::pair{"comm_exposed_s_pp", m.comm_exposed_s_pp},
+                                    std::pair{"bubble_fraction", m.bubble_fraction}}) {
+    if (value) absl::StrAppend(&json, ", \"", name, "\": ", Number(*value));
+  }
+  if (m.run) {
+    const RunLayout& r = *m.run;
+    absl::StrAppend(&json, ", \"world_size\": ", r.world_size, ", \"tensor\": ", r.tensor,
+                    ", \"pipeline\": ", r.pipeline, ", \"data\": ", r.data, ", \"expert\": ", r.expert,
+                    ", \"global_batch_size\": ", r.global_batch_size, ", \"micro_batch_size\": ",
+                    r.micro_batch_size, ", \"seq_length\": ", r.seq_length, ", \"zero_stage\": ",
+                    r.zero_stage);
+  }
   json += "}";
   return json;
 }
@@ -63,10 +84,23 @@ std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s) {
   return line;
 }
 
-absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path) {
+absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, int64_t resumed_step) {
   std::error_code ignored;  // fopen reports a directory that could not be made
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
+  std::string kept;
+  if (std::ifstream previous(path); resumed_step > 0 && previous) {
+    int64_t step = 0;
+    for (std::string line; std::getline(previous, line);) {
+      if (std::sscanf(line.c_str(), "{\"step\": %" SCNd64, &step) == 1 && step <= resumed_step) {
+        absl::StrAppend(&kept, line, "\n");
+      }
+    }
+  }
   FILE* f = std::fopen(path.c_str(), "w");
+  if (f != nullptr && std::fputs(kept.c_str(), f) < 0) {
+    std::fclose(f);
+    f = nullptr;
+  }
   if (f == nullptr) {
     return UserError(absl::StrCat("cannot open log.metrics_path ", path, ": ", std::strerror(errno)),
                      "point log.metrics_path at a writable directory");

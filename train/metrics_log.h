@@ -12,6 +12,13 @@
 
 namespace tetra {
 
+// The run's layout and batch shape: the first line a run writes carries it,
+// so a report can tell runs apart from their metrics files alone.
+struct RunLayout {
+  int world_size = 1, tensor = 1, pipeline = 1, data = 1, expert = 1;
+  int global_batch_size = 0, micro_batch_size = 0, seq_length = 0, zero_stage = 0;
+};
+
 struct StepMetrics {
   int step = 0;
   double loss = 0;       // mean token cross-entropy over the global batch
@@ -27,6 +34,12 @@ struct StepMetrics {
   std::optional<double> param_bytes, grad_bytes, optimizer_bytes;
   std::optional<double> comm_exposed_s_dp;  // the step's wait on data-parallel communication
   std::optional<double> bubble_fraction;    // pipeline wait over step time (pipeline > 1)
+  // The time breakdown (train/step_timing.h): means over ranks, in seconds.
+  std::optional<double> fwd_s, bwd_s, optimizer_s;
+  std::optional<double> comm_exposed_s;  // the sum over groups
+  std::optional<double> comm_exposed_s_tp, comm_exposed_s_ep, comm_exposed_s_pp;
+  std::optional<double> peak_memory_bytes;  // largest over ranks
+  std::optional<RunLayout> run;             // the first line of a run only
 };
 
 // One JSON line, fields in contract order.
@@ -37,8 +50,10 @@ std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s);
 
 class MetricsLog {
  public:
-  // Starts `path` afresh (creating its directory), so one file is one run.
-  static absl::StatusOr<MetricsLog> Open(const std::string& path);
+  // Starts `path` afresh (creating its directory), so one file is one run;
+  // for a run resumed after step `resumed_step` > 0, keeps the file's lines
+  // of steps 1..resumed_step and drops later ones (steps the run will redo).
+  static absl::StatusOr<MetricsLog> Open(const std::string& path, int64_t resumed_step = 0);
   absl::Status Append(const StepMetrics& m);
 
  private:

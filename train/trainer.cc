@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/timer.h"
 #include "core/user_error.h"
@@ -23,7 +24,10 @@
 #include "train/checkpoint_writer.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
+#include "train/step_timing.h"
 #include "train/stop_request.h"
+#include "train/tensorboard_writer.h"
+#include "train/trace_writer.h"
 #include "train/training_data.h"
 
 namespace tetra {
@@ -118,9 +122,9 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   // The gradient norm sums over the ranks of one model replica (tensor x pipeline).
   DistributedOptimizer optimizer(store.flat_values(), Segments(store),
                                  AdamWSettings::FromConfig(config.optimizer()), reducer, *dist.mp);
-  std::optional<MetricsLog> metrics;
-  if (dist.is_logging_rank() && !config.log().metrics_path().empty()) {
-    ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path()));
+  std::optional<TensorBoardWriter> tensorboard;
+  if (dist.is_logging_rank() && !config.log().tensorboard_dir().empty()) {
+    ASSIGN_OR_RETURN(tensorboard, TensorBoardWriter::Open(config.log().tensorboard_dir()));
   }
 
   const int64_t seq = train.seq_length(), micro = train.micro_batch_size();
@@ -145,11 +149,24 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
            << std::flush;
 
   ASSIGN_OR_RETURN(const int64_t resumed, ResumeFromCheckpoint(config, store, optimizer, dist, progress));
+  std::optional<MetricsLog> metrics;
+  if (dist.is_logging_rank() && !config.log().metrics_path().empty()) {
+    ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path(), resumed));
+  }
   std::optional<StopRequest> stop_request;  // with somewhere to save, a signal stops cleanly
   if (!config.checkpoint().dir().empty()) stop_request.emplace();
   TrainResult result;
   Timer run_timer;
+  std::optional<TraceWriter> trace;
+  if (!config.log().trace_path().empty()) {
+    ASSIGN_OR_RETURN(StepRange trace_steps, ParseTraceSteps(config.log().trace_steps(), train.steps()));
+    trace.emplace(config.log().trace_path(), trace_steps);
+  }
+  dist.world->Barrier();  // ranks' trace clocks start together
+  Profiler::Get().ResetOrigin();
   for (int step = resumed + 1; step <= train.steps(); ++step) {
+    Profiler::Get().BeginStep(/*record=*/trace && trace->Records(step));
+    std::optional<ScopedSpan> step_span(std::in_place, SpanKind::kStep, nullptr, step);
     Timer step_timer;
     store.ZeroGrads();
     double loss_sum = 0;
@@ -179,11 +196,16 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       for (int64_t first = 0; first < rank_batch; first += micro) {
         RETURN_IF_ERROR(data.loader.Load(first_sample + first, micro, inputs.data(), targets.data()));
         const bool last = first + micro == rank_batch;
-        loss_sum += model.ForwardBackward(inputs.data(), targets.data(), micro, seq, grad_scale,
-                                          last ? on_ready : nullptr);
+        {
+          const ScopedSpan span(SpanKind::kForward, nullptr, first / micro);
+          loss_sum += model.Forward(0, inputs.data(), targets.data(), micro, seq, grad_scale);
+        }
+        const ScopedSpan span(SpanKind::kBackward, nullptr, first / micro);
+        model.Backward(0, last ? on_ready : nullptr);
       }
     }
     reducer.Finish();
+    std::optional<ScopedSpan> optimizer_span(std::in_place, SpanKind::kOptimizer);
     StepMetrics m;
     m.step = step;
     // Only the last pipeline stage has a loss; the others contribute 0.
@@ -200,8 +222,17 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     optimizer.Clip(m.grad_norm);
     m.lr = LearningRate(config.optimizer(), step, train.steps());
     optimizer.Step(m.lr, step);
+    optimizer_span.reset();
 
     m.step_time_s = step_timer.Seconds();
+    step_span.reset();
+    if (trace) RETURN_IF_ERROR(trace->EndStep(step, *dist.world, dist.coords));
+    AddStepTiming(*dist.world, {dist.world->size(), dist.tp->size(), pp}, StepTiming::FromProfiler(), m);
+    if (step == resumed + 1) {  // a report reads the run's layout from its first line
+      m.run = RunLayout{dist.world->size(),         dist.tp->size(),          pp, dp,
+                        config.parallel().expert(), train.global_batch_size(), train.micro_batch_size(),
+                        train.seq_length(),         config.optimizer().zero_stage()};
+    }
     m.tokens_per_s = tokens_per_step / m.step_time_s;
     m.tflops = flops_per_step / dist.world->size() / m.step_time_s / 1e12;
     if (config.log().peak_tflops() > 0) m.mfu = m.tflops / config.log().peak_tflops();
@@ -210,7 +241,6 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       m.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes());
       m.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes());
       m.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes());
-      m.comm_exposed_s_dp = reducer.exposed_seconds() + optimizer.exposed_seconds();
     }
     if (pipeline) {
       // Mean over ranks of the time each waited on its pipeline neighbours.
@@ -223,6 +253,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
                                             global_batch, micro, seq, inputs, targets));
     }
     if (metrics) RETURN_IF_ERROR(metrics->Append(m));
+    if (tensorboard) RETURN_IF_ERROR(tensorboard->Write(m));
     if (step % config.log().interval() == 0 || step == train.steps() || step == resumed + 1) {
       const double eta = run_timer.Seconds() / (step - resumed) * (train.steps() - step);
       progress << ProgressLine(m, train.steps(), eta) << "\n" << std::flush;

@@ -271,9 +271,9 @@ TEST_F(CliTest, LayoutIsCheckedAgainstTheLaunchedWorld) {
   unsetenv("OMPI_COMM_WORLD_SIZE");
 }
 
-TEST_F(CliTest, UnimplementedSectionsAreRefusedNotIgnored) {
-  ExpectError("train --config " + WriteConfig("log { trace_path: \"/tmp/trace\" }\n"),
-              "log.trace_path is set to \"/tmp/trace\", but that feature is not implemented yet");
+TEST_F(CliTest, LogSettingsThatCannotWorkAreRefused) {
+  ExpectError("train --config " + WriteConfig("log { trace_path: \"/tmp/trace\" trace_steps: \"7-3\" }\n"),
+              "log.trace_steps \"7-3\" is not a range of steps");
   ExpectError("train --config " + WriteConfig("log { eval_interval: 5 }\n"), "data.valid_path is empty");
 }
 

@@ -35,6 +35,21 @@ TEST(MetricsLogTest, JsonHasContractFieldsInOrder) {
   EXPECT_THAT(MetricsJson(with_mfu), HasSubstr("\"tflops\": 0.5, \"mfu\": 0.125, \"loss_floor\": 1.5, \"val_loss\": 2.75"));
 }
 
+TEST(MetricsLogTest, BreakdownAndRunLayoutFollowTheStepTime) {
+  StepMetrics m = Example();
+  m.fwd_s = 0.125;
+  m.bwd_s = 0.0625;
+  m.comm_exposed_s = 0.03125;
+  m.comm_exposed_s_tp = 0.03125;
+  m.peak_memory_bytes = 1024;
+  m.run = RunLayout{8, 2, 2, 2, 1, 16, 2, 128, 1};
+  EXPECT_THAT(MetricsJson(m), HasSubstr("\"loss_floor\": 1.5, \"peak_memory_bytes\": 1024, \"step_time_s\": 0.25, "
+                                        "\"fwd_s\": 0.125, \"bwd_s\": 0.0625, \"comm_exposed_s\": 0.03125, "
+                                        "\"comm_exposed_s_tp\": 0.03125, \"world_size\": 8, \"tensor\": 2, "
+                                        "\"pipeline\": 2, \"data\": 2, \"expert\": 1, \"global_batch_size\": 16, "
+                                        "\"micro_batch_size\": 2, \"seq_length\": 128, \"zero_stage\": 1}"));
+}
+
 TEST(MetricsLogTest, NumbersRoundTripExactlyAndNonFiniteIsNull) {
   StepMetrics m = Example();
   m.loss = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
@@ -68,6 +83,30 @@ TEST(MetricsLogTest, FileStartsAfreshAndGetsOneLinePerStep) {
     m.step = 4;
     return MetricsJson(m);
   }() + "\n");
+}
+
+// A run resumed after step 2 keeps steps 1 and 2 and redoes 3 onwards.
+TEST(MetricsLogTest, ResumedRunKeepsTheStepsBeforeItsCheckpoint) {
+  const std::string path = ::testing::TempDir() + "metrics_log_test/resumed/metrics.jsonl";
+  auto line = [](int step, double loss) {
+    StepMetrics m = Example();
+    m.step = step;
+    m.loss = loss;
+    return m;
+  };
+  {
+    auto first = MetricsLog::Open(path);
+    ASSERT_TRUE(first.ok()) << first.status();
+    for (int step = 1; step <= 4; ++step) ASSERT_TRUE(first->Append(line(step, 1.0)).ok());
+  }
+  auto resumed = MetricsLog::Open(path, /*resumed_step=*/2);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ASSERT_TRUE(resumed->Append(line(3, 2.0)).ok());
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), MetricsJson(line(1, 1.0)) + "\n" + MetricsJson(line(2, 1.0)) + "\n" +
+                            MetricsJson(line(3, 2.0)) + "\n");
 }
 
 TEST(MetricsLogTest, UnwritablePathIsAUserError) {

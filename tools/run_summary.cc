@@ -1,0 +1,143 @@
+#include "tools/run_summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/user_error.h"
+
+namespace tetra {
+namespace {
+
+void SkipSpaces(const std::string& s, size_t& at) {
+  while (at < s.size() && (s[at] == ' ' || s[at] == '\t' || s[at] == '\r')) ++at;
+}
+
+}  // namespace
+
+absl::StatusOr<MetricsLine> ParseMetricsLine(const std::string& line) {
+  MetricsLine fields;
+  size_t at = 0;
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(why, " at character ", at + 1));
+  };
+  SkipSpaces(line, at);
+  if (at >= line.size() || line[at++] != '{') return bad("expected {");
+  SkipSpaces(line, at);
+  if (at < line.size() && line[at] == '}') return fields;
+  while (true) {
+    SkipSpaces(line, at);
+    if (at >= line.size() || line[at] != '"') return bad("expected a field name");
+    const size_t end = line.find('"', at + 1);
+    if (end == std::string::npos) return bad("unterminated field name");
+    const std::string name = line.substr(at + 1, end - at - 1);
+    at = end + 1;
+    SkipSpaces(line, at);
+    if (at >= line.size() || line[at++] != ':') return bad("expected :");
+    SkipSpaces(line, at);
+    if (at < line.size() && line[at] == '"') {  // a string value: skipped
+      const size_t close = line.find('"', at + 1);
+      if (close == std::string::npos) return bad("unterminated string");
+      at = close + 1;
+    } else {
+      const size_t stop = line.find_first_of(",}", at);
+      if (stop == std::string::npos) return bad("unterminated value");
+      std::string text = line.substr(at, stop - at);
+      while (!text.empty() && text.back() == ' ') text.pop_back();
+      double value;
+      if (text == "null") {
+        value = std::numeric_limits<double>::quiet_NaN();
+      } else if (!absl::SimpleAtod(text, &value)) {
+        return bad(absl::StrCat("\"", text, "\" is not a number"));
+      }
+      fields[name] = value;
+      at = stop;
+    }
+    SkipSpaces(line, at);
+    if (at < line.size() && line[at] == ',') {
+      ++at;
+      continue;
+    }
+    if (at < line.size() && line[at] == '}') return fields;
+    return bad("expected , or }");
+  }
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) {
+    return UserError(absl::StrCat("cannot read metrics file ", path),
+                     "pass the log.metrics_path files of finished runs");
+  }
+  std::vector<MetricsLine> lines;
+  std::string text;
+  for (int number = 1; std::getline(file, text); ++number) {
+    if (text.empty()) continue;
+    absl::StatusOr<MetricsLine> line = ParseMetricsLine(text);
+    if (!line.ok()) {
+      return UserError(absl::StrCat(path, " line ", number, " is not a metrics object: ", line.status().message()),
+                       "pass files written by tetra train's log.metrics_path");
+    }
+    lines.push_back(*std::move(line));
+  }
+  if (lines.empty()) return UserError(absl::StrCat(path, " holds no steps"), "pass the metrics of a run that ran");
+  const MetricsLine& first = lines.front();
+  if (!first.count("world_size")) {
+    return UserError(absl::StrCat(path, " has no run layout (world_size, tensor, ...) on its first line"),
+                     "rerun with this tetra version, which writes the layout with the first step");
+  }
+  RunSummary run;
+  run.path = path;
+  run.steps = static_cast<int>(lines.size());
+  auto integer = [&](const char* name) { return first.count(name) ? static_cast<int>(first.at(name)) : 0; };
+  run.world_size = integer("world_size");
+  run.tensor = integer("tensor");
+  run.pipeline = integer("pipeline");
+  run.data = integer("data");
+  run.expert = integer("expert");
+  run.global_batch_size = integer("global_batch_size");
+  run.micro_batch_size = integer("micro_batch_size");
+  run.seq_length = integer("seq_length");
+  run.zero_stage = integer("zero_stage");
+  const size_t begin = lines.size() > 1 ? 1 : 0;
+  auto median = [&](const char* name) {
+    std::vector<double> values;
+    for (size_t i = begin; i < lines.size(); ++i) {
+      values.push_back(lines[i].count(name) ? lines[i].at(name) : 0.0);
+    }
+    return Median(values);
+  };
+  auto optional_median = [&](const char* name) -> std::optional<double> {
+    if (!lines.back().count(name)) return std::nullopt;
+    return median(name);
+  };
+  run.step_time_s = median("step_time_s");
+  run.tokens_per_s = median("tokens_per_s");
+  run.best_step_time_s = lines[begin].at("step_time_s");
+  for (size_t i = begin; i < lines.size(); ++i) {
+    run.best_step_time_s = std::min(run.best_step_time_s, lines[i].at("step_time_s"));
+  }
+  run.fwd_s = median("fwd_s");
+  run.bwd_s = median("bwd_s");
+  run.optimizer_s = median("optimizer_s");
+  run.comm_tp_s = median("comm_exposed_s_tp");
+  run.comm_dp_s = median("comm_exposed_s_dp");
+  run.comm_pp_s = median("comm_exposed_s_pp");
+  run.comm_ep_s = median("comm_exposed_s_ep");
+  run.bubble_fraction = optional_median("bubble_fraction");
+  run.mfu = optional_median("mfu");
+  run.last_loss = lines.back().at("loss");
+  return run;
+}
+
+}  // namespace tetra

@@ -1,0 +1,47 @@
+// A training run as `tetra report` sees it: the metrics file's lines
+// (train/metrics_log.h) read back, the layout from the first line's run
+// fields, and per-run statistics over the steps after the first (step 1 pays
+// for first touches and thread start).
+#ifndef TETRA_TOOLS_RUN_SUMMARY_H_
+#define TETRA_TOOLS_RUN_SUMMARY_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tetra {
+
+// One metrics line: field -> number (null reads as NaN; strings are skipped).
+using MetricsLine = std::map<std::string, double>;
+
+// Parses one flat JSON object of numbers, as MetricsJson writes them.
+absl::StatusOr<MetricsLine> ParseMetricsLine(const std::string& line);
+
+struct RunSummary {
+  std::string path;
+  int world_size = 1, tensor = 1, pipeline = 1, data = 1, expert = 1;
+  int global_batch_size = 0, micro_batch_size = 0, seq_length = 0, zero_stage = 0;
+  int steps = 0;  // lines read
+  // Medians over steps 2..N (step 1 alone when the run has one step).
+  double step_time_s = 0, best_step_time_s = 0, tokens_per_s = 0;
+  // The breakdown's medians; absent fields read as 0.
+  double fwd_s = 0, bwd_s = 0, optimizer_s = 0;
+  double comm_tp_s = 0, comm_dp_s = 0, comm_pp_s = 0, comm_ep_s = 0;
+  std::optional<double> bubble_fraction, mfu;
+  double last_loss = 0;
+  int micro_batches() const { return global_batch_size / (micro_batch_size * data); }
+};
+
+// Reads `path`; a file without the run fields on its first line (written
+// before they existed), empty, or unparsable is a user error.
+absl::StatusOr<RunSummary> ReadRun(const std::string& path);
+
+// The median of `values` (the mean of the middle two for an even count).
+double Median(std::vector<double> values);
+
+}  // namespace tetra
+
+#endif  // TETRA_TOOLS_RUN_SUMMARY_H_
