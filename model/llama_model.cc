@@ -68,7 +68,7 @@ Tensor LlamaModel::RunForward(int slot, const int32_t* inputs, const Tensor& hid
     micro_batch.hidden_in.CopyFrom(hidden_in);
     x = micro_batch.hidden_in;
   }
-  for (auto& block : blocks_) x = block->Forward(slot, x, batch, seq);
+  for (auto& block : blocks_) x = block->Forward(slot, x, batch, seq, grad_scale);
   micro_batch.awaiting_backward = with_grad;
   if (!stage_.has_head) return x;
   TETRA_CHECK(targets != nullptr && loss_sum != nullptr)
@@ -152,6 +152,18 @@ void LlamaModel::ReleaseSlots() {
   if (final_norm_) final_norm_->ReleaseSlots();
   if (head_) head_->ReleaseSlots();
   micro_batches_.Clear();
+}
+
+}  // namespace tetra
+
+namespace tetra {
+
+std::vector<MoeMlpLayer*> LlamaModel::moe_layers() const {
+  std::vector<MoeMlpLayer*> layers;
+  for (const auto& block : blocks_) {
+    if (block->moe() != nullptr) layers.push_back(block->moe());
+  }
+  return layers;
 }
 
 }  // namespace tetra

@@ -36,15 +36,16 @@ int64_t Parameter::GlobalIndex(int64_t local) const {
 }
 
 Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init init, double std,
-                               TensorShard shard) {
+                               TensorShard shard, bool trainable) {
   TETRA_CHECK(Find(name) == nullptr) << "parameter " << name << " registered twice";
   TETRA_CHECK(!flat_values_.defined()) << "parameter " << name << " added after Pack()";
   const Shape local = ShardShape(global_shape, shard);
   parameters_.push_back(Parameter{std::move(name), Tensor::Empty(local), Tensor::Zeros(local),
                                   /*weight_decay=*/global_shape.size() >= 2, global_shape, shard});
   Parameter& p = parameters_.back();
-  if (init == Init::kOnes) {
-    p.value.Fill(1.0f);
+  p.trainable = trainable;
+  if (init == Init::kOnes || init == Init::kZeros) {
+    p.value.Fill(init == Init::kOnes ? 1.0f : 0.0f);
   } else {
     CounterRng rng(seed_, StableHash(p.name));
     float* v = p.value.f32();

@@ -32,12 +32,15 @@ struct Parameter {
   Shape global_shape;  // the whole tensor across the tensor-parallel group
   TensorShard shard;
   int64_t flat_offset = -1;  // position of value/grad in the flat buffers, after Pack()
+  // False for a buffer (the MoE router's correction bias): saved and
+  // exported, but no gradient, no decay, no optimizer update, not clipped.
+  bool trainable = true;
 
   // Flat index in the global tensor of element `local` of this slice.
   int64_t GlobalIndex(int64_t local) const;
 };
 
-enum class Init { kOnes, kNormal };
+enum class Init { kOnes, kNormal, kZeros };
 
 class ParameterStore {
  public:
@@ -45,8 +48,9 @@ class ParameterStore {
 
   // Adds this rank's slice of a parameter of `global_shape`, initialised per
   // `init`: kNormal draws global element g as std x Normal(seed, StableHash(name), g).
+  // A buffer (!trainable) keeps its values out of the optimizer's reach.
   Parameter& Add(std::string name, const Shape& global_shape, Init init, double std = 0.0,
-                 TensorShard shard = {});
+                 TensorShard shard = {}, bool trainable = true);
 
   // Moves every value and gradient into one flat buffer each (64-byte aligned
   // slots, registration order, zero padding up to a multiple of
