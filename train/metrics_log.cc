@@ -48,6 +48,13 @@ std::string MetricsJson(const StepMetrics& m) {
   absl::StrAppend(&json, ", \"step_time_s\": ", Number(m.step_time_s));
   if (m.comm_exposed_s_dp) absl::StrAppend(&json, ", \"comm_exposed_s_dp\": ", Number(*m.comm_exposed_s_dp));
   if (m.bubble_fraction) absl::StrAppend(&json, ", \"bubble_fraction\": ", Number(*m.bubble_fraction));
+  for (const auto& [name, value] : {std::pair{"aux_loss", m.aux_loss},
+                                    std::pair{"moe_load_imbalance", m.moe_load_imbalance},
+                                    std::pair{"dropped_tokens", m.dropped_tokens},
+                                    std::pair{"all_to_all_bytes", m.all_to_all_bytes},
+                                    std::pair{"comm_exposed_s_ep", m.comm_exposed_s_ep}}) {
+    if (value) absl::StrAppend(&json, ", \"", name, "\": ", Number(*value));
+  }
   json += "}";
   return json;
 }

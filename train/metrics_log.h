@@ -27,6 +27,12 @@ struct StepMetrics {
   std::optional<double> param_bytes, grad_bytes, optimizer_bytes;
   std::optional<double> comm_exposed_s_dp;  // the step's wait on data-parallel communication
   std::optional<double> bubble_fraction;    // pipeline wait over step time (pipeline > 1)
+  // Mixture-of-experts models: the balance term as added to the objective
+  // (alpha included, summed over layers), the max over layers of max / mean
+  // tokens per expert, pairs dropped over capacity, the all-to-all bytes this
+  // rank sent and the seconds the step waited on them.
+  std::optional<double> aux_loss, moe_load_imbalance, dropped_tokens;
+  std::optional<double> all_to_all_bytes, comm_exposed_s_ep;
 };
 
 // One JSON line, fields in contract order.

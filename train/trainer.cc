@@ -21,6 +21,7 @@
 #include "pipeline/stage_partition.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
+#include "train/moe_step.h"
 #include "train/training_data.h"
 
 namespace tetra {
@@ -85,6 +86,7 @@ absl::StatusOr<double> Evaluate(LlamaModel& model, SampleLoader& validation, int
 std::vector<FlatSegment> Segments(const ParameterStore& store) {
   std::vector<FlatSegment> segments;
   for (const Parameter& p : store.all()) {
+    if (!p.trainable) continue;  // a buffer: the optimizer leaves it alone
     segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay, 1.0 / p.shard.replicas});
   }
   return segments;
@@ -144,6 +146,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   for (int step = 1; step <= train.steps(); ++step) {
     Timer step_timer;
     store.ZeroGrads();
+    StartMoeStep(model.moe_layers());
     double loss_sum = 0;
     const float grad_scale = 1.0f / static_cast<float>(tokens_per_step);
     // Data-parallel rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the step.
@@ -183,6 +186,17 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     optimizer.Clip(m.grad_norm);
     m.lr = LearningRate(config.optimizer(), step, train.steps());
     optimizer.Step(m.lr, step);
+    if (config.model().moe().n_routed_experts() > 0) {  // every stage joins, MoE layers or not
+      const MoeStepStats moe = FinishMoeStep(model.moe_layers(), config.model().moe().bias_update_speed(),
+                                             global_batch, *dist.dp, *dist.pp);
+      m.aux_loss = moe.aux_loss;
+      m.moe_load_imbalance = moe.load_imbalance;
+      m.dropped_tokens = moe.dropped_tokens;
+      if (dist.world->size() > 1) {
+        m.all_to_all_bytes = moe.all_to_all_bytes;
+        m.comm_exposed_s_ep = moe.all_to_all_s;
+      }
+    }
 
     m.step_time_s = step_timer.Seconds();
     m.tokens_per_s = tokens_per_step / m.step_time_s;

@@ -35,6 +35,18 @@ TEST(MetricsLogTest, JsonHasContractFieldsInOrder) {
   EXPECT_THAT(MetricsJson(with_mfu), HasSubstr("\"tflops\": 0.5, \"mfu\": 0.125, \"loss_floor\": 1.5, \"val_loss\": 2.75"));
 }
 
+TEST(MetricsLogTest, MixtureOfExpertsFields) {
+  StepMetrics m = Example();
+  m.aux_loss = 0.25;
+  m.moe_load_imbalance = 1.5;
+  m.dropped_tokens = 3;
+  m.all_to_all_bytes = 4096;
+  m.comm_exposed_s_ep = 0.125;
+  EXPECT_THAT(MetricsJson(m), HasSubstr("\"step_time_s\": 0.25, \"aux_loss\": 0.25, "
+                                        "\"moe_load_imbalance\": 1.5, \"dropped_tokens\": 3, "
+                                        "\"all_to_all_bytes\": 4096, \"comm_exposed_s_ep\": 0.125}"));
+}
+
 TEST(MetricsLogTest, NumbersRoundTripExactlyAndNonFiniteIsNull) {
   StepMetrics m = Example();
   m.loss = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
