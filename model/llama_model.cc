@@ -37,7 +37,7 @@ LlamaModel::LlamaModel(const ModelConfig& c, uint64_t seed, const ModelParalleli
                          c.initializer_range(), layers.Column());
     head_ = std::make_unique<LmHeadLayer>(head_weight, layers);
   }
-  store_.Pack(parallelism.flat_multiple);
+  store_.Pack(parallelism.flat_multiple, parallelism.expert_flat_multiple);
 }
 
 bool LlamaModel::is_whole_model() const {

@@ -43,6 +43,8 @@ struct ModelParallelism {
   // The expert-parallel group over which MoE layers split their routed
   // experts (outlives the model); null: this process holds every expert.
   Communicator* ep = nullptr;
+  // The same for the routed experts' flat buffers (expert-data-parallel shards).
+  int64_t expert_flat_multiple = 1;
 };
 
 struct LayerParallelism {

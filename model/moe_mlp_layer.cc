@@ -26,6 +26,7 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
                               c.initializer_range());
     Parameter& down = store.Add(expert + ".down_proj.weight", {hidden, width}, Init::kNormal,
                                 OutputProjectionStd(c));
+    gate.expert = up.expert = down.expert = true;
     expert_parameters_.push_back({&gate, &up, &down});
   }
   if (c.moe().n_shared_experts() > 0) {

@@ -223,11 +223,14 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
                                 " is not divisible by parallel.expert ", s.ep),
                    "set parallel.expert to a divisor of the number of routed experts");
   }
-  if (s.ep > 1 || p.virtual_stages() != 1) {
-    return Invalid(absl::StrCat("parallel.expert ", s.ep, " and parallel.virtual_stages ", p.virtual_stages(),
-                                " need expert parallelism or interleaved pipeline stages, which are not "
-                                "implemented yet"),
-                   "use tensor, pipeline and data parallelism only (expert 1, virtual_stages 1)");
+  if (s.ep > 1 && experts == 0) {
+    return Invalid(absl::StrCat("parallel.expert is ", s.ep, " but the model has no routed experts"),
+                   "set model.moe.n_routed_experts, or parallel.expert to 1");
+  }
+  if (p.virtual_stages() != 1) {
+    return Invalid(absl::StrCat("parallel.virtual_stages ", p.virtual_stages(),
+                                " needs interleaved pipeline stages, which are not implemented yet"),
+                   "use virtual_stages 1");
   }
   if (s.pp > 1) RETURN_IF_ERROR(ValidatePipeline(c, s));
   if (experts > 0 && s.tp > 1) {

@@ -19,6 +19,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_partition.h"
+#include "train/expert_optimizer.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
 #include "train/moe_step.h"
@@ -86,7 +87,7 @@ absl::StatusOr<double> Evaluate(LlamaModel& model, SampleLoader& validation, int
 std::vector<FlatSegment> Segments(const ParameterStore& store) {
   std::vector<FlatSegment> segments;
   for (const Parameter& p : store.all()) {
-    if (!p.trainable) continue;  // a buffer: the optimizer leaves it alone
+    if (!p.trainable || p.expert) continue;  // buffers: untouched; experts: ExpertOptimizer
     segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay, 1.0 / p.shard.replicas});
   }
   return segments;
@@ -108,13 +109,15 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   LlamaModel model(config.model(), train.seed(),
                    {dist.tp.get(), config.parallel().sequence_parallel(),
                     /*flat_multiple=*/GradientReducer::PaddedSize(1, dp),
-                    partition.Stage(dist.pp->rank(), /*chunk=*/0)});
+                    partition.Stage(dist.pp->rank(), /*chunk=*/0), dist.ep.get(),
+                    /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, dist.edp->size())});
   ParameterStore& store = model.parameters();
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), store));
   GradientReducer reducer(store.flat_grads(), *dist.dp, config.parallel().dp_bucket_mb(), zero1);
   // The gradient norm sums over the ranks of one model replica (tensor x pipeline).
   DistributedOptimizer optimizer(store.flat_values(), Segments(store),
                                  AdamWSettings::FromConfig(config.optimizer()), reducer, *dist.mp);
+  std::unique_ptr<ExpertOptimizer> experts = ExpertOptimizer::Create(store, config, dist);
   std::optional<MetricsLog> metrics;
   if (dist.is_logging_rank() && !config.log().metrics_path().empty()) {
     ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path()));
@@ -170,11 +173,14 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       }
     }
     reducer.Finish();
+    if (experts) experts->Finish();
     StepMetrics m;
     m.step = step;
     // Only the last pipeline stage has a loss; the others contribute 0.
     m.loss = SumOverRanks(*dist.pp, SumOverRanks(*dist.dp, loss_sum)) / tokens_per_step;
-    m.grad_norm = optimizer.GradNorm();
+    m.grad_norm = experts ? std::sqrt(SumOverRanks(*dist.mp, optimizer.LocalGradSquaredSum() +
+                                                             experts->LocalGradSquaredSum()))
+                          : optimizer.GradNorm();
     if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
       return UserError(
           absl::StrFormat("training diverged at step %d: loss %g, gradient norm %g (weights were "
@@ -184,8 +190,10 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
           absl::StatusCode::kInternal);
     }
     optimizer.Clip(m.grad_norm);
+    if (experts) experts->Clip(m.grad_norm);
     m.lr = LearningRate(config.optimizer(), step, train.steps());
     optimizer.Step(m.lr, step);
+    if (experts) experts->Step(m.lr, step);
     if (config.model().moe().n_routed_experts() > 0) {  // every stage joins, MoE layers or not
       const MoeStepStats moe = FinishMoeStep(model.moe_layers(), config.model().moe().bias_update_speed(),
                                              global_batch, *dist.dp, *dist.pp);
@@ -207,7 +215,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       m.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes());
       m.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes());
       m.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes());
-      m.comm_exposed_s_dp = reducer.exposed_seconds() + optimizer.exposed_seconds();
+      m.comm_exposed_s_dp = reducer.exposed_seconds() + optimizer.exposed_seconds() +
+                            (experts ? experts->exposed_seconds() : 0.0);
     }
     if (pipeline) {
       // Mean over ranks of the time each waited on its pipeline neighbours.
