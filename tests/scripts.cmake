@@ -11,3 +11,6 @@ set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIM
 add_test(NAME layouts.parallel_layouts_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_layouts.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.parallel_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 1200 RUN_SERIAL ON)
+add_test(NAME layouts.moe_layouts_match_single_rank
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_moe_layouts.py $<TARGET_FILE:tetra>)
+set_tests_properties(layouts.moe_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)
