@@ -236,9 +236,10 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     result.steps.push_back(m);
   }
   progress << RunSummary(result.steps, run_timer.Seconds()) << "\n";
-  if (!config.export_path().empty() && dist.coords.dp == 0) {
+  // The ranks of the first expert-parallel group (data-parallel rank 0 when ep is 1) take part.
+  if (!config.export_path().empty() && dist.coords.edp == 0) {
     RETURN_IF_ERROR(ExportWeights(config.export_path(), store, config.model(), seq, DType::kF32,
-                                  *dist.tp, dist.is_logging_rank()));
+                                  *dist.tp, dist.is_logging_rank(), dist.ep.get()));
     progress << "tetra: weights exported to " << config.export_path() << "\n";
   }
   return result;

@@ -9,11 +9,16 @@ balance loss on) with the same seed and synthetic data on one rank and under
     gradient norm within 1e-5 relative of the single rank, the loss at every
     one of 20 steps within 1e-4, and the same aux loss and expert loads
     (moe_load_imbalance) at step 1,
-  - pipeline 2 x dp 2 with ep 2 (4 layers, 8 micro-batches per step) the same.
+  - pipeline 2 x dp 2 with ep 2 (4 layers, 8 micro-batches per step) the same,
+  - weights exported after 5 steps under dp 4 ep 4 hold every expert under
+    its DeepSeek-V3 name and equal the single-rank export to 1e-5, and a run
+    importing them (init_from) under ep 4 starts at the single-rank import's
+    step-1 loss (1e-5 relative).
 usage: check_moe_layouts.py TETRA_BINARY
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -36,7 +41,9 @@ MODEL = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layers
 # round-off only (~1e-9 measured); 20 steps of AdamW let it grow a little. A
 # token sent to the wrong expert or a gradient summed over the wrong group
 # changes the loss by far more.
-STEP1_RTOL, CURVE_RTOL = 1e-5, 1e-4
+# Exports: as tests/layouts/check_layouts.py, lr 3e-4 keeps AdamW's response
+# to round-off in near-zero gradients below 1e-5; a wrong expert is off by ~0.1.
+STEP1_RTOL, CURVE_RTOL, EXPORT_ATOL = 1e-5, 1e-4, 1e-5
 
 
 def run(out, ranks, steps, sets):
@@ -49,6 +56,16 @@ def run(out, ranks, steps, sets):
     if done.returncode != 0:
         sys.exit(f"FAIL: {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
     return [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    return {name: (e["shape"], struct.unpack(f"<{(e['data_offsets'][1] - e['data_offsets'][0]) // 4}f",
+                                             data[e["data_offsets"][0]:e["data_offsets"][1]]))
+            for name, e in header.items() if name != "__metadata__"}
 
 
 def rel(a, b):
@@ -92,6 +109,22 @@ with tempfile.TemporaryDirectory() as tmp:
     pipeline_ref = run(fresh("ref_pp"), 1, 20, shape)
     got = run(fresh("pp2_dp2_ep2"), 4, 20, shape + ["parallel.pipeline=2", "parallel.expert=2"])
     check_matches("pp2_dp2_ep2", got, pipeline_ref)
+
+    ref_dir, par_dir = fresh("export_ref"), fresh("export_ep4")
+    run(ref_dir, 1, 5, ["optimizer.lr=3e-4", f"export_path={ref_dir}/weights"])
+    run(par_dir, 4, 5, ["optimizer.lr=3e-4", "parallel.expert=4", f"export_path={par_dir}/weights"])
+    a = read_safetensors(f"{ref_dir}/weights/model.safetensors")
+    b = read_safetensors(f"{par_dir}/weights/model.safetensors")
+    expert = "model.layers.1.mlp.experts.7.down_proj.weight"
+    check(a.keys() == b.keys() and expert in b and "model.layers.1.mlp.gate.e_score_correction_bias" in b,
+          f"ep 4 export names: {len(b)} tensors, the single rank's {len(a)}, {expert} among them")
+    worst = max((max(abs(x - y) for x, y in zip(a[k][1], b[k][1])) for k in a if k in b), default=float("inf"))
+    check(worst <= EXPORT_ATOL, f"ep 4 export after 5 steps: max abs difference {worst:.2e}")
+    init = f"init_from={ref_dir}/weights/model.safetensors"
+    imported_ref = run(fresh("import_ref"), 1, 2, [init])
+    imported = run(fresh("import_ep4"), 4, 2, [init, "parallel.expert=4"])
+    check(rel(imported[0]["loss"], imported_ref[0]["loss"]) <= STEP1_RTOL,
+          f"ep 4 import: step-1 loss {imported[0]['loss']:.9f} vs {imported_ref[0]['loss']:.9f}")
 
 if failures:
     sys.exit(f"{len(failures)} MoE layout checks failed")
