@@ -10,22 +10,24 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
     : router_(RouterConfig::FromProto(c.moe())),
       aux_loss_alpha_(c.moe().aux_loss_alpha()),
       gate_(store.Add(prefix + ".gate.weight", {c.moe().n_routed_experts(), c.hidden_size()},
-                      Init::kNormal, c.initializer_range())),
+                      Init::kNormal, c.initializer_range(), parallelism.Replicated())),
       bias_(store.Add(prefix + ".gate.e_score_correction_bias", {c.moe().n_routed_experts()},
-                      Init::kZeros, 0.0, {}, /*trainable=*/false)),
+                      Init::kZeros, 0.0, parallelism.Replicated(), /*trainable=*/false)),
       dispatcher_(c.moe().n_routed_experts(), c.moe().num_experts_per_tok(),
-                  c.moe().capacity_factor(), *parallelism.ep) {
-  TETRA_CHECK(parallelism.tp_size() == 1) << "tensor-parallel MoE layers are not implemented";
+                  c.moe().capacity_factor(), *parallelism.ep),
+      experts_region_(*parallelism.tp, /*sequence_parallel=*/false) {
+  TETRA_CHECK(!parallelism.sequence_parallel)
+      << "MoE layers under sequence parallelism are not implemented";
   const int64_t width = c.moe().moe_intermediate_size(), hidden = c.hidden_size();
   for (int i = 0; i < dispatcher_.local_experts(); ++i) {
     const std::string expert =
         prefix + ".experts." + std::to_string(dispatcher_.first_expert() + i);
     Parameter& gate = store.Add(expert + ".gate_proj.weight", {width, hidden}, Init::kNormal,
-                                c.initializer_range());
+                                c.initializer_range(), parallelism.Column());
     Parameter& up = store.Add(expert + ".up_proj.weight", {width, hidden}, Init::kNormal,
-                              c.initializer_range());
+                              c.initializer_range(), parallelism.Column());
     Parameter& down = store.Add(expert + ".down_proj.weight", {hidden, width}, Init::kNormal,
-                                OutputProjectionStd(c));
+                                OutputProjectionStd(c), parallelism.Row());
     gate.expert = up.expert = down.expert = true;
     expert_parameters_.push_back({&gate, &up, &down});
   }
@@ -68,7 +70,7 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   dispatcher_.Permute(a.plan, x, &send_);
   dispatcher_.ToExperts(a.plan, send_, &a.grouped);
   GroupedSwigluForward(Experts(), a.plan.expert_rows, a.grouped, &a.experts, &y_grouped_);
-  dispatcher_.FromExperts(a.plan, y_grouped_, &a.y_send);
+  dispatcher_.FromExperts(a.plan, experts_region_.Exit(y_grouped_), &a.y_send);
   EnsureShape(&out_, x.shape());
   dispatcher_.Combine(a.plan, a.routing.weights, a.y_send, out_);
   if (shared_) ops::Add(shared_->Forward(slot, x), out_);
@@ -81,8 +83,9 @@ Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dweights_, {n, router_.top_k});
   dispatcher_.CombineBackward(a.plan, a.routing.weights, a.y_send, dy, &dy_send_, dweights_);
   dispatcher_.ToExperts(a.plan, dy_send_, &dy_grouped_);
-  GroupedSwigluBackward(Experts(), a.experts, dy_grouped_, &dx_grouped_, &dact_, &dgate_, &dup_);
-  dispatcher_.FromExperts(a.plan, dx_grouped_, &dx_send_);
+  GroupedSwigluBackward(Experts(), a.experts, experts_region_.ExitBackward(dy_grouped_),
+                        &dx_grouped_, &dact_, &dgate_, &dup_);
+  dispatcher_.FromExperts(a.plan, experts_region_.EnterBackward(dx_grouped_), &dx_send_);
   EnsureShape(&dx_, a.x.shape());
   dispatcher_.Unpermute(a.plan, dx_send_, dx_);
   // The router: through the combine weights and the balance loss, to the gate.

@@ -5,6 +5,10 @@
 // (E, C), gate.e_score_correction_bias (E, a buffer the bias update moves),
 // experts.{e}.{gate,up,down}_proj.weight for the experts this rank holds
 // (its expert-parallel slice), shared_experts.{gate,up,down}_proj.weight.
+// Under tensor parallelism (without sequence parallelism) every TP rank
+// routes the same tokens with a replicated router, and each expert is split
+// like the dense MLP (gate/up column-parallel, down row-parallel): the
+// experts' partial outputs, and input gradients, are summed over tp.
 //
 // The objective gets, per sequence, aux_loss_alpha x the sequence-wise
 // balance loss, weighted like the cross-entropy sum (grad_scale x seq: one
@@ -25,6 +29,7 @@
 #include "moe/dispatcher.h"
 #include "moe/grouped_experts.h"
 #include "moe/router.h"
+#include "parallel/tensor_parallel.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
@@ -78,6 +83,7 @@ class MoeMlpLayer {
   std::vector<ExpertWeights> experts_;
   std::unique_ptr<MlpLayer> shared_;    // absent when n_shared_experts is 0
   TokenDispatcher dispatcher_;
+  TensorParallelRegion experts_region_;  // the experts' sums over tp
   ActivationSlots<Activations> slots_;
   std::vector<int64_t> loads_;
   double aux_loss_sum_ = 0;

@@ -169,21 +169,22 @@ std::string ShiftExpertIndex(const std::string& name, int shift) {
 }  // namespace
 
 std::vector<NamedTensor> GatherExperts(const ParameterStore& store, const ModelConfig& model,
-                                       Communicator& ep) {
+                                       Communicator& tp, Communicator& ep) {
   std::vector<const Parameter*> local;
+  std::vector<Tensor> whole;
   int64_t elements = 0;
   for (const Parameter& p : store.all()) {
     if (!p.expert) continue;
-    TETRA_CHECK(p.shard.dim < 0) << p.name << ": tensor-parallel experts cannot be gathered yet";
     local.push_back(&p);
-    elements += p.value.numel();
+    whole.push_back(GatherGlobal(p, tp));
+    elements += whole.back().numel();
   }
   // Every rank holds the same parameters of other experts: the same sizes, in the same order.
   Tensor mine = Tensor::Empty({elements});
   int64_t at = 0;
-  for (const Parameter* p : local) {
-    mine.Slice(at, at + p->value.numel()).CopyFrom(p->value.Reshape({p->value.numel()}));
-    at += p->value.numel();
+  for (const Tensor& t : whole) {
+    mine.Slice(at, at + t.numel()).CopyFrom(t.Reshape({t.numel()}));
+    at += t.numel();
   }
   Tensor all = Tensor::Empty({ep.size() * elements});
   ep.AllGather(mine.raw(), all.raw(), elements, DType::kF32);
@@ -192,9 +193,10 @@ std::vector<NamedTensor> GatherExperts(const ParameterStore& store, const ModelC
   at = 0;
   for (int r = 0; r < ep.size(); ++r) {
     for (const Parameter* p : local) {
+      const int64_t n = NumElements(p->global_shape);
       experts.push_back({ShiftExpertIndex(p->name, (r - ep.rank()) * per_rank),
-                         all.Slice(at, at + p->value.numel()).Reshape(p->value.shape())});
-      at += p->value.numel();
+                         all.Slice(at, at + n).Reshape(p->global_shape)});
+      at += n;
     }
   }
   return experts;
@@ -210,7 +212,7 @@ absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, 
     if (!(gather_experts && p.expert)) globals.push_back({p.name, GatherGlobal(p, tp)});
   }
   if (gather_experts) {
-    for (NamedTensor& expert : GatherExperts(store, model, *ep)) globals.push_back(std::move(expert));
+    for (NamedTensor& expert : GatherExperts(store, model, tp, *ep)) globals.push_back(std::move(expert));
   }
   if (!write) return absl::OkStatus();
   std::error_code error;

@@ -26,16 +26,17 @@ absl::Status LoadWeights(const std::string& path, ParameterStore& store);
 // (collective over `tp`; a replicated parameter is returned as is).
 Tensor GatherGlobal(const Parameter& p, Communicator& tp);
 
-// Every routed expert's parameters of an expert-parallel model: this rank's
-// and, gathered over `ep` (collective), those the other ranks hold, named by
-// their global expert index; in rank order. `ep` splits the
-// model's n_routed_experts evenly, ep rank r holding [r E / ep, (r + 1) E / ep).
+// Every routed expert's whole parameters in an expert-parallel model: this
+// rank's and, gathered over `ep`, those the other ranks hold, named by their
+// global expert index, in rank order; tensor-parallel slices are gathered
+// over `tp` first. Collective over tp and ep. `ep` splits the model's
+// n_routed_experts evenly, ep rank r holding [r E / ep, (r + 1) E / ep).
 struct NamedTensor {
   std::string name;
   Tensor value;
 };
 std::vector<NamedTensor> GatherExperts(const ParameterStore& store, const ModelConfig& model,
-                                       Communicator& ep);
+                                       Communicator& tp, Communicator& ep);
 
 // Writes DIR/model.safetensors (`dtype` kF32 or kBF16, global tensors) and
 // DIR/config.json. Collective over `tp` and, for an expert-parallel model,

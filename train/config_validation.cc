@@ -233,10 +233,16 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
                    "use virtual_stages 1");
   }
   if (s.pp > 1) RETURN_IF_ERROR(ValidatePipeline(c, s));
-  if (experts > 0 && s.tp > 1) {
+  if (experts > 0 && s.tp > 1 && p.sequence_parallel()) {
     return Invalid(absl::StrCat("model.moe with parallel.tensor ", s.tp,
-                                ": tensor-parallel experts are not implemented yet"),
-                   "set parallel.tensor to 1 for mixture-of-experts models");
+                                " and sequence_parallel: MoE layers under sequence parallelism are "
+                                "not implemented yet"),
+                   "set parallel.sequence_parallel to false for mixture-of-experts models");
+  }
+  if (experts > 0 && c.model().moe().moe_intermediate_size() % s.tp != 0) {
+    return Invalid(absl::StrCat("model.moe.moe_intermediate_size ", c.model().moe().moe_intermediate_size(),
+                                " is not divisible by parallel.tensor ", s.tp),
+                   "tensor-parallel experts split their features evenly: use a multiple of the tensor size");
   }
   const TrainConfig& t = c.train();
   if (t.global_batch_size() % (int64_t{t.micro_batch_size()} * s.dp) != 0) {

@@ -9,11 +9,13 @@ balance loss on) with the same seed and synthetic data on one rank and under
     gradient norm within 1e-5 relative of the single rank, the loss at every
     one of 20 steps within 1e-4, and the same aux loss and expert loads
     (moe_load_imbalance) at step 1,
-  - pipeline 2 x dp 2 with ep 2 (4 layers, 8 micro-batches per step) the same,
-  - weights exported after 5 steps under dp 4 ep 4 hold every expert under
-    its DeepSeek-V3 name and equal the single-rank export to 1e-5, and a run
-    importing them (init_from) under ep 4 starts at the single-rank import's
-    step-1 loss (1e-5 relative).
+  - tensor 2 x dp 2 with ep 2 (tensor-parallel experts) the same,
+  - pipeline 2 x dp 2 with ep 2 and the full 4D layout tensor 2 x pipeline 2
+    x dp 2 with ep 2 on 8 ranks (4 layers, 8 micro-batches per step) the same,
+  - weights exported after 5 steps under dp 4 ep 4 and under tensor 2 x dp 2
+    with ep 2 hold every expert under its DeepSeek-V3 name and equal the
+    single-rank export to 1e-5, and a run importing them (init_from) under
+    ep 4 starts at the single-rank import's step-1 loss (1e-5 relative).
 usage: check_moe_layouts.py TETRA_BINARY
 """
 import json
@@ -105,21 +107,33 @@ with tempfile.TemporaryDirectory() as tmp:
             got = run(fresh(name), 4, 20, [f"parallel.expert={ep}", f"optimizer.zero_stage={zero}"])
             check_matches(name, got, ref)
 
+    got = run(fresh("tp2_dp2_ep2"), 4, 20, ["parallel.tensor=2", "parallel.expert=2"])
+    check_matches("tp2_dp2_ep2", got, ref)
+
     shape = ["model.num_hidden_layers=4", "train.global_batch_size=32"]
     pipeline_ref = run(fresh("ref_pp"), 1, 20, shape)
-    got = run(fresh("pp2_dp2_ep2"), 4, 20, shape + ["parallel.pipeline=2", "parallel.expert=2"])
-    check_matches("pp2_dp2_ep2", got, pipeline_ref)
+    for tp, pp, dp in [(1, 2, 2), (2, 2, 2)]:
+        name = f"tp{tp}_pp{pp}_dp{dp}_ep2"
+        got = run(fresh(name), tp * pp * dp, 20,
+                  shape + [f"parallel.tensor={tp}", f"parallel.pipeline={pp}", "parallel.expert=2"])
+        check_matches(name, got, pipeline_ref)
 
-    ref_dir, par_dir = fresh("export_ref"), fresh("export_ep4")
+    ref_dir = fresh("export_ref")
     run(ref_dir, 1, 5, ["optimizer.lr=3e-4", f"export_path={ref_dir}/weights"])
-    run(par_dir, 4, 5, ["optimizer.lr=3e-4", "parallel.expert=4", f"export_path={par_dir}/weights"])
     a = read_safetensors(f"{ref_dir}/weights/model.safetensors")
-    b = read_safetensors(f"{par_dir}/weights/model.safetensors")
-    expert = "model.layers.1.mlp.experts.7.down_proj.weight"
-    check(a.keys() == b.keys() and expert in b and "model.layers.1.mlp.gate.e_score_correction_bias" in b,
-          f"ep 4 export names: {len(b)} tensors, the single rank's {len(a)}, {expert} among them")
-    worst = max((max(abs(x - y) for x, y in zip(a[k][1], b[k][1])) for k in a if k in b), default=float("inf"))
-    check(worst <= EXPORT_ATOL, f"ep 4 export after 5 steps: max abs difference {worst:.2e}")
+    for name, layout in (("ep 4", ["parallel.expert=4"]),
+                         ("tp 2 ep 2", ["parallel.tensor=2", "parallel.expert=2"])):
+        par_dir = fresh("export_" + name.replace(" ", ""))
+        run(par_dir, 4, 5, ["optimizer.lr=3e-4", f"export_path={par_dir}/weights"] + layout)
+        b = read_safetensors(f"{par_dir}/weights/model.safetensors")
+        expert = "model.layers.1.mlp.experts.7.down_proj.weight"
+        check(a.keys() == b.keys() and expert in b and
+              "model.layers.1.mlp.gate.e_score_correction_bias" in b,
+              f"{name} export names: {len(b)} tensors, the single rank's {len(a)}, {expert} among them")
+        worst = max((max(abs(x - y) for x, y in zip(a[k][1], b[k][1])) for k in a if k in b),
+                    default=float("inf"))
+        check(worst <= EXPORT_ATOL and all(a[k][0] == b[k][0] for k in a if k in b),
+              f"{name} export after 5 steps: max abs difference {worst:.2e}")
     init = f"init_from={ref_dir}/weights/model.safetensors"
     imported_ref = run(fresh("import_ref"), 1, 2, [init])
     imported = run(fresh("import_ep4"), 4, 2, [init, "parallel.expert=4"])
