@@ -104,6 +104,12 @@ int64_t ParameterStore::NumElements() const {
   return n;
 }
 
+int64_t ParameterStore::ExpertGlobalNumElements() const {
+  int64_t n = 0;
+  for (const Parameter& p : parameters_) n += p.expert ? tetra::NumElements(p.global_shape) : 0;
+  return n;
+}
+
 int64_t ParameterStore::GlobalNumElements() const {
   int64_t n = 0;
   for (const Parameter& p : parameters_) n += tetra::NumElements(p.global_shape);

@@ -74,7 +74,8 @@ class ParameterStore {
   Parameter* Find(std::string_view name);
   void ZeroGrads();
   int64_t NumElements() const;        // this rank's slices
-  int64_t GlobalNumElements() const;  // the whole model
+  int64_t GlobalNumElements() const;  // the whole tensors of the parameters held here
+  int64_t ExpertGlobalNumElements() const;  // the same, routed experts' only
 
  private:
   uint64_t seed_;

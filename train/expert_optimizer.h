@@ -34,6 +34,7 @@ class ExpertOptimizer {
   void Clip(double norm) { optimizer_.Clip(norm); }
   void Step(double lr, int step) { optimizer_.Step(lr, step); }
   double exposed_seconds() const { return reducer_.exposed_seconds() + optimizer_.exposed_seconds(); }
+  const DistributedOptimizer& optimizer() const { return optimizer_; }
 
  private:
   Communicator& ep_;

@@ -134,7 +134,9 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     pipeline.emplace(model, *dist.pp, std::move(actions), micro, seq);
   }
   // Each stage holds its own layers: the parameter count sums over the pipeline.
-  const double num_parameters = SumOverRanks(*dist.pp, store.GlobalNumElements());
+  // Each expert-parallel rank holds 1 / ep of the routed experts.
+  const double num_parameters = SumOverRanks(
+      *dist.pp, store.GlobalNumElements() + (dist.ep->size() - 1) * store.ExpertGlobalNumElements());
 
   progress << absl::StrFormat(
       "tetra: %d-layer model, %.0f parameters | %d ranks (tensor %d x pipeline %d x data %d%s), %d threads each | "
@@ -212,9 +214,12 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     if (config.log().peak_tflops() > 0) m.mfu = m.tflops / config.log().peak_tflops();
     m.loss_floor = data.loss_floor;
     if (dist.world->size() > 1) {
-      m.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes());
-      m.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes());
-      m.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes());
+      // The dense and the expert buffers (the latter sharded over edp under ZeRO-1).
+      const DistributedOptimizer* expert_part = experts ? &experts->optimizer() : nullptr;
+      m.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes() + (expert_part ? expert_part->param_bytes() : 0));
+      m.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes() + (expert_part ? expert_part->grad_bytes() : 0));
+      m.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes() +
+                                                        (expert_part ? expert_part->optimizer_bytes() : 0));
       m.comm_exposed_s_dp = reducer.exposed_seconds() + optimizer.exposed_seconds() +
                             (experts ? experts->exposed_seconds() : 0.0);
     }
