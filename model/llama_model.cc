@@ -154,10 +154,6 @@ void LlamaModel::ReleaseSlots() {
   micro_batches_.Clear();
 }
 
-}  // namespace tetra
-
-namespace tetra {
-
 std::vector<MoeMlpLayer*> LlamaModel::moe_layers() const {
   std::vector<MoeMlpLayer*> layers;
   for (const auto& block : blocks_) {
