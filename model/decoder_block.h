@@ -1,5 +1,7 @@
 // One Llama decoder block (pre-norm):
 //   r = x + attn(input_layernorm(x));  out = r + mlp(post_attention_layernorm(r))
+// where mlp is the dense SwiGLU MLP, or with model.moe the mixture-of-experts
+// MLP from layer first_k_dense_replace on (DeepSeek-V3).
 // Activations between the attention and the MLP are in the residual layout:
 // all B*T token rows on every tensor-parallel rank, or under sequence
 // parallelism this rank's B*T/tp (model_parallelism.h).
@@ -10,6 +12,7 @@
 #include "model/attention_layer.h"
 #include "model/mlp_layer.h"
 #include "model/model_parallelism.h"
+#include "model/moe_mlp_layer.h"
 #include "model/rmsnorm_layer.h"
 
 namespace tetra {
@@ -20,11 +23,15 @@ class DecoderBlock {
                const LayerParallelism& parallelism = SingleRankParallelism());
   // x (rows, C) of B = `batch` sequences of T = `seq` tokens -> out (rows, C).
   // Keeps r and out, which the norms keep as their inputs, in `slot`
-  // (activation_slots.h).
-  const Tensor& Forward(int slot, const Tensor& x, int64_t batch, int64_t seq);
+  // (activation_slots.h). grad_scale: the weight of the cross-entropy sum in
+  // the objective, which an MoE MLP's balance loss shares.
+  const Tensor& Forward(int slot, const Tensor& x, int64_t batch, int64_t seq,
+                        float grad_scale = 0.0f);
   // dout (rows, C) of the forward of `slot` -> dx (rows, C), written.
   const Tensor& Backward(int slot, const Tensor& dout);
   void ReleaseSlots();
+  // The mixture-of-experts MLP; null in a dense block.
+  MoeMlpLayer* moe() { return moe_.get(); }
 
  private:
   struct Activations {
@@ -34,7 +41,8 @@ class DecoderBlock {
   RmsNormLayer input_norm_;
   AttentionLayer attention_;
   RmsNormLayer post_attention_norm_;
-  MlpLayer mlp_;
+  std::unique_ptr<MlpLayer> mlp_;     // dense blocks
+  std::unique_ptr<MoeMlpLayer> moe_;  // MoE blocks
   ActivationSlots<Activations> slots_;
   Tensor dresidual_, dx_;
 };

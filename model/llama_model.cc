@@ -55,7 +55,7 @@ LlamaModel::LlamaModel(const ModelConfig& c, uint64_t seed, const ModelParalleli
     tied_embedding_copy_ = &embedding_->weight();
   }
   if (tied_embedding_copy_) tied_embedding_copy_->stage_copies = 2;
-  store_.Pack(parallelism.flat_multiple);
+  store_.Pack(parallelism.flat_multiple, parallelism.expert_flat_multiple);
 }
 
 bool LlamaModel::is_whole_model() const {
@@ -89,7 +89,7 @@ Tensor LlamaModel::RunForward(int slot, int chunk, const int32_t* inputs,
     micro_batch.hidden_in.CopyFrom(hidden_in);
     x = micro_batch.hidden_in;
   }
-  for (auto& block : c.blocks) x = block->Forward(slot, x, batch, seq);
+  for (auto& block : c.blocks) x = block->Forward(slot, x, batch, seq, grad_scale);
   micro_batch.awaiting_backward = with_grad;
   if (!c.stage.has_head) return x;
   TETRA_CHECK(targets != nullptr && loss_sum != nullptr)
@@ -177,6 +177,16 @@ void LlamaModel::ReleaseSlots() {
   if (final_norm_) final_norm_->ReleaseSlots();
   if (head_) head_->ReleaseSlots();
   micro_batches_.Clear();
+}
+
+std::vector<MoeMlpLayer*> LlamaModel::moe_layers() const {
+  std::vector<MoeMlpLayer*> layers;
+  for (const Chunk& chunk : chunks_) {
+    for (const auto& block : chunk.blocks) {
+      if (block->moe() != nullptr) layers.push_back(block->moe());
+    }
+  }
+  return layers;
 }
 
 }  // namespace tetra

@@ -99,6 +99,8 @@ class LlamaModel {
   void ReleaseSlots();
 
   ParameterStore& parameters() { return store_; }
+  // The mixture-of-experts MLPs of this stage's blocks, in layer order.
+  std::vector<MoeMlpLayer*> moe_layers() const;
   const ModelConfig& config() const { return config_; }
   const LayerParallelism& parallelism() const { return groups_.layers(); }
   // The chunks this model holds, in model order (num_layers resolved).

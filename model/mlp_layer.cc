@@ -7,12 +7,16 @@ namespace tetra {
 
 MlpLayer::MlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& c,
                    const LayerParallelism& parallelism)
-    : intermediate_(c.intermediate_size() / parallelism.tp_size()),
-      gate_proj_(store.Add(prefix + ".gate_proj.weight", {c.intermediate_size(), c.hidden_size()},
+    : MlpLayer(store, prefix, c, c.intermediate_size(), parallelism) {}
+
+MlpLayer::MlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& c,
+                   int64_t intermediate_size, const LayerParallelism& parallelism)
+    : intermediate_(intermediate_size / parallelism.tp_size()),
+      gate_proj_(store.Add(prefix + ".gate_proj.weight", {intermediate_size, c.hidden_size()},
                            Init::kNormal, c.initializer_range(), parallelism.Column())),
-      up_proj_(store.Add(prefix + ".up_proj.weight", {c.intermediate_size(), c.hidden_size()},
+      up_proj_(store.Add(prefix + ".up_proj.weight", {intermediate_size, c.hidden_size()},
                          Init::kNormal, c.initializer_range(), parallelism.Column())),
-      down_proj_(store.Add(prefix + ".down_proj.weight", {c.hidden_size(), c.intermediate_size()},
+      down_proj_(store.Add(prefix + ".down_proj.weight", {c.hidden_size(), intermediate_size},
                            Init::kNormal, OutputProjectionStd(c), parallelism.Row())),
       region_(*parallelism.tp, parallelism.sequence_parallel) {}
 

@@ -20,6 +20,10 @@ class MlpLayer {
   // `prefix` is e.g. "model.layers.3.mlp".
   MlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& config,
            const LayerParallelism& parallelism = SingleRankParallelism());
+  // With `intermediate_size` features in place of the config's (an MoE
+  // layer's shared experts).
+  MlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& config,
+           int64_t intermediate_size, const LayerParallelism& parallelism);
   // x (rows, C): this rank's token rows (all N, or under SP its N/tp) -> y,
   // the same rows. Keeps the input, gate, up and the activation in `slot`
   // (activation_slots.h).

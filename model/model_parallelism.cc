@@ -45,7 +45,9 @@ TensorShard LayerParallelism::KeyValueColumn(int kv_heads) const {
 
 const LayerParallelism& SingleRankParallelism() {
   static SelfCommunicator* const self = new SelfCommunicator(0, "tp");
-  static const LayerParallelism single{.tp = self, .kv_replicas = self, .sequence_parallel = false};
+  static SelfCommunicator* const self_ep = new SelfCommunicator(0, "ep");
+  static const LayerParallelism single{
+      .tp = self, .kv_replicas = self, .sequence_parallel = false, .ep = self_ep};
   return single;
 }
 
@@ -56,10 +58,16 @@ TensorParallelGroups::TensorParallelGroups(const ModelConfig& config,
     own_tp_ = std::make_unique<SelfCommunicator>(0, "tp");
     tp = own_tp_.get();
   }
+  Communicator* ep = parallelism.ep;
+  if (ep == nullptr) {
+    own_ep_ = std::make_unique<SelfCommunicator>(tp->ranks()[tp->rank()], "ep");
+    ep = own_ep_.get();
+  }
   kv_replicas_ = SplitKeyValueReplicas(*tp, KeyValueReplicas(config, tp->size()));
   layers_ = LayerParallelism{.tp = tp,
                              .kv_replicas = kv_replicas_.get(),
-                             .sequence_parallel = parallelism.sequence_parallel};
+                             .sequence_parallel = parallelism.sequence_parallel,
+                             .ep = ep};
 }
 
 void AccumulateSummedGrad(Parameter& p, Communicator* group, Tensor* scratch,

@@ -44,6 +44,11 @@ struct ModelParallelism {
   // The chunks this rank holds, in model order: the embedding only on the
   // first, the head only on the last. The default: the whole model.
   std::vector<PipelineStage> chunks = {PipelineStage{}};
+  // The expert-parallel group over which MoE layers split their routed
+  // experts (outlives the model); null: this process holds every expert.
+  Communicator* ep = nullptr;
+  // The same for the routed experts' flat buffers (expert-data-parallel shards).
+  int64_t expert_flat_multiple = 1;
 };
 
 struct LayerParallelism {
@@ -52,6 +57,7 @@ struct LayerParallelism {
   // num_key_value_heads < tp, else this rank alone.
   Communicator* kv_replicas = nullptr;
   bool sequence_parallel = false;
+  Communicator* ep = nullptr;  // MoE layers' expert-parallel group
 
   int tp_rank() const { return tp->rank(); }
   int tp_size() const { return tp->size(); }
@@ -71,8 +77,8 @@ struct LayerParallelism {
 // One process alone: the layers' default, so single-rank code never names a group.
 const LayerParallelism& SingleRankParallelism();
 
-// The groups of one model: the TP group (a SelfCommunicator when
-// ModelParallelism::tp is null) and the key-value replica group, split from
+// The groups of one model: the TP and EP groups (SelfCommunicators when
+// ModelParallelism's are null) and the key-value replica group, split from
 // it when kv < tp (collective over tp: every TP rank builds its model at the
 // same point).
 class TensorParallelGroups {
@@ -81,7 +87,7 @@ class TensorParallelGroups {
   const LayerParallelism& layers() const { return layers_; }
 
  private:
-  std::unique_ptr<Communicator> own_tp_, kv_replicas_;
+  std::unique_ptr<Communicator> own_tp_, own_ep_, kv_replicas_;
   LayerParallelism layers_;
 };
 

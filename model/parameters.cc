@@ -37,15 +37,16 @@ int64_t Parameter::GlobalIndex(int64_t local) const {
 }
 
 Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init init, double std,
-                               TensorShard shard) {
+                               TensorShard shard, bool trainable) {
   TETRA_CHECK(Find(name) == nullptr) << "parameter " << name << " registered twice";
   TETRA_CHECK(!flat_values_.defined()) << "parameter " << name << " added after Pack()";
   const Shape local = ShardShape(global_shape, shard);
   parameters_.push_back(Parameter{std::move(name), Tensor::Empty(local), Tensor::Zeros(local),
                                   /*weight_decay=*/global_shape.size() >= 2, global_shape, shard});
   Parameter& p = parameters_.back();
-  if (init == Init::kOnes) {
-    p.value.Fill(1.0f);
+  p.trainable = trainable;
+  if (init == Init::kOnes || init == Init::kZeros) {
+    p.value.Fill(init == Init::kOnes ? 1.0f : 0.0f);
   } else {
     CounterRng rng(seed_, StableHash(p.name));
     float* v = p.value.f32();
@@ -56,21 +57,27 @@ Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init
   return p;
 }
 
-void ParameterStore::Pack(int64_t total_multiple) {
-  int64_t total = 0;
+void ParameterStore::Pack(int64_t total_multiple, int64_t expert_total_multiple) {
+  int64_t totals[2] = {0, 0};  // dense, expert
   for (Parameter& p : parameters_) {
+    int64_t& total = totals[p.expert];
     p.flat_offset = total;
     total += (p.value.numel() + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
   }
-  total = (total + total_multiple - 1) / total_multiple * total_multiple;
-  flat_values_ = Tensor::Zeros({total});
-  flat_grads_ = Tensor::Zeros({total});
+  const int64_t multiples[2] = {total_multiple, expert_total_multiple};
+  for (int expert = 0; expert < 2; ++expert) {
+    const int64_t padded = (totals[expert] + multiples[expert] - 1) / multiples[expert] * multiples[expert];
+    (expert ? expert_flat_values_ : flat_values_) = Tensor::Zeros({padded});
+    (expert ? expert_flat_grads_ : flat_grads_) = Tensor::Zeros({padded});
+  }
   for (Parameter& p : parameters_) {
     const int64_t end = p.flat_offset + p.value.numel();
-    Tensor value = flat_values_.Slice(p.flat_offset, end).Reshape(p.value.shape());
+    const Tensor& values = p.expert ? expert_flat_values_ : flat_values_;
+    const Tensor& grads = p.expert ? expert_flat_grads_ : flat_grads_;
+    Tensor value = values.Slice(p.flat_offset, end).Reshape(p.value.shape());
     value.CopyFrom(p.value);
     p.value = value;
-    Tensor grad = flat_grads_.Slice(p.flat_offset, end).Reshape(p.grad.shape());
+    Tensor grad = grads.Slice(p.flat_offset, end).Reshape(p.grad.shape());
     grad.CopyFrom(p.grad);
     p.grad = grad;
   }
@@ -95,6 +102,7 @@ const Parameter& ParameterStore::AtFlatOffset(int64_t offset) const {
 void ParameterStore::ZeroGrads() {
   if (flat_grads_.defined()) {
     std::memset(flat_grads_.raw(), 0, flat_grads_.nbytes());
+    std::memset(expert_flat_grads_.raw(), 0, expert_flat_grads_.nbytes());
     return;
   }
   for (Parameter& p : parameters_) std::memset(p.grad.raw(), 0, p.grad.nbytes());
@@ -103,6 +111,12 @@ void ParameterStore::ZeroGrads() {
 int64_t ParameterStore::NumElements() const {
   int64_t n = 0;
   for (const Parameter& p : parameters_) n += p.value.numel();
+  return n;
+}
+
+int64_t ParameterStore::ExpertGlobalNumElements() const {
+  int64_t n = 0;
+  for (const Parameter& p : parameters_) n += p.expert ? tetra::NumElements(p.global_shape) : 0;
   return n;
 }
 

@@ -3,7 +3,9 @@
 // (seed, parameter name, global element index): a shard draws exactly its
 // slice of the global tensor, so every layout starts from the same global
 // weights. After Pack() all values (and all gradients) live in one flat
-// buffer each, which data-parallel reduction and the sharded optimizer walk.
+// buffer each, which data-parallel reduction and the sharded optimizer walk;
+// routed experts' weights live in a second pair of flat buffers, since they
+// are reduced over another group (expert-data-parallel, not data-parallel).
 #ifndef TETRA_MODEL_PARAMETERS_H_
 #define TETRA_MODEL_PARAMETERS_H_
 
@@ -35,12 +37,18 @@ struct Parameter {
   // Pipeline stages holding a copy of this slice: 2 for a tied embedding
   // table whose LM head lives on another stage than the embedding, else 1.
   int stage_copies = 1;
+  // A routed expert's weight (set before Pack()): in the expert flat buffers,
+  // flat_offset counting from their start.
+  bool expert = false;
+  // False for a buffer (the MoE router's correction bias): saved and
+  // exported, but no gradient, no decay, no optimizer update, not clipped.
+  bool trainable = true;
 
   // Flat index in the global tensor of element `local` of this slice.
   int64_t GlobalIndex(int64_t local) const;
 };
 
-enum class Init { kOnes, kNormal };
+enum class Init { kOnes, kNormal, kZeros };
 
 class ParameterStore {
  public:
@@ -48,15 +56,20 @@ class ParameterStore {
 
   // Adds this rank's slice of a parameter of `global_shape`, initialised per
   // `init`: kNormal draws global element g as std x Normal(seed, StableHash(name), g).
+  // A buffer (!trainable) keeps its values out of the optimizer's reach.
   Parameter& Add(std::string name, const Shape& global_shape, Init init, double std = 0.0,
-                 TensorShard shard = {});
+                 TensorShard shard = {}, bool trainable = true);
 
   // Moves every value and gradient into one flat buffer each (64-byte aligned
   // slots, registration order, zero padding up to a multiple of
-  // `total_multiple` elements, e.g. for even data-parallel shards). No Add after this.
-  void Pack(int64_t total_multiple = 1);
+  // `total_multiple` elements, e.g. for even data-parallel shards), experts'
+  // into the expert buffers (padded to `expert_total_multiple`). No Add after this.
+  void Pack(int64_t total_multiple = 1, int64_t expert_total_multiple = 1);
   const Tensor& flat_values() const { return flat_values_; }
   const Tensor& flat_grads() const { return flat_grads_; }
+  // Empty (0 elements) when the model has no routed experts.
+  const Tensor& expert_flat_values() const { return expert_flat_values_; }
+  const Tensor& expert_flat_grads() const { return expert_flat_grads_; }
 
   // In registration order; a deque keeps references stable as parameters are added.
   std::deque<Parameter>& all() { return parameters_; }
@@ -67,12 +80,14 @@ class ParameterStore {
   const Parameter& AtFlatOffset(int64_t offset) const;
   void ZeroGrads();
   int64_t NumElements() const;        // this rank's slices
-  int64_t GlobalNumElements() const;  // the whole model
+  int64_t GlobalNumElements() const;  // the whole tensors of the parameters held here
+  int64_t ExpertGlobalNumElements() const;  // the same, routed experts' only
 
  private:
   uint64_t seed_;
   std::deque<Parameter> parameters_;
   Tensor flat_values_, flat_grads_;
+  Tensor expert_flat_values_, expert_flat_grads_;
 };
 
 // The local shape of `shard` of a tensor of `global_shape`.

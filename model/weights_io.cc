@@ -26,14 +26,27 @@ std::string ListSome(const std::vector<std::string>& names) {
   return absl::StrCat(absl::StrJoin(shown, ", "), " and ", names.size() - kShown, " more");
 }
 
+// "model.layers.1.mlp.experts.*.up_proj.weight" for any routed expert's
+// parameter name, else "": the routed experts of a layer are split over the
+// expert-parallel ranks, so this rank's store lacks the others'.
+std::string ExpertPattern(const std::string& name) {
+  const std::string marker = ".mlp.experts.";
+  const size_t begin = name.find(marker);
+  if (begin == std::string::npos) return "";
+  const size_t end = name.find('.', begin + marker.size());
+  if (end == std::string::npos) return "";
+  return absl::StrCat(name.substr(0, begin + marker.size()), "*", name.substr(end));
+}
+
 }  // namespace
 
 absl::Status LoadWeights(const std::string& path, ParameterStore& store) {
   ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
   std::vector<std::string> missing, mismatched, extra;
-  std::set<std::string> expected;
+  std::set<std::string> expected, expert_patterns;
   for (const Parameter& p : store.all()) {
     expected.insert(p.name);
+    if (p.expert) expert_patterns.insert(ExpertPattern(p.name));
     const SafetensorsEntry* entry = file.Find(p.name);
     if (entry == nullptr) {
       missing.push_back(p.name);
@@ -43,7 +56,11 @@ absl::Status LoadWeights(const std::string& path, ParameterStore& store) {
     }
   }
   for (const SafetensorsEntry& entry : file.entries()) {
-    if (!expected.count(entry.name)) extra.push_back(entry.name);
+    // Experts held by other expert-parallel ranks are not extra (the gate's
+    // shape (experts, hidden) has checked their number).
+    if (!expected.count(entry.name) && !expert_patterns.count(ExpertPattern(entry.name))) {
+      extra.push_back(entry.name);
+    }
   }
   if (!missing.empty() || !mismatched.empty() || !extra.empty()) {
     std::vector<std::string> problems;
@@ -70,12 +87,28 @@ absl::Status LoadWeights(const std::string& path, ParameterStore& store) {
   return absl::OkStatus();
 }
 
+// DeepSeek-V3's mixture-of-experts keys, for a model with routed experts.
+std::string MoeConfigJson(const ModelConfig& m) {
+  if (m.moe().n_routed_experts() == 0) return "";
+  const MoeConfig& moe = m.moe();
+  return absl::StrFormat(
+      "  \"n_routed_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"n_shared_experts\": %d,\n"
+      "  \"moe_intermediate_size\": %d,\n  \"first_k_dense_replace\": %d,\n"
+      "  \"scoring_func\": \"%s\",\n  \"norm_topk_prob\": %s,\n  \"routed_scaling_factor\": %.9g,\n"
+      "  \"n_group\": %d,\n  \"topk_group\": %d,\n  \"topk_method\": \"noaux_tc\",\n",
+      moe.n_routed_experts(), moe.num_experts_per_tok(), moe.n_shared_experts(),
+      moe.moe_intermediate_size(), moe.first_k_dense_replace(), moe.scoring_func(),
+      moe.norm_topk_prob() ? "true" : "false", moe.routed_scaling_factor(), moe.n_group(),
+      moe.topk_group());
+}
+
 std::string HuggingFaceConfigJson(const ModelConfig& m, int64_t max_position_embeddings,
                                   DType dtype) {
+  const bool moe = m.moe().n_routed_experts() > 0;
   return absl::StrFormat(
       "{\n"
-      "  \"architectures\": [\"LlamaForCausalLM\"],\n"
-      "  \"model_type\": \"llama\",\n"
+      "  \"architectures\": [\"%s\"],\n"
+      "  \"model_type\": \"%s\",\n"
       "  \"vocab_size\": %d,\n"
       "  \"hidden_size\": %d,\n"
       "  \"intermediate_size\": %d,\n"
@@ -91,12 +124,14 @@ std::string HuggingFaceConfigJson(const ModelConfig& m, int64_t max_position_emb
       "  \"attention_bias\": false,\n"
       "  \"mlp_bias\": false,\n"
       "  \"initializer_range\": %.9g,\n"
+      "%s"
       "  \"torch_dtype\": \"%s\"\n"
       "}\n",
+      moe ? "DeepseekV3ForCausalLM" : "LlamaForCausalLM", moe ? "deepseek_v3" : "llama",
       m.vocab_size(), m.hidden_size(), m.intermediate_size(), m.num_hidden_layers(),
       m.num_attention_heads(), KeyValueHeads(m), HeadDim(m), max_position_embeddings,
       m.rms_norm_eps(), m.rope_theta(), m.tie_word_embeddings() ? "true" : "false",
-      m.initializer_range(), dtype == DType::kBF16 ? "bfloat16" : "float32");
+      m.initializer_range(), MoeConfigJson(m), dtype == DType::kBF16 ? "bfloat16" : "float32");
 }
 
 Tensor GatherGlobal(const Parameter& p, Communicator& tp) {
@@ -118,11 +153,67 @@ Tensor GatherGlobal(const Parameter& p, Communicator& tp) {
   return global;
 }
 
+namespace {
+
+// `name` ("model.layers.1.mlp.experts.3.up_proj.weight") with its expert index moved by `shift`.
+std::string ShiftExpertIndex(const std::string& name, int shift) {
+  const std::string marker = ".experts.";
+  const size_t begin = name.find(marker) + marker.size();
+  const size_t end = name.find('.', begin);
+  TETRA_CHECK(begin != std::string::npos + marker.size() && end != std::string::npos)
+      << name << " is not a routed expert's parameter";
+  return absl::StrCat(name.substr(0, begin), std::stoi(name.substr(begin, end - begin)) + shift,
+                      name.substr(end));
+}
+
+}  // namespace
+
+std::vector<NamedTensor> GatherExperts(const ParameterStore& store, const ModelConfig& model,
+                                       Communicator& tp, Communicator& ep) {
+  std::vector<const Parameter*> local;
+  std::vector<Tensor> whole;
+  int64_t elements = 0;
+  for (const Parameter& p : store.all()) {
+    if (!p.expert) continue;
+    local.push_back(&p);
+    whole.push_back(GatherGlobal(p, tp));
+    elements += whole.back().numel();
+  }
+  // Every rank holds the same parameters of other experts: the same sizes, in the same order.
+  Tensor mine = Tensor::Empty({elements});
+  int64_t at = 0;
+  for (const Tensor& t : whole) {
+    mine.Slice(at, at + t.numel()).CopyFrom(t.Reshape({t.numel()}));
+    at += t.numel();
+  }
+  Tensor all = Tensor::Empty({ep.size() * elements});
+  ep.AllGather(mine.raw(), all.raw(), elements, DType::kF32);
+  const int per_rank = model.moe().n_routed_experts() / ep.size();
+  std::vector<NamedTensor> experts;
+  at = 0;
+  for (int r = 0; r < ep.size(); ++r) {
+    for (const Parameter* p : local) {
+      const int64_t n = NumElements(p->global_shape);
+      experts.push_back({ShiftExpertIndex(p->name, (r - ep.rank()) * per_rank),
+                         all.Slice(at, at + n).Reshape(p->global_shape)});
+      at += n;
+    }
+  }
+  return experts;
+}
+
 absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, const ModelConfig& model,
-                           int64_t max_position_embeddings, DType dtype, Communicator& tp, bool write) {
-  // Every tensor-parallel rank takes part in the gathers; one writes.
-  std::vector<Tensor> globals;
-  for (const Parameter& p : store.all()) globals.push_back(GatherGlobal(p, tp));
+                           int64_t max_position_embeddings, DType dtype, Communicator& tp, bool write,
+                           Communicator* ep) {
+  // Every tensor-parallel (and expert-parallel) rank takes part in the gathers; one writes.
+  const bool gather_experts = ep != nullptr && ep->size() > 1;
+  std::vector<NamedTensor> globals;
+  for (const Parameter& p : store.all()) {
+    if (!(gather_experts && p.expert)) globals.push_back({p.name, GatherGlobal(p, tp)});
+  }
+  if (gather_experts) {
+    for (NamedTensor& expert : GatherExperts(store, model, tp, *ep)) globals.push_back(std::move(expert));
+  }
   if (!write) return absl::OkStatus();
   std::error_code error;
   std::filesystem::create_directories(dir, error);
@@ -131,8 +222,7 @@ absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, 
                      "choose a writable export_path / --out directory");
   }
   std::vector<SafetensorsTensorRef> tensors;
-  size_t i = 0;
-  for (const Parameter& p : store.all()) tensors.push_back({p.name, p.global_shape, globals[i++].f32()});
+  for (const NamedTensor& t : globals) tensors.push_back({t.name, t.value.shape(), t.value.f32()});
   RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", tensors, dtype,
                                    {{"format", "pt"}, {"producer", "tetra"}}));
   const std::string config_path = dir + "/config.json";

@@ -75,13 +75,17 @@ std::vector<DistributedOptimizer::MomentView> DistributedOptimizer::moments() co
 }
 
 double DistributedOptimizer::GradNorm() {
+  return std::sqrt(SumOverRanks(norm_group_, LocalGradSquaredSum()));
+}
+
+double DistributedOptimizer::LocalGradSquaredSum() {
   double local = 0;
   for (const Piece& p : pieces_) {
     local += p.norm_weight * ops::SumOfSquares(grads_.Slice(p.range.begin, p.range.end));
   }
   // Under ZeRO-0 every dp rank holds the same sums: only the norm group adds.
   if (zero1()) local = SumOverRanks(reducer_.dp(), local);
-  return std::sqrt(SumOverRanks(norm_group_, local));
+  return local;
 }
 
 void DistributedOptimizer::Clip(double norm) {

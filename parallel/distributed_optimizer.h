@@ -55,6 +55,10 @@ class DistributedOptimizer {
   // segment of norm_weight x its sum of squares, over all ranks of the norm
   // group. Collective; every rank gets the same bits, summed in rank order.
   double GradNorm();
+  // This rank's part of the squared norm before the sum over the norm group
+  // (under ZeRO-1 already summed over dp): for combining several optimizers'
+  // norms. Collective over dp under ZeRO-1.
+  double LocalGradSquaredSum();
   // Scales this rank's gradients (its blocks under ZeRO-1) by
   // clip_grad / (norm + 1e-6) when that is below 1, as torch's clip_grad_norm_.
   void Clip(double norm);

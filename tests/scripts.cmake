@@ -23,3 +23,6 @@ set_tests_properties(pipeline.measured_bubble_matches_table PROPERTIES LABELS mp
 add_test(NAME checkpoints.resume_and_reshard_under_mpirun
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/checkpoints/check_checkpoints.py $<TARGET_FILE:tetra>)
 set_tests_properties(checkpoints.resume_and_reshard_under_mpirun PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)
+add_test(NAME layouts.moe_layouts_match_single_rank
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_moe_layouts.py $<TARGET_FILE:tetra>)
+set_tests_properties(layouts.moe_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)

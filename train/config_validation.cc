@@ -23,6 +23,53 @@ absl::Status CheckNumber(const std::string& field, double value, bool zero_ok, c
                  absl::StrCat("set ", field, ", e.g. to ", example));
 }
 
+// DeepSeek-V3's mixture-of-experts fields (model.moe with n_routed_experts > 0).
+absl::Status ValidateMoe(const ModelConfig& m) {
+  const MoeConfig& moe = m.moe();
+  const int experts = moe.n_routed_experts(), k = moe.num_experts_per_tok();
+  RETURN_IF_ERROR(CheckNumber("model.moe.num_experts_per_tok", k, false, "8"));
+  RETURN_IF_ERROR(CheckNumber("model.moe.moe_intermediate_size", moe.moe_intermediate_size(), false, "2048"));
+  RETURN_IF_ERROR(CheckNumber("model.moe.n_shared_experts", moe.n_shared_experts(), true, "1"));
+  RETURN_IF_ERROR(CheckNumber("model.moe.n_group", moe.n_group(), false, "8"));
+  RETURN_IF_ERROR(CheckNumber("model.moe.topk_group", moe.topk_group(), false, "4"));
+  RETURN_IF_ERROR(CheckNumber("model.moe.routed_scaling_factor", moe.routed_scaling_factor(), false, "2.5"));
+  RETURN_IF_ERROR(CheckNumber("model.moe.aux_loss_alpha", moe.aux_loss_alpha(), true, "0.0001"));
+  RETURN_IF_ERROR(CheckNumber("model.moe.bias_update_speed", moe.bias_update_speed(), true, "0.001"));
+  RETURN_IF_ERROR(CheckNumber("model.moe.capacity_factor", moe.capacity_factor(), true, "0 (dropless)"));
+  if (k > experts) {
+    return Invalid(absl::StrCat("model.moe.num_experts_per_tok ", k, " exceeds model.moe.n_routed_experts ",
+                                experts),
+                   "choose at most n_routed_experts experts per token");
+  }
+  if (experts % moe.n_group() != 0) {
+    return Invalid(absl::StrCat("model.moe.n_group ", moe.n_group(), " does not divide model.moe.n_routed_experts ",
+                                experts, " into equal groups"),
+                   "set n_group to a divisor of n_routed_experts (1 for no group limit)");
+  }
+  if (moe.topk_group() > moe.n_group()) {
+    return Invalid(absl::StrCat("model.moe.topk_group ", moe.topk_group(), " exceeds model.moe.n_group ",
+                                moe.n_group()),
+                   "set topk_group to at most n_group");
+  }
+  const int candidates = moe.topk_group() * (experts / moe.n_group());
+  if (k > candidates) {
+    return Invalid(absl::StrCat("model.moe.num_experts_per_tok ", k, " exceeds the ", candidates,
+                                " candidate experts of topk_group ", moe.topk_group(), " groups of ",
+                                experts / moe.n_group()),
+                   "raise topk_group or lower num_experts_per_tok");
+  }
+  if (moe.scoring_func() != "sigmoid" && moe.scoring_func() != "softmax") {
+    return Invalid(absl::StrCat("model.moe.scoring_func is \"", moe.scoring_func(), "\""),
+                   "use \"sigmoid\" (DeepSeek-V3) or \"softmax\"");
+  }
+  if (moe.first_k_dense_replace() < 0 || moe.first_k_dense_replace() > m.num_hidden_layers()) {
+    return Invalid(absl::StrCat("model.moe.first_k_dense_replace ", moe.first_k_dense_replace(),
+                                " is outside [0, num_hidden_layers ", m.num_hidden_layers(), "]"),
+                   "give the number of leading dense layers");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateModel(const ModelConfig& m) {
   RETURN_IF_ERROR(CheckNumber("model.vocab_size", m.vocab_size(), false, "32000"));
   RETURN_IF_ERROR(CheckNumber("model.hidden_size", m.hidden_size(), false, "512"));
@@ -50,10 +97,7 @@ absl::Status ValidateModel(const ModelConfig& m) {
                                 " must divide model.num_attention_heads ", m.num_attention_heads()),
                    "use a divisor of num_attention_heads, or 0 for one KV head per attention head");
   }
-  if (m.has_moe() && m.moe().n_routed_experts() > 0) {
-    return Invalid("model.moe is set, but mixture-of-experts blocks are not implemented yet",
-                   "remove model.moe to train a dense model");
-  }
+  if (m.has_moe() && m.moe().n_routed_experts() > 0) return ValidateMoe(m);
   return absl::OkStatus();
 }
 
@@ -169,9 +213,15 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
   const ParallelConfig& p = c.parallel();
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(p, world_size));  // layout arithmetic and order string
   const MeshShape& s = mesh.shape();
-  if (s.ep > 1) {
-    return Invalid(absl::StrCat("parallel.expert is ", s.ep, ", but expert parallelism is not implemented yet"),
-                   "use tensor, pipeline and data parallelism only (parallel.expert 1)");
+  const int experts = c.model().has_moe() ? c.model().moe().n_routed_experts() : 0;
+  if (experts > 0 && experts % s.ep != 0) {
+    return Invalid(absl::StrCat("model.moe.n_routed_experts ", experts,
+                                " is not divisible by parallel.expert ", s.ep),
+                   "set parallel.expert to a divisor of the number of routed experts");
+  }
+  if (s.ep > 1 && experts == 0) {
+    return Invalid(absl::StrCat("parallel.expert is ", s.ep, " but the model has no routed experts"),
+                   "set model.moe.n_routed_experts, or parallel.expert to 1");
   }
   if (p.virtual_stages() != 1 && s.pp == 1) {
     return Invalid(absl::StrCat("parallel.virtual_stages is ", p.virtual_stages(),
@@ -179,6 +229,17 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
                    "set parallel.pipeline to 2 or more, or parallel.virtual_stages to 1");
   }
   if (s.pp > 1) RETURN_IF_ERROR(ValidatePipeline(c, s));
+  if (experts > 0 && s.tp > 1 && p.sequence_parallel()) {
+    return Invalid(absl::StrCat("model.moe with parallel.tensor ", s.tp,
+                                " and sequence_parallel: MoE layers under sequence parallelism are "
+                                "not implemented yet"),
+                   "set parallel.sequence_parallel to false for mixture-of-experts models");
+  }
+  if (experts > 0 && c.model().moe().moe_intermediate_size() % s.tp != 0) {
+    return Invalid(absl::StrCat("model.moe.moe_intermediate_size ", c.model().moe().moe_intermediate_size(),
+                                " is not divisible by parallel.tensor ", s.tp),
+                   "tensor-parallel experts split their features evenly: use a multiple of the tensor size");
+  }
   const TrainConfig& t = c.train();
   if (t.global_batch_size() % (int64_t{t.micro_batch_size()} * s.dp) != 0) {
     return Invalid(absl::StrCat("train.global_batch_size ", t.global_batch_size(),

@@ -14,12 +14,14 @@ absl::StatusOr<Distributed> Distributed::Create(const ParallelConfig& parallel,
   std::unique_ptr<Communicator> dp = world->Split(mesh.Group(GroupKind::kData, rank), "dp");
   std::unique_ptr<Communicator> pp = world->Split(mesh.Group(GroupKind::kPipeline, rank), "pp");
   std::unique_ptr<Communicator> mp = world->Split(mesh.Group(GroupKind::kModel, rank), "mp");
+  std::unique_ptr<Communicator> ep = world->Split(mesh.Group(GroupKind::kExpert, rank), "ep");
+  std::unique_ptr<Communicator> edp = world->Split(mesh.Group(GroupKind::kExpertData, rank), "edp");
   const std::vector<int>& embedding_group = mesh.Group(GroupKind::kEmbedding, rank);
   std::unique_ptr<Communicator> embd =
       world->Split(embedding_group.empty() ? std::vector<int>{rank} : embedding_group, "embd");
   RankCoords coords = mesh.Coords(rank);
-  return Distributed{std::move(world), std::move(mesh), coords, std::move(tp),
-                     std::move(dp), std::move(pp), std::move(mp), std::move(embd)};
+  return Distributed{std::move(world), std::move(mesh), coords,       std::move(tp),  std::move(dp),
+                     std::move(pp),    std::move(mp),   std::move(ep), std::move(edp), std::move(embd)};
 }
 
 absl::Status AgreeOnStatus(Communicator& group, absl::Status status) {

@@ -1,6 +1,7 @@
 // Where this rank stands in the job: the world communicator, the layout's
 // mesh, and the communicators of this rank's tensor-, data- and
-// pipeline-parallel groups and of its model group (tensor x pipeline). With one rank every group is a single-rank communicator.
+// pipeline-parallel groups, of its model group (tensor x pipeline) and of
+// its expert-parallel and expert-data-parallel groups. With one rank every group is a single-rank communicator.
 #ifndef TETRA_TRAIN_DISTRIBUTED_H_
 #define TETRA_TRAIN_DISTRIBUTED_H_
 
@@ -21,6 +22,8 @@ struct Distributed {
   std::unique_ptr<Communicator> dp;  // data-parallel group
   std::unique_ptr<Communicator> pp;  // pipeline group, ranks in stage order
   std::unique_ptr<Communicator> mp;  // model group: the ranks holding one model replica
+  std::unique_ptr<Communicator> ep;  // expert-parallel group: the ranks splitting the routed experts
+  std::unique_ptr<Communicator> edp;  // expert-data-parallel group: the ranks holding the same experts
   // Embedding group: the first and last stage of this rank's pipeline, which
   // sum the gradients of a tied embedding's two copies; this rank alone on a
   // middle stage.

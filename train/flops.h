@@ -2,7 +2,8 @@
 // 6 x N_active + 6 x L x T x (heads x head_dim), where N_active counts every
 // parameter a token passes through except the input embedding, LM head
 // included (the second term is causal attention's scores and values, forward
-// and backward).
+// and backward). An MoE layer counts its router, shared experts and the
+// num_experts_per_tok routed experts each token passes through.
 #ifndef TETRA_TRAIN_FLOPS_H_
 #define TETRA_TRAIN_FLOPS_H_
 

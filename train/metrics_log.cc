@@ -58,7 +58,11 @@ std::string MetricsJson(const StepMetrics& m) {
                                     std::pair{"comm_exposed_s_dp", m.comm_exposed_s_dp},
                                     std::pair{"comm_exposed_s_ep", m.comm_exposed_s_ep},
                                     std::pair{"comm_exposed_s_pp", m.comm_exposed_s_pp},
-                                    std::pair{"bubble_fraction", m.bubble_fraction}}) {
+                                    std::pair{"bubble_fraction", m.bubble_fraction},
+                                    std::pair{"aux_loss", m.aux_loss},
+                                    std::pair{"moe_load_imbalance", m.moe_load_imbalance},
+                                    std::pair{"dropped_tokens", m.dropped_tokens},
+                                    std::pair{"all_to_all_bytes", m.all_to_all_bytes}}) {
     if (value) absl::StrAppend(&json, ", \"", name, "\": ", Number(*value));
   }
   if (m.run) {

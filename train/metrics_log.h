@@ -40,6 +40,12 @@ struct StepMetrics {
   std::optional<double> comm_exposed_s_tp, comm_exposed_s_ep, comm_exposed_s_pp;
   std::optional<double> peak_memory_bytes;  // largest over ranks
   std::optional<RunLayout> run;             // the first line of a run only
+  // Mixture-of-experts models: the balance term as added to the objective
+  // (alpha included, summed over layers), the max over layers of max / mean
+  // tokens per expert, pairs dropped over capacity, the all-to-all bytes this
+  // rank sent and the seconds the step waited on them.
+  std::optional<double> aux_loss, moe_load_imbalance, dropped_tokens;
+  std::optional<double> all_to_all_bytes;  // the wait on them is comm_exposed_s_ep
 };
 
 // One JSON line, fields in contract order.

@@ -22,8 +22,10 @@
 #include "pipeline/stage_partition.h"
 #include "train/checkpoint_resume.h"
 #include "train/checkpoint_writer.h"
+#include "train/expert_optimizer.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
+#include "train/moe_step.h"
 #include "train/step_timing.h"
 #include "train/stop_request.h"
 #include "train/tensorboard_writer.h"
@@ -92,6 +94,7 @@ absl::StatusOr<double> Evaluate(LlamaModel& model, SampleLoader& validation, int
 std::vector<FlatSegment> Segments(const ParameterStore& store) {
   std::vector<FlatSegment> segments;
   for (const Parameter& p : store.all()) {
+    if (!p.trainable || p.expert) continue;  // buffers: untouched; experts: ExpertOptimizer
     segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay,
                         1.0 / (p.shard.replicas * p.stage_copies)});
   }
@@ -115,13 +118,15 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   for (int c = 0; c < partition.virtual_stages; ++c) chunks.push_back(partition.Stage(dist.pp->rank(), c));
   LlamaModel model(config.model(), train.seed(),
                    {dist.tp.get(), config.parallel().sequence_parallel(),
-                    /*flat_multiple=*/GradientReducer::PaddedSize(1, dp), chunks});
+                    /*flat_multiple=*/GradientReducer::PaddedSize(1, dp), chunks, dist.ep.get(),
+                    /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, dist.edp->size())});
   ParameterStore& store = model.parameters();
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), store));
   GradientReducer reducer(store.flat_grads(), *dist.dp, config.parallel().dp_bucket_mb(), zero1);
   // The gradient norm sums over the ranks of one model replica (tensor x pipeline).
   DistributedOptimizer optimizer(store.flat_values(), Segments(store),
                                  AdamWSettings::FromConfig(config.optimizer()), reducer, *dist.mp);
+  std::unique_ptr<ExpertOptimizer> experts = ExpertOptimizer::Create(store, config, dist);
   std::optional<TensorBoardWriter> tensorboard;
   if (dist.is_logging_rank() && !config.log().tensorboard_dir().empty()) {
     ASSIGN_OR_RETURN(tensorboard, TensorBoardWriter::Open(config.log().tensorboard_dir()));
@@ -138,7 +143,9 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     pipeline.emplace(model, *dist.pp, std::move(actions), micro, seq);
   }
   // Each stage holds its own layers: the parameter count sums over the pipeline.
-  const double num_parameters = SumOverRanks(*dist.pp, store.GlobalNumElements());
+  // Each expert-parallel rank holds 1 / ep of the routed experts.
+  const double num_parameters = SumOverRanks(
+      *dist.pp, store.GlobalNumElements() + (dist.ep->size() - 1) * store.ExpertGlobalNumElements());
 
   progress << absl::StrFormat(
       "tetra: %d-layer model, %.0f parameters | %d ranks (tensor %d x pipeline %d x data %d%s), %d threads each | "
@@ -169,6 +176,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     std::optional<ScopedSpan> step_span(std::in_place, SpanKind::kStep, nullptr, step);
     Timer step_timer;
     store.ZeroGrads();
+    StartMoeStep(model.moe_layers());
     double loss_sum = 0;
     const float grad_scale = 1.0f / static_cast<float>(tokens_per_step);
     // Data-parallel rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the step.
@@ -205,12 +213,15 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       }
     }
     reducer.Finish();
+    if (experts) experts->Finish();
     std::optional<ScopedSpan> optimizer_span(std::in_place, SpanKind::kOptimizer);
     StepMetrics m;
     m.step = step;
     // Only the last pipeline stage has a loss; the others contribute 0.
     m.loss = SumOverRanks(*dist.pp, SumOverRanks(*dist.dp, loss_sum)) / tokens_per_step;
-    m.grad_norm = optimizer.GradNorm();
+    m.grad_norm = experts ? std::sqrt(SumOverRanks(*dist.mp, optimizer.LocalGradSquaredSum() +
+                                                             experts->LocalGradSquaredSum()))
+                          : optimizer.GradNorm();
     if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
       return UserError(
           absl::StrFormat("training diverged at step %d: loss %g, gradient norm %g (weights were "
@@ -220,9 +231,19 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
           absl::StatusCode::kInternal);
     }
     optimizer.Clip(m.grad_norm);
+    if (experts) experts->Clip(m.grad_norm);
     m.lr = LearningRate(config.optimizer(), step, train.steps());
     optimizer.Step(m.lr, step);
+    if (experts) experts->Step(m.lr, step);
     optimizer_span.reset();
+    if (config.model().moe().n_routed_experts() > 0) {  // every stage joins, MoE layers or not
+      const MoeStepStats moe = FinishMoeStep(model.moe_layers(), config.model().moe().bias_update_speed(),
+                                             global_batch, *dist.dp, *dist.pp);
+      m.aux_loss = moe.aux_loss;
+      m.moe_load_imbalance = moe.load_imbalance;
+      m.dropped_tokens = moe.dropped_tokens;
+      if (dist.world->size() > 1) m.all_to_all_bytes = moe.all_to_all_bytes;
+    }
 
     m.step_time_s = step_timer.Seconds();
     step_span.reset();
@@ -238,9 +259,12 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     if (config.log().peak_tflops() > 0) m.mfu = m.tflops / config.log().peak_tflops();
     m.loss_floor = data.loss_floor;
     if (dist.world->size() > 1) {
-      m.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes());
-      m.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes());
-      m.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes());
+      // The dense and the expert buffers (the latter sharded over edp under ZeRO-1).
+      const DistributedOptimizer* expert_part = experts ? &experts->optimizer() : nullptr;
+      m.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes() + (expert_part ? expert_part->param_bytes() : 0));
+      m.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes() + (expert_part ? expert_part->grad_bytes() : 0));
+      m.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes() +
+                                                        (expert_part ? expert_part->optimizer_bytes() : 0));
     }
     if (pipeline) {
       // Mean over ranks of the time each waited on its pipeline neighbours.
@@ -271,9 +295,10 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     }
   }
   if (!result.steps.empty()) progress << RunSummary(result.steps, run_timer.Seconds()) << "\n";
-  if (!config.export_path().empty() && dist.coords.dp == 0) {
+  // The ranks of the first expert-parallel group (data-parallel rank 0 when ep is 1) take part.
+  if (!config.export_path().empty() && dist.coords.edp == 0) {
     RETURN_IF_ERROR(ExportWeights(config.export_path(), store, config.model(), seq, DType::kF32,
-                                  *dist.tp, dist.is_logging_rank()));
+                                  *dist.tp, dist.is_logging_rank(), dist.ep.get()));
     progress << "tetra: weights exported to " << config.export_path() << "\n";
   }
   return result;

@@ -155,5 +155,42 @@ TEST(ConfigValidationTest, ReportsBrokenConstraintsWithNumbers) {
   EXPECT_TRUE(ValidateConfig(TrainerConfig()).ok());
 }
 
+TEST(ConfigValidationTest, BadMixtureOfExpertsConfigsNameTheNumbers) {
+  auto moe_config = [] {
+    TrainerConfig config;
+    MoeConfig* moe = config.mutable_model()->mutable_moe();
+    moe->set_n_routed_experts(8);
+    moe->set_num_experts_per_tok(2);
+    moe->set_moe_intermediate_size(16);
+    return config;
+  };
+  EXPECT_TRUE(ValidateConfig(moe_config()).ok());
+  TrainerConfig config = moe_config();
+  config.mutable_model()->mutable_moe()->set_num_experts_per_tok(9);
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("model.moe.num_experts_per_tok 9 exceeds model.moe.n_routed_experts 8"));
+  config = moe_config();
+  config.mutable_model()->mutable_moe()->set_n_group(3);
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("model.moe.n_group 3 does not divide model.moe.n_routed_experts 8"));
+  config = moe_config();
+  config.mutable_model()->mutable_moe()->set_n_group(4);
+  config.mutable_model()->mutable_moe()->set_topk_group(5);
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("model.moe.topk_group 5 exceeds model.moe.n_group 4"));
+  config = moe_config();
+  config.mutable_model()->mutable_moe()->set_n_group(4);
+  config.mutable_model()->mutable_moe()->set_num_experts_per_tok(3);  // 1 group of 2 experts
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("num_experts_per_tok 3 exceeds the 2 candidate experts"));
+  config = moe_config();
+  config.mutable_model()->mutable_moe()->set_scoring_func("relu");
+  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("scoring_func is \"relu\""));
+  config = moe_config();
+  config.mutable_parallel()->set_expert(3);
+  EXPECT_THAT(ValidateConfig(config, /*world_size=*/3).message(),
+              HasSubstr("model.moe.n_routed_experts 8 is not divisible by parallel.expert 3"));
+}
+
 }  // namespace
 }  // namespace tetra

@@ -26,6 +26,20 @@ TEST(FlopsTest, ActiveParametersExcludeTheInputEmbedding) {
   EXPECT_EQ(ActiveParameters(Small(true)), 5520);
 }
 
+// Layer 0 dense, layer 1 MoE with 8 experts of width 6, top-2, one shared:
+// router 8 x 16 = 128, shared + 2 routed = 3 x (3 x 16 x 6) = 864, so layer
+// 1's MLP counts 992 in place of 1152: 5520 - 1152 + 992 = 5360.
+TEST(FlopsTest, MoeLayersCountTheRouterSharedAndChosenExperts) {
+  ModelConfig c = Small(false);
+  MoeConfig* moe = c.mutable_moe();
+  moe->set_n_routed_experts(8);
+  moe->set_num_experts_per_tok(2);
+  moe->set_n_shared_experts(1);
+  moe->set_moe_intermediate_size(6);
+  moe->set_first_k_dense_replace(1);
+  EXPECT_EQ(ActiveParameters(c), 5360);
+}
+
 TEST(FlopsTest, TrainingFlopsFollowTheMetricsContract) {
   // 6 x 5520 + 6 x layers 2 x seq 8 x (heads 4 x head_dim 4) = 33120 + 1536.
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(Small(false), 8), 34656.0);

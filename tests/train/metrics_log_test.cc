@@ -50,6 +50,18 @@ TEST(MetricsLogTest, BreakdownAndRunLayoutFollowTheStepTime) {
                                         "\"micro_batch_size\": 2, \"seq_length\": 128, \"zero_stage\": 1}"));
 }
 
+TEST(MetricsLogTest, MixtureOfExpertsFields) {
+  StepMetrics m = Example();
+  m.aux_loss = 0.25;
+  m.moe_load_imbalance = 1.5;
+  m.dropped_tokens = 3;
+  m.all_to_all_bytes = 4096;
+  m.comm_exposed_s_ep = 0.125;
+  EXPECT_THAT(MetricsJson(m), HasSubstr("\"step_time_s\": 0.25, \"comm_exposed_s_ep\": 0.125, "
+                                        "\"aux_loss\": 0.25, \"moe_load_imbalance\": 1.5, "
+                                        "\"dropped_tokens\": 3, \"all_to_all_bytes\": 4096}"));
+}
+
 TEST(MetricsLogTest, NumbersRoundTripExactlyAndNonFiniteIsNull) {
   StepMetrics m = Example();
   m.loss = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits

@@ -1,0 +1,118 @@
+#include "model/moe_mlp_layer.h"
+
+#include "kernels/ops.h"
+#include "model/model_dims.h"
+
+namespace tetra {
+
+MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& c,
+                         const LayerParallelism& parallelism)
+    : router_(RouterConfig::FromProto(c.moe())),
+      aux_loss_alpha_(c.moe().aux_loss_alpha()),
+      gate_(store.Add(prefix + ".gate.weight", {c.moe().n_routed_experts(), c.hidden_size()},
+                      Init::kNormal, c.initializer_range(), parallelism.Replicated())),
+      bias_(store.Add(prefix + ".gate.e_score_correction_bias", {c.moe().n_routed_experts()},
+                      Init::kZeros, 0.0, parallelism.Replicated(), /*trainable=*/false)),
+      dispatcher_(c.moe().n_routed_experts(), c.moe().num_experts_per_tok(),
+                  c.moe().capacity_factor(), *parallelism.ep),
+      experts_region_(*parallelism.tp, /*sequence_parallel=*/false) {
+  TETRA_CHECK(!parallelism.sequence_parallel)
+      << "MoE layers under sequence parallelism are not implemented";
+  const int64_t width = c.moe().moe_intermediate_size(), hidden = c.hidden_size();
+  for (int i = 0; i < dispatcher_.local_experts(); ++i) {
+    const std::string expert =
+        prefix + ".experts." + std::to_string(dispatcher_.first_expert() + i);
+    Parameter& gate = store.Add(expert + ".gate_proj.weight", {width, hidden}, Init::kNormal,
+                                c.initializer_range(), parallelism.Column());
+    Parameter& up = store.Add(expert + ".up_proj.weight", {width, hidden}, Init::kNormal,
+                              c.initializer_range(), parallelism.Column());
+    Parameter& down = store.Add(expert + ".down_proj.weight", {hidden, width}, Init::kNormal,
+                                OutputProjectionStd(c), parallelism.Row());
+    gate.expert = up.expert = down.expert = true;
+    expert_parameters_.push_back({&gate, &up, &down});
+  }
+  if (c.moe().n_shared_experts() > 0) {
+    shared_ = std::make_unique<MlpLayer>(store, prefix + ".shared_experts", c,
+                                         int64_t{c.moe().n_shared_experts()} * width, parallelism);
+  }
+  ResetStats();
+}
+
+const std::vector<ExpertWeights>& MoeMlpLayer::Experts() {
+  experts_.clear();
+  for (const ExpertParameters& p : expert_parameters_) {
+    experts_.push_back({p.gate->value, p.up->value, p.down->value, p.gate->grad, p.up->grad,
+                        p.down->grad});
+  }
+  return experts_;
+}
+
+Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t seq,
+                            float grad_scale) {
+  Activations& a = slots_.ForForward(slot);
+  a.x = x;
+  const int64_t n = x.dim(0), e = router_.num_experts;
+  EnsureShape(&logits_, {n, e});
+  ops::Linear(x, gate_.value, logits_);
+  Route(router_, logits_, bias_.value, &a.routing);
+  CountLoads(router_, a.routing, &loads_);
+  // The balance term of each sequence enters the objective with weight 1 /
+  // (global sequences) = grad_scale x seq.
+  EnsureShape(&a.daux, {n, e});
+  a.daux.Fill(0.0f);
+  if (aux_loss_alpha_ > 0) {
+    const float aux_scale = static_cast<float>(aux_loss_alpha_ * grad_scale * seq);
+    aux_loss_sum_ += aux_loss_alpha_ * SequenceBalanceLoss(router_, a.routing, batch, seq,
+                                                           aux_scale, a.daux);
+  }
+  dispatcher_.Plan(a.routing.expert, a.routing.weights, &a.plan);
+  dropped_ += a.plan.dropped;
+  dispatcher_.Permute(a.plan, x, &send_);
+  dispatcher_.ToExperts(a.plan, send_, &a.grouped);
+  GroupedSwigluForward(Experts(), a.plan.expert_rows, a.grouped, &a.experts, &y_grouped_);
+  dispatcher_.FromExperts(a.plan, experts_region_.Exit(y_grouped_), &a.y_send);
+  EnsureShape(&out_, x.shape());
+  dispatcher_.Combine(a.plan, a.routing.weights, a.y_send, out_);
+  if (shared_) ops::Add(shared_->Forward(slot, x), out_);
+  return out_;
+}
+
+Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
+  Activations& a = slots_.ForBackward(slot);
+  const int64_t n = a.x.dim(0);
+  EnsureShape(&dweights_, {n, router_.top_k});
+  dispatcher_.CombineBackward(a.plan, a.routing.weights, a.y_send, dy, &dy_send_, dweights_);
+  dispatcher_.ToExperts(a.plan, dy_send_, &dy_grouped_);
+  GroupedSwigluBackward(Experts(), a.experts, experts_region_.ExitBackward(dy_grouped_),
+                        &dx_grouped_, &dact_, &dgate_, &dup_);
+  dispatcher_.FromExperts(a.plan, experts_region_.EnterBackward(dx_grouped_), &dx_send_);
+  EnsureShape(&dx_, a.x.shape());
+  dispatcher_.Unpermute(a.plan, dx_send_, dx_);
+  // The router: through the combine weights and the balance loss, to the gate.
+  EnsureShape(&dscores_, a.routing.scores.shape());
+  dscores_.CopyFrom(a.daux);
+  WeightsBackward(router_, a.routing, dweights_, dscores_);
+  EnsureShape(&dlogits_, a.routing.scores.shape());
+  ScoresBackward(router_, a.routing, dscores_, dlogits_);
+  ops::LinearBackward(dlogits_, a.x, gate_.value, dx_, gate_.grad, /*accumulate_dx=*/true);
+  if (shared_) ops::Add(shared_->Backward(slot, dy), dx_);
+  return dx_;
+}
+
+void MoeMlpLayer::ReleaseSlots() {
+  slots_.Clear();
+  if (shared_) shared_->ReleaseSlots();
+}
+
+void MoeMlpLayer::ResetStats() {
+  loads_.assign(router_.num_experts, 0);
+  aux_loss_sum_ = 0;
+  dropped_ = 0;
+  dispatcher_.ResetCounters();
+}
+
+void MoeMlpLayer::UpdateBias(const std::vector<int64_t>& loads, double speed) {
+  tetra::UpdateBias(loads, speed, bias_.value);
+}
+
+}  // namespace tetra

@@ -1,0 +1,62 @@
+#include "moe/grouped_experts.h"
+
+#include "core/logging.h"
+#include "kernels/ops.h"
+
+namespace tetra {
+
+void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
+                          const std::vector<int64_t>& rows, const Tensor& x,
+                          GroupedActivations* a, Tensor* y) {
+  TETRA_CHECK(rows.size() == experts.size()) << rows.size() << " row counts for "
+                                             << experts.size() << " experts";
+  const int64_t total = x.dim(0), width = experts.empty() ? 0 : experts[0].gate_proj.dim(0);
+  a->x = x;
+  EnsureShape(&a->gate, {total, width});
+  EnsureShape(&a->up, {total, width});
+  EnsureShape(&a->act, {total, width});
+  EnsureShape(y, x.shape());
+  a->rows = rows;
+  int64_t begin = 0;
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const int64_t end = begin + rows[e];
+    if (end > begin) {
+      const ExpertWeights& w = experts[e];
+      const Tensor gate = a->gate.Slice(begin, end), up = a->up.Slice(begin, end),
+                   act = a->act.Slice(begin, end);
+      ops::Linear(a->x.Slice(begin, end), w.gate_proj, gate);
+      ops::Linear(a->x.Slice(begin, end), w.up_proj, up);
+      ops::Swiglu(gate, up, act);
+      ops::Linear(act, w.down_proj, y->Slice(begin, end));
+    }
+    begin = end;
+  }
+  TETRA_CHECK(begin == total) << "expert row counts sum to " << begin << ", not " << total;
+}
+
+void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,
+                           const GroupedActivations& a, const Tensor& dy, Tensor* dx,
+                           Tensor* dact, Tensor* dgate, Tensor* dup) {
+  EnsureShape(dx, a.x.shape());
+  EnsureShape(dact, a.act.shape());
+  EnsureShape(dgate, a.gate.shape());
+  EnsureShape(dup, a.up.shape());
+  int64_t begin = 0;
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const int64_t end = begin + a.rows[e];
+    if (end > begin) {
+      const ExpertWeights& w = experts[e];
+      const Tensor x = a.x.Slice(begin, end), gate = a.gate.Slice(begin, end),
+                   up = a.up.Slice(begin, end), act = a.act.Slice(begin, end);
+      const Tensor da = dact->Slice(begin, end), dg = dgate->Slice(begin, end),
+                   du = dup->Slice(begin, end), d_in = dx->Slice(begin, end);
+      ops::LinearBackward(dy.Slice(begin, end), act, w.down_proj, da, w.down_grad);
+      ops::SwigluBackward(da, gate, up, dg, du);
+      ops::LinearBackward(dg, x, w.gate_proj, d_in, w.gate_grad);
+      ops::LinearBackward(du, x, w.up_proj, d_in, w.up_grad, /*accumulate_dx=*/true);
+    }
+    begin = end;
+  }
+}
+
+}  // namespace tetra

@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""MoE layout equivalence: expert-parallel layouts train like the single rank.
+
+Runs the same tiny mixture-of-experts model (8 routed experts, top-2 of 2
+groups, one shared expert, a dense first layer; bias balancing and the
+balance loss on) with the same seed and synthetic data on one rank and under
+`mpirun`, and checks (DESIGN.md principle 2):
+  - ep 2 and ep 4 carved out of dp 4, ZeRO-0 and ZeRO-1: step-1 loss and
+    gradient norm within 1e-5 relative of the single rank, the loss at every
+    one of 20 steps within 1e-4, and the same aux loss and expert loads
+    (moe_load_imbalance) at step 1,
+  - tensor 2 x dp 2 with ep 2 (tensor-parallel experts) the same,
+  - pipeline 2 x dp 2 with ep 2 and the full 4D layout tensor 2 x pipeline 2
+    x dp 2 with ep 2 on 8 ranks (4 layers, 8 micro-batches per step) the same,
+  - weights exported after 5 steps under dp 4 ep 4 and under tensor 2 x dp 2
+    with ep 2 hold every expert under its DeepSeek-V3 name and equal the
+    single-rank export to 1e-5, and a run importing them (init_from) under
+    ep 4 starts at the single-rank import's step-1 loss (1e-5 relative).
+usage: check_moe_layouts.py TETRA_BINARY
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+TETRA = sys.argv[1]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMP_NUM_THREADS="1")
+MODEL = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layers=2",
+         "model.num_attention_heads=4", "model.num_key_value_heads=2",
+         "model.intermediate_size=64", "model.moe.n_routed_experts=8",
+         "model.moe.num_experts_per_tok=2", "model.moe.n_shared_experts=1",
+         "model.moe.moe_intermediate_size=16", "model.moe.first_k_dense_replace=1",
+         "model.moe.n_group=2", "model.moe.topk_group=1", "model.moe.routed_scaling_factor=2.5",
+         "model.moe.aux_loss_alpha=0.01", "model.moe.bias_update_speed=0.01",
+         "train.global_batch_size=8", "train.micro_batch_size=2", "train.seq_length=16",
+         "train.threads=1", "optimizer.lr=3e-3", "optimizer.warmup_steps=2",
+         "data.synthetic.order=1", "log.interval=1000"]
+# Tolerances (relative): the layouts sum the same float terms in other orders
+# (all-reduces, experts' rows from several ranks), so step 1 differs by
+# round-off only (~1e-9 measured); 20 steps of AdamW let it grow a little. A
+# token sent to the wrong expert or a gradient summed over the wrong group
+# changes the loss by far more.
+# Exports: as tests/layouts/check_layouts.py, lr 3e-4 keeps AdamW's response
+# to round-off in near-zero gradients below 1e-5; a wrong expert is off by ~0.1.
+STEP1_RTOL, CURVE_RTOL, EXPORT_ATOL = 1e-5, 1e-4, 1e-5
+
+
+def run(out, ranks, steps, sets):
+    cmd = [TETRA, "train", "--config", "/dev/null"]
+    for s in MODEL + [f"train.steps={steps}", f"log.metrics_path={out}/metrics.jsonl"] + sets:
+        cmd += ["--set", s]
+    if ranks > 1:
+        cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
+    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
+    return [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    return {name: (e["shape"], struct.unpack(f"<{(e['data_offsets'][1] - e['data_offsets'][0]) // 4}f",
+                                             data[e["data_offsets"][0]:e["data_offsets"][1]]))
+            for name, e in header.items() if name != "__metadata__"}
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def check_matches(name, got, ref):
+    for field in ("loss", "grad_norm", "aux_loss", "moe_load_imbalance"):
+        check(rel(got[0][field], ref[0][field]) <= STEP1_RTOL,
+              f"{name}: step-1 {field} {got[0][field]:.9g} vs {ref[0][field]:.9g}")
+    worst = max(rel(g["loss"], r["loss"]) for g, r in zip(got, ref))
+    check(len(got) == 20 and worst <= CURVE_RTOL,
+          f"{name}: 20-step loss curve, worst relative difference {worst:.2e}")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    def fresh(name):
+        path = os.path.join(tmp, name)
+        os.makedirs(path)
+        return path
+
+    ref = run(fresh("ref"), 1, 20, [])
+    check(ref[-1]["moe_load_imbalance"] > 1 and ref[0]["aux_loss"] > 0,
+          f"reference routes: imbalance {ref[-1]['moe_load_imbalance']:.3f}, aux loss {ref[0]['aux_loss']:.3g}")
+    for ep in (2, 4):
+        for zero in (0, 1):
+            name = f"dp4_ep{ep}_zero{zero}"
+            got = run(fresh(name), 4, 20, [f"parallel.expert={ep}", f"optimizer.zero_stage={zero}"])
+            check_matches(name, got, ref)
+
+    got = run(fresh("tp2_dp2_ep2"), 4, 20, ["parallel.tensor=2", "parallel.expert=2"])
+    check_matches("tp2_dp2_ep2", got, ref)
+
+    shape = ["model.num_hidden_layers=4", "train.global_batch_size=32"]
+    pipeline_ref = run(fresh("ref_pp"), 1, 20, shape)
+    for tp, pp, dp in [(1, 2, 2), (2, 2, 2)]:
+        name = f"tp{tp}_pp{pp}_dp{dp}_ep2"
+        got = run(fresh(name), tp * pp * dp, 20,
+                  shape + [f"parallel.tensor={tp}", f"parallel.pipeline={pp}", "parallel.expert=2"])
+        check_matches(name, got, pipeline_ref)
+
+    ref_dir = fresh("export_ref")
+    run(ref_dir, 1, 5, ["optimizer.lr=3e-4", f"export_path={ref_dir}/weights"])
+    a = read_safetensors(f"{ref_dir}/weights/model.safetensors")
+    for name, layout in (("ep 4", ["parallel.expert=4"]),
+                         ("tp 2 ep 2", ["parallel.tensor=2", "parallel.expert=2"])):
+        par_dir = fresh("export_" + name.replace(" ", ""))
+        run(par_dir, 4, 5, ["optimizer.lr=3e-4", f"export_path={par_dir}/weights"] + layout)
+        b = read_safetensors(f"{par_dir}/weights/model.safetensors")
+        expert = "model.layers.1.mlp.experts.7.down_proj.weight"
+        check(a.keys() == b.keys() and expert in b and
+              "model.layers.1.mlp.gate.e_score_correction_bias" in b,
+              f"{name} export names: {len(b)} tensors, the single rank's {len(a)}, {expert} among them")
+        worst = max((max(abs(x - y) for x, y in zip(a[k][1], b[k][1])) for k in a if k in b),
+                    default=float("inf"))
+        check(worst <= EXPORT_ATOL and all(a[k][0] == b[k][0] for k in a if k in b),
+              f"{name} export after 5 steps: max abs difference {worst:.2e}")
+    init = f"init_from={ref_dir}/weights/model.safetensors"
+    imported_ref = run(fresh("import_ref"), 1, 2, [init])
+    imported = run(fresh("import_ep4"), 4, 2, [init, "parallel.expert=4"])
+    check(rel(imported[0]["loss"], imported_ref[0]["loss"]) <= STEP1_RTOL,
+          f"ep 4 import: step-1 loss {imported[0]['loss']:.9f} vs {imported_ref[0]['loss']:.9f}")
+
+if failures:
+    sys.exit(f"{len(failures)} MoE layout checks failed")
+print("all MoE layouts match the single-rank run")

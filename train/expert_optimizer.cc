@@ -1,0 +1,38 @@
+#include "train/expert_optimizer.h"
+
+#include <vector>
+
+namespace tetra {
+namespace {
+
+std::vector<FlatSegment> ExpertSegments(const ParameterStore& store) {
+  std::vector<FlatSegment> segments;
+  for (const Parameter& p : store.all()) {
+    if (!p.expert || !p.trainable) continue;
+    segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay, 1.0 / p.shard.replicas});
+  }
+  return segments;
+}
+
+}  // namespace
+
+std::unique_ptr<ExpertOptimizer> ExpertOptimizer::Create(const ParameterStore& store,
+                                                         const TrainerConfig& config,
+                                                         Distributed& dist) {
+  if (store.expert_flat_grads().numel() == 0) return nullptr;
+  return std::make_unique<ExpertOptimizer>(store, config, dist);
+}
+
+ExpertOptimizer::ExpertOptimizer(const ParameterStore& store, const TrainerConfig& config,
+                                 Distributed& dist)
+    : ep_(*dist.ep),
+      reducer_(store.expert_flat_grads(), *dist.edp, config.parallel().dp_bucket_mb(),
+               /*reduce_scatter=*/config.optimizer().zero_stage() == 1),
+      optimizer_(store.expert_flat_values(), ExpertSegments(store),
+                 AdamWSettings::FromConfig(config.optimizer()), reducer_, *dist.mp) {}
+
+double ExpertOptimizer::LocalGradSquaredSum() {
+  return SumOverRanks(ep_, optimizer_.LocalGradSquaredSum());
+}
+
+}  // namespace tetra
