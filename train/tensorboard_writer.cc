@@ -45,7 +45,9 @@ std::vector<std::pair<std::string, double>> TensorBoardScalars(const StepMetrics
        {std::pair{"mfu", m.mfu}, std::pair{"val_loss", m.val_loss}, std::pair{"loss_floor", m.loss_floor},
         std::pair{"bubble_fraction", m.bubble_fraction}, std::pair{"fwd_s", m.fwd_s},
         std::pair{"bwd_s", m.bwd_s}, std::pair{"optimizer_s", m.optimizer_s},
-        std::pair{"comm_exposed_s", m.comm_exposed_s}, std::pair{"peak_memory_bytes", m.peak_memory_bytes}}) {
+        std::pair{"comm_exposed_s", m.comm_exposed_s}, std::pair{"peak_memory_bytes", m.peak_memory_bytes},
+        std::pair{"aux_loss", m.aux_loss}, std::pair{"moe_load_imbalance", m.moe_load_imbalance},
+        std::pair{"dropped_tokens", m.dropped_tokens}}) {
     if (value) scalars.emplace_back(tag, *value);
   }
   return scalars;

@@ -10,8 +10,9 @@ balance loss on) with the same seed and synthetic data on one rank and under
     one of 20 steps within 1e-4, and the same aux loss and expert loads
     (moe_load_imbalance) at step 1,
   - tensor 2 x dp 2 with ep 2 (tensor-parallel experts) the same,
-  - pipeline 2 x dp 2 with ep 2 and the full 4D layout tensor 2 x pipeline 2
-    x dp 2 with ep 2 on 8 ranks (4 layers, 8 micro-batches per step) the same,
+  - pipeline 2 x dp 2 with ep 2 (1F1B, and interleaved with 2 virtual
+    stages) and the full 4D layout tensor 2 x pipeline 2 x dp 2 with ep 2 on
+    8 ranks (4 layers, 8 micro-batches per step) the same,
   - weights exported after 5 steps under dp 4 ep 4 and under tensor 2 x dp 2
     with ep 2 hold every expert under its DeepSeek-V3 name and equal the
     single-rank export to 1e-5, and a run importing them (init_from) under
@@ -112,10 +113,11 @@ with tempfile.TemporaryDirectory() as tmp:
 
     shape = ["model.num_hidden_layers=4", "train.global_batch_size=32"]
     pipeline_ref = run(fresh("ref_pp"), 1, 20, shape)
-    for tp, pp, dp in [(1, 2, 2), (2, 2, 2)]:
-        name = f"tp{tp}_pp{pp}_dp{dp}_ep2"
+    for tp, pp, dp, v in [(1, 2, 2, 1), (1, 2, 2, 2), (2, 2, 2, 1)]:
+        name = f"tp{tp}_pp{pp}_dp{dp}_ep2_v{v}"
         got = run(fresh(name), tp * pp * dp, 20,
-                  shape + [f"parallel.tensor={tp}", f"parallel.pipeline={pp}", "parallel.expert=2"])
+                  shape + [f"parallel.tensor={tp}", f"parallel.pipeline={pp}", "parallel.expert=2",
+                           f"parallel.virtual_stages={v}"])
         check_matches(name, got, pipeline_ref)
 
     ref_dir = fresh("export_ref")
