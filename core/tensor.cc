@@ -55,7 +55,9 @@ void CopyBytes(void* dst, DeviceType dst_device, const void* src, DeviceType src
                size_t bytes) {
   if (OnDevice(dst_device) || OnDevice(src_device)) {
 #if TETRA_HAVE_CUDA
-    cuda::CopyBytes(dst, src, bytes);
+    // A copy between device buffers stays ordered on the stream; one that
+    // touches host memory completes before returning.
+    cuda::CopyBytes(dst, src, bytes, /*wait=*/!(OnDevice(dst_device) && OnDevice(src_device)));
 #endif
   } else {
     std::memcpy(dst, src, bytes);
@@ -86,13 +88,7 @@ Tensor Tensor::Empty(const Shape& shape, DType dtype, DeviceType device) {
 
 Tensor Tensor::Zeros(const Shape& shape, DType dtype, DeviceType device) {
   Tensor t = Empty(shape, dtype, device);
-  if (OnDevice(device)) {
-#if TETRA_HAVE_CUDA
-    cuda::ZeroBytes(t.raw(), t.nbytes());
-#endif
-  } else {
-    std::memset(t.raw(), 0, t.nbytes());
-  }
+  t.SetZero();
   return t;
 }
 
@@ -137,6 +133,36 @@ void Tensor::CopyFrom(const Tensor& other) const {
       << "copy " << DTypeName(other.dtype_) << ShapeString(other.shape_) << " into "
       << DTypeName(dtype_) << ShapeString(shape_);
   CopyBytes(raw(), device_, other.raw(), other.device_, nbytes());
+}
+
+void Tensor::SetZero() const {
+  if (OnDevice(device_)) {
+#if TETRA_HAVE_CUDA
+    cuda::ZeroBytes(raw(), nbytes());
+#endif
+  } else {
+    std::memset(raw(), 0, nbytes());
+  }
+}
+
+namespace {
+thread_local Placement g_placement;
+}  // namespace
+
+const Placement& CurrentPlacement() { return g_placement; }
+
+ScopedPlacement::ScopedPlacement(const Placement& placement) : previous_(g_placement) {
+  g_placement = placement;
+}
+
+ScopedPlacement::~ScopedPlacement() { g_placement = previous_; }
+
+void EnsureShape(Tensor* t, const Shape& shape) {
+  EnsureShape(t, shape, g_placement.compute, g_placement.device);
+}
+
+void EnsureShape(Tensor* t, const Shape& shape, DType dtype) {
+  EnsureShape(t, shape, dtype, g_placement.device);
 }
 
 void EnsureShape(Tensor* t, const Shape& shape, DType dtype, DeviceType device) {

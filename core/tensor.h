@@ -61,6 +61,7 @@ class Tensor {
   Tensor Slice(int64_t begin, int64_t end) const;
   Tensor Clone() const;
   void Fill(float value) const;  // fp32 only; on the device through a host copy
+  void SetZero() const;          // every byte, on either device
   // Same dtype and element count; any pair of devices (host<->device copies
   // return once done).
   void CopyFrom(const Tensor& other) const;
@@ -74,10 +75,34 @@ class Tensor {
   DeviceType device_ = DeviceType::kCPU;
 };
 
+// Where layers put their buffers: a model on the GPU computes there, in fp32
+// or bf16 (mixed precision). Each thread has one placement, host fp32 unless
+// a ScopedPlacement (the trainer, for a GPU run) says otherwise, so a layer
+// is written once and runs on either device.
+struct Placement {
+  DeviceType device = DeviceType::kCPU;
+  DType compute = DType::kF32;  // activations and the weights' compute copy
+};
+const Placement& CurrentPlacement();
+class ScopedPlacement {
+ public:
+  explicit ScopedPlacement(const Placement& placement);
+  ~ScopedPlacement();
+  ScopedPlacement(const ScopedPlacement&) = delete;
+  ScopedPlacement& operator=(const ScopedPlacement&) = delete;
+
+ private:
+  Placement previous_;
+};
+
 // Reuses *t when it already has `shape`, `dtype` and `device`, else
 // allocates: layers keep their activation buffers across micro-batches.
-void EnsureShape(Tensor* t, const Shape& shape, DType dtype = DType::kF32,
-                 DeviceType device = DeviceType::kCPU);
+// Without a dtype: the placement's compute dtype (activations); give kF32
+// for statistics and gradients that stay fp32. Without a device: the
+// placement's.
+void EnsureShape(Tensor* t, const Shape& shape);
+void EnsureShape(Tensor* t, const Shape& shape, DType dtype);
+void EnsureShape(Tensor* t, const Shape& shape, DType dtype, DeviceType device);
 
 // bf16/fp16 <-> fp32 conversions (round to nearest even for bf16).
 float Bf16ToFloat(uint16_t bits);

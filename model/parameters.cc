@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/philox.h"
+#include "kernels/ops.h"
 
 namespace tetra {
 namespace {
@@ -43,6 +44,7 @@ Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init
   parameters_.push_back(Parameter{std::move(name), Tensor::Empty(local), Tensor::Zeros(local),
                                   /*weight_decay=*/global_shape.size() >= 2, global_shape, shard});
   Parameter& p = parameters_.back();
+  p.compute = p.value;  // until Pack
   if (init == Init::kOnes) {
     p.value.Fill(1.0f);
   } else {
@@ -62,8 +64,12 @@ void ParameterStore::Pack(int64_t total_multiple) {
     total += (p.value.numel() + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
   }
   total = (total + total_multiple - 1) / total_multiple * total_multiple;
-  flat_values_ = Tensor::Zeros({total});
-  flat_grads_ = Tensor::Zeros({total});
+  const Placement& placement = CurrentPlacement();
+  flat_values_ = Tensor::Zeros({total}, DType::kF32, placement.device);
+  flat_grads_ = Tensor::Zeros({total}, DType::kF32, placement.device);
+  if (placement.compute != DType::kF32) {
+    flat_compute_ = Tensor::Zeros({total}, placement.compute, placement.device);
+  }
   for (Parameter& p : parameters_) {
     const int64_t end = p.flat_offset + p.value.numel();
     Tensor value = flat_values_.Slice(p.flat_offset, end).Reshape(p.value.shape());
@@ -72,7 +78,15 @@ void ParameterStore::Pack(int64_t total_multiple) {
     Tensor grad = flat_grads_.Slice(p.flat_offset, end).Reshape(p.grad.shape());
     grad.CopyFrom(p.grad);
     p.grad = grad;
+    p.compute = flat_compute_.defined()
+                    ? flat_compute_.Slice(p.flat_offset, end).Reshape(p.value.shape())
+                    : p.value;
   }
+  RefreshCompute();
+}
+
+void ParameterStore::RefreshCompute() {
+  if (flat_compute_.defined()) ops::Cast(flat_values_, flat_compute_);
 }
 
 Parameter* ParameterStore::Find(std::string_view name) {
@@ -84,7 +98,7 @@ Parameter* ParameterStore::Find(std::string_view name) {
 
 void ParameterStore::ZeroGrads() {
   if (flat_grads_.defined()) {
-    std::memset(flat_grads_.raw(), 0, flat_grads_.nbytes());
+    flat_grads_.SetZero();
     return;
   }
   for (Parameter& p : parameters_) std::memset(p.grad.raw(), 0, p.grad.nbytes());

@@ -32,6 +32,9 @@ struct Parameter {
   Shape global_shape;  // the whole tensor across the tensor-parallel group
   TensorShard shard;
   int64_t flat_offset = -1;  // position of value/grad in the flat buffers, after Pack()
+  // What the forward and backward read: `value` itself, or under a bf16
+  // placement its bf16 copy (refreshed by ParameterStore::RefreshCompute).
+  Tensor compute;
 
   // Flat index in the global tensor of element `local` of this slice.
   int64_t GlobalIndex(int64_t local) const;
@@ -50,10 +53,15 @@ class ParameterStore {
 
   // Moves every value and gradient into one flat buffer each (64-byte aligned
   // slots, registration order, zero padding up to a multiple of
-  // `total_multiple` elements, e.g. for even data-parallel shards). No Add after this.
+  // `total_multiple` elements, e.g. for even data-parallel shards), on the
+  // current placement's device, fp32 (master weights, gradients); with a
+  // bf16 placement also a flat bf16 compute copy of the values. No Add after this.
   void Pack(int64_t total_multiple = 1);
   const Tensor& flat_values() const { return flat_values_; }
   const Tensor& flat_grads() const { return flat_grads_; }
+  // Rounds the values into the compute copy (after every change of the
+  // values: optimizer step, weight load); nothing to do in fp32.
+  void RefreshCompute();
 
   // In registration order; a deque keeps references stable as parameters are added.
   std::deque<Parameter>& all() { return parameters_; }
@@ -66,7 +74,7 @@ class ParameterStore {
  private:
   uint64_t seed_;
   std::deque<Parameter> parameters_;
-  Tensor flat_values_, flat_grads_;
+  Tensor flat_values_, flat_grads_, flat_compute_;
 };
 
 // The local shape of `shard` of a tensor of `global_shape`.

@@ -43,10 +43,10 @@ std::shared_ptr<void> AllocateDeviceStorage(size_t bytes) {
 
 int64_t DeviceMallocCount() { return g_malloc_count.load(std::memory_order_relaxed); }
 
-void CopyBytes(void* dst, const void* src, size_t bytes) {
+void CopyBytes(void* dst, const void* src, size_t bytes, bool wait) {
   if (bytes == 0) return;
   TETRA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, CurrentStream()));
-  TETRA_CUDA_CHECK(cudaStreamSynchronize(CurrentStream()));
+  if (wait) TETRA_CUDA_CHECK(cudaStreamSynchronize(CurrentStream()));
 }
 
 void ZeroBytes(void* dst, size_t bytes) {

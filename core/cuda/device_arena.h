@@ -48,9 +48,10 @@ std::shared_ptr<void> AllocateDeviceStorage(size_t bytes);
 int64_t DeviceMallocCount();
 
 // Byte copies and zeroing on the current stream. CopyBytes handles every
-// direction (unified addressing) and returns once the copy is done, so host
-// memory may be read or reused at once.
-void CopyBytes(void* dst, const void* src, size_t bytes);
+// direction (unified addressing); with `wait` it returns once the copy is
+// done, so host memory may be read or reused at once (device-to-device
+// copies need not wait: the stream orders them).
+void CopyBytes(void* dst, const void* src, size_t bytes, bool wait = true);
 void ZeroBytes(void* dst, size_t bytes);
 
 }  // namespace tetra::cuda
