@@ -114,6 +114,7 @@ absl::StatusOr<double> PlaceOnDevice(const TrainerConfig& config,
   const PeakTflops table = DevicePeakTflops(cuda::CurrentDeviceName());
   return bf16 ? table.bf16 : table.fp32;
 #else
+  (void)placement;
   TETRA_CHECK(false) << "train.device CUDA in a build without CUDA (validation lets none through)";
   return peak;
 #endif
