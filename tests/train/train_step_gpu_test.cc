@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/self_communicator.h"
+#include "core/cuda/device_arena.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "tests/kernels/cuda/gpu_test_util.h"
@@ -42,7 +43,8 @@ constexpr char kConfig[] = R"pb(
   }
 )pb";
 
-std::vector<double> StepLosses(const std::string& device, const std::string& precision) {
+std::vector<double> StepLosses(const std::string& device, const std::string& precision,
+                               int steps = 3) {
   TrainerConfig config;
   EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(kConfig, &config));
   Device::Value device_value;
@@ -51,6 +53,7 @@ std::vector<double> StepLosses(const std::string& device, const std::string& pre
   EXPECT_TRUE(Precision::Value_Parse(precision, &precision_value));
   config.mutable_train()->set_device(device_value);
   config.mutable_train()->set_precision(precision_value);
+  config.mutable_train()->set_steps(steps);
   const absl::Status valid = ValidateConfig(config, 1);
   EXPECT_TRUE(valid.ok()) << valid;
   auto dist = Distributed::Create(config.parallel(), std::make_unique<SelfCommunicator>());
@@ -77,6 +80,20 @@ TEST(TrainStepGpuTest, GpuLossesMatchCpu) {
       EXPECT_NEAR(gpu[s], cpu[s], tol * cpu[s]) << "step " << s + 1;
     }
   }
+}
+
+// Buffers are made in the first step and reused after it: a 3-step run makes
+// as many cudaMalloc calls as a 1-step run (after a first run has made the
+// process-wide ones: cuBLASLt workspace, scratch).
+TEST(TrainStepGpuTest, NoDeviceAllocationAfterTheFirstStep) {
+  TETRA_SKIP_WITHOUT_GPU();
+  StepLosses("CUDA", "BF16", 1);
+  const int64_t before_one = cuda::DeviceMallocCount();
+  StepLosses("CUDA", "BF16", 1);
+  const int64_t one_step = cuda::DeviceMallocCount() - before_one;
+  const int64_t before_three = cuda::DeviceMallocCount();
+  StepLosses("CUDA", "BF16", 3);
+  EXPECT_EQ(cuda::DeviceMallocCount() - before_three, one_step);
 }
 
 }  // namespace
