@@ -15,6 +15,7 @@
 
 #if TETRA_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/op_profile.h"
 #endif
 
 namespace tetra {
@@ -65,10 +66,14 @@ bool OnDevice(const Tensor& t) {
 
 }  // namespace
 
-// Runs `call` (a tetra::cuda function) and returns when t is on the device.
+// Runs `call` (a tetra::cuda function) and returns when t is on the device,
+// timed per op when TETRA_OP_PROFILE is set (kernels/cuda/op_profile.h).
 #if TETRA_HAVE_CUDA
-#define TETRA_ON_DEVICE(t, call) \
-  if (OnDevice(t)) return cuda::call
+#define TETRA_ON_DEVICE(t, call)            \
+  if (OnDevice(t)) {                        \
+    const cuda::OpTimer op_timer(__func__); \
+    return cuda::call;                      \
+  }
 #else
 #define TETRA_ON_DEVICE(t, call) OnDevice(t)
 #endif

@@ -3,7 +3,8 @@
 # no network): runs every `gpu` test (CUDA kernels against the CPU kernels, a
 # GPU training run against the CPU one) and the GPU benchmark (`tetra train`
 # on configs/bench_h200_1b.textproto for a few steps: tokens/s, TFLOP/s, MFU),
-# and writes every log to $OUT.
+# then the same benchmark with per-op timing (TETRA_OP_PROFILE) to say where
+# the time goes, and writes every log to $OUT.
 #
 #   tools/gpu/run_gpu_checks.sh [DIR]     (run from anywhere in the checkout)
 #   DIR: a build directory (ctest -L gpu when ctest is there), or a bundle
@@ -72,5 +73,11 @@ if [[ -s $out/bench_metrics.jsonl ]]; then
                         n, stok / n, stf / n, 100 * smfu / n, sst / n
     }' "$out/bench_metrics.jsonl" | tee -a "$out/summary.txt"
 fi
+echo "== where the time goes (TETRA_OP_PROFILE, 4 steps, ops serialised)" | tee -a "$out/summary.txt"
+(cd "$root" && TETRA_OP_PROFILE=1 timeout 900 "$bin/tetra" train \
+  --config configs/bench_h200_1b.textproto --set train.steps=4 --set optimizer.warmup_steps=1 \
+  --set log.metrics_path= ${BENCH_SETS:+$(printf -- '--set %s ' $BENCH_SETS)}) \
+  > "$out/bench_profile.log" 2>&1 || status=1
+sed -n '/tetra op profile/,$p' "$out/bench_profile.log" | tee -a "$out/summary.txt"
 echo "logs in $out (status $status)"
 exit $status
