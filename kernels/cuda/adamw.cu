@@ -79,7 +79,8 @@ void AdamW(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) {
     launch.count = 0;
   };
   for (const AdamWTensors& t : tensors) {
-    ExpectDevice(t.param, "AdamW", "param");
+    for (const Tensor* x : {&t.param, &t.grad, &t.m, &t.v}) ExpectDevice(*x, "AdamW", "an operand");
+    if (t.param_bf16.defined()) ExpectDevice(t.param_bf16, "AdamW", "param_bf16");
     const int64_t n = t.param.numel();
     TETRA_CHECK(t.param.dtype() == DType::kF32 && t.grad.dtype() == DType::kF32 &&
                 t.m.dtype() == DType::kF32 && t.v.dtype() == DType::kF32 &&

@@ -292,6 +292,8 @@ void Launch(Kernel kernel, dim3 grid, size_t smem_bytes, Args... args) {
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse) {
   const Dims d = CheckedDims(shape, "Attention", q, k, v);
+  ExpectDevice(out, "Attention", "out");
+  ExpectDevice(lse, "Attention", "lse");
   TETRA_CHECK(out.numel() == q.numel() && out.dtype() == q.dtype() &&
               lse.numel() == d.batch * d.q_heads * d.seq && lse.dtype() == DType::kF32)
       << "Attention: out " << ShapeString(out.shape()) << " lse " << ShapeString(lse.shape());
@@ -309,6 +311,12 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const Dims d = CheckedDims(shape, "AttentionBackward", q, k, v);
+  for (const Tensor* t : {&dout, &out, &dq, &dk, &dv}) {
+    ExpectDevice(*t, "AttentionBackward", "an operand");
+    TETRA_CHECK(t->dtype() == q.dtype()) << "AttentionBackward: operands differ in dtype";
+  }
+  ExpectDevice(lse, "AttentionBackward", "lse");
+  TETRA_CHECK(lse.dtype() == DType::kF32) << "AttentionBackward: lse is fp32";
   TETRA_CHECK(dout.numel() == q.numel() && out.numel() == q.numel() && dq.numel() == q.numel() &&
               dk.numel() == k.numel() && dv.numel() == k.numel() &&
               lse.numel() == d.batch * d.q_heads * d.seq)

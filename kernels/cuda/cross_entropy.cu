@@ -58,6 +58,7 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
                     const Tensor& dlogits) {
   ExpectDevice(logits, "CrossEntropy", "logits");
   ExpectDevice(targets, "CrossEntropy", "targets");
+  if (dlogits.defined()) ExpectDevice(dlogits, "CrossEntropy", "dlogits");
   const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
   TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows &&
               (!dlogits.defined() ||

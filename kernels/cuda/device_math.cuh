@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/cuda/expect_device.h"
 
 namespace tetra::cuda {
 
@@ -84,12 +85,6 @@ void DispatchFloat(DType dtype, const char* op, F&& f) {
     default:
       TETRA_CHECK(false) << op << ": no CUDA kernel for " << DTypeName(dtype);
   }
-}
-
-// Checks a tensor an op reads or writes is on the device (and defined).
-inline void ExpectDevice(const Tensor& t, const char* op, const char* name) {
-  TETRA_CHECK(t.defined() && t.device() == DeviceType::kCUDA)
-      << op << ": " << name << " is not a device tensor";
 }
 
 }  // namespace tetra::cuda

@@ -56,6 +56,7 @@ void Embedding(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, b
                const Tensor& out) {
   ExpectDevice(tokens, "Embedding", "tokens");
   ExpectDevice(table, "Embedding", "table");
+  ExpectDevice(out, "Embedding", "out");
   const int64_t n = tokens.numel(), dim = table.dim(1);
   TETRA_CHECK(tokens.dtype() == DType::kI32 && out.numel() == n * dim &&
               out.dtype() == table.dtype())
@@ -75,6 +76,8 @@ void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_b
                        bool sharded, const Tensor& dtable) {
   ExpectDevice(tokens, "EmbeddingBackward", "tokens");
   ExpectDevice(dtable, "EmbeddingBackward", "dtable");
+  ExpectDevice(dout, "EmbeddingBackward", "dout");
+  TETRA_CHECK(dtable.dtype() == DType::kF32) << "EmbeddingBackward: dtable is fp32 (atomic adds)";
   const int64_t n = tokens.numel(), dim = dtable.dim(1);
   TETRA_CHECK(tokens.dtype() == DType::kI32 && dout.numel() == n * dim)
       << "EmbeddingBackward: tokens " << ShapeString(tokens.shape()) << " dout "

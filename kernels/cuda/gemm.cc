@@ -15,6 +15,7 @@
 #include "core/cuda/stream.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/expect_device.h"
 
 namespace tetra::cuda {
 namespace {
@@ -97,6 +98,9 @@ MatmulPlan MakePlan(const MatmulKey& key) {
 void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int64_t n, int64_t k,
             const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, float beta,
             const Tensor& c, int64_t ldc) {
+  ExpectDevice(a, "Linear", "an input");
+  ExpectDevice(b, "Linear", "an input");
+  ExpectDevice(c, "Linear", "the output");
   TETRA_CHECK(a.dtype() == b.dtype()) << "GEMM inputs are " << DTypeName(a.dtype()) << " and "
                                       << DTypeName(b.dtype());
   if (m == 0 || n == 0) return;

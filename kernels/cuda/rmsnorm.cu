@@ -84,6 +84,9 @@ __global__ void RmsNormInputGradKernel(const T* dy, const T* x, const T* w, cons
 
 void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd) {
   ExpectDevice(x, "RmsNorm", "x");
+  ExpectDevice(w, "RmsNorm", "w");
+  ExpectDevice(y, "RmsNorm", "y");
+  ExpectDevice(rstd, "RmsNorm", "rstd");
   const int64_t dim = x.dim(-1), rows = x.numel() / dim;
   TETRA_CHECK(w.numel() == dim && y.numel() == x.numel() && rstd.numel() == rows &&
               w.dtype() == x.dtype() && y.dtype() == x.dtype())
@@ -99,7 +102,9 @@ void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const
 
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                      const Tensor& dx, const Tensor& dw) {
-  ExpectDevice(x, "RmsNormBackward", "x");
+  for (const Tensor* t : {&dy, &x, &w, &rstd, &dx, &dw}) ExpectDevice(*t, "RmsNormBackward", "an operand");
+  TETRA_CHECK(rstd.dtype() == DType::kF32 && dw.dtype() == DType::kF32)
+      << "RmsNormBackward: rstd and dw are fp32";
   const int64_t dim = x.dim(-1), rows = x.numel() / dim;
   TETRA_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && dw.numel() == dim &&
               rstd.numel() == rows)

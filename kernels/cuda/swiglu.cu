@@ -38,7 +38,7 @@ __global__ void SwigluBackwardKernel(const T* dout, const T* gate, const T* up, 
 }  // namespace
 
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  ExpectDevice(gate, "Swiglu", "gate");
+  for (const Tensor* t : {&gate, &up, &out}) ExpectDevice(*t, "Swiglu", "an operand");
   TETRA_CHECK(up.numel() == gate.numel() && out.numel() == gate.numel() &&
               up.dtype() == gate.dtype() && out.dtype() == gate.dtype())
       << "Swiglu: gate, up and out differ in size or dtype";
@@ -54,7 +54,10 @@ void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
 
 void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                     const Tensor& dgate, const Tensor& dup) {
-  ExpectDevice(gate, "SwigluBackward", "gate");
+  for (const Tensor* t : {&dout, &gate, &up, &dgate, &dup}) {
+    ExpectDevice(*t, "SwigluBackward", "an operand");
+    TETRA_CHECK(t->dtype() == gate.dtype()) << "SwigluBackward: operands differ in dtype";
+  }
   const int64_t n = gate.numel();
   TETRA_CHECK(dout.numel() == n && up.numel() == n && dgate.numel() == n && dup.numel() == n)
       << "SwigluBackward: sizes differ";
