@@ -68,9 +68,11 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
   LoadRows(q, d, d.q_heads, b, h, t0, kBlockRows, q_s, d.dim);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     m[i] = -INFINITY;
     l[i] = 0.0f;
+    #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) acc[i][c] = 0.0f;
   }
   const int64_t last_row = min(t0 + kBlockRows, d.seq) - 1;
@@ -79,6 +81,7 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
     LoadRows(k, d, d.kv_heads, b, hkv, k0, kTile, k_s, ldk);
     LoadRows(v, d, d.kv_heads, b, hkv, k0, kTile, v_s, d.dim);
     __syncthreads();
+    #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp * kRowsPerWarp + i;
       const int64_t t = t0 + r;
@@ -91,9 +94,11 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
       const float correction = expf(m[i] - new_m);
       l[i] = l[i] * correction + WarpSum(p);
       m[i] = new_m;
+      #pragma unroll
       for (int c = 0; c < kDimChunks; ++c) acc[i][c] *= correction;
       for (int j = 0; j < kTile; ++j) {
         const float pj = __shfl_sync(0xffffffffu, p, j);
+        #pragma unroll
         for (int c = 0; c < kDimChunks; ++c) {
           const int col = lane + 32 * c;
           if (col < d.dim) acc[i][c] += pj * v_s[j * d.dim + col];
@@ -101,10 +106,12 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
       }
     }
   }
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int64_t t = t0 + warp * kRowsPerWarp + i;
     if (t >= d.seq) continue;
     T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.dim;
+    #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
       if (col < d.dim) o[col] = FromFloat<T>(acc[i][c] / l[i]);
@@ -132,15 +139,18 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
   __syncthreads();
 
   float row_lse[kRowsPerWarp], row_delta[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int r = warp * kRowsPerWarp + i;
     const int64_t t = t0 + r;
+    #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) acc[i][c] = 0.0f;
     row_lse[i] = 0.0f;
     row_delta[i] = 0.0f;
     if (t >= d.seq) continue;
     const T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.dim;
     float partial = 0.0f;
+    #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
       if (col < d.dim) partial += do_s[r * d.dim + col] * ToFloat(o[col]);
@@ -155,6 +165,7 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
     LoadRows(k, d, d.kv_heads, b, hkv, k0, kTile, k_s, ldk);
     LoadRows(v, d, d.kv_heads, b, hkv, k0, kTile, v_s, ldk);
     __syncthreads();
+    #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp * kRowsPerWarp + i;
       const int64_t t = t0 + r;
@@ -168,6 +179,7 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
       }
       for (int j = 0; j < kTile; ++j) {
         const float dsj = __shfl_sync(0xffffffffu, ds, j);
+        #pragma unroll
         for (int c = 0; c < kDimChunks; ++c) {
           const int col = lane + 32 * c;
           if (col < d.dim) acc[i][c] += dsj * k_s[j * ldk + col];
@@ -175,10 +187,12 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
       }
     }
   }
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int64_t t = t0 + warp * kRowsPerWarp + i;
     if (t >= d.seq) continue;
     T* o = dq + ((b * d.seq + t) * d.q_heads + h) * d.dim;
+    #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
       if (col < d.dim) o[col] = FromFloat<T>(acc[i][c]);
@@ -207,7 +221,9 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
   LoadRows(v, d, d.kv_heads, b, hkv, s0, kBlockRows, v_s, d.dim);
 
   float dk_acc[kRowsPerWarp][kDimChunks], dv_acc[kRowsPerWarp][kDimChunks];
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
+    #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) dk_acc[i][c] = dv_acc[i][c] = 0.0f;
   }
   for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
@@ -222,6 +238,7 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
       }
       __syncthreads();
       const int64_t t = q0 + lane;
+      #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const int r = warp * kRowsPerWarp + i;
         const int64_t s = s0 + r;
@@ -235,6 +252,7 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
         for (int j = 0; j < kTile; ++j) {
           const float pj = __shfl_sync(0xffffffffu, p, j);
           const float dsj = __shfl_sync(0xffffffffu, ds, j);
+          #pragma unroll
           for (int c = 0; c < kDimChunks; ++c) {
             const int col = lane + 32 * c;
             if (col < d.dim) {
@@ -246,10 +264,12 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
       }
     }
   }
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int64_t s = s0 + warp * kRowsPerWarp + i;
     if (s >= d.seq) continue;
     const int64_t offset = ((b * d.seq + s) * d.kv_heads + hkv) * d.dim;
+    #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
       if (col < d.dim) {
