@@ -47,11 +47,18 @@ __device__ void LoadRows(const T* x, const Dims& d, int64_t heads, int64_t b, in
   }
 }
 
-// q_row . k_row over D with both in shared memory.
-__device__ __forceinline__ float Dot(const float* a, const float* b, int64_t dim) {
-  float sum = 0.0f;
-  for (int64_t c = 0; c < dim; ++c) sum += a[c] * b[c];
-  return sum;
+// out[i] = rows[i] . x over D for the warp's kRowsPerWarp rows (consecutive,
+// `dim` apart, read by every lane alike) and this lane's own row x: each x
+// element read from shared memory serves every row.
+__device__ __forceinline__ void RowDots(const float* rows, const float* x, int64_t dim,
+                                        float (&out)[kRowsPerWarp]) {
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) out[i] = 0.0f;
+  for (int64_t c = 0; c < dim; ++c) {
+    const float xc = x[c];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) out[i] += rows[i * dim + c] * xc;
+  }
 }
 
 template <typename T>
@@ -81,28 +88,36 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
     LoadRows(k, d, d.kv_heads, b, hkv, k0, kTile, k_s, ldk);
     LoadRows(v, d, d.kv_heads, b, hkv, k0, kTile, v_s, d.dim);
     __syncthreads();
+    // Scores of key k0 + lane against every row of the warp.
+    const int64_t key = k0 + lane;
+    float score[kRowsPerWarp], p[kRowsPerWarp];
+    RowDots(q_s + warp * kRowsPerWarp * d.dim, k_s + lane * ldk, d.dim, score);
     #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int r = warp * kRowsPerWarp + i;
-      const int64_t t = t0 + r;
-      if (t >= d.seq || k0 > t) continue;  // warp-uniform
-      const int64_t key = k0 + lane;
-      const float score =
-          key <= t ? Dot(q_s + r * d.dim, k_s + lane * ldk, d.dim) * d.scale : -INFINITY;
-      const float new_m = fmaxf(m[i], WarpMax(score));  // finite: key k0 <= t is in the tile
-      const float p = expf(score - new_m);
+      const int64_t t = t0 + warp * kRowsPerWarp + i;
+      p[i] = 0.0f;
+      if (t >= d.seq || k0 > t) continue;  // warp-uniform: the row takes nothing from this tile
+      const float scaled = key <= t ? score[i] * d.scale : -INFINITY;
+      const float new_m = fmaxf(m[i], WarpMax(scaled));  // finite: key k0 <= t is in the tile
+      p[i] = expf(scaled - new_m);
       const float correction = expf(m[i] - new_m);
-      l[i] = l[i] * correction + WarpSum(p);
+      l[i] = l[i] * correction + WarpSum(p[i]);
       m[i] = new_m;
       #pragma unroll
       for (int c = 0; c < kDimChunks; ++c) acc[i][c] *= correction;
-      for (int j = 0; j < kTile; ++j) {
-        const float pj = __shfl_sync(0xffffffffu, p, j);
+    }
+    // acc[i] += sum_j p_ij V_j; each V element read serves every row.
+    for (int j = 0; j < kTile; ++j) {
+      float pj[kRowsPerWarp];
+      #pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) pj[i] = __shfl_sync(0xffffffffu, p[i], j);
+      #pragma unroll
+      for (int c = 0; c < kDimChunks; ++c) {
+        const int col = lane + 32 * c;
+        if (col >= d.dim) continue;
+        const float vj = v_s[j * d.dim + col];
         #pragma unroll
-        for (int c = 0; c < kDimChunks; ++c) {
-          const int col = lane + 32 * c;
-          if (col < d.dim) acc[i][c] += pj * v_s[j * d.dim + col];
-        }
+        for (int i = 0; i < kRowsPerWarp; ++i) acc[i][c] += pj[i] * vj;
       }
     }
   }
@@ -165,25 +180,32 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
     LoadRows(k, d, d.kv_heads, b, hkv, k0, kTile, k_s, ldk);
     LoadRows(v, d, d.kv_heads, b, hkv, k0, kTile, v_s, ldk);
     __syncthreads();
+    // dS of key k0 + lane for every row of the warp (0 where masked).
+    const int64_t key = k0 + lane;
+    float score[kRowsPerWarp], dp[kRowsPerWarp], ds[kRowsPerWarp];
+    RowDots(q_s + warp * kRowsPerWarp * d.dim, k_s + lane * ldk, d.dim, score);
+    RowDots(do_s + warp * kRowsPerWarp * d.dim, v_s + lane * ldk, d.dim, dp);
     #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int r = warp * kRowsPerWarp + i;
-      const int64_t t = t0 + r;
-      if (t >= d.seq || k0 > t) continue;
-      const int64_t key = k0 + lane;
-      float ds = 0.0f;
-      if (key <= t) {
-        const float p = expf(Dot(q_s + r * d.dim, k_s + lane * ldk, d.dim) * d.scale - row_lse[i]);
-        const float dp = Dot(do_s + r * d.dim, v_s + lane * ldk, d.dim);
-        ds = p * (dp - row_delta[i]) * d.scale;
+      const int64_t t = t0 + warp * kRowsPerWarp + i;
+      ds[i] = 0.0f;
+      if (t < d.seq && key <= t) {
+        const float p = expf(score[i] * d.scale - row_lse[i]);
+        ds[i] = p * (dp[i] - row_delta[i]) * d.scale;
       }
-      for (int j = 0; j < kTile; ++j) {
-        const float dsj = __shfl_sync(0xffffffffu, ds, j);
+    }
+    // acc[i] += sum_j dS_ij K_j; each K element read serves every row.
+    for (int j = 0; j < kTile; ++j) {
+      float dsj[kRowsPerWarp];
+      #pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) dsj[i] = __shfl_sync(0xffffffffu, ds[i], j);
+      #pragma unroll
+      for (int c = 0; c < kDimChunks; ++c) {
+        const int col = lane + 32 * c;
+        if (col >= d.dim) continue;
+        const float kj = k_s[j * ldk + col];
         #pragma unroll
-        for (int c = 0; c < kDimChunks; ++c) {
-          const int col = lane + 32 * c;
-          if (col < d.dim) acc[i][c] += dsj * k_s[j * ldk + col];
-        }
+        for (int i = 0; i < kRowsPerWarp; ++i) acc[i][c] += dsj[i] * kj;
       }
     }
   }
@@ -237,28 +259,38 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
         delta_s[threadIdx.x] = t < d.seq ? delta[(b * d.q_heads + h) * d.seq + t] : 0.0f;
       }
       __syncthreads();
+      // P and dS of query q0 + lane for every key of the warp (0 where masked).
       const int64_t t = q0 + lane;
+      float score[kRowsPerWarp], dp[kRowsPerWarp], p[kRowsPerWarp], ds[kRowsPerWarp];
+      RowDots(k_s + warp * kRowsPerWarp * d.dim, q_s + lane * ldq, d.dim, score);
+      RowDots(v_s + warp * kRowsPerWarp * d.dim, do_s + lane * ldq, d.dim, dp);
       #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
-        const int r = warp * kRowsPerWarp + i;
-        const int64_t s = s0 + r;
-        if (s >= d.seq || q0 + kTile - 1 < s) continue;  // warp-uniform
-        float p = 0.0f, ds = 0.0f;
-        if (t < d.seq && t >= s) {
-          p = expf(Dot(q_s + lane * ldq, k_s + r * d.dim, d.dim) * d.scale - lse_s[lane]);
-          const float dp = Dot(do_s + lane * ldq, v_s + r * d.dim, d.dim);
-          ds = p * (dp - delta_s[lane]) * d.scale;
+        const int64_t s = s0 + warp * kRowsPerWarp + i;
+        p[i] = ds[i] = 0.0f;
+        if (s < d.seq && t < d.seq && t >= s) {
+          p[i] = expf(score[i] * d.scale - lse_s[lane]);
+          ds[i] = p[i] * (dp[i] - delta_s[lane]) * d.scale;
         }
-        for (int j = 0; j < kTile; ++j) {
-          const float pj = __shfl_sync(0xffffffffu, p, j);
-          const float dsj = __shfl_sync(0xffffffffu, ds, j);
+      }
+      // dV_s += sum_j P_js dO_j, dK_s += sum_j dS_js Q_j; each dO and Q element
+      // read serves every key of the warp.
+      for (int j = 0; j < kTile; ++j) {
+        float pj[kRowsPerWarp], dsj[kRowsPerWarp];
+        #pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) {
+          pj[i] = __shfl_sync(0xffffffffu, p[i], j);
+          dsj[i] = __shfl_sync(0xffffffffu, ds[i], j);
+        }
+        #pragma unroll
+        for (int c = 0; c < kDimChunks; ++c) {
+          const int col = lane + 32 * c;
+          if (col >= d.dim) continue;
+          const float doj = do_s[j * ldq + col], qj = q_s[j * ldq + col];
           #pragma unroll
-          for (int c = 0; c < kDimChunks; ++c) {
-            const int col = lane + 32 * c;
-            if (col < d.dim) {
-              dv_acc[i][c] += pj * do_s[j * ldq + col];
-              dk_acc[i][c] += dsj * q_s[j * ldq + col];
-            }
+          for (int i = 0; i < kRowsPerWarp; ++i) {
+            dv_acc[i][c] += pj[i] * doj;
+            dk_acc[i][c] += dsj[i] * qj;
           }
         }
       }
