@@ -5,6 +5,10 @@
 
 #include "absl/strings/str_join.h"
 
+#if TETRA_HAVE_CUDA
+#include "core/cuda/device_arena.h"
+#endif
+
 namespace tetra {
 
 size_t DTypeSize(DType dtype) {
@@ -37,13 +41,43 @@ int64_t NumElements(const Shape& shape) {
 
 std::string ShapeString(const Shape& shape) { return "[" + absl::StrJoin(shape, ", ") + "]"; }
 
+namespace {
+
+bool OnDevice(DeviceType device) {
+#if !TETRA_HAVE_CUDA
+  TETRA_CHECK(device == DeviceType::kCPU) << "device tensor in a build without CUDA";
+#endif
+  return device == DeviceType::kCUDA;
+}
+
+// memcpy for host-to-host; the CUDA runtime for any copy touching the device.
+void CopyBytes(void* dst, DeviceType dst_device, const void* src, DeviceType src_device,
+               size_t bytes) {
+  if (OnDevice(dst_device) || OnDevice(src_device)) {
+#if TETRA_HAVE_CUDA
+    // A copy between device buffers stays ordered on the stream; one that
+    // touches host memory completes before returning.
+    cuda::CopyBytes(dst, src, bytes, /*wait=*/!(OnDevice(dst_device) && OnDevice(src_device)));
+#endif
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+}  // namespace
+
 Tensor Tensor::Empty(const Shape& shape, DType dtype, DeviceType device) {
-  TETRA_CHECK(device == DeviceType::kCPU) << "device tensors are allocated by the CUDA runtime";
   Tensor t;
   t.shape_ = shape;
   t.numel_ = NumElements(shape);
   t.dtype_ = dtype;
   t.device_ = device;
+  if (OnDevice(device)) {
+#if TETRA_HAVE_CUDA
+    t.storage_ = cuda::AllocateDeviceStorage(t.nbytes());
+#endif
+    return t;
+  }
   // 64-byte alignment for AVX-512 loads; at least one line so data() is valid.
   size_t bytes = (t.nbytes() + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
@@ -54,7 +88,7 @@ Tensor Tensor::Empty(const Shape& shape, DType dtype, DeviceType device) {
 
 Tensor Tensor::Zeros(const Shape& shape, DType dtype, DeviceType device) {
   Tensor t = Empty(shape, dtype, device);
-  std::memset(t.raw(), 0, t.nbytes());
+  t.SetZero();
   return t;
 }
 
@@ -79,11 +113,17 @@ Tensor Tensor::Slice(int64_t begin, int64_t end) const {
 
 Tensor Tensor::Clone() const {
   Tensor t = Empty(shape_, dtype_, device_);
-  std::memcpy(t.raw(), raw(), nbytes());
+  CopyBytes(t.raw(), device_, raw(), device_, nbytes());
   return t;
 }
 
 void Tensor::Fill(float value) const {
+  if (OnDevice(device_)) {  // fill a host copy: Fill initialises, it is not a step op
+    Tensor host = Empty(shape_, dtype_);
+    host.Fill(value);
+    CopyFrom(host);
+    return;
+  }
   float* p = f32();
   for (int64_t i = 0; i < numel_; ++i) p[i] = value;
 }
@@ -92,11 +132,43 @@ void Tensor::CopyFrom(const Tensor& other) const {
   TETRA_CHECK(other.dtype_ == dtype_ && other.numel_ == numel_)
       << "copy " << DTypeName(other.dtype_) << ShapeString(other.shape_) << " into "
       << DTypeName(dtype_) << ShapeString(shape_);
-  std::memcpy(raw(), other.raw(), nbytes());
+  CopyBytes(raw(), device_, other.raw(), other.device_, nbytes());
+}
+
+void Tensor::SetZero() const {
+  if (OnDevice(device_)) {
+#if TETRA_HAVE_CUDA
+    cuda::ZeroBytes(raw(), nbytes());
+#endif
+  } else {
+    std::memset(raw(), 0, nbytes());
+  }
+}
+
+namespace {
+thread_local Placement g_placement;
+}  // namespace
+
+const Placement& CurrentPlacement() { return g_placement; }
+
+ScopedPlacement::ScopedPlacement(const Placement& placement) : previous_(g_placement) {
+  g_placement = placement;
+}
+
+ScopedPlacement::~ScopedPlacement() { g_placement = previous_; }
+
+void EnsureShape(Tensor* t, const Shape& shape) {
+  EnsureShape(t, shape, g_placement.compute, g_placement.device);
 }
 
 void EnsureShape(Tensor* t, const Shape& shape, DType dtype) {
-  if (!t->defined() || t->shape() != shape || t->dtype() != dtype) *t = Tensor::Empty(shape, dtype);
+  EnsureShape(t, shape, dtype, g_placement.device);
+}
+
+void EnsureShape(Tensor* t, const Shape& shape, DType dtype, DeviceType device) {
+  if (!t->defined() || t->shape() != shape || t->dtype() != dtype || t->device() != device) {
+    *t = Tensor::Empty(shape, dtype, device);
+  }
 }
 
 float Bf16ToFloat(uint16_t bits) {

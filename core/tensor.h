@@ -27,7 +27,9 @@ std::string ShapeString(const Shape& shape);  // "[2, 3]"
 class Tensor {
  public:
   Tensor() = default;
-  // Uninitialised (CPU: allocated, contents unspecified).
+  // Uninitialised contents. kCUDA memory comes from the installed device
+  // arena or cudaMalloc (core/cuda/device_arena.h); builds without CUDA
+  // reject kCUDA (checked).
   static Tensor Empty(const Shape& shape, DType dtype = DType::kF32,
                       DeviceType device = DeviceType::kCPU);
   static Tensor Zeros(const Shape& shape, DType dtype = DType::kF32,
@@ -58,8 +60,11 @@ class Tensor {
   // Rows [begin, end) of dim 0, sharing storage.
   Tensor Slice(int64_t begin, int64_t end) const;
   Tensor Clone() const;
-  void Fill(float value) const;  // fp32 only
-  void CopyFrom(const Tensor& other) const;  // same dtype and element count
+  void Fill(float value) const;  // fp32 only; on the device through a host copy
+  void SetZero() const;          // every byte, on either device
+  // Same dtype and element count; any pair of devices (host<->device copies
+  // return once done).
+  void CopyFrom(const Tensor& other) const;
 
  private:
   std::shared_ptr<void> storage_;
@@ -70,9 +75,34 @@ class Tensor {
   DeviceType device_ = DeviceType::kCPU;
 };
 
-// Reuses *t when it already has `shape` and `dtype` (CPU), else allocates:
-// layers keep their activation buffers across micro-batches.
-void EnsureShape(Tensor* t, const Shape& shape, DType dtype = DType::kF32);
+// Where layers put their buffers: a model on the GPU computes there, in fp32
+// or bf16 (mixed precision). Each thread has one placement, host fp32 unless
+// a ScopedPlacement (the trainer, for a GPU run) says otherwise, so a layer
+// is written once and runs on either device.
+struct Placement {
+  DeviceType device = DeviceType::kCPU;
+  DType compute = DType::kF32;  // activations and the weights' compute copy
+};
+const Placement& CurrentPlacement();
+class ScopedPlacement {
+ public:
+  explicit ScopedPlacement(const Placement& placement);
+  ~ScopedPlacement();
+  ScopedPlacement(const ScopedPlacement&) = delete;
+  ScopedPlacement& operator=(const ScopedPlacement&) = delete;
+
+ private:
+  Placement previous_;
+};
+
+// Reuses *t when it already has `shape`, `dtype` and `device`, else
+// allocates: layers keep their activation buffers across micro-batches.
+// Without a dtype: the placement's compute dtype (activations); give kF32
+// for statistics and gradients that stay fp32. Without a device: the
+// placement's.
+void EnsureShape(Tensor* t, const Shape& shape);
+void EnsureShape(Tensor* t, const Shape& shape, DType dtype);
+void EnsureShape(Tensor* t, const Shape& shape, DType dtype, DeviceType device);
 
 // bf16/fp16 <-> fp32 conversions (round to nearest even for bf16).
 float Bf16ToFloat(uint16_t bits);

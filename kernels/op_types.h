@@ -30,6 +30,20 @@ struct AdamWHyper {
   int64_t step = 1;  // 1-based count of updates including this one
 };
 
+// One parameter tensor of a multi-tensor AdamW update: fp32 param, grad, m
+// (exp_avg) and v (exp_avg_sq) of one shape; param_bf16, when defined,
+// receives the updated weights rounded to bf16 (the compute copy of mixed
+// precision). `decay`: whether AdamWHyper::weight_decay applies (matrices),
+// or none (norm weights, biases).
+struct AdamWTensors {
+  Tensor param;
+  Tensor grad;
+  Tensor m;
+  Tensor v;
+  Tensor param_bf16;
+  bool decay = true;
+};
+
 // cos and sin of every (position, frequency) angle of rotary embeddings, fp32
 // tensors (seq, half_dim) on the device of the ops that read them.
 struct RopeTable {

@@ -9,6 +9,7 @@
 #define TETRA_KERNELS_OPS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/op_types.h"
@@ -61,10 +62,15 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
 
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
            const AdamWHyper& hyper);
+// Every tensor of the list in one pass (one launch on the device), each with
+// or without weight decay and with an optional bf16 copy of the new weights.
+void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper& hyper);
 
 double SumOfSquares(const Tensor& x);
 void Scale(const Tensor& x, float factor);
 void Add(const Tensor& x, const Tensor& y);  // y += x
+// dst = src in dst's dtype (fp32 <-> bf16, round to nearest even), same device.
+void Cast(const Tensor& src, const Tensor& dst);
 
 }  // namespace tetra::ops
 

@@ -26,7 +26,17 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
       kv_replicas_(parallelism.kv_replicas) {}
 
 const RopeTable& AttentionLayer::RopeTableFor(int64_t seq) {
-  if (rope_.seq != seq) rope_ = MakeRopeTable(seq, head_dim_, rope_theta_);
+  if (rope_.seq != seq) {
+    rope_ = MakeRopeTable(seq, head_dim_, rope_theta_);
+    // The kernels read the table where they run.
+    const DeviceType device = CurrentPlacement().device;
+    for (Tensor* t : {&rope_.cos, &rope_.sin}) {
+      if (device == DeviceType::kCPU) continue;
+      Tensor on_device = Tensor::Empty(t->shape(), DType::kF32, device);
+      on_device.CopyFrom(*t);
+      *t = on_device;
+    }
+  }
   return rope_;
 }
 
@@ -41,15 +51,15 @@ Tensor AttentionLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t
   EnsureShape(&a.k, {batch, seq, kv_heads_, head_dim_});
   EnsureShape(&a.v, {batch, seq, kv_heads_, head_dim_});
   EnsureShape(&a.attn, a.q.shape());
-  EnsureShape(&a.lse, {batch, q_heads_, seq});
+  EnsureShape(&a.lse, {batch, q_heads_, seq}, DType::kF32);  // fp32 statistics
   EnsureShape(&y_, {batch * seq, a.x.dim(-1)});
-  ops::Linear(a.x, q_proj_.value, a.q);
-  ops::Linear(a.x, k_proj_.value, a.k);
-  ops::Linear(a.x, v_proj_.value, a.v);
+  ops::Linear(a.x, q_proj_.compute, a.q);
+  ops::Linear(a.x, k_proj_.compute, a.k);
+  ops::Linear(a.x, v_proj_.compute, a.v);
   ops::Rope(a.q, rope);
   ops::Rope(a.k, rope);
   ops::Attention({batch, seq, q_heads_, kv_heads_, head_dim_}, a.q, a.k, a.v, a.attn, a.lse);
-  ops::Linear(a.attn.Reshape({batch * seq, q_heads_ * head_dim_}), o_proj_.value, y_);
+  ops::Linear(a.attn.Reshape({batch * seq, q_heads_ * head_dim_}), o_proj_.compute, y_);
   return region_.Exit(y_);
 }
 
@@ -62,19 +72,19 @@ Tensor AttentionLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dk_, a.k.shape());
   EnsureShape(&dv_, a.v.shape());
   EnsureShape(&dx_, a.x.shape());
-  ops::LinearBackward(region_.ExitBackward(dy), a.attn, o_proj_.value, dattn_, o_proj_.grad);
+  ops::LinearBackward(region_.ExitBackward(dy), a.attn, o_proj_.compute, dattn_, o_proj_.grad);
   ops::AttentionBackward({batch, seq, q_heads_, kv_heads_, head_dim_}, dattn_, a.q, a.k, a.v,
                          a.attn, a.lse, dq_, dk_, dv_);
   ops::RopeBackward(dq_, rope);
   ops::RopeBackward(dk_, rope);
-  ops::LinearBackward(dq_, a.x, q_proj_.value, dx_, q_proj_.grad);
+  ops::LinearBackward(dq_, a.x, q_proj_.compute, dx_, q_proj_.grad);
   // A key-value head shared by several ranks gets a part of its gradient
   // from each rank's query heads.
   AccumulateSummedGrad(k_proj_, kv_replicas_, &dk_w_, [&](const Tensor& dw) {
-    ops::LinearBackward(dk_, a.x, k_proj_.value, dx_, dw, /*accumulate_dx=*/true);
+    ops::LinearBackward(dk_, a.x, k_proj_.compute, dx_, dw, /*accumulate_dx=*/true);
   });
   AccumulateSummedGrad(v_proj_, kv_replicas_, &dv_w_, [&](const Tensor& dw) {
-    ops::LinearBackward(dv_, a.x, v_proj_.value, dx_, dw, /*accumulate_dx=*/true);
+    ops::LinearBackward(dv_, a.x, v_proj_.compute, dx_, dw, /*accumulate_dx=*/true);
   });
   return region_.EnterBackward(dx_);
 }

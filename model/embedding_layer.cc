@@ -26,9 +26,9 @@ Tensor EmbeddingLayer::Forward(int slot, const Tensor& tokens) {
   EnsureShape(&lookup, {tokens.numel(), weight_.value.dim(1)});
   // One rank holds the whole table: every id must be in it (checked).
   if (tp_.size() == 1) {
-    ops::Embedding(tokens, weight_.value, lookup);
+    ops::Embedding(tokens, weight_.compute, lookup);
   } else {
-    ops::EmbeddingShard(tokens, weight_.value, vocab_begin_, lookup);
+    ops::EmbeddingShard(tokens, weight_.compute, vocab_begin_, lookup);
   }
   if (sequence_parallel_) return ReduceScatterToSequenceParallelRegion(lookup, tp_, &a.out);
   ReduceFromTensorParallelRegion(lookup, tp_);

@@ -3,6 +3,21 @@
 #include <cstring>
 
 namespace tetra {
+namespace {
+
+// dst (n) = ids (n, host memory), on the placement's device.
+void CopyTokens(const int32_t* ids, int64_t n, Tensor* dst) {
+  EnsureShape(dst, {n}, DType::kI32);
+  if (dst->device() == DeviceType::kCPU) {
+    std::memcpy(dst->raw(), ids, n * sizeof(int32_t));
+    return;
+  }
+  Tensor host = Tensor::Empty({n}, DType::kI32);
+  std::memcpy(host.raw(), ids, n * sizeof(int32_t));
+  dst->CopyFrom(host);
+}
+
+}  // namespace
 LlamaModel::LlamaModel(const ModelConfig& c, uint64_t seed, const ModelParallelism& parallelism)
     : config_(c), store_(seed), groups_(c, parallelism) {
   TETRA_CHECK(!parallelism.chunks.empty()) << "a model needs at least one chunk";
@@ -76,8 +91,7 @@ Tensor LlamaModel::RunForward(int slot, int chunk, const int32_t* inputs,
   Tensor x;
   if (c.stage.has_embedding) {
     TETRA_CHECK(inputs != nullptr) << "the first pipeline stage needs the input tokens";
-    EnsureShape(&micro_batch.tokens, {rows}, DType::kI32);
-    std::memcpy(micro_batch.tokens.raw(), inputs, rows * sizeof(int32_t));
+    CopyTokens(inputs, rows, &micro_batch.tokens);
     x = embedding_->Forward(slot, micro_batch.tokens);
   } else {
     TETRA_CHECK(hidden_in.rank() == 2 && hidden_in.dim(1) == config_.hidden_size())
@@ -94,8 +108,7 @@ Tensor LlamaModel::RunForward(int slot, int chunk, const int32_t* inputs,
   if (!c.stage.has_head) return x;
   TETRA_CHECK(targets != nullptr && loss_sum != nullptr)
       << "the last pipeline stage needs the targets and somewhere to put the loss";
-  EnsureShape(&targets_, {rows}, DType::kI32);
-  std::memcpy(targets_.raw(), targets, rows * sizeof(int32_t));
+  CopyTokens(targets, rows, &targets_);
   *loss_sum =
       head_->ForwardLoss(slot, final_norm_->Forward(slot, x), targets_, grad_scale, with_grad);
   return Tensor();

@@ -13,7 +13,7 @@ double LmHeadLayer::ForwardLoss(int slot, const Tensor& x, const Tensor& targets
   Activations& a = slots_.ForForward(slot, region_);
   a.x = a.entry.Enter(x);
   EnsureShape(&a.logits, {a.x.numel() / a.x.dim(-1), weight_.value.dim(0)});
-  ops::Linear(a.x, weight_.value, a.logits);
+  ops::Linear(a.x, weight_.compute, a.logits);
   // The fused cross-entropy overwrites the logits with their gradient.
   return VocabParallelCrossEntropy(a.logits, targets, grad_scale, with_grad ? a.logits : Tensor(),
                                    region_.tp());
@@ -23,7 +23,7 @@ Tensor LmHeadLayer::Backward(int slot) {
   const Activations& a = slots_.ForBackward(slot);
   EnsureShape(&dx_, a.x.shape());
   // logits = x . W^T: d x = dlogits . W, d W += dlogits^T x.
-  ops::LinearBackward(a.logits, a.x, weight_.value, dx_, weight_.grad);
+  ops::LinearBackward(a.logits, a.x, weight_.compute, dx_, weight_.grad);
   return region_.EnterBackward(dx_);
 }
 

@@ -28,10 +28,10 @@ Tensor MlpLayer::Forward(int slot, const Tensor& x) {
   EnsureShape(&a.up, {rows, intermediate_});
   EnsureShape(&a.act, {rows, intermediate_});
   EnsureShape(&y_, a.x.shape());
-  ops::Linear(a.x, gate_proj_.value, a.gate);
-  ops::Linear(a.x, up_proj_.value, a.up);
+  ops::Linear(a.x, gate_proj_.compute, a.gate);
+  ops::Linear(a.x, up_proj_.compute, a.up);
   ops::Swiglu(a.gate, a.up, a.act);
-  ops::Linear(a.act, down_proj_.value, y_);
+  ops::Linear(a.act, down_proj_.compute, y_);
   return region_.Exit(y_);
 }
 
@@ -41,10 +41,10 @@ Tensor MlpLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dgate_, a.gate.shape());
   EnsureShape(&dup_, a.up.shape());
   EnsureShape(&dx_, a.x.shape());
-  ops::LinearBackward(region_.ExitBackward(dy), a.act, down_proj_.value, dact_, down_proj_.grad);
+  ops::LinearBackward(region_.ExitBackward(dy), a.act, down_proj_.compute, dact_, down_proj_.grad);
   ops::SwigluBackward(dact_, a.gate, a.up, dgate_, dup_);
-  ops::LinearBackward(dgate_, a.x, gate_proj_.value, dx_, gate_proj_.grad);
-  ops::LinearBackward(dup_, a.x, up_proj_.value, dx_, up_proj_.grad, /*accumulate_dx=*/true);
+  ops::LinearBackward(dgate_, a.x, gate_proj_.compute, dx_, gate_proj_.grad);
+  ops::LinearBackward(dup_, a.x, up_proj_.compute, dx_, up_proj_.grad, /*accumulate_dx=*/true);
   return region_.EnterBackward(dx_);
 }
 

@@ -76,8 +76,8 @@ void AccumulateSummedGrad(Parameter& p, Communicator* group, Tensor* scratch,
     backward(p.grad);
     return;
   }
-  EnsureShape(scratch, p.grad.shape());
-  std::memset(scratch->raw(), 0, scratch->nbytes());
+  EnsureShape(scratch, p.grad.shape(), DType::kF32);  // a gradient: fp32 in every placement
+  scratch->SetZero();
   backward(*scratch);
   group->AllReduce(scratch->f32(), scratch->f32(), scratch->numel(), DType::kF32, ReduceOp::kSum);
   ops::Add(*scratch, p.grad);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/philox.h"
+#include "kernels/ops.h"
 
 namespace tetra {
 namespace {
@@ -45,6 +46,7 @@ Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init
                                   /*weight_decay=*/global_shape.size() >= 2, global_shape, shard});
   Parameter& p = parameters_.back();
   p.trainable = trainable;
+  p.compute = p.value;  // until Pack
   if (init == Init::kOnes || init == Init::kZeros) {
     p.value.Fill(init == Init::kOnes ? 1.0f : 0.0f);
   } else {
@@ -65,10 +67,15 @@ void ParameterStore::Pack(int64_t total_multiple, int64_t expert_total_multiple)
     total += (p.value.numel() + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
   }
   const int64_t multiples[2] = {total_multiple, expert_total_multiple};
+  const Placement& placement = CurrentPlacement();
   for (int expert = 0; expert < 2; ++expert) {
     const int64_t padded = (totals[expert] + multiples[expert] - 1) / multiples[expert] * multiples[expert];
-    (expert ? expert_flat_values_ : flat_values_) = Tensor::Zeros({padded});
-    (expert ? expert_flat_grads_ : flat_grads_) = Tensor::Zeros({padded});
+    (expert ? expert_flat_values_ : flat_values_) = Tensor::Zeros({padded}, DType::kF32, placement.device);
+    (expert ? expert_flat_grads_ : flat_grads_) = Tensor::Zeros({padded}, DType::kF32, placement.device);
+    if (placement.compute != DType::kF32) {
+      (expert ? expert_flat_compute_ : flat_compute_) =
+          Tensor::Zeros({padded}, placement.compute, placement.device);
+    }
   }
   for (Parameter& p : parameters_) {
     const int64_t end = p.flat_offset + p.value.numel();
@@ -80,7 +87,15 @@ void ParameterStore::Pack(int64_t total_multiple, int64_t expert_total_multiple)
     Tensor grad = grads.Slice(p.flat_offset, end).Reshape(p.grad.shape());
     grad.CopyFrom(p.grad);
     p.grad = grad;
+    const Tensor& compute = p.expert ? expert_flat_compute_ : flat_compute_;
+    p.compute = compute.defined() ? compute.Slice(p.flat_offset, end).Reshape(p.value.shape()) : p.value;
   }
+  RefreshCompute();
+}
+
+void ParameterStore::RefreshCompute() {
+  if (flat_compute_.defined()) ops::Cast(flat_values_, flat_compute_);
+  if (expert_flat_compute_.numel() > 0) ops::Cast(expert_flat_values_, expert_flat_compute_);
 }
 
 Parameter* ParameterStore::Find(std::string_view name) {
@@ -101,8 +116,8 @@ const Parameter& ParameterStore::AtFlatOffset(int64_t offset) const {
 
 void ParameterStore::ZeroGrads() {
   if (flat_grads_.defined()) {
-    std::memset(flat_grads_.raw(), 0, flat_grads_.nbytes());
-    std::memset(expert_flat_grads_.raw(), 0, expert_flat_grads_.nbytes());
+    flat_grads_.SetZero();
+    expert_flat_grads_.SetZero();
     return;
   }
   for (Parameter& p : parameters_) std::memset(p.grad.raw(), 0, p.grad.nbytes());

@@ -43,6 +43,9 @@ struct Parameter {
   // False for a buffer (the MoE router's correction bias): saved and
   // exported, but no gradient, no decay, no optimizer update, not clipped.
   bool trainable = true;
+  // What the forward and backward read: `value` itself, or under a bf16
+  // placement its bf16 copy (refreshed by ParameterStore::RefreshCompute).
+  Tensor compute = Tensor();
 
   // Flat index in the global tensor of element `local` of this slice.
   int64_t GlobalIndex(int64_t local) const;
@@ -63,13 +66,18 @@ class ParameterStore {
   // Moves every value and gradient into one flat buffer each (64-byte aligned
   // slots, registration order, zero padding up to a multiple of
   // `total_multiple` elements, e.g. for even data-parallel shards), experts'
-  // into the expert buffers (padded to `expert_total_multiple`). No Add after this.
+  // into the expert buffers (padded to `expert_total_multiple`), on the
+  // current placement's device, fp32 (master weights, gradients); with a
+  // bf16 placement also flat bf16 compute copies of the values. No Add after this.
   void Pack(int64_t total_multiple = 1, int64_t expert_total_multiple = 1);
   const Tensor& flat_values() const { return flat_values_; }
   const Tensor& flat_grads() const { return flat_grads_; }
   // Empty (0 elements) when the model has no routed experts.
   const Tensor& expert_flat_values() const { return expert_flat_values_; }
   const Tensor& expert_flat_grads() const { return expert_flat_grads_; }
+  // Rounds the values into the compute copies (after every change of the
+  // values: optimizer step, weight load); nothing to do in fp32.
+  void RefreshCompute();
 
   // In registration order; a deque keeps references stable as parameters are added.
   std::deque<Parameter>& all() { return parameters_; }
@@ -86,8 +94,8 @@ class ParameterStore {
  private:
   uint64_t seed_;
   std::deque<Parameter> parameters_;
-  Tensor flat_values_, flat_grads_;
-  Tensor expert_flat_values_, expert_flat_grads_;
+  Tensor flat_values_, flat_grads_, flat_compute_;
+  Tensor expert_flat_values_, expert_flat_grads_, expert_flat_compute_;
 };
 
 // The local shape of `shard` of a tensor of `global_shape`.

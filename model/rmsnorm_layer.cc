@@ -14,8 +14,8 @@ const Tensor& RmsNormLayer::Forward(int slot, const Tensor& x) {
   Activations& a = slots_.ForForward(slot);
   a.x = x;
   EnsureShape(&a.y, x.shape());
-  EnsureShape(&a.rstd, {x.numel() / x.dim(-1)});
-  ops::RmsNorm(x, weight_.value, eps_, a.y, a.rstd);
+  EnsureShape(&a.rstd, {x.numel() / x.dim(-1)}, DType::kF32);  // fp32 statistics
+  ops::RmsNorm(x, weight_.compute, eps_, a.y, a.rstd);
   return a.y;
 }
 
@@ -23,7 +23,7 @@ const Tensor& RmsNormLayer::Backward(int slot, const Tensor& dy) {
   const Activations& a = slots_.ForBackward(slot);
   EnsureShape(&dx_, a.x.shape());
   AccumulateSummedGrad(weight_, grad_group_, &dweight_, [&](const Tensor& dw) {
-    ops::RmsNormBackward(dy, a.x, weight_.value, a.rstd, dx_, dw);
+    ops::RmsNormBackward(dy, a.x, weight_.compute, a.rstd, dx_, dw);
   });
   return dx_;
 }

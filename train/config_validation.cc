@@ -119,13 +119,37 @@ absl::Status ValidateTrain(const TrainConfig& t) {
                                 " (micro-batch x accumulation steps)"));
   }
   if (t.threads() < 0) return Invalid(absl::StrCat("train.threads is ", t.threads()), "use 0 (automatic) or a positive count");
-  if (t.device() == Device::CUDA) {
-    return Invalid("train.device is CUDA, but this build has no CUDA training path yet",
-                   "set train.device to CPU or AUTO");
+  return absl::OkStatus();
+}
+
+// The GPU path trains one rank of a dense model (no tensor, pipeline or data
+// parallelism on the device yet), in fp32 or bf16; the CPU path in fp32.
+absl::Status ValidateDevice(const TrainerConfig& c, int world_size) {
+  const TrainConfig& t = c.train();
+  if (t.device() != Device::CUDA) {
+    if (t.precision() == Precision::BF16) {
+      return Invalid("train.precision is BF16, but the CPU path trains in fp32",
+                     "set train.precision to FP32 or AUTO, or train.device to CUDA");
+    }
+    return absl::OkStatus();
   }
-  if (t.precision() == Precision::BF16) {
-    return Invalid("train.precision is BF16, but the CPU path trains in fp32",
-                   "set train.precision to FP32 or AUTO");
+#if !TETRA_HAVE_CUDA
+  return Invalid("train.device is CUDA, but this build of tetra has no CUDA path",
+                 "rebuild where nvcc is found, or set train.device to CPU or AUTO");
+#endif
+  if (world_size > 1) {
+    return Invalid(absl::StrCat("train.device is CUDA with ", world_size,
+                                " ranks, but the GPU path trains on one rank so far"),
+                   "launch one process, or set train.device to CPU");
+  }
+  if (c.model().has_moe() && c.model().moe().n_routed_experts() > 0) {
+    return Invalid("train.device is CUDA, but MoE layers have no GPU path yet",
+                   "set train.device to CPU, or model.moe.n_routed_experts to 0");
+  }
+  if (!c.init_from().empty() || !c.export_path().empty() || !c.checkpoint().dir().empty()) {
+    return Invalid("train.device is CUDA, but weight import, export and checkpoints read host "
+                   "weights and have no GPU path yet",
+                   "clear init_from, export_path and checkpoint.dir, or set train.device to CPU");
   }
   return absl::OkStatus();
 }
@@ -279,6 +303,7 @@ absl::Status ValidateLog(const LogConfig& log, const CheckpointConfig& checkpoin
 absl::Status ValidateConfig(const TrainerConfig& config, int world_size) {
   RETURN_IF_ERROR(ValidateModel(config.model()));
   RETURN_IF_ERROR(ValidateTrain(config.train()));
+  RETURN_IF_ERROR(ValidateDevice(config, world_size));
   RETURN_IF_ERROR(ValidateOptimizer(config.optimizer(), config.train().steps()));
   RETURN_IF_ERROR(ValidateData(config.data(), config.model(), config.train()));
   RETURN_IF_ERROR(ValidateParallel(config, world_size));

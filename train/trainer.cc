@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,11 +27,16 @@
 #include "train/flops.h"
 #include "train/lr_schedule.h"
 #include "train/moe_step.h"
+#include "train/peak_flops.h"
 #include "train/step_timing.h"
 #include "train/stop_request.h"
 #include "train/tensorboard_writer.h"
 #include "train/trace_writer.h"
 #include "train/training_data.h"
+
+#if TETRA_HAVE_CUDA
+#include "core/cuda/device.h"
+#endif
 
 namespace tetra {
 namespace {
@@ -87,6 +93,42 @@ absl::StatusOr<double> Evaluate(LlamaModel& model, SampleLoader& validation, int
   return loss_sum / (samples * seq);
 }
 
+// With train.device CUDA (validated: built with CUDA, one rank): uses GPU
+// `local_rank` and places the model there, in bf16 unless precision is FP32
+// (AUTO is bf16 on the GPU). Returns the dense peak TFLOP/s for MFU:
+// log.peak_tflops, else the device's from the table (0: unknown, no MFU).
+absl::StatusOr<double> PlaceOnDevice(const TrainerConfig& config,
+                                     std::optional<ScopedPlacement>* placement) {
+  const double peak = config.log().peak_tflops();
+  if (config.train().device() != Device::CUDA) return peak;
+#if TETRA_HAVE_CUDA
+  int local_rank = 0;
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    if (const char* value = std::getenv(name)) {
+      local_rank = std::atoi(value);
+      break;
+    }
+  }
+  std::string why;
+  const int devices = cuda::DeviceCount(&why);
+  if (local_rank >= devices) {
+    return UserError(absl::StrFormat("train.device is CUDA, but this rank (local rank %d) sees %d "
+                                     "GPUs%s", local_rank, devices, devices == 0 ? ": " + why : ""),
+                     "run on a GPU machine (check nvidia-smi), or set train.device to CPU");
+  }
+  cuda::SetDevice(local_rank);
+  const bool bf16 = config.train().precision() != Precision::FP32;
+  placement->emplace(Placement{DeviceType::kCUDA, bf16 ? DType::kBF16 : DType::kF32});
+  if (peak > 0) return peak;
+  const PeakTflops table = DevicePeakTflops(cuda::CurrentDeviceName());
+  return bf16 ? table.bf16 : table.fp32;
+#else
+  (void)placement;
+  TETRA_CHECK(false) << "train.device CUDA in a build without CUDA (validation lets none through)";
+  return peak;
+#endif
+}
+
 }  // namespace
 
 // Segments of the flat buffers for the optimizer: a slice held by several
@@ -105,6 +147,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
                                   std::ostream& progress_stream) {
   const TrainConfig& train = config.train();
   cpu::SetCpuThreads(ResolveThreads(train));
+  std::optional<ScopedPlacement> placement;  // the model's device and compute dtype
+  ASSIGN_OR_RETURN(const double peak_tflops, PlaceOnDevice(config, &placement));
   // Progress and metrics come from one rank; the others compute the same numbers.
   std::ostream null_stream(nullptr);
   std::ostream& progress = dist.is_logging_rank() ? progress_stream : null_stream;
@@ -235,6 +279,10 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     m.lr = LearningRate(config.optimizer(), step, train.steps());
     optimizer.Step(m.lr, step);
     if (experts) experts->Step(m.lr, step);
+    store.RefreshCompute();
+#if TETRA_HAVE_CUDA
+    if (placement) cuda::Synchronize();  // the step's kernels count in its time
+#endif
     optimizer_span.reset();
     if (config.model().moe().n_routed_experts() > 0) {  // every stage joins, MoE layers or not
       const MoeStepStats moe = FinishMoeStep(model.moe_layers(), config.model().moe().bias_update_speed(),
@@ -256,7 +304,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     }
     m.tokens_per_s = tokens_per_step / m.step_time_s;
     m.tflops = flops_per_step / dist.world->size() / m.step_time_s / 1e12;
-    if (config.log().peak_tflops() > 0) m.mfu = m.tflops / config.log().peak_tflops();
+    if (peak_tflops > 0) m.mfu = m.tflops / peak_tflops;
     m.loss_floor = data.loss_floor;
     if (dist.world->size() > 1) {
       // The dense and the expert buffers (the latter sharded over edp under ZeRO-1).

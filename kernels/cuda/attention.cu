@@ -1,0 +1,393 @@
+// Causal grouped-query attention on the device, FlashAttention-2 style: the
+// forward streams key/value tiles through shared memory with an online softmax
+// in fp32 registers and saves only each query row's log-sum-exp; the backward
+// recomputes the probabilities from it. Inputs fp32 or bf16, fp32 accumulate.
+//
+// Work split (a warp owns rows, its lanes switch between keys and dims):
+//  - forward and dQ: a block takes kBlockRows query rows of one (batch, head);
+//    per key tile, lane j scores key j against each of its warp's rows, then
+//    each lane accumulates the dims d = lane + 32 c of the output row.
+//  - dK/dV: a block takes kBlockRows keys of one (batch, kv head) and loops
+//    over the query heads of its group and the query tiles at or after its
+//    keys; lane i scores query i, then lanes accumulate dims. dK and dV of a
+//    kv head sum its query heads in registers: no atomics, deterministic.
+// Layouts: q, out, dout (B, T, Hq, D); k, v (B, T, Hkv, D); lse (B, Hq, T).
+#include <cmath>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace tetra::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kRowsPerWarp = 4;
+constexpr int kBlockRows = kWarps * kRowsPerWarp;  // query rows (or keys) per block
+constexpr int kTile = 32;                          // keys (or queries) per tile: one per lane
+constexpr int kMaxDim = 128;
+constexpr int kDimChunks = kMaxDim / 32;  // dims per lane
+
+struct Dims {
+  int64_t batch, seq, q_heads, kv_heads, dim;
+  float scale;
+};
+
+// Copies rows [t0, t0 + rows) of head h, batch b of x (B, T, H, D) into
+// shared s (rows, ld) as fp32; rows past the sequence are zero.
+template <typename T>
+__device__ void LoadRows(const T* x, const Dims& d, int64_t heads, int64_t b, int64_t h,
+                         int64_t t0, int rows, float* s, int ld) {
+  for (int idx = threadIdx.x; idx < rows * d.dim; idx += blockDim.x) {
+    const int r = idx / d.dim, c = idx % d.dim;
+    const int64_t t = t0 + r;
+    s[r * ld + c] = t < d.seq ? ToFloat(x[((b * d.seq + t) * heads + h) * d.dim + c]) : 0.0f;
+  }
+}
+
+// out[i] = rows[i] . x over D for the warp's kRowsPerWarp rows (consecutive,
+// `dim` apart, read by every lane alike) and this lane's own row x: each x
+// element read from shared memory serves every row.
+__device__ __forceinline__ void RowDots(const float* rows, const float* x, int64_t dim,
+                                        float (&out)[kRowsPerWarp]) {
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) out[i] = 0.0f;
+  for (int64_t c = 0; c < dim; ++c) {
+    const float xc = x[c];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) out[i] += rows[i * dim + c] * xc;
+  }
+}
+
+template <typename T>
+__global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, T* out,
+                              float* lse) {
+  extern __shared__ float smem[];
+  const int ldk = d.dim + 1;  // padded: lane j reads row j, conflict-free
+  float* q_s = smem;                      // (kBlockRows, D)
+  float* k_s = q_s + kBlockRows * d.dim;  // (kTile, D + 1)
+  float* v_s = k_s + kTile * ldk;         // (kTile, D)
+  const int64_t b = blockIdx.z, h = blockIdx.y, t0 = int64_t{blockIdx.x} * kBlockRows;
+  const int64_t hkv = h / (d.q_heads / d.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  LoadRows(q, d, d.q_heads, b, h, t0, kBlockRows, q_s, d.dim);
+
+  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
+  #pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0.0f;
+    #pragma unroll
+    for (int c = 0; c < kDimChunks; ++c) acc[i][c] = 0.0f;
+  }
+  const int64_t last_row = min(t0 + kBlockRows, d.seq) - 1;
+  for (int64_t k0 = 0; k0 <= last_row; k0 += kTile) {
+    __syncthreads();  // the previous tile is consumed (and q_s is loaded)
+    LoadRows(k, d, d.kv_heads, b, hkv, k0, kTile, k_s, ldk);
+    LoadRows(v, d, d.kv_heads, b, hkv, k0, kTile, v_s, d.dim);
+    __syncthreads();
+    // Scores of key k0 + lane against every row of the warp.
+    const int64_t key = k0 + lane;
+    float score[kRowsPerWarp], p[kRowsPerWarp];
+    RowDots(q_s + warp * kRowsPerWarp * d.dim, k_s + lane * ldk, d.dim, score);
+    #pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int64_t t = t0 + warp * kRowsPerWarp + i;
+      p[i] = 0.0f;
+      if (t >= d.seq || k0 > t) continue;  // warp-uniform: the row takes nothing from this tile
+      const float scaled = key <= t ? score[i] * d.scale : -INFINITY;
+      const float new_m = fmaxf(m[i], WarpMax(scaled));  // finite: key k0 <= t is in the tile
+      p[i] = expf(scaled - new_m);
+      const float correction = expf(m[i] - new_m);
+      l[i] = l[i] * correction + WarpSum(p[i]);
+      m[i] = new_m;
+      #pragma unroll
+      for (int c = 0; c < kDimChunks; ++c) acc[i][c] *= correction;
+    }
+    // acc[i] += sum_j p_ij V_j; each V element read serves every row.
+    for (int j = 0; j < kTile; ++j) {
+      float pj[kRowsPerWarp];
+      #pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) pj[i] = __shfl_sync(0xffffffffu, p[i], j);
+      #pragma unroll
+      for (int c = 0; c < kDimChunks; ++c) {
+        const int col = lane + 32 * c;
+        if (col >= d.dim) continue;
+        const float vj = v_s[j * d.dim + col];
+        #pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) acc[i][c] += pj[i] * vj;
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int64_t t = t0 + warp * kRowsPerWarp + i;
+    if (t >= d.seq) continue;
+    T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.dim;
+    #pragma unroll
+    for (int c = 0; c < kDimChunks; ++c) {
+      const int col = lane + 32 * c;
+      if (col < d.dim) o[col] = FromFloat<T>(acc[i][c] / l[i]);
+    }
+    if (lane == 0) lse[(b * d.q_heads + h) * d.seq + t] = m[i] + logf(l[i]);
+  }
+}
+
+// dQ = scale * sum_j dS_ij K_j with dS = P * (dP - delta), dP = dO V^T and
+// delta_i = dO_i . O_i (also written to `delta` for the dK/dV kernel).
+template <typename T>
+__global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T* k, const T* v,
+                                const T* out, const float* lse, float* delta, T* dq) {
+  extern __shared__ float smem[];
+  const int ldk = d.dim + 1;
+  float* q_s = smem;                        // (kBlockRows, D)
+  float* do_s = q_s + kBlockRows * d.dim;   // (kBlockRows, D)
+  float* k_s = do_s + kBlockRows * d.dim;   // (kTile, D + 1)
+  float* v_s = k_s + kTile * ldk;           // (kTile, D + 1)
+  const int64_t b = blockIdx.z, h = blockIdx.y, t0 = int64_t{blockIdx.x} * kBlockRows;
+  const int64_t hkv = h / (d.q_heads / d.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  LoadRows(q, d, d.q_heads, b, h, t0, kBlockRows, q_s, d.dim);
+  LoadRows(dout, d, d.q_heads, b, h, t0, kBlockRows, do_s, d.dim);
+  __syncthreads();
+
+  float row_lse[kRowsPerWarp], row_delta[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
+  #pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int r = warp * kRowsPerWarp + i;
+    const int64_t t = t0 + r;
+    #pragma unroll
+    for (int c = 0; c < kDimChunks; ++c) acc[i][c] = 0.0f;
+    row_lse[i] = 0.0f;
+    row_delta[i] = 0.0f;
+    if (t >= d.seq) continue;
+    const T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.dim;
+    float partial = 0.0f;
+    #pragma unroll
+    for (int c = 0; c < kDimChunks; ++c) {
+      const int col = lane + 32 * c;
+      if (col < d.dim) partial += do_s[r * d.dim + col] * ToFloat(o[col]);
+    }
+    row_delta[i] = WarpSum(partial);
+    row_lse[i] = lse[(b * d.q_heads + h) * d.seq + t];
+    if (lane == 0) delta[(b * d.q_heads + h) * d.seq + t] = row_delta[i];
+  }
+  const int64_t last_row = min(t0 + kBlockRows, d.seq) - 1;
+  for (int64_t k0 = 0; k0 <= last_row; k0 += kTile) {
+    __syncthreads();
+    LoadRows(k, d, d.kv_heads, b, hkv, k0, kTile, k_s, ldk);
+    LoadRows(v, d, d.kv_heads, b, hkv, k0, kTile, v_s, ldk);
+    __syncthreads();
+    // dS of key k0 + lane for every row of the warp (0 where masked).
+    const int64_t key = k0 + lane;
+    float score[kRowsPerWarp], dp[kRowsPerWarp], ds[kRowsPerWarp];
+    RowDots(q_s + warp * kRowsPerWarp * d.dim, k_s + lane * ldk, d.dim, score);
+    RowDots(do_s + warp * kRowsPerWarp * d.dim, v_s + lane * ldk, d.dim, dp);
+    #pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int64_t t = t0 + warp * kRowsPerWarp + i;
+      ds[i] = 0.0f;
+      if (t < d.seq && key <= t) {
+        const float p = expf(score[i] * d.scale - row_lse[i]);
+        ds[i] = p * (dp[i] - row_delta[i]) * d.scale;
+      }
+    }
+    // acc[i] += sum_j dS_ij K_j; each K element read serves every row.
+    for (int j = 0; j < kTile; ++j) {
+      float dsj[kRowsPerWarp];
+      #pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) dsj[i] = __shfl_sync(0xffffffffu, ds[i], j);
+      #pragma unroll
+      for (int c = 0; c < kDimChunks; ++c) {
+        const int col = lane + 32 * c;
+        if (col >= d.dim) continue;
+        const float kj = k_s[j * ldk + col];
+        #pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) acc[i][c] += dsj[i] * kj;
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int64_t t = t0 + warp * kRowsPerWarp + i;
+    if (t >= d.seq) continue;
+    T* o = dq + ((b * d.seq + t) * d.q_heads + h) * d.dim;
+    #pragma unroll
+    for (int c = 0; c < kDimChunks; ++c) {
+      const int col = lane + 32 * c;
+      if (col < d.dim) o[col] = FromFloat<T>(acc[i][c]);
+    }
+  }
+}
+
+// dV_s = sum_i P_is dO_i and dK_s = scale * sum_i dS_is Q_i over the queries
+// i >= s of every query head sharing kv head hkv.
+template <typename T>
+__global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, const T* k,
+                                   const T* v, const float* lse, const float* delta, T* dk,
+                                   T* dv) {
+  extern __shared__ float smem[];
+  const int ldq = d.dim + 1;  // padded: lane i reads query row i
+  float* k_s = smem;                        // (kBlockRows, D)
+  float* v_s = k_s + kBlockRows * d.dim;    // (kBlockRows, D)
+  float* q_s = v_s + kBlockRows * d.dim;    // (kTile, D + 1)
+  float* do_s = q_s + kTile * ldq;          // (kTile, D + 1)
+  float* lse_s = do_s + kTile * ldq;        // (kTile)
+  float* delta_s = lse_s + kTile;           // (kTile)
+  const int64_t b = blockIdx.z, hkv = blockIdx.y, s0 = int64_t{blockIdx.x} * kBlockRows;
+  const int64_t group = d.q_heads / d.kv_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  LoadRows(k, d, d.kv_heads, b, hkv, s0, kBlockRows, k_s, d.dim);
+  LoadRows(v, d, d.kv_heads, b, hkv, s0, kBlockRows, v_s, d.dim);
+
+  float dk_acc[kRowsPerWarp][kDimChunks], dv_acc[kRowsPerWarp][kDimChunks];
+  #pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    #pragma unroll
+    for (int c = 0; c < kDimChunks; ++c) dk_acc[i][c] = dv_acc[i][c] = 0.0f;
+  }
+  for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
+    for (int64_t q0 = s0 / kTile * kTile; q0 < d.seq; q0 += kTile) {
+      __syncthreads();  // the previous tile is consumed (and k_s, v_s are loaded)
+      LoadRows(q, d, d.q_heads, b, h, q0, kTile, q_s, ldq);
+      LoadRows(dout, d, d.q_heads, b, h, q0, kTile, do_s, ldq);
+      if (threadIdx.x < kTile) {
+        const int64_t t = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = t < d.seq ? lse[(b * d.q_heads + h) * d.seq + t] : 0.0f;
+        delta_s[threadIdx.x] = t < d.seq ? delta[(b * d.q_heads + h) * d.seq + t] : 0.0f;
+      }
+      __syncthreads();
+      // P and dS of query q0 + lane for every key of the warp (0 where masked).
+      const int64_t t = q0 + lane;
+      float score[kRowsPerWarp], dp[kRowsPerWarp], p[kRowsPerWarp], ds[kRowsPerWarp];
+      RowDots(k_s + warp * kRowsPerWarp * d.dim, q_s + lane * ldq, d.dim, score);
+      RowDots(v_s + warp * kRowsPerWarp * d.dim, do_s + lane * ldq, d.dim, dp);
+      #pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int64_t s = s0 + warp * kRowsPerWarp + i;
+        p[i] = ds[i] = 0.0f;
+        if (s < d.seq && t < d.seq && t >= s) {
+          p[i] = expf(score[i] * d.scale - lse_s[lane]);
+          ds[i] = p[i] * (dp[i] - delta_s[lane]) * d.scale;
+        }
+      }
+      // dV_s += sum_j P_js dO_j, dK_s += sum_j dS_js Q_j; each dO and Q element
+      // read serves every key of the warp.
+      for (int j = 0; j < kTile; ++j) {
+        float pj[kRowsPerWarp], dsj[kRowsPerWarp];
+        #pragma unroll
+        for (int i = 0; i < kRowsPerWarp; ++i) {
+          pj[i] = __shfl_sync(0xffffffffu, p[i], j);
+          dsj[i] = __shfl_sync(0xffffffffu, ds[i], j);
+        }
+        #pragma unroll
+        for (int c = 0; c < kDimChunks; ++c) {
+          const int col = lane + 32 * c;
+          if (col >= d.dim) continue;
+          const float doj = do_s[j * ldq + col], qj = q_s[j * ldq + col];
+          #pragma unroll
+          for (int i = 0; i < kRowsPerWarp; ++i) {
+            dv_acc[i][c] += pj[i] * doj;
+            dk_acc[i][c] += dsj[i] * qj;
+          }
+        }
+      }
+    }
+  }
+  #pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int64_t s = s0 + warp * kRowsPerWarp + i;
+    if (s >= d.seq) continue;
+    const int64_t offset = ((b * d.seq + s) * d.kv_heads + hkv) * d.dim;
+    #pragma unroll
+    for (int c = 0; c < kDimChunks; ++c) {
+      const int col = lane + 32 * c;
+      if (col < d.dim) {
+        dk[offset + col] = FromFloat<T>(dk_acc[i][c]);
+        dv[offset + col] = FromFloat<T>(dv_acc[i][c]);
+      }
+    }
+  }
+}
+
+Dims CheckedDims(const AttentionShape& s, const char* op, const Tensor& q, const Tensor& k,
+                 const Tensor& v) {
+  ExpectDevice(q, op, "q");
+  ExpectDevice(k, op, "k");
+  ExpectDevice(v, op, "v");
+  TETRA_CHECK(s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0 &&
+              s.head_dim <= kMaxDim)
+      << op << ": Hq " << s.q_heads << " Hkv " << s.kv_heads << " D " << s.head_dim
+      << " (the kernel takes D <= " << kMaxDim << ")";
+  TETRA_CHECK(q.numel() == s.batch * s.seq * s.q_heads * s.head_dim &&
+              k.numel() == s.batch * s.seq * s.kv_heads * s.head_dim && v.numel() == k.numel() &&
+              k.dtype() == q.dtype() && v.dtype() == q.dtype())
+      << op << ": q " << ShapeString(q.shape()) << " k " << ShapeString(k.shape());
+  return Dims{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim,
+              static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
+}
+
+// Launches `kernel` with `smem_bytes` of dynamic shared memory, raising the
+// kernel's limit past the default 48 KiB when needed.
+template <typename Kernel, typename... Args>
+void Launch(Kernel kernel, dim3 grid, size_t smem_bytes, Args... args) {
+  TETRA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem_bytes)));
+  kernel<<<grid, kWarps * 32, smem_bytes, CurrentStream()>>>(args...);
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& out, const Tensor& lse) {
+  const Dims d = CheckedDims(shape, "Attention", q, k, v);
+  ExpectDevice(out, "Attention", "out");
+  ExpectDevice(lse, "Attention", "lse");
+  TETRA_CHECK(out.numel() == q.numel() && out.dtype() == q.dtype() &&
+              lse.numel() == d.batch * d.q_heads * d.seq && lse.dtype() == DType::kF32)
+      << "Attention: out " << ShapeString(out.shape()) << " lse " << ShapeString(lse.shape());
+  if (d.batch * d.seq == 0) return;
+  const dim3 grid(CeilDiv(d.seq, kBlockRows), d.q_heads, d.batch);
+  const size_t smem = (kBlockRows * d.dim + kTile * (d.dim + 1) + kTile * d.dim) * sizeof(float);
+  DispatchFloat(q.dtype(), "Attention", [&](auto tag) {
+    using T = decltype(tag);
+    Launch(ForwardKernel<T>, grid, smem, d, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
+           lse.f32());
+  });
+}
+
+void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
+                       const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                       const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const Dims d = CheckedDims(shape, "AttentionBackward", q, k, v);
+  for (const Tensor* t : {&dout, &out, &dq, &dk, &dv}) {
+    ExpectDevice(*t, "AttentionBackward", "an operand");
+    TETRA_CHECK(t->dtype() == q.dtype()) << "AttentionBackward: operands differ in dtype";
+  }
+  ExpectDevice(lse, "AttentionBackward", "lse");
+  TETRA_CHECK(lse.dtype() == DType::kF32) << "AttentionBackward: lse is fp32";
+  TETRA_CHECK(dout.numel() == q.numel() && out.numel() == q.numel() && dq.numel() == q.numel() &&
+              dk.numel() == k.numel() && dv.numel() == k.numel() &&
+              lse.numel() == d.batch * d.q_heads * d.seq)
+      << "AttentionBackward: sizes differ from q " << ShapeString(q.shape()) << ", k "
+      << ShapeString(k.shape());
+  if (d.batch * d.seq == 0) return;
+  float* delta = static_cast<float*>(Scratch(d.batch * d.q_heads * d.seq * sizeof(float)));
+  const size_t q_smem = (2 * kBlockRows * d.dim + 2 * kTile * (d.dim + 1)) * sizeof(float);
+  const size_t kv_smem =
+      (2 * kBlockRows * d.dim + 2 * kTile * (d.dim + 1) + 2 * kTile) * sizeof(float);
+  DispatchFloat(q.dtype(), "AttentionBackward", [&](auto tag) {
+    using T = decltype(tag);
+    Launch(QueryGradKernel<T>, dim3(CeilDiv(d.seq, kBlockRows), d.q_heads, d.batch), q_smem, d,
+           dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.f32(),
+           delta, dq.data<T>());
+    Launch(KeyValueGradKernel<T>, dim3(CeilDiv(d.seq, kBlockRows), d.kv_heads, d.batch),
+           kv_smem, d, dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), lse.f32(), delta,
+           dk.data<T>(), dv.data<T>());
+  });
+}
+
+}  // namespace tetra::cuda

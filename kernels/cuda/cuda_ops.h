@@ -1,0 +1,68 @@
+// The CUDA implementations behind the op API (kernels/ops.h), on Tensors that
+// live on the device; kernels/ops.cc dispatches here by device. Every kernel
+// computes in fp32 and reads/writes activations in the tensors' dtype, fp32 or
+// bf16 (mixed precision); statistics (RMSNorm rstd, attention lse), losses
+// and parameter gradients are fp32. Work is enqueued on cuda::CurrentStream();
+// the ops that return a number (CrossEntropy, SumOfSquares) wait for it.
+#ifndef TETRA_KERNELS_CUDA_CUDA_OPS_H_
+#define TETRA_KERNELS_CUDA_CUDA_OPS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/op_types.h"
+
+namespace tetra::cuda {
+
+// cuBLASLt, fp32 accumulate. x, w: both fp32 or both bf16; y: fp32 or the
+// inputs' dtype; dw: fp32 (accumulated) or the inputs' dtype.
+void Linear(const Tensor& x, const Tensor& w, const Tensor& y);
+void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
+                    const Tensor& dw, bool accumulate_dx);
+
+// table and out share a dtype; dtable fp32 (atomic adds). With `sharded`,
+// table rows are ids [vocab_begin, vocab_begin + rows) and other ids give zero
+// rows; otherwise an id outside the table traps the kernel.
+void Embedding(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, bool sharded,
+               const Tensor& out);
+void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
+                       bool sharded, const Tensor& dtable);
+
+// x, w, y, dy, dx share a dtype; rstd and dw fp32 (dw accumulated).
+void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd);
+void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                     const Tensor& dx, const Tensor& dw);
+
+// In place on x (B, T, H, D); table.cos/sin fp32 on the device. The backward
+// rotates by the opposite angle.
+void Rope(const Tensor& x, const RopeTable& table, bool backward);
+
+// q, k, v, out, dout, dq, dk, dv share a dtype; lse fp32 (B, Hq, T).
+void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& out, const Tensor& lse);
+void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
+                       const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                       const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
+void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
+void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                    const Tensor& dgate, const Tensor& dup);
+
+// logits and dlogits (may alias) share a dtype; targets int32 on the device.
+double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
+                    const Tensor& dlogits);
+
+// One launch updates every tensor of the list (fp32 param, grad, m, v; the
+// optional bf16 copy receives the updated weights rounded).
+void AdamW(const std::vector<AdamWTensors>& tensors, const AdamWHyper& hyper);
+
+double SumOfSquares(const Tensor& x);  // fp32 or bf16, summed in fp64
+void Scale(const Tensor& x, float factor);
+void Add(const Tensor& x, const Tensor& y);  // y += x; same dtype
+// dst = src converted (fp32 <-> bf16, or a plain copy for equal dtypes).
+void Cast(const Tensor& src, const Tensor& dst);
+
+}  // namespace tetra::cuda
+
+#endif  // TETRA_KERNELS_CUDA_CUDA_OPS_H_

@@ -1,0 +1,92 @@
+// Device helpers shared by the CUDA kernels: fp32 <-> storage-type loads and
+// stores (every kernel computes in fp32 whatever the tensors hold), warp and
+// block reductions, and the launch-shape arithmetic.
+#ifndef TETRA_KERNELS_CUDA_DEVICE_MATH_CUH_
+#define TETRA_KERNELS_CUDA_DEVICE_MATH_CUH_
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "kernels/cuda/expect_device.h"
+
+namespace tetra::cuda {
+
+__device__ __forceinline__ float ToFloat(float x) { return x; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T FromFloat(float x);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ float WarpSum(float x) {
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+__device__ __forceinline__ float WarpMax(float x) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  }
+  return x;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every
+// thread gets the result. `shared` holds 32 floats; the block must reach
+// the call together.
+__device__ __forceinline__ float BlockSum(float x, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  x = WarpSum(x);
+  __syncthreads();  // `shared` may still be read by a previous call
+  if (lane == 0) shared[warp] = x;
+  __syncthreads();
+  x = lane < blockDim.x / 32 ? shared[lane] : 0.0f;
+  return WarpSum(x);
+}
+
+__device__ __forceinline__ float BlockMax(float x, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  x = WarpMax(x);
+  __syncthreads();
+  if (lane == 0) shared[warp] = x;
+  __syncthreads();
+  x = lane < blockDim.x / 32 ? shared[lane] : -INFINITY;
+  return WarpMax(x);
+}
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Grid for a grid-stride loop over n elements: enough blocks to fill the
+// device several times over, never more than CUDA's x limit.
+inline unsigned GridFor(int64_t n, int threads) {
+  const int64_t blocks = CeilDiv(n, threads);
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
+}
+
+// Calls f(T{}) with T = float or __nv_bfloat16 for `dtype`; other dtypes
+// are a bug (checked, naming `op`).
+template <typename F>
+void DispatchFloat(DType dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case DType::kF32:
+      f(float{});
+      return;
+    case DType::kBF16:
+      f(__nv_bfloat16{});
+      return;
+    default:
+      TETRA_CHECK(false) << op << ": no CUDA kernel for " << DTypeName(dtype);
+  }
+}
+
+}  // namespace tetra::cuda
+
+#endif  // TETRA_KERNELS_CUDA_DEVICE_MATH_CUH_

@@ -1,0 +1,151 @@
+// Linear layers on cuBLASLt: column-major GEMMs on row-major tensors (a
+// row-major (r, c) matrix is a column-major (c, r) one), fp32 accumulation
+// for fp32 and bf16 inputs (no TF32: fp32 runs match the CPU reference).
+// Descriptors and the heuristic's algorithm are cached per problem, so after
+// the first step a GEMM is one cublasLtMatmul call.
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_arena.h"
+#include "core/cuda/stream.h"
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/expect_device.h"
+
+namespace tetra::cuda {
+namespace {
+
+cudaDataType_t LtType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    default: TETRA_CHECK(false) << "no cuBLASLt GEMM for " << DTypeName(dtype);
+  }
+  return CUDA_R_32F;
+}
+
+// Largest power of two up to 256 dividing the address: the heuristic must
+// not pick a kernel assuming more alignment than a sliced tensor has.
+uint32_t Alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+struct MatmulKey {
+  cublasOperation_t trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldc;
+  cudaDataType_t type_ab, type_c;
+  uint32_t align_a, align_b, align_c;
+  auto Tie() const {
+    return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, type_ab, type_c, align_a, align_b,
+                    align_c);
+  }
+  bool operator<(const MatmulKey& o) const { return Tie() < o.Tie(); }
+};
+
+struct MatmulPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo;
+};
+
+MatmulPlan MakePlan(const MatmulKey& key) {
+  MatmulPlan plan;
+  TETRA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  TETRA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                    &key.trans_a, sizeof(key.trans_a)));
+  TETRA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                    &key.trans_b, sizeof(key.trans_b)));
+  const bool ta = key.trans_a == CUBLAS_OP_T, tb = key.trans_b == CUBLAS_OP_T;
+  TETRA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, key.type_ab, ta ? key.k : key.m,
+                                                ta ? key.m : key.k, key.lda));
+  TETRA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, key.type_ab, tb ? key.n : key.k,
+                                                tb ? key.k : key.n, key.ldb));
+  TETRA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, key.type_c, key.m, key.n, key.ldc));
+  cublasLtMatmulPreference_t pref = nullptr;
+  TETRA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t workspace = kGemmWorkspaceBytes;
+  TETRA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c}};
+  for (const auto& [attribute, value] : aligns) {
+    TETRA_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
+  }
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  TETRA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(CublasLtHandle(), plan.desc, plan.a, plan.b,
+                                                    plan.c, plan.c, pref, 1, &result, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  TETRA_CHECK(found > 0) << "cuBLASLt has no algorithm for m " << key.m << " n " << key.n
+                         << " k " << key.k;
+  plan.algo = result.algo;
+  return plan;
+}
+
+// C (m, n) = A' (m, k) * B' (k, n) + beta * C, column-major, A' = op(A).
+void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int64_t n, int64_t k,
+            const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, float beta,
+            const Tensor& c, int64_t ldc) {
+  ExpectDevice(a, "Linear", "an input");
+  ExpectDevice(b, "Linear", "an input");
+  ExpectDevice(c, "Linear", "the output");
+  TETRA_CHECK(a.dtype() == b.dtype()) << "GEMM inputs are " << DTypeName(a.dtype()) << " and "
+                                      << DTypeName(b.dtype());
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: C = beta * C, with beta 0 or 1 here
+    if (beta == 0.0f) ZeroBytes(c.raw(), c.nbytes());
+    return;
+  }
+  const MatmulKey key{trans_a,        trans_b,           m,
+                      n,              k,                 lda,
+                      ldb,            ldc,               LtType(a.dtype()),
+                      LtType(c.dtype()), Alignment(a.raw()), Alignment(b.raw()),
+                      Alignment(c.raw())};
+  static std::mutex mutex;
+  static std::map<MatmulKey, MatmulPlan> plans;
+  MatmulPlan plan;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, MakePlan(key)).first;
+    plan = it->second;
+  }
+  const float alpha = 1.0f;
+  TETRA_CUBLAS_CHECK(cublasLtMatmul(CublasLtHandle(), plan.desc, &alpha, a.raw(), plan.a, b.raw(),
+                                    plan.b, &beta, c.raw(), plan.c, c.raw(), plan.c, &plan.algo,
+                                    GemmWorkspace(), kGemmWorkspaceBytes, CurrentStream()));
+}
+
+}  // namespace
+
+// y (rows, out) = x (rows, in) w (out, in)^T; column-major: y^T = op_T(w) x^T.
+void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
+  const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
+  Matmul(CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, 0.0f, y, out);
+}
+
+void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
+                    const Tensor& dw, bool accumulate_dx) {
+  const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
+  // dw (out, in) += dy^T x; column-major: dw^T (in, out) += x^T (in, rows) op_T(dy^T).
+  Matmul(CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, x, in, dy, out, 1.0f, dw, in);
+  // dx (rows, in) = dy w; column-major: dx^T (in, rows) = w^T (in, out) dy^T (out, rows).
+  if (dx.defined()) {
+    Matmul(CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, w, in, dy, out, accumulate_dx ? 1.0f : 0.0f,
+           dx, in);
+  }
+}
+
+}  // namespace tetra::cuda

@@ -1,0 +1,129 @@
+// RMSNorm on the device with fp32 statistics whatever the activations hold:
+// y = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps), one block per row.
+// The weight gradient sums over rows in two deterministic passes (row groups
+// into fp32 partials, then the partials in group order), with no atomics.
+#include <algorithm>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace tetra::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+constexpr int kColumnThreads = 256;
+constexpr int64_t kMaxRowGroups = 128;
+
+template <typename T>
+__global__ void RmsNormKernel(const T* x, const T* w, int64_t dim, float eps, T* y, float* rstd) {
+  __shared__ float shared[32];
+  const T* xr = x + blockIdx.x * dim;
+  T* yr = y + blockIdx.x * dim;
+  float sum_sq = 0.0f;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    const float v = ToFloat(xr[j]);
+    sum_sq += v * v;
+  }
+  sum_sq = BlockSum(sum_sq, shared);
+  const float s = 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = s;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    yr[j] = FromFloat<T>(ToFloat(w[j]) * (ToFloat(xr[j]) * s));
+  }
+}
+
+// partial (groups, dim): group g sums dy * (x * rstd) over its rows.
+template <typename T>
+__global__ void RmsNormWeightPartialKernel(const T* dy, const T* x, const float* rstd,
+                                           int64_t rows, int64_t dim, int64_t rows_per_group,
+                                           float* partial) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= dim) return;
+  const int64_t begin = blockIdx.y * rows_per_group;
+  const int64_t end = min(rows, begin + rows_per_group);
+  float sum = 0.0f;
+  for (int64_t r = begin; r < end; ++r) {
+    sum += ToFloat(dy[r * dim + j]) * (ToFloat(x[r * dim + j]) * rstd[r]);
+  }
+  partial[blockIdx.y * dim + j] = sum;
+}
+
+__global__ void SumPartialsKernel(const float* partial, int64_t groups, int64_t dim, float* dw) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= dim) return;
+  float sum = 0.0f;
+  for (int64_t g = 0; g < groups; ++g) sum += partial[g * dim + j];
+  dw[j] += sum;
+}
+
+// With g = w * dy: dx = s * g - s^3 / dim * (g . x) * x. dx may alias dy:
+// each thread reads its elements before the block-wide sum and writes them
+// after it.
+template <typename T>
+__global__ void RmsNormInputGradKernel(const T* dy, const T* x, const T* w, const float* rstd,
+                                       int64_t dim, T* dx) {
+  __shared__ float shared[32];
+  const int64_t offset = blockIdx.x * dim;
+  const float s = rstd[blockIdx.x];
+  float dot = 0.0f;
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    dot += ToFloat(w[j]) * ToFloat(dy[offset + j]) * ToFloat(x[offset + j]);
+  }
+  dot = BlockSum(dot, shared);
+  const float c = s * s * s * dot / static_cast<float>(dim);
+  for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+    const float g = ToFloat(w[j]) * ToFloat(dy[offset + j]);
+    dx[offset + j] = FromFloat<T>(s * g - c * ToFloat(x[offset + j]));
+  }
+}
+
+}  // namespace
+
+void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd) {
+  ExpectDevice(x, "RmsNorm", "x");
+  ExpectDevice(w, "RmsNorm", "w");
+  ExpectDevice(y, "RmsNorm", "y");
+  ExpectDevice(rstd, "RmsNorm", "rstd");
+  const int64_t dim = x.dim(-1), rows = x.numel() / dim;
+  TETRA_CHECK(w.numel() == dim && y.numel() == x.numel() && rstd.numel() == rows &&
+              w.dtype() == x.dtype() && y.dtype() == x.dtype())
+      << "RmsNorm: x " << ShapeString(x.shape()) << " w " << ShapeString(w.shape());
+  if (rows == 0) return;
+  DispatchFloat(x.dtype(), "RmsNorm", [&](auto tag) {
+    using T = decltype(tag);
+    RmsNormKernel<T><<<rows, kRowThreads, 0, CurrentStream()>>>(x.data<T>(), w.data<T>(), dim,
+                                                                eps, y.data<T>(), rstd.f32());
+  });
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
+void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                     const Tensor& dx, const Tensor& dw) {
+  for (const Tensor* t : {&dy, &x, &w, &rstd, &dx, &dw}) ExpectDevice(*t, "RmsNormBackward", "an operand");
+  TETRA_CHECK(rstd.dtype() == DType::kF32 && dw.dtype() == DType::kF32)
+      << "RmsNormBackward: rstd and dw are fp32";
+  const int64_t dim = x.dim(-1), rows = x.numel() / dim;
+  TETRA_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && dw.numel() == dim &&
+              rstd.numel() == rows)
+      << "RmsNormBackward: x " << ShapeString(x.shape()) << " dw " << ShapeString(dw.shape());
+  if (rows == 0) return;
+  const int64_t groups = std::min(kMaxRowGroups, CeilDiv(rows, 32));
+  const int64_t rows_per_group = CeilDiv(rows, groups);
+  float* partial = static_cast<float*>(Scratch(groups * dim * sizeof(float)));
+  const dim3 partial_grid(CeilDiv(dim, kColumnThreads), groups);
+  DispatchFloat(x.dtype(), "RmsNormBackward", [&](auto tag) {
+    using T = decltype(tag);
+    RmsNormWeightPartialKernel<T><<<partial_grid, kColumnThreads, 0, CurrentStream()>>>(
+        dy.data<T>(), x.data<T>(), rstd.f32(), rows, dim, rows_per_group, partial);
+    SumPartialsKernel<<<CeilDiv(dim, kColumnThreads), kColumnThreads, 0, CurrentStream()>>>(
+        partial, groups, dim, dw.f32());
+    RmsNormInputGradKernel<T><<<rows, kRowThreads, 0, CurrentStream()>>>(
+        dy.data<T>(), x.data<T>(), w.data<T>(), rstd.f32(), dim, dx.data<T>());
+  });
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tetra::cuda

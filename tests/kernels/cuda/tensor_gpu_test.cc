@@ -1,0 +1,87 @@
+// Device tensors and the device runtime: allocation, copies in every
+// direction, the arena (bump allocation, no cudaMalloc while installed),
+// streams and events.
+#include <cstdint>
+#include <string>
+
+#include "core/cuda/device.h"
+#include "core/cuda/device_arena.h"
+#include "core/cuda/stream.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+#include "tests/kernels/cuda/gpu_test_util.h"
+
+namespace tetra {
+namespace {
+
+TEST(DeviceTest, CountIsZeroWithAReasonOrPositive) {
+  std::string why;
+  const int count = cuda::DeviceCount(&why);
+  EXPECT_GE(count, 0);
+  if (count == 0) {
+    EXPECT_FALSE(why.empty());
+  }
+}
+
+TEST(TensorGpuTest, RoundTripThroughTheDeviceIsExact) {
+  TETRA_SKIP_WITHOUT_GPU();
+  const Tensor host = testing::HostRandom({5, 7}, 1);
+  const Tensor device = Tensor::Empty({5, 7}, DType::kF32, DeviceType::kCUDA);
+  EXPECT_EQ(device.device(), DeviceType::kCUDA);
+  device.CopyFrom(host);
+  const Tensor copy = device.Clone();  // device to device
+  Tensor back = Tensor::Empty({5, 7});
+  back.CopyFrom(copy.Slice(0, 5));
+  for (int64_t i = 0; i < host.numel(); ++i) ASSERT_EQ(back.f32()[i], host.f32()[i]) << i;
+  // A slice of a device tensor copies exactly its rows.
+  Tensor rows = Tensor::Empty({2, 7});
+  rows.CopyFrom(device.Slice(3, 5));
+  for (int64_t i = 0; i < rows.numel(); ++i) ASSERT_EQ(rows.f32()[i], host.f32()[21 + i]) << i;
+}
+
+TEST(TensorGpuTest, ZerosAndFill) {
+  TETRA_SKIP_WITHOUT_GPU();
+  const Tensor zeros = Tensor::Zeros({1000}, DType::kF32, DeviceType::kCUDA);
+  Tensor host = Tensor::Empty({1000});
+  host.Fill(5.0f);
+  host.CopyFrom(zeros);
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(host.f32()[i], 0.0f) << i;
+  zeros.Fill(2.5f);
+  host.CopyFrom(zeros);
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(host.f32()[i], 2.5f) << i;
+}
+
+TEST(TensorGpuTest, ArenaBumpAllocatesWithoutCudaMalloc) {
+  TETRA_SKIP_WITHOUT_GPU();
+  cuda::DeviceArena arena(1 << 20);
+  cuda::InstallDeviceArena(&arena);
+  const int64_t mallocs = cuda::DeviceMallocCount();
+  const Tensor a = Tensor::Empty({10}, DType::kF32, DeviceType::kCUDA);
+  const Tensor b = Tensor::Zeros({100}, DType::kBF16, DeviceType::kCUDA);
+  cuda::InstallDeviceArena(nullptr);
+  EXPECT_EQ(cuda::DeviceMallocCount(), mallocs);
+  EXPECT_EQ(arena.used(), 2 * cuda::DeviceArena::kAlignment);  // 40 and 200 bytes, rounded up
+  EXPECT_EQ(static_cast<char*>(b.raw()) - static_cast<char*>(a.raw()),
+            static_cast<ptrdiff_t>(cuda::DeviceArena::kAlignment));
+  const Tensor c = Tensor::Empty({10}, DType::kF32, DeviceType::kCUDA);  // arena uninstalled
+  EXPECT_EQ(cuda::DeviceMallocCount(), mallocs + 1);
+}
+
+TEST(TensorGpuTest, StreamAndEventsOrderWork) {
+  TETRA_SKIP_WITHOUT_GPU();
+  cuda::Stream stream;
+  cuda::Event start(/*timing=*/true), stop(/*timing=*/true);
+  const Tensor host = testing::HostRandom({1 << 16}, 2);
+  const Tensor device = Tensor::Empty({1 << 16}, DType::kF32, DeviceType::kCUDA);
+  cuda::SetCurrentStream(stream.get());
+  start.Record(stream.get());
+  device.CopyFrom(host);  // enqueued on the current stream, waited for
+  stop.Record(stream.get());
+  cuda::SetCurrentStream(nullptr);
+  stop.Synchronize();
+  EXPECT_TRUE(stop.Done());
+  EXPECT_GE(stop.ElapsedMs(start), 0.0f);
+}
+
+}  // namespace
+}  // namespace tetra
