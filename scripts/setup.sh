@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake g++ ninja-build pkg-config libabsl-dev libprotobuf-dev protobuf-compiler
           libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-          libopenblas-openmp-dev python3-torch python3-numpy)
+          libopenblas-openmp-dev python3-torch python3-numpy python3-pil
+          chromium-headless-shell)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
