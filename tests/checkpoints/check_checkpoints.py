@@ -15,7 +15,8 @@ The same for a tiny DeepSeek-V3 MoE model (4 layers, the first dense, 8
 routed experts top-2, one shared, bias balancing fast enough to move routing):
   - same layout (one rank; data 4 expert 2 ZeRO-1 and ZeRO-0; pipeline 2 x
     data 2 expert 2 with tied embeddings, also interleaved with 2 virtual
-    stages): the resumed losses equal the uninterrupted run's text,
+    stages): the resumed losses equal the uninterrupted run's text, and the
+    tied embedding (held by both end stages) is saved once,
   - saved under data 4 expert 2 ZeRO-1, resumed under one rank, data 4
     (expert 1) and data 4 expert 4: within 1e-5 relative of the uninterrupted
     single-rank run,
@@ -58,12 +59,12 @@ MOE = [s for s in MODEL if not s.startswith("model.num_hidden_layers")] + [
 # tests/layouts/check_layouts.py). The same layout must match exactly.
 RESHARD_RTOL = 1e-5
 LAYOUTS = {
-    "single": (1, []),
-    "tp2_dp2_zero1": (4, ["parallel.tensor=2", "optimizer.zero_stage=1"]),
-    "pp2_dp2_zero1": (4, ["parallel.pipeline=2", "optimizer.zero_stage=1"]),
-    "dp4_zero0": (4, []),
-    "dp4_zero1": (4, ["optimizer.zero_stage=1"]),
-    "tp2_dp2_zero0": (4, ["parallel.tensor=2"]),
+    "single": (1, MODEL),
+    "tp2_dp2_zero1": (4, MODEL + ["parallel.tensor=2", "optimizer.zero_stage=1"]),
+    "pp2_dp2_zero1": (4, MODEL + ["parallel.pipeline=2", "optimizer.zero_stage=1"]),
+    "dp4_zero0": (4, MODEL),
+    "dp4_zero1": (4, MODEL + ["optimizer.zero_stage=1"]),
+    "tp2_dp2_zero0": (4, MODEL + ["parallel.tensor=2"]),
     "moe_single": (1, MOE),
     "moe_dp4_ep2_zero1": (4, MOE + ["parallel.expert=2", "optimizer.zero_stage=1"]),
     "moe_dp4_ep2_zero0": (4, MOE + ["parallel.expert=2"]),
@@ -87,16 +88,13 @@ def run(cmd):
 
 def train(work, layout, ckpt, name, extra=()):
     ranks, sets = LAYOUTS[layout]
-    base = MODEL if sets[:len(MOE)] != MOE else []
     cmd = [TETRA, "train", "--config", "/dev/null"]
-    for s in base + sets + list(extra) + [f"log.metrics_path={work}/{name}.jsonl",
+    for s in sets + list(extra) + [f"log.metrics_path={work}/{name}.jsonl",
                                           f"checkpoint.dir={ckpt}"]:
         cmd += ["--set", s]
     if ranks > 1:
         cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
     run(cmd)
-    if not os.path.exists(f"{work}/{name}.jsonl"):
-        return {}
     return {m["step"]: m["loss"] for m in map(json.loads, open(f"{work}/{name}.jsonl"))}
 
 
@@ -136,7 +134,8 @@ def check_same_text(work, name, full, resumed):
     print(f"{name}: steps {min(b, key=int)}..{max(b, key=int)}, losses written identically "
           f"except at {differ or 'no step'}")
     if differ or sorted(map(int, b)) != list(range(11, 21)):
-        failures.append(f"{name}: resumed losses {b} differ from {a} at steps {differ}")
+        failures.append(f"{name}: resumed steps {sorted(b, key=int)}; losses differ at {differ}: "
+                        + ", ".join(f"{a.get(s)} vs {b[s]}" for s in differ[:3]))
 
 
 def safetensors(path):
@@ -145,7 +144,8 @@ def safetensors(path):
     size = struct.unpack("<Q", data[:8])[0]
     header = json.loads(data[8:8 + size])
     header.pop("__metadata__", None)
-    return {name: (t["dtype"], t["shape"], data[8 + size + t["data_offsets"][0]:8 + size + t["data_offsets"][1]])
+    body = data[8 + size:]
+    return {name: (t["dtype"], t["shape"], body[t["data_offsets"][0]:t["data_offsets"][1]])
             for name, t in header.items()}
 
 
@@ -161,7 +161,10 @@ def check_same_tensors(name, exported, reference):
         failures.append(f"{name}: tensors differ: {differ[:5]}; biases {biases}, {moved} moved")
 
 
-def export_checkpoint(step_dir, out):
+def export_checkpoint(work, step_dir):
+    """`tetra checkpoint export` of one step directory; returns the file."""
+    ckpt, step = os.path.split(step_dir)
+    out = f"{work}/{os.path.basename(ckpt)}_{step}.safetensors"
     run([TETRA, "checkpoint", "export", step_dir, "--out", out])
     return out
 
@@ -175,7 +178,7 @@ def moe_checks(work):
     ckpt = f"{work}/{layout}_ckpt"
     train(work, layout, ckpt, f"{layout}_full", [f"export_path={work}/{layout}_export"])
     check_same_tensors(f"{layout}: checkpoint export of step 20 vs export_path",
-                       export_checkpoint(f"{ckpt}/step_00000020", f"{work}/{layout}_20.safetensors"),
+                       export_checkpoint(work, f"{ckpt}/step_00000020"),
                        f"{work}/{layout}_export/model.safetensors")
     inspect = run([TETRA, "checkpoint", "inspect", ckpt])
     buffers = re.findall(r"^\s*buffer\s+(\S+)", inspect, re.M)
@@ -195,9 +198,16 @@ def moe_checks(work):
           ["train.steps=10", f"export_path={work}/{layout}_restore_export"])
     check_same_tensors(f"{layout} -> moe_dp4_ep4_zero1 restored at step 10 vs checkpoint export",
                        f"{work}/{layout}_restore_export/model.safetensors",
-                       export_checkpoint(f"{ckpt}/step_00000010", f"{work}/{layout}_10.safetensors"))
+                       export_checkpoint(work, f"{ckpt}/step_00000010"))
     for layout in ["moe_dp4_ep2_zero0", "moe_pp2_dp2_ep2_tied", "moe_pp2_vs2_dp2_ep2_tied"]:
         _, ckpt = saved_at_10(work, layout)
+        if "tied" in layout:  # the last stage's embedding copy equals the first's: saved once
+            inspect = run([TETRA, "checkpoint", "inspect", ckpt])
+            embedding = re.findall(
+                r"^\s*weight\s+model\.embed_tokens\.weight\s+\[[^]]*\]\s+(\d+) shard", inspect, re.M)
+            print(f"{layout}: the tied embedding is saved in {embedding} shard(s)")
+            if embedding != ["1"]:
+                failures.append(f"{layout}: tied embedding saved as {embedding} shards\n{inspect}")
         resume(work, layout, ckpt, f"{layout}_same")
         check_same_text(work, f"{layout} -> {layout}", f"{layout}_full", f"{layout}_same")
 
