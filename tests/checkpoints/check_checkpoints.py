@@ -18,8 +18,8 @@ routed experts top-2, one shared, bias balancing fast enough to move routing):
     stages): the resumed losses equal the uninterrupted run's text, and the
     tied embedding (held by both end stages) is saved once,
   - saved under data 4 expert 2 ZeRO-1, resumed under one rank, data 4
-    (expert 1) and data 4 expert 4: within 1e-5 relative of the uninterrupted
-    single-rank run,
+    (expert 1), data 4 expert 4 and tensor 2 x data 2 expert 2 ZeRO-0 (experts
+    split over tp): within 1e-5 relative of the uninterrupted single-rank run,
   - a resume that runs no step (train.steps 10) under data 4 expert 4 exports,
     through export_path, exactly the tensors `tetra checkpoint export` writes
     of the step-10 checkpoint, correction biases included (listed by `tetra
@@ -70,6 +70,7 @@ LAYOUTS = {
     "moe_dp4_ep2_zero0": (4, MOE + ["parallel.expert=2"]),
     "moe_dp4_zero1": (4, MOE + ["optimizer.zero_stage=1"]),
     "moe_dp4_ep4_zero1": (4, MOE + ["parallel.expert=4", "optimizer.zero_stage=1"]),
+    "moe_tp2_dp2_ep2_zero0": (4, MOE + ["parallel.tensor=2", "parallel.expert=2"]),
     "moe_pp2_dp2_ep2_tied": (4, MOE + ["parallel.pipeline=2", "parallel.expert=2",
                                        "optimizer.zero_stage=1", "model.tie_word_embeddings=true"]),
     "moe_pp2_vs2_dp2_ep2_tied": (4, MOE + ["parallel.pipeline=2", "parallel.virtual_stages=2",
@@ -188,7 +189,7 @@ def moe_checks(work):
     shutil.rmtree(f"{ckpt}/step_00000020")
     resume(work, layout, ckpt, f"{layout}_same")
     check_same_text(work, f"{layout} -> {layout}", f"{layout}_full", f"{layout}_same")
-    for target in ["moe_single", "moe_dp4_zero1", "moe_dp4_ep4_zero1"]:
+    for target in ["moe_single", "moe_dp4_zero1", "moe_dp4_ep4_zero1", "moe_tp2_dp2_ep2_zero0"]:
         name = f"{layout}_to_{target}"
         check(f"{layout} -> {target}", resume(work, target, ckpt, name), single, RESHARD_RTOL)
     # A resume that runs no step: the restored model, biases included, exactly as saved.
