@@ -101,7 +101,9 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
   // its own routed experts: the model's count sums over both, a tied
   // embedding's two stage copies counting once.
   double stage_weights = 0, stage_experts = 0;
-  for (const Parameter& p : store.all()) (p.expert ? stage_experts : stage_weights) += 1.0 / p.stage_copies;
+  for (const Parameter& p : store.all()) {
+    (p.expert ? stage_experts : stage_weights) += 1.0 / p.stage_copies;
+  }
   const int64_t model_weights =
       std::llround(SumOverRanks(*dist.pp, stage_weights + SumOverRanks(*dist.ep, stage_experts)));
   absl::Status status = [&]() -> absl::Status {
@@ -123,8 +125,8 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
     }
     if (weights != model_weights) {
       return UserError(absl::StrCat("checkpoint manifest ", entry->path, "/", kManifestFileName, " holds ",
-                                    weights, " weight and buffer tensors but the model has ", model_weights,
-                                    ": it was written for another model"),
+                                    weights, " weight and buffer tensors but the model has ",
+                                    model_weights, ": it was written for another model"),
                        kSameModelHint);
     }
     return RestoreCheckpoint(reader, store, optimizer, experts);

@@ -3,8 +3,9 @@
 // its own parameters are (weights by tensor-parallel slice and pipeline
 // stage, routed experts by expert-parallel rank) and the elements of the
 // AdamW moments it updates (its ZeRO-1 pieces or all of them), mapping flat
-// ranges to global element indices through the parameter names. The step then fixes the LR schedule and the data position
-// (samples and initialisation are pure functions of (seed, index)).
+// ranges to global element indices through the parameter names. The step
+// then fixes the LR schedule and the data position (samples and
+// initialisation are pure functions of (seed, index)).
 #ifndef TETRA_TRAIN_CHECKPOINT_RESUME_H_
 #define TETRA_TRAIN_CHECKPOINT_RESUME_H_
 

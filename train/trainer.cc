@@ -287,7 +287,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     result.steps.push_back(m);
     const bool stop = stop_request && stop_request->Agreed(*dist.world);
     if (stop || CheckpointDue(config.checkpoint(), step, train.steps())) {
-      ASSIGN_OR_RETURN(const std::string saved, SaveCheckpoint(config, step, store, optimizer, expert_moments, dist));
+      ASSIGN_OR_RETURN(const std::string saved,
+                       SaveCheckpoint(config, step, store, optimizer, expert_moments, dist));
       progress << "tetra: checkpoint saved to " << saved << "\n" << std::flush;
     }
     if (stop) {
