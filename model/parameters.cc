@@ -64,6 +64,7 @@ void ParameterStore::Pack(int64_t total_multiple, int64_t expert_total_multiple)
   for (Parameter& p : parameters_) {
     int64_t& total = totals[p.expert];
     p.flat_offset = total;
+    slots_[p.expert].push_back(&p);
     total += (p.value.numel() + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
   }
   const int64_t multiples[2] = {total_multiple, expert_total_multiple};
@@ -105,13 +106,13 @@ Parameter* ParameterStore::Find(std::string_view name) {
   return nullptr;
 }
 
-const Parameter& ParameterStore::AtFlatOffset(int64_t offset) const {
-  // Pack() lays the slots out in registration order: offsets ascend.
-  auto it = std::upper_bound(parameters_.begin(), parameters_.end(), offset,
-                             [](int64_t o, const Parameter& p) { return o < p.flat_offset; });
-  TETRA_CHECK(it != parameters_.begin() && offset < (it - 1)->flat_offset + (it - 1)->value.numel())
-      << "flat element " << offset << " lies in no parameter";
-  return *(it - 1);
+const Parameter& ParameterStore::AtFlatOffset(int64_t offset, bool expert) const {
+  const std::vector<const Parameter*>& slots = slots_[expert];
+  auto it = std::upper_bound(slots.begin(), slots.end(), offset,
+                             [](int64_t o, const Parameter* p) { return o < p->flat_offset; });
+  TETRA_CHECK(it != slots.begin() && offset < (*(it - 1))->flat_offset + (*(it - 1))->value.numel())
+      << (expert ? "expert " : "") << "flat element " << offset << " lies in no parameter";
+  return **(it - 1);
 }
 
 void ParameterStore::ZeroGrads() {

@@ -13,6 +13,7 @@
 #include <deque>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -83,9 +84,10 @@ class ParameterStore {
   std::deque<Parameter>& all() { return parameters_; }
   const std::deque<Parameter>& all() const { return parameters_; }
   Parameter* Find(std::string_view name);
-  // The parameter whose slot in the flat buffers holds flat element `offset`
-  // (after Pack(); a checkpoint maps optimizer ranges to names with it).
-  const Parameter& AtFlatOffset(int64_t offset) const;
+  // The parameter whose slot in the flat buffers (the expert ones when
+  // `expert`) holds flat element `offset` (after Pack(); a checkpoint maps
+  // optimizer ranges to names with it).
+  const Parameter& AtFlatOffset(int64_t offset, bool expert = false) const;
   void ZeroGrads();
   int64_t NumElements() const;        // this rank's slices
   int64_t GlobalNumElements() const;  // the whole tensors of the parameters held here
@@ -94,6 +96,7 @@ class ParameterStore {
  private:
   uint64_t seed_;
   std::deque<Parameter> parameters_;
+  std::vector<const Parameter*> slots_[2];  // dense, expert: by ascending flat_offset (Pack())
   Tensor flat_values_, flat_grads_, flat_compute_;
   Tensor expert_flat_values_, expert_flat_grads_, expert_flat_compute_;
 };

@@ -76,7 +76,8 @@ absl::Status Export(const CheckpointReader& reader, const std::string& out, DTyp
   std::vector<Tensor> globals;
   std::vector<SafetensorsTensorRef> refs;
   for (const TensorRecord& tensor : reader.manifest().tensors()) {
-    if (tensor.kind() != TensorRecord::WEIGHT) continue;
+    // Weights and buffers (MoE correction biases) are the model; moments are not.
+    if (tensor.kind() != TensorRecord::WEIGHT && tensor.kind() != TensorRecord::BUFFER) continue;
     ASSIGN_OR_RETURN(Tensor global, reader.ReadGlobal(tensor));
     globals.push_back(global);
     refs.push_back({tensor.name(), global.shape(), globals.back().f32()});

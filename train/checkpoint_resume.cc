@@ -36,21 +36,16 @@ absl::StatusOr<const TensorRecord*> FindMatching(const CheckpointReader& reader,
   return tensor;
 }
 
-}  // namespace
-
-absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& store,
-                               const DistributedOptimizer& optimizer) {
-  for (Parameter& p : store.all()) {
-    ASSIGN_OR_RETURN(const TensorRecord* tensor, FindMatching(reader, p, TensorRecord::WEIGHT));
-    ASSIGN_OR_RETURN(Tensor slice, reader.ReadBox(*tensor, ShardBox(p.global_shape, p.shard)));
-    p.value.CopyFrom(slice.Reshape(p.value.shape()));
-  }
+// Loads the moments `optimizer` holds: its pieces are flat ranges of the
+// (dense or expert) flat buffer, named through the parameters.
+absl::Status RestoreMoments(const CheckpointReader& reader, const ParameterStore& store,
+                            const DistributedOptimizer& optimizer, bool expert) {
   // Moment views ascend, so one parameter's pieces come together: read its
   // slice of m and v once for all of them.
   const Parameter* cached = nullptr;
   Tensor exp_avg, exp_avg_sq;
   for (const DistributedOptimizer::MomentView& view : optimizer.moments()) {
-    const Parameter& p = store.AtFlatOffset(view.range.begin);
+    const Parameter& p = store.AtFlatOffset(view.range.begin, expert);
     if (&p != cached) {
       const std::vector<DimRange> box = ShardBox(p.global_shape, p.shard);
       ASSIGN_OR_RETURN(const TensorRecord* m, FindMatching(reader, p, TensorRecord::EXP_AVG));
@@ -68,9 +63,26 @@ absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& s
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& store,
+                               const DistributedOptimizer& optimizer,
+                               const DistributedOptimizer* experts) {
+  for (Parameter& p : store.all()) {
+    const TensorRecord::Kind kind = p.trainable ? TensorRecord::WEIGHT : TensorRecord::BUFFER;
+    ASSIGN_OR_RETURN(const TensorRecord* tensor, FindMatching(reader, p, kind));
+    ASSIGN_OR_RETURN(Tensor slice, reader.ReadBox(*tensor, ShardBox(p.global_shape, p.shard)));
+    p.value.CopyFrom(slice.Reshape(p.value.shape()));
+  }
+  RETURN_IF_ERROR(RestoreMoments(reader, store, optimizer, /*expert=*/false));
+  if (experts != nullptr) RETURN_IF_ERROR(RestoreMoments(reader, store, *experts, /*expert=*/true));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, ParameterStore& store,
                                              const DistributedOptimizer& optimizer,
-                                             Distributed& dist, std::ostream& progress) {
+                                             const DistributedOptimizer* experts, Distributed& dist,
+                                             std::ostream& progress) {
   const CheckpointConfig& checkpoint = config.checkpoint();
   if (checkpoint.dir().empty() || !checkpoint.resume()) return 0;
   const std::optional<CheckpointEntry> entry = NewestCompleteCheckpoint(checkpoint.dir(), progress);
@@ -85,11 +97,15 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
   }
   if (!entry) return 0;
 
-  // Each pipeline stage holds its own tensors: the model's count sums over the
-  // pipeline, a tied embedding's two stage copies counting once.
-  double stage_weights = 0;
-  for (const Parameter& p : store.all()) stage_weights += 1.0 / p.stage_copies;
-  const int64_t model_weights = std::llround(SumOverRanks(*dist.pp, stage_weights));
+  // Each pipeline stage holds its own tensors, and each expert-parallel rank
+  // its own routed experts: the model's count sums over both, a tied
+  // embedding's two stage copies counting once.
+  double stage_weights = 0, stage_experts = 0;
+  for (const Parameter& p : store.all()) {
+    (p.expert ? stage_experts : stage_weights) += 1.0 / p.stage_copies;
+  }
+  const int64_t model_weights =
+      std::llround(SumOverRanks(*dist.pp, stage_weights + SumOverRanks(*dist.ep, stage_experts)));
   absl::Status status = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(entry->path));
     const TrainingState& state = reader.manifest().state();
@@ -104,14 +120,16 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
                        ", the batch size that wrote it"));
     }
     int64_t weights = 0;
-    for (const TensorRecord& tensor : reader.manifest().tensors()) weights += tensor.kind() == TensorRecord::WEIGHT;
+    for (const TensorRecord& tensor : reader.manifest().tensors()) {
+      weights += tensor.kind() == TensorRecord::WEIGHT || tensor.kind() == TensorRecord::BUFFER;
+    }
     if (weights != model_weights) {
       return UserError(absl::StrCat("checkpoint manifest ", entry->path, "/", kManifestFileName, " holds ",
-                                    weights, " weight tensors but the model has ", model_weights,
-                                    ": it was written for another model"),
+                                    weights, " weight and buffer tensors but the model has ",
+                                    model_weights, ": it was written for another model"),
                        kSameModelHint);
     }
-    return RestoreCheckpoint(reader, store, optimizer);
+    return RestoreCheckpoint(reader, store, optimizer, experts);
   }();
   RETURN_IF_ERROR(AgreeOnStatus(*dist.world, std::move(status)));
   progress << "tetra: resumed from " << entry->path << " (step " << step << ")\n" << std::flush;

@@ -1,10 +1,11 @@
 // Resuming a run from a checkpoint, under the layout that wrote it or any
 // other with the same model: each rank reads the boxes of the global tensors
 // its own parameters are (weights by tensor-parallel slice and pipeline
-// stage) and the elements of the AdamW moments it updates (its ZeRO-1 pieces
-// or all of them), mapping flat ranges to global element indices through the
-// parameter names. The step then fixes the LR schedule and the data position
-// (samples and initialisation are pure functions of (seed, index)).
+// stage, routed experts by expert-parallel rank) and the elements of the
+// AdamW moments it updates (its ZeRO-1 pieces or all of them), mapping flat
+// ranges to global element indices through the parameter names. The step
+// then fixes the LR schedule and the data position (samples and
+// initialisation are pure functions of (seed, index)).
 #ifndef TETRA_TRAIN_CHECKPOINT_RESUME_H_
 #define TETRA_TRAIN_CHECKPOINT_RESUME_H_
 
@@ -21,11 +22,14 @@
 
 namespace tetra {
 
-// Loads this rank's weights and moments from `reader`. A tensor the model has
-// but the checkpoint lacks, or has with another global shape, is an error
-// naming both; on error the model may be partly loaded.
+// Loads this rank's weights, buffers (MoE correction biases) and the moments
+// of `optimizer` (dense weights) and `experts` (routed experts, null without
+// them) from `reader`. A tensor the model has but the checkpoint lacks, or
+// has with another global shape, is an error naming both; on error the model
+// may be partly loaded.
 absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& store,
-                               const DistributedOptimizer& optimizer);
+                               const DistributedOptimizer& optimizer,
+                               const DistributedOptimizer* experts);
 
 // With checkpoint.dir set and checkpoint.resume true, loads the newest
 // complete checkpoint under it (saying so on `progress`, and naming every
@@ -33,7 +37,8 @@ absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& s
 // none. Collective over dist.world: every rank gets the same result.
 absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, ParameterStore& store,
                                              const DistributedOptimizer& optimizer,
-                                             Distributed& dist, std::ostream& progress);
+                                             const DistributedOptimizer* experts, Distributed& dist,
+                                             std::ostream& progress);
 
 }  // namespace tetra
 

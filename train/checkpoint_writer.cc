@@ -41,32 +41,49 @@ struct RankShards {
   }
 };
 
-// The first tensor-parallel replica of a slice writes it; the others hold the same values.
+// The first tensor-parallel replica of a slice writes it; the others hold the
+// same values. A tied embedding's copy on the last pipeline stage equals the
+// first stage's: the first stage writes it.
 bool FirstReplica(const Parameter& p, const Distributed& dist) {
-  return dist.tp->rank() % p.shard.replicas == 0;
+  return dist.tp->rank() % p.shard.replicas == 0 && (p.stage_copies == 1 || dist.pp->rank() == 0);
 }
 
-RankShards CollectShards(const TrainerConfig& config, const ParameterStore& store,
-                         const DistributedOptimizer& optimizer, const Distributed& dist) {
-  RankShards shards;
-  const int rank = dist.world->rank();
-  const std::string file = RankFileName(rank);
-  const bool first_dp = dist.dp->rank() == 0;
-  for (const Parameter& p : store.all()) {
-    if (first_dp && FirstReplica(p, dist)) shards.Add(p, TensorRecord::WEIGHT, p.value, 0, file, rank);
-  }
-  // Under ZeRO-1 each dp rank holds different moments; under ZeRO-0 all hold all.
-  const bool zero1 = config.optimizer().zero_stage() == 1 && dist.dp->size() > 1;
-  if (!zero1 && !first_dp) return shards;
+// Adds the moments `optimizer` holds to `shards`: each piece is a flat range
+// of one parameter's slice, named through the (dense or expert) flat buffer.
+void AddMoments(const ParameterStore& store, const DistributedOptimizer& optimizer, bool expert,
+                const Distributed& dist, const std::string& file, int rank, RankShards& shards) {
   for (const DistributedOptimizer::MomentView& view : optimizer.moments()) {
     // Pieces never cross segments: the piece's first element names its parameter.
-    const Parameter& p = store.AtFlatOffset(view.range.begin);
+    const Parameter& p = store.AtFlatOffset(view.range.begin, expert);
     const int64_t local_begin = view.range.begin - p.flat_offset;
     TETRA_CHECK(local_begin + view.range.size() <= p.value.numel())
         << "moment range [" << view.range.begin << ", " << view.range.end << ") leaves " << p.name;
     if (!FirstReplica(p, dist)) continue;
     shards.Add(p, TensorRecord::EXP_AVG, view.exp_avg, local_begin, file, rank);
     shards.Add(p, TensorRecord::EXP_AVG_SQ, view.exp_avg_sq, local_begin, file, rank);
+  }
+}
+
+RankShards CollectShards(const TrainerConfig& config, const ParameterStore& store,
+                         const DistributedOptimizer& optimizer, const DistributedOptimizer* experts,
+                         const Distributed& dist) {
+  RankShards shards;
+  const int rank = dist.world->rank();
+  const std::string file = RankFileName(rank);
+  // Dense tensors: data-parallel rank 0 writes them. Routed experts: the
+  // ranks of the first expert-data-parallel replica, each its own experts.
+  const bool first_dp = dist.dp->rank() == 0, first_edp = dist.edp->rank() == 0;
+  for (const Parameter& p : store.all()) {
+    if (!(p.expert ? first_edp : first_dp) || !FirstReplica(p, dist)) continue;
+    shards.Add(p, p.trainable ? TensorRecord::WEIGHT : TensorRecord::BUFFER, p.value, 0, file, rank);
+  }
+  // Under ZeRO-1 each rank of the group holds different moments; under ZeRO-0 all hold all.
+  const bool zero1 = config.optimizer().zero_stage() == 1;
+  if ((zero1 && dist.dp->size() > 1) || first_dp) {
+    AddMoments(store, optimizer, /*expert=*/false, dist, file, rank, shards);
+  }
+  if (experts != nullptr && ((zero1 && dist.edp->size() > 1) || first_edp)) {
+    AddMoments(store, *experts, /*expert=*/true, dist, file, rank, shards);
   }
   return shards;
 }
@@ -132,7 +149,7 @@ CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step, cons
 absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t step,
                                            const ParameterStore& store,
                                            const DistributedOptimizer& optimizer,
-                                           Distributed& dist) {
+                                           const DistributedOptimizer* experts, Distributed& dist) {
   Communicator& world = *dist.world;
   const std::string& root = config.checkpoint().dir();
   const bool leader = world.rank() == 0;
@@ -141,7 +158,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t 
   RETURN_IF_ERROR(AgreeOnStatus(world, tmp_dir.status()));
 
   // Each rank's data file, on disk (fsynced) before rank 0 writes the manifest.
-  RankShards shards = CollectShards(config, store, optimizer, dist);
+  RankShards shards = CollectShards(config, store, optimizer, experts, dist);
   const std::string data_path = absl::StrCat(*tmp_dir, "/", RankFileName(world.rank()));
   RETURN_IF_ERROR(AgreeOnStatus(world, WriteFileDurably(data_path, shards.data.data(), shards.data.size())));
   shards.data = std::string();

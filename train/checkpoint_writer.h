@@ -1,10 +1,12 @@
 // Saving a checkpoint of a running job (layout in checkpoint_format.h). Every
 // rank writes one data file with the shards it alone holds: its tensor-
-// parallel slice of each weight (dp rank 0, first replica), and its AdamW
-// moments (its ZeRO-1 pieces, or under ZeRO-0 all of them from dp rank 0),
-// each with its place in the global tensor and a CRC-32C. Rank 0 gathers the
-// shard records, writes the manifest and then the completion marker, and
-// commits the directory by an atomic rename (checkpoint_directory.h).
+// parallel slice of each weight and buffer (dp rank 0, first replica; routed
+// experts from the first expert-data-parallel replica, each ep rank its own
+// experts), and its AdamW moments (its ZeRO-1 pieces, or under ZeRO-0 all of
+// them from the first replica), each with its place in the global tensor and
+// a CRC-32C. Rank 0 gathers the shard records, writes the manifest and then
+// the completion marker, and commits the directory by an atomic rename
+// (checkpoint_directory.h).
 #ifndef TETRA_TRAIN_CHECKPOINT_WRITER_H_
 #define TETRA_TRAIN_CHECKPOINT_WRITER_H_
 
@@ -28,12 +30,14 @@ inline bool CheckpointDue(const CheckpointConfig& checkpoint, int64_t step, int6
 
 // Saves the state after optimizer step `step` to
 // config.checkpoint.dir/step_<8 digits> and keeps the newest
-// checkpoint.keep. Collective over dist.world; returns the directory on
-// every rank, or the same failure on every rank.
+// checkpoint.keep: weights, buffers (MoE correction biases), and the moments
+// of `optimizer` (dense weights) and `experts` (routed experts' weights, null
+// without them). Collective over dist.world; returns the directory on every
+// rank, or the same failure on every rank.
 absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t step,
                                            const ParameterStore& store,
                                            const DistributedOptimizer& optimizer,
-                                           Distributed& dist);
+                                           const DistributedOptimizer* experts, Distributed& dist);
 
 }  // namespace tetra
 

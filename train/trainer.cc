@@ -171,6 +171,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   DistributedOptimizer optimizer(store.flat_values(), Segments(store),
                                  AdamWSettings::FromConfig(config.optimizer()), reducer, *dist.mp);
   std::unique_ptr<ExpertOptimizer> experts = ExpertOptimizer::Create(store, config, dist);
+  const DistributedOptimizer* expert_moments = experts ? &experts->optimizer() : nullptr;
   std::optional<TensorBoardWriter> tensorboard;
   if (dist.is_logging_rank() && !config.log().tensorboard_dir().empty()) {
     ASSIGN_OR_RETURN(tensorboard, TensorBoardWriter::Open(config.log().tensorboard_dir()));
@@ -199,7 +200,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       data.description, train.steps(), tokens_per_step)
            << std::flush;
 
-  ASSIGN_OR_RETURN(const int64_t resumed, ResumeFromCheckpoint(config, store, optimizer, dist, progress));
+  ASSIGN_OR_RETURN(const int64_t resumed,
+                   ResumeFromCheckpoint(config, store, optimizer, expert_moments, dist, progress));
   std::optional<MetricsLog> metrics;
   if (dist.is_logging_rank() && !config.log().metrics_path().empty()) {
     ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path(), resumed));
@@ -333,7 +335,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     result.steps.push_back(m);
     const bool stop = stop_request && stop_request->Agreed(*dist.world);
     if (stop || CheckpointDue(config.checkpoint(), step, train.steps())) {
-      ASSIGN_OR_RETURN(const std::string saved, SaveCheckpoint(config, step, store, optimizer, dist));
+      ASSIGN_OR_RETURN(const std::string saved,
+                       SaveCheckpoint(config, step, store, optimizer, expert_moments, dist));
       progress << "tetra: checkpoint saved to " << saved << "\n" << std::flush;
     }
     if (stop) {

@@ -56,5 +56,19 @@ TEST(ParameterStoreTest, AtFlatOffsetNamesTheParameterOfAFlatElement) {
   EXPECT_EQ(store.AtFlatOffset(22).name, "b");
 }
 
+TEST(ParameterStoreTest, AtFlatOffsetSearchesTheExpertBufferApart) {
+  ParameterStore store(3);
+  store.Add("dense_a", {5}, Init::kOnes);   // dense slot [0, 5)
+  store.Add("expert_a", {4}, Init::kOnes);  // expert slot [0, 4)
+  store.Add("dense_b", {3}, Init::kOnes);   // dense slot [16, 19)
+  store.Add("expert_b", {2}, Init::kOnes);  // expert slot [16, 18)
+  store.all()[1].expert = store.all()[3].expert = true;
+  store.Pack();
+  EXPECT_EQ(store.AtFlatOffset(4).name, "dense_a");
+  EXPECT_EQ(store.AtFlatOffset(17).name, "dense_b");
+  EXPECT_EQ(store.AtFlatOffset(3, /*expert=*/true).name, "expert_a");
+  EXPECT_EQ(store.AtFlatOffset(17, /*expert=*/true).name, "expert_b");
+}
+
 }  // namespace
 }  // namespace tetra

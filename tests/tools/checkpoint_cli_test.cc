@@ -243,7 +243,7 @@ TEST_F(CheckpointCliTest, AnotherModelShapeIsAnError) {
                                    "the model's is [64, 16]"));
   RunResult deeper = Run(TrainArgs(4, "b.jsonl", 0, " --set model.num_hidden_layers=1"));
   EXPECT_EQ(deeper.exit_code, 1);
-  EXPECT_THAT(deeper.err, HasSubstr("holds 21 weight tensors but the model has 12"));
+  EXPECT_THAT(deeper.err, HasSubstr("holds 21 weight and buffer tensors but the model has 12"));
   // Another batch size would put the data position elsewhere.
   RunResult batch = Run(TrainArgs(4, "b.jsonl", 0, " --set train.global_batch_size=8"));
   EXPECT_EQ(batch.exit_code, 1);
