@@ -85,24 +85,25 @@ int64_t Rows(const Tensor& t) { return t.numel() / t.dim(-1); }
 }  // namespace
 
 void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
-  TETRA_ON_DEVICE(x, Linear(x, w, y));
-  ExpectHost(x);
+  // Checked before dispatch: cuBLASLt reads and writes whatever sizes it is told.
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
   TETRA_CHECK(x.numel() == rows * in && y.numel() == rows * out)
       << "linear " << ShapeString(x.shape()) << " x " << ShapeString(w.shape()) << "^T -> "
       << ShapeString(y.shape());
+  TETRA_ON_DEVICE(x, Linear(x, w, y));
+  ExpectHost(x);
   cpu::LinearForward(x.f32(), w.f32(), rows, in, out, y.f32());
 }
 
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
                     const Tensor& dw, bool accumulate_dx) {
-  TETRA_ON_DEVICE(x, LinearBackward(dy, x, w, dx, dw, accumulate_dx));
-  ExpectHost(dy);
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
-  TETRA_CHECK(x.numel() == rows * in && dy.numel() == rows * out &&
+  TETRA_CHECK(x.numel() == rows * in && dy.numel() == rows * out && dw.numel() == w.numel() &&
               (!dx.defined() || dx.numel() == x.numel()))
       << "linear backward " << ShapeString(dy.shape()) << ", " << ShapeString(x.shape()) << ", "
       << ShapeString(w.shape());
+  TETRA_ON_DEVICE(x, LinearBackward(dy, x, w, dx, dw, accumulate_dx));
+  ExpectHost(dy);
   cpu::LinearBackward(dy.f32(), x.f32(), w.f32(), rows, in, out,
                       dx.defined() ? dx.f32() : nullptr, dw.f32(), accumulate_dx);
 }

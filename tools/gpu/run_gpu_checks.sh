@@ -17,7 +17,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:-$root/build}
 out=${OUT:-$PWD/gpu-checks}
 steps=${BENCH_STEPS:-10}
-mkdir -p "$out"
+mkdir -p "$out" && out=$(cd "$out" && pwd)  # absolute: the benchmark runs from $root
 if [[ -f $dir/bundle.tar.gz ]]; then
   tar -xzf "$dir/bundle.tar.gz" -C "$dir"
   export LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}"
@@ -28,6 +28,22 @@ fi
 for cuda_lib in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
   [[ -d $cuda_lib ]] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$cuda_lib"
 done
+# NCCL is no part of the CUDA toolkit (and the bundle leaves it out): where
+# the loader still misses a library, look in the nvidia-* Python wheels
+# (PyTorch's nvidia-nccl-cu13, nvidia-cublas, ...).
+missing=$(ldd "$bin/tetra" 2>/dev/null | awk '$3 == "not" {print $1}' | sort -u)
+if [[ -n $missing ]] && command -v python3 > /dev/null; then
+  wheel_dirs=$(python3 -c 'import glob, sys
+for p in sys.path: print("\n".join(glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null)
+  for lib in $missing; do
+    for wheel_dir in $wheel_dirs; do
+      if [[ -e $wheel_dir/$lib ]]; then
+        export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$wheel_dir"
+        break
+      fi
+    done
+  done
+fi
 status=0
 
 echo "== device" | tee "$out/summary.txt"
@@ -38,13 +54,14 @@ if command -v nvidia-smi > /dev/null; then
 else
   echo "no nvidia-smi" | tee -a "$out/summary.txt"
 fi
+ldd "$bin/tetra" 2>&1 | awk '$3 == "not" {print "missing library: " $1}' | tee -a "$out/summary.txt"
 
 echo "== gpu tests" | tee -a "$out/summary.txt"
 # ctest where this build directory was configured (its test files hold
 # absolute paths), else the one-binary form of the same tests.
 if command -v ctest > /dev/null && [[ -f $dir/CTestTestfile.cmake ]] &&
    grep -q "$(cd "$dir" && pwd)" "$dir/CTestTestfile.cmake"; then
-  ctest --test-dir "$dir" -L gpu --output-on-failure --timeout 600 > "$out/gpu_tests.log" 2>&1 ||
+  ctest --test-dir "$dir" -L gpu --no-tests=error --output-on-failure --timeout 600 > "$out/gpu_tests.log" 2>&1 ||
     status=1
   tail -n 30 "$out/gpu_tests.log" | tee -a "$out/summary.txt"
 else
