@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -202,9 +203,48 @@ std::vector<NamedTensor> GatherExperts(const ParameterStore& store, const ModelC
   return experts;
 }
 
+void GatherStages(Communicator& pp, std::vector<NamedTensor>& globals) {
+  // Each stage describes its tensors as "name dim dim ...\n" lines, then
+  // sends that text (padded to whole int32 words) and the tensors' data.
+  if (pp.rank() > 0) {
+    std::string names;
+    for (const NamedTensor& t : globals) {
+      absl::StrAppend(&names, t.name);
+      for (int64_t d : t.value.shape()) absl::StrAppend(&names, " ", d);
+      names += "\n";
+    }
+    names.resize((names.size() + 3) / 4 * 4, '\n');
+    const int32_t words = static_cast<int32_t>(names.size() / 4);
+    pp.Send(&words, 1, DType::kI32, 0);
+    pp.Send(names.data(), words, DType::kI32, 0);
+    for (const NamedTensor& t : globals) pp.Send(t.value.raw(), t.value.numel(), DType::kF32, 0);
+    return;
+  }
+  std::set<std::string> have;
+  for (const NamedTensor& t : globals) have.insert(t.name);
+  for (int stage = 1; stage < pp.size(); ++stage) {
+    int32_t words = 0;
+    pp.Recv(&words, 1, DType::kI32, stage);
+    std::string names(words * 4, '\n');
+    pp.Recv(names.data(), words, DType::kI32, stage);
+    std::istringstream lines(names);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty()) continue;
+      std::istringstream fields(line);
+      std::string name;
+      Shape shape;
+      fields >> name;
+      for (int64_t d; fields >> d;) shape.push_back(d);
+      Tensor value = Tensor::Empty(shape);
+      pp.Recv(value.raw(), value.numel(), DType::kF32, stage);
+      if (have.insert(name).second) globals.push_back({name, value});
+    }
+  }
+}
+
 absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, const ModelConfig& model,
                            int64_t max_position_embeddings, DType dtype, Communicator& tp, bool write,
-                           Communicator* ep) {
+                           Communicator* ep, Communicator* pp) {
   // Every tensor-parallel (and expert-parallel) rank takes part in the gathers; one writes.
   const bool gather_experts = ep != nullptr && ep->size() > 1;
   std::vector<NamedTensor> globals;
@@ -214,6 +254,7 @@ absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, 
   if (gather_experts) {
     for (NamedTensor& expert : GatherExperts(store, model, tp, *ep)) globals.push_back(std::move(expert));
   }
+  if (pp != nullptr && pp->size() > 1 && tp.rank() == 0) GatherStages(*pp, globals);
   if (!write) return absl::OkStatus();
   std::error_code error;
   std::filesystem::create_directories(dir, error);

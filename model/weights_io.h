@@ -38,12 +38,21 @@ struct NamedTensor {
 std::vector<NamedTensor> GatherExperts(const ParameterStore& store, const ModelConfig& model,
                                        Communicator& tp, Communicator& ep);
 
+// Moves every pipeline stage's `globals` to pipeline rank 0, appended in stage
+// order; a name rank 0 already has (a tied embedding's last-stage copy) is
+// dropped. Collective over `pp`; the other ranks keep theirs unchanged.
+void GatherStages(Communicator& pp, std::vector<NamedTensor>& globals);
+
 // Writes DIR/model.safetensors (`dtype` kF32 or kBF16, global tensors) and
-// DIR/config.json. Collective over `tp` and, for an expert-parallel model,
-// `ep` (null: this rank holds every expert); only the rank with `write` writes.
+// DIR/config.json. Collective over `tp`; for an expert-parallel model over
+// `ep` (null: this rank holds every expert); under pipeline parallelism over
+// `pp`, whose tensor-parallel rank 0s send their stage to the writer (null:
+// this rank holds every layer). Only the rank with `write` writes, which must
+// be tensor- and pipeline-parallel rank 0.
 absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
                            const ModelConfig& model, int64_t max_position_embeddings, DType dtype,
-                           Communicator& tp, bool write, Communicator* ep = nullptr);
+                           Communicator& tp, bool write, Communicator* ep = nullptr,
+                           Communicator* pp = nullptr);
 
 // The Hugging Face config.json text for `model`.
 std::string HuggingFaceConfigJson(const ModelConfig& model, int64_t max_position_embeddings,

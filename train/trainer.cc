@@ -346,10 +346,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     }
   }
   if (!result.steps.empty()) progress << RunSummary(result.steps, run_timer.Seconds()) << "\n";
-  // The ranks of the first expert-parallel group (data-parallel rank 0 when ep is 1) take part.
+  // The ranks of the first expert-parallel group (data-parallel rank 0 when ep
+  // is 1) of every pipeline stage take part.
   if (!config.export_path().empty() && dist.coords.edp == 0) {
     RETURN_IF_ERROR(ExportWeights(config.export_path(), store, config.model(), seq, DType::kF32,
-                                  *dist.tp, dist.is_logging_rank(), dist.ep.get()));
+                                  *dist.tp, dist.is_logging_rank(), dist.ep.get(), dist.pp.get()));
     progress << "tetra: weights exported to " << config.export_path() << "\n";
   }
   return result;

@@ -6,7 +6,8 @@ same seed and synthetic data on one rank and under `mpirun` for each layout,
 ZeRO-1 and sequence parallelism off and on, and checks (DESIGN.md principle 2):
   - step-1 loss and gradient norm within 1e-5 relative of the single rank,
   - the loss at every one of 20 steps within 1e-4 relative,
-  - weights exported after 5 steps under (tp 2, dp 2) equal the single-rank
+  - weights exported after 5 steps under (tp 2, dp 2), under (tp 2, pp 2)
+    and, with tied embeddings, under pp 2 interleaved equal the single-rank
     export to 1e-5,
   - ZeRO-1 with dp 4 holds a quarter (within padding) of the optimizer state,
   - num_key_value_heads 2 with tp 4 (replicated KV heads) matches too,
@@ -147,13 +148,20 @@ with tempfile.TemporaryDirectory() as tmp:
     # a fraction of lr (measured: 1.7e-5 at lr 3e-3, 1.7e-6 at lr 3e-4,
     # linear in lr). lr 3e-4 keeps that below the 1e-5 bound; a gather or
     # slicing bug would be off by a whole weight (~0.02).
-    ref_dir, par_dir = fresh("export_ref"), fresh("export_par")
-    run(ref_dir, 1, 5, ["optimizer.lr=3e-4", f"export_path={ref_dir}/weights"])
-    run(par_dir, 4, 5, ["optimizer.lr=3e-4", "parallel.tensor=2", f"export_path={par_dir}/weights"])
-    a = read_safetensors(f"{ref_dir}/weights/model.safetensors")
-    b = read_safetensors(f"{par_dir}/weights/model.safetensors")
-    worst = max(float(np.max(np.abs(a[k] - b[k]))) for k in a) if a.keys() == b.keys() else float("inf")
-    check(worst <= EXPORT_ATOL, f"export after 5 steps under (2, 2): max abs difference {worst:.2e}")
+    def check_export(name, ranks, sets, shape=()):
+        ref_dir, par_dir = fresh(f"export_ref_{name}"), fresh(f"export_{name}")
+        run(ref_dir, 1, 5, list(shape) + ["optimizer.lr=3e-4", f"export_path={ref_dir}/weights"])
+        run(par_dir, ranks, 5, list(shape) + sets + ["optimizer.lr=3e-4", f"export_path={par_dir}/weights"])
+        a = read_safetensors(f"{ref_dir}/weights/model.safetensors")
+        b = read_safetensors(f"{par_dir}/weights/model.safetensors")
+        worst = max(float(np.max(np.abs(a[k] - b[k]))) for k in a) if a.keys() == b.keys() else float("inf")
+        check(worst <= EXPORT_ATOL, f"export after 5 steps under {name}: max abs difference {worst:.2e}")
+
+    check_export("tp2_dp2", 4, ["parallel.tensor=2"])
+    four_layers = ["model.num_hidden_layers=4", "train.global_batch_size=16"]
+    check_export("tp2_pp2", 4, ["parallel.tensor=2", "parallel.pipeline=2"], four_layers)
+    check_export("pp2_v2_tied", 2, ["parallel.pipeline=2", "parallel.virtual_stages=2"],
+                 four_layers + ["model.tie_word_embeddings=true"])
 
 if failures:
     sys.exit(f"{len(failures)} layout checks failed")
