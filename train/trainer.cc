@@ -16,16 +16,15 @@
 #include "kernels/cpu/threads.h"
 #include "model/llama_model.h"
 #include "model/weights_io.h"
-#include "parallel/distributed_optimizer.h"
 #include "parallel/gradient_reducer.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_partition.h"
 #include "train/checkpoint_resume.h"
 #include "train/checkpoint_writer.h"
-#include "train/expert_optimizer.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
+#include "train/model_optimizer.h"
 #include "train/moe_step.h"
 #include "train/peak_flops.h"
 #include "train/step_timing.h"
@@ -129,19 +128,126 @@ absl::StatusOr<double> PlaceOnDevice(const TrainerConfig& config,
 #endif
 }
 
-}  // namespace
+// One optimizer step's work on this rank, beyond the loop's bookkeeping: the
+// forward and backward of its micro-batches (through the pipeline when there
+// is one) with the gradient reductions, and the weight update.
+class StepRunner {
+ public:
+  StepRunner(const TrainerConfig& config, Distributed& dist, TrainingData& data, LlamaModel& model,
+             ModelOptimizer& optimizer, PipelineExecutor* pipeline)
+      : config_(config), dist_(dist), data_(data), model_(model), optimizer_(optimizer),
+        pipeline_(pipeline), seq_(config.train().seq_length()), micro_(config.train().micro_batch_size()),
+        global_batch_(config.train().global_batch_size()), rank_batch_(global_batch_ / dist.dp->size()),
+        inputs_(micro_ * seq_), targets_(micro_ * seq_) {}
 
-// Segments of the flat buffers for the optimizer: a slice held by several
-// tensor-parallel ranks or pipeline stages counts once in the global gradient norm.
-std::vector<FlatSegment> Segments(const ParameterStore& store) {
-  std::vector<FlatSegment> segments;
-  for (const Parameter& p : store.all()) {
-    if (!p.trainable || p.expert) continue;  // buffers: untouched; experts: ExpertOptimizer
-    segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay,
-                        1.0 / (p.shard.replicas * p.stage_copies)});
+  int64_t tokens_per_step() const { return global_batch_ * seq_; }
+
+  // Accumulates the gradient of the step's mean token loss and reduces it
+  // over the data-parallel ranks; returns the mean loss.
+  absl::StatusOr<double> ComputeGradients(int step) {
+    model_.parameters().ZeroGrads();
+    StartMoeStep(model_.moe_layers());
+    const float grad_scale = 1.0f / static_cast<float>(tokens_per_step());
+    // Data-parallel rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the step.
+    const int64_t first_sample = (step - 1) * global_batch_ + dist_.dp->rank() * rank_batch_;
+    // Gradient buckets start reducing during the last micro-batch's backward,
+    // except those holding a tied embedding copy, which first sums with the
+    // other stage's copy once the pipeline has drained.
+    const Parameter* tied_copy = model_.tied_embedding_copy();
+    const LlamaModel::GradientReadyCallback on_ready = [&](int64_t ready) {
+      optimizer_.reducer().ReadyFrom(
+          tied_copy ? std::max(ready, tied_copy->flat_offset + tied_copy->grad.numel()) : ready);
+    };
+    double loss_sum = 0;
+    if (pipeline_) {
+      absl::Status load_status;
+      loss_sum = pipeline_->Step(
+          [&](int m, int32_t* in, int32_t* out) {
+            if (load_status.ok()) load_status = data_.loader.Load(first_sample + m * micro_, micro_, in, out);
+          },
+          grad_scale, on_ready);
+      RETURN_IF_ERROR(load_status);
+      if (tied_copy) {
+        dist_.embd->AllReduce(tied_copy->grad.raw(), tied_copy->grad.raw(), tied_copy->grad.numel(),
+                              DType::kF32, ReduceOp::kSum);
+      }
+    } else {
+      for (int64_t first = 0; first < rank_batch_; first += micro_) {
+        RETURN_IF_ERROR(data_.loader.Load(first_sample + first, micro_, inputs_.data(), targets_.data()));
+        const bool last = first + micro_ == rank_batch_;
+        {
+          const ScopedSpan span(SpanKind::kForward, nullptr, first / micro_);
+          loss_sum += model_.Forward(0, inputs_.data(), targets_.data(), micro_, seq_, grad_scale);
+        }
+        const ScopedSpan span(SpanKind::kBackward, nullptr, first / micro_);
+        model_.Backward(0, last ? on_ready : nullptr);
+      }
+    }
+    optimizer_.FinishReductions();
+    // Only the last pipeline stage has a loss; the others contribute 0.
+    return SumOverRanks(*dist_.pp, SumOverRanks(*dist_.dp, loss_sum)) / tokens_per_step();
   }
-  return segments;
-}
+
+  // Fills m.grad_norm and m.lr and updates the weights (and the MoE biases,
+  // with m's MoE fields); a non-finite loss or norm updates nothing.
+  absl::Status UpdateWeights(int step, StepMetrics& m) {
+    m.grad_norm = optimizer_.GradNorm();
+    if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
+      return UserError(
+          absl::StrFormat("training diverged at step %d: loss %g, gradient norm %g (weights were "
+                          "not updated)", step, m.loss, m.grad_norm),
+          absl::StrFormat("lower optimizer.lr (now %g), add optimizer.warmup_steps, or keep "
+                          "optimizer.clip_grad > 0", config_.optimizer().lr()),
+          absl::StatusCode::kInternal);
+    }
+    m.lr = LearningRate(config_.optimizer(), step, config_.train().steps());
+    optimizer_.ClipAndStep(m.grad_norm, m.lr, step);
+    model_.parameters().RefreshCompute();
+#if TETRA_HAVE_CUDA
+    if (config_.train().device() == Device::CUDA) cuda::Synchronize();  // the step's kernels count in its time
+#endif
+    if (config_.model().moe().n_routed_experts() > 0) {  // every stage joins, MoE layers or not
+      const MoeStepStats moe = FinishMoeStep(model_.moe_layers(), config_.model().moe().bias_update_speed(),
+                                             global_batch_, *dist_.dp, *dist_.pp);
+      m.aux_loss = moe.aux_loss;
+      m.moe_load_imbalance = moe.load_imbalance;
+      m.dropped_tokens = moe.dropped_tokens;
+      if (dist_.world->size() > 1) m.all_to_all_bytes = moe.all_to_all_bytes;
+    }
+    return absl::OkStatus();
+  }
+
+  // The memory and pipeline figures of the step just run (collective over the world).
+  void AddMemoryAndBubble(StepMetrics& m) {
+    if (dist_.world->size() > 1) {
+      m.param_bytes = MaxOverRanks(*dist_.world, optimizer_.param_bytes());
+      m.grad_bytes = MaxOverRanks(*dist_.world, optimizer_.grad_bytes());
+      m.optimizer_bytes = MaxOverRanks(*dist_.world, optimizer_.optimizer_bytes());
+    }
+    if (pipeline_) {
+      // Mean over ranks of the time each waited on its pipeline neighbours.
+      m.bubble_fraction = SumOverRanks(*dist_.world, pipeline_->wait_seconds() / pipeline_->step_seconds()) /
+                          dist_.world->size();
+    }
+  }
+
+  absl::StatusOr<double> Evaluate(SampleLoader& validation) {
+    return tetra::Evaluate(model_, validation, config_.log().eval_batches(), global_batch_, micro_, seq_,
+                           inputs_, targets_);
+  }
+
+ private:
+  const TrainerConfig& config_;
+  Distributed& dist_;
+  TrainingData& data_;
+  LlamaModel& model_;
+  ModelOptimizer& optimizer_;
+  PipelineExecutor* pipeline_;  // null without pipeline parallelism
+  const int64_t seq_, micro_, global_batch_, rank_batch_;
+  std::vector<int32_t> inputs_, targets_;
+};
+
+}  // namespace
 
 absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist,
                                   std::ostream& progress_stream) {
@@ -154,9 +260,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   std::ostream& progress = dist.is_logging_rank() ? progress_stream : null_stream;
   ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(config));
 
-  const int dp = dist.dp->size(), dp_rank = dist.dp->rank();
-  const bool zero1 = config.optimizer().zero_stage() == 1;
-  const int pp = dist.pp->size();
+  const int dp = dist.dp->size(), pp = dist.pp->size();
   ASSIGN_OR_RETURN(StagePartition partition, PartitionStages(config));
   std::vector<PipelineStage> chunks;
   for (int c = 0; c < partition.virtual_stages; ++c) chunks.push_back(partition.Stage(dist.pp->rank(), c));
@@ -166,27 +270,14 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
                     /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, dist.edp->size())});
   ParameterStore& store = model.parameters();
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), store));
-  GradientReducer reducer(store.flat_grads(), *dist.dp, config.parallel().dp_bucket_mb(), zero1);
-  // The gradient norm sums over the ranks of one model replica (tensor x pipeline).
-  DistributedOptimizer optimizer(store.flat_values(), Segments(store),
-                                 AdamWSettings::FromConfig(config.optimizer()), reducer, *dist.mp);
-  std::unique_ptr<ExpertOptimizer> experts = ExpertOptimizer::Create(store, config, dist);
-  const DistributedOptimizer* expert_moments = experts ? &experts->optimizer() : nullptr;
-  std::optional<TensorBoardWriter> tensorboard;
-  if (dist.is_logging_rank() && !config.log().tensorboard_dir().empty()) {
-    ASSIGN_OR_RETURN(tensorboard, TensorBoardWriter::Open(config.log().tensorboard_dir()));
-  }
-
-  const int64_t seq = train.seq_length(), micro = train.micro_batch_size();
-  const int64_t global_batch = train.global_batch_size(), rank_batch = global_batch / dp;
-  const int64_t tokens_per_step = global_batch * seq;
-  const double flops_per_step = TrainingFlopsPerToken(config.model(), seq) * tokens_per_step;
-  std::vector<int32_t> inputs(micro * seq), targets(micro * seq);
+  ModelOptimizer optimizer(store, config, dist);
   std::optional<PipelineExecutor> pipeline;
   if (pp > 1) {
     ASSIGN_OR_RETURN(std::vector<Action> actions, MakeSchedule(config, dp, dist.pp->rank()));
-    pipeline.emplace(model, *dist.pp, std::move(actions), micro, seq);
+    pipeline.emplace(model, *dist.pp, std::move(actions), train.micro_batch_size(), train.seq_length());
   }
+  StepRunner runner(config, dist, data, model, optimizer, pipeline ? &*pipeline : nullptr);
+  const double flops_per_step = TrainingFlopsPerToken(config.model(), train.seq_length()) * runner.tokens_per_step();
   // Each stage holds its own layers: the parameter count sums over the pipeline.
   // Each expert-parallel rank holds 1 / ep of the routed experts.
   const double num_parameters = SumOverRanks(
@@ -195,108 +286,47 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   progress << absl::StrFormat(
       "tetra: %d-layer model, %.0f parameters | %d ranks (tensor %d x pipeline %d x data %d%s), %d threads each | "
       "data: %s | %d steps of %d tokens\n",
-      config.model().num_hidden_layers(), num_parameters,
-      dist.world->size(), dist.tp->size(), pp, dp, zero1 ? ", ZeRO-1" : "", cpu::CpuThreads(),
-      data.description, train.steps(), tokens_per_step)
+      config.model().num_hidden_layers(), num_parameters, dist.world->size(), dist.tp->size(), pp, dp,
+      config.optimizer().zero_stage() == 1 ? ", ZeRO-1" : "", cpu::CpuThreads(), data.description,
+      train.steps(), runner.tokens_per_step())
            << std::flush;
 
-  ASSIGN_OR_RETURN(const int64_t resumed,
-                   ResumeFromCheckpoint(config, store, optimizer, expert_moments, dist, progress));
+  ASSIGN_OR_RETURN(const int64_t resumed, ResumeFromCheckpoint(config, store, optimizer.dense(),
+                                                               optimizer.experts(), dist, progress));
   std::optional<MetricsLog> metrics;
   if (dist.is_logging_rank() && !config.log().metrics_path().empty()) {
     ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path(), resumed));
   }
-  std::optional<StopRequest> stop_request;  // with somewhere to save, a signal stops cleanly
-  if (!config.checkpoint().dir().empty()) stop_request.emplace();
-  TrainResult result;
-  Timer run_timer;
+  std::optional<TensorBoardWriter> tensorboard;
+  if (dist.is_logging_rank() && !config.log().tensorboard_dir().empty()) {
+    ASSIGN_OR_RETURN(tensorboard, TensorBoardWriter::Open(config.log().tensorboard_dir()));
+  }
   std::optional<TraceWriter> trace;
   if (!config.log().trace_path().empty()) {
     ASSIGN_OR_RETURN(StepRange trace_steps, ParseTraceSteps(config.log().trace_steps(), train.steps()));
     trace.emplace(config.log().trace_path(), trace_steps);
   }
+  std::optional<StopRequest> stop_request;  // with somewhere to save, a signal stops cleanly
+  if (!config.checkpoint().dir().empty()) stop_request.emplace();
+
+  TrainResult result;
+  Timer run_timer;
   dist.world->Barrier();  // ranks' trace clocks start together
   Profiler::Get().ResetOrigin();
   for (int step = resumed + 1; step <= train.steps(); ++step) {
     Profiler::Get().BeginStep(/*record=*/trace && trace->Records(step));
     std::optional<ScopedSpan> step_span(std::in_place, SpanKind::kStep, nullptr, step);
     Timer step_timer;
-    store.ZeroGrads();
-    StartMoeStep(model.moe_layers());
-    double loss_sum = 0;
-    const float grad_scale = 1.0f / static_cast<float>(tokens_per_step);
-    // Data-parallel rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the step.
-    const int64_t first_sample = (step - 1) * global_batch + dp_rank * rank_batch;
-    // Gradient buckets start reducing during the last micro-batch's backward,
-    // except those holding a tied embedding copy, which first sums with the
-    // other stage's copy once the pipeline has drained.
-    const Parameter* tied_copy = model.tied_embedding_copy();
-    const LlamaModel::GradientReadyCallback on_ready = [&](int64_t ready) {
-      reducer.ReadyFrom(tied_copy ? std::max(ready, tied_copy->flat_offset + tied_copy->grad.numel()) : ready);
-    };
-    if (pipeline) {
-      absl::Status load_status;
-      loss_sum = pipeline->Step(
-          [&](int m, int32_t* in, int32_t* out) {
-            if (load_status.ok()) load_status = data.loader.Load(first_sample + m * micro, micro, in, out);
-          },
-          grad_scale, on_ready);
-      RETURN_IF_ERROR(load_status);
-      if (tied_copy) {
-        dist.embd->AllReduce(tied_copy->grad.raw(), tied_copy->grad.raw(), tied_copy->grad.numel(),
-                             DType::kF32, ReduceOp::kSum);
-      }
-    } else {
-      for (int64_t first = 0; first < rank_batch; first += micro) {
-        RETURN_IF_ERROR(data.loader.Load(first_sample + first, micro, inputs.data(), targets.data()));
-        const bool last = first + micro == rank_batch;
-        {
-          const ScopedSpan span(SpanKind::kForward, nullptr, first / micro);
-          loss_sum += model.Forward(0, inputs.data(), targets.data(), micro, seq, grad_scale);
-        }
-        const ScopedSpan span(SpanKind::kBackward, nullptr, first / micro);
-        model.Backward(0, last ? on_ready : nullptr);
-      }
-    }
-    reducer.Finish();
-    if (experts) experts->Finish();
-    std::optional<ScopedSpan> optimizer_span(std::in_place, SpanKind::kOptimizer);
     StepMetrics m;
     m.step = step;
-    // Only the last pipeline stage has a loss; the others contribute 0.
-    m.loss = SumOverRanks(*dist.pp, SumOverRanks(*dist.dp, loss_sum)) / tokens_per_step;
-    m.grad_norm = experts ? std::sqrt(SumOverRanks(*dist.mp, optimizer.LocalGradSquaredSum() +
-                                                             experts->LocalGradSquaredSum()))
-                          : optimizer.GradNorm();
-    if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
-      return UserError(
-          absl::StrFormat("training diverged at step %d: loss %g, gradient norm %g (weights were "
-                          "not updated)", step, m.loss, m.grad_norm),
-          absl::StrFormat("lower optimizer.lr (now %g), add optimizer.warmup_steps, or keep "
-                          "optimizer.clip_grad > 0", config.optimizer().lr()),
-          absl::StatusCode::kInternal);
+    ASSIGN_OR_RETURN(m.loss, runner.ComputeGradients(step));
+    {
+      const ScopedSpan optimizer_span(SpanKind::kOptimizer);
+      RETURN_IF_ERROR(runner.UpdateWeights(step, m));
     }
-    optimizer.Clip(m.grad_norm);
-    if (experts) experts->Clip(m.grad_norm);
-    m.lr = LearningRate(config.optimizer(), step, train.steps());
-    optimizer.Step(m.lr, step);
-    if (experts) experts->Step(m.lr, step);
-    store.RefreshCompute();
-#if TETRA_HAVE_CUDA
-    if (placement) cuda::Synchronize();  // the step's kernels count in its time
-#endif
-    optimizer_span.reset();
-    if (config.model().moe().n_routed_experts() > 0) {  // every stage joins, MoE layers or not
-      const MoeStepStats moe = FinishMoeStep(model.moe_layers(), config.model().moe().bias_update_speed(),
-                                             global_batch, *dist.dp, *dist.pp);
-      m.aux_loss = moe.aux_loss;
-      m.moe_load_imbalance = moe.load_imbalance;
-      m.dropped_tokens = moe.dropped_tokens;
-      if (dist.world->size() > 1) m.all_to_all_bytes = moe.all_to_all_bytes;
-    }
-
     m.step_time_s = step_timer.Seconds();
     step_span.reset();
+
     if (trace) RETURN_IF_ERROR(trace->EndStep(step, *dist.world, dist.coords));
     AddStepTiming(*dist.world, {dist.world->size(), dist.tp->size(), pp}, StepTiming::FromProfiler(), m);
     if (step == resumed + 1) {  // a report reads the run's layout from its first line
@@ -304,27 +334,14 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
                         config.parallel().expert(), train.global_batch_size(), train.micro_batch_size(),
                         train.seq_length(),         config.optimizer().zero_stage()};
     }
-    m.tokens_per_s = tokens_per_step / m.step_time_s;
+    m.tokens_per_s = runner.tokens_per_step() / m.step_time_s;
     m.tflops = flops_per_step / dist.world->size() / m.step_time_s / 1e12;
     if (peak_tflops > 0) m.mfu = m.tflops / peak_tflops;
     m.loss_floor = data.loss_floor;
-    if (dist.world->size() > 1) {
-      // The dense and the expert buffers (the latter sharded over edp under ZeRO-1).
-      const DistributedOptimizer* expert_part = experts ? &experts->optimizer() : nullptr;
-      m.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes() + (expert_part ? expert_part->param_bytes() : 0));
-      m.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes() + (expert_part ? expert_part->grad_bytes() : 0));
-      m.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes() +
-                                                        (expert_part ? expert_part->optimizer_bytes() : 0));
-    }
-    if (pipeline) {
-      // Mean over ranks of the time each waited on its pipeline neighbours.
-      m.bubble_fraction = SumOverRanks(*dist.world, pipeline->wait_seconds() / pipeline->step_seconds()) /
-                          dist.world->size();
-    }
+    runner.AddMemoryAndBubble(m);
     const int eval_interval = config.log().eval_interval();
     if (data.validation && ((eval_interval > 0 && step % eval_interval == 0) || step == train.steps())) {
-      ASSIGN_OR_RETURN(m.val_loss, Evaluate(model, *data.validation, config.log().eval_batches(),
-                                            global_batch, micro, seq, inputs, targets));
+      ASSIGN_OR_RETURN(m.val_loss, runner.Evaluate(*data.validation));
     }
     if (metrics) RETURN_IF_ERROR(metrics->Append(m));
     if (tensorboard) RETURN_IF_ERROR(tensorboard->Write(m));
@@ -333,10 +350,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       progress << ProgressLine(m, train.steps(), eta) << "\n" << std::flush;
     }
     result.steps.push_back(m);
+
     const bool stop = stop_request && stop_request->Agreed(*dist.world);
     if (stop || CheckpointDue(config.checkpoint(), step, train.steps())) {
       ASSIGN_OR_RETURN(const std::string saved,
-                       SaveCheckpoint(config, step, store, optimizer, expert_moments, dist));
+                       SaveCheckpoint(config, step, store, optimizer.dense(), optimizer.experts(), dist));
       progress << "tetra: checkpoint saved to " << saved << "\n" << std::flush;
     }
     if (stop) {
@@ -349,8 +367,9 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   // The ranks of the first expert-parallel group (data-parallel rank 0 when ep
   // is 1) of every pipeline stage take part.
   if (!config.export_path().empty() && dist.coords.edp == 0) {
-    RETURN_IF_ERROR(ExportWeights(config.export_path(), store, config.model(), seq, DType::kF32,
-                                  *dist.tp, dist.is_logging_rank(), dist.ep.get(), dist.pp.get()));
+    RETURN_IF_ERROR(ExportWeights(config.export_path(), store, config.model(), train.seq_length(),
+                                  DType::kF32, *dist.tp, dist.is_logging_rank(), dist.ep.get(),
+                                  dist.pp.get()));
     progress << "tetra: weights exported to " << config.export_path() << "\n";
   }
   return result;
