@@ -32,15 +32,15 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
+from tetra_runs import ENV, read_safetensors, run_tetra  # noqa: E402
+
 TETRA = sys.argv[1]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMP_NUM_THREADS="1")
 MODEL = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layers=2",
          "model.num_attention_heads=4", "model.num_key_value_heads=2",
          "model.intermediate_size=64", "train.global_batch_size=8", "train.micro_batch_size=2",
@@ -80,11 +80,8 @@ LAYOUTS = {
 failures = []
 
 
-def run(cmd):
-    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
-    return done.stdout
+def run(cmd, ranks=1):
+    return run_tetra(cmd, ranks).stdout
 
 
 def train(work, layout, ckpt, name, extra=()):
@@ -93,9 +90,7 @@ def train(work, layout, ckpt, name, extra=()):
     for s in sets + list(extra) + [f"log.metrics_path={work}/{name}.jsonl",
                                           f"checkpoint.dir={ckpt}"]:
         cmd += ["--set", s]
-    if ranks > 1:
-        cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
-    run(cmd)
+    run(cmd, ranks)
     return {m["step"]: m["loss"] for m in map(json.loads, open(f"{work}/{name}.jsonl"))}
 
 
@@ -139,20 +134,9 @@ def check_same_text(work, name, full, resumed):
                         + ", ".join(f"{a.get(s)} vs {b[s]}" for s in differ[:3]))
 
 
-def safetensors(path):
-    """Name -> (dtype, shape, raw bytes) of a safetensors file."""
-    data = open(path, "rb").read()
-    size = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + size])
-    header.pop("__metadata__", None)
-    body = data[8 + size:]
-    return {name: (t["dtype"], t["shape"], body[t["data_offsets"][0]:t["data_offsets"][1]])
-            for name, t in header.items()}
-
-
 def check_same_tensors(name, exported, reference):
     """Two safetensors files hold the same tensors, bit for bit."""
-    a, b = safetensors(exported), safetensors(reference)
+    a, b = read_safetensors(exported), read_safetensors(reference)
     differ = sorted(n for n in a.keys() | b.keys() if a.get(n) != b.get(n))
     biases = sorted(n for n in a if n.endswith("e_score_correction_bias"))
     moved = sum(any(a[n][2]) for n in biases)  # biases with a nonzero byte: balancing moved them

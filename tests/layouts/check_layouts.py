@@ -18,18 +18,14 @@ ZeRO-1 and sequence parallelism off and on, and checks (DESIGN.md principle 2):
     gradient norm within 1e-5 relative, and every one of 20 steps within 1e-4.
 usage: check_layouts.py TETRA_BINARY
 """
-import json
 import os
-import struct
-import subprocess
 import sys
 import tempfile
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
+from tetra_runs import Checker, max_abs_difference, read_safetensors, rel, train  # noqa: E402
 
 TETRA = sys.argv[1]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMP_NUM_THREADS="1")
 MODEL = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layers=2",
          "model.num_attention_heads=4", "model.num_key_value_heads=2",
          "model.intermediate_size=64", "train.global_batch_size=8", "train.micro_batch_size=2",
@@ -42,33 +38,10 @@ STEP1_RTOL, CURVE_RTOL, EXPORT_ATOL = 1e-5, 1e-4, 1e-5
 
 
 def run(out, ranks, steps, sets):
-    cmd = [TETRA, "train", "--config", "/dev/null"]
-    for s in MODEL + [f"train.steps={steps}", f"log.metrics_path={out}/metrics.jsonl"] + sets:
-        cmd += ["--set", s]
-    if ranks > 1:
-        cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
-    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
-    return [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+    return train(TETRA, out, ranks, MODEL + [f"train.steps={steps}"] + sets)
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    tensors = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = e["data_offsets"]
-        tensors[name] = np.frombuffer(data[begin:end], dtype=np.float32).reshape(e["shape"])
-    return tensors
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
+check = Checker()
 
 
 def check_matches(name, got, ref):
@@ -80,15 +53,6 @@ def check_matches(name, got, ref):
     worst = max(rel(g["loss"], r["loss"]) for g, r in zip(got, ref))
     check(len(got) == 20 and worst <= CURVE_RTOL,
           f"{name}: 20-step loss curve, worst relative difference {worst:.2e}")
-
-
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -152,9 +116,8 @@ with tempfile.TemporaryDirectory() as tmp:
         ref_dir, par_dir = fresh(f"export_ref_{name}"), fresh(f"export_{name}")
         run(ref_dir, 1, 5, list(shape) + ["optimizer.lr=3e-4", f"export_path={ref_dir}/weights"])
         run(par_dir, ranks, 5, list(shape) + sets + ["optimizer.lr=3e-4", f"export_path={par_dir}/weights"])
-        a = read_safetensors(f"{ref_dir}/weights/model.safetensors")
-        b = read_safetensors(f"{par_dir}/weights/model.safetensors")
-        worst = max(float(np.max(np.abs(a[k] - b[k]))) for k in a) if a.keys() == b.keys() else float("inf")
+        worst = max_abs_difference(read_safetensors(f"{ref_dir}/weights/model.safetensors"),
+                                   read_safetensors(f"{par_dir}/weights/model.safetensors"))
         check(worst <= EXPORT_ATOL, f"export after 5 steps under {name}: max abs difference {worst:.2e}")
 
     check_export("tp2_dp2", 4, ["parallel.tensor=2"])
@@ -163,6 +126,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check_export("pp2_v2_tied", 2, ["parallel.pipeline=2", "parallel.virtual_stages=2"],
                  four_layers + ["model.tie_word_embeddings=true"])
 
-if failures:
-    sys.exit(f"{len(failures)} layout checks failed")
-print("all layouts match the single-rank run")
+check.exit("all layouts match the single-rank run")

@@ -19,16 +19,14 @@ balance loss on) with the same seed and synthetic data on one rank and under
     ep 4 starts at the single-rank import's step-1 loss (1e-5 relative).
 usage: check_moe_layouts.py TETRA_BINARY
 """
-import json
 import os
-import struct
-import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
+from tetra_runs import Checker, max_abs_difference, read_safetensors, rel, train  # noqa: E402
+
 TETRA = sys.argv[1]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMP_NUM_THREADS="1")
 MODEL = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layers=2",
          "model.num_attention_heads=4", "model.num_key_value_heads=2",
          "model.intermediate_size=64", "model.moe.n_routed_experts=8",
@@ -50,38 +48,10 @@ STEP1_RTOL, CURVE_RTOL, EXPORT_ATOL = 1e-5, 1e-4, 1e-5
 
 
 def run(out, ranks, steps, sets):
-    cmd = [TETRA, "train", "--config", "/dev/null"]
-    for s in MODEL + [f"train.steps={steps}", f"log.metrics_path={out}/metrics.jsonl"] + sets:
-        cmd += ["--set", s]
-    if ranks > 1:
-        cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
-    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
-    return [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+    return train(TETRA, out, ranks, MODEL + [f"train.steps={steps}"] + sets)
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    return {name: (e["shape"], struct.unpack(f"<{(e['data_offsets'][1] - e['data_offsets'][0]) // 4}f",
-                                             data[e["data_offsets"][0]:e["data_offsets"][1]]))
-            for name, e in header.items() if name != "__metadata__"}
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
-
-
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
+check = Checker()
 
 
 def check_matches(name, got, ref):
@@ -132,16 +102,12 @@ with tempfile.TemporaryDirectory() as tmp:
         check(a.keys() == b.keys() and expert in b and
               "model.layers.1.mlp.gate.e_score_correction_bias" in b,
               f"{name} export names: {len(b)} tensors, the single rank's {len(a)}, {expert} among them")
-        worst = max((max(abs(x - y) for x, y in zip(a[k][1], b[k][1])) for k in a if k in b),
-                    default=float("inf"))
-        check(worst <= EXPORT_ATOL and all(a[k][0] == b[k][0] for k in a if k in b),
-              f"{name} export after 5 steps: max abs difference {worst:.2e}")
+        worst = max_abs_difference(a, b)
+        check(worst <= EXPORT_ATOL, f"{name} export after 5 steps: max abs difference {worst:.2e}")
     init = f"init_from={ref_dir}/weights/model.safetensors"
     imported_ref = run(fresh("import_ref"), 1, 2, [init])
     imported = run(fresh("import_ep4"), 4, 2, [init, "parallel.expert=4"])
     check(rel(imported[0]["loss"], imported_ref[0]["loss"]) <= STEP1_RTOL,
           f"ep 4 import: step-1 loss {imported[0]['loss']:.9f} vs {imported_ref[0]['loss']:.9f}")
 
-if failures:
-    sys.exit(f"{len(failures)} MoE layout checks failed")
-print("all MoE layouts match the single-rank run")
+check.exit("all MoE layouts match the single-rank run")

@@ -1,0 +1,82 @@
+"""Helpers shared by the scripts that drive the `tetra` binary in tests:
+launching a training run (under mpirun for several ranks) and reading its
+metrics, reading safetensors exports, relative differences, and a checker
+that prints each result and remembers the failures.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+# mpirun as root, one OpenMP thread per rank (several ranks share the cores).
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMP_NUM_THREADS="1")
+
+
+def run_tetra(cmd, ranks=1):
+    """Runs `tetra` with arguments `cmd` (a list starting with the binary) on
+    `ranks` ranks; exits the test with the output when it fails."""
+    if ranks > 1:
+        cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
+    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def train(tetra, out, ranks, sets):
+    """`tetra train` with every `--set` in `sets`, metrics to out/metrics.jsonl;
+    returns the metrics, one dict per step."""
+    cmd = [tetra, "train", "--config", "/dev/null"]
+    for s in sets + [f"log.metrics_path={out}/metrics.jsonl"]:
+        cmd += ["--set", s]
+    run_tetra(cmd, ranks)
+    return [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+
+
+def read_safetensors(path):
+    """Name -> (dtype, shape, raw bytes) of a safetensors file."""
+    data = open(path, "rb").read()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    header.pop("__metadata__", None)
+    body = data[8 + size:]
+    return {name: (t["dtype"], t["shape"], body[t["data_offsets"][0]:t["data_offsets"][1]])
+            for name, t in header.items()}
+
+
+def f32_values(tensor):
+    """The values of an F32 tensor from read_safetensors."""
+    dtype, _, raw = tensor
+    assert dtype == "F32", dtype
+    return struct.unpack(f"<{len(raw) // 4}f", raw)
+
+
+def max_abs_difference(a, b):
+    """Largest element difference of two exports with the same names and
+    shapes (infinity otherwise)."""
+    if a.keys() != b.keys() or any(a[k][1] != b[k][1] for k in a):
+        return float("inf")
+    return max(max(abs(x - y) for x, y in zip(f32_values(a[k]), f32_values(b[k]))) for k in a)
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+class Checker:
+    """Prints "ok"/"FAIL" per check; exit() fails the test if any failed."""
+
+    def __init__(self):
+        self.failures = []
+
+    def __call__(self, ok, what):
+        print(("ok   " if ok else "FAIL ") + what)
+        if not ok:
+            self.failures.append(what)
+
+    def exit(self, success_line):
+        if self.failures:
+            sys.exit(f"{len(self.failures)} checks failed:\n  " + "\n  ".join(self.failures))
+        print(success_line)
