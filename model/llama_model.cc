@@ -121,6 +121,13 @@ Tensor LlamaModel::ForwardStage(int slot, int chunk, const int32_t* inputs,
                     loss_sum);
 }
 
+Tensor LlamaModel::EvaluateStage(int slot, int chunk, const int32_t* inputs,
+                                 const Tensor& hidden_in, const int32_t* targets, int64_t batch,
+                                 int64_t seq, double* loss_sum) {
+  return RunForward(slot, chunk, inputs, hidden_in, targets, batch, seq, 0.0f, /*with_grad=*/false,
+                    loss_sum);
+}
+
 double LlamaModel::ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,
                                int64_t seq) {
   TETRA_CHECK(is_whole_model()) << "ForwardLoss runs the whole model, not a pipeline stage";

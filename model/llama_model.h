@@ -81,6 +81,9 @@ class LlamaModel {
   Tensor ForwardStage(int slot, int chunk, const int32_t* inputs, const Tensor& hidden_in,
                       const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
                       double* loss_sum);
+  // ForwardStage without gradients (evaluation): the slot awaits no backward.
+  Tensor EvaluateStage(int slot, int chunk, const int32_t* inputs, const Tensor& hidden_in,
+                       const int32_t* targets, int64_t batch, int64_t seq, double* loss_sum);
   // The backward of `slot`'s ForwardStage on `chunk`: d_hidden_out (rows, C)
   // is the gradient of the chunk's output (ignored by the last stage, which
   // starts from its loss). Accumulates the parameter gradients and returns

@@ -132,4 +132,29 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
   return loss_sum;
 }
 
+double PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load, int micro_batches) {
+  const int stages = pipeline_.size(), rank = pipeline_.rank();
+  const int previous = (rank + stages - 1) % stages, next = (rank + 1) % stages;
+  std::vector<int32_t> inputs(batch_ * seq_), targets(batch_ * seq_);
+  Tensor hidden = HiddenBuffer();
+  double loss_sum = 0;
+  for (int m = 0; m < micro_batches; ++m) {
+    // Virtual stage c * stages + rank: its input comes from the previous
+    // rank (the last one for chunk c > 0 of rank 0), its output goes to the next.
+    for (int c = 0; c < model_.num_chunks(); ++c) {
+      const PipelineStage& stage = model_.chunk(c);
+      if (stage.has_embedding || stage.has_head) load(m, inputs.data(), targets.data());
+      if (!stage.has_embedding) pipeline_.Recv(hidden.raw(), hidden.numel(), DType::kF32, previous);
+      double loss = 0;
+      const Tensor out = model_.EvaluateStage(0, c, inputs.data(), hidden, targets.data(), batch_, seq_, &loss);
+      if (stage.has_head) {
+        loss_sum += loss;
+      } else {
+        pipeline_.Send(out.raw(), out.numel(), DType::kF32, next);
+      }
+    }
+  }
+  return loss_sum;
+}
+
 }  // namespace tetra

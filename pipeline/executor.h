@@ -42,6 +42,12 @@ class PipelineExecutor {
   double Step(const LoadMicroBatch& load, float grad_scale,
               const LlamaModel::GradientReadyCallback& on_ready = nullptr);
 
+  // Evaluation: the sum of the token cross-entropies of micro-batches
+  // 0 .. micro_batches - 1, forward only, each passed through every virtual
+  // stage in model order before the next starts (blocking messages; no
+  // schedule needed). The sum on the rank holding the head, 0 on the others.
+  double EvaluateLoss(const LoadMicroBatch& load, int micro_batches);
+
   // Seconds the last Step waited on pipeline messages (the bubble, plus any
   // transfer time not hidden), and the step's wall time.
   double wait_seconds() const { return wait_seconds_; }

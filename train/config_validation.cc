@@ -216,15 +216,8 @@ absl::Status ValidateData(const DataConfig& d, const ModelConfig& m, const Train
   return absl::OkStatus();
 }
 
-// Pipeline parallelism: the stage split and the schedule must exist, and
-// evaluation, which runs the whole model on one rank, is refused.
+// Pipeline parallelism: the stage split and the schedule must exist.
 absl::Status ValidatePipeline(const TrainerConfig& c, const MeshShape& s) {
-  if (!c.data().valid_path().empty()) {
-    return Invalid(absl::StrCat("data.valid_path is set to \"", c.data().valid_path(), "\" with parallel.pipeline ",
-                                s.pp, ", but evaluation needs the whole model on one rank, which pipeline runs "
-                                "do not have yet"),
-                   "remove data.valid_path, or set parallel.pipeline to 1");
-  }
   RETURN_IF_ERROR(PartitionStages(c).status());
   return ScheduleSpecFromConfig(c, s.dp).status();
 }

@@ -74,10 +74,12 @@ std::string RunSummary(const std::vector<StepMetrics>& steps, double seconds) {
 }
 
 // Mean token cross-entropy over the first `batches` global batches of the
-// validation data (the same samples at every evaluation, so values compare).
-absl::StatusOr<double> Evaluate(LlamaModel& model, SampleLoader& validation, int64_t batches,
-                                int64_t global_batch, int64_t micro, int64_t seq,
-                                std::vector<int32_t>& inputs, std::vector<int32_t>& targets) {
+// validation data (the same samples at every evaluation, so values compare),
+// through the pipeline when there is one. Collective over `pp`.
+absl::StatusOr<double> Evaluate(LlamaModel& model, PipelineExecutor* pipeline, Communicator& pp,
+                                SampleLoader& validation, int64_t batches, int64_t global_batch,
+                                int64_t micro, int64_t seq, std::vector<int32_t>& inputs,
+                                std::vector<int32_t>& targets) {
   const int64_t samples = std::min(batches * global_batch, validation.samples_per_epoch()) / micro * micro;
   if (samples == 0) {
     return UserError(absl::StrCat("data.valid_path holds ", validation.samples_per_epoch(),
@@ -85,11 +87,22 @@ absl::StatusOr<double> Evaluate(LlamaModel& model, SampleLoader& validation, int
                      "use a larger validation set or a smaller train.micro_batch_size");
   }
   double loss_sum = 0;
-  for (int64_t first = 0; first < samples; first += micro) {
-    RETURN_IF_ERROR(validation.Load(first, micro, inputs.data(), targets.data()));
-    loss_sum += model.ForwardLoss(inputs.data(), targets.data(), micro, seq);
+  if (pipeline) {
+    absl::Status load_status;
+    loss_sum = pipeline->EvaluateLoss(
+        [&](int m, int32_t* in, int32_t* out) {
+          if (load_status.ok()) load_status = validation.Load(m * micro, micro, in, out);
+        },
+        static_cast<int>(samples / micro));
+    RETURN_IF_ERROR(load_status);
+  } else {
+    for (int64_t first = 0; first < samples; first += micro) {
+      RETURN_IF_ERROR(validation.Load(first, micro, inputs.data(), targets.data()));
+      loss_sum += model.ForwardLoss(inputs.data(), targets.data(), micro, seq);
+    }
   }
-  return loss_sum / (samples * seq);
+  // Only the last pipeline stage has a loss; the others contribute 0.
+  return SumOverRanks(pp, loss_sum) / (samples * seq);
 }
 
 // With train.device CUDA (validated: built with CUDA, one rank): uses GPU
@@ -232,8 +245,8 @@ class StepRunner {
   }
 
   absl::StatusOr<double> Evaluate(SampleLoader& validation) {
-    return tetra::Evaluate(model_, validation, config_.log().eval_batches(), global_batch_, micro_, seq_,
-                           inputs_, targets_);
+    return tetra::Evaluate(model_, pipeline_, *dist_.pp, validation, config_.log().eval_batches(),
+                           global_batch_, micro_, seq_, inputs_, targets_);
   }
 
  private:

@@ -7,7 +7,8 @@
 // numbers in the same order and messages carry fp32 bits unchanged. A tied
 // embedding's two copies (first and last stage) summed over the embedding
 // group must equal the whole model's gradient up to the order of that one
-// addition. Also checks the readiness callback (descending, ending at 0),
+// addition. Evaluation through the pipeline gives the whole model's loss
+// exactly. Also checks the readiness callback (descending, ending at 0),
 // that the measured wait time lies within the step time, and the measured
 // peak of live activations against the schedule checker.
 #include <algorithm>
@@ -125,6 +126,46 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
     }
   }
   EXPECT_EQ(mismatches, 0);
+}
+
+// Evaluation through the pipeline (forward only, no schedule) gives the whole
+// model's loss sum exactly, plain and interleaved.
+void CheckEvaluationMatchesWholeModel(int virtual_stages) {
+  Communicator& world = World();
+  const int stages = world.size(), rank = world.rank();
+  const ModelConfig config = testing::TinyGqaConfig(/*tie_word_embeddings=*/true, kLayers);
+  LlamaModel whole(config, kSeed);
+  double want_loss = 0;
+  std::vector<int32_t> inputs(kBatch * kSeq), targets(kBatch * kSeq);
+  for (int mb = 0; mb < kMicroBatches; ++mb) {
+    Tokens(mb, 0, inputs.data());
+    Tokens(mb, 1, targets.data());
+    want_loss += whole.ForwardLoss(inputs.data(), targets.data(), kBatch, kSeq);
+  }
+  auto partition = PartitionStages(kLayers, stages, virtual_stages);
+  ASSERT_TRUE(partition.ok()) << partition.status();
+  std::vector<PipelineStage> chunks;
+  for (int c = 0; c < virtual_stages; ++c) chunks.push_back(partition->Stage(rank, c));
+  LlamaModel stage(config, kSeed, ModelParallelism{.chunks = chunks});
+  auto actions = BuildSchedule({.kind = virtual_stages > 1 ? ScheduleKind::kInterleaved : ScheduleKind::kOneFOneB,
+                                .stages = stages,
+                                .micro_batches = kMicroBatches,
+                                .virtual_stages = virtual_stages},
+                               rank);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  PipelineExecutor executor(stage, world, *actions, kBatch, kSeq);
+  const double got_loss = executor.EvaluateLoss(
+      [](int mb, int32_t* in, int32_t* out) {
+        Tokens(mb, 0, in);
+        Tokens(mb, 1, out);
+      },
+      kMicroBatches);
+  EXPECT_EQ(got_loss, rank == stages - 1 ? want_loss : 0.0) << "rank " << rank;
+}
+
+TEST(PipelineExecutor, EvaluationMatchesWholeModel) {
+  CheckEvaluationMatchesWholeModel(1);
+  CheckEvaluationMatchesWholeModel(2);
 }
 
 TEST(PipelineExecutor, GPipeMatchesWholeModel) { CheckPipelineMatchesWholeModel(ScheduleKind::kGPipe); }

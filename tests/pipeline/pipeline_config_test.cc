@@ -1,8 +1,7 @@
 // ValidateConfig with pipeline parallelism: GPipe, 1F1B and interleaved 1F1B
-// pipelines, with tied embeddings or not and with an export, are accepted;
-// what the pipeline trainer cannot do yet (evaluation), virtual stages without a
-// pipeline and layer counts that do not split are refused with errors naming
-// the fields.
+// pipelines, with tied embeddings or not, an export and evaluation, are
+// accepted; virtual stages without a pipeline and layer counts that do not
+// split are refused with errors naming the fields.
 #include <string>
 
 #include "gmock/gmock.h"
@@ -47,15 +46,13 @@ TEST(PipelineConfig, AcceptsInterleavingAndTiedEmbeddings) {
   EXPECT_TRUE(ValidateConfig(c, 2).ok()) << ValidateConfig(c, 2);
 }
 
-TEST(PipelineConfig, AcceptsExportRefusesEvaluation) {
+TEST(PipelineConfig, AcceptsExportAndEvaluation) {
   TrainerConfig c = PipelineConfig();
   c.set_export_path("/tmp/out");
-  EXPECT_TRUE(ValidateConfig(c, 2).ok()) << ValidateConfig(c, 2);
-  c = PipelineConfig();
   c.mutable_data()->set_format(DataConfig::LLMC);
   c.mutable_data()->set_path("/tmp/train.bin");
   c.mutable_data()->set_valid_path("/tmp/valid.bin");
-  EXPECT_THAT(std::string(ValidateConfig(c, 2).message()), HasSubstr("data.valid_path"));
+  EXPECT_TRUE(ValidateConfig(c, 2).ok()) << ValidateConfig(c, 2);
 }
 
 TEST(PipelineConfig, RefusesVirtualStagesWithoutPipelineAndUnevenLayers) {
