@@ -291,10 +291,15 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   }
   StepRunner runner(config, dist, data, model, optimizer, pipeline ? &*pipeline : nullptr);
   const double flops_per_step = TrainingFlopsPerToken(config.model(), train.seq_length()) * runner.tokens_per_step();
-  // Each stage holds its own layers: the parameter count sums over the pipeline.
-  // Each expert-parallel rank holds 1 / ep of the routed experts.
-  const double num_parameters = SumOverRanks(
-      *dist.pp, store.GlobalNumElements() + (dist.ep->size() - 1) * store.ExpertGlobalNumElements());
+  // Each stage holds its own layers: the parameter count sums over the
+  // pipeline, leaving out the last stage's copy of a tied embedding. Each
+  // expert-parallel rank holds 1 / ep of the routed experts.
+  const Parameter* tied_copy = model.tied_embedding_copy();
+  const int64_t head_copy =
+      tied_copy && !model.chunk(0).has_embedding ? tetra::NumElements(tied_copy->global_shape) : 0;
+  const double num_parameters =
+      SumOverRanks(*dist.pp, store.GlobalNumElements() - head_copy +
+                                 (dist.ep->size() - 1) * store.ExpertGlobalNumElements());
 
   progress << absl::StrFormat(
       "tetra: %d-layer model, %.0f parameters | %d ranks (tensor %d x pipeline %d x data %d%s), %d threads each | "
