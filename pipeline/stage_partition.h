@@ -35,6 +35,13 @@ struct StagePartition {
   const PipelineStage& Stage(int pp_rank, int chunk) const {
     return stages[VirtualStageIndex(pp_rank, chunk, pp)];
   }
+  // Every chunk of pipeline rank `pp_rank`, in model order: what its
+  // LlamaModel holds (ModelParallelism::chunks).
+  std::vector<PipelineStage> Chunks(int pp_rank) const {
+    std::vector<PipelineStage> chunks;
+    for (int c = 0; c < virtual_stages; ++c) chunks.push_back(Stage(pp_rank, c));
+    return chunks;
+  }
 };
 
 // pipeline_layers: empty for an even split, else pp x virtual_stages counts,

@@ -275,11 +275,10 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
 
   const int dp = dist.dp->size(), pp = dist.pp->size();
   ASSIGN_OR_RETURN(StagePartition partition, PartitionStages(config));
-  std::vector<PipelineStage> chunks;
-  for (int c = 0; c < partition.virtual_stages; ++c) chunks.push_back(partition.Stage(dist.pp->rank(), c));
   LlamaModel model(config.model(), train.seed(),
                    {dist.tp.get(), config.parallel().sequence_parallel(),
-                    /*flat_multiple=*/GradientReducer::PaddedSize(1, dp), chunks, dist.ep.get(),
+                    /*flat_multiple=*/GradientReducer::PaddedSize(1, dp), partition.Chunks(dist.pp->rank()),
+                    dist.ep.get(),
                     /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, dist.edp->size())});
   ParameterStore& store = model.parameters();
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), store));

@@ -69,9 +69,7 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
 
   auto partition = PartitionStages(kLayers, stages, virtual_stages);
   ASSERT_TRUE(partition.ok()) << partition.status();
-  std::vector<PipelineStage> chunks;
-  for (int c = 0; c < virtual_stages; ++c) chunks.push_back(partition->Stage(rank, c));
-  LlamaModel stage(config, kSeed, ModelParallelism{.chunks = chunks});
+  LlamaModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(rank)});
   const ScheduleSpec spec{.kind = kind,
                           .stages = stages,
                           .micro_batches = kMicroBatches,
@@ -144,9 +142,7 @@ void CheckEvaluationMatchesWholeModel(int virtual_stages) {
   }
   auto partition = PartitionStages(kLayers, stages, virtual_stages);
   ASSERT_TRUE(partition.ok()) << partition.status();
-  std::vector<PipelineStage> chunks;
-  for (int c = 0; c < virtual_stages; ++c) chunks.push_back(partition->Stage(rank, c));
-  LlamaModel stage(config, kSeed, ModelParallelism{.chunks = chunks});
+  LlamaModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(rank)});
   auto actions = BuildSchedule({.kind = virtual_stages > 1 ? ScheduleKind::kInterleaved : ScheduleKind::kOneFOneB,
                                 .stages = stages,
                                 .micro_batches = kMicroBatches,

@@ -85,6 +85,17 @@ TEST(StagePartitionTest, EmbeddingOnTheFirstVirtualStageHeadOnTheLast) {
   }
 }
 
+// A rank's chunks in model order: rank 1 of 2 with 2 chunks of 2 layers
+// holds layers 2-3 and 6-7.
+TEST(StagePartitionTest, ChunksOfARankInModelOrder) {
+  const std::vector<PipelineStage> chunks = Partition(8, 2, 2).Chunks(1);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0].first_layer, 2);
+  EXPECT_EQ(chunks[1].first_layer, 6);
+  EXPECT_EQ(chunks[1].num_layers, 2);
+  EXPECT_TRUE(chunks[1].has_head);
+}
+
 TEST(StagePartitionTest, ReadsTheConfig) {
   TrainerConfig config;
   config.mutable_model()->set_num_hidden_layers(6);
