@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/model_dims.h"
+#include "train/flops.h"
 
 namespace tetra {
 namespace {
@@ -161,13 +162,6 @@ DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout&
   return best;
 }
 
-double PlannerFlopsPerToken(const ModelConfig& model, int64_t seq_length) {
-  const ModelShape s = ShapeOf(model);
-  const double active = s.layers * (s.attention + s.norms) + s.dense_layers * s.dense_mlp +
-                        (s.layers - s.dense_layers) * s.active_moe_mlp + s.c + s.vocab * s.c;
-  return 6 * active + 6.0 * s.layers * seq_length * s.q;
-}
-
 LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig& cluster,
                                const PlanLayout& l) {
   const ModelShape s = ShapeOf(config.model());
@@ -266,7 +260,7 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
                   memory_rate;
   t.overhead_s = cluster.step_overhead_s();
 
-  const double model_flops = PlannerFlopsPerToken(config.model(), train.seq_length()) *
+  const double model_flops = TrainingFlopsPerToken(config.model(), train.seq_length()) *
                              train.global_batch_size() * train.seq_length() / world;
   out.mfu = model_flops / t.step_s() / (cluster.peak_tflops() * 1e12 * node.peak_share);
   out.bubble_fraction = t.bubble_s / t.step_s();

@@ -70,9 +70,6 @@ struct DeviceParameters {
 };
 DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout);
 
-// FLOPs of one token's training step, as train/flops.h counts them, with MoE
-// layers counting the router, the shared and the k routed experts.
-double PlannerFlopsPerToken(const ModelConfig& model, int64_t seq_length);
 
 // The prediction for one layout; `config` gives the model, batch, micro-batch
 // and schedule.
