@@ -6,7 +6,6 @@
 
 #include "core/logging.h"
 #include "core/profiler.h"
-#include "core/timer.h"
 #include "kernels/ops.h"
 
 namespace tetra {
@@ -124,12 +123,10 @@ void DistributedOptimizer::Step(double lr, int step) {
     // MPI progresses every request inside any MPI call: testing the oldest suffices.
     while (gathered < k && gathers[gathered].Test()) ++gathered;
   }
-  const Timer timer;
   if (zero1()) {
     const ScopedSpan span(SpanKind::kCommDp, "parameter all_gather dp");
     for (CommHandle& gather : gathers) gather.Wait();
   }
-  exposed_seconds_ = timer.Seconds();
 }
 
 }  // namespace tetra

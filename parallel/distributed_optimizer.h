@@ -66,8 +66,6 @@ class DistributedOptimizer {
   // correction). Under ZeRO-1, collective over dp: all ranks end with all values.
   void Step(double lr, int step);
 
-  // Seconds the last Step() blocked on the all-gather of updated values.
-  double exposed_seconds() const { return exposed_seconds_; }
   // Bytes this rank holds: the fp32 moments m and v (of segment elements it
   // updates), the flat values, the flat gradients.
   int64_t optimizer_bytes() const { return static_cast<int64_t>(m_.nbytes() + v_.nbytes()); }
@@ -100,7 +98,6 @@ class DistributedOptimizer {
   std::vector<Piece> pieces_;            // ascending
   std::vector<size_t> pieces_of_range_;  // owned range k has pieces [at k, at k + 1)
   Tensor m_, v_;                         // (sum of piece sizes) fp32 moments
-  double exposed_seconds_ = 0;
 };
 
 }  // namespace tetra

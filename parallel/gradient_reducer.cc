@@ -6,7 +6,6 @@
 
 #include "core/logging.h"
 #include "core/profiler.h"
-#include "core/timer.h"
 
 namespace tetra {
 namespace {
@@ -88,14 +87,12 @@ void GradientReducer::ReadyFrom(int64_t offset) {
 }
 
 void GradientReducer::Finish() {
-  const Timer timer;
   if (dp_.size() > 1) {
     const ScopedSpan span(SpanKind::kCommDp, "gradient reduce dp");
     while (next_ > 0) Launch(--next_);
     for (CommHandle& handle : in_flight_) handle.Wait();
   }
   next_ = completed_ = static_cast<int>(buckets_.size());
-  exposed_seconds_ = timer.Seconds();
 }
 
 }  // namespace tetra

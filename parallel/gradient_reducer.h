@@ -52,12 +52,10 @@ class GradientReducer {
   // backward of the last micro-batch of a step only; earlier micro-batches
   // still accumulate into the buffer.
   void ReadyFrom(int64_t offset);
-  // Launches the remaining buckets and waits for all; records how long it
-  // blocked. Afterwards the next step starts over with no bucket launched.
+  // Launches the remaining buckets and waits for all (its wait is a kCommDp
+  // span of core/profiler.h). Afterwards the next step starts over with no
+  // bucket launched.
   void Finish();
-
-  // Seconds the last Finish() blocked: communication backward did not hide.
-  double exposed_seconds() const { return exposed_seconds_; }
   // Buckets launched since the last Finish() (the highest ones).
   int buckets_launched() const { return static_cast<int>(buckets_.size()) - next_; }
 
@@ -85,7 +83,6 @@ class GradientReducer {
   std::vector<CommHandle> in_flight_;  // one per bucket; complete when not launched
   int next_ = 0;                       // buckets [next_, size) are launched
   int completed_ = 0;                  // buckets [completed_, size) are known complete
-  double exposed_seconds_ = 0;
 };
 
 }  // namespace tetra

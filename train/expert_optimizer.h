@@ -17,6 +17,11 @@
 
 namespace tetra {
 
+// The trainable parameters of the dense (expert = false) or the expert flat
+// buffer: a slice held by several tensor-parallel ranks or pipeline stages
+// counts once in the global gradient norm.
+std::vector<FlatSegment> TrainableSegments(const ParameterStore& store, bool expert);
+
 class ExpertOptimizer {
  public:
   // Null when `store` holds no expert weights. `store` and `dist` outlive it.
@@ -33,7 +38,6 @@ class ExpertOptimizer {
   double LocalGradSquaredSum();
   void Clip(double norm) { optimizer_.Clip(norm); }
   void Step(double lr, int step) { optimizer_.Step(lr, step); }
-  double exposed_seconds() const { return reducer_.exposed_seconds() + optimizer_.exposed_seconds(); }
   const DistributedOptimizer& optimizer() const { return optimizer_; }
 
  private:
