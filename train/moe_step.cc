@@ -26,7 +26,6 @@ MoeStepStats FinishMoeStep(const std::vector<MoeMlpLayer*>& layers, double bias_
     aux += layer->aux_loss_sum();
     dropped += static_cast<double>(layer->dropped());
     bytes += layer->dispatcher().all_to_all_bytes();
-    layer->ResetStats();
   }
   stats.aux_loss = SumOverRanks(pp, SumOverRanks(dp, aux)) / static_cast<double>(global_batch);
   stats.dropped_tokens = SumOverRanks(pp, SumOverRanks(dp, dropped));
