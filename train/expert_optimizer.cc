@@ -3,18 +3,15 @@
 #include <vector>
 
 namespace tetra {
-namespace {
-
-std::vector<FlatSegment> ExpertSegments(const ParameterStore& store) {
+std::vector<FlatSegment> TrainableSegments(const ParameterStore& store, bool expert) {
   std::vector<FlatSegment> segments;
   for (const Parameter& p : store.all()) {
-    if (!p.expert || !p.trainable) continue;
-    segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay, 1.0 / p.shard.replicas});
+    if (p.expert != expert || !p.trainable) continue;  // buffers are not updated
+    segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay,
+                        1.0 / (p.shard.replicas * p.stage_copies)});
   }
   return segments;
 }
-
-}  // namespace
 
 std::unique_ptr<ExpertOptimizer> ExpertOptimizer::Create(const ParameterStore& store,
                                                          const TrainerConfig& config,
@@ -28,7 +25,7 @@ ExpertOptimizer::ExpertOptimizer(const ParameterStore& store, const TrainerConfi
     : ep_(*dist.ep),
       reducer_(store.expert_flat_grads(), *dist.edp, config.parallel().dp_bucket_mb(),
                /*reduce_scatter=*/config.optimizer().zero_stage() == 1),
-      optimizer_(store.expert_flat_values(), ExpertSegments(store),
+      optimizer_(store.expert_flat_values(), TrainableSegments(store, /*expert=*/true),
                  AdamWSettings::FromConfig(config.optimizer()), reducer_, *dist.mp) {}
 
 double ExpertOptimizer::LocalGradSquaredSum() {

@@ -4,23 +4,13 @@
 
 namespace tetra {
 
-std::vector<FlatSegment> DenseSegments(const ParameterStore& store) {
-  std::vector<FlatSegment> segments;
-  for (const Parameter& p : store.all()) {
-    if (!p.trainable || p.expert) continue;  // buffers: untouched; experts: ExpertOptimizer
-    segments.push_back({p.flat_offset, p.value.numel(), p.weight_decay,
-                        1.0 / (p.shard.replicas * p.stage_copies)});
-  }
-  return segments;
-}
-
 ModelOptimizer::ModelOptimizer(const ParameterStore& store, const TrainerConfig& config,
                                Distributed& dist)
     : dist_(dist),
       reducer_(store.flat_grads(), *dist.dp, config.parallel().dp_bucket_mb(),
                /*reduce_scatter=*/config.optimizer().zero_stage() == 1),
       // The gradient norm sums over the ranks of one model replica (tensor x pipeline).
-      dense_(store.flat_values(), DenseSegments(store), AdamWSettings::FromConfig(config.optimizer()),
+      dense_(store.flat_values(), TrainableSegments(store, /*expert=*/false), AdamWSettings::FromConfig(config.optimizer()),
              reducer_, *dist.mp),
       experts_(ExpertOptimizer::Create(store, config, dist)) {}
 

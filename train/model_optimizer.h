@@ -18,10 +18,6 @@
 
 namespace tetra {
 
-// The dense buffer's trainable parameters: a slice held by several
-// tensor-parallel ranks or pipeline stages counts once in the global norm.
-std::vector<FlatSegment> DenseSegments(const ParameterStore& store);
-
 class ModelOptimizer {
  public:
   // `store` (packed) and `dist` outlive it.
