@@ -230,13 +230,8 @@ class StepRunner {
     return absl::OkStatus();
   }
 
-  // The memory and pipeline figures of the step just run (collective over the world).
-  void AddMemoryAndBubble(StepMetrics& m) {
-    if (dist_.world->size() > 1) {
-      m.param_bytes = MaxOverRanks(*dist_.world, optimizer_.param_bytes());
-      m.grad_bytes = MaxOverRanks(*dist_.world, optimizer_.grad_bytes());
-      m.optimizer_bytes = MaxOverRanks(*dist_.world, optimizer_.optimizer_bytes());
-    }
+  // The pipeline's waiting in the step just run (collective over the world).
+  void AddBubble(StepMetrics& m) {
     if (pipeline_) {
       // Mean over ranks of the time each waited on its pipeline neighbours.
       m.bubble_fraction = SumOverRanks(*dist_.world, pipeline_->wait_seconds() / pipeline_->step_seconds()) /
@@ -326,6 +321,13 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   std::optional<StopRequest> stop_request;  // with somewhere to save, a signal stops cleanly
   if (!config.checkpoint().dir().empty()) stop_request.emplace();
 
+  // The buffers' sizes are fixed: their largest over ranks, once (several ranks only).
+  StepMetrics memory;
+  if (dist.world->size() > 1) {
+    memory.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes());
+    memory.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes());
+    memory.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes());
+  }
   TrainResult result;
   Timer run_timer;
   dist.world->Barrier();  // ranks' trace clocks start together
@@ -355,7 +357,10 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
     m.tflops = flops_per_step / dist.world->size() / m.step_time_s / 1e12;
     if (peak_tflops > 0) m.mfu = m.tflops / peak_tflops;
     m.loss_floor = data.loss_floor;
-    runner.AddMemoryAndBubble(m);
+    m.param_bytes = memory.param_bytes;
+    m.grad_bytes = memory.grad_bytes;
+    m.optimizer_bytes = memory.optimizer_bytes;
+    runner.AddBubble(m);
     const int eval_interval = config.log().eval_interval();
     if (data.validation && ((eval_interval > 0 && step % eval_interval == 0) || step == train.steps())) {
       ASSIGN_OR_RETURN(m.val_loss, runner.Evaluate(*data.validation));
