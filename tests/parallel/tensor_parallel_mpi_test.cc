@@ -282,18 +282,6 @@ constexpr uint64_t kSeed = 17;
 constexpr int64_t kBatch = 2, kSeq = 8;  // 16 token rows: split by 2 and 4
 constexpr int kMicroBatches = 2;
 
-// Flat index in the global tensor of element `local` of slice `index` (of
-// shard.count along shard.dim); written here independently of Parameter.
-int64_t GlobalElement(const Shape& global_shape, const TensorShard& shard, int index,
-                      int64_t local) {
-  if (shard.dim < 0) return local;
-  int64_t inner = 1;
-  for (size_t d = shard.dim + 1; d < global_shape.size(); ++d) inner *= global_shape[d];
-  const int64_t extent = global_shape[shard.dim] / shard.count;
-  const int64_t outer = local / (extent * inner), coordinate = local / inner % extent;
-  return (outer * global_shape[shard.dim] + index * extent + coordinate) * inner + local % inner;
-}
-
 // A parameter's tensor (`local`: its value or grad) assembled from the group's
 // shards into the global shape. Checks that every global element is held by
 // exactly shard.replicas ranks, and returns in *replica_spread the largest
@@ -315,7 +303,10 @@ std::vector<float> GatherGlobal(const Tensor& local, const Parameter& p, Communi
   *replica_spread = 0;
   for (int k = 0; k < n; ++k) {
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t g = GlobalElement(p.global_shape, p.shard, indices[k], i);
+      // ShardGlobalIndex is checked against hand-written indices in parameters_test.
+      TensorShard shard = p.shard;
+      shard.index = indices[k];
+      const int64_t g = ShardGlobalIndex(p.global_shape, shard, i);
       const float v = shards[k * count + i];
       if (holders[g]++ > 0) *replica_spread = std::max(*replica_spread, std::fabs(global[g] - v));
       global[g] = v;
