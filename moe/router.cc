@@ -51,6 +51,7 @@ void Route(const RouterConfig& c, const Tensor& logits, const Tensor& bias, Rout
   const float* b = bias.f32();
   std::vector<float> biased(e), group_score(c.n_group);
   std::vector<int> order, groups;
+  std::vector<bool> kept(c.n_group);
   for (int64_t t = 0; t < n; ++t) {
     const float* z = logits.f32() + t * e;
     float* s = routing->scores.f32() + t * e;
@@ -71,7 +72,7 @@ void Route(const RouterConfig& c, const Tensor& logits, const Tensor& bias, Rout
         for (int i : order) group_score[g] += biased[g * group_size + i];
       }
       TopK(group_score.data(), c.n_group, c.topk_group, &groups);
-      std::vector<bool> kept(c.n_group, false);
+      std::fill(kept.begin(), kept.end(), false);
       for (int g : groups) kept[g] = true;
       for (int i = 0; i < e; ++i) {
         if (!kept[i / group_size]) biased[i] = -std::numeric_limits<float>::infinity();
