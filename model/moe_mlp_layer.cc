@@ -39,7 +39,9 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
 }
 
 const std::vector<ExpertWeights>& MoeMlpLayer::Experts() {
-  experts_.clear();
+  // The parameters' views are final once ParameterStore::Pack has run, which
+  // is before the first forward: build the list once.
+  if (!experts_.empty()) return experts_;
   for (const ExpertParameters& p : expert_parameters_) {
     experts_.push_back({p.gate->value, p.up->value, p.down->value, p.gate->grad, p.up->grad,
                         p.down->grad});
@@ -59,7 +61,7 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   // The balance term of each sequence enters the objective with weight 1 /
   // (global sequences) = grad_scale x seq.
   EnsureShape(&a.daux, {n, e});
-  a.daux.Fill(0.0f);
+  a.daux.SetZero();
   if (aux_loss_alpha_ > 0) {
     const float aux_scale = static_cast<float>(aux_loss_alpha_ * grad_scale * seq);
     aux_loss_sum_ += aux_loss_alpha_ * SequenceBalanceLoss(router_, a.routing, batch, seq,
