@@ -102,7 +102,7 @@ void TokenDispatcher::Permute(const DispatchPlan& plan, const Tensor& x, Tensor*
 void TokenDispatcher::Unpermute(const DispatchPlan& plan, const Tensor& dsend,
                                 const Tensor& dx) const {
   const int64_t c = dx.dim(1);
-  dx.Fill(0.0f);
+  dx.SetZero();
   for (size_t row = 0; row < plan.send_token.size(); ++row) {
     const float* from = dsend.f32() + row * c;
     float* to = dx.f32() + plan.send_token[row] * c;
@@ -149,7 +149,7 @@ void TokenDispatcher::FromExperts(const DispatchPlan& plan, const Tensor& groupe
 void TokenDispatcher::Combine(const DispatchPlan& plan, const Tensor& weights, const Tensor& y,
                               const Tensor& out) const {
   const int64_t c = out.dim(1), k = plan.top_k;
-  out.Fill(0.0f);
+  out.SetZero();
   for (int64_t t = 0; t < plan.tokens; ++t) {
     float* o = out.f32() + t * c;
     for (int64_t j = 0; j < k; ++j) {
