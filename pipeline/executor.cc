@@ -6,6 +6,7 @@
 #include "core/logging.h"
 #include "core/profiler.h"
 #include "core/timer.h"
+#include "pipeline/stage_partition.h"
 
 namespace tetra {
 
@@ -30,7 +31,7 @@ PipelineExecutor::PipelineExecutor(LlamaModel& model, Communicator& pipeline,
 
 int PipelineExecutor::Tag(const Action& a) const {
   // The link between virtual stages s and s + 1 is numbered s.
-  const int stage = a.chunk * pipeline_.size() + pipeline_.rank();
+  const int stage = VirtualStageIndex(pipeline_.rank(), a.chunk, pipeline_.size());
   const bool gradient = a.type == ActionType::kSendGradient || a.type == ActionType::kRecvGradient;
   const bool outgoing_link = a.type == ActionType::kSendActivation || a.type == ActionType::kRecvGradient;
   const int link = outgoing_link ? stage : stage - 1;

@@ -9,6 +9,7 @@
 #include "core/logging.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
+#include "pipeline/stage_partition.h"
 
 namespace tetra {
 namespace {
@@ -174,7 +175,9 @@ int ComputeTime(ActionType type) {
   return type == ActionType::kForward ? kForwardTime : kBackwardTime;
 }
 
-int VirtualStage(const ScheduleSpec& spec, int rank, int chunk) { return chunk * spec.stages + rank; }
+int VirtualStage(const ScheduleSpec& spec, int rank, int chunk) {
+  return VirtualStageIndex(rank, chunk, spec.stages);
+}
 
 absl::Status ValidateScheduleSpec(const ScheduleSpec& spec) {
   if (spec.stages < 1 || spec.virtual_stages < 1) {
