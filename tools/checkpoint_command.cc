@@ -109,13 +109,9 @@ absl::Status CheckpointCommand(int argc, char** argv) {
     return UserError("tetra checkpoint export needs --out FILE.safetensors",
                      "tetra checkpoint export DIR --out model.safetensors");
   }
-  const std::string dtype_name = flags.values.count("dtype") ? flags.values.at("dtype") : "f32";
-  if (dtype_name != "f32" && dtype_name != "bf16") {
-    return UserError(absl::StrCat("--dtype ", dtype_name, " is not f32 or bf16"),
-                     "export fp32 weights with --dtype f32 or halve the size with --dtype bf16");
-  }
+  ASSIGN_OR_RETURN(const DType dtype, ExportDTypeFlag(flags));
   ASSIGN_OR_RETURN(CheckpointReader reader, OpenCheckpoint(dir));
-  return Export(reader, flags.values.at("out"), dtype_name == "bf16" ? DType::kBF16 : DType::kF32);
+  return Export(reader, flags.values.at("out"), dtype);
 }
 
 }  // namespace tetra

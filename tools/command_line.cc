@@ -45,4 +45,13 @@ absl::StatusOr<ParsedFlags> ParseFlags(int argc, char** argv, int first, const s
   return flags;
 }
 
+absl::StatusOr<DType> ExportDTypeFlag(const ParsedFlags& flags) {
+  const std::string name = flags.values.count("dtype") ? flags.values.at("dtype") : "f32";
+  if (name != "f32" && name != "bf16") {
+    return UserError(absl::StrCat("--dtype ", name, " is not f32 or bf16"),
+                     "export fp32 weights with --dtype f32 or halve the size with --dtype bf16");
+  }
+  return name == "bf16" ? DType::kBF16 : DType::kF32;
+}
+
 }  // namespace tetra

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 
 namespace tetra {
 
@@ -21,6 +22,9 @@ struct ParsedFlags {
 // (without dashes; "set" enables --set).
 absl::StatusOr<ParsedFlags> ParseFlags(int argc, char** argv, int first, const std::string& command,
                                        const std::set<std::string>& allowed);
+
+// The weights' dtype of an export, from `--dtype f32|bf16` (f32 when absent).
+absl::StatusOr<DType> ExportDTypeFlag(const ParsedFlags& flags);
 
 }  // namespace tetra
 

@@ -96,16 +96,12 @@ absl::Status ExportCommand(int argc, char** argv) {
   if (!flags.values.count("out")) {
     return UserError("tetra export needs --out DIR", "tetra export --config F --out exported/");
   }
-  const std::string dtype_name = flags.values.count("dtype") ? flags.values.at("dtype") : "f32";
-  if (dtype_name != "f32" && dtype_name != "bf16") {
-    return UserError(absl::StrCat("--dtype ", dtype_name, " is not f32 or bf16"),
-                     "export fp32 weights with --dtype f32 or halve the size with --dtype bf16");
-  }
+  ASSIGN_OR_RETURN(const DType dtype, ExportDTypeFlag(flags));
   LlamaModel model(config.model(), config.train().seed());
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), model.parameters()));
   SelfCommunicator self;
   return ExportWeights(flags.values.at("out"), model.parameters(), config.model(),
-                       config.train().seq_length(), dtype_name == "bf16" ? DType::kBF16 : DType::kF32,
+                       config.train().seq_length(), dtype,
                        self, /*write=*/true);
 }
 
