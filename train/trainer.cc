@@ -75,9 +75,11 @@ std::string RunSummary(const std::vector<StepMetrics>& steps, double seconds) {
 
 // Mean token cross-entropy over the first `batches` global batches of the
 // validation data (the same samples at every evaluation, so values compare),
-// through the pipeline when there is one. Collective over `pp`.
-absl::StatusOr<double> Evaluate(LlamaModel& model, PipelineExecutor* pipeline, Communicator& pp,
-                                SampleLoader& validation, int64_t batches, int64_t global_batch,
+// through the pipeline when there is one. Data-parallel rank r evaluates
+// micro-batches r, r + dp, ... Collective over `dp` and `pp`.
+absl::StatusOr<double> Evaluate(LlamaModel& model, PipelineExecutor* pipeline, Communicator& dp,
+                                Communicator& pp, SampleLoader& validation, int64_t batches,
+                                int64_t global_batch,
                                 int64_t micro, int64_t seq, std::vector<int32_t>& inputs,
                                 std::vector<int32_t>& targets) {
   const int64_t samples = std::min(batches * global_batch, validation.samples_per_epoch()) / micro * micro;
@@ -86,23 +88,27 @@ absl::StatusOr<double> Evaluate(LlamaModel& model, PipelineExecutor* pipeline, C
                                   " samples of ", seq, " tokens, fewer than one micro-batch of ", micro),
                      "use a larger validation set or a smaller train.micro_batch_size");
   }
+  const int64_t micro_batches = samples / micro;
+  // This rank's k-th micro-batch is micro-batch dp.rank() + k dp.size().
+  const int64_t mine = (micro_batches - dp.rank() + dp.size() - 1) / dp.size();
+  auto first_sample = [&](int64_t k) { return (dp.rank() + k * dp.size()) * micro; };
   double loss_sum = 0;
   if (pipeline) {
     absl::Status load_status;
     loss_sum = pipeline->EvaluateLoss(
-        [&](int m, int32_t* in, int32_t* out) {
-          if (load_status.ok()) load_status = validation.Load(m * micro, micro, in, out);
+        [&](int k, int32_t* in, int32_t* out) {
+          if (load_status.ok()) load_status = validation.Load(first_sample(k), micro, in, out);
         },
-        static_cast<int>(samples / micro));
+        static_cast<int>(mine));
     RETURN_IF_ERROR(load_status);
   } else {
-    for (int64_t first = 0; first < samples; first += micro) {
-      RETURN_IF_ERROR(validation.Load(first, micro, inputs.data(), targets.data()));
+    for (int64_t k = 0; k < mine; ++k) {
+      RETURN_IF_ERROR(validation.Load(first_sample(k), micro, inputs.data(), targets.data()));
       loss_sum += model.ForwardLoss(inputs.data(), targets.data(), micro, seq);
     }
   }
   // Only the last pipeline stage has a loss; the others contribute 0.
-  return SumOverRanks(pp, loss_sum) / (samples * seq);
+  return SumOverRanks(pp, SumOverRanks(dp, loss_sum)) / (samples * seq);
 }
 
 // With train.device CUDA (validated: built with CUDA, one rank): uses GPU
@@ -240,7 +246,7 @@ class StepRunner {
   }
 
   absl::StatusOr<double> Evaluate(SampleLoader& validation) {
-    return tetra::Evaluate(model_, pipeline_, *dist_.pp, validation, config_.log().eval_batches(),
+    return tetra::Evaluate(model_, pipeline_, *dist_.dp, *dist_.pp, validation, config_.log().eval_batches(),
                            global_batch_, micro_, seq_, inputs_, targets_);
   }
 

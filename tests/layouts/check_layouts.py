@@ -10,7 +10,8 @@ ZeRO-1 and sequence parallelism off and on, and checks (DESIGN.md principle 2):
     and, with tied embeddings, under pp 2 interleaved equal the single-rank
     export to 1e-5,
   - validation losses (llm.c shards, every 2 steps) under tp 2 x pp 2
-    interleaved equal the single rank's to 1e-5,
+    interleaved, under pp 2 x dp 2 and under dp 4 (micro-batches split over
+    dp) equal the single rank's to 1e-5,
   - ZeRO-1 with dp 4 holds a quarter (within padding) of the optimizer state,
   - num_key_value_heads 2 with tp 4 (replicated KV heads) matches too,
   - pipeline 2 and 4 under 1F1B and GPipe, pipeline 2 interleaved with 2
@@ -137,10 +138,11 @@ with tempfile.TemporaryDirectory() as tmp:
                  f"data.path={shards}/train.bin", f"data.valid_path={shards}/valid.bin",
                  "log.eval_interval=2", "log.eval_batches=3"]
     val_ref = [m["val_loss"] for m in run(fresh("eval_ref"), 1, 4, evaluated) if "val_loss" in m]
-    val_got = [m["val_loss"] for m in run(fresh("eval_tp2_pp2_v2"), 4, 4, evaluated + [
-        "parallel.tensor=2", "parallel.pipeline=2", "parallel.virtual_stages=2"]) if "val_loss" in m]
-    worst = max(rel(g, r) for g, r in zip(val_got, val_ref)) if len(val_got) == len(val_ref) == 2 else float("inf")
-    check(worst <= STEP1_RTOL, f"validation loss under tp2 x pp2 interleaved: worst relative difference {worst:.2e}")
+    for name, sets in (("tp2_pp2_v2", ["parallel.tensor=2", "parallel.pipeline=2", "parallel.virtual_stages=2"]),
+                       ("pp2_dp2", ["parallel.pipeline=2"]), ("dp4", [])):
+        val_got = [m["val_loss"] for m in run(fresh(f"eval_{name}"), 4, 4, evaluated + sets) if "val_loss" in m]
+        worst = max(rel(g, r) for g, r in zip(val_got, val_ref)) if len(val_got) == len(val_ref) == 2 else float("inf")
+        check(worst <= STEP1_RTOL, f"validation loss under {name}: worst relative difference {worst:.2e}")
 
     check_export("tp2_dp2", 4, ["parallel.tensor=2"])
     four_layers = ["model.num_hidden_layers=4", "train.global_batch_size=16"]
