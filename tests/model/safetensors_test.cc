@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/gradient_check.h"
 #include "tests/testing/scratch_files.h"
+#include "tests/testing/user_errors.h"
 
 namespace tetra {
 namespace {
@@ -82,10 +83,8 @@ uint32_t Bits(float x) {
   return u;
 }
 
-std::string Message(const absl::Status& status) { return std::string(status.message()); }
-
-// One sentence, then one "hint: " line (core/user_error.h).
-auto UserErrorShape() { return MatchesRegex("[^\n]+\nhint: [^\n]+"); }
+using testing::Message;
+using testing::UserErrorShape;
 
 TEST_F(SafetensorsTest, F32RoundTripIsBitExactAndLaidOutAsTheFormatSays) {
   const std::string path = TempPath("f32.safetensors");

@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "train/config_validation.h"
+#include "tests/testing/user_errors.h"
 
 namespace tetra {
 namespace {
@@ -10,10 +11,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
 
-// One sentence, then one "hint: " line (core/user_error.h).
-auto UserErrorShape() { return MatchesRegex("[^\n]+\nhint: [^\n]+"); }
-
-std::string Message(const absl::Status& status) { return std::string(status.message()); }
+using testing::Message;
+using testing::UserErrorShape;
 
 TEST(ConfigLoaderTest, ParsesTextFormatWithDefaults) {
   auto config = ParseConfigText("model { hidden_size: 128 }\ntrain { steps: 7 }", "inline");

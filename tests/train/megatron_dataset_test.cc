@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/scratch_files.h"
+#include "tests/testing/user_errors.h"
 #include "train/sample_loader.h"
 #include "train/token_stream.h"
 
@@ -41,10 +42,8 @@ std::vector<int32_t> ReadAll(const TokenStream& stream) {
   return out;
 }
 
-std::string Message(const absl::Status& status) { return std::string(status.message()); }
-
-// One sentence, then one "hint: " line (core/user_error.h).
-auto UserErrorShape() { return MatchesRegex("[^\n]+\nhint: [^\n]+"); }
+using testing::Message;
+using testing::UserErrorShape;
 
 // Opens `prefix` and returns the error message (empty if it opened), which
 // must have the shape of a user error.

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "train/token_stream.h"
+#include "tests/testing/user_errors.h"
 
 namespace tetra {
 namespace {
@@ -133,7 +134,7 @@ TEST(SampleLoaderTest, TooLittleDataForOneSample) {
   ASSERT_FALSE(loader.ok());
   EXPECT_THAT(loader.status().message(), HasSubstr("counting: 8 tokens"));
   EXPECT_THAT(loader.status().message(), HasSubstr("seq_length + 1 = 9"));
-  EXPECT_THAT(std::string(loader.status().message()), MatchesRegex("[^\n]+\nhint: [^\n]+"));
+  EXPECT_THAT(std::string(loader.status().message()), testing::UserErrorShape());
   EXPECT_TRUE(SampleLoader::Create(CountingStream(9), 8, false, 1, kVocab).ok());
   EXPECT_FALSE(SampleLoader::Create(CountingStream(9), 0, false, 1, kVocab).ok());
 }
@@ -155,7 +156,7 @@ TEST(SampleLoaderTest, TokenOutsideTheVocabularyNamesFilePositionAndValue) {
   absl::Status status = loader->Load(2, 1, inputs.data(), targets.data());
   ASSERT_FALSE(status.ok());
   const std::string message(status.message());
-  EXPECT_THAT(message, MatchesRegex("[^\n]+\nhint: [^\n]+"));
+  EXPECT_THAT(message, testing::UserErrorShape());
   EXPECT_THAT(message, HasSubstr("tokens.bin: token at position 7 is 7, outside the vocabulary "
                                  "[0, 7)"));
   EXPECT_THAT(message, HasSubstr("model.vocab_size"));
