@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/json.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 
@@ -30,302 +31,6 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr size_t kLengthFieldBytes = 8;
 constexpr std::string_view kMetadataKey = "__metadata__";
-// A valid header nests three levels deep; the cap only stops runaway recursion.
-constexpr int kMaxJsonDepth = 16;
-
-// ---------------------------------------------------------------------------
-// A strict JSON parser for the subset a safetensors header uses: objects,
-// arrays, strings (all escapes, UTF-8 checked) and integers.
-
-struct JsonValue {
-  enum class Kind { kObject, kArray, kString, kInteger };
-  Kind kind = Kind::kInteger;
-  std::string string;             // kString
-  int64_t integer = 0;            // kInteger
-  std::vector<std::string> keys;  // kObject: member names, values in `items`
-  std::vector<JsonValue> items;   // kArray elements or kObject member values
-};
-
-const char* KindName(JsonValue::Kind kind) {
-  switch (kind) {
-    case JsonValue::Kind::kObject: return "an object";
-    case JsonValue::Kind::kArray: return "an array";
-    case JsonValue::Kind::kString: return "a string";
-    case JsonValue::Kind::kInteger: return "an integer";
-  }
-  return "?";
-}
-
-class JsonParser {
- public:
-  explicit JsonParser(std::string_view text) : text_(text) {}
-
-  // Parses `text` as exactly one value surrounded by optional whitespace. On
-  // failure error_offset() and error() say where and what.
-  bool ParseDocument(JsonValue* out) {
-    SkipWhitespace();
-    if (!ParseValue(out, 0)) return false;
-    SkipWhitespace();
-    if (pos_ != text_.size()) return Fail("unexpected characters after the top-level object");
-    return true;
-  }
-
-  size_t error_offset() const { return pos_; }
-  const std::string& error() const { return error_; }
-
- private:
-  bool Fail(std::string message) {
-    error_ = std::move(message);
-    return false;
-  }
-  bool AtEnd() const { return pos_ >= text_.size(); }
-  unsigned char Peek() const { return static_cast<unsigned char>(text_[pos_]); }
-
-  void SkipWhitespace() {
-    while (!AtEnd() && (Peek() == ' ' || Peek() == '\t' || Peek() == '\n' || Peek() == '\r')) {
-      ++pos_;
-    }
-  }
-
-  bool Expect(char c, const char* context) {
-    SkipWhitespace();
-    if (AtEnd()) return Fail(absl::StrFormat("header ends where '%c' %s was expected", c, context));
-    if (Peek() != c) {
-      return Fail(absl::StrFormat("expected '%c' %s, found %s", c, context, Describe(Peek())));
-    }
-    ++pos_;
-    return true;
-  }
-
-  static std::string Describe(unsigned char c) {
-    if (c >= 0x20 && c < 0x7f) return absl::StrFormat("'%c'", c);
-    return absl::StrFormat("byte 0x%02x", c);
-  }
-
-  bool ParseValue(JsonValue* out, int depth) {
-    if (depth > kMaxJsonDepth) return Fail("JSON nested too deeply for a safetensors header");
-    SkipWhitespace();
-    if (AtEnd()) return Fail("header ends where a value was expected");
-    unsigned char c = Peek();
-    if (c == '{') return ParseObject(out, depth);
-    if (c == '[') return ParseArray(out, depth);
-    if (c == '"') {
-      out->kind = JsonValue::Kind::kString;
-      return ParseString(&out->string);
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) return ParseInteger(out);
-    return Fail(absl::StrCat("expected an object, array, string or integer, found ", Describe(c)));
-  }
-
-  bool ParseObject(JsonValue* out, int depth) {
-    out->kind = JsonValue::Kind::kObject;
-    ++pos_;  // '{'
-    SkipWhitespace();
-    if (!AtEnd() && Peek() == '}') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      SkipWhitespace();
-      if (AtEnd()) return Fail("header ends inside an object");
-      if (Peek() != '"')
-        return Fail(absl::StrCat("expected a string key, found ", Describe(Peek())));
-      std::string key;
-      if (!ParseString(&key)) return false;
-      if (!Expect(':', "after an object key")) return false;
-      out->keys.push_back(std::move(key));
-      out->items.emplace_back();
-      if (!ParseValue(&out->items.back(), depth + 1)) return false;
-      SkipWhitespace();
-      if (AtEnd()) return Fail("header ends inside an object");
-      if (Peek() == '}') {
-        ++pos_;
-        return true;
-      }
-      if (Peek() != ',') {
-        return Fail(
-            absl::StrCat("expected ',' or '}' after an object member, found ", Describe(Peek())));
-      }
-      ++pos_;
-    }
-  }
-
-  bool ParseArray(JsonValue* out, int depth) {
-    out->kind = JsonValue::Kind::kArray;
-    ++pos_;  // '['
-    SkipWhitespace();
-    if (!AtEnd() && Peek() == ']') {
-      ++pos_;
-      return true;
-    }
-    while (true) {
-      out->items.emplace_back();
-      if (!ParseValue(&out->items.back(), depth + 1)) return false;
-      SkipWhitespace();
-      if (AtEnd()) return Fail("header ends inside an array");
-      if (Peek() == ']') {
-        ++pos_;
-        return true;
-      }
-      if (Peek() != ',') {
-        return Fail(
-            absl::StrCat("expected ',' or ']' after an array element, found ", Describe(Peek())));
-      }
-      ++pos_;
-    }
-  }
-
-  bool ParseHex4(uint32_t* out) {
-    if (text_.size() - pos_ < 4) return Fail("header ends inside a \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      unsigned char c = Peek();
-      v <<= 4;
-      if (c >= '0' && c <= '9') {
-        v |= c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        v |= c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        v |= c - 'A' + 10;
-      } else {
-        return Fail(absl::StrCat("expected a hex digit in a \\u escape, found ", Describe(c)));
-      }
-      ++pos_;
-    }
-    *out = v;
-    return true;
-  }
-
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else {
-      out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    }
-  }
-
-  bool ParseEscape(std::string* out) {
-    static constexpr std::string_view kEscaped = "\"\\/bfnrt";
-    static constexpr std::string_view kDecoded = "\"\\/\b\f\n\r\t";
-    if (AtEnd()) return Fail("header ends inside a string escape");
-    unsigned char c = Peek();
-    if (size_t i = kEscaped.find(static_cast<char>(c)); i != std::string_view::npos) {
-      out->push_back(kDecoded[i]);
-      ++pos_;
-      return true;
-    }
-    if (c != 'u') return Fail(absl::StrCat("invalid escape \\", Describe(c), " in a string"));
-    ++pos_;
-    uint32_t cp;
-    if (!ParseHex4(&cp)) return false;
-    if (cp >= 0xdc00 && cp <= 0xdfff) return Fail("unpaired low surrogate in a \\u escape");
-    if (cp >= 0xd800 && cp <= 0xdbff) {
-      if (text_.substr(pos_, 2) != "\\u") return Fail("high surrogate not followed by \\u");
-      pos_ += 2;
-      uint32_t low;
-      if (!ParseHex4(&low)) return false;
-      if (low < 0xdc00 || low > 0xdfff) return Fail("high surrogate not followed by a low one");
-      cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
-    }
-    AppendUtf8(cp, out);
-    return true;
-  }
-
-  // Copies one well-formed UTF-8 sequence (RFC 3629: no overlongs, no
-  // surrogates, at most U+10FFFF) starting with the lead byte at pos_.
-  bool CopyUtf8Sequence(std::string* out) {
-    unsigned char lead = Peek();
-    int continuation;
-    unsigned char second_min = 0x80, second_max = 0xbf;
-    if (lead >= 0xc2 && lead <= 0xdf) {
-      continuation = 1;
-    } else if (lead >= 0xe0 && lead <= 0xef) {
-      continuation = 2;
-      if (lead == 0xe0) second_min = 0xa0;
-      if (lead == 0xed) second_max = 0x9f;
-    } else if (lead >= 0xf0 && lead <= 0xf4) {
-      continuation = 3;
-      if (lead == 0xf0) second_min = 0x90;
-      if (lead == 0xf4) second_max = 0x8f;
-    } else {
-      return Fail(absl::StrFormat("invalid UTF-8 lead byte 0x%02x in a string", lead));
-    }
-    if (text_.size() - pos_ <= static_cast<size_t>(continuation)) {
-      return Fail("header ends inside a UTF-8 sequence");
-    }
-    for (int i = 1; i <= continuation; ++i) {
-      auto c = static_cast<unsigned char>(text_[pos_ + i]);
-      unsigned char lo = i == 1 ? second_min : 0x80, hi = i == 1 ? second_max : 0xbf;
-      if (c < lo || c > hi) {
-        pos_ += i;
-        return Fail(absl::StrFormat("invalid UTF-8 continuation byte 0x%02x in a string", c));
-      }
-    }
-    out->append(text_.substr(pos_, continuation + 1));
-    pos_ += continuation + 1;
-    return true;
-  }
-
-  bool ParseString(std::string* out) {
-    ++pos_;  // opening quote
-    while (true) {
-      if (AtEnd()) return Fail("header ends inside a string");
-      unsigned char c = Peek();
-      if (c == '"') {
-        ++pos_;
-        return true;
-      }
-      if (c < 0x20) return Fail(absl::StrFormat("unescaped control byte 0x%02x in a string", c));
-      if (c == '\\') {
-        ++pos_;
-        if (!ParseEscape(out)) return false;
-      } else if (c >= 0x80) {
-        if (!CopyUtf8Sequence(out)) return false;
-      } else {
-        out->push_back(static_cast<char>(c));
-        ++pos_;
-      }
-    }
-  }
-
-  bool ParseInteger(JsonValue* out) {
-    out->kind = JsonValue::Kind::kInteger;
-    bool negative = Peek() == '-';
-    if (negative) ++pos_;
-    if (AtEnd() || Peek() < '0' || Peek() > '9') return Fail("expected a digit after '-'");
-    if (Peek() == '0' && pos_ + 1 < text_.size() && text_[pos_ + 1] >= '0' &&
-        text_[pos_ + 1] <= '9') {
-      return Fail("leading zeros are not allowed in JSON integers");
-    }
-    uint64_t magnitude = 0;
-    constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
-    while (!AtEnd() && Peek() >= '0' && Peek() <= '9') {
-      uint64_t digit = Peek() - '0';
-      if (magnitude > (kMax - digit) / 10) return Fail("integer does not fit in 64 bits");
-      magnitude = magnitude * 10 + digit;
-      ++pos_;
-    }
-    if (!AtEnd() && (Peek() == '.' || Peek() == 'e' || Peek() == 'E')) {
-      return Fail("a safetensors header holds only integers, found a fraction or exponent");
-    }
-    out->integer = negative ? -static_cast<int64_t>(magnitude) : static_cast<int64_t>(magnitude);
-    return true;
-  }
-
-  std::string_view text_;
-  size_t pos_ = 0;
-  std::string error_;
-};
 
 // ---------------------------------------------------------------------------
 // Header semantics.
@@ -373,14 +78,6 @@ absl::StatusOr<FormatDType> ParseDType(const std::string& name) {
                                                  absl::StrJoin(names, ", "), ")"));
 }
 
-// Finds member `key` of `object`; nullptr when absent.
-const JsonValue* Member(const JsonValue& object, std::string_view key) {
-  for (size_t i = 0; i < object.keys.size(); ++i) {
-    if (object.keys[i] == key) return &object.items[i];
-  }
-  return nullptr;
-}
-
 absl::Status ParseMetadata(const JsonValue& value, std::map<std::string, std::string>* out) {
   if (value.kind != JsonValue::Kind::kObject) {
     return absl::InvalidArgumentError("\"__metadata__\" must be an object of strings");
@@ -388,7 +85,7 @@ absl::Status ParseMetadata(const JsonValue& value, std::map<std::string, std::st
   for (size_t i = 0; i < value.keys.size(); ++i) {
     if (value.items[i].kind != JsonValue::Kind::kString) {
       return absl::InvalidArgumentError(absl::StrCat("\"__metadata__\" entry \"", value.keys[i],
-                                                     "\" is ", KindName(value.items[i].kind),
+                                                     "\" is ", JsonKindName(value.items[i].kind),
                                                      ", expected a string"));
     }
     (*out)[value.keys[i]] = value.items[i].string;
@@ -410,7 +107,7 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
     return absl::InvalidArgumentError(absl::StrCat(what, " ", problem));
   };
   if (value.kind != JsonValue::Kind::kObject) {
-    return error(absl::StrCat("is described by ", KindName(value.kind),
+    return error(absl::StrCat("is described by ", JsonKindName(value.kind),
                               ", expected an object with dtype, shape and data_offsets"));
   }
   for (const std::string& key : value.keys) {
@@ -419,9 +116,9 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
           absl::StrCat("has unexpected key \"", key, "\" (expected dtype, shape, data_offsets)"));
     }
   }
-  const JsonValue* dtype = Member(value, "dtype");
-  const JsonValue* shape = Member(value, "shape");
-  const JsonValue* offsets = Member(value, "data_offsets");
+  const JsonValue* dtype = value.Find("dtype");
+  const JsonValue* shape = value.Find("shape");
+  const JsonValue* offsets = value.Find("data_offsets");
   if (value.keys.size() != 3 || dtype == nullptr || shape == nullptr || offsets == nullptr) {
     return error("needs exactly one each of dtype, shape and data_offsets");
   }
@@ -434,13 +131,13 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
   if (shape->kind != JsonValue::Kind::kArray) return error("has a shape that is not an array");
   int64_t numel = 1;
   for (const JsonValue& dim : shape->items) {
-    if (dim.kind != JsonValue::Kind::kInteger || dim.integer < 0) {
+    if (!dim.integer || *dim.integer < 0) {
       return error("has a shape entry that is not a non-negative integer");
     }
-    if (__builtin_mul_overflow(numel, dim.integer, &numel)) {
+    if (__builtin_mul_overflow(numel, *dim.integer, &numel)) {
       return error("has a shape too large to address");
     }
-    info.entry.shape.push_back(dim.integer);
+    info.entry.shape.push_back(*dim.integer);
   }
   int64_t nbits;
   if (__builtin_mul_overflow(numel, int64_t{parsed_dtype->bits}, &nbits)) {
@@ -453,11 +150,10 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
   const int64_t nbytes = nbits / 8;
 
   if (offsets->kind != JsonValue::Kind::kArray || offsets->items.size() != 2 ||
-      offsets->items[0].kind != JsonValue::Kind::kInteger ||
-      offsets->items[1].kind != JsonValue::Kind::kInteger) {
+      !offsets->items[0].integer || !offsets->items[1].integer) {
     return error("has data_offsets that are not two integers [begin, end]");
   }
-  const int64_t begin = offsets->items[0].integer, end = offsets->items[1].integer;
+  const int64_t begin = *offsets->items[0].integer, end = *offsets->items[1].integer;
   const std::string offsets_string = absl::StrFormat("[%d, %d]", begin, end);
   if (begin < 0 || end < begin || static_cast<uint64_t>(end) > data_size) {
     return error(absl::StrFormat(
@@ -529,17 +225,18 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const uint64_t data_size = after_length - header_size;
   file.data_ = bytes + kLengthFieldBytes + header_size;
 
-  JsonValue root;
-  JsonParser parser(std::string_view(bytes + kLengthFieldBytes, header_size));
-  if (!parser.ParseDocument(&root)) {
-    return FileError(
-        path, absl::StrFormat("malformed JSON header at byte %d of the header "
-                              "(file offset %d): %s",
-                              parser.error_offset(), parser.error_offset() + kLengthFieldBytes,
-                              parser.error()));
+  size_t error_offset = 0;
+  absl::StatusOr<JsonValue> parsed =
+      ParseJson(std::string_view(bytes + kLengthFieldBytes, header_size), &error_offset);
+  if (!parsed.ok()) {
+    return FileError(path, absl::StrFormat("malformed JSON header at byte %d of the header "
+                                           "(file offset %d): %s",
+                                           error_offset, error_offset + kLengthFieldBytes,
+                                           parsed.status().message()));
   }
+  const JsonValue& root = *parsed;
   if (root.kind != JsonValue::Kind::kObject) {
-    return FileError(path, absl::StrCat("the header is ", KindName(root.kind),
+    return FileError(path, absl::StrCat("the header is ", JsonKindName(root.kind),
                                         ", expected a JSON object of tensors"));
   }
   for (size_t i = 0; i < root.keys.size(); ++i) {
@@ -601,27 +298,6 @@ absl::Status SafetensorsFile::ReadF32(std::string_view name, float* out) const {
 // Writing.
 
 namespace {
-
-void AppendJsonString(std::string_view s, std::string* out) {
-  out->push_back('"');
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (c < 0x20) {
-          out->append(absl::StrFormat("\\u%04x", c));
-        } else {
-          out->push_back(ch);
-        }
-    }
-  }
-  out->push_back('"');
-}
 
 // The header JSON, padded with spaces to a multiple of 8 bytes so the data
 // buffer starts 8-byte aligned.

@@ -332,11 +332,12 @@ const BadFileCase kBadFiles[] = {
      "expected ':' after an object key"},
     {"TrailingComma", HandWritten(R"({"a":{"dtype":"F32",}})", ""),
      "at byte 20 of the header (file offset 28): expected a string key"},
-    {"Fraction", HandWritten(R"({"a":1.5})", ""), "at byte 6 of the header"},
+    {"Fraction", HandWritten(R"({"a":1.5})", ""), "tensor \"a\" is described by a number"},
     {"BadEscape", HandWritten(R"({"a":"\q"})", ""), "at byte 7 of the header"},
     {"Unterminated", HandWritten(R"({"a":[1,2)", ""),
-     "at byte 9 of the header (file offset 17): header ends inside an array"},
-    {"Literal", HandWritten(R"({"a":true})", ""), "at byte 5 of the header"},
+     "at byte 9 of the header (file offset 17): the text ends inside an array"},
+    {"Literal", HandWritten(R"({"a":true})", ""), "tensor \"a\" is described by a boolean"},
+    {"BadLiteral", HandWritten(R"({"a":tru})", ""), "at byte 5 of the header"},
     {"TrailingGarbage", HandWritten("{} x", ""), "at byte 3 of the header"},
     {"RawNewlineInString", HandWritten("{\"a\nb\":1}", ""),
      "at byte 3 of the header (file offset 11): unescaped control byte 0x0a"},
@@ -375,9 +376,9 @@ const BadFileCase kBadFiles[] = {
      HandWritten(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                  R"("w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
                  std::string(4, '\0')),
-     "tensor \"w\" appears twice"},
+     "at byte 54 of the header (file offset 62): object key \"w\" appears twice"},
     {"MetadataNotStrings", HandWritten(R"({"__metadata__":{"a":1}})", ""),
-     "\"__metadata__\" entry \"a\" is an integer"},
+     "\"__metadata__\" entry \"a\" is a number"},
 };
 
 INSTANTIATE_TEST_SUITE_P(AllCases, BadSafetensorsFileTest, ::testing::ValuesIn(kBadFiles),
