@@ -35,36 +35,40 @@ std::string Duration(double seconds) {
 
 }  // namespace
 
+std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m) {
+  std::vector<std::pair<const char*, double>> fields = {
+      {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm}, {"tokens_per_s", m.tokens_per_s},
+      {"tflops", m.tflops}};
+  auto add = [&fields](const char* name, const std::optional<double>& value) {
+    if (value) fields.emplace_back(name, *value);
+  };
+  add("mfu", m.mfu);
+  add("loss_floor", m.loss_floor);
+  add("val_loss", m.val_loss);
+  add("param_bytes", m.param_bytes);
+  add("grad_bytes", m.grad_bytes);
+  add("optimizer_bytes", m.optimizer_bytes);
+  add("peak_memory_bytes", m.peak_memory_bytes);
+  fields.emplace_back("step_time_s", m.step_time_s);
+  add("fwd_s", m.fwd_s);
+  add("bwd_s", m.bwd_s);
+  add("optimizer_s", m.optimizer_s);
+  add("comm_exposed_s", m.comm_exposed_s);
+  add("comm_exposed_s_tp", m.comm_exposed_s_tp);
+  add("comm_exposed_s_dp", m.comm_exposed_s_dp);
+  add("comm_exposed_s_ep", m.comm_exposed_s_ep);
+  add("comm_exposed_s_pp", m.comm_exposed_s_pp);
+  add("bubble_fraction", m.bubble_fraction);
+  add("aux_loss", m.aux_loss);
+  add("moe_load_imbalance", m.moe_load_imbalance);
+  add("dropped_tokens", m.dropped_tokens);
+  add("all_to_all_bytes", m.all_to_all_bytes);
+  return fields;
+}
+
 std::string MetricsJson(const StepMetrics& m) {
-  std::string json = absl::StrCat("{\"step\": ", m.step, ", \"loss\": ", Number(m.loss),
-                                  ", \"lr\": ", Number(m.lr), ", \"grad_norm\": ",
-                                  Number(m.grad_norm), ", \"tokens_per_s\": ",
-                                  Number(m.tokens_per_s), ", \"tflops\": ", Number(m.tflops));
-  if (m.mfu) absl::StrAppend(&json, ", \"mfu\": ", Number(*m.mfu));
-  if (m.loss_floor) absl::StrAppend(&json, ", \"loss_floor\": ", Number(*m.loss_floor));
-  if (m.val_loss) absl::StrAppend(&json, ", \"val_loss\": ", Number(*m.val_loss));
-  for (const auto& [name, value] : {std::pair{"param_bytes", m.param_bytes},
-                                    std::pair{"grad_bytes", m.grad_bytes},
-                                    std::pair{"optimizer_bytes", m.optimizer_bytes},
-                                    std::pair{"peak_memory_bytes", m.peak_memory_bytes}}) {
-    if (value) absl::StrAppend(&json, ", \"", name, "\": ", Number(*value));
-  }
-  absl::StrAppend(&json, ", \"step_time_s\": ", Number(m.step_time_s));
-  for (const auto& [name, value] : {std::pair{"fwd_s", m.fwd_s},
-                                    std::pair{"bwd_s", m.bwd_s},
-                                    std::pair{"optimizer_s", m.optimizer_s},
-                                    std::pair{"comm_exposed_s", m.comm_exposed_s},
-                                    std::pair{"comm_exposed_s_tp", m.comm_exposed_s_tp},
-                                    std::pair{"comm_exposed_s_dp", m.comm_exposed_s_dp},
-                                    std::pair{"comm_exposed_s_ep", m.comm_exposed_s_ep},
-                                    std::pair{"comm_exposed_s_pp", m.comm_exposed_s_pp},
-                                    std::pair{"bubble_fraction", m.bubble_fraction},
-                                    std::pair{"aux_loss", m.aux_loss},
-                                    std::pair{"moe_load_imbalance", m.moe_load_imbalance},
-                                    std::pair{"dropped_tokens", m.dropped_tokens},
-                                    std::pair{"all_to_all_bytes", m.all_to_all_bytes}}) {
-    if (value) absl::StrAppend(&json, ", \"", name, "\": ", Number(*value));
-  }
+  std::string json = absl::StrCat("{\"step\": ", m.step);
+  for (const auto& [name, value] : StepFields(m)) absl::StrAppend(&json, ", \"", name, "\": ", Number(value));
   if (m.run) {
     const RunLayout& r = *m.run;
     absl::StrAppend(&json, ", \"world_size\": ", r.world_size, ", \"tensor\": ", r.tensor,

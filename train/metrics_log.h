@@ -7,6 +7,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -48,7 +51,12 @@ struct StepMetrics {
   std::optional<double> all_to_all_bytes;  // the wait on them is comm_exposed_s_ep
 };
 
-// One JSON line, fields in contract order.
+// Every per-step number of `m` (its optional fields when present) by its
+// metrics name, in contract order: the one list the metrics JSON line and the
+// TensorBoard scalars are both written from.
+std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m);
+
+// One JSON line: "step", StepFields, and the run's layout on its first line.
 std::string MetricsJson(const StepMetrics& m);
 
 // "step 20/200 | loss 2.3456 (floor 1.2345) | lr 3.00e-04 | grad norm 0.812 | 12345 tok/s | 4.56 GFLOP/s | ETA 1m23s"

@@ -37,22 +37,6 @@ std::string TfRecord(const std::string& data) {
   return record;
 }
 
-std::vector<std::pair<std::string, double>> TensorBoardScalars(const StepMetrics& m) {
-  std::vector<std::pair<std::string, double>> scalars = {
-      {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm}, {"tokens_per_s", m.tokens_per_s},
-      {"tflops", m.tflops}, {"step_time_s", m.step_time_s}};
-  for (const auto& [tag, value] :
-       {std::pair{"mfu", m.mfu}, std::pair{"val_loss", m.val_loss}, std::pair{"loss_floor", m.loss_floor},
-        std::pair{"bubble_fraction", m.bubble_fraction}, std::pair{"fwd_s", m.fwd_s},
-        std::pair{"bwd_s", m.bwd_s}, std::pair{"optimizer_s", m.optimizer_s},
-        std::pair{"comm_exposed_s", m.comm_exposed_s}, std::pair{"peak_memory_bytes", m.peak_memory_bytes},
-        std::pair{"aux_loss", m.aux_loss}, std::pair{"moe_load_imbalance", m.moe_load_imbalance},
-        std::pair{"dropped_tokens", m.dropped_tokens}}) {
-    if (value) scalars.emplace_back(tag, *value);
-  }
-  return scalars;
-}
-
 absl::StatusOr<TensorBoardWriter> TensorBoardWriter::Open(const std::string& dir) {
   std::error_code ignored;  // fopen reports a directory that could not be made
   std::filesystem::create_directories(dir, ignored);
@@ -79,9 +63,9 @@ absl::Status TensorBoardWriter::Write(const StepMetrics& m) {
   tensorboard::Event event;
   event.set_wall_time(WallTime());
   event.set_step(m.step);
-  for (const auto& [tag, value] : TensorBoardScalars(m)) {
+  for (const auto& [tag, value] : StepFields(m)) {
     tensorboard::SummaryValue* v = event.mutable_summary()->add_value();
-    v->set_tag(tag);
+    v->set_tag(std::string(tag));
     v->set_simple_value(static_cast<float>(value));
   }
   return WriteRecord(event.SerializeAsString());

@@ -20,11 +20,8 @@ namespace tetra {
 // `data` framed as one TFRecord.
 std::string TfRecord(const std::string& data);
 
-// The scalars TensorBoard shows for a step: loss, lr, grad_norm, tokens_per_s,
-// and where present mfu, val_loss, loss_floor, bubble_fraction, step time and
-// its breakdown, peak memory. Tags are the metrics' field names.
-std::vector<std::pair<std::string, double>> TensorBoardScalars(const StepMetrics& m);
-
+// Writes every per-step number of the metrics (StepFields) as a scalar
+// tagged with its metrics field name.
 class TensorBoardWriter {
  public:
   // Creates `dir` and dir/events.out.tfevents.<unix seconds>.<host>, and

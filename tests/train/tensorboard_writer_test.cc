@@ -7,8 +7,10 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 #include <optional>
 
+#include "core/json.h"
 #include "gtest/gtest.h"
 #include "proto/tensorboard_event.pb.h"
 
@@ -104,6 +106,47 @@ TEST(TensorBoardWriterTest, ReaderGetsBackEveryScalarAndRejectsACorruptByte) {
     corrupt[at] ^= 0x10;
     EXPECT_FALSE(ReadEvents(corrupt).has_value()) << "byte " << at;
   }
+}
+
+// Every field of the metrics JSON line but the step and the run's layout is
+// a TensorBoard scalar: both are written from one list.
+TEST(TensorBoardWriterTest, EveryPerStepMetricIsAScalar) {
+  const std::string dir = ::testing::TempDir() + "tensorboard_every_metric";
+  std::filesystem::remove_all(dir);
+  auto writer = TensorBoardWriter::Open(dir);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  StepMetrics m;
+  m.step = 7;
+  int next = 1;
+  for (double* v : {&m.loss, &m.lr, &m.grad_norm, &m.tokens_per_s, &m.tflops, &m.step_time_s}) *v = next++;
+  for (std::optional<double>* v :
+       {&m.mfu, &m.loss_floor, &m.val_loss, &m.param_bytes, &m.grad_bytes, &m.optimizer_bytes,
+        &m.comm_exposed_s_dp, &m.bubble_fraction, &m.fwd_s, &m.bwd_s, &m.optimizer_s, &m.comm_exposed_s,
+        &m.comm_exposed_s_tp, &m.comm_exposed_s_ep, &m.comm_exposed_s_pp, &m.peak_memory_bytes,
+        &m.aux_loss, &m.moe_load_imbalance, &m.dropped_tokens, &m.all_to_all_bytes}) {
+    *v = next++;
+  }
+  m.run = RunLayout{};
+  ASSERT_TRUE(writer->Write(m).ok());
+  const auto events = ReadEvents(ReadFile(writer->path()));
+  ASSERT_TRUE(events.has_value());
+  ASSERT_EQ(events->size(), 2u);
+  std::map<std::string, double> scalars;
+  for (const auto& v : (*events)[1].summary().value()) scalars[v.tag()] = v.simple_value();
+
+  absl::StatusOr<JsonValue> line = ParseJson(MetricsJson(m));
+  ASSERT_TRUE(line.ok()) << line.status();
+  const std::set<std::string> per_run = {"step",  "world_size", "tensor", "pipeline", "data", "expert",
+                                         "global_batch_size", "micro_batch_size", "seq_length", "zero_stage"};
+  std::set<std::string> per_step;
+  for (size_t i = 0; i < line->keys.size(); ++i) {
+    if (per_run.count(line->keys[i])) continue;
+    per_step.insert(line->keys[i]);
+    ASSERT_TRUE(scalars.count(line->keys[i])) << line->keys[i] << " is in the metrics but not in TensorBoard";
+    EXPECT_EQ(scalars[line->keys[i]], line->items[i].number) << line->keys[i];
+  }
+  EXPECT_EQ(per_step.size(), scalars.size());
+  EXPECT_EQ(per_step.size(), 26u);  // every field StepMetrics has, set above
 }
 
 TEST(TensorBoardWriterTest, RecordFramingMatchesTheFormat) {
