@@ -1,6 +1,8 @@
 #include "core/json.h"
 
 #include <charconv>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -330,6 +332,30 @@ const char* JsonKindName(JsonValue::Kind kind) {
 
 absl::StatusOr<JsonValue> ParseJson(std::string_view text, size_t* error_offset) {
   return JsonParser(text).ParseDocument(error_offset);
+}
+
+absl::StatusOr<JsonValue> ReadJsonFile(const std::string& path, size_t max_bytes, const std::string& hint) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (error || !std::filesystem::is_regular_file(status)) {
+    return UserError(absl::StrCat("cannot read ", path, ": ", error ? error.message() : "not a regular file"), hint);
+  }
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  if (error || size > max_bytes) {
+    return UserError(absl::StrCat(path, " is ", size, " bytes, more than the ", max_bytes,
+                                  " such a JSON file could need"),
+                     hint);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string text(size, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  if (!in) return UserError(absl::StrCat("cannot read ", path), hint);
+  size_t offset = 0;
+  absl::StatusOr<JsonValue> value = ParseJson(text, &offset);
+  if (!value.ok()) {
+    return UserError(absl::StrCat(path, " is not valid JSON: at byte ", offset, ": ", value.status().message()), hint);
+  }
+  return value;
 }
 
 void AppendJsonString(std::string_view s, std::string* out) {

@@ -86,6 +86,14 @@ Tensor Tensor::Empty(const Shape& shape, DType dtype, DeviceType device) {
   return t;
 }
 
+Tensor Tensor::Unallocated(const Shape& shape, DType dtype) {
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = NumElements(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::Zeros(const Shape& shape, DType dtype, DeviceType device) {
   Tensor t = Empty(shape, dtype, device);
   t.SetZero();

@@ -34,6 +34,9 @@ class Tensor {
                       DeviceType device = DeviceType::kCPU);
   static Tensor Zeros(const Shape& shape, DType dtype = DType::kF32,
                       DeviceType device = DeviceType::kCPU);
+  // A shape and dtype without storage (defined() is false): the parameters
+  // of a model that is described but not built (ParameterStore's kShapesOnly).
+  static Tensor Unallocated(const Shape& shape, DType dtype = DType::kF32);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

@@ -53,10 +53,24 @@ struct RopeTable {
   Tensor sin;  // (seq, half_dim)
 };
 
+// Llama 3.1's scaling of the rotary frequencies (Hugging Face's rope_type
+// "llama3"): frequencies whose wavelength exceeds
+// original_max_position_embeddings / low_freq_factor are divided by `factor`,
+// those below original / high_freq_factor kept, and those between blended
+// smoothly. factor 0: no scaling.
+struct RopeScaling {
+  double factor = 0;
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  double original_max_position_embeddings = 8192;
+};
+
 // The table on the host, computed as Hugging Face Llama does in fp32:
-// inv_freq[i] = 1 / theta^(float(2i) / head_dim), angle = float(p) * inv_freq[i],
-// then cos/sin of that fp32 angle, correctly rounded.
-RopeTable MakeRopeTable(int64_t seq, int64_t head_dim, double theta);
+// inv_freq[i] = 1 / theta^(float(2i) / head_dim) (then scaled, in fp32 in
+// transformers' order of operations), angle = float(p) * inv_freq[i], then
+// cos/sin of that fp32 angle, correctly rounded.
+RopeTable MakeRopeTable(int64_t seq, int64_t head_dim, double theta,
+                        const RopeScaling& scaling = {});
 
 }  // namespace tetra
 

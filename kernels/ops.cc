@@ -20,7 +20,31 @@
 
 namespace tetra {
 
-RopeTable MakeRopeTable(int64_t seq, int64_t head_dim, double theta) {
+namespace {
+
+// transformers' _compute_llama3_parameters, in fp32 as it runs there (a
+// Python number over a tensor is the tensor's reciprocal times the number).
+void ScaleLlama3(const RopeScaling& s, std::vector<float>& inv_freq) {
+  const float factor = static_cast<float>(s.factor);
+  const float low = static_cast<float>(s.low_freq_factor);
+  const float old_context = static_cast<float>(s.original_max_position_embeddings);
+  const float low_freq_wavelen = static_cast<float>(s.original_max_position_embeddings / s.low_freq_factor);
+  const float high_freq_wavelen = static_cast<float>(s.original_max_position_embeddings / s.high_freq_factor);
+  const float band = static_cast<float>(s.high_freq_factor - s.low_freq_factor);
+  for (float& f : inv_freq) {
+    const float wavelen = (1.0f / f) * static_cast<float>(2 * M_PI);
+    if (wavelen > low_freq_wavelen) {
+      f = f / factor;
+    } else if (wavelen >= high_freq_wavelen) {
+      const float smooth = ((1.0f / wavelen) * old_context - low) / band;
+      f = (1 - smooth) * f / factor + smooth * f;
+    }
+  }
+}
+
+}  // namespace
+
+RopeTable MakeRopeTable(int64_t seq, int64_t head_dim, double theta, const RopeScaling& scaling) {
   TETRA_CHECK(seq >= 0 && head_dim > 0 && head_dim % 2 == 0)
       << "seq " << seq << " head_dim " << head_dim;
   const int64_t half_dim = head_dim / 2;
@@ -33,6 +57,7 @@ RopeTable MakeRopeTable(int64_t seq, int64_t head_dim, double theta) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), exponent);
   }
+  if (scaling.factor > 0) ScaleLlama3(scaling, inv_freq);
   float* cos = table.cos.f32();
   float* sin = table.sin.f32();
   for (int64_t p = 0; p < seq; ++p) {

@@ -10,6 +10,7 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
       kv_heads_(LocalKeyValueHeads(c, parallelism.tp_size())),
       head_dim_(HeadDim(c)),
       rope_theta_(c.rope_theta()),
+      rope_scaling_(RotaryScaling(c)),
       q_proj_(store.Add(prefix + ".q_proj.weight",
                         {c.num_attention_heads() * head_dim_, c.hidden_size()}, Init::kNormal,
                         c.initializer_range(), parallelism.Column())),
@@ -27,7 +28,7 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
 
 const RopeTable& AttentionLayer::RopeTableFor(int64_t seq) {
   if (rope_.seq != seq) {
-    rope_ = MakeRopeTable(seq, head_dim_, rope_theta_);
+    rope_ = MakeRopeTable(seq, head_dim_, rope_theta_, rope_scaling_);
     // The kernels read the table where they run.
     const DeviceType device = CurrentPlacement().device;
     for (Tensor* t : {&rope_.cos, &rope_.sin}) {

@@ -47,6 +47,7 @@ class AttentionLayer {
 
   int64_t q_heads_, kv_heads_, head_dim_;  // this rank's heads
   double rope_theta_;
+  RopeScaling rope_scaling_;
   Parameter &q_proj_, &k_proj_, &v_proj_, &o_proj_;
   TensorParallelRegion region_;  // Exit and the backward passes
   Communicator* kv_replicas_;

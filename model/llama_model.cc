@@ -18,8 +18,9 @@ void CopyTokens(const int32_t* ids, int64_t n, Tensor* dst) {
 }
 
 }  // namespace
-LlamaModel::LlamaModel(const ModelConfig& c, uint64_t seed, const ModelParallelism& parallelism)
-    : config_(c), store_(seed), groups_(c, parallelism) {
+LlamaModel::LlamaModel(const ModelConfig& c, uint64_t seed, const ModelParallelism& parallelism,
+                       Storage storage)
+    : config_(c), store_(seed, storage), groups_(c, parallelism) {
   TETRA_CHECK(!parallelism.chunks.empty()) << "a model needs at least one chunk";
   int next_layer = 0;
   for (size_t i = 0; i < parallelism.chunks.size(); ++i) {
@@ -207,6 +208,13 @@ std::vector<MoeMlpLayer*> LlamaModel::moe_layers() const {
     }
   }
   return layers;
+}
+
+std::vector<ModelTensor> WholeModelTensors(const ModelConfig& config) {
+  LlamaModel model(config, /*seed=*/0, {}, Storage::kShapesOnly);
+  std::vector<ModelTensor> tensors;
+  for (const Parameter& p : model.parameters().all()) tensors.push_back({p.name, p.global_shape});
+  return tensors;
 }
 
 }  // namespace tetra

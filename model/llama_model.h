@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/activation_slots.h"
@@ -45,7 +46,10 @@ class LlamaModel {
 
   // Initialises every parameter from (seed, name, element index). With a TP
   // group this is collective over it (it may split a key-value replica group).
-  LlamaModel(const ModelConfig& config, uint64_t seed, const ModelParallelism& parallelism = {});
+  // Storage::kShapesOnly describes the model without allocating its weights
+  // (it cannot run).
+  LlamaModel(const ModelConfig& config, uint64_t seed, const ModelParallelism& parallelism = {},
+             Storage storage = Storage::kAllocated);
 
   // inputs, targets: (B, T) token ids, the same on every TP rank. Returns the
   // sum of the B*T token cross-entropies and accumulates into every parameter
@@ -145,6 +149,17 @@ class LlamaModel {
   ActivationSlots<MicroBatch> micro_batches_;
   Tensor targets_;  // (B*T), read only by the forward
 };
+
+// A tensor of the whole model by its Hugging Face name and global shape.
+struct ModelTensor {
+  std::string name;
+  Shape shape;
+};
+
+// Every tensor of the whole model `config` describes (every layer, every
+// routed expert, buffers included), in registration order: what a weights
+// file for it holds. Built shapes-only, so it costs no weight memory.
+std::vector<ModelTensor> WholeModelTensors(const ModelConfig& config);
 
 }  // namespace tetra
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/op_types.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
@@ -17,6 +18,14 @@ inline int KeyValueHeads(const ModelConfig& c) {
 }
 
 inline int HeadDim(const ModelConfig& c) { return c.hidden_size() / c.num_attention_heads(); }
+
+// model.rope_scaling as the RoPE table takes it (factor 0: none).
+inline RopeScaling RotaryScaling(const ModelConfig& c) {
+  const RopeScalingConfig& s = c.rope_scaling();
+  if (s.rope_type() != "llama3") return {};
+  return {s.factor(), s.low_freq_factor(), s.high_freq_factor(),
+          static_cast<double>(s.original_max_position_embeddings())};
+}
 
 // Init std of the projections that write into the residual stream (o_proj,
 // down_proj): scaled by 1/sqrt(2 x layers) as in GPT-2 and Megatron-LM.

@@ -39,14 +39,17 @@ int64_t Parameter::GlobalIndex(int64_t local) const {
 
 Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init init, double std,
                                TensorShard shard, bool trainable) {
-  TETRA_CHECK(Find(name) == nullptr) << "parameter " << name << " registered twice";
-  TETRA_CHECK(!flat_values_.defined()) << "parameter " << name << " added after Pack()";
+  TETRA_CHECK(!packed_) << "parameter " << name << " added after Pack()";
   const Shape local = ShardShape(global_shape, shard);
-  parameters_.push_back(Parameter{std::move(name), Tensor::Empty(local), Tensor::Zeros(local),
+  const bool allocate = storage_ == Storage::kAllocated;
+  parameters_.push_back(Parameter{name, allocate ? Tensor::Empty(local) : Tensor::Unallocated(local),
+                                  allocate ? Tensor::Zeros(local) : Tensor::Unallocated(local),
                                   /*weight_decay=*/global_shape.size() >= 2, global_shape, shard});
   Parameter& p = parameters_.back();
+  TETRA_CHECK(by_name_.emplace(std::move(name), &p).second) << "parameter " << p.name << " registered twice";
   p.trainable = trainable;
   p.compute = p.value;  // until Pack
+  if (!allocate) return p;
   if (init == Init::kOnes || init == Init::kZeros) {
     p.value.Fill(init == Init::kOnes ? 1.0f : 0.0f);
   } else {
@@ -60,6 +63,8 @@ Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init
 }
 
 void ParameterStore::Pack(int64_t total_multiple, int64_t expert_total_multiple) {
+  TETRA_CHECK(!packed_) << "the parameters are packed twice";
+  packed_ = true;
   int64_t totals[2] = {0, 0};  // dense, expert
   for (Parameter& p : parameters_) {
     int64_t& total = totals[p.expert];
@@ -67,6 +72,7 @@ void ParameterStore::Pack(int64_t total_multiple, int64_t expert_total_multiple)
     slots_[p.expert].push_back(&p);
     total += (p.value.numel() + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
   }
+  if (storage_ == Storage::kShapesOnly) return;
   const int64_t multiples[2] = {total_multiple, expert_total_multiple};
   const Placement& placement = CurrentPlacement();
   for (int expert = 0; expert < 2; ++expert) {
@@ -100,10 +106,8 @@ void ParameterStore::RefreshCompute() {
 }
 
 Parameter* ParameterStore::Find(std::string_view name) {
-  for (Parameter& p : parameters_) {
-    if (p.name == name) return &p;
-  }
-  return nullptr;
+  auto it = by_name_.find(absl::string_view(name.data(), name.size()));
+  return it == by_name_.end() ? nullptr : it->second;
 }
 
 const Parameter& ParameterStore::AtFlatOffset(int64_t offset, bool expert) const {

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/tensor.h"
 
 namespace tetra {
@@ -54,13 +55,20 @@ struct Parameter {
 
 enum class Init { kOnes, kNormal, kZeros };
 
+// kShapesOnly: the store records names, shapes and flat offsets but holds no
+// values or gradients (Tensor::Unallocated): a model described, not built, so
+// its whole list of tensors is known at no memory cost.
+enum class Storage { kAllocated, kShapesOnly };
+
 class ParameterStore {
  public:
-  explicit ParameterStore(uint64_t seed) : seed_(seed) {}
+  explicit ParameterStore(uint64_t seed, Storage storage = Storage::kAllocated)
+      : seed_(seed), storage_(storage) {}
 
   // Adds this rank's slice of a parameter of `global_shape`, initialised per
   // `init`: kNormal draws global element g as std x Normal(seed, StableHash(name), g).
   // A buffer (!trainable) keeps its values out of the optimizer's reach.
+  // Names are unique (checked).
   Parameter& Add(std::string name, const Shape& global_shape, Init init, double std = 0.0,
                  TensorShard shard = {}, bool trainable = true);
 
@@ -69,7 +77,8 @@ class ParameterStore {
   // `total_multiple` elements, e.g. for even data-parallel shards), experts'
   // into the expert buffers (padded to `expert_total_multiple`), on the
   // current placement's device, fp32 (master weights, gradients); with a
-  // bf16 placement also flat bf16 compute copies of the values. No Add after this.
+  // bf16 placement also flat bf16 compute copies of the values. No Add after
+  // this. Under kShapesOnly only the offsets are assigned.
   void Pack(int64_t total_multiple = 1, int64_t expert_total_multiple = 1);
   const Tensor& flat_values() const { return flat_values_; }
   const Tensor& flat_grads() const { return flat_grads_; }
@@ -95,7 +104,10 @@ class ParameterStore {
 
  private:
   uint64_t seed_;
+  Storage storage_;
+  bool packed_ = false;
   std::deque<Parameter> parameters_;
+  absl::flat_hash_map<std::string, Parameter*> by_name_;  // Add is O(1): models have 10^4+ tensors
   std::vector<const Parameter*> slots_[2];  // dense, expert: by ascending flat_offset (Pack())
   Tensor flat_values_, flat_grads_, flat_compute_;
   Tensor expert_flat_values_, expert_flat_grads_, expert_flat_compute_;

@@ -1,6 +1,7 @@
 #include "model/weights_io.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,7 +15,10 @@
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "model/model_dims.h"
+#include "model/hf_config.h"
+#include "model/llama_model.h"
 #include "model/safetensors.h"
+#include "model/weight_files.h"
 
 namespace tetra {
 namespace {
@@ -27,112 +31,60 @@ std::string ListSome(const std::vector<std::string>& names) {
   return absl::StrCat(absl::StrJoin(shown, ", "), " and ", names.size() - kShown, " more");
 }
 
-// "model.layers.1.mlp.experts.*.up_proj.weight" for any routed expert's
-// parameter name, else "": the routed experts of a layer are split over the
-// expert-parallel ranks, so this rank's store lacks the others'.
-std::string ExpertPattern(const std::string& name) {
-  const std::string marker = ".mlp.experts.";
-  const size_t begin = name.find(marker);
-  if (begin == std::string::npos) return "";
-  const size_t end = name.find('.', begin + marker.size());
-  if (end == std::string::npos) return "";
-  return absl::StrCat(name.substr(0, begin + marker.size()), "*", name.substr(end));
+// Every tensor of the whole model against the file: one error listing what is
+// missing, mismatched and extra.
+absl::Status CheckAgainstModel(const WeightFiles& files, const ModelConfig& model) {
+  std::vector<std::string> missing, mismatched, extra;
+  std::set<std::string> expected;
+  for (const ModelTensor& t : WholeModelTensors(model)) {
+    expected.insert(t.name);
+    const SafetensorsEntry* entry = files.Find(t.name);
+    if (entry == nullptr) {
+      missing.push_back(t.name);
+    } else if (entry->shape != t.shape) {
+      mismatched.push_back(absl::StrCat(t.name, " is ", ShapeString(entry->shape), " in the file but ",
+                                        ShapeString(t.shape), " in the model"));
+    }
+  }
+  for (const SafetensorsEntry* entry : files.entries()) {
+    if (!expected.count(entry->name)) extra.push_back(UserText(entry->name));
+  }
+  if (missing.empty() && mismatched.empty() && extra.empty()) return absl::OkStatus();
+  std::vector<std::string> problems;
+  if (!missing.empty()) problems.push_back(absl::StrCat(missing.size(), " missing (", ListSome(missing), ")"));
+  if (!mismatched.empty()) problems.push_back(absl::StrCat(mismatched.size(), " with the wrong shape (", ListSome(mismatched), ")"));
+  if (!extra.empty()) problems.push_back(absl::StrCat(extra.size(), " not in the model (", ListSome(extra), ")"));
+  return UserError(absl::StrCat("weights in ", files.path(), " do not match the model: ", absl::StrJoin(problems, "; ")),
+                   "the model section of the config must describe the checkpoint's architecture "
+                   "(sizes, num_key_value_heads, tie_word_embeddings, model.moe)");
 }
 
 }  // namespace
 
-absl::Status LoadWeights(const std::string& path, ParameterStore& store) {
-  ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
-  std::vector<std::string> missing, mismatched, extra;
-  std::set<std::string> expected, expert_patterns;
-  for (const Parameter& p : store.all()) {
-    expected.insert(p.name);
-    if (p.expert) expert_patterns.insert(ExpertPattern(p.name));
-    const SafetensorsEntry* entry = file.Find(p.name);
-    if (entry == nullptr) {
-      missing.push_back(p.name);
-    } else if (entry->shape != p.global_shape) {
-      mismatched.push_back(absl::StrCat(p.name, " is ", ShapeString(entry->shape), " in the file but ",
-                                        ShapeString(p.global_shape), " in the model"));
-    }
-  }
-  for (const SafetensorsEntry& entry : file.entries()) {
-    // Experts held by other expert-parallel ranks are not extra (the gate's
-    // shape (experts, hidden) has checked their number).
-    if (!expected.count(entry.name) && !expert_patterns.count(ExpertPattern(entry.name))) {
-      extra.push_back(entry.name);
-    }
-  }
-  if (!missing.empty() || !mismatched.empty() || !extra.empty()) {
-    std::vector<std::string> problems;
-    if (!missing.empty()) problems.push_back(absl::StrCat(missing.size(), " missing (", ListSome(missing), ")"));
-    if (!mismatched.empty()) problems.push_back(absl::StrCat(mismatched.size(), " with the wrong shape (", ListSome(mismatched), ")"));
-    if (!extra.empty()) problems.push_back(absl::StrCat(extra.size(), " not in the model (", ListSome(extra), ")"));
-    return UserError(absl::StrCat("weights in ", path, " do not match the model: ",
-                                  absl::StrJoin(problems, "; ")),
-                     "the model section of the config must describe the checkpoint's architecture "
-                     "(sizes, num_key_value_heads, tie_word_embeddings)");
-  }
+absl::Status LoadWeights(const std::string& path, const ModelConfig& model, ParameterStore& store) {
+  ASSIGN_OR_RETURN(const WeightFiles files, WeightFiles::Open(path));
+  RETURN_IF_ERROR(CheckAgainstModel(files, model));
   // Read everything into temporaries first so a failure leaves the model as it
   // was; each rank keeps only its tensor-parallel slice of each tensor.
   std::vector<Tensor> loaded;
   for (const Parameter& p : store.all()) {
     Tensor global = Tensor::Empty(p.global_shape);
-    RETURN_IF_ERROR(file.ReadF32(p.name, global.f32()));
+    RETURN_IF_ERROR(files.ReadF32(p.name, global.f32()));
+    for (int64_t i = 0; i < global.numel(); ++i) {
+      if (!std::isfinite(global.f32()[i])) {
+        return UserError(absl::StrCat("weights in ", path, ": tensor ", p.name, " holds ", global.f32()[i],
+                                      " at element ", i, ", so training would start diverged"),
+                         "start from a checkpoint whose weights are all finite");
+      }
+    }
     Tensor slice = Tensor::Empty(p.value.shape());
     for (int64_t i = 0; i < slice.numel(); ++i) slice.f32()[i] = global.f32()[p.GlobalIndex(i)];
     loaded.push_back(slice);
   }
   size_t i = 0;
   for (Parameter& p : store.all()) p.value.CopyFrom(loaded[i++]);
+  store.RefreshCompute();
   return absl::OkStatus();
-}
-
-// DeepSeek-V3's mixture-of-experts keys, for a model with routed experts.
-std::string MoeConfigJson(const ModelConfig& m) {
-  if (m.moe().n_routed_experts() == 0) return "";
-  const MoeConfig& moe = m.moe();
-  return absl::StrFormat(
-      "  \"n_routed_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"n_shared_experts\": %d,\n"
-      "  \"moe_intermediate_size\": %d,\n  \"first_k_dense_replace\": %d,\n"
-      "  \"scoring_func\": \"%s\",\n  \"norm_topk_prob\": %s,\n  \"routed_scaling_factor\": %.9g,\n"
-      "  \"n_group\": %d,\n  \"topk_group\": %d,\n  \"topk_method\": \"noaux_tc\",\n",
-      moe.n_routed_experts(), moe.num_experts_per_tok(), moe.n_shared_experts(),
-      moe.moe_intermediate_size(), moe.first_k_dense_replace(), moe.scoring_func(),
-      moe.norm_topk_prob() ? "true" : "false", moe.routed_scaling_factor(), moe.n_group(),
-      moe.topk_group());
-}
-
-std::string HuggingFaceConfigJson(const ModelConfig& m, int64_t max_position_embeddings,
-                                  DType dtype) {
-  const bool moe = m.moe().n_routed_experts() > 0;
-  return absl::StrFormat(
-      "{\n"
-      "  \"architectures\": [\"%s\"],\n"
-      "  \"model_type\": \"%s\",\n"
-      "  \"vocab_size\": %d,\n"
-      "  \"hidden_size\": %d,\n"
-      "  \"intermediate_size\": %d,\n"
-      "  \"num_hidden_layers\": %d,\n"
-      "  \"num_attention_heads\": %d,\n"
-      "  \"num_key_value_heads\": %d,\n"
-      "  \"head_dim\": %d,\n"
-      "  \"hidden_act\": \"silu\",\n"
-      "  \"max_position_embeddings\": %d,\n"
-      "  \"rms_norm_eps\": %.9g,\n"
-      "  \"rope_theta\": %.9g,\n"
-      "  \"tie_word_embeddings\": %s,\n"
-      "  \"attention_bias\": false,\n"
-      "  \"mlp_bias\": false,\n"
-      "  \"initializer_range\": %.9g,\n"
-      "%s"
-      "  \"torch_dtype\": \"%s\"\n"
-      "}\n",
-      moe ? "DeepseekV3ForCausalLM" : "LlamaForCausalLM", moe ? "deepseek_v3" : "llama",
-      m.vocab_size(), m.hidden_size(), m.intermediate_size(), m.num_hidden_layers(),
-      m.num_attention_heads(), KeyValueHeads(m), HeadDim(m), max_position_embeddings,
-      m.rms_norm_eps(), m.rope_theta(), m.tie_word_embeddings() ? "true" : "false",
-      m.initializer_range(), MoeConfigJson(m), dtype == DType::kBF16 ? "bfloat16" : "float32");
 }
 
 Tensor GatherGlobal(const Parameter& p, Communicator& tp) {
@@ -242,8 +194,46 @@ void GatherStages(Communicator& pp, std::vector<NamedTensor>& globals) {
   }
 }
 
+namespace {
+
+// Writes `text` to `path` through a temporary file and a rename, so `path`
+// never holds half a file.
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream file(path + ".tmp");
+  file << text;
+  file.close();
+  if (!file || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+    return UserError(absl::StrCat("writing ", path, " failed: ", std::strerror(errno)),
+                     "check the disk has space and the directory is writable", absl::StatusCode::kDataLoss);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteHfModelDirectory(const std::string& dir, const std::vector<NamedTensor>& tensors,
+                                  const ModelConfig& model, int64_t seq_length, DType dtype,
+                                  const std::map<std::string, std::string>& metadata) {
+  RETURN_IF_ERROR(CheckHfExportable(model));
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return UserError(absl::StrCat("cannot create export directory ", dir, ": ", error.message()),
+                     "choose a writable export_path / --out directory");
+  }
+  std::vector<SafetensorsTensorRef> refs;
+  for (const NamedTensor& t : tensors) refs.push_back({t.name, t.value.shape(), t.value.f32()});
+  std::map<std::string, std::string> all_metadata = {{"format", "pt"}, {"producer", "tetra"}};
+  all_metadata.insert(metadata.begin(), metadata.end());
+  RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", refs, dtype, all_metadata));
+  RETURN_IF_ERROR(WriteTextFile(dir + "/config.json", HfConfigJson(model, seq_length, dtype)));
+  const std::string generation = HfGenerationConfigJson(model);
+  if (!generation.empty()) RETURN_IF_ERROR(WriteTextFile(dir + "/generation_config.json", generation));
+  return absl::OkStatus();
+}
+
 absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, const ModelConfig& model,
-                           int64_t max_position_embeddings, DType dtype, Communicator& tp, bool write,
+                           int64_t seq_length, DType dtype, Communicator& tp, bool write,
                            Communicator* ep, Communicator* pp) {
   // Every tensor-parallel (and expert-parallel) rank takes part in the gathers; one writes.
   const bool gather_experts = ep != nullptr && ep->size() > 1;
@@ -256,25 +246,7 @@ absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, 
   }
   if (pp != nullptr && pp->size() > 1 && tp.rank() == 0) GatherStages(*pp, globals);
   if (!write) return absl::OkStatus();
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) {
-    return UserError(absl::StrCat("cannot create export directory ", dir, ": ", error.message()),
-                     "choose a writable export_path / --out directory");
-  }
-  std::vector<SafetensorsTensorRef> tensors;
-  for (const NamedTensor& t : globals) tensors.push_back({t.name, t.value.shape(), t.value.f32()});
-  RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", tensors, dtype,
-                                   {{"format", "pt"}, {"producer", "tetra"}}));
-  const std::string config_path = dir + "/config.json";
-  std::ofstream config(config_path + ".tmp");
-  config << HuggingFaceConfigJson(model, max_position_embeddings, dtype);
-  config.close();
-  if (!config || std::rename((config_path + ".tmp").c_str(), config_path.c_str()) != 0) {
-    return UserError(absl::StrCat("writing ", config_path, " failed: ", std::strerror(errno)),
-                     "check the disk has space and the directory is writable", absl::StatusCode::kDataLoss);
-  }
-  return absl::OkStatus();
+  return WriteHfModelDirectory(dir, globals, model, seq_length, dtype);
 }
 
 }  // namespace tetra

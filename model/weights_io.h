@@ -1,10 +1,14 @@
 // Importing and exporting a model's weights as Hugging Face safetensors.
-// Import checks every name and shape and lists everything missing, extra or
-// mismatched in one error; export writes DIR/model.safetensors and an HF
-// config.json beside it (LlamaForCausalLM), loadable by `transformers` as is.
+// Import reads a file, a sharded index or a model directory (WeightFiles),
+// checks every name and shape against the whole model whatever this rank
+// holds, lists everything missing, extra or mismatched in one error, and
+// loads this rank's slice of each of its parameters. Export writes a Hugging
+// Face model directory: DIR/model.safetensors, config.json and
+// generation_config.json, loadable by `transformers` as is.
 #ifndef TETRA_MODEL_WEIGHTS_IO_H_
 #define TETRA_MODEL_WEIGHTS_IO_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,11 +20,12 @@
 
 namespace tetra {
 
-// Loads every parameter of `store` (this rank's slice of each) from the
-// safetensors file at `path` (F32, BF16 or F16 tensors, global shapes). On
-// error `store` is left unchanged. Routed experts the store lacks (another
-// expert-parallel rank's) are skipped.
-absl::Status LoadWeights(const std::string& path, ParameterStore& store);
+// Loads every parameter of `store` (this rank's slice of each: its pipeline
+// stage, its tensor-parallel shards, its routed experts) from the weights at
+// `path` (F32, BF16 or F16 tensors, global shapes), which must hold exactly
+// the tensors of the whole model `model` describes, all finite. On error
+// `store` is left unchanged.
+absl::Status LoadWeights(const std::string& path, const ModelConfig& model, ParameterStore& store);
 
 // The whole tensor of a parameter split over the tensor-parallel group `tp`
 // (collective over `tp`; a replicated parameter is returned as is).
@@ -43,20 +48,25 @@ std::vector<NamedTensor> GatherExperts(const ParameterStore& store, const ModelC
 // dropped. Collective over `pp`; the other ranks keep theirs unchanged.
 void GatherStages(Communicator& pp, std::vector<NamedTensor>& globals);
 
-// Writes DIR/model.safetensors (`dtype` kF32 or kBF16, global tensors) and
-// DIR/config.json. Collective over `tp`; for an expert-parallel model over
+// Writes the Hugging Face model directory `dir` (created if needed):
+// model.safetensors holding `tensors` (global, fp32) as `dtype` (kF32 or
+// kBF16) with `metadata` added to tetra's, config.json (max_position_embeddings
+// the model's, else `seq_length`) and, when token ids are known,
+// generation_config.json. A model no Hugging Face class computes is refused.
+absl::Status WriteHfModelDirectory(const std::string& dir, const std::vector<NamedTensor>& tensors,
+                                  const ModelConfig& model, int64_t seq_length, DType dtype,
+                                  const std::map<std::string, std::string>& metadata = {});
+
+// Gathers the whole model and writes it with WriteHfModelDirectory.
+// Collective over `tp`; for an expert-parallel model over
 // `ep` (null: this rank holds every expert); under pipeline parallelism over
 // `pp`, whose tensor-parallel rank 0s send their stage to the writer (null:
 // this rank holds every layer). Only the rank with `write` writes, which must
 // be tensor- and pipeline-parallel rank 0.
 absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
-                           const ModelConfig& model, int64_t max_position_embeddings, DType dtype,
+                           const ModelConfig& model, int64_t seq_length, DType dtype,
                            Communicator& tp, bool write, Communicator* ep = nullptr,
                            Communicator* pp = nullptr);
-
-// The Hugging Face config.json text for `model`.
-std::string HuggingFaceConfigJson(const ModelConfig& model, int64_t max_position_embeddings,
-                                  DType dtype);
 
 }  // namespace tetra
 

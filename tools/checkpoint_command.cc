@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
-#include "model/safetensors.h"
+#include "model/weights_io.h"
 #include "tools/command_line.h"
 #include "train/checkpoint_directory.h"
 #include "train/checkpoint_format.h"
@@ -20,7 +20,7 @@ namespace tetra {
 namespace {
 
 constexpr char kUsageHint[] =
-    "tetra checkpoint inspect DIR | tetra checkpoint export DIR --out model.safetensors";
+    "tetra checkpoint inspect DIR | tetra checkpoint export DIR --out MODEL_DIR";
 
 // DIR itself when it holds a manifest, else its newest complete step directory.
 absl::StatusOr<CheckpointReader> OpenCheckpoint(const std::string& dir) {
@@ -72,21 +72,22 @@ absl::Status Inspect(const CheckpointReader& reader) {
   return absl::OkStatus();
 }
 
+// The same model directory as the run's own export_path: weights, config.json
+// and generation_config.json.
 absl::Status Export(const CheckpointReader& reader, const std::string& out, DType dtype) {
-  std::vector<Tensor> globals;
-  std::vector<SafetensorsTensorRef> refs;
-  for (const TensorRecord& tensor : reader.manifest().tensors()) {
+  const CheckpointManifest& manifest = reader.manifest();
+  std::vector<NamedTensor> globals;
+  for (const TensorRecord& tensor : manifest.tensors()) {
     // Weights and buffers (MoE correction biases) are the model; moments are not.
     if (tensor.kind() != TensorRecord::WEIGHT && tensor.kind() != TensorRecord::BUFFER) continue;
     ASSIGN_OR_RETURN(Tensor global, reader.ReadGlobal(tensor));
-    globals.push_back(global);
-    refs.push_back({tensor.name(), global.shape(), globals.back().f32()});
+    globals.push_back({tensor.name(), global});
   }
-  RETURN_IF_ERROR(WriteSafetensors(out, refs, dtype,
-                                   {{"format", "pt"}, {"producer", "tetra"},
-                                    {"step", absl::StrCat(reader.manifest().state().step())}}));
-  std::cout << "tetra: wrote " << refs.size() << " tensors of step " << reader.manifest().state().step()
-            << " to " << out << "\n";
+  RETURN_IF_ERROR(WriteHfModelDirectory(out, globals, manifest.config().model(),
+                                        manifest.config().train().seq_length(), dtype,
+                                        {{"step", absl::StrCat(manifest.state().step())}}));
+  std::cout << "tetra: wrote " << globals.size() << " tensors of step " << manifest.state().step()
+            << " with config.json to " << out << "\n";
   return absl::OkStatus();
 }
 
@@ -106,8 +107,8 @@ absl::Status CheckpointCommand(int argc, char** argv) {
   }
   ASSIGN_OR_RETURN(ParsedFlags flags, ParseFlags(argc, argv, 4, "checkpoint export", {"out", "dtype"}));
   if (!flags.values.count("out")) {
-    return UserError("tetra checkpoint export needs --out FILE.safetensors",
-                     "tetra checkpoint export DIR --out model.safetensors");
+    return UserError("tetra checkpoint export needs --out MODEL_DIR",
+                     "tetra checkpoint export DIR --out exported/ (a Hugging Face model directory)");
   }
   ASSIGN_OR_RETURN(const DType dtype, ExportDTypeFlag(flags));
   ASSIGN_OR_RETURN(CheckpointReader reader, OpenCheckpoint(dir));

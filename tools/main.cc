@@ -2,7 +2,7 @@
 //   tetra train  --config FILE.textproto [--set path.to.field=value ...]
 //   tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]
 //   tetra plan   --config FILE.textproto --world N [--json] ...
-//   tetra checkpoint inspect DIR | export DIR --out model.safetensors
+//   tetra checkpoint inspect DIR | export DIR --out MODEL_DIR
 //   mpirun -np N tetra commbench ...
 // Exit code 0 only on success; errors are one sentence plus a hint on stderr.
 #include <unistd.h>
@@ -41,7 +41,7 @@ constexpr char kUsage[] =
     "  tetra plan   --config FILE.textproto --world N [--json] [--gpus-per-node G] [--set ...]\n"
     "  tetra plan   --config FILE.textproto --cluster CLUSTER.textproto [--world N] [--json] [--set ...]\n"
     "  tetra report --out DIR [--config F --cluster C] RUN.jsonl ...\n"
-    "  tetra checkpoint inspect DIR | export DIR --out model.safetensors [--dtype f32|bf16]\n"
+    "  tetra checkpoint inspect DIR | export DIR --out MODEL_DIR [--dtype f32|bf16]\n"
     "  mpirun -np N tetra commbench [--op all_reduce|...|all] [--group world|even_odd|pairs] ...\n";
 
 // The number of ranks the launcher started (mpirun, Slurm), 1 when run directly,
@@ -98,7 +98,7 @@ absl::Status ExportCommand(int argc, char** argv) {
   }
   ASSIGN_OR_RETURN(const DType dtype, ExportDTypeFlag(flags));
   LlamaModel model(config.model(), config.train().seed());
-  if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), model.parameters()));
+  if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), model.parameters()));
   SelfCommunicator self;
   return ExportWeights(flags.values.at("out"), model.parameters(), config.model(),
                        config.train().seq_length(), dtype,

@@ -13,6 +13,8 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "model/hf_config.h"
+#include "model/weight_files.h"
 #include "train/config_validation.h"
 
 namespace tetra {
@@ -298,11 +300,20 @@ absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
   return absl::OkStatus();
 }
 
+absl::Status TakeModelFromHfDirectory(TrainerConfig* config) {
+  const std::string config_json = HfConfigPathOf(config->init_from());
+  if (config_json.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const ModelConfig hf, ReadHfConfigJson(config_json));
+  ASSIGN_OR_RETURN(*config->mutable_model(), MergeWithHfConfig(config->model(), hf, config_json));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainerConfig> LoadConfig(const std::string& path,
                                          const std::vector<std::string>& overrides,
                                          int world_size) {
   ASSIGN_OR_RETURN(TrainerConfig config, LoadConfigFile(path));
   for (const std::string& assignment : overrides) RETURN_IF_ERROR(ApplyOverride(assignment, &config));
+  RETURN_IF_ERROR(TakeModelFromHfDirectory(&config));
   RETURN_IF_ERROR(ValidateConfig(config, world_size));
   return config;
 }

@@ -23,8 +23,12 @@ absl::StatusOr<TrainerConfig> LoadConfigFile(const std::string& path);
 // Applies one override "a.b.c=value" to a scalar (or enum) field of `config`.
 absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config);
 
-// LoadConfigFile, then each override in order, then ValidateConfig for a job
-// of `world_size` ranks.
+// With init_from a Hugging Face model directory, the model section becomes
+// its config.json's; fields the config sets itself must agree with it.
+absl::Status TakeModelFromHfDirectory(TrainerConfig* config);
+
+// LoadConfigFile, then each override in order, then TakeModelFromHfDirectory,
+// then ValidateConfig for a job of `world_size` ranks.
 absl::StatusOr<TrainerConfig> LoadConfig(const std::string& path,
                                          const std::vector<std::string>& overrides,
                                          int world_size);

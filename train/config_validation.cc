@@ -70,6 +70,28 @@ absl::Status ValidateMoe(const ModelConfig& m) {
   return absl::OkStatus();
 }
 
+// rope_scaling as transformers validates it for the types tetra implements.
+absl::Status ValidateRopeScaling(const ModelConfig& m) {
+  const RopeScalingConfig& s = m.rope_scaling();
+  if (s.rope_type().empty() || s.rope_type() == "default") return absl::OkStatus();
+  if (s.rope_type() != "llama3") {
+    return Invalid(absl::StrCat("model.rope_scaling.rope_type is ", UserText(s.rope_type()),
+                                ", which tetra does not implement"),
+                   "use \"llama3\" (Llama 3.1's scaling), or \"\" for none");
+  }
+  RETURN_IF_ERROR(CheckNumber("model.rope_scaling.factor", s.factor(), false, "8"));
+  RETURN_IF_ERROR(CheckNumber("model.rope_scaling.low_freq_factor", s.low_freq_factor(), false, "1"));
+  RETURN_IF_ERROR(CheckNumber("model.rope_scaling.high_freq_factor", s.high_freq_factor(), false, "4"));
+  RETURN_IF_ERROR(CheckNumber("model.rope_scaling.original_max_position_embeddings",
+                              s.original_max_position_embeddings(), false, "8192"));
+  if (s.high_freq_factor() <= s.low_freq_factor()) {
+    return Invalid(absl::StrCat("model.rope_scaling.high_freq_factor ", s.high_freq_factor(),
+                                " is not above low_freq_factor ", s.low_freq_factor()),
+                   "Llama 3.1 uses low_freq_factor 1 and high_freq_factor 4");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateModel(const ModelConfig& m) {
   RETURN_IF_ERROR(CheckNumber("model.vocab_size", m.vocab_size(), false, "32000"));
   RETURN_IF_ERROR(CheckNumber("model.hidden_size", m.hidden_size(), false, "512"));
@@ -96,6 +118,22 @@ absl::Status ValidateModel(const ModelConfig& m) {
     return Invalid(absl::StrCat("model.num_key_value_heads ", m.num_key_value_heads(),
                                 " must divide model.num_attention_heads ", m.num_attention_heads()),
                    "use a divisor of num_attention_heads, or 0 for one KV head per attention head");
+  }
+  RETURN_IF_ERROR(ValidateRopeScaling(m));
+  if (m.max_position_embeddings() < 0) {
+    return Invalid(absl::StrCat("model.max_position_embeddings is ", m.max_position_embeddings(), " but must be >= 0"),
+                   "give the longest sequence the model is made for, or 0 for train.seq_length");
+  }
+  if (m.bos_token_id() < -1 || m.bos_token_id() >= m.vocab_size()) {
+    return Invalid(absl::StrCat("model.bos_token_id ", m.bos_token_id(), " is outside [0, vocab_size ",
+                                m.vocab_size(), ")"),
+                   "give a token id of the vocabulary, or -1 for none");
+  }
+  for (int id : m.eos_token_id()) {
+    if (id < 0 || id >= m.vocab_size()) {
+      return Invalid(absl::StrCat("model.eos_token_id ", id, " is outside [0, vocab_size ", m.vocab_size(), ")"),
+                     "give token ids of the vocabulary");
+    }
   }
   if (m.has_moe() && m.moe().n_routed_experts() > 0) return ValidateMoe(m);
   return absl::OkStatus();
@@ -154,7 +192,7 @@ absl::Status ValidateDevice(const TrainerConfig& c, int world_size) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateOptimizer(const OptimizerConfig& o, int steps) {
+absl::Status ValidateOptimizer(const OptimizerConfig& o) {
   RETURN_IF_ERROR(CheckNumber("optimizer.lr", o.lr(), true, "3e-4"));
   RETURN_IF_ERROR(CheckNumber("optimizer.min_lr", o.min_lr(), true, "3e-5"));
   RETURN_IF_ERROR(CheckNumber("optimizer.eps", o.eps(), false, "1e-8"));
@@ -164,9 +202,10 @@ absl::Status ValidateOptimizer(const OptimizerConfig& o, int steps) {
     return Invalid(absl::StrCat("optimizer.min_lr ", o.min_lr(), " is above optimizer.lr ", o.lr()),
                    "the cosine schedule decays from lr to min_lr: set min_lr <= lr");
   }
-  if (o.warmup_steps() < 0 || o.warmup_steps() > steps) {
-    return Invalid(absl::StrCat("optimizer.warmup_steps ", o.warmup_steps(), " is outside [0, train.steps ", steps, "]"),
-                   "use fewer warmup steps than training steps");
+  // More warmup than steps is a shortened recipe (--set train.steps=3): a warning.
+  if (o.warmup_steps() < 0) {
+    return Invalid(absl::StrCat("optimizer.warmup_steps is ", o.warmup_steps(), " but must be >= 0"),
+                   "set optimizer.warmup_steps to 0 (no warmup) or a positive step count");
   }
   for (auto [name, beta] : {std::pair{"beta1", o.beta1()}, std::pair{"beta2", o.beta2()}}) {
     if (!(beta >= 0 && beta < 1)) {
@@ -293,12 +332,29 @@ absl::Status ValidateConfig(const TrainerConfig& config, int world_size) {
   RETURN_IF_ERROR(ValidateModel(config.model()));
   RETURN_IF_ERROR(ValidateTrain(config.train()));
   RETURN_IF_ERROR(ValidateDevice(config, world_size));
-  RETURN_IF_ERROR(ValidateOptimizer(config.optimizer(), config.train().steps()));
+  RETURN_IF_ERROR(ValidateOptimizer(config.optimizer()));
   RETURN_IF_ERROR(ValidateData(config.data(), config.model(), config.train()));
   RETURN_IF_ERROR(ValidateParallel(config, world_size));
   RETURN_IF_ERROR(ValidateLog(config.log(), config.checkpoint(), config.data()));
   RETURN_IF_ERROR(ParseTraceSteps(config.log().trace_steps(), config.train().steps()).status());
   return absl::OkStatus();
+}
+
+std::vector<std::string> ConfigWarnings(const TrainerConfig& config) {
+  std::vector<std::string> warnings;
+  const int warmup = config.optimizer().warmup_steps(), steps = config.train().steps();
+  if (warmup > steps) {
+    warnings.push_back(absl::StrCat("optimizer.warmup_steps ", warmup, " exceeds train.steps ", steps,
+                                    ": the run ends inside the warmup, its last lr ", steps, "/", warmup,
+                                    " of optimizer.lr"));
+  }
+  const int max_positions = config.model().max_position_embeddings();
+  if (max_positions > 0 && config.train().seq_length() > max_positions) {
+    warnings.push_back(absl::StrCat("train.seq_length ", config.train().seq_length(),
+                                    " exceeds the model's max_position_embeddings ", max_positions,
+                                    ": positions beyond it were never trained"));
+  }
+  return warnings;
 }
 
 }  // namespace tetra

@@ -3,12 +3,19 @@
 #ifndef TETRA_TRAIN_CONFIG_VALIDATION_H_
 #define TETRA_TRAIN_CONFIG_VALIDATION_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
 
 absl::Status ValidateConfig(const TrainerConfig& config, int world_size = 1);
+
+// What a valid config does that its author may not expect (a recipe shortened
+// below its warmup, ...): one sentence each, printed once at start.
+std::vector<std::string> ConfigWarnings(const TrainerConfig& config);
 
 }  // namespace tetra
 

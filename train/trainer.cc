@@ -22,6 +22,7 @@
 #include "pipeline/stage_partition.h"
 #include "train/checkpoint_resume.h"
 #include "train/checkpoint_writer.h"
+#include "train/config_validation.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
 #include "train/model_optimizer.h"
@@ -282,7 +283,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
                     dist.ep.get(),
                     /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, dist.edp->size())});
   ParameterStore& store = model.parameters();
-  if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), store));
+  if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), store));
   ModelOptimizer optimizer(store, config, dist);
   std::optional<PipelineExecutor> pipeline;
   if (pp > 1) {
@@ -308,6 +309,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
       config.optimizer().zero_stage() == 1 ? ", ZeRO-1" : "", cpu::CpuThreads(), data.description,
       train.steps(), runner.tokens_per_step())
            << std::flush;
+  for (const std::string& warning : ConfigWarnings(config)) progress << "tetra: warning: " << warning << "\n";
 
   ASSIGN_OR_RETURN(const int64_t resumed, ResumeFromCheckpoint(config, store, optimizer.dense(),
                                                                optimizer.experts(), dist, progress));
@@ -327,13 +329,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   std::optional<StopRequest> stop_request;  // with somewhere to save, a signal stops cleanly
   if (!config.checkpoint().dir().empty()) stop_request.emplace();
 
-  // The buffers' sizes are fixed: their largest over ranks, once (several ranks only).
+  // The buffers' sizes are fixed: their largest over ranks, once.
   StepMetrics memory;
-  if (dist.world->size() > 1) {
-    memory.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes());
-    memory.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes());
-    memory.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes());
-  }
+  memory.param_bytes = MaxOverRanks(*dist.world, optimizer.param_bytes());
+  memory.grad_bytes = MaxOverRanks(*dist.world, optimizer.grad_bytes());
+  memory.optimizer_bytes = MaxOverRanks(*dist.world, optimizer.optimizer_bytes());
   TrainResult result;
   Timer run_timer;
   dist.world->Barrier();  // ranks' trace clocks start together

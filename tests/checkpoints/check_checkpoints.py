@@ -149,9 +149,9 @@ def check_same_tensors(name, exported, reference):
 def export_checkpoint(work, step_dir):
     """`tetra checkpoint export` of one step directory; returns the file."""
     ckpt, step = os.path.split(step_dir)
-    out = f"{work}/{os.path.basename(ckpt)}_{step}.safetensors"
+    out = f"{work}/{os.path.basename(ckpt)}_{step}"
     run([TETRA, "checkpoint", "export", step_dir, "--out", out])
-    return out
+    return f"{out}/model.safetensors"
 
 
 def moe_checks(work):

@@ -181,9 +181,14 @@ TEST_F(CheckpointCliTest, InspectVerifiesAndExportWritesTheWeights) {
   EXPECT_THAT(inspect.out, HasSubstr("step 4, 16 samples consumed"));
   EXPECT_THAT(inspect.out, HasSubstr("exp_avg_sq model.layers.1.mlp.down_proj.weight"));
   EXPECT_THAT(inspect.out, HasSubstr("all 63 shard checksums verified"));  // 21 tensors x 3 kinds
-  const std::string exported = (dir_ / "from_checkpoint.safetensors").string();
-  RunResult exp = Run("checkpoint export " + StepDir(4) + " --out " + exported);
+  // The same model directory as the run's export_path: weights, config.json
+  // and nothing else (no token ids known, so no generation_config.json).
+  const fs::path exported_dir = dir_ / "from_checkpoint";
+  RunResult exp = Run("checkpoint export " + StepDir(4) + " --out " + exported_dir.string());
   ASSERT_EQ(exp.exit_code, 0) << exp.err;
+  EXPECT_EQ(ReadBytes(exported_dir / "config.json"), ReadBytes(dir_ / "exported" / "config.json"));
+  EXPECT_EQ(fs::exists(exported_dir / "generation_config.json"), fs::exists(dir_ / "exported" / "generation_config.json"));
+  const std::string exported = (exported_dir / "model.safetensors").string();
   // Same tensors, same fp32 bytes, in the same order: the files are identical
   // but for the metadata, so compare the data after each header.
   auto data = [](const std::string& bytes) {
