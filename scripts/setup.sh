@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake g++ ninja-build pkg-config libabsl-dev libprotobuf-dev protobuf-compiler
           libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-          libopenblas-openmp-dev python3-torch python3-numpy python3-pil
+          libopenblas-openmp-dev python3-torch python3-numpy python3-pil python3-venv
           chromium-headless-shell)
 missing=()
 for p in "${packages[@]}"; do
@@ -24,3 +24,10 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 ninja -C build
+
+# The checks against other projects' own code (transformers, TensorBoard) run
+# in build/pyenv: Debian's torch and numpy plus pinned PyPI packages.
+if ! build/pyenv/bin/python -c "import transformers, tensorboard" 2>/dev/null; then
+  /usr/bin/python3 -m venv --system-site-packages build/pyenv
+  build/pyenv/bin/pip install -q --disable-pip-version-check -r scripts/python_requirements.txt
+fi

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""TensorBoard's own reader sees every per-step metric tetra writes.
+
+Trains a tiny model on one rank and on tensor 2 x pipeline 2 (so every
+group's comm_exposed_s_* field and the bubble exist) with log.tensorboard_dir
+and log.metrics_path, reads the event file with TensorBoard's
+EventAccumulator, and checks that for every step each field of the metrics
+line (but the step and the run's layout) is a scalar there with the same
+value (TensorBoard stores float32: 1e-6 relative).
+Needs tensorboard (scripts/setup.sh installs it into build/pyenv).
+usage: check_tensorboard.py TETRA_BINARY
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from tensorboard.backend.event_processing import event_accumulator
+
+TETRA = sys.argv[1]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+PER_RUN = {"step", "world_size", "tensor", "pipeline", "data", "expert", "global_batch_size",
+           "micro_batch_size", "seq_length", "zero_stage"}
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    for name, ranks, sets in (("single", 1, []), ("tp2_pp2", 4, ["parallel.tensor=2", "parallel.pipeline=2"])):
+        out = f"{tmp}/{name}"
+        cmd = [TETRA, "train", "--config", "/dev/null"]
+        for s in sets + ["train.steps=3", "model.num_hidden_layers=2", "train.global_batch_size=8",
+                         "train.micro_batch_size=2", "train.seq_length=16", "train.threads=1",
+                         f"log.metrics_path={out}/metrics.jsonl", f"log.tensorboard_dir={out}/tb"]:
+            cmd += ["--set", s]
+        if ranks > 1:
+            cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
+        done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            sys.exit(f"FAIL: {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
+        lines = [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+        events = event_accumulator.EventAccumulator(f"{out}/tb", size_guidance={event_accumulator.SCALARS: 0})
+        events.Reload()
+        tags = set(events.Tags()["scalars"])
+        fields = set().union(*(line.keys() for line in lines)) - PER_RUN
+        check(fields <= tags, f"{name}: metrics fields missing from TensorBoard: {sorted(fields - tags) or 'none'}")
+        check(tags <= fields, f"{name}: TensorBoard tags not in the metrics: {sorted(tags - fields) or 'none'}")
+        for field in sorted(fields & tags):
+            written = {line["step"]: line[field] for line in lines if field in line}
+            read = {e.step: e.value for e in events.Scalars(field)}
+            ok = written.keys() == read.keys() and all(
+                abs(read[s] - v) <= 1e-6 * max(abs(v), 1e-30) for s, v in written.items())
+            check(ok, f"{name}: {field} at steps {sorted(written)} reads back from TensorBoard")
+        for field in ("comm_exposed_s_tp", "comm_exposed_s_pp", "param_bytes", "optimizer_bytes"):
+            if name == "tp2_pp2" or field.endswith("bytes"):
+                check(field in tags, f"{name}: {field} is a TensorBoard scalar")
+
+if failures:
+    sys.exit(f"{len(failures)} checks failed:\n  " + "\n  ".join(failures))
+print("TensorBoard reads every per-step metric")
