@@ -325,9 +325,12 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
                                   " describes a dense LlamaForCausalLM"),
                      "remove model.moe from the recipe, or start from a .safetensors file of an MoE model");
   }
-  // 0 key-value heads means one per attention head: compare what they mean.
+  // 0 key-value heads means one per attention head (of the model, hf's):
+  // compare what it means.
   ModelConfig recipe_view = recipe;
-  if (recipe.has_num_key_value_heads()) recipe_view.set_num_key_value_heads(KeyValueHeads(recipe));
+  if (recipe.has_num_key_value_heads() && recipe.num_key_value_heads() == 0) {
+    recipe_view.set_num_key_value_heads(hf.num_attention_heads());
+  }
   const std::string disagreement = FirstDisagreement(recipe_view, hf, "model.", path);
   if (!disagreement.empty()) {
     return UserError(disagreement, "remove the field from the recipe's model section: with a Hugging Face "

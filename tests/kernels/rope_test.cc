@@ -75,6 +75,30 @@ TEST(RopeTest, ForwardMatchesClosedFormRotation) {
   }
 }
 
+// Llama 3.1's scaling, from its defining formula in double: with head_dim 8
+// and theta 10^4 the wavelengths 2 pi / inv_freq are 6.3, 63, 628 and 6283;
+// with original context 64, low_freq_factor 1 and high_freq_factor 4 the
+// first is kept (below 64 / 4), the second blended (between 16 and 64), the
+// last two divided by the factor (above 64).
+TEST(RopeTest, Llama3ScalingKeepsBlendsAndDividesFrequencies) {
+  const RopeScaling scaling{.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                            .original_max_position_embeddings = 64};
+  const int64_t seq = 16;
+  const RopeTable table = MakeRopeTable(seq, kHeadDim, kTheta, scaling);
+  const double smooth = (64 / (2 * M_PI / 0.1) - 1) / (4 - 1);
+  const double expected[4] = {1.0, (1 - smooth) * 0.1 / 8 + smooth * 0.1, 0.01 / 8, 0.001 / 8};
+  for (int64_t p = 0; p < seq; ++p) {
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_NEAR(table.cos.f32()[p * 4 + i], std::cos(p * expected[i]), 4 * kTol.closed_form) << p << " " << i;
+      EXPECT_NEAR(table.sin.f32()[p * 4 + i], std::sin(p * expected[i]), 4 * kTol.closed_form) << p << " " << i;
+    }
+  }
+  // factor 0 is no scaling: the plain table.
+  const RopeTable plain = MakeRopeTable(seq, kHeadDim, kTheta, RopeScaling{});
+  const RopeTable unscaled = MakeRopeTable(seq, kHeadDim, kTheta);
+  for (int64_t k = 0; k < plain.cos.numel(); ++k) EXPECT_EQ(plain.cos.f32()[k], unscaled.cos.f32()[k]);
+}
+
 TEST(RopeTest, BackwardUndoesForward) {
   const std::vector<float> original = RandomVector(kBatch * kSeq * kHeads * kHeadDim, 2);
   std::vector<float> x = original;

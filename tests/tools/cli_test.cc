@@ -277,5 +277,27 @@ TEST_F(CliTest, LogSettingsThatCannotWorkAreRefused) {
   ExpectError("train --config " + WriteConfig("log { eval_interval: 5 }\n"), "data.valid_path is empty");
 }
 
+// A recipe shortened below its warmup (the first thing a user tries) runs,
+// warns once, and keeps the warmup formula lr * s / w.
+TEST_F(CliTest, AShortenedRecipeRunsInsideItsWarmup) {
+  const std::string metrics = (dir_ / "m.jsonl").string();
+  RunResult r = Run("train --config " + std::string(TETRA_SOURCE_DIR) +
+                    "/configs/tiny_dense.textproto --set train.steps=3 --set log.metrics_path=" + metrics);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string warning = "warning: optimizer.warmup_steps 20 exceeds train.steps 3";
+  const size_t first = r.out.find(warning);
+  EXPECT_NE(first, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(warning, first + 1), std::string::npos) << "warned more than once";
+  std::istringstream lines(ReadBytes(metrics));
+  int step = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++step;
+    const size_t at = line.find("\"lr\": ");
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_DOUBLE_EQ(std::stod(line.substr(at + 6)), 3e-3 * step / 20) << line;  // the recipe's lr 3e-3
+  }
+  EXPECT_EQ(step, 3);
+}
+
 }  // namespace
 }  // namespace tetra
