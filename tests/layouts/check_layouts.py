@@ -23,12 +23,11 @@ usage: check_layouts.py TETRA_BINARY
 """
 import os
 import random
-import struct
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
-from tetra_runs import Checker, max_abs_difference, read_safetensors, rel, train  # noqa: E402
+from tetra_runs import Checker, max_abs_difference, read_safetensors, rel, train, write_llmc_shard  # noqa: E402
 
 TETRA = sys.argv[1]
 MODEL = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layers=2",
@@ -124,11 +123,6 @@ with tempfile.TemporaryDirectory() as tmp:
         worst = max_abs_difference(read_safetensors(f"{ref_dir}/weights/model.safetensors"),
                                    read_safetensors(f"{par_dir}/weights/model.safetensors"))
         check(worst <= EXPORT_ATOL, f"export after 5 steps under {name}: max abs difference {worst:.2e}")
-
-    def write_llmc_shard(path, tokens):
-        header = [20240520, 1, len(tokens)] + [0] * 253
-        with open(path, "wb") as f:
-            f.write(struct.pack("<256i", *header) + struct.pack(f"<{len(tokens)}H", *tokens))
 
     shards = fresh("shards")
     rng = random.Random(7)

@@ -19,15 +19,15 @@ loss by far more than the tolerance, so the comparison can tell.
 Needs transformers (scripts/setup.sh installs it into build/pyenv).
 usage: check_hf_directory.py TETRA_BINARY
 """
-import json
 import os
-import struct
-import subprocess
 import sys
 import tempfile
 
 import torch
 import transformers
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
+from tetra_runs import Checker, rel, train, write_llmc_shard  # noqa: E402
 
 TETRA = sys.argv[1]
 SEQ, BATCH, VOCAB = 16, 4, 64
@@ -37,23 +37,7 @@ RTOL = 1e-5
 # transformers' init (std 0.02) makes attention almost uniform, where RoPE
 # hardly changes the loss; larger query and key weights make it sharp.
 QK_GAIN = 30.0
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-12)
-
-
-def write_llmc_shard(path, tokens):
-    header = [20240520, 1, len(tokens)] + [0] * 253
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header) + struct.pack(f"<{len(tokens)}H", *tokens))
+check = Checker()
 
 
 def hf_loss(model, samples):
@@ -64,18 +48,12 @@ def hf_loss(model, samples):
 
 
 def tetra_train(work, model_dir, steps, export=None):
-    metrics = f"{work}/metrics_{steps}.jsonl"
     sets = [f"init_from={model_dir}", "data.format=LLMC", f"data.path={work}/train.bin",
             f"train.seq_length={SEQ}", f"train.global_batch_size={BATCH}", f"train.micro_batch_size={BATCH}",
-            f"train.steps={steps}", "train.threads=1", "optimizer.lr=1e-3", "optimizer.min_lr=1e-3",
-            f"log.metrics_path={metrics}"] + ([f"export_path={export}"] if export else [])
-    cmd = [TETRA, "train", "--config", "/dev/null"]
-    for s in sets:
-        cmd += ["--set", s]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        sys.exit(f"FAIL: {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
-    return [json.loads(line)["loss"] for line in open(metrics)]
+            f"train.steps={steps}", "train.threads=1", "optimizer.lr=1e-3", "optimizer.min_lr=1e-3"]
+    out = f"{work}/run_{steps}_{'export' if export else 'plain'}"
+    os.makedirs(out, exist_ok=True)
+    return [m["loss"] for m in train(TETRA, out, 1, sets + ([f"export_path={export}"] if export else []))]
 
 
 def run_case(name, work, config_kwargs, save_kwargs, dtype=torch.float32):
@@ -135,6 +113,4 @@ with tempfile.TemporaryDirectory() as tmp:
     run_case("tied_one_file", tmp, {"tie_word_embeddings": True, "rope_theta": 500000.0}, {})
     run_case("bf16_weights", tmp, {"num_key_value_heads": 1}, {}, dtype=torch.bfloat16)
 
-if failures:
-    sys.exit(f"{len(failures)} checks failed:\n  " + "\n  ".join(failures))
-print("Hugging Face directories train and export as transformers computes them")
+check.exit("Hugging Face directories train and export as transformers computes them")

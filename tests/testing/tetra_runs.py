@@ -1,7 +1,8 @@
 """Helpers shared by the scripts that drive the `tetra` binary in tests:
 launching a training run (under mpirun for several ranks) and reading its
-metrics, reading safetensors exports, relative differences, and a checker
-that prints each result and remembers the failures.
+metrics, writing llm.c token shards, reading safetensors exports, relative
+differences, and a checker that prints each result and remembers the
+failures. Standard library only, so any Python (build/pyenv's too) imports it.
 """
 import json
 import os
@@ -33,6 +34,13 @@ def train(tetra, out, ranks, sets):
         cmd += ["--set", s]
     run_tetra(cmd, ranks)
     return [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+
+
+def write_llmc_shard(path, tokens):
+    """An llm.c token shard (magic 20240520, version 1, uint16 tokens)."""
+    header = [20240520, 1, len(tokens)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header) + struct.pack(f"<{len(tokens)}H", *tokens))
 
 
 def read_safetensors(path):

@@ -10,41 +10,28 @@ value (TensorBoard stores float32: 1e-6 relative).
 Needs tensorboard (scripts/setup.sh installs it into build/pyenv).
 usage: check_tensorboard.py TETRA_BINARY
 """
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
 from tensorboard.backend.event_processing import event_accumulator
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
+from tetra_runs import Checker, train  # noqa: E402
+
 TETRA = sys.argv[1]
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
 PER_RUN = {"step", "world_size", "tensor", "pipeline", "data", "expert", "global_batch_size",
            "micro_batch_size", "seq_length", "zero_stage"}
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
+check = Checker()
 
 with tempfile.TemporaryDirectory() as tmp:
     for name, ranks, sets in (("single", 1, []), ("tp2_pp2", 4, ["parallel.tensor=2", "parallel.pipeline=2"])):
         out = f"{tmp}/{name}"
-        cmd = [TETRA, "train", "--config", "/dev/null"]
-        for s in sets + ["train.steps=3", "model.num_hidden_layers=2", "train.global_batch_size=8",
-                         "train.micro_batch_size=2", "train.seq_length=16", "train.threads=1",
-                         f"log.metrics_path={out}/metrics.jsonl", f"log.tensorboard_dir={out}/tb"]:
-            cmd += ["--set", s]
-        if ranks > 1:
-            cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
-        done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            sys.exit(f"FAIL: {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
-        lines = [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+        os.makedirs(out)
+        lines = train(TETRA, out, ranks, sets + ["train.steps=3", "model.num_hidden_layers=2",
+                                                 "train.global_batch_size=8", "train.micro_batch_size=2",
+                                                 "train.seq_length=16", "train.threads=1",
+                                                 f"log.tensorboard_dir={out}/tb"])
         events = event_accumulator.EventAccumulator(f"{out}/tb", size_guidance={event_accumulator.SCALARS: 0})
         events.Reload()
         tags = set(events.Tags()["scalars"])
@@ -61,6 +48,4 @@ with tempfile.TemporaryDirectory() as tmp:
             if name == "tp2_pp2" or field.endswith("bytes"):
                 check(field in tags, f"{name}: {field} is a TensorBoard scalar")
 
-if failures:
-    sys.exit(f"{len(failures)} checks failed:\n  " + "\n  ".join(failures))
-print("TensorBoard reads every per-step metric")
+check.exit("TensorBoard reads every per-step metric")
