@@ -23,6 +23,7 @@
 #include "train/checkpoint_writer.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
+#include "train/memory_check.h"
 #include "train/model_optimizer.h"
 #include "train/moe_step.h"
 #include "train/peak_flops.h"
@@ -259,6 +260,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   cpu::SetCpuThreads(ResolveThreads(train));
   std::optional<ScopedPlacement> placement;  // the model's device and compute dtype
   ASSIGN_OR_RETURN(const double peak_tflops, PlaceOnDevice(config, &placement));
+  // Before the data and the model take any memory; every rank stops if one must.
+  const PlanLayout layout{.tp = dist.tp->size(), .pp = dist.pp->size(), .dp = dist.dp->size(),
+                          .ep = dist.ep->size(), .zero_stage = config.optimizer().zero_stage()};
+  const MachineMemory machine = ReadMachineMemory(RanksOnThisMachine(), train.device() == Device::CUDA);
+  RETURN_IF_ERROR(AgreeOnStatus(*dist.world, CheckRankMemory(config, layout, MemoryUse::kTraining, machine)));
   // Progress and metrics come from one rank; the others compute the same numbers.
   std::ostream null_stream(nullptr);
   std::ostream& progress = dist.is_logging_rank() ? progress_stream : null_stream;
