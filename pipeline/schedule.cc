@@ -14,6 +14,11 @@
 namespace tetra {
 namespace {
 
+// Chunk passes (stages x virtual_stages x micro-batches) of the largest
+// schedule built: its tables then hold a few million actions, and every index
+// into them fits an int. Real pipelines have a few thousand.
+constexpr int64_t kMaxChunkPasses = int64_t{1} << 22;
+
 // Megatron-LM's virtual micro-batch k (0 <= k < m * v) on one rank: groups of
 // `stages` micro-batches go through every chunk before the next group starts;
 // backwards walk the chunks last to first. With one chunk, k is micro-batch k.
@@ -189,6 +194,14 @@ absl::Status ValidateScheduleSpec(const ScheduleSpec& spec) {
     return UserError(absl::StrCat("a pipeline step needs at least 1 micro-batch, but there are ", spec.micro_batches),
                      "micro-batches per step = train.global_batch_size / (train.micro_batch_size x data); raise "
                      "global_batch_size");
+  }
+  const int64_t passes = int64_t{spec.stages} * spec.virtual_stages * spec.micro_batches;
+  if (passes > kMaxChunkPasses) {
+    return UserError(absl::StrCat("the pipeline schedule of parallel.pipeline ", spec.stages, " x virtual_stages ",
+                                  spec.virtual_stages, " x ", spec.micro_batches, " micro-batches per step has ",
+                                  passes, " chunk passes, more than the ", kMaxChunkPasses, " tetra plans"),
+                     "micro-batches per step = train.global_batch_size / (train.micro_batch_size x data): raise "
+                     "micro_batch_size or lower global_batch_size");
   }
   if (spec.kind != ScheduleKind::kInterleaved && spec.virtual_stages != 1) {
     return UserError(absl::StrCat("the ", ScheduleKindName(spec.kind), " schedule runs 1 model chunk per rank, but ",

@@ -90,7 +90,7 @@ int VirtualStage(const ScheduleSpec& spec, int rank, int chunk);
 // UserErrors naming the config fields and the numbers: stages, micro_batches
 // and virtual_stages at least 1; GPipe and 1F1B with one chunk per rank;
 // interleaving with more than one chunk needs stages >= 2 and micro_batches a
-// multiple of stages.
+// multiple of stages; stages x virtual_stages x micro_batches at most 2^22.
 absl::Status ValidateScheduleSpec(const ScheduleSpec& spec);
 
 // The actions of pipeline rank `rank` (0 <= rank < spec.stages) in execution

@@ -15,10 +15,11 @@ absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, in
                                   virtual_stages, "; both must be at least 1."),
                      "set parallel.pipeline and parallel.virtual_stages to positive numbers.");
   }
-  const int count = pp * virtual_stages;
+  const int64_t count = int64_t{pp} * virtual_stages;  // of two int32s: no overflow
   const std::string stages_text = absl::StrCat(count, " virtual pipeline stages (pipeline ", pp,
                                                " x virtual_stages ", virtual_stages, ")");
-  std::vector<int> layers(count);
+  // Allocated once count is known to be at most the layers or the list's length.
+  std::vector<int> layers;
   if (pipeline_layers.empty()) {
     if (num_hidden_layers < count || num_hidden_layers % count != 0) {
       return UserError(
@@ -28,16 +29,17 @@ absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, in
                        " layers, change parallel.pipeline or parallel.virtual_stages, or list the "
                        "layers of each virtual stage in parallel.pipeline_layers."));
     }
-    layers.assign(count, num_hidden_layers / count);
+    layers.assign(count, static_cast<int>(num_hidden_layers / count));
   } else {
-    if (static_cast<int>(pipeline_layers.size()) != count) {
+    if (static_cast<int64_t>(pipeline_layers.size()) != count) {
       return UserError(absl::StrCat("parallel.pipeline_layers has ", pipeline_layers.size(),
                                     " entries but there are ", stages_text, "."),
                        absl::StrCat("give one layer count per virtual stage (", count,
                                      "), in model order, or none for an even split."));
     }
+    layers.resize(count);
     int64_t sum = 0;
-    for (int s = 0; s < count; ++s) {
+    for (int64_t s = 0; s < count; ++s) {
       if (pipeline_layers[s] < 1) {
         return UserError(absl::StrCat("parallel.pipeline_layers[", s, "] is ", pipeline_layers[s],
                                       "; every virtual stage needs at least one layer."),
@@ -55,7 +57,7 @@ absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, in
   }
   StagePartition partition{.pp = pp, .virtual_stages = virtual_stages, .stages = {}};
   int first = 0;
-  for (int s = 0; s < count; ++s) {
+  for (int64_t s = 0; s < count; ++s) {
     partition.stages.push_back(PipelineStage{.first_layer = first,
                                              .num_layers = layers[s],
                                              .has_embedding = s == 0,

@@ -29,6 +29,7 @@
 #include "tools/plan_command.h"
 #include "tools/report_command.h"
 #include "train/config_loader.h"
+#include "train/memory_check.h"
 #include "train/trainer.h"
 
 namespace tetra {
@@ -97,6 +98,7 @@ absl::Status ExportCommand(int argc, char** argv) {
     return UserError("tetra export needs --out DIR", "tetra export --config F --out exported/");
   }
   ASSIGN_OR_RETURN(const DType dtype, ExportDTypeFlag(flags));
+  RETURN_IF_ERROR(CheckRankMemory(config, PlanLayout{}, MemoryUse::kWeights, ReadMachineMemory(1, /*gpu=*/false)));
   LlamaModel model(config.model(), config.train().seed());
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), model.parameters()));
   SelfCommunicator self;

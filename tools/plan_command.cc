@@ -1,6 +1,7 @@
 #include "tools/plan_command.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 #include "tools/command_line.h"
 #include "train/cluster_config.h"
 #include "train/config_loader.h"
+#include "train/config_validation.h"
 #include "train/layout_planner.h"
 
 namespace tetra {
@@ -27,6 +29,9 @@ namespace {
 constexpr int kDefaultGpusPerNode = 8;
 constexpr size_t kLineWidth = 100;  // where the group lists wrap
 constexpr int kPlanRows = 15;       // layouts --cluster lists
+// Plan lays out (and prints) every rank: a million take about a second and
+// 1 GB, and exceed the largest clusters built by several times.
+constexpr int kMaxWorld = 1 << 20;
 
 struct PlanOptions {
   std::string config_path;
@@ -45,6 +50,14 @@ absl::StatusOr<int> PositiveFlag(const ParsedFlags& flags, const std::string& na
         "tetra plan --config F --world 16 --gpus-per-node 8");
   }
   return value;
+}
+
+absl::Status CheckWorld(int64_t world, const std::string& source) {
+  if (world <= kMaxWorld) return absl::OkStatus();
+  return UserError(absl::StrCat("tetra plan: ", source, " gives ", world, " ranks, more than the ", kMaxWorld,
+                                " plan lays out"),
+                   absl::StrCat("plan a world of at most ", kMaxWorld, " ranks; a layout's groups repeat, so a "
+                                "smaller world with the same sizes shows them"));
 }
 
 absl::StatusOr<PlanOptions> ParseOptions(int argc, char** argv) {
@@ -70,6 +83,7 @@ absl::StatusOr<PlanOptions> ParseOptions(int argc, char** argv) {
   options.sets = flags.sets;
   if (flags.values.count("world")) {
     ASSIGN_OR_RETURN(options.world, PositiveFlag(flags, "world"));
+    RETURN_IF_ERROR(CheckWorld(options.world, "--world"));
   }
   if (flags.values.count("gpus-per-node")) {
     ASSIGN_OR_RETURN(options.gpus_per_node, PositiveFlag(flags, "gpus-per-node"));
@@ -263,8 +277,11 @@ absl::Status PlanCommand(int argc, char** argv) {
   ASSIGN_OR_RETURN(TrainerConfig config, LoadConfigFile(options.config_path));
   for (const std::string& assignment : options.sets) RETURN_IF_ERROR(ApplyOverride(assignment, &config));
   if (!options.cluster_path.empty()) {
+    RETURN_IF_ERROR(ValidatePlannerInputs(config));  // the planner reads the model and the batch
     ASSIGN_OR_RETURN(ClusterConfig cluster, LoadClusterFile(options.cluster_path));
-    const int world = options.world > 0 ? options.world : cluster.nodes() * cluster.devices_per_node();
+    const int64_t devices = int64_t{cluster.nodes()} * cluster.devices_per_node();
+    RETURN_IF_ERROR(CheckWorld(options.world > 0 ? options.world : devices, "the cluster's nodes x devices_per_node"));
+    const int world = options.world > 0 ? options.world : static_cast<int>(devices);
     const std::vector<LayoutPrediction> plans = PlanLayouts(config, cluster, world);
     std::cout << (options.json ? PredictionsJson(plans) : PlanReport(plans, cluster, kPlanRows));
     return absl::OkStatus();

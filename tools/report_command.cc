@@ -17,6 +17,7 @@
 #include "tools/run_summary.h"
 #include "train/cluster_config.h"
 #include "train/config_loader.h"
+#include "train/config_validation.h"
 #include "train/layout_planner.h"
 
 namespace tetra {
@@ -194,6 +195,7 @@ absl::StatusOr<std::vector<Row>> BuildRows(const ReportOptions& o) {
   if (!o.config_path.empty()) {
     ASSIGN_OR_RETURN(config, LoadConfigFile(o.config_path));
     for (const std::string& s : o.sets) RETURN_IF_ERROR(ApplyOverride(s, &*config));
+    RETURN_IF_ERROR(ValidatePlannerInputs(*config));  // the planner predicts each run from it
     ASSIGN_OR_RETURN(cluster, LoadClusterFile(o.cluster_path));
   }
   const RunSummary& base = rows.front().run;

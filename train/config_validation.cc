@@ -1,18 +1,36 @@
 #include "train/config_validation.h"
 
 #include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
+#include "kernels/cpu/threads.h"
 #include "model/model_dims.h"
 #include "parallel/mesh.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_partition.h"
+#include "train/layout_planner.h"
 #include "train/trace_writer.h"
 
 namespace tetra {
 namespace {
+
+// Far above any model trained (DeepSeek-V3: 6.7e11), and low enough that the
+// parameter counts formed in int64 (train/flops.cc) cannot overflow.
+constexpr double kMaxParameters = 1e15;
+// Threads per rank beyond this many per core only add contention.
+constexpr int kMaxThreadsPerCore = 4;
+// The watchdog's deadline: a longer one never fires in practice, which would
+// silently turn off DESIGN.md's "nothing waits forever" (inf and nan did).
+constexpr int64_t kMaxCommTimeoutS = 7 * 24 * 3600;  // a week
+// Gradient buckets beyond the whole gradient are one bucket; the bound keeps
+// the bucket's element count (MiB x 2^18 floats) far inside int64.
+constexpr int64_t kMaxBucketMb = int64_t{1} << 20;
 
 absl::Status Invalid(const std::string& what, const std::string& hint) { return UserError(what, hint); }
 
@@ -23,19 +41,44 @@ absl::Status CheckNumber(const std::string& field, double value, bool zero_ok, c
                  absl::StrCat("set ", field, ", e.g. to ", example));
 }
 
-// DeepSeek-V3's mixture-of-experts fields (model.moe with n_routed_experts > 0).
+// DeepSeek-V3's mixture-of-experts fields, whenever model.moe is present: no
+// count negative and every number finite; with routed experts
+// (n_routed_experts > 0) the router must have its k experts to choose from.
 absl::Status ValidateMoe(const ModelConfig& m) {
   const MoeConfig& moe = m.moe();
-  const int experts = moe.n_routed_experts(), k = moe.num_experts_per_tok();
-  RETURN_IF_ERROR(CheckNumber("model.moe.num_experts_per_tok", k, false, "8"));
-  RETURN_IF_ERROR(CheckNumber("model.moe.moe_intermediate_size", moe.moe_intermediate_size(), false, "2048"));
-  RETURN_IF_ERROR(CheckNumber("model.moe.n_shared_experts", moe.n_shared_experts(), true, "1"));
+  for (const auto& [name, count] : {std::pair{"n_routed_experts", moe.n_routed_experts()},
+                                    std::pair{"num_experts_per_tok", moe.num_experts_per_tok()},
+                                    std::pair{"n_shared_experts", moe.n_shared_experts()},
+                                    std::pair{"moe_intermediate_size", moe.moe_intermediate_size()}}) {
+    if (count < 0) {
+      return Invalid(absl::StrCat("model.moe.", name, " is ", count, " but a count cannot be negative"),
+                     "set it to 0 or more (model.moe.n_routed_experts 0 is a dense model)");
+    }
+  }
   RETURN_IF_ERROR(CheckNumber("model.moe.n_group", moe.n_group(), false, "8"));
   RETURN_IF_ERROR(CheckNumber("model.moe.topk_group", moe.topk_group(), false, "4"));
   RETURN_IF_ERROR(CheckNumber("model.moe.routed_scaling_factor", moe.routed_scaling_factor(), false, "2.5"));
   RETURN_IF_ERROR(CheckNumber("model.moe.aux_loss_alpha", moe.aux_loss_alpha(), true, "0.0001"));
   RETURN_IF_ERROR(CheckNumber("model.moe.bias_update_speed", moe.bias_update_speed(), true, "0.001"));
   RETURN_IF_ERROR(CheckNumber("model.moe.capacity_factor", moe.capacity_factor(), true, "0 (dropless)"));
+  if (moe.scoring_func() != "sigmoid" && moe.scoring_func() != "softmax") {
+    return Invalid(absl::StrCat("model.moe.scoring_func is ", UserText(moe.scoring_func())),
+                   "use \"sigmoid\" (DeepSeek-V3) or \"softmax\"");
+  }
+  if (moe.first_k_dense_replace() < 0 || moe.first_k_dense_replace() > m.num_hidden_layers()) {
+    return Invalid(absl::StrCat("model.moe.first_k_dense_replace ", moe.first_k_dense_replace(),
+                                " is outside [0, num_hidden_layers ", m.num_hidden_layers(), "]"),
+                   "give the number of leading dense layers");
+  }
+  if (moe.topk_group() > moe.n_group()) {
+    return Invalid(absl::StrCat("model.moe.topk_group ", moe.topk_group(), " exceeds model.moe.n_group ",
+                                moe.n_group()),
+                   "set topk_group to at most n_group");
+  }
+  const int experts = moe.n_routed_experts(), k = moe.num_experts_per_tok();
+  if (experts == 0) return absl::OkStatus();  // a dense model: nothing is routed
+  RETURN_IF_ERROR(CheckNumber("model.moe.num_experts_per_tok", k, false, "8"));
+  RETURN_IF_ERROR(CheckNumber("model.moe.moe_intermediate_size", moe.moe_intermediate_size(), false, "2048"));
   if (k > experts) {
     return Invalid(absl::StrCat("model.moe.num_experts_per_tok ", k, " exceeds model.moe.n_routed_experts ",
                                 experts),
@@ -46,26 +89,18 @@ absl::Status ValidateMoe(const ModelConfig& m) {
                                 experts, " into equal groups"),
                    "set n_group to a divisor of n_routed_experts (1 for no group limit)");
   }
-  if (moe.topk_group() > moe.n_group()) {
-    return Invalid(absl::StrCat("model.moe.topk_group ", moe.topk_group(), " exceeds model.moe.n_group ",
-                                moe.n_group()),
-                   "set topk_group to at most n_group");
-  }
-  const int candidates = moe.topk_group() * (experts / moe.n_group());
+  const int candidates = moe.topk_group() * (experts / moe.n_group());  // at most `experts`
   if (k > candidates) {
     return Invalid(absl::StrCat("model.moe.num_experts_per_tok ", k, " exceeds the ", candidates,
                                 " candidate experts of topk_group ", moe.topk_group(), " groups of ",
                                 experts / moe.n_group()),
                    "raise topk_group or lower num_experts_per_tok");
   }
-  if (moe.scoring_func() != "sigmoid" && moe.scoring_func() != "softmax") {
-    return Invalid(absl::StrCat("model.moe.scoring_func is \"", moe.scoring_func(), "\""),
-                   "use \"sigmoid\" (DeepSeek-V3) or \"softmax\"");
-  }
-  if (moe.first_k_dense_replace() < 0 || moe.first_k_dense_replace() > m.num_hidden_layers()) {
-    return Invalid(absl::StrCat("model.moe.first_k_dense_replace ", moe.first_k_dense_replace(),
-                                " is outside [0, num_hidden_layers ", m.num_hidden_layers(), "]"),
-                   "give the number of leading dense layers");
+  // From n_routed_experts / k on, every expert can take every token: no drop.
+  if (moe.capacity_factor() > experts) {
+    return Invalid(absl::StrCat("model.moe.capacity_factor ", moe.capacity_factor(), " is above n_routed_experts ",
+                                experts, ", where no expert can ever be full"),
+                   "use 0 for dropless routing, or a factor such as 1.25");
   }
   return absl::OkStatus();
 }
@@ -135,12 +170,21 @@ absl::Status ValidateModel(const ModelConfig& m) {
                      "give token ids of the vocabulary");
     }
   }
-  if (m.has_moe() && m.moe().n_routed_experts() > 0) return ValidateMoe(m);
+  if (m.has_moe()) RETURN_IF_ERROR(ValidateMoe(m));
+  // The planner's count (the embedding and the LM head both counted).
+  const DeviceParameters whole = ParametersPerDevice(m, PlanLayout{});
+  if (whole.dense + whole.expert > kMaxParameters) {
+    return Invalid(absl::StrCat("the model has ", whole.dense + whole.expert, " parameters (model.hidden_size ",
+                                m.hidden_size(), ", num_hidden_layers ", m.num_hidden_layers(),
+                                ", intermediate_size ", m.intermediate_size(), ", vocab_size ", m.vocab_size(),
+                                "), more than the ", kMaxParameters, " tetra can count"),
+                   "check the model sizes (DeepSeek-V3 has 6.7e11 parameters)");
+  }
   return absl::OkStatus();
 }
 
-absl::Status ValidateTrain(const TrainConfig& t) {
-  if (t.steps() <= 0) return Invalid(absl::StrCat("train.steps is ", t.steps(), " but must be positive"), "set train.steps to at least 1");
+// The sample shape: what the layout planner reads of train.
+absl::Status ValidateBatch(const TrainConfig& t) {
   if (t.seq_length() <= 0) {
     return Invalid(absl::StrCat("train.seq_length is ", t.seq_length(), " but must be positive"),
                    "set train.seq_length, e.g. 256");
@@ -156,7 +200,35 @@ absl::Status ValidateTrain(const TrainConfig& t) {
                    absl::StrCat("set global_batch_size to a multiple of ", t.micro_batch_size(),
                                 " (micro-batch x accumulation steps)"));
   }
-  if (t.threads() < 0) return Invalid(absl::StrCat("train.threads is ", t.threads()), "use 0 (automatic) or a positive count");
+  return absl::OkStatus();
+}
+
+// The tokens a run reads, steps x global_batch_size x seq_length + 1 (a
+// sample's targets run one token past its inputs); nullopt past int64.
+std::optional<int64_t> TokensRead(const TrainConfig& t) {
+  int64_t tokens = 0;
+  if (__builtin_mul_overflow(int64_t{t.steps()}, int64_t{t.global_batch_size()}, &tokens) ||
+      __builtin_mul_overflow(tokens, int64_t{t.seq_length()}, &tokens) ||
+      __builtin_add_overflow(tokens, int64_t{1}, &tokens)) {
+    return std::nullopt;
+  }
+  return tokens;
+}
+
+absl::Status ValidateTrain(const TrainConfig& t) {
+  if (t.steps() <= 0) return Invalid(absl::StrCat("train.steps is ", t.steps(), " but must be positive"), "set train.steps to at least 1");
+  RETURN_IF_ERROR(ValidateBatch(t));
+  if (!TokensRead(t)) {
+    return Invalid(absl::StrCat("train.steps ", t.steps(), " x global_batch_size ", t.global_batch_size(),
+                                " x seq_length ", t.seq_length(), " tokens overflow a 64-bit count"),
+                   "train fewer steps or smaller batches");
+  }
+  const int cores = cpu::AffinityCores(), most = kMaxThreadsPerCore * cores;
+  if (t.threads() < 0 || t.threads() > most) {
+    return Invalid(absl::StrCat("train.threads is ", t.threads(), " but must be in [0, ", most, "]: at most ",
+                                kMaxThreadsPerCore, " x the ", cores, " cores this process may run on"),
+                   "use 0 (the cores shared evenly by the ranks on this machine) or a positive count up to the cores");
+  }
   return absl::OkStatus();
 }
 
@@ -224,8 +296,8 @@ absl::Status ValidateOptimizer(const OptimizerConfig& o) {
 absl::Status ValidateSynthetic(const DataConfig& d, const ModelConfig& m, const TrainConfig& t) {
   const SyntheticConfig& s = d.synthetic();
   if (!d.path().empty() || !d.valid_path().empty()) {
-    return Invalid(absl::StrCat("data.path \"", d.path(), "\" / data.valid_path \"", d.valid_path(),
-                                "\" is set, but data.format is SYNTHETIC, which reads no files"),
+    return Invalid(absl::StrCat("data.path ", UserText(d.path()), " / data.valid_path ", UserText(d.valid_path()),
+                                " is set, but data.format is SYNTHETIC, which reads no files"),
                    "set data.format to LLMC or MEGATRON to train on token files");
   }
   if (s.order() < 1) return Invalid(absl::StrCat("data.synthetic.order is ", s.order()), "use an order >= 1, e.g. 2");
@@ -236,7 +308,7 @@ absl::Status ValidateSynthetic(const DataConfig& d, const ModelConfig& m, const 
   RETURN_IF_ERROR(CheckNumber("data.synthetic.concentration", s.concentration(), false, "1.0"));
   // Fresh samples every step: a source that wraps around could be memorised,
   // and then loss_floor would no longer bound the loss.
-  const int64_t needed = int64_t{t.steps()} * t.global_batch_size() * t.seq_length() + 1;
+  const int64_t needed = *TokensRead(t);  // ValidateTrain ruled out overflow
   if (s.num_tokens() < needed) {
     return Invalid(absl::StrCat("data.synthetic.num_tokens ", s.num_tokens(), " is less than the ", needed,
                                 " tokens that train.steps ", t.steps(), " x global_batch_size ", t.global_batch_size(),
@@ -259,6 +331,22 @@ absl::Status ValidateData(const DataConfig& d, const ModelConfig& m, const Train
 absl::Status ValidatePipeline(const TrainerConfig& c, const MeshShape& s) {
   RETURN_IF_ERROR(PartitionStages(c).status());
   return ScheduleSpecFromConfig(c, s.dp).status();
+}
+
+// The numbers of `parallel` that are not layout sizes.
+absl::Status ValidateParallelNumbers(const ParallelConfig& p) {
+  if (!(p.comm_timeout_s() > 0 && p.comm_timeout_s() <= kMaxCommTimeoutS)) {
+    return Invalid(absl::StrCat("parallel.comm_timeout_s is ", p.comm_timeout_s(), " but must be in (0, ",
+                                kMaxCommTimeoutS, "] seconds (a week), the longest the watchdog lets a "
+                                "collective wait before it ends the job: without a finite one a stuck rank hangs it"),
+                   "set parallel.comm_timeout_s to the longest a collective may take, e.g. 600");
+  }
+  if (!(p.dp_bucket_mb() > 0 && p.dp_bucket_mb() <= kMaxBucketMb)) {
+    return Invalid(absl::StrCat("parallel.dp_bucket_mb is ", p.dp_bucket_mb(), " but must be in (0, ",
+                                kMaxBucketMb, "] MiB"),
+                   "set parallel.dp_bucket_mb to the gradient bucket size, e.g. 25");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
@@ -296,9 +384,9 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
   if (t.global_batch_size() % (int64_t{t.micro_batch_size()} * s.dp) != 0) {
     return Invalid(absl::StrCat("train.global_batch_size ", t.global_batch_size(),
                                 " is not a multiple of train.micro_batch_size ", t.micro_batch_size(),
-                                " x data-parallel size ", s.dp, " = ", t.micro_batch_size() * s.dp),
+                                " x data-parallel size ", s.dp, " = ", int64_t{t.micro_batch_size()} * s.dp),
                    absl::StrCat("each data-parallel rank takes whole micro-batches: set global_batch_size "
-                                "to a multiple of ", t.micro_batch_size() * s.dp));
+                                "to a multiple of ", int64_t{t.micro_batch_size()} * s.dp));
   }
   return ValidateTensorParallel(c.model(), s.tp, p.sequence_parallel(),
                                 int64_t{t.micro_batch_size()} * t.seq_length());
@@ -334,10 +422,17 @@ absl::Status ValidateConfig(const TrainerConfig& config, int world_size) {
   RETURN_IF_ERROR(ValidateDevice(config, world_size));
   RETURN_IF_ERROR(ValidateOptimizer(config.optimizer()));
   RETURN_IF_ERROR(ValidateData(config.data(), config.model(), config.train()));
+  RETURN_IF_ERROR(ValidateParallelNumbers(config.parallel()));
   RETURN_IF_ERROR(ValidateParallel(config, world_size));
   RETURN_IF_ERROR(ValidateLog(config.log(), config.checkpoint(), config.data()));
   RETURN_IF_ERROR(ParseTraceSteps(config.log().trace_steps(), config.train().steps()).status());
   return absl::OkStatus();
+}
+
+absl::Status ValidatePlannerInputs(const TrainerConfig& config) {
+  RETURN_IF_ERROR(ValidateModel(config.model()));
+  RETURN_IF_ERROR(ValidateBatch(config.train()));
+  return ValidateParallelNumbers(config.parallel());
 }
 
 std::vector<std::string> ConfigWarnings(const TrainerConfig& config) {

@@ -11,11 +11,17 @@
 
 namespace tetra {
 
+// Every constraint on a run of `world_size` ranks.
 absl::Status ValidateConfig(const TrainerConfig& config, int world_size = 1);
 
 // What a valid config does that its author may not expect (a recipe shortened
 // below its warmup, ...): one sentence each, printed once at start.
 std::vector<std::string> ConfigWarnings(const TrainerConfig& config);
+
+// The part of ValidateConfig the layout planner needs (the model, the sample
+// shape, parallel's numbers), for `tetra plan --cluster` and `tetra report`,
+// which predict layouts of any world size and read nothing else of a run.
+absl::Status ValidatePlannerInputs(const TrainerConfig& config);
 
 }  // namespace tetra
 

@@ -1,5 +1,8 @@
 #include "train/distributed.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
@@ -22,6 +25,13 @@ absl::StatusOr<Distributed> Distributed::Create(const ParallelConfig& parallel,
   RankCoords coords = mesh.Coords(rank);
   return Distributed{std::move(world), std::move(mesh), coords,       std::move(tp),  std::move(dp),
                      std::move(pp),    std::move(mp),   std::move(ep), std::move(edp), std::move(embd)};
+}
+
+int RanksOnThisMachine() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+  }
+  return 1;
 }
 
 absl::Status AgreeOnStatus(Communicator& group, absl::Status status) {

@@ -37,6 +37,10 @@ struct Distributed {
                                             std::unique_ptr<Communicator> world);
 };
 
+// The ranks the launcher started on this machine (Open MPI's or Slurm's
+// environment), 1 when run directly: they share its cores and memory.
+int RanksOnThisMachine();
+
 // Every rank of `group` ends with an error when any rank had one: its own
 // `status`, or one naming the first failed rank. Collective over `group`, so a
 // failure on one rank never leaves the others waiting in a later collective.

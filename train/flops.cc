@@ -14,9 +14,11 @@ int64_t ActiveParameters(const ModelConfig& m) {
   const MoeConfig& moe = m.moe();
   const int moe_layers = moe.n_routed_experts() > 0
                              ? m.num_hidden_layers() - moe.first_k_dense_replace() : 0;
+  // Formed only for a model with MoE layers, whose sizes ValidateConfig bounds.
   const int64_t moe_mlp =
-      int64_t{moe.n_routed_experts()} * c +
-      3 * c * moe.moe_intermediate_size() * (moe.n_shared_experts() + moe.num_experts_per_tok());
+      moe_layers == 0 ? 0
+                      : int64_t{moe.n_routed_experts()} * c + 3 * c * moe.moe_intermediate_size() *
+                                                                  (int64_t{moe.n_shared_experts()} + moe.num_experts_per_tok());
   return m.num_hidden_layers() * (attention + norms) +
          (m.num_hidden_layers() - moe_layers) * dense_mlp + moe_layers * moe_mlp +
          c /*final norm*/ + int64_t{m.vocab_size()} * c /*LM head*/;

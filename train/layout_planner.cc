@@ -150,6 +150,13 @@ Link LinkFor(const ClusterConfig& c, int span) {
 
 bool Divides(int a, int b) { return a > 0 && b % a == 0; }
 
+ElementBytes ClusterElementBytes(const ClusterConfig& cluster) {
+  return {.weight = double{1.0} * cluster.weight_bytes(),
+          .grad = double{1.0} * cluster.grad_bytes(),
+          .optimizer = double{1.0} * cluster.optimizer_bytes(),
+          .activation = double{1.0} * cluster.activation_bytes()};
+}
+
 }  // namespace
 
 DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout) {
@@ -162,6 +169,37 @@ DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout&
   return best;
 }
 
+MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, const ElementBytes& bytes) {
+  const ModelShape s = ShapeOf(config.model());
+  const TrainConfig& train = config.train();
+  const double tokens_mb = double{1.0} * train.micro_batch_size() * train.seq_length();
+  const int64_t m = train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.dp);
+  const bool gpipe = config.parallel().schedule() == ParallelConfig::GPIPE;
+  const double edp = std::max(1, l.dp / l.ep);
+  const std::vector<StageLayers> stages = Stages(s, l.pp);
+  MemoryEstimate most;
+  for (int r = 0; r < l.pp; ++r) {
+    const StageLayers& st = stages[r];
+    const int layers = st.dense + st.moe;
+    const DeviceParameters p = StageParameters(s, st, l);
+    MemoryEstimate mem;
+    mem.weights = (p.dense + p.expert) * bytes.weight;
+    mem.grads = (p.dense + p.expert) * bytes.grad;
+    mem.optimizer = (l.zero_stage >= 1 ? p.dense / l.dp + p.expert / edp : p.dense + p.expert) * bytes.optimizer;
+    const double in_flight = static_cast<double>(gpipe ? m : std::min<int64_t>(m, l.pp - r));
+    // Sequence parallelism (tp > 1) splits every activation over tp.
+    const double per_token_layer =
+        std::max(st.dense ? LayerActivations(s, false) : 0.0, st.moe ? LayerActivations(s, true) : 0.0);
+    const double stored_per_token = l.recompute ? layers * s.c : st.dense * LayerActivations(s, false) +
+                                                                     st.moe * LayerActivations(s, true);
+    mem.activations = in_flight * tokens_mb * stored_per_token * bytes.activation / l.tp;
+    if (l.recompute) mem.activations += tokens_mb * per_token_layer * bytes.activation / l.tp;
+    if (st.head) mem.activations += tokens_mb * s.vocab / l.tp * 4;  // fp32 logits and their gradient, in place
+    if (mem.total() > most.total()) most = mem;
+  }
+  return most;
+}
+
 LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig& cluster,
                                const PlanLayout& l) {
   const ModelShape s = ShapeOf(config.model());
@@ -171,8 +209,8 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   LayoutPrediction out;
   out.layout = l;
   out.micro_batches = static_cast<int>(train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.dp));
+  out.memory = EstimateMemory(config, l, ClusterElementBytes(cluster));
   const int m = out.micro_batches;
-  const bool gpipe = config.parallel().schedule() == ParallelConfig::GPIPE;
   const SharedNode node = SharedNodeFor(cluster, world);
   const double flops_rate = cluster.peak_tflops() * 1e12 * cluster.compute_efficiency() * node.compute_share;
   const double memory_rate = cluster.memory_gbps() * 1e9 * node.memory_share;
@@ -188,24 +226,6 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   for (int r = 0; r < l.pp; ++r) {
     const StageLayers& st = stages[r];
     const int layers = st.dense + st.moe;
-    // Memory.
-    const DeviceParameters p = StageParameters(s, st, l);
-    MemoryEstimate mem;
-    mem.weights = (p.dense + p.expert) * cluster.weight_bytes();
-    mem.grads = (p.dense + p.expert) * cluster.grad_bytes();
-    mem.optimizer = (l.zero_stage >= 1 ? p.dense / l.dp + p.expert / edp : p.dense + p.expert) *
-                    cluster.optimizer_bytes();
-    const int in_flight = gpipe ? m : std::min(m, l.pp - r);
-    // Sequence parallelism (tp > 1) splits every activation over tp.
-    const double per_token_layer =
-        std::max(st.dense ? LayerActivations(s, false) : 0.0, st.moe ? LayerActivations(s, true) : 0.0);
-    const double stored_per_token = l.recompute ? layers * s.c : st.dense * LayerActivations(s, false) +
-                                                                     st.moe * LayerActivations(s, true);
-    mem.activations = in_flight * tokens_mb * stored_per_token * act_bytes / l.tp;
-    if (l.recompute) mem.activations += tokens_mb * per_token_layer * act_bytes / l.tp;
-    if (st.head) mem.activations += tokens_mb * s.vocab / l.tp * 4;  // fp32 logits and their gradient, in place
-    if (mem.total() > out.memory.total()) out.memory = mem;
-
     // Time of one micro-batch on this stage.
     const double layer_flops = st.dense * (s.attention + s.norms + s.dense_mlp) +
                                st.moe * (s.attention + s.norms + s.active_moe_mlp);

@@ -61,6 +61,14 @@ struct LayoutPrediction {
   bool fits = false;         // memory.total() <= usable HBM
 };
 
+// Bytes per element of what a device holds: weights (with any compute copy),
+// gradients, optimizer state (AdamW moments, and master weights where the
+// weights are not fp32) and stored activations; a cluster file's *_bytes
+// fields, or a run's own dtypes.
+struct ElementBytes {
+  double weight = 0, grad = 0, optimizer = 0, activation = 0;
+};
+
 // Parameters per device of the largest stage (the planner's memory basis):
 // `dense` counts weights replicated over expert-parallel ranks (attention,
 // dense MLPs, shared experts, router, norms, embedding, head), `expert` the
@@ -70,6 +78,9 @@ struct DeviceParameters {
 };
 DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout);
 
+// Memory per device of the stage that needs most under `layout` (as the
+// header's opening describes), for `config`'s model, batch and schedule.
+MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& layout, const ElementBytes& bytes);
 
 // The prediction for one layout; `config` gives the model, batch, micro-batch
 // and schedule.

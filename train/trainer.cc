@@ -1,6 +1,5 @@
 #include "train/trainer.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -25,6 +24,7 @@
 #include "train/config_validation.h"
 #include "train/flops.h"
 #include "train/lr_schedule.h"
+#include "train/memory_check.h"
 #include "train/model_optimizer.h"
 #include "train/moe_step.h"
 #include "train/peak_flops.h"
@@ -41,23 +41,14 @@
 namespace tetra {
 namespace {
 
-// train.threads, or else the cores this process may run on (its affinity mask,
-// which honours cgroups and mpirun's binding) shared evenly by the ranks that
-// share that mask, so co-located ranks never oversubscribe the cores.
+// train.threads, or else the cores this process may run on shared evenly by
+// the ranks on this machine, so co-located ranks never oversubscribe the cores.
 int ResolveThreads(const TrainConfig& train) {
   if (train.threads() > 0) return train.threads();
-  cpu_set_t mask;
-  const int cores = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 1;
-  int local_ranks = 1;
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
-    if (const char* value = std::getenv(name)) {
-      local_ranks = std::max(1, std::atoi(value));
-      break;
-    }
-  }
+  const int cores = cpu::AffinityCores();
   // A rank bound to fewer cores than the node has already owns its share.
   const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  return cores < online ? std::max(1, cores) : std::max(1, cores / local_ranks);
+  return cores < online ? cores : std::max(1, cores / RanksOnThisMachine());
 }
 
 // "done: 3000 steps in 23.1 s | loss 1.1991 (mean of the last 100 steps), 0.0898 above the floor"
@@ -270,6 +261,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   cpu::SetCpuThreads(ResolveThreads(train));
   std::optional<ScopedPlacement> placement;  // the model's device and compute dtype
   ASSIGN_OR_RETURN(const double peak_tflops, PlaceOnDevice(config, &placement));
+  // Before the data and the model take any memory; every rank stops if one must.
+  const PlanLayout layout{.tp = dist.tp->size(), .pp = dist.pp->size(), .dp = dist.dp->size(),
+                          .ep = dist.ep->size(), .zero_stage = config.optimizer().zero_stage()};
+  const MachineMemory machine = ReadMachineMemory(RanksOnThisMachine(), train.device() == Device::CUDA);
+  RETURN_IF_ERROR(AgreeOnStatus(*dist.world, CheckRankMemory(config, layout, MemoryUse::kTraining, machine)));
   // Progress and metrics come from one rank; the others compute the same numbers.
   std::ostream null_stream(nullptr);
   std::ostream& progress = dist.is_logging_rank() ? progress_stream : null_stream;

@@ -32,6 +32,12 @@ std::string CurrentDeviceName() {
   return prop.name;
 }
 
+DeviceMemory CurrentDeviceMemory() {
+  DeviceMemory memory;
+  TETRA_CUDA_CHECK(cudaMemGetInfo(&memory.free_bytes, &memory.total_bytes));
+  return memory;
+}
+
 void Synchronize() { TETRA_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 }  // namespace tetra::cuda

@@ -1,9 +1,10 @@
 // The CUDA devices of this process: how many there are (0, not a crash, where
 // there is no driver or no GPU, so tests can skip), which one this rank uses,
-// and its name (the peak-FLOP table keys on it).
+// its name (the peak-FLOP table keys on it) and its free memory.
 #ifndef TETRA_CORE_CUDA_DEVICE_H_
 #define TETRA_CORE_CUDA_DEVICE_H_
 
+#include <cstddef>
 #include <string>
 
 namespace tetra::cuda {
@@ -18,6 +19,12 @@ int CurrentDevice();
 
 // cudaDeviceProp::name of the current device, e.g. "NVIDIA H200".
 std::string CurrentDeviceName();
+
+// Free and total bytes of the current device's memory (cudaMemGetInfo, checked).
+struct DeviceMemory {
+  size_t free_bytes = 0, total_bytes = 0;
+};
+DeviceMemory CurrentDeviceMemory();
 
 // Waits for all work on the current device (checked: reports kernel faults).
 void Synchronize();

@@ -9,6 +9,10 @@ namespace tetra::cpu {
 void SetCpuThreads(int threads);
 int CpuThreads();
 
+// The cores this process may run on: its affinity mask, which honours cgroup
+// cpusets and mpirun's binding (at least 1).
+int AffinityCores();
+
 }  // namespace tetra::cpu
 
 #endif  // TETRA_KERNELS_CPU_THREADS_H_

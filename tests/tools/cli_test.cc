@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/address_limit.h"
 #include "tests/testing/scratch_files.h"
 #include "train/llmc_shard.h"
 #include "train/megatron_dataset.h"
@@ -42,7 +43,7 @@ class CliTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   RunResult Run(const std::string& args) {
-    const std::string command = std::string(TETRA_BINARY) + " " + args + " >" +
+    const std::string command = prefix_ + std::string(TETRA_BINARY) + " " + args + " >" +
                                 (dir_ / "out").string() + " 2>" + (dir_ / "err").string();
     int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadBytes(dir_ / "out"),
@@ -76,6 +77,7 @@ class CliTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  std::string prefix_;  // shell commands run before each tetra command
 };
 
 TEST_F(CliTest, ConfigParseErrorNamesLineAndColumn) {
@@ -269,6 +271,23 @@ TEST_F(CliTest, LayoutIsCheckedAgainstTheLaunchedWorld) {
               " --set model.hidden_size=16",
               "model.num_attention_heads 1 is not divisible by parallel.tensor 4");
   unsetenv("OMPI_COMM_WORLD_SIZE");
+}
+
+TEST_F(CliTest, AModelThatCannotFitIsRefusedBeforeItIsAllocated) {
+  // 4.4e12 parameters, 64 TiB to train: refused at start-up with the sizes,
+  // inside an 8 GiB address space, so nothing near that size was asked for.
+  prefix_ = testing::AddressLimitPrefix(8);
+  const std::string config = WriteConfig("");
+  ExpectError("train --config " + config + " --set model.hidden_size=1048576",
+              std::vector<std::string>{"the model needs 65539.1 GiB per rank (weights 16384.6 GiB",
+                                       " available (", "\nhint: split the model over more ranks"});
+  ExpectError("export --config " + config + " --set model.hidden_size=1048576 --out " + (dir_ / "e").string(),
+              std::vector<std::string>{"the model needs 32769.3 GiB per rank (weights 16384.6 GiB, gradients "
+                                       "16384.6 GiB)", "\nhint: tetra export builds the whole model"});
+  ExpectError("train --config " + config + " --set data.synthetic.num_tokens=1099511627776",
+              std::vector<std::string>{"synthetic tokens 4096.0 GiB", "\nhint: lower data.synthetic.num_tokens"});
+  // The limit leaves the tiny run itself alone.
+  EXPECT_EQ(Run("train --config " + config).exit_code, 0);
 }
 
 TEST_F(CliTest, LogSettingsThatCannotWorkAreRefused) {

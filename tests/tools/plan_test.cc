@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/address_limit.h"
 #include "tests/testing/scratch_files.h"
 
 namespace tetra {
@@ -19,6 +20,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::tetra::testing::AddressLimitPrefix;
 using ::tetra::testing::ReadBytes;
 using ::tetra::testing::ScratchDir;
 using ::tetra::testing::WriteBytes;
@@ -140,8 +142,10 @@ class PlanTest : public ::testing::Test {
   RunResult Plan(const std::string& config, const std::string& args) {
     const std::string dir = ScratchDir("plan_test");
     WriteBytes(dir + "/plan.textproto", config);
-    const std::string command = std::string(TETRA_BINARY) + " plan --config " + dir + "/plan.textproto " + args + " >" +
-                                dir + "/out 2>" + dir + "/err";
+    // Every plan runs in 8 GiB of address space: none needs more, and one
+    // that tried would fail at once, not swap.
+    const std::string command = AddressLimitPrefix(8) + std::string(TETRA_BINARY) + " plan --config " + dir +
+                                "/plan.textproto " + args + " >" + dir + "/out 2>" + dir + "/err";
     const int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadBytes(dir + "/out"), ReadBytes(dir + "/err")};
   }
@@ -295,6 +299,29 @@ TEST_F(PlanTest, BadFlags) {
   ExpectError(config, "--world 8 --gpus-per-node x", "--gpus-per-node \"x\"");
   ExpectError(config, "--world 8 --set parallel.tensr=2", "did you mean \"tensor\"");
   ExpectError(config, "--world 8 --nodes 2", "unknown flag --nodes");
+}
+
+TEST_F(PlanTest, WorldsTooLargeToLayOutAreRefused) {
+  // 2^30 ranks would be about 800 GB of groups; refused before any is built.
+  ExpectError("", "--world 1073741824", "--world gives 1073741824 ranks, more than the 1048576 plan lays out");
+  ExpectError("", "--world 1073741824 --json", "more than the 1048576 plan lays out");
+  // A cluster's nodes x devices_per_node (formerly an int overflow) too.
+  const std::string cluster = ScratchDir("plan_test") + "/huge.textproto";
+  WriteBytes(cluster, "name: \"huge\" nodes: 1073741824 devices_per_node: 8\n");
+  ExpectError("", "--cluster " + cluster,
+              "the cluster's nodes x devices_per_node gives 8589934592 ranks, more than the 1048576");
+  // The planner's own 2048-rank cluster still plans.
+  const RunResult h800 = Plan("model { moe { n_routed_experts: 8 num_experts_per_tok: 2 moe_intermediate_size: 16 } }",
+                              "--cluster " + std::string(TETRA_SOURCE_DIR) + "/configs/clusters/h800_2048.textproto");
+  EXPECT_EQ(h800.exit_code, 0) << h800.err;
+}
+
+TEST_F(PlanTest, ClusterPlansRefuseModelsThePlannerCannotSize) {
+  // Each divided by zero (SIGFPE) in the planner before.
+  const std::string cluster = "--cluster " + std::string(TETRA_SOURCE_DIR) + "/configs/clusters/a100_64.textproto";
+  ExpectError("model { num_attention_heads: 0 }", cluster, "model.num_attention_heads is 0");
+  ExpectError("train { micro_batch_size: 0 }", cluster, "train.micro_batch_size 0 must be positive");
+  ExpectError("parallel { dp_bucket_mb: 0 }", cluster, "parallel.dp_bucket_mb is 0");
 }
 
 }  // namespace

@@ -2,7 +2,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "train/config_validation.h"
 #include "tests/testing/user_errors.h"
 
 namespace tetra {
@@ -125,70 +124,6 @@ TEST(ConfigLoaderTest, SetErrorsSayWhatIsWrong) {
   }
   EXPECT_THAT(Message(LoadConfigFile("/nonexistent/recipe.textproto").status()),
               UserErrorShape());
-}
-
-TEST(ConfigValidationTest, ReportsBrokenConstraintsWithNumbers) {
-  TrainerConfig config;
-  config.mutable_model()->set_hidden_size(100);
-  config.mutable_model()->set_num_attention_heads(3);
-  auto status = ValidateConfig(config);
-  EXPECT_THAT(status.message(),
-              HasSubstr("model.hidden_size 100 is not divisible by model.num_attention_heads 3"));
-  EXPECT_THAT(status.message(), HasSubstr("hint:"));
-
-  config = TrainerConfig();
-  config.mutable_model()->set_num_key_value_heads(3);  // 4 heads
-  EXPECT_THAT(ValidateConfig(config).message(),
-              HasSubstr("num_key_value_heads 3 must divide model.num_attention_heads 4"));
-
-  config = TrainerConfig();
-  config.mutable_train()->set_global_batch_size(10);
-  config.mutable_train()->set_micro_batch_size(4);
-  EXPECT_THAT(ValidateConfig(config).message(),
-              HasSubstr("global_batch_size 10 is not a multiple of train.micro_batch_size 4"));
-
-  config = TrainerConfig();
-  config.mutable_data()->set_format(DataConfig::LLMC);
-  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("data.path is empty"));
-
-  EXPECT_TRUE(ValidateConfig(TrainerConfig()).ok());
-}
-
-TEST(ConfigValidationTest, BadMixtureOfExpertsConfigsNameTheNumbers) {
-  auto moe_config = [] {
-    TrainerConfig config;
-    MoeConfig* moe = config.mutable_model()->mutable_moe();
-    moe->set_n_routed_experts(8);
-    moe->set_num_experts_per_tok(2);
-    moe->set_moe_intermediate_size(16);
-    return config;
-  };
-  EXPECT_TRUE(ValidateConfig(moe_config()).ok());
-  TrainerConfig config = moe_config();
-  config.mutable_model()->mutable_moe()->set_num_experts_per_tok(9);
-  EXPECT_THAT(ValidateConfig(config).message(),
-              HasSubstr("model.moe.num_experts_per_tok 9 exceeds model.moe.n_routed_experts 8"));
-  config = moe_config();
-  config.mutable_model()->mutable_moe()->set_n_group(3);
-  EXPECT_THAT(ValidateConfig(config).message(),
-              HasSubstr("model.moe.n_group 3 does not divide model.moe.n_routed_experts 8"));
-  config = moe_config();
-  config.mutable_model()->mutable_moe()->set_n_group(4);
-  config.mutable_model()->mutable_moe()->set_topk_group(5);
-  EXPECT_THAT(ValidateConfig(config).message(),
-              HasSubstr("model.moe.topk_group 5 exceeds model.moe.n_group 4"));
-  config = moe_config();
-  config.mutable_model()->mutable_moe()->set_n_group(4);
-  config.mutable_model()->mutable_moe()->set_num_experts_per_tok(3);  // 1 group of 2 experts
-  EXPECT_THAT(ValidateConfig(config).message(),
-              HasSubstr("num_experts_per_tok 3 exceeds the 2 candidate experts"));
-  config = moe_config();
-  config.mutable_model()->mutable_moe()->set_scoring_func("relu");
-  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("scoring_func is \"relu\""));
-  config = moe_config();
-  config.mutable_parallel()->set_expert(3);
-  EXPECT_THAT(ValidateConfig(config, /*world_size=*/3).message(),
-              HasSubstr("model.moe.n_routed_experts 8 is not divisible by parallel.expert 3"));
 }
 
 }  // namespace

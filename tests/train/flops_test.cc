@@ -40,6 +40,20 @@ TEST(FlopsTest, MoeLayersCountTheRouterSharedAndChosenExperts) {
   EXPECT_EQ(ActiveParameters(c), 5360);
 }
 
+// With every layer dense (first_k_dense_replace = layers) the expert sizes,
+// however large (ValidateConfig bounds only the parameters a model holds),
+// count nothing and form no product (it overflowed int64: UBSan).
+TEST(FlopsTest, ExpertSizesOfAModelWithoutMoeLayersCountNothing) {
+  ModelConfig c = Small(false);
+  MoeConfig* moe = c.mutable_moe();
+  moe->set_n_routed_experts(2147483647);
+  moe->set_num_experts_per_tok(2147483647);
+  moe->set_n_shared_experts(2147483647);
+  moe->set_moe_intermediate_size(2147483647);
+  moe->set_first_k_dense_replace(2);
+  EXPECT_EQ(ActiveParameters(c), 5520);
+}
+
 TEST(FlopsTest, TrainingFlopsFollowTheMetricsContract) {
   // 6 x 5520 + 6 x layers 2 x seq 8 x (heads 4 x head_dim 4) = 33120 + 1536.
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(Small(false), 8), 34656.0);

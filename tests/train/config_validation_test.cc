@@ -1,0 +1,196 @@
+// ValidateConfig: broken constraints name the numbers, and a table of absurd
+// and hostile values (the kind a sanitizer build fed in: overflowing sizes and
+// products, negative counts, nan and inf) each ends in one user error naming
+// the field, never a crash, an overflow or a silent acceptance.
+#include "train/config_validation.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/threads.h"
+#include "tests/testing/user_errors.h"
+#include "train/config_loader.h"
+
+namespace tetra {
+namespace {
+
+using ::testing::HasSubstr;
+
+using testing::Message;
+using testing::UserErrorShape;
+
+TEST(ConfigValidationTest, ReportsBrokenConstraintsWithNumbers) {
+  TrainerConfig config;
+  config.mutable_model()->set_hidden_size(100);
+  config.mutable_model()->set_num_attention_heads(3);
+  auto status = ValidateConfig(config);
+  EXPECT_THAT(status.message(),
+              HasSubstr("model.hidden_size 100 is not divisible by model.num_attention_heads 3"));
+  EXPECT_THAT(status.message(), HasSubstr("hint:"));
+
+  config = TrainerConfig();
+  config.mutable_model()->set_num_key_value_heads(3);  // 4 heads
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("num_key_value_heads 3 must divide model.num_attention_heads 4"));
+
+  config = TrainerConfig();
+  config.mutable_train()->set_global_batch_size(10);
+  config.mutable_train()->set_micro_batch_size(4);
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("global_batch_size 10 is not a multiple of train.micro_batch_size 4"));
+
+  config = TrainerConfig();
+  config.mutable_data()->set_format(DataConfig::LLMC);
+  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("data.path is empty"));
+
+  EXPECT_TRUE(ValidateConfig(TrainerConfig()).ok());
+}
+
+TEST(ConfigValidationTest, BadMixtureOfExpertsConfigsNameTheNumbers) {
+  auto moe_config = [] {
+    TrainerConfig config;
+    MoeConfig* moe = config.mutable_model()->mutable_moe();
+    moe->set_n_routed_experts(8);
+    moe->set_num_experts_per_tok(2);
+    moe->set_moe_intermediate_size(16);
+    return config;
+  };
+  EXPECT_TRUE(ValidateConfig(moe_config()).ok());
+  TrainerConfig config = moe_config();
+  config.mutable_model()->mutable_moe()->set_num_experts_per_tok(9);
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("model.moe.num_experts_per_tok 9 exceeds model.moe.n_routed_experts 8"));
+  config = moe_config();
+  config.mutable_model()->mutable_moe()->set_n_group(3);
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("model.moe.n_group 3 does not divide model.moe.n_routed_experts 8"));
+  config = moe_config();
+  config.mutable_model()->mutable_moe()->set_n_group(4);
+  config.mutable_model()->mutable_moe()->set_topk_group(5);
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("model.moe.topk_group 5 exceeds model.moe.n_group 4"));
+  config = moe_config();
+  config.mutable_model()->mutable_moe()->set_n_group(4);
+  config.mutable_model()->mutable_moe()->set_num_experts_per_tok(3);  // 1 group of 2 experts
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("num_experts_per_tok 3 exceeds the 2 candidate experts"));
+  config = moe_config();
+  config.mutable_model()->mutable_moe()->set_scoring_func("relu");
+  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("scoring_func is \"relu\""));
+  config = moe_config();
+  config.mutable_parallel()->set_expert(3);
+  EXPECT_THAT(ValidateConfig(config, /*world_size=*/3).message(),
+              HasSubstr("model.moe.n_routed_experts 8 is not divisible by parallel.expert 3"));
+}
+
+// A MoE block that routes: 8 experts, 2 per token.
+const std::vector<std::string> kMoe = {"model.moe.n_routed_experts=8", "model.moe.num_experts_per_tok=2",
+                                       "model.moe.moe_intermediate_size=16"};
+
+struct HostileCase {
+  std::vector<std::string> sets;  // --set overrides of the default (valid) config
+  int world_size;
+  std::string names;  // what the message must contain: the field (and its value)
+};
+
+std::vector<std::string> With(std::vector<std::string> sets, const std::vector<std::string>& more) {
+  sets.insert(sets.end(), more.begin(), more.end());
+  return sets;
+}
+
+TEST(ConfigValidationTest, HostileValuesAreUserErrorsNamingTheField) {
+  const std::string too_many_threads = std::to_string(4 * cpu::AffinityCores() + 1);
+  const std::vector<HostileCase> cases = {
+      // Counts and products past int32 / int64.
+      {{"train.steps=2147483647", "train.global_batch_size=2147483647", "train.micro_batch_size=1",
+        "train.seq_length=2147483647"},
+       1,
+       "train.steps 2147483647 x global_batch_size 2147483647 x seq_length 2147483647 tokens overflow"},
+      {{"train.steps=2147483647", "train.global_batch_size=2147483647", "train.micro_batch_size=1",
+        "train.seq_length=3", "data.synthetic.num_tokens=9223372036854775807"},
+       1,
+       "train.steps 2147483647 x global_batch_size 2147483647 x seq_length 3 tokens overflow"},
+      {{"model.hidden_size=33554432"}, 1, "model.hidden_size 33554432"},  // 9e15 parameters
+      {{"model.vocab_size=2147483647", "model.hidden_size=1073741824"}, 1, "vocab_size 2147483647"},
+      // micro_batch_size x data computed in int was 2^32 -> 0 in the message.
+      {{"train.global_batch_size=1073741824", "train.micro_batch_size=1073741824",
+        "data.synthetic.num_tokens=9223372036854775807"},
+       4,
+       "train.micro_batch_size 1073741824 x data-parallel size 4 = 4294967296"},
+      // pipeline x virtual_stages = 2^31 overflowed int and allocated before checking.
+      {{"parallel.pipeline=2", "parallel.virtual_stages=1073741824"}, 2, "virtual_stages 1073741824"},
+      // 2^30 micro-batches would be a schedule table of 2^31 actions per rank.
+      {{"parallel.pipeline=2", "train.global_batch_size=1073741824", "train.micro_batch_size=1",
+        "data.synthetic.num_tokens=9223372036854775807"},
+       2,
+       "1073741824 micro-batches per step"},
+      // Threads: bounded by the cores.
+      {{"train.threads=2147483647"}, 1, "train.threads is 2147483647"},
+      {{"train.threads=" + too_many_threads}, 1, "train.threads is " + too_many_threads},
+      {{"train.threads=-1"}, 1, "train.threads is -1"},
+      // Gradient buckets and the watchdog: no fatal checks, no silent "never".
+      {{"parallel.dp_bucket_mb=0"}, 1, "parallel.dp_bucket_mb is 0"},
+      {{"parallel.dp_bucket_mb=-1"}, 1, "parallel.dp_bucket_mb is -1"},
+      {{"parallel.dp_bucket_mb=nan"}, 1, "parallel.dp_bucket_mb is nan"},
+      {{"parallel.dp_bucket_mb=1e300"}, 1, "parallel.dp_bucket_mb is 1e+300"},
+      {{"parallel.comm_timeout_s=0"}, 1, "parallel.comm_timeout_s is 0"},
+      {{"parallel.comm_timeout_s=-5"}, 1, "parallel.comm_timeout_s is -5"},
+      {{"parallel.comm_timeout_s=nan"}, 1, "parallel.comm_timeout_s is nan"},
+      {{"parallel.comm_timeout_s=inf"}, 1, "parallel.comm_timeout_s is inf"},
+      {{"parallel.comm_timeout_s=1e9"}, 1, "parallel.comm_timeout_s is 1e+09"},
+      // Every moe field whenever model.moe is present, routed experts or not.
+      {{"model.moe.n_routed_experts=-5"}, 1, "model.moe.n_routed_experts is -5"},
+      {{"model.moe.num_experts_per_tok=-1"}, 1, "model.moe.num_experts_per_tok is -1"},
+      {With(kMoe, {"model.moe.n_shared_experts=-1"}), 1, "model.moe.n_shared_experts is -1"},
+      {With(kMoe, {"model.moe.moe_intermediate_size=-16"}), 1, "model.moe.moe_intermediate_size is -16"},
+      {{"model.moe.routed_scaling_factor=nan"}, 1, "model.moe.routed_scaling_factor is nan"},
+      {{"model.moe.aux_loss_alpha=-1"}, 1, "model.moe.aux_loss_alpha is -1"},
+      {{"model.moe.bias_update_speed=inf"}, 1, "model.moe.bias_update_speed is inf"},
+      {{"model.moe.capacity_factor=nan"}, 1, "model.moe.capacity_factor is nan"},
+      {{"model.moe.n_group=0"}, 1, "model.moe.n_group is 0"},
+      {{"model.moe.scoring_func=relu"}, 1, "model.moe.scoring_func is \"relu\""},
+      {{"model.moe.first_k_dense_replace=-1"}, 1, "model.moe.first_k_dense_replace -1"},
+      {With(kMoe, {"model.moe.capacity_factor=1e300"}), 1, "model.moe.capacity_factor 1e+300"},
+  };
+  for (const HostileCase& c : cases) {
+    TrainerConfig config;
+    for (const std::string& set : c.sets) ASSERT_TRUE(ApplyOverride(set, &config).ok()) << set;
+    const absl::Status status = ValidateConfig(config, c.world_size);
+    const std::string sets = ::testing::PrintToString(c.sets);
+    ASSERT_FALSE(status.ok()) << sets;
+    EXPECT_THAT(Message(status), HasSubstr(c.names)) << sets;
+    EXPECT_THAT(Message(status), UserErrorShape()) << sets;
+  }
+}
+
+TEST(ConfigValidationTest, BoundsLeaveRealSettingsAlone) {
+  for (const std::vector<std::string>& sets : std::vector<std::vector<std::string>>{
+           {"train.threads=" + std::to_string(4 * cpu::AffinityCores())},
+           {"parallel.comm_timeout_s=604800", "parallel.dp_bucket_mb=1048576"},
+           {"model.moe.n_routed_experts=0", "model.moe.num_experts_per_tok=0"},  // a dense model
+           With(kMoe, {"model.moe.capacity_factor=8"}),
+       }) {
+    TrainerConfig config;
+    for (const std::string& set : sets) ASSERT_TRUE(ApplyOverride(set, &config).ok()) << set;
+    EXPECT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config);
+  }
+}
+
+TEST(ConfigValidationTest, PlannerInputsCheckOnlyWhatThePlannerReads) {
+  TrainerConfig config;
+  config.mutable_model()->set_num_attention_heads(0);  // the planner divides by it
+  EXPECT_THAT(Message(ValidatePlannerInputs(config)), HasSubstr("model.num_attention_heads"));
+  config = TrainerConfig();
+  config.mutable_train()->set_micro_batch_size(0);
+  EXPECT_THAT(Message(ValidatePlannerInputs(config)), HasSubstr("train.micro_batch_size 0"));
+  // A run's data does not matter to a plan for another cluster.
+  config = TrainerConfig();
+  config.mutable_data()->mutable_synthetic()->set_num_tokens(1);
+  EXPECT_TRUE(ValidatePlannerInputs(config).ok());
+  EXPECT_FALSE(ValidateConfig(config).ok());
+}
+
+}  // namespace
+}  // namespace tetra
