@@ -1,13 +1,10 @@
 #include "train/checkpoint_reader.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "core/crc32c.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "train/checkpoint_directory.h"

@@ -238,6 +238,23 @@ TEST_F(CheckpointReaderTest, ByteCountsThatWrapAreInconsistent) {
   EXPECT_THAT(Message(status), HasSubstr("big (weight)"));
 }
 
+// Counts in a manifest are the records it holds, so a file cannot claim more
+// than its bytes: a length prefix saying 10^12 bytes of tensor records in a
+// file of a few dozen is an error, not an allocation.
+TEST_F(CheckpointReaderTest, ManifestClaimingMoreThanItsBytesIsCorrupt) {
+  std::string bytes = manifest_.SerializeAsString();
+  bytes += '\x2a';  // field 5 (tensors), length-delimited
+  uint64_t length = 1000000000000;  // as a varint: 7 bits a byte, low first
+  for (; length >= 0x80; length >>= 7) bytes += static_cast<char>((length & 0x7f) | 0x80);
+  bytes += static_cast<char>(length);
+  bytes += "short";
+  WriteBytes(dir_ + "/" + kManifestFileName, bytes);
+  WriteBytes(dir_ + "/" + kCompleteMarkerName, CompleteMarkerText(7, bytes));
+  const absl::Status status = CheckpointReader::Open(dir_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(status), HasSubstr("is corrupt: it does not parse"));
+}
+
 TEST_F(CheckpointReaderTest, TensorListedTwiceIsAnError) {
   *manifest_.add_tensors() = *tensor_;
   WriteManifest();
