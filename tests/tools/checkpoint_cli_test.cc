@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -301,7 +302,7 @@ TEST_F(CheckpointCliTest, StepBeyondTheRunIsAnError) {
   fs::rename(StepDir(4), huge_dir);
   EditManifest(huge_dir, [&](CheckpointManifest& m) {
     m.mutable_state()->set_step(huge);
-    m.mutable_state()->set_consumed_samples(huge * 4);
+    m.mutable_state()->set_consumed_samples(std::numeric_limits<int64_t>::max());  // 2^62 x 4 samples overflow
   });
   RunResult r = Run(TrainArgs(4, "c.jsonl", 0));
   EXPECT_EQ(r.exit_code, 1);
