@@ -24,14 +24,16 @@ constexpr char kUsageHint[] =
 
 // DIR itself when it holds a manifest, else its newest complete step directory.
 absl::StatusOr<CheckpointReader> OpenCheckpoint(const std::string& dir) {
-  if (std::filesystem::exists(std::filesystem::path(dir) / kManifestFileName)) {
-    if (!std::filesystem::exists(std::filesystem::path(dir) / kCompleteMarkerName)) {
+  // Error codes, not exceptions: DIR may be anything (a symlink loop, a file).
+  std::error_code error;
+  if (std::filesystem::exists(std::filesystem::path(dir) / kManifestFileName, error) || error) {
+    if (!std::filesystem::exists(std::filesystem::path(dir) / kCompleteMarkerName, error) && !error) {
       std::cout << "tetra: warning: " << dir << " has no " << kCompleteMarkerName
-                << " marker: its save did not finish\n";
+                << " marker: its save did not finish, and its manifest cannot be checked against it\n";
     }
     return CheckpointReader::Open(dir);
   }
-  const std::optional<CheckpointEntry> entry = NewestCompleteCheckpoint(dir, std::cout);
+  ASSIGN_OR_RETURN(const std::optional<CheckpointEntry> entry, NewestCompleteCheckpoint(dir, std::cout));
   if (!entry) {
     return UserError(absl::StrCat(dir, " holds no complete checkpoint (no step_NNNNNNNN directory with a ",
                                   kCompleteMarkerName, " marker)"),

@@ -1,6 +1,7 @@
 #include "train/checkpoint_directory.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,14 +37,58 @@ absl::Status FilesystemError(const std::string& what, const std::error_code& err
                    absl::StatusCode::kDataLoss);
 }
 
-// The step of a directory named step_N (no suffix), else nullopt.
+// The step of a directory named step_N, N all digits (no sign, no suffix),
+// else nullopt.
 std::optional<int64_t> StepOf(const std::string& name) {
   const std::string prefix = kStepPrefix;
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return std::nullopt;
+  const std::string digits = name.substr(prefix.size());
   int64_t step;
-  if (name.rfind(prefix, 0) != 0 || !absl::SimpleAtoi(name.substr(prefix.size()), &step)) {
+  if (!std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) || !absl::SimpleAtoi(digits, &step)) {
     return std::nullopt;
   }
   return step;
+}
+
+// The entries of the directory `root`, read in full before any is acted on;
+// empty when `root` does not exist.
+absl::StatusOr<std::vector<fs::path>> DirectoryEntries(const std::string& root) {
+  std::vector<fs::path> paths;
+  std::error_code error;
+  fs::directory_iterator it(root, error);
+  if (error == std::errc::no_such_file_or_directory) return paths;
+  for (; !error && it != fs::directory_iterator(); it.increment(error)) paths.push_back(it->path());
+  if (error) {
+    return UserError(absl::StrCat("cannot list checkpoint.dir ", root, ": ", error.message()),
+                     "point checkpoint.dir at a directory, or at a path where one can be created");
+  }
+  return paths;
+}
+
+// An open file descriptor, closed when it goes out of scope.
+struct ScopedFd {
+  explicit ScopedFd(int fd) : fd(fd) {}
+  ~ScopedFd() {
+    if (fd >= 0) ::close(fd);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int fd;
+};
+
+// Opens the regular file `path` for reading and gives its size; the error's
+// message is the cause alone.
+absl::StatusOr<uint64_t> OpenRegularFile(const std::string& path, ScopedFd& file) {
+  // O_NONBLOCK: opening a FIFO left in the directory must not wait for a writer.
+  file.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat info;
+  if (file.fd < 0 || ::fstat(file.fd, &info) != 0) {
+    return errno == ENOENT ? absl::NotFoundError(std::strerror(errno))
+                           : absl::FailedPreconditionError(std::strerror(errno));
+  }
+  if (S_ISDIR(info.st_mode)) return absl::FailedPreconditionError("it is a directory, not a file");
+  if (!S_ISREG(info.st_mode)) return absl::FailedPreconditionError("it is not a regular file");
+  return static_cast<uint64_t>(info.st_size);
 }
 
 }  // namespace
@@ -57,29 +103,60 @@ std::string TemporaryStepDir(const std::string& root, int64_t step) {
   return StepDir(root, step) + kTemporarySuffix;
 }
 
-std::vector<CheckpointEntry> ListCheckpoints(const std::string& root) {
+absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& root) {
+  ASSIGN_OR_RETURN(const std::vector<fs::path> paths, DirectoryEntries(root));
   std::vector<CheckpointEntry> entries;
-  std::error_code error;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root, error)) {
-    const std::optional<int64_t> step = StepOf(entry.path().filename().string());
-    if (!step || !entry.is_directory()) continue;
-    entries.push_back({*step, entry.path().string(),
-                       fs::exists(entry.path() / kCompleteMarkerName)});
+  for (const fs::path& path : paths) {
+    const std::optional<int64_t> step = StepOf(path.filename().string());
+    if (!step) continue;
+    // The names step_N are tetra's: anything else under one is damage, never
+    // skipped in silence (a resume would quietly start from an older step).
+    std::error_code error;
+    const bool directory = fs::is_directory(path, error);
+    const bool complete = directory && fs::exists(path / kCompleteMarkerName, error);
+    if (error || !directory) {
+      return UserError(absl::StrCat("checkpoint ", path.string(), " is not a readable directory",
+                                    error ? absl::StrCat(": ", error.message()) : ""),
+                       "remove or repair it: checkpoint.dir holds the step_NNNNNNNN directories tetra writes");
+    }
+    entries.push_back({*step, path.string(), complete});
   }
   std::sort(entries.begin(), entries.end(),
             [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
   return entries;
 }
 
-std::optional<CheckpointEntry> NewestCompleteCheckpoint(const std::string& root,
-                                                        std::ostream& notes) {
-  std::vector<CheckpointEntry> entries = ListCheckpoints(root);
+absl::StatusOr<std::optional<CheckpointEntry>> NewestCompleteCheckpoint(const std::string& root,
+                                                                        std::ostream& notes) {
+  ASSIGN_OR_RETURN(const std::vector<CheckpointEntry> entries, ListCheckpoints(root));
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     if (it->complete) return *it;
     notes << "tetra: checkpoint " << it->path << " is incomplete (no " << kCompleteMarkerName
           << " marker: its save was interrupted); falling back to an older one\n";
   }
   return std::nullopt;
+}
+
+absl::StatusOr<uint64_t> RegularFileSize(const std::string& path) {
+  ScopedFd file(-1);
+  return OpenRegularFile(path, file);
+}
+
+absl::StatusOr<std::string> ReadFileRange(const std::string& path, uint64_t offset, uint64_t size) {
+  ScopedFd file(-1);
+  ASSIGN_OR_RETURN(const uint64_t file_size, OpenRegularFile(path, file));
+  if (offset > file_size || size > file_size - offset) {
+    return absl::OutOfRangeError(absl::StrCat("the file has ", file_size, " bytes"));
+  }
+  std::string bytes(size, '\0');
+  for (uint64_t done = 0; done < size;) {
+    const ssize_t got = ::pread(file.fd, bytes.data() + done, size - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return absl::DataLossError(std::strerror(errno));
+    if (got == 0) return absl::OutOfRangeError(absl::StrCat("the file ends at byte ", offset + done));
+    done += static_cast<uint64_t>(got);
+  }
+  return bytes;
 }
 
 absl::Status WriteFileDurably(const std::string& path, const void* data, size_t size) {
@@ -142,16 +219,18 @@ absl::StatusOr<std::string> CommitStepDir(const std::string& tmp_dir, const std:
 
 absl::Status RemoveOldCheckpoints(const std::string& root, int keep) {
   std::error_code error;
-  for (const fs::directory_entry& entry : fs::directory_iterator(root, error)) {
-    const std::string name = entry.path().filename().string();
+  ASSIGN_OR_RETURN(const std::vector<fs::path> paths, DirectoryEntries(root));
+  for (const fs::path& path : paths) {
+    const std::string name = path.filename().string();
     if (name.rfind(kStepPrefix, 0) == 0 && name.ends_with(kTemporarySuffix)) {
-      fs::remove_all(entry.path(), error);
-      if (error) return FilesystemError(absl::StrCat("removing ", entry.path().string()), error);
+      fs::remove_all(path, error);
+      if (error) return FilesystemError(absl::StrCat("removing ", path.string()), error);
     }
   }
   if (keep <= 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<CheckpointEntry> entries, ListCheckpoints(root));
   std::vector<CheckpointEntry> complete;
-  for (CheckpointEntry& entry : ListCheckpoints(root)) {
+  for (CheckpointEntry& entry : entries) {
     if (entry.complete) complete.push_back(std::move(entry));
   }
   for (size_t i = 0; i + keep < complete.size(); ++i) {

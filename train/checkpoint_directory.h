@@ -4,6 +4,8 @@
 // step_NNNNNNNN after its completion marker is on disk), which checkpoint a
 // resume starts from, and retention of the newest `keep`. A crash (kill -9)
 // at any moment leaves either the new complete checkpoint or the previous one.
+// Also the plain file reads of checkpoint files: regular files only, never
+// more bytes than the file holds.
 #ifndef TETRA_TRAIN_CHECKPOINT_DIRECTORY_H_
 #define TETRA_TRAIN_CHECKPOINT_DIRECTORY_H_
 
@@ -31,13 +33,24 @@ struct CheckpointEntry {
 };
 
 // The step directories under `root` (not the .tmp ones), ascending by step;
-// empty when `root` does not exist.
-std::vector<CheckpointEntry> ListCheckpoints(const std::string& root);
+// empty when `root` does not exist. A `root` that cannot be listed, or a
+// step_N entry that is not a readable directory (a file, a dangling link, a
+// symlink loop), is a UserError naming it.
+absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& root);
 
 // The newest complete checkpoint under `root`, or nullopt when there is none.
 // Each newer incomplete one it passes over is named in a line to `notes`.
-std::optional<CheckpointEntry> NewestCompleteCheckpoint(const std::string& root,
-                                                        std::ostream& notes);
+absl::StatusOr<std::optional<CheckpointEntry>> NewestCompleteCheckpoint(const std::string& root,
+                                                                        std::ostream& notes);
+
+// The size of the regular file at `path`. The error's message is the cause
+// alone ("No such file or directory", "it is a directory, not a file"), for
+// the caller to say which file of what it was; kNotFound when there is no
+// such file, kFailedPrecondition for anything else.
+absl::StatusOr<uint64_t> RegularFileSize(const std::string& path);
+// The `size` bytes at `offset` of the regular file `path` (causes as above;
+// a file shorter than offset + size is kOutOfRange).
+absl::StatusOr<std::string> ReadFileRange(const std::string& path, uint64_t offset, uint64_t size);
 
 // Writes `size` bytes to a new file at `path` and fsyncs it.
 absl::Status WriteFileDurably(const std::string& path, const void* data, size_t size);

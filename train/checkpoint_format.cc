@@ -1,14 +1,63 @@
 #include "train/checkpoint_format.h"
 
-#include <fstream>
-#include <iterator>
+#include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "core/crc32c.h"
+#include "core/status_macros.h"
 #include "core/user_error.h"
+#include "train/checkpoint_directory.h"
 
 namespace tetra {
+namespace {
+
+constexpr char kManifestChecksumKey[] = "manifest_crc32c";
+
+// The manifest's bytes against the checksum in `dir`'s COMPLETE marker, when
+// there is one (a save that died before it left none: the caller says so).
+absl::Status CheckAgainstMarker(const std::string& dir, const std::string& manifest_path,
+                                std::string_view manifest_bytes) {
+  const std::string marker_path = absl::StrCat(dir, "/", kCompleteMarkerName);
+  std::error_code error;
+  if (!std::filesystem::exists(marker_path, error) && !error) return absl::OkStatus();
+  constexpr uint64_t kMarkerLimit = 4096;  // "step N" and the checksum
+  absl::StatusOr<uint64_t> size = RegularFileSize(marker_path);
+  if (size.ok() && *size > kMarkerLimit) {
+    size = absl::OutOfRangeError(absl::StrCat("it has ", *size, " bytes, a marker a few dozen"));
+  }
+  absl::StatusOr<std::string> marker = size.ok() ? ReadFileRange(marker_path, 0, *size) : size.status();
+  if (!marker.ok()) {
+    return UserError(absl::StrCat("cannot read the completion marker ", marker_path, ": ",
+                                  marker.status().message()),
+                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+  }
+  uint32_t expected = 0;
+  bool found = false;
+  for (absl::string_view line : absl::StrSplit(*marker, '\n')) {
+    if (absl::ConsumePrefix(&line, kManifestChecksumKey) && absl::ConsumePrefix(&line, " ")) {
+      found = absl::SimpleHexAtoi(line, &expected);
+    }
+  }
+  if (!found) {
+    return UserError(absl::StrCat("the completion marker ", marker_path, " holds no valid ",
+                                  kManifestChecksumKey, " line: it is damaged"),
+                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+  }
+  const uint32_t actual = Crc32c(manifest_bytes.data(), manifest_bytes.size());
+  if (actual != expected) {
+    return UserError(absl::StrFormat("checkpoint manifest %s is corrupt: its bytes have CRC-32C %08x but "
+                                     "%s says %08x", manifest_path, actual, marker_path, expected),
+                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 std::string RankFileName(int rank) { return absl::StrFormat("rank_%05d.bin", rank); }
 
@@ -45,21 +94,39 @@ std::string BoxString(const std::vector<DimRange>& box) {
                       }), "]");
 }
 
+uint32_t ShardCrc32c(const TensorRecord& tensor, const ShardRecord& shard, const void* data) {
+  // The name goes first with its length, so no two records read the same.
+  const std::string place = absl::StrCat(
+      tensor.name().size(), ":", tensor.name(), " ", KindName(tensor.kind()), " [",
+      absl::StrJoin(tensor.shape(), ", "), "] ",
+      BoxString(std::vector<DimRange>(shard.box().begin(), shard.box().end())), " ", shard.flat_begin(), ":",
+      shard.flat_end(), "\n");
+  return Crc32c(data, shard.bytes(), Crc32c(place.data(), place.size()));
+}
+
+std::string CompleteMarkerText(int64_t step, std::string_view manifest_bytes) {
+  return absl::StrFormat("step %d\n%s %08x\n", step, kManifestChecksumKey,
+                         Crc32c(manifest_bytes.data(), manifest_bytes.size()));
+}
+
 absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kManifestFileName);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return UserError(absl::StrCat("cannot read checkpoint manifest ", path),
+  absl::StatusOr<uint64_t> size = RegularFileSize(path);
+  absl::StatusOr<std::string> bytes = size.ok() ? ReadFileRange(path, 0, *size) : size.status();
+  if (absl::IsNotFound(bytes.status())) {
+    return UserError(absl::StrCat("cannot read checkpoint manifest ", path, ": ", bytes.status().message()),
                      "point at a checkpoint directory (step_NNNNNNNN) written by tetra, or the "
                      "checkpoint.dir that holds them", absl::StatusCode::kNotFound);
   }
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  if (!bytes.ok()) {
+    return UserError(absl::StrCat("cannot read checkpoint manifest ", path, ": ", bytes.status().message()),
+                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+  }
   CheckpointManifest manifest;
-  if (!manifest.ParseFromString(bytes)) {
-    return UserError(absl::StrCat("checkpoint manifest ", path, " (", bytes.size(),
+  if (!manifest.ParseFromString(*bytes)) {
+    return UserError(absl::StrCat("checkpoint manifest ", path, " (", bytes->size(),
                                   " bytes) is corrupt: it does not parse"),
-                     "resume from an older checkpoint: move this step directory aside",
-                     absl::StatusCode::kDataLoss);
+                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
   }
   if (manifest.format_version() != kCheckpointFormatVersion) {
     return UserError(absl::StrCat("checkpoint manifest ", path, " has format version ",
@@ -67,6 +134,7 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
                                   kCheckpointFormatVersion),
                      "load it with the tetra version that wrote it");
   }
+  RETURN_IF_ERROR(CheckAgainstMarker(dir, path, *bytes));
   return manifest;
 }
 

@@ -1,22 +1,17 @@
 #include "train/checkpoint_reader.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "core/crc32c.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
+#include "train/checkpoint_directory.h"
 #include "train/checkpoint_format.h"
 
 namespace tetra {
 namespace {
-
-constexpr char kOlderHint[] =
-    "the checkpoint is damaged: remove this step directory to resume from the previous one";
 
 std::string TensorLabel(const TensorRecord& tensor) {
   return absl::StrCat(tensor.name(), " (", KindName(tensor.kind()), ")");
@@ -28,18 +23,47 @@ std::vector<DimRange> BoxOf(const ShardRecord& shard) {
   return std::vector<DimRange>(shard.box().begin(), shard.box().end());
 }
 
+std::vector<DimRange> GlobalBox(const TensorRecord& tensor) {
+  std::vector<DimRange> box(tensor.shape_size());
+  for (int d = 0; d < tensor.shape_size(); ++d) box[d].set_end(tensor.shape(d));
+  return box;
+}
+
+// The number of elements of `tensor`'s global shape; a shape no tensor can
+// have (a negative dim, more F32 bytes than int64 counts, more dims than any
+// model tensor) means the manifest is damaged.
+absl::StatusOr<int64_t> CheckedNumElements(const std::string& manifest_path, const TensorRecord& tensor) {
+  constexpr int kMaxDims = 8;
+  int64_t n = 1;
+  bool ok = tensor.shape_size() <= kMaxDims;
+  for (int d = 0; ok && d < tensor.shape_size(); ++d) {
+    ok = tensor.shape(d) >= 0 && !__builtin_mul_overflow(n, tensor.shape(d), &n) &&
+         n <= std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(float));
+  }
+  if (ok) return n;
+  return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " gives ", TensorLabel(tensor),
+                                " the shape ",
+                                tensor.shape_size() <= kMaxDims ? ShapeString(ShapeOf(tensor))
+                                                                : absl::StrCat("of ", tensor.shape_size(), " dims"),
+                                ", which no tensor has (a negative dim, or more elements than can be counted)"),
+                   kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+}
+
 // A shard record that cannot describe real data: the manifest is damaged.
+// The tensor's shape is checked (CheckedNumElements), so box sizes and byte
+// counts within it do not overflow.
 absl::Status CheckShardRecord(const std::string& manifest_path, const TensorRecord& tensor,
                               const ShardRecord& shard) {
-  bool ok = shard.box_size() == tensor.shape_size() && !shard.file().empty() &&
-            shard.file().find('/') == std::string::npos;
+  bool ok = shard.box_size() == tensor.shape_size() && !shard.file().empty() && shard.file() != "." &&
+            shard.file() != ".." && shard.file().find('/') == std::string::npos;
   for (int d = 0; ok && d < shard.box_size(); ++d) {
     ok = 0 <= shard.box(d).begin() && shard.box(d).begin() <= shard.box(d).end() &&
          shard.box(d).end() <= tensor.shape(d);
   }
   ok = ok && 0 <= shard.flat_begin() && shard.flat_begin() <= shard.flat_end() &&
        shard.flat_end() <= BoxNumElements(BoxOf(shard)) &&
-       shard.bytes() == static_cast<uint64_t>(shard.flat_end() - shard.flat_begin()) * sizeof(float);
+       shard.bytes() == static_cast<uint64_t>(shard.flat_end() - shard.flat_begin()) * sizeof(float) &&
+       shard.offset() <= std::numeric_limits<uint64_t>::max() - shard.bytes();
   if (ok) return absl::OkStatus();
   return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " is inconsistent: a shard of ",
                                 TensorLabel(tensor), " in file \"", shard.file(), "\" holds elements [",
@@ -47,7 +71,7 @@ absl::Status CheckShardRecord(const std::string& manifest_path, const TensorReco
                                 BoxString(BoxOf(shard)), " in ", shard.bytes(),
                                 " bytes, which does not fit the tensor's shape ",
                                 ShapeString(ShapeOf(tensor))),
-                   kOlderHint, absl::StatusCode::kDataLoss);
+                   kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
 }
 
 }  // namespace
@@ -64,12 +88,28 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) 
                                     tensor.dtype(), "; this tetra reads F32 checkpoints"),
                        "load it with the tetra version that wrote it");
     }
+    ASSIGN_OR_RETURN(const int64_t elements, CheckedNumElements(manifest_path, tensor));
+    // The shards' elements, counted up to the tensor's: what they can cover.
+    int64_t held = 0;
     for (const ShardRecord& shard : tensor.shards()) {
       RETURN_IF_ERROR(CheckShardRecord(manifest_path, tensor, shard));
+      held = std::min(elements, held + (shard.flat_end() - shard.flat_begin()));
     }
-    reader.index_[{tensor.name(), tensor.kind()}] = i;
+    if (held < elements) return reader.MissingElementsError(tensor, held, GlobalBox(tensor));
+    if (!reader.index_.try_emplace({tensor.name(), tensor.kind()}, i).second) {
+      return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " lists ", TensorLabel(tensor), " twice"),
+                       kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+    }
   }
   return reader;
+}
+
+absl::Status CheckpointReader::MissingElementsError(const TensorRecord& tensor, int64_t held,
+                                                    const std::vector<DimRange>& box) const {
+  return UserError(absl::StrCat("checkpoint ", dir_, " holds only ", held, " of the ", BoxNumElements(box),
+                                " elements of ", TensorLabel(tensor), " in ", BoxString(box),
+                                ": shards are missing from the manifest"),
+                   kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
 }
 
 const TensorRecord* CheckpointReader::Find(std::string_view name, TensorRecord::Kind kind) const {
@@ -77,36 +117,39 @@ const TensorRecord* CheckpointReader::Find(std::string_view name, TensorRecord::
   return it == index_.end() ? nullptr : &manifest_.tensors(it->second);
 }
 
+absl::Status CheckpointReader::CheckShardInFile(const TensorRecord& tensor, const ShardRecord& shard) const {
+  const std::string path = absl::StrCat(dir_, "/", shard.file());
+  const absl::StatusOr<uint64_t> size = RegularFileSize(path);
+  if (!size.ok()) {
+    return UserError(absl::StrCat("checkpoint file ", path, " holding ", TensorLabel(tensor),
+                                  " cannot be read: ", size.status().message()),
+                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+  }
+  if (*size < shard.offset() + shard.bytes()) {
+    return UserError(absl::StrCat("checkpoint file ", path, " is truncated: ", TensorLabel(tensor),
+                                  " needs bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
+                                  ") but the file has ", *size),
+                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> CheckpointReader::ReadShard(const TensorRecord& tensor,
                                                         const ShardRecord& shard) const {
   const std::string path = absl::StrCat(dir_, "/", shard.file());
-  std::ifstream in(path, std::ios::binary);
-  std::error_code error;
-  const uintmax_t size = std::filesystem::file_size(path, error);
-  if (!in || error) {
-    return UserError(absl::StrCat("checkpoint file ", path, " holding ", TensorLabel(tensor),
-                                  " cannot be read: ", error ? error.message() : std::strerror(errno)),
-                     kOlderHint, absl::StatusCode::kDataLoss);
+  absl::StatusOr<std::string> bytes = ReadFileRange(path, shard.offset(), shard.bytes());
+  if (!bytes.ok()) {
+    return UserError(absl::StrCat("reading ", TensorLabel(tensor), " from checkpoint file ", path,
+                                  " failed: ", bytes.status().message()),
+                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
   }
-  if (size < shard.offset() + shard.bytes()) {
-    return UserError(absl::StrCat("checkpoint file ", path, " is truncated: ", TensorLabel(tensor),
-                                  " needs bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
-                                  ") but the file has ", size),
-                     kOlderHint, absl::StatusCode::kDataLoss);
-  }
-  std::string bytes(shard.bytes(), '\0');
-  in.seekg(static_cast<std::streamoff>(shard.offset()));
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!in) {
-    return UserError(absl::StrCat("reading ", TensorLabel(tensor), " from checkpoint file ", path, " failed"),
-                     kOlderHint, absl::StatusCode::kDataLoss);
-  }
-  const uint32_t crc = Crc32c(bytes.data(), bytes.size());
+  const uint32_t crc = ShardCrc32c(tensor, shard, bytes->data());
   if (crc != shard.crc32c()) {
     return UserError(absl::StrCat("checkpoint file ", path, " is corrupt: ", TensorLabel(tensor),
                                   " at bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
-                                  ") has CRC-32C ", crc, " but the manifest says ", shard.crc32c()),
-                     kOlderHint, absl::StatusCode::kDataLoss);
+                                  ") has CRC-32C ", crc, " but the manifest says ", shard.crc32c(),
+                                  " (its data, or the record naming it, was altered)"),
+                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
   }
   return bytes;
 }
@@ -117,6 +160,23 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
   TETRA_CHECK(dims == tensor.shape_size()) << "a " << dims << "-dim box of " << TensorLabel(tensor);
   Shape out_shape(dims);
   for (int d = 0; d < dims; ++d) out_shape[d] = box[d].end() - box[d].begin();
+  auto overlaps = [&](const ShardRecord& shard) {
+    bool overlap = shard.flat_begin() < shard.flat_end();
+    for (int d = 0; d < dims; ++d) {
+      overlap = overlap && shard.box(d).begin() < box[d].end() && box[d].begin() < shard.box(d).end();
+    }
+    return overlap;
+  };
+  // Before anything of the box's size is allocated: the shards that overlap
+  // it are in their files, and hold enough elements to cover it.
+  const int64_t wanted = NumElements(out_shape);
+  int64_t held = 0;
+  for (const ShardRecord& shard : tensor.shards()) {
+    if (!overlaps(shard)) continue;
+    RETURN_IF_ERROR(CheckShardInFile(tensor, shard));
+    held = std::min(wanted, held + (shard.flat_end() - shard.flat_begin()));
+  }
+  if (held < wanted) return MissingElementsError(tensor, held, box);
   Tensor out = Tensor::Empty(out_shape);
   std::vector<char> covered(out.numel(), 0);
   int64_t num_covered = 0;
@@ -126,11 +186,7 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
   const int64_t out_row = box_end - box_begin;
   std::vector<int64_t> coord(dims);
   for (const ShardRecord& shard : tensor.shards()) {
-    bool overlaps = true;
-    for (int d = 0; d < dims; ++d) {
-      overlaps = overlaps && shard.box(d).begin() < box[d].end() && box[d].begin() < shard.box(d).end();
-    }
-    if (!overlaps || shard.flat_begin() == shard.flat_end()) continue;
+    if (!overlaps(shard)) continue;
     ASSIGN_OR_RETURN(std::string bytes, ReadShard(tensor, shard));
     const float* values = reinterpret_cast<const float*>(bytes.data());
     const int64_t shard_row_end = dims ? shard.box(last).end() : 1;
@@ -165,19 +221,12 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
       i += run;
     }
   }
-  if (num_covered != out.numel()) {
-    return UserError(absl::StrCat("checkpoint ", dir_, " holds only ", num_covered, " of the ", out.numel(),
-                                  " elements of ", TensorLabel(tensor), " in ", BoxString(box),
-                                  ": shards are missing from the manifest"),
-                     kOlderHint, absl::StatusCode::kDataLoss);
-  }
+  if (num_covered != out.numel()) return MissingElementsError(tensor, num_covered, box);
   return out;
 }
 
 absl::StatusOr<Tensor> CheckpointReader::ReadGlobal(const TensorRecord& tensor) const {
-  std::vector<DimRange> box(tensor.shape_size());
-  for (int d = 0; d < tensor.shape_size(); ++d) box[d].set_end(tensor.shape(d));
-  return ReadBox(tensor, box);
+  return ReadBox(tensor, GlobalBox(tensor));
 }
 
 }  // namespace tetra

@@ -22,9 +22,12 @@ namespace tetra {
 
 class CheckpointReader {
  public:
-  // Reads `dir`/manifest.pb and checks that every shard record is consistent
-  // (its box inside the global shape, its flat range inside the box, its byte
-  // count that of the range). Does not read the data files.
+  // Reads `dir`/manifest.pb (checked against the COMPLETE marker's checksum
+  // when there is one) and checks that every record is consistent: each
+  // tensor once, with a shape a tensor can have, its shards inside it (a box
+  // inside the global shape, a flat range inside the box, a byte count that
+  // of the range) and together holding at least its elements. Does not read
+  // the data files.
   static absl::StatusOr<CheckpointReader> Open(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
@@ -33,15 +36,22 @@ class CheckpointReader {
   const TensorRecord* Find(std::string_view name, TensorRecord::Kind kind) const;
 
   // The elements of `box` (one range per dim) of `tensor`, as a tensor of the
-  // box's shape in row-major order (fp32).
+  // box's shape in row-major order (fp32). The shards it reads are checked
+  // against their files' sizes before the box is allocated, so what a
+  // manifest claims never allocates more than its files hold.
   absl::StatusOr<Tensor> ReadBox(const TensorRecord& tensor, const std::vector<DimRange>& box) const;
   // The whole global tensor (so reading every tensor checks every shard).
   absl::StatusOr<Tensor> ReadGlobal(const TensorRecord& tensor) const;
 
  private:
   CheckpointReader() = default;
-  // The bytes of one shard, checked against the file's size and the CRC.
+  // Whether `shard`'s bytes are inside its file (a regular file).
+  absl::Status CheckShardInFile(const TensorRecord& tensor, const ShardRecord& shard) const;
+  // The bytes of one shard, checked against its CRC (ShardCrc32c).
   absl::StatusOr<std::string> ReadShard(const TensorRecord& tensor, const ShardRecord& shard) const;
+  // `held` of `box`'s elements of `tensor` are in the manifest's shards.
+  absl::Status MissingElementsError(const TensorRecord& tensor, int64_t held,
+                                    const std::vector<DimRange>& box) const;
 
   std::string dir_;
   CheckpointManifest manifest_;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
+#include "train/checkpoint_compatibility.h"
 #include "train/checkpoint_directory.h"
 #include "train/checkpoint_format.h"
 
@@ -85,9 +86,14 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
                                              std::ostream& progress) {
   const CheckpointConfig& checkpoint = config.checkpoint();
   if (checkpoint.dir().empty() || !checkpoint.resume()) return 0;
-  const std::optional<CheckpointEntry> entry = NewestCompleteCheckpoint(checkpoint.dir(), progress);
+  absl::StatusOr<std::optional<CheckpointEntry>> found = NewestCompleteCheckpoint(checkpoint.dir(), progress);
+  absl::Status usable = found.status();
+  if (found.ok() && *found) usable = CheckResumeStep(config, (*found)->step, (*found)->path);
+  RETURN_IF_ERROR(AgreeOnStatus(*dist.world, std::move(usable)));
+  const std::optional<CheckpointEntry>& entry = *found;
   // Every rank lists the same directory; agree anyway, so a rank that sees
   // another step (a file system not shared by all ranks) fails every rank.
+  // Steps are at most train.steps, so exact as doubles.
   const int64_t step = entry ? entry->step : 0;
   if (MaxOverRanks(*dist.world, static_cast<double>(step)) != step) {
     return AgreeOnStatus(*dist.world, UserError(
@@ -108,17 +114,7 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
       std::llround(SumOverRanks(*dist.pp, stage_weights + SumOverRanks(*dist.ep, stage_experts)));
   absl::Status status = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(entry->path));
-    const TrainingState& state = reader.manifest().state();
-    if (state.step() != entry->step ||
-        state.consumed_samples() != state.step() * config.train().global_batch_size()) {
-      return UserError(
-          absl::StrCat("checkpoint ", entry->path, " is at step ", state.step(), " after ",
-                       state.consumed_samples(), " samples, but train.global_batch_size ",
-                       config.train().global_batch_size(), " would have consumed ",
-                       state.step() * config.train().global_batch_size()),
-          absl::StrCat("resume with train.global_batch_size ", state.global_batch_size(),
-                       ", the batch size that wrote it"));
-    }
+    RETURN_IF_ERROR(CheckResumable(config, reader.manifest(), entry->step, entry->path));
     int64_t weights = 0;
     for (const TensorRecord& tensor : reader.manifest().tensors()) {
       weights += tensor.kind() == TensorRecord::WEIGHT || tensor.kind() == TensorRecord::BUFFER;

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/crc32c.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
 #include "train/checkpoint_directory.h"
@@ -35,7 +34,7 @@ struct RankShards {
     for (const DimRange& range : ShardBox(p.global_shape, p.shard)) *shard->add_box() = range;
     shard->set_flat_begin(flat_begin);
     shard->set_flat_end(flat_begin + values.numel());
-    shard->set_crc32c(Crc32c(values.raw(), values.nbytes()));
+    shard->set_crc32c(ShardCrc32c(*tensor, *shard, values.raw()));
     shard->set_rank(rank);
     data.append(static_cast<const char*>(values.raw()), values.nbytes());
   }
@@ -170,7 +169,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t 
       const std::string manifest = BuildManifest(config, step, dist, records).SerializeAsString();
       RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(*tmp_dir, "/", kManifestFileName),
                                        manifest.data(), manifest.size()));
-      const std::string marker = absl::StrCat("step ", step, "\n");
+      const std::string marker = CompleteMarkerText(step, manifest);
       RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(*tmp_dir, "/", kCompleteMarkerName),
                                        marker.data(), marker.size()));
       ASSIGN_OR_RETURN(std::string committed, CommitStepDir(*tmp_dir, root, step));

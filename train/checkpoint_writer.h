@@ -4,8 +4,9 @@
 // experts from the first expert-data-parallel replica, each ep rank its own
 // experts), and its AdamW moments (its ZeRO-1 pieces, or under ZeRO-0 all of
 // them from the first replica), each with its place in the global tensor and
-// a CRC-32C. Rank 0 gathers the shard records, writes the manifest and then
-// the completion marker, and commits the directory by an atomic rename
+// a CRC-32C of its record and data. Rank 0 gathers the shard records, writes
+// the manifest and then the completion marker holding the manifest's
+// CRC-32C, and commits the directory by an atomic rename
 // (checkpoint_directory.h).
 #ifndef TETRA_TRAIN_CHECKPOINT_WRITER_H_
 #define TETRA_TRAIN_CHECKPOINT_WRITER_H_

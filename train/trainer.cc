@@ -19,6 +19,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_partition.h"
+#include "train/checkpoint_lock.h"
 #include "train/checkpoint_resume.h"
 #include "train/checkpoint_writer.h"
 #include "train/config_validation.h"
@@ -27,6 +28,7 @@
 #include "train/memory_check.h"
 #include "train/model_optimizer.h"
 #include "train/moe_step.h"
+#include "train/output_paths.h"
 #include "train/peak_flops.h"
 #include "train/step_timing.h"
 #include "train/stop_request.h"
@@ -269,6 +271,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   // Progress and metrics come from one rank; the others compute the same numbers.
   std::ostream null_stream(nullptr);
   std::ostream& progress = dist.is_logging_rank() ? progress_stream : null_stream;
+  // Before any work: this job alone saves to checkpoint.dir (held until
+  // Train returns), and every place it writes can be written.
+  ASSIGN_OR_RETURN(const std::optional<CheckpointLock> lock,
+                   LockCheckpointDir(config.checkpoint().dir(), *dist.world, progress));
+  RETURN_IF_ERROR(CheckOutputsWritable(config, *dist.world));
   ASSIGN_OR_RETURN(TrainingData data, OpenTrainingData(config));
 
   const int dp = dist.dp->size(), pp = dist.pp->size();
@@ -310,13 +317,18 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   ASSIGN_OR_RETURN(const int64_t resumed, ResumeFromCheckpoint(config, store, optimizer.dense(),
                                                                optimizer.experts(), dist, progress));
   std::optional<MetricsLog> metrics;
-  if (dist.is_logging_rank() && !config.log().metrics_path().empty()) {
-    ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path(), resumed));
-  }
   std::optional<TensorBoardWriter> tensorboard;
-  if (dist.is_logging_rank() && !config.log().tensorboard_dir().empty()) {
-    ASSIGN_OR_RETURN(tensorboard, TensorBoardWriter::Open(config.log().tensorboard_dir()));
-  }
+  absl::Status opened = [&]() -> absl::Status {
+    if (!dist.is_logging_rank()) return absl::OkStatus();
+    if (!config.log().metrics_path().empty()) {
+      ASSIGN_OR_RETURN(metrics, MetricsLog::Open(config.log().metrics_path(), resumed));
+    }
+    if (!config.log().tensorboard_dir().empty()) {
+      ASSIGN_OR_RETURN(tensorboard, TensorBoardWriter::Open(config.log().tensorboard_dir()));
+    }
+    return absl::OkStatus();
+  }();
+  RETURN_IF_ERROR(AgreeOnStatus(*dist.world, std::move(opened)));
   std::optional<TraceWriter> trace;
   if (!config.log().trace_path().empty()) {
     ASSIGN_OR_RETURN(StepRange trace_steps, ParseTraceSteps(config.log().trace_steps(), train.steps()));
@@ -334,7 +346,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist
   Timer run_timer;
   dist.world->Barrier();  // ranks' trace clocks start together
   Profiler::Get().ResetOrigin();
-  for (int step = resumed + 1; step <= train.steps(); ++step) {
+  // int64: a run of train.steps = INT_MAX steps ends without overflow.
+  for (int64_t step = resumed + 1; step <= train.steps(); ++step) {
     Profiler::Get().BeginStep(/*record=*/trace && trace->Records(step));
     std::optional<ScopedSpan> step_span(std::in_place, SpanKind::kStep, nullptr, step);
     Timer step_timer;

@@ -2,8 +2,11 @@
 // resumed continues bit for bit as the uninterrupted run (after a save, after
 // SIGTERM, after kill -9 mid-save), `tetra checkpoint inspect` and `export`
 // work, and every kind of damage (flipped byte, truncated shard, missing
-// marker, another model) ends in a message naming the file and the tensor or
-// in a fallback to the previous complete checkpoint, never in a wrong load.
+// marker, swapped manifest records, broken directories, an impossible step)
+// ends in a message naming the file and the tensor or in a fallback to the
+// previous complete checkpoint, never in a wrong load; another run's
+// checkpoint and a checkpoint.dir another job holds are refused at start, and
+// so is any output location that cannot be written.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -22,12 +26,16 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/checkpoint.pb.h"
 #include "tests/testing/scratch_files.h"
+#include "train/checkpoint_format.h"
+#include "train/checkpoint_lock.h"
 
 namespace tetra {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::tetra::testing::ReadBytes;
 namespace fs = std::filesystem;
 
@@ -96,6 +104,18 @@ class CheckpointCliTest : public ::testing::Test {
     char name[32];
     std::snprintf(name, sizeof(name), "step_%08d", step);
     return (fs::path(ckpt_) / name).string();
+  }
+
+  // Rewrites the manifest of the step directory `dir` through `edit`, and its
+  // COMPLETE marker to match (as a tool that edits checkpoints would).
+  template <typename Edit>
+  void EditManifest(const std::string& dir, Edit edit) {
+    CheckpointManifest manifest;
+    ASSERT_TRUE(manifest.ParseFromString(ReadBytes(dir + "/manifest.pb")));
+    edit(manifest);
+    const std::string bytes = manifest.SerializeAsString();
+    tetra::testing::WriteBytes(dir + "/manifest.pb", bytes);
+    tetra::testing::WriteBytes(dir + "/COMPLETE", CompleteMarkerText(manifest.state().step(), bytes));
   }
 
   // The full uninterrupted 20-step run, the reference of every test.
@@ -240,20 +260,186 @@ TEST_F(CheckpointCliTest, IncompleteNewestFallsBackToThePrevious) {
   ExpectContinues("full.jsonl", "b.jsonl", 11, 20);
 }
 
-TEST_F(CheckpointCliTest, AnotherModelShapeIsAnError) {
+// The manifest stores the config of the run that wrote it: a run with another
+// model, seed or data is refused, naming the field and both values; what may
+// change on resume (train.steps, the LR schedule, paths, the micro-batch) does.
+TEST_F(CheckpointCliTest, AnotherRunsCheckpointIsRefusedNamingTheField) {
   ASSERT_EQ(Run(TrainArgs(2, "a.jsonl", 0)).exit_code, 0);
-  RunResult wider = Run(TrainArgs(4, "b.jsonl", 0, " --set model.intermediate_size=64"));
-  EXPECT_EQ(wider.exit_code, 1);
-  EXPECT_THAT(wider.err, HasSubstr("has model.layers.0.mlp.gate_proj.weight (weight) of shape [32, 16] but "
-                                   "the model's is [64, 16]"));
-  RunResult deeper = Run(TrainArgs(4, "b.jsonl", 0, " --set model.num_hidden_layers=1"));
-  EXPECT_EQ(deeper.exit_code, 1);
-  EXPECT_THAT(deeper.err, HasSubstr("holds 21 weight and buffer tensors but the model has 12"));
+  const std::map<std::string, std::string> refused = {
+      {" --set model.intermediate_size=64", "model.intermediate_size 32, but this run has 64"},
+      {" --set model.num_hidden_layers=1", "model.num_hidden_layers 2, but this run has 1"},
+      {" --set train.seed=7", "train.seed 1234, but this run has 7"},
+      {" --set data.synthetic.order=3", "data.synthetic.order 2, but this run has 3"},
+      {" --set data.shuffle=true", "data.shuffle false, but this run has true"},
+  };
+  for (const auto& [change, message] : refused) {
+    RunResult r = Run(TrainArgs(4, "b.jsonl", 0, change));
+    EXPECT_EQ(r.exit_code, 1) << change;
+    EXPECT_THAT(r.err, HasSubstr("checkpoint " + StepDir(2) + " was written by a run with " + message +
+                                 ": it is another run's checkpoint\nhint: ")) << change;
+    EXPECT_THAT(r.err, HasSubstr("checkpoint.resume: false")) << change;
+  }
   // Another batch size would put the data position elsewhere.
   RunResult batch = Run(TrainArgs(4, "b.jsonl", 0, " --set train.global_batch_size=8"));
   EXPECT_EQ(batch.exit_code, 1);
   EXPECT_THAT(batch.err, HasSubstr("is at step 2 after 8 samples, but train.global_batch_size 8 would have "
                                    "consumed 16"));
+  RunResult legal = Run(TrainArgs(4, "c.jsonl", 0,
+                                  " --set optimizer.lr=1e-3 --set optimizer.min_lr=1e-4 --set "
+                                  "train.micro_batch_size=1 --set data.valid_path=" + ckpt_ + "/none"));
+  EXPECT_THAT(legal.err, Not(HasSubstr("another run's checkpoint")));
+  RunResult resumed = Run(TrainArgs(4, "c.jsonl", 0, " --set optimizer.lr=1e-3 --set train.micro_batch_size=1"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_THAT(resumed.out, HasSubstr("resumed from " + StepDir(2) + " (step 2)"));
+}
+
+// A checkpoint at a step the run cannot continue from is refused: beyond
+// train.steps, or beyond the int range steps count in (a manifest saying
+// step 2^62, whose resume arithmetic would overflow).
+TEST_F(CheckpointCliTest, StepBeyondTheRunIsAnError) {
+  ASSERT_EQ(Run(TrainArgs(4, "a.jsonl", 0)).exit_code, 0);
+  RunResult shorter = Run(TrainArgs(2, "b.jsonl", 0));
+  EXPECT_EQ(shorter.exit_code, 1);
+  EXPECT_THAT(shorter.err, HasSubstr("checkpoint " + StepDir(4) + " is at step 4, beyond train.steps 2"));
+  EXPECT_THAT(shorter.err, HasSubstr("\nhint: set train.steps above 4"));
+  const int64_t huge = int64_t{1} << 62;
+  const std::string huge_dir = ckpt_ + "/step_" + std::to_string(huge);
+  fs::rename(StepDir(4), huge_dir);
+  EditManifest(huge_dir, [&](CheckpointManifest& m) {
+    m.mutable_state()->set_step(huge);
+    m.mutable_state()->set_consumed_samples(std::numeric_limits<int64_t>::max());  // 2^62 x 4 samples overflow
+  });
+  RunResult r = Run(TrainArgs(4, "c.jsonl", 0));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("checkpoint " + huge_dir + " is at step 4611686018427387904, beyond the "
+                               "2147483647 steps a run counts to"));
+}
+
+// Hostile checkpoint directories end in one clear error naming the path,
+// never a crash: a step directory that is a symlink loop, a checkpoint.dir
+// that is one, a manifest that is a directory.
+TEST_F(CheckpointCliTest, BrokenCheckpointDirectoriesAreErrorsNamingThePath) {
+  ASSERT_EQ(Run(TrainArgs(2, "a.jsonl", 0)).exit_code, 0);
+  fs::create_directory_symlink("step_00000009", StepDir(9));
+  for (const std::string& args : {"checkpoint inspect " + ckpt_, TrainArgs(4, "b.jsonl", 0)}) {
+    RunResult r = Run(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_THAT(r.err, HasSubstr("checkpoint " + StepDir(9) + " is not a readable directory: Too many levels "
+                                 "of symbolic links\nhint: ")) << args;
+  }
+  fs::remove(StepDir(9));
+  fs::remove(StepDir(2) + "/manifest.pb");
+  fs::create_directory(StepDir(2) + "/manifest.pb");
+  for (const std::string& args : {"checkpoint inspect " + ckpt_, TrainArgs(4, "b.jsonl", 0)}) {
+    RunResult r = Run(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_THAT(r.err, HasSubstr("cannot read checkpoint manifest " + StepDir(2) + "/manifest.pb: it is a "
+                                 "directory, not a file\nhint: ")) << args;
+  }
+  const std::string loop = (dir_ / "loop").string();
+  fs::create_directory_symlink("loop", loop);
+  RunResult r = Run(TrainArgs(4, "b.jsonl", -1, " --set checkpoint.dir=" + loop));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("cannot create checkpoint.dir " + loop + ": Too many levels of symbolic links"));
+  EXPECT_THAT(Run("checkpoint inspect " + loop).err, HasSubstr("tetra: error: "));
+}
+
+// Two same-shape tensors swapped in the manifest: the data bytes are
+// untouched, so only checksums that cover the records can tell. With the
+// manifest's checksum in COMPLETE left as it was, the manifest itself fails.
+TEST_F(CheckpointCliTest, SwappedManifestRecordsAreCorruption) {
+  ASSERT_EQ(Run(TrainArgs(2, "a.jsonl", 0)).exit_code, 0);
+  const std::string marker = ReadBytes(StepDir(2) + "/COMPLETE");
+  const std::string q = "model.layers.0.self_attn.q_proj.weight", o = "model.layers.0.self_attn.o_proj.weight";
+  EditManifest(StepDir(2), [&](CheckpointManifest& m) {
+    for (TensorRecord& t : *m.mutable_tensors()) {
+      if (t.kind() == TensorRecord::WEIGHT && (t.name() == q || t.name() == o)) t.set_name(t.name() == q ? o : q);
+    }
+  });
+  for (const std::string& args : {"checkpoint inspect " + ckpt_, TrainArgs(4, "b.jsonl", 0)}) {
+    RunResult r = Run(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_THAT(r.err, HasSubstr("is corrupt: model.layers.0.self_attn.")) << args;
+    EXPECT_THAT(r.err, HasSubstr("(its data, or the record naming it, was altered)\nhint: ")) << args;
+  }
+  tetra::testing::WriteBytes(StepDir(2) + "/COMPLETE", marker);
+  RunResult r = Run(TrainArgs(4, "b.jsonl", 0));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("checkpoint manifest " + StepDir(2) + "/manifest.pb is corrupt: its bytes have "
+                               "CRC-32C"));
+}
+
+// A second job on a checkpoint.dir is refused at start, naming the holder: a
+// helper process holds the lock (no race of two trainings). A lock file left
+// by a process that died is taken over, saying so; a clean exit removes it.
+TEST_F(CheckpointCliTest, SecondJobOnOneCheckpointDirIsRefused) {
+  int ready[2], release[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(release), 0);
+  const pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    close(ready[0]);
+    close(release[1]);
+    std::ostringstream notes;
+    absl::StatusOr<CheckpointLock> lock = CheckpointLock::Acquire(ckpt_, notes);
+    const char ok = lock.ok() ? '1' : '0';
+    if (write(ready[1], &ok, 1) != 1) _exit(2);
+    char ignored;
+    while (read(release[0], &ignored, 1) > 0) {}  // until the parent closes it
+    _exit(0);
+  }
+  close(ready[1]);
+  close(release[0]);
+  char ok = '0';
+  ASSERT_EQ(read(ready[0], &ok, 1), 1);
+  ASSERT_EQ(ok, '1');
+  RunResult second = Run(TrainArgs(4, "a.jsonl", 2));
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_THAT(second.err, HasSubstr("tetra: error: checkpoint.dir " + ckpt_ + " is in use by another tetra job "
+                                    "(pid \"" + std::to_string(holder) + "\" on host \""));
+  EXPECT_THAT(second.err, HasSubstr("\nhint: wait for that job to end or stop it, or point checkpoint.dir at "
+                                    "another directory"));
+  EXPECT_FALSE(fs::exists(dir_ / "a.jsonl"));  // refused before anything ran
+  close(release[1]);
+  int status = 0;
+  waitpid(holder, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  // A killed job's lock file: its text stays, its flock went with it.
+  tetra::testing::WriteBytes(ckpt_ + "/tetra.lock", "host gone-node\npid 999999\nstarted 2026-01-01 00:00:00 UTC\n");
+  RunResult after = Run(TrainArgs(4, "a.jsonl", 2));
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_THAT(after.out, HasSubstr("tetra: taking over the lock " + ckpt_ + "/tetra.lock of pid \"999999\" on "
+                                   "host \"gone-node\", started \"2026-01-01 00:00:00 UTC\", which ended without "
+                                   "releasing it"));
+  EXPECT_FALSE(fs::exists(ckpt_ + "/tetra.lock"));
+}
+
+// Every output location is checked before the first step, so an unwritable
+// one fails at once (naming the field and the path) instead of after the
+// run. Under a regular file nothing can be created, even by root.
+TEST_F(CheckpointCliTest, UnwritableOutputsFailBeforeTheFirstStep) {
+  const std::string file = (dir_ / "file").string();
+  tetra::testing::WriteBytes(file, "not a directory");
+  const std::vector<std::pair<std::string, std::string>> outputs = {
+      {"export_path", file + "/sub"},
+      {"log.metrics_path", file + "/sub/metrics.jsonl"},
+      {"log.tensorboard_dir", file + "/sub"},
+      {"log.trace_path", file + "/sub/trace.json"},
+      {"checkpoint.dir", file + "/sub"},
+  };
+  for (const auto& [field, path] : outputs) {
+    RunResult r = Run(TrainArgs(3, "a.jsonl", -1, " --set " + field + "=" + path));
+    EXPECT_EQ(r.exit_code, 1) << field;
+    EXPECT_THAT(r.err, HasSubstr("tetra: error: ")) << field;
+    EXPECT_THAT(r.err, HasSubstr(path)) << field;
+    EXPECT_THAT(r.err, HasSubstr("\nhint: point " + field)) << field;
+    EXPECT_THAT(r.out, Not(HasSubstr("step 1/"))) << field << ": " << r.out;
+  }
+  RunResult proc = Run(TrainArgs(3, "a.jsonl", -1, " --set export_path=/proc/tetra_export"));
+  EXPECT_EQ(proc.exit_code, 1);
+  EXPECT_THAT(proc.err, HasSubstr("export_path /proc/tetra_export cannot be written"));
 }
 
 TEST_F(CheckpointCliTest, KillDuringSaveLeavesAResumableCheckpoint) {

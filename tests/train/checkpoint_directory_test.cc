@@ -9,11 +9,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/scratch_files.h"
+#include "tests/testing/user_errors.h"
 
 namespace tetra {
 namespace {
 
 using ::testing::HasSubstr;
+using ::tetra::testing::Message;
+using ::tetra::testing::UserErrorShape;
 namespace fs = std::filesystem;
 
 class CheckpointDirectoryTest : public ::testing::Test {
@@ -48,19 +51,64 @@ TEST_F(CheckpointDirectoryTest, ResumePicksTheNewestCompleteAndNamesSkippedOnes)
   MakeStep("step_00000030", false);  // its save died before the marker
   MakeStep("step_00000040.tmp", false);
   MakeStep("notes", false);
-  const std::vector<CheckpointEntry> entries = ListCheckpoints(root_);
-  ASSERT_EQ(entries.size(), 3u);
-  EXPECT_EQ(entries[0].step, 10);
-  EXPECT_EQ(entries[2].step, 30);
-  EXPECT_FALSE(entries[2].complete);
+  MakeStep("step_+50", true);  // not a name tetra writes
+  MakeStep("step_", true);
+  const absl::StatusOr<std::vector<CheckpointEntry>> entries = ListCheckpoints(root_);
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  ASSERT_EQ(entries->size(), 3u);
+  EXPECT_EQ((*entries)[0].step, 10);
+  EXPECT_EQ((*entries)[2].step, 30);
+  EXPECT_FALSE((*entries)[2].complete);
   std::ostringstream notes;
-  const std::optional<CheckpointEntry> newest = NewestCompleteCheckpoint(root_, notes);
-  ASSERT_TRUE(newest.has_value());
-  EXPECT_EQ(newest->step, 20);
-  EXPECT_EQ(newest->path, root_ + "/step_00000020");
+  const absl::StatusOr<std::optional<CheckpointEntry>> newest = NewestCompleteCheckpoint(root_, notes);
+  ASSERT_TRUE(newest.ok()) << newest.status();
+  ASSERT_TRUE(newest->has_value());
+  EXPECT_EQ((*newest)->step, 20);
+  EXPECT_EQ((*newest)->path, root_ + "/step_00000020");
   EXPECT_THAT(notes.str(), HasSubstr(root_ + "/step_00000030 is incomplete"));
   std::ostringstream none;
-  EXPECT_FALSE(NewestCompleteCheckpoint(root_ + "/missing", none).has_value());
+  const absl::StatusOr<std::optional<CheckpointEntry>> missing = NewestCompleteCheckpoint(root_ + "/missing", none);
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  EXPECT_FALSE(missing->has_value());
+}
+
+// A step_N entry that is not a readable directory is damage, never passed
+// over in silence (a resume would quietly start from an older step).
+TEST_F(CheckpointDirectoryTest, StepEntryThatIsNoDirectoryIsAnError) {
+  MakeStep("step_00000010", true);
+  fs::create_directory_symlink("step_00000020", root_ + "/step_00000020");  // a loop
+  std::ostringstream notes;
+  absl::StatusOr<std::optional<CheckpointEntry>> newest = NewestCompleteCheckpoint(root_, notes);
+  ASSERT_FALSE(newest.ok());
+  EXPECT_THAT(Message(newest.status()), HasSubstr("checkpoint " + root_ + "/step_00000020 is not a readable "
+                                                  "directory: Too many levels of symbolic links"));
+  EXPECT_THAT(Message(newest.status()), UserErrorShape());
+  fs::remove(root_ + "/step_00000020");
+  std::ofstream(root_ + "/step_00000020") << "a file";
+  EXPECT_THAT(Message(ListCheckpoints(root_).status()),
+              HasSubstr("checkpoint " + root_ + "/step_00000020 is not a readable directory\nhint: "));
+  EXPECT_FALSE(RemoveOldCheckpoints(root_, 1).ok());
+}
+
+TEST_F(CheckpointDirectoryTest, RootThatCannotBeListedIsAnError) {
+  fs::create_directory_symlink("loop", root_ + "/loop");
+  std::ofstream(root_ + "/file") << "x";
+  for (const std::string& root : {root_ + "/loop", root_ + "/file"}) {
+    const absl::Status status = ListCheckpoints(root).status();
+    EXPECT_THAT(Message(status), HasSubstr("cannot list checkpoint.dir " + root + ": ")) << root;
+    EXPECT_THAT(Message(status), UserErrorShape());
+  }
+}
+
+TEST_F(CheckpointDirectoryTest, FileReadsAreBoundedByTheFile) {
+  ASSERT_TRUE(WriteFileDurably(root_ + "/f", "abcdef", 6).ok());
+  EXPECT_EQ(*RegularFileSize(root_ + "/f"), 6u);
+  EXPECT_EQ(*ReadFileRange(root_ + "/f", 2, 3), "cde");
+  EXPECT_EQ(ReadFileRange(root_ + "/f", 4, 3).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(ReadFileRange(root_ + "/f", ~uint64_t{0}, 2).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(RegularFileSize(root_ + "/missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Message(RegularFileSize(root_).status()), "it is a directory, not a file");
+  EXPECT_EQ(Message(RegularFileSize("/dev/null").status()), "it is not a regular file");
 }
 
 TEST_F(CheckpointDirectoryTest, CommitRenamesAndReplacesTheSameStep) {

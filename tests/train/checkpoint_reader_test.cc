@@ -6,20 +6,23 @@
 #include "train/checkpoint_reader.h"
 
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "core/crc32c.h"
 #include "tests/testing/scratch_files.h"
+#include "tests/testing/user_errors.h"
 #include "train/checkpoint_format.h"
 
 namespace tetra {
 namespace {
 
 using ::testing::HasSubstr;
+using ::tetra::testing::Message;
 using ::tetra::testing::ReadBytes;
+using ::tetra::testing::UserErrorShape;
 using ::tetra::testing::WriteBytes;
 
 constexpr int64_t kRows = 4, kCols = 6;
@@ -71,10 +74,29 @@ class CheckpointReaderTest : public ::testing::Test {
     for (const DimRange& r : Box(0, kRows, c0, c1)) *shard->add_box() = r;
     shard->set_flat_begin(flat_begin);
     shard->set_flat_end(flat_end);
-    shard->set_crc32c(Crc32c(bytes.data(), bytes.size()));
+    shard->set_crc32c(ShardCrc32c(*tensor_, *shard, bytes.data()));
     files_[file == "a.bin" ? file : file + "/" + std::to_string(flat_begin)] = bytes;
   }
-  void WriteManifest() { WriteBytes(dir_ + "/" + kManifestFileName, manifest_.SerializeAsString()); }
+  // `manifest` (manifest_ by default) and the COMPLETE marker holding its checksum.
+  void WriteManifest() { WriteManifest(manifest_); }
+  void WriteManifest(const CheckpointManifest& manifest) {
+    const std::string bytes = manifest.SerializeAsString();
+    WriteBytes(dir_ + "/" + kManifestFileName, bytes);
+    WriteBytes(dir_ + "/" + kCompleteMarkerName, CompleteMarkerText(7, bytes));
+  }
+  // A copy of w's records as the tensor `name` of `kind`, over the same
+  // bytes, with the checksums a writer would give it.
+  TensorRecord* AddCopyOfW(const std::string& name, TensorRecord::Kind kind) {
+    TensorRecord* copy = manifest_.add_tensors();
+    *copy = *tensor_;
+    copy->set_name(name);
+    copy->set_kind(kind);
+    for (ShardRecord& shard : *copy->mutable_shards()) {
+      const std::string bytes = ReadBytes(dir_ + "/" + shard.file()).substr(shard.offset(), shard.bytes());
+      shard.set_crc32c(ShardCrc32c(*copy, shard, bytes.data()));
+    }
+    return copy;
+  }
 
   absl::Status ReadAll() {
     absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
@@ -145,11 +167,163 @@ TEST_F(CheckpointReaderTest, InconsistentOrDamagedManifestIsAnError) {
   EXPECT_THAT(ReadAll().message(), HasSubstr("is inconsistent"));
   manifest_.set_format_version(kCheckpointFormatVersion + 1);
   WriteManifest();
-  EXPECT_THAT(ReadAll().message(), HasSubstr("has format version 2, this tetra reads version 1"));
+  EXPECT_THAT(ReadAll().message(), HasSubstr("has format version 3, this tetra reads version 2"));
+  manifest_.set_format_version(1);  // before shard checksums covered their records
+  WriteManifest();
+  EXPECT_THAT(ReadAll().message(), HasSubstr("has format version 1, this tetra reads version 2"));
   WriteBytes(dir_ + "/" + kManifestFileName, "\xff\xff\xff garbage");
   EXPECT_THAT(ReadAll().message(), HasSubstr("is corrupt: it does not parse"));
   std::filesystem::remove(dir_ + "/" + kManifestFileName);
   EXPECT_THAT(ReadAll().message(), HasSubstr("cannot read checkpoint manifest " + dir_ + "/manifest.pb"));
+}
+
+// A tensor record no data could fill: a negative dim, a shape whose element
+// count overflows int64 (or whose F32 bytes would), or one that claims far
+// more elements than its shards or files hold. Each is an error naming the
+// tensor, found before anything of that size is allocated.
+TEST_F(CheckpointReaderTest, ShapesNoDataCanFillAreErrorsNamingTheTensor) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const std::vector<std::vector<int64_t>> shapes = {
+      {-1}, {kMax}, {int64_t{1} << 32, int64_t{1} << 32}, {int64_t{1} << 62}, {1000000, 1000000}, {3, -2}};
+  for (const std::vector<int64_t>& shape : shapes) {
+    CheckpointManifest manifest = manifest_;
+    TensorRecord* big = manifest.add_tensors();
+    big->set_name("big");
+    for (int64_t extent : shape) big->add_shape(extent);
+    WriteManifest(manifest);
+    absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
+    absl::Status status = reader.status();
+    if (reader.ok()) status = reader->ReadGlobal(*reader->Find("big", TensorRecord::WEIGHT)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << ShapeString(shape) << ": " << status;
+    EXPECT_THAT(Message(status), HasSubstr("big (weight)")) << ShapeString(shape);
+    EXPECT_THAT(Message(status), UserErrorShape());
+  }
+}
+
+// A shard that claims 4e12 bytes of a 48-byte file: the reader checks the
+// file before it allocates the tensor.
+TEST_F(CheckpointReaderTest, ShardLargerThanItsFileIsFoundBeforeAllocating) {
+  constexpr int64_t kElements = 1000000000000;
+  TensorRecord* big = manifest_.add_tensors();
+  big->set_name("big");
+  big->add_shape(kElements);
+  ShardRecord* shard = big->add_shards();
+  shard->set_file("a.bin");
+  shard->set_bytes(kElements * 4);
+  shard->add_box()->set_end(kElements);
+  shard->set_flat_end(kElements);
+  WriteManifest();
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const absl::Status status = reader->ReadGlobal(*reader->Find("big", TensorRecord::WEIGHT)).status();
+  EXPECT_THAT(Message(status), HasSubstr("checkpoint file " + dir_ + "/a.bin is truncated: big (weight) needs "
+                                         "bytes [0, 4000000000000) but the file has 48"));
+}
+
+// A flat range of 2^62 elements whose byte count, 2^64, wraps to 0 in uint64.
+TEST_F(CheckpointReaderTest, ByteCountsThatWrapAreInconsistent) {
+  TensorRecord* big = manifest_.add_tensors();
+  big->set_name("big");
+  big->add_shape(int64_t{1} << 62);
+  ShardRecord* shard = big->add_shards();
+  shard->set_file("a.bin");
+  shard->set_bytes(0);
+  shard->add_box()->set_end(int64_t{1} << 62);
+  shard->set_flat_end(int64_t{1} << 62);
+  WriteManifest();
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
+  absl::Status status = reader.status();
+  if (reader.ok()) status = reader->ReadGlobal(*reader->Find("big", TensorRecord::WEIGHT)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(Message(status), HasSubstr("big (weight)"));
+}
+
+// Counts in a manifest are the records it holds, so a file cannot claim more
+// than its bytes: a length prefix saying 10^12 bytes of tensor records in a
+// file of a few dozen is an error, not an allocation.
+TEST_F(CheckpointReaderTest, ManifestClaimingMoreThanItsBytesIsCorrupt) {
+  std::string bytes = manifest_.SerializeAsString();
+  bytes += '\x2a';  // field 5 (tensors), length-delimited
+  uint64_t length = 1000000000000;  // as a varint: 7 bits a byte, low first
+  for (; length >= 0x80; length >>= 7) bytes += static_cast<char>((length & 0x7f) | 0x80);
+  bytes += static_cast<char>(length);
+  bytes += "short";
+  WriteBytes(dir_ + "/" + kManifestFileName, bytes);
+  WriteBytes(dir_ + "/" + kCompleteMarkerName, CompleteMarkerText(7, bytes));
+  const absl::Status status = CheckpointReader::Open(dir_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(status), HasSubstr("is corrupt: it does not parse"));
+}
+
+TEST_F(CheckpointReaderTest, TensorListedTwiceIsAnError) {
+  *manifest_.add_tensors() = *tensor_;
+  WriteManifest();
+  const absl::Status status = CheckpointReader::Open(dir_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(status), HasSubstr("lists w (weight) twice"));
+}
+
+TEST_F(CheckpointReaderTest, ManifestThatIsADirectoryIsAnError) {
+  std::filesystem::remove(dir_ + "/" + kManifestFileName);
+  std::filesystem::create_directory(dir_ + "/" + kManifestFileName);
+  const absl::Status status = CheckpointReader::Open(dir_).status();
+  EXPECT_THAT(Message(status), HasSubstr("cannot read checkpoint manifest " + dir_ + "/manifest.pb: it is a "
+                                         "directory, not a file"));
+  EXPECT_THAT(Message(status), UserErrorShape());
+}
+
+// Records swapped in the manifest leave every data byte as it was; each
+// shard's checksum covers its record, so the swap is corruption naming the
+// tensor, even when the manifest's own checksum was rewritten to match.
+TEST_F(CheckpointReaderTest, SwappedNamesAreCorruptionNamingTheTensor) {
+  TensorRecord* v = AddCopyOfW("v", TensorRecord::WEIGHT);
+  WriteManifest();
+  ASSERT_TRUE(ReadAll().ok());
+  v->set_name("w");
+  tensor_->set_name("v");
+  WriteManifest();
+  const absl::Status status = ReadAll();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(status), HasSubstr("checkpoint file " + dir_ + "/a.bin is corrupt: w (weight) at bytes [0, 48)"));
+  EXPECT_THAT(Message(status), UserErrorShape());
+}
+
+TEST_F(CheckpointReaderTest, SwappedMomentsAreCorruptionNamingTheTensor) {
+  TensorRecord* m = AddCopyOfW("w", TensorRecord::EXP_AVG);
+  TensorRecord* v = AddCopyOfW("w", TensorRecord::EXP_AVG_SQ);
+  WriteManifest();
+  m->set_kind(TensorRecord::EXP_AVG_SQ);
+  v->set_kind(TensorRecord::EXP_AVG);
+  WriteManifest();
+  absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const absl::Status status = reader->ReadGlobal(*reader->Find("w", TensorRecord::EXP_AVG)).status();
+  EXPECT_THAT(Message(status), HasSubstr("is corrupt: w (exp_avg) at bytes [0, 48)"));
+}
+
+// The manifest is checked against the checksum its COMPLETE marker holds.
+TEST_F(CheckpointReaderTest, ManifestAlteredAfterItsMarkerIsCorrupt) {
+  const std::string marker = ReadBytes(dir_ + "/" + kCompleteMarkerName);
+  manifest_.mutable_state()->set_step(99);
+  WriteManifest();
+  WriteBytes(dir_ + "/" + kCompleteMarkerName, marker);
+  absl::Status status = ReadAll();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(status), HasSubstr("checkpoint manifest " + dir_ + "/manifest.pb is corrupt: its bytes have "
+                                         "CRC-32C "));
+  EXPECT_THAT(Message(status), HasSubstr(" but " + dir_ + "/COMPLETE says "));
+  EXPECT_THAT(Message(status), UserErrorShape());
+  WriteBytes(dir_ + "/" + kCompleteMarkerName, "step 7\n");
+  EXPECT_THAT(Message(ReadAll()), HasSubstr("the completion marker " + dir_ + "/COMPLETE holds no valid "
+                                            "manifest_crc32c line"));
+  std::filesystem::remove(dir_ + "/" + kCompleteMarkerName);
+  std::filesystem::create_directory(dir_ + "/" + kCompleteMarkerName);
+  EXPECT_THAT(Message(ReadAll()), HasSubstr("cannot read the completion marker " + dir_ + "/COMPLETE: it is a "
+                                            "directory, not a file"));
+  // A save that died before its marker: the manifest reads, unchecked (the
+  // reader's callers skip such a directory or say so).
+  std::filesystem::remove(dir_ + "/" + kCompleteMarkerName);
+  EXPECT_TRUE(ReadAll().ok());
 }
 
 TEST(CheckpointReader3dTest, PiecesCutMidRowReadIntoAnInnerBox) {
@@ -183,7 +357,7 @@ TEST(CheckpointReader3dTest, PiecesCutMidRowReadIntoAnInnerBox) {
     shard->set_bytes(bytes.size());
     shard->set_flat_begin(flat_begin);
     shard->set_flat_end(flat_end);
-    shard->set_crc32c(Crc32c(bytes.data(), bytes.size()));
+    shard->set_crc32c(ShardCrc32c(*tensor, *shard, bytes.data()));
     file += bytes;
   };
   add(0, 0, 30);
