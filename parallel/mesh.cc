@@ -253,8 +253,8 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
   // some orders whose pipeline groups agree, e.g. "tp-pp-cp-ep-dp" with
   // expert > 1.
   if (order.back() != kPp && s.pp > 1 && s.edp != s.dp) {
-    return UserError(absl::StrCat("parallel.order \"", mesh.order_, "\" does not end in pp, which Megatron-LM requires ",
-                                  "with pipeline ", s.pp, " when the expert layers' data-parallel size (expert-data ",
+    return UserError(absl::StrCat("parallel.order \"", mesh.order_, "\" does not end in pp, which Megatron-LM ",
+                                  "requires with pipeline ", s.pp, " when the expert layers' data-parallel size (expert-data ",
                                   s.edp, ") differs from the dense layers' (data ", s.dp, ")"),
                      absl::StrCat("put pp last, ", working));
   }

@@ -325,8 +325,9 @@ TEST(MeshTest, FactorisationsOfWorldsUpTo1024) {
       ++shapes;
       // Data given or derived (0).
       absl::StatusOr<Mesh> mesh = Mesh::Create(Parallel(tp, pp, shapes % 3 == 0 ? 0 : dp, ep, order), world);
-      ASSERT_EQ(mesh.ok(), OrderAccepted(Slots(order), tp, dp, pp, ep)) << "world " << world << " tp " << tp << " pp " << pp << " ep " << ep << " order "
-                                   << order << ": " << mesh.status().message();
+      ASSERT_EQ(mesh.ok(), OrderAccepted(Slots(order), tp, dp, pp, ep))
+          << "world " << world << " tp " << tp << " pp " << pp << " ep " << ep << " order " << order << ": "
+          << mesh.status().message();
       if (!mesh.ok()) {
         // The hint's order works for the same shape.
         const std::string message = Message(mesh.status());
