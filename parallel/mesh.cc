@@ -35,12 +35,18 @@ int64_t Product(std::initializer_list<int64_t> factors) {
 
 std::string JoinedGroup(const std::vector<int>& group) { return absl::StrCat("[", absl::StrJoin(group, ", "), "]"); }
 
-// Parses an order string into axis slots, fastest first.
+// How much of a user's order string (or one of its tokens) an error quotes: a
+// whole valid order is 14 characters.
+constexpr size_t kOrderShown = 24;
+
+// Parses an order string into axis slots, fastest first. Any string is either
+// five distinct axis names or an error.
 absl::StatusOr<std::array<int, kNumAxes>> ParseOrder(const std::string& order) {
   const std::string hint = absl::StrCat(
       "parallel.order names each of tp, cp, ep, dp, pp once, fastest first, joined by '-', "
       "e.g. the default \"",
       kDefaultOrder, "\"");
+  const std::string quoted = UserText(order, kOrderShown);
   std::vector<std::string> tokens = absl::StrSplit(order, '-');
   std::array<int, kNumAxes> slots{};
   std::array<bool, kNumAxes> seen{};
@@ -49,9 +55,10 @@ absl::StatusOr<std::array<int, kNumAxes>> ParseOrder(const std::string& order) {
     int axis = 0;
     while (axis < kNumAxes && tokens[i] != kAxisNames[axis]) ++axis;
     if (axis == kNumAxes) {
-      return UserError(absl::StrCat("parallel.order \"", order, "\" has unknown axis \"", tokens[i], "\""), hint);
+      return UserError(
+          absl::StrCat("parallel.order ", quoted, " has unknown axis ", UserText(tokens[i], kOrderShown)), hint);
     }
-    if (seen[axis]) return UserError(absl::StrCat("parallel.order \"", order, "\" names ", tokens[i], " twice"), hint);
+    if (seen[axis]) return UserError(absl::StrCat("parallel.order ", quoted, " names ", tokens[i], " twice"), hint);
     seen[axis] = true;
     slots[i] = axis;
   }
@@ -60,9 +67,31 @@ absl::StatusOr<std::array<int, kNumAxes>> ParseOrder(const std::string& order) {
     if (!seen[axis]) missing.push_back(kAxisNames[axis]);
   }
   if (!missing.empty()) {
-    return UserError(absl::StrCat("parallel.order \"", order, "\" lacks ", absl::StrJoin(missing, ", ")), hint);
+    return UserError(absl::StrCat("parallel.order ", quoted, " lacks ", absl::StrJoin(missing, ", ")), hint);
   }
   return slots;
+}
+
+// `order` (axis slots, fastest first) as a string.
+std::string OrderString(const std::array<int, kNumAxes>& order) {
+  std::vector<const char*> names;
+  for (int axis : order) names.push_back(kAxisNames[axis]);
+  return absl::StrJoin(names, "-");
+}
+
+// `order` with tp moved first and pp moved last, the other axes kept in their
+// order: tensor groups are then the ranks tp apart from 0 and pipeline groups
+// the ranks world / pp apart, in the dense and the expert layout alike, so
+// Mesh::Create accepts it for every shape.
+std::string WorkingOrder(const std::array<int, kNumAxes>& order) {
+  std::array<int, kNumAxes> moved{};
+  int next = 0;
+  moved[next++] = kTp;
+  for (int axis : order) {
+    if (axis != kTp && axis != kPp) moved[next++] = axis;
+  }
+  moved[next] = kPp;
+  return OrderString(moved);
 }
 
 // Checks every size and derives data; returns the shape.
@@ -173,7 +202,7 @@ Mesh::GroupSet Mesh::Partition(const Layout& layout, int world, std::initializer
 absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) {
   Mesh mesh;
   ASSIGN_OR_RETURN(mesh.shape_, ShapeOf(config, world_size));
-  ASSIGN_OR_RETURN(const auto dense_order, ParseOrder(config.order()));
+  ASSIGN_OR_RETURN(const auto order, ParseOrder(config.order()));
   mesh.order_ = config.order();
   const MeshShape& s = mesh.shape_;
 
@@ -187,8 +216,10 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
     }
     return layout;
   };
-  mesh.dense_ = lay_out({s.tp, s.cp, 1, s.dp, s.pp}, dense_order);
-  mesh.expert_ = lay_out({s.tp, 1, s.ep, s.edp, s.pp}, {kTp, kCp, kEp, kDp, kPp});
+  // Megatron-LM's two RankGenerators: the same order string, ep of size 1 in
+  // the dense grid, cp of size 1 in the expert grid (edp in dp's place).
+  mesh.dense_ = lay_out({s.tp, s.cp, 1, s.dp, s.pp}, order);
+  mesh.expert_ = lay_out({s.tp, 1, s.ep, s.edp, s.pp}, order);
 
   auto set = [&mesh](GroupKind kind) -> GroupSet& { return mesh.groups_[static_cast<int>(kind)]; };
   set(GroupKind::kTensor) = Partition(mesh.dense_, s.world, {kTp});
@@ -199,10 +230,14 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
   set(GroupKind::kExpert) = Partition(mesh.expert_, s.world, {kEp});
   set(GroupKind::kExpertData) = Partition(mesh.expert_, s.world, {kDp});
 
-  // Expert weights must be split over the same tensor and pipeline groups as
-  // the dense weights around them.
-  for (auto [kind, axis, name, hint] : {std::tuple{GroupKind::kTensor, kTp, "tensor", "put tp first"},
-                                        std::tuple{GroupKind::kPipeline, kPp, "pipeline", "put pp last"}}) {
+  // Expert weights must be split over the same pipeline groups as the dense
+  // weights around them (Megatron-LM asserts this), and, since tetra shards
+  // them over the dense tensor group, the same tensor groups (Megatron-LM has
+  // a separate expert-tensor group; tetra refuses the orders that would need
+  // one).
+  const std::string working = absl::StrCat("e.g. \"", WorkingOrder(order), "\"");
+  for (auto [kind, axis, name, hint] : {std::tuple{GroupKind::kPipeline, kPp, "pipeline", "put pp last"},
+                                        std::tuple{GroupKind::kTensor, kTp, "tensor", "put tp first"}}) {
     const GroupSet expert = Partition(mesh.expert_, s.world, {axis});
     if (expert.groups == set(kind).groups) continue;
     int rank = 0;
@@ -211,7 +246,17 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
         absl::StrCat("parallel.order \"", mesh.order_, "\" gives dense and expert weights different ", name,
                      " groups (rank ", rank, ": dense ", JoinedGroup(mesh.Group(kind, rank)), ", expert ",
                      JoinedGroup(expert.groups[expert.group_of_rank[rank]]), ")"),
-        absl::StrCat(hint, " among the axes larger than 1, as in the default order \"", kDefaultOrder, "\""));
+        absl::StrCat(hint, ", ", working));
+  }
+  // Megatron-LM's other condition (initialize_model_parallel asserts both):
+  // pp last unless pp is 1 or the two data-parallel sizes agree. It refuses
+  // some orders whose pipeline groups agree, e.g. "tp-pp-cp-ep-dp" with
+  // expert > 1.
+  if (order.back() != kPp && s.pp > 1 && s.edp != s.dp) {
+    return UserError(absl::StrCat("parallel.order \"", mesh.order_, "\" does not end in pp, which Megatron-LM ",
+                                  "requires with pipeline ", s.pp, " when the expert layers' data-parallel size (expert-data ",
+                                  s.edp, ") differs from the dense layers' (data ", s.dp, ")"),
+                     absl::StrCat("put pp last, ", working));
   }
 
   GroupSet& embedding = set(GroupKind::kEmbedding);

@@ -4,19 +4,26 @@
 // no MPI in it, so any layout can be built and checked on one core
 // (DESIGN.md, "Rank layout").
 //
-// Two decompositions of the same ranks, as in Megatron-LM's parallel_state.py:
-//   dense weights:  tp, cp, dp, pp laid out by `parallel.order`, first axis
-//                   fastest (ep is not a factor of the world size: it has size
-//                   1 in this decomposition);
-//   expert weights: tp, ep, edp, pp, first fastest, with edp = dp * cp / ep,
-//                   so the cp and dp ranks that hold the same dense weights are
-//                   split into ep groups (experts sharded) x edp groups (expert
-//                   replicas).
-// (Megatron-LM lays the expert ranks out by the same order string; for the
-// default order "tp-cp-ep-dp-pp" the two coincide.) The two decompositions
-// must agree on the tensor and pipeline groups; an order under which they
-// would not (pp not outermost, or tp not innermost, among the axes larger than
-// 1) is rejected. Then every EP group lies inside one DP x CP group.
+// Two decompositions of the same ranks, as Megatron-LM's parallel_state.py
+// makes with two RankGenerators over the same `parallel.order` string, first
+// axis fastest:
+//   dense weights:  tp, cp, dp, pp (ep has size 1 in this grid: it is not a
+//                   factor of the world size);
+//   expert weights: tp, ep, edp, pp (cp has size 1, edp = dp * cp / ep takes
+//                   dp's place in the order), so the cp and dp ranks that hold
+//                   the same dense weights are split into ep groups (experts
+//                   sharded) x edp groups (expert replicas).
+// Accepted orders are Megatron-LM's: the two grids must have the same pipeline
+// groups, and pp must come last unless pipeline is 1 or edp = dp (expert 1),
+// so with expert 1 or pipeline 1 every order is accepted. tetra also needs
+// the same tensor groups, which Megatron-LM does not check (it has a separate
+// expert-tensor group; tetra shards experts over the dense tensor group): once
+// expert > 1, dp and ep must be on the same side of tp. Errors name a rank
+// whose groups differ and an order that works. Then every EP group lies
+// inside one DP x CP group. E.g. the default "tp-cp-ep-dp-pp" gives dense
+// rank = tp + TP dp + TP DP pp and expert rank = tp + TP ep + TP EP edp +
+// TP DP pp; "tp-cp-dp-ep-pp" the same dense ranks and expert rank = tp +
+// TP edp + TP EDP ep + TP DP pp.
 // Context parallelism is reserved: cp is 1 until a config field sets it.
 #ifndef TETRA_PARALLEL_MESH_H_
 #define TETRA_PARALLEL_MESH_H_

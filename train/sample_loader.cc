@@ -12,8 +12,8 @@ namespace tetra {
 
 absl::StatusOr<SampleLoader> SampleLoader::Create(std::unique_ptr<TokenStream> stream,
                                                   int64_t seq_length, bool shuffle, uint64_t seed,
-                                                  int64_t vocab_size) {
-  TETRA_CHECK(vocab_size >= 1) << "vocab_size " << vocab_size;
+                                                  int64_t vocab_size, int data_set) {
+  TETRA_CHECK(vocab_size >= 1 && data_set >= 0) << "vocab_size " << vocab_size << ", data set " << data_set;
   if (seq_length < 1) {
     return UserError(absl::StrFormat("train.seq_length is %d, expected at least 1", seq_length),
                      "set train.seq_length to the sample length in tokens, e.g. 256");
@@ -24,22 +24,25 @@ absl::StatusOr<SampleLoader> SampleLoader::Create(std::unique_ptr<TokenStream> s
                                      stream->name(), stream->size(), seq_length + 1),
                      "use more data or a smaller train.seq_length");
   }
-  return SampleLoader(std::move(stream), seq_length, shuffle, seed, vocab_size);
+  return SampleLoader(std::move(stream), seq_length, shuffle, seed, vocab_size, data_set);
 }
 
 SampleLoader::SampleLoader(std::unique_ptr<TokenStream> stream, int64_t seq_length,
-                           bool shuffle, uint64_t seed, int64_t vocab_size)
+                           bool shuffle, uint64_t seed, int64_t vocab_size, int data_set)
     : stream_(std::move(stream)),
       seq_length_(seq_length),
       samples_per_epoch_((stream_->size() - 1) / seq_length),
       shuffle_(shuffle),
       seed_(seed),
       vocab_size_(vocab_size),
+      data_set_(data_set),
       buffer_(seq_length + 1) {}
 
 const std::vector<int64_t>& SampleLoader::Permutation(int64_t epoch) {
   if (epoch != permutation_epoch_) {
-    CounterRng rng(seed_, StableHash("tetra.data.shuffle") + static_cast<uint64_t>(epoch));
+    // Data set d's epochs draw from streams d x 2^32 past a lone stream's.
+    CounterRng rng(seed_, StableHash("tetra.data.shuffle") + (static_cast<uint64_t>(data_set_) << 32) +
+                              static_cast<uint64_t>(epoch));
     permutation_.resize(samples_per_epoch_);
     for (int64_t i = 0; i < samples_per_epoch_; ++i) permutation_[i] = i;
     for (int64_t i = samples_per_epoch_ - 1; i > 0; --i) {
@@ -59,16 +62,12 @@ int64_t SampleLoader::PositionOf(int64_t sample) {
   return shuffle_ ? Permutation(EpochOf(sample))[position] : position;
 }
 
-absl::Status SampleLoader::Load(int64_t first_sample, int64_t count, int32_t* inputs,
-                                int32_t* targets) {
-  if (first_sample < 0 || count < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "cannot load %d samples from sample %d: both must be non-negative", count, first_sample));
-  }
+absl::Status SampleLoader::LoadSamples(int64_t first_sample, int64_t count, int32_t* inputs,
+                                       int32_t* targets) {
   for (int64_t i = 0; i < count; ++i) {
     const int64_t sample = first_sample + i;
     const int64_t epoch = EpochOf(sample);
-    if (last_epoch_ >= 0 && epoch > last_epoch_ && epoch_callback_) epoch_callback_(epoch);
+    if (last_epoch_ >= 0 && epoch > last_epoch_ && epoch_callback_) epoch_callback_(stream_->name(), epoch);
     last_epoch_ = epoch;
     const int64_t start = PositionOf(sample) * seq_length_;
     RETURN_IF_ERROR(stream_->Read(start, seq_length_ + 1, buffer_.data()));

@@ -133,7 +133,8 @@ void AppendScalar(std::string* bytes, T value) {
 absl::Status WriteFileBytes(const std::string& path, const std::string& bytes);
 
 // `path_or_glob` of format LLMC: an llm.c shard or a glob of them; MEGATRON: a
-// data set prefix (`.bin`/`.idx` suffixes are accepted) or a glob of prefixes.
+// data set prefix (`.bin`/`.idx` suffixes are accepted) or a glob of prefixes
+// (a weighted blend is several of these: training_data.cc opens each).
 // Matches are read in name order. SYNTHETIC has no files and is an error here.
 absl::StatusOr<std::unique_ptr<TokenStream>> OpenTokenFiles(DataConfig::Format format,
                                                             const std::string& path_or_glob);

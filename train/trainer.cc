@@ -72,7 +72,7 @@ std::string RunSummary(const std::vector<StepMetrics>& steps, double seconds) {
 // through the pipeline when there is one. Data-parallel rank r evaluates
 // micro-batches r, r + dp, ... Collective over `dp` and `pp`.
 absl::StatusOr<double> Evaluate(LlamaModel& model, PipelineExecutor* pipeline, Communicator& dp,
-                                Communicator& pp, SampleLoader& validation, int64_t batches,
+                                Communicator& pp, SampleSource& validation, int64_t batches,
                                 int64_t global_batch,
                                 int64_t micro, int64_t seq, std::vector<int32_t>& inputs,
                                 std::vector<int32_t>& targets) {
@@ -176,7 +176,7 @@ class StepRunner {
       absl::Status load_status;
       loss_sum = pipeline_->Step(
           [&](int m, int32_t* in, int32_t* out) {
-            if (load_status.ok()) load_status = data_.loader.Load(first_sample + m * micro_, micro_, in, out);
+            if (load_status.ok()) load_status = data_.loader->Load(first_sample + m * micro_, micro_, in, out);
           },
           grad_scale, on_ready);
       RETURN_IF_ERROR(load_status);
@@ -186,7 +186,7 @@ class StepRunner {
       }
     } else {
       for (int64_t first = 0; first < rank_batch_; first += micro_) {
-        RETURN_IF_ERROR(data_.loader.Load(first_sample + first, micro_, inputs_.data(), targets_.data()));
+        RETURN_IF_ERROR(data_.loader->Load(first_sample + first, micro_, inputs_.data(), targets_.data()));
         const bool last = first + micro_ == rank_batch_;
         {
           const ScopedSpan span(SpanKind::kForward, nullptr, first / micro_);
@@ -239,7 +239,7 @@ class StepRunner {
     }
   }
 
-  absl::StatusOr<double> Evaluate(SampleLoader& validation) {
+  absl::StatusOr<double> Evaluate(SampleSource& validation) {
     return tetra::Evaluate(model_, pipeline_, *dist_.dp, *dist_.pp, validation, config_.log().eval_batches(),
                            global_batch_, micro_, seq_, inputs_, targets_);
   }

@@ -1,22 +1,25 @@
 // The run's training data from `data { ... }`: the synthetic Markov source
-// (with its exact loss floor) or token files, addressed by sample index; token
-// ids are checked against the vocabulary as samples load.
+// (with its exact loss floor), token files, or a Megatron-LM weighted blend of
+// data sets, addressed by sample index; token ids are checked against the
+// vocabulary as samples load.
 #ifndef TETRA_TRAIN_TRAINING_DATA_H_
 #define TETRA_TRAIN_TRAINING_DATA_H_
 
+#include <memory>
 #include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
-#include "train/sample_loader.h"
+#include "train/sample_source.h"
 
 namespace tetra {
 
 struct TrainingData {
-  SampleLoader loader;
-  std::optional<SampleLoader> validation;  // data.valid_path, never shuffled
-  std::optional<double> loss_floor;  // SYNTHETIC only
-  std::string description;           // one line for the run's banner
+  std::unique_ptr<SampleSource> loader;
+  std::unique_ptr<SampleSource> validation;  // data.valid_path, never shuffled; null without one
+  std::optional<double> loss_floor;          // SYNTHETIC only
+  std::string description;                   // one line for the run's banner
 };
 
 absl::StatusOr<TrainingData> OpenTrainingData(const TrainerConfig& config);

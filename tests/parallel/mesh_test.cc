@@ -1,22 +1,28 @@
 // The rank mesh against layouts worked out by hand (Megatron-LM's 16-GPU
-// example, an MoE example), against its own definitions for every
-// factorisation of every world size up to 1024, and its layout errors.
+// example, MoE examples, non-default orders), against its own definitions for
+// every factorisation of every world size up to 1024 under every order, and
+// its layout errors (the orders Megatron-LM refuses, and garbage).
 #include "parallel/mesh.h"
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "core/logging.h"
+#include "core/user_error.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/user_errors.h"
 
 namespace tetra {
 namespace {
 
 using ::testing::HasSubstr;
+using ::tetra::testing::Message;
+using ::tetra::testing::UserErrorShape;
 using Groups = std::vector<std::vector<int>>;
 
 // The sweep: every (tensor, pipeline) factorisation of every world size up to
@@ -94,6 +100,49 @@ TEST(MeshTest, MoeExampleByHand) {
   EXPECT_EQ(mesh.Coords(6), (RankCoords{.tp = 0, .cp = 0, .ep = 1, .dp = 3, .edp = 1, .pp = 0}));
 }
 
+TEST(MeshTest, DenseTpPpDpOrderByHand) {
+  // Megatron-LM's --use-tp-pp-dp-mapping order "tp-cp-ep-pp-dp" for a dense
+  // model: world 16, tensor 2, pipeline 2, data 4. Its RankGenerator orders
+  // the sizes [tp 2, cp 1, ep 1, pp 2, dp 4], so rank = tp + 2 pp + 4 dp, and
+  // generate_masked_orthogonal_rank_groups gives for mask "pp" the ranks
+  // base + {0, 2} (bases 0, 1, 4, 5, 8, 9, 12, 13), for "dp" base + {0, 4, 8,
+  // 12} (bases 0..3), for "tp-pp" base + {0, 1, 2, 3} (bases 0, 4, 8, 12).
+  // The expert grid (ep 1, edp = dp 4) is the same, so Megatron-LM accepts it.
+  const Mesh mesh = MustCreate(Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/4, /*ep=*/1, "tp-cp-ep-pp-dp"), 16);
+  EXPECT_EQ(mesh.Groups(GroupKind::kTensor),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kPipeline),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kData), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kModel), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kEmbedding), mesh.Groups(GroupKind::kPipeline));  // two stages: both ends
+  EXPECT_EQ(mesh.Groups(GroupKind::kExpertData), mesh.Groups(GroupKind::kData));
+  // 11 = tp 1 + 2 x pp 1 + 4 x dp 2.
+  EXPECT_EQ(mesh.Coords(11), (RankCoords{.tp = 1, .cp = 0, .ep = 0, .dp = 2, .edp = 2, .pp = 1}));
+  EXPECT_EQ(mesh.NextPipelineRank(11), 9);
+}
+
+TEST(MeshTest, MoeDpBeforeEpOrderByHand) {
+  // "tp-cp-dp-ep-pp" ends in pp, so Megatron-LM accepts it with expert 2:
+  // world 16, tensor 2, pipeline 2, data 4, hence expert-data 2.
+  // Dense sizes [tp 2, cp 1, dp 4, ep 1, pp 2]: rank = tp + 2 dp + 8 pp, the
+  // same groups as the default order (MoeExampleByHand).
+  // Expert sizes [tp 2, cp 1, dp 2 (= edp), ep 2, pp 2]: rank = tp + 2 edp +
+  // 4 ep + 8 pp, so mask "ep" gives base + {0, 4} (bases 0..3, 8..11) and mask
+  // "dp" base + {0, 2} (bases 0, 1, 4, 5, 8, 9, 12, 13): the EP and EDP groups
+  // of the default order swapped.
+  const Mesh mesh = MustCreate(Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/4, /*ep=*/2, "tp-cp-dp-ep-pp"), 16);
+  EXPECT_EQ(mesh.Groups(GroupKind::kData), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kPipeline),
+            (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kExpert),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kExpertData),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  // 13 = 1 + 2*2 + 8*1 (dense) = 1 + 2*0 + 4*1 + 8*1 (expert).
+  EXPECT_EQ(mesh.Coords(13), (RankCoords{.tp = 1, .cp = 0, .ep = 1, .dp = 2, .edp = 0, .pp = 1}));
+}
+
 // Axis slots for the independent decomposition below; the expert layout
 // keeps edp in the dp slot and cp (size 1) anywhere.
 enum Slot { kTp, kCp, kEp, kDp, kPp };
@@ -121,15 +170,31 @@ Sizes Decompose(int rank, const std::vector<int>& order, const Sizes& sizes) {
   return coords;
 }
 
-// Whether the order keeps tp innermost and pp outermost among the dense axes
-// larger than 1 (cp and, in the dense layout, ep have size 1).
-bool OrderAgreesWithExpertLayout(const std::vector<int>& order, int tp, int dp, int pp) {
-  const Sizes sizes = {tp, 1, 1, dp, pp};
-  std::vector<int> large;
-  for (int slot : order) {
-    if (sizes[slot] > 1) large.push_back(slot);
+// The groups of `slot` in the grid of `sizes` laid out by `order`: ranks that
+// agree on every other coordinate, found by comparing coordinates (no strides).
+Groups GroupsOf(int world, const std::vector<int>& order, const Sizes& sizes, int slot) {
+  std::map<Sizes, std::vector<int>> by_others;
+  for (int rank = 0; rank < world; ++rank) {
+    Sizes others = Decompose(rank, order, sizes);
+    others[slot] = 0;
+    by_others[others].push_back(rank);
   }
-  return (tp == 1 || large.front() == kTp) && (pp == 1 || large.back() == kPp);
+  Groups groups;
+  for (auto& [others, group] : by_others) groups.push_back(group);
+  std::sort(groups.begin(), groups.end());
+  return groups;
+}
+
+// Whether Megatron-LM's initialize_model_parallel accepts the order (pp last,
+// pipeline 1 or equal data-parallel sizes; then equal pipeline groups of the
+// dense and the expert grid) and the tensor groups of the two grids agree
+// (tetra's own condition).
+bool OrderAccepted(const std::vector<int>& order, int tp, int dp, int pp, int ep) {
+  const int world = tp * dp * pp, edp = dp / ep;
+  const Sizes dense = {tp, 1, 1, dp, pp}, expert = {tp, 1, ep, edp, pp};
+  return (order.back() == kPp || pp == 1 || edp == dp) &&
+         GroupsOf(world, order, dense, kPp) == GroupsOf(world, order, expert, kPp) &&
+         GroupsOf(world, order, dense, kTp) == GroupsOf(world, order, expert, kTp);
 }
 
 // For each group kind: the coordinates that differ between its members (the
@@ -155,12 +220,11 @@ void ExpectLayoutHolds(const Mesh& mesh, const std::vector<int>& order) {
   ASSERT_EQ(s.tp * s.ep * s.edp * s.pp, s.world);
   const Sizes dense_sizes = {s.tp, s.cp, 1, s.dp, s.pp};
   const Sizes expert_sizes = {s.tp, 1, s.ep, s.edp, s.pp};
-  const std::vector<int> expert_order = {kTp, kEp, kDp, kPp};
   std::vector<RankCoords> coords(s.world);
   for (int rank = 0; rank < s.world; ++rank) {
     coords[rank] = mesh.Coords(rank);
     const Sizes dense = Decompose(rank, order, dense_sizes);
-    const Sizes expert = Decompose(rank, expert_order, expert_sizes);
+    const Sizes expert = Decompose(rank, order, expert_sizes);
     ASSERT_EQ(coords[rank], (RankCoords{.tp = dense[kTp],
                                         .cp = dense[kCp],
                                         .ep = expert[kEp],
@@ -171,7 +235,7 @@ void ExpectLayoutHolds(const Mesh& mesh, const std::vector<int>& order) {
     ASSERT_EQ(mesh.Rank(coords[rank]), rank);
   }
   // Within an EP or EDP group the data coordinate varies too: it is
-  // ep + ep_size x edp.
+  // ep + ep_size x edp, or edp + edp_size x ep when dp comes before ep.
   const std::vector<KindSemantics> semantics = {
       {GroupKind::kTensor, {&RankCoords::tp}, &RankCoords::tp, {&MeshShape::tp}},
       {GroupKind::kContext, {&RankCoords::cp}, &RankCoords::cp, {&MeshShape::cp}},
@@ -261,10 +325,18 @@ TEST(MeshTest, FactorisationsOfWorldsUpTo1024) {
       ++shapes;
       // Data given or derived (0).
       absl::StatusOr<Mesh> mesh = Mesh::Create(Parallel(tp, pp, shapes % 3 == 0 ? 0 : dp, ep, order), world);
-      const bool agrees = OrderAgreesWithExpertLayout(Slots(order), tp, dp, pp);
-      ASSERT_EQ(mesh.ok(), agrees) << "world " << world << " tp " << tp << " pp " << pp << " ep " << ep << " order "
-                                   << order << ": " << mesh.status().message();
-      if (!mesh.ok()) continue;
+      ASSERT_EQ(mesh.ok(), OrderAccepted(Slots(order), tp, dp, pp, ep))
+          << "world " << world << " tp " << tp << " pp " << pp << " ep " << ep << " order " << order << ": "
+          << mesh.status().message();
+      if (!mesh.ok()) {
+        // The hint's order works for the same shape.
+        const std::string message = Message(mesh.status());
+        const size_t start = message.find("e.g. \"") + 6;
+        ASSERT_NE(start, std::string::npos + 6) << message;
+        const std::string working = message.substr(start, message.find('"', start) - start);
+        ASSERT_TRUE(Mesh::Create(Parallel(tp, pp, dp, ep, working), world).ok()) << message;
+        continue;
+      }
       ++accepted;
       ASSERT_NO_FATAL_FAILURE(ExpectLayoutHolds(*mesh, Slots(order)));
     }
@@ -311,20 +383,87 @@ TEST(MeshTest, BadOrderStrings) {
   EXPECT_THAT(message("tp_cp_ep_dp_pp"), HasSubstr("\nhint: parallel.order names each of tp, cp, ep, dp, pp once"));
 }
 
-TEST(MeshTest, OrderGivingExpertsOtherPipelineOrTensorGroupsIsRejected) {
-  // tp-cp-ep-pp-dp with tp 1, pp 2, dp 2: dense rank = pp + 2 dp, so rank 0's
-  // pipeline group is [0, 1]; the expert layout keeps pp outermost: [0, 2].
-  absl::Status status = CreateStatus(Parallel(1, 2, 2, 1, "tp-cp-ep-pp-dp"), 4);
-  EXPECT_THAT(status.message(), HasSubstr("gives dense and expert weights different pipeline groups"));
-  EXPECT_THAT(status.message(), HasSubstr("(rank 0: dense [0, 1], expert [0, 2])"));
-  EXPECT_THAT(status.message(), HasSubstr("\nhint: put pp last"));
-  // dp-tp-cp-ep-pp with tp 2, dp 2: dense tensor group of rank 0 is [0, 2].
-  status = CreateStatus(Parallel(2, 1, 2, 1, "dp-tp-cp-ep-pp"), 4);
+TEST(MeshTest, GarbageOrderIsQuotedShortAndNeverCrashes) {
+  // 40 characters with a newline, a quote and a non-ASCII byte: the message
+  // quotes a short, escaped prefix and stays one line plus the hint.
+  const std::string garbage = "tp-\n\"\xff" + std::string(34, 'x');
+  ASSERT_EQ(garbage.size(), 40u);
+  const std::string message = Message(CreateStatus(Parallel(2, 2, 0, 1, garbage), 8));
+  EXPECT_THAT(message, UserErrorShape());
+  EXPECT_THAT(message, HasSubstr("parallel.order \"tp-\\x0a\\\"\\xffxxxxxxxxxxxxxxxxxx\"... (40 bytes) has unknown "
+                                 "axis \"\\x0a\\\"\\xffxxxxxxxxxxxxxxxxxxxxx\"... (37 bytes)"));
+  // Every string is an order or a user error: axis names, dashes, empty
+  // tokens, NUL and other bytes in many combinations.
+  const std::vector<std::string> pieces = {"tp", "cp", "ep", "dp", "pp", "-", "--", "", std::string(1, '\0'),
+                                           "\xfe", "p", "TP", " "};
+  uint32_t random = 1;  // a linear congruential generator: the same strings every run
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string order;
+    for (int i = 0; i < 3 + trial % 9; ++i) {
+      random = random * 1103515245u + 12345u;
+      order += pieces[(random >> 8) % pieces.size()];
+      if (random % 3 == 0) order += "-";
+    }
+    absl::Status status = CreateStatus(Parallel(2, 2, 0, 2, order), 8);
+    if (!status.ok()) {
+      EXPECT_THAT(Message(status), UserErrorShape()) << UserText(order);
+    }
+  }
+}
+
+TEST(MeshTest, TpPpDpOrderIsAcceptedWhereMegatronAcceptsIt) {
+  // Dense (expert 1): the expert grid is the dense grid, whatever the order.
+  EXPECT_TRUE(CreateStatus(Parallel(2, 2, 4, 1, "tp-cp-ep-pp-dp"), 16).ok());
+  EXPECT_TRUE(CreateStatus(Parallel(1, 2, 2, 1, "tp-cp-ep-pp-dp"), 4).ok());
+  EXPECT_TRUE(CreateStatus(Parallel(2, 1, 2, 1, "dp-tp-cp-ep-pp"), 4).ok());
+  // Pipeline 1 with expert 2: world 8, tensor 2, data 4; dense rank = tp + 2
+  // dp, expert rank = tp + 2 ep + 4 edp, as under the default order.
+  absl::StatusOr<Mesh> mesh = Mesh::Create(Parallel(2, 1, 4, 2, "tp-cp-ep-pp-dp"), 8);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_EQ(mesh->Groups(GroupKind::kExpert), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(mesh->Groups(GroupKind::kExpertData), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+}
+
+TEST(MeshTest, OrderGivingExpertsOtherPipelineGroupsIsRejected) {
+  // "tp-cp-ep-pp-dp" with world 16, tensor 2, pipeline 2, data 4, expert 2
+  // (edp 2): dense sizes [2, 1, 1, 2, 4], rank = tp + 2 pp + 4 dp, so rank 0's
+  // pipeline group is [0, 2]; expert sizes [2, 1, 2, 2, 2], rank = tp + 2 ep +
+  // 4 pp + 8 edp: [0, 4]. Megatron-LM asserts the same.
+  absl::Status status = CreateStatus(Parallel(2, 2, 4, 2, "tp-cp-ep-pp-dp"), 16);
+  EXPECT_THAT(Message(status), UserErrorShape());
+  EXPECT_THAT(status.message(), HasSubstr("parallel.order \"tp-cp-ep-pp-dp\" gives dense and expert weights "
+                                          "different pipeline groups (rank 0: dense [0, 2], expert [0, 4])"));
+  EXPECT_THAT(status.message(), HasSubstr("\nhint: put pp last, e.g. \"tp-cp-ep-dp-pp\""));
+  // Tensor 1, pipeline 2, data 2, expert 2 (edp 1): dense rank = pp + 2 dp,
+  // expert rank = ep + 2 pp.
+  EXPECT_THAT(CreateStatus(Parallel(1, 2, 2, 2, "tp-cp-ep-pp-dp"), 4).message(),
+              HasSubstr("(rank 0: dense [0, 1], expert [0, 2])"));
+}
+
+TEST(MeshTest, OrderNotEndingInPpIsRejectedAsMegatronDoesEvenWithEqualPipelineGroups) {
+  // "tp-pp-cp-ep-dp": pp's stride is tp in both grids, so the pipeline groups
+  // agree, but Megatron-LM asserts pp last when pipeline > 1 and the expert
+  // data-parallel size (2) differs from the dense one (4).
+  absl::Status status = CreateStatus(Parallel(2, 2, 4, 2, "tp-pp-cp-ep-dp"), 16);
+  EXPECT_THAT(Message(status), UserErrorShape());
+  EXPECT_THAT(status.message(),
+              HasSubstr("parallel.order \"tp-pp-cp-ep-dp\" does not end in pp, which Megatron-LM requires with "
+                        "pipeline 2 when the expert layers' data-parallel size (expert-data 2) differs from the "
+                        "dense layers' (data 4)"));
+  EXPECT_THAT(status.message(), HasSubstr("\nhint: put pp last, e.g. \"tp-cp-ep-dp-pp\""));
+}
+
+TEST(MeshTest, OrderGivingExpertsOtherTensorGroupsIsRejected) {
+  // "dp-tp-cp-ep-pp" with tensor 2, data 2, expert 2 (edp 1): dense rank = dp
+  // + 2 tp, so rank 0's tensor group is [0, 2]; expert rank = tp + 2 ep (edp
+  // has size 1): [0, 1]. Megatron-LM would accept it with a separate
+  // expert-tensor group; tetra's experts use the dense tensor group.
+  absl::Status status = CreateStatus(Parallel(2, 1, 2, 2, "dp-tp-cp-ep-pp"), 4);
+  EXPECT_THAT(Message(status), UserErrorShape());
   EXPECT_THAT(status.message(), HasSubstr("different tensor groups (rank 0: dense [0, 2], expert [0, 1])"));
-  EXPECT_THAT(status.message(), HasSubstr("\nhint: put tp first"));
-  // Either order is fine when the axes it moves have size 1.
-  EXPECT_TRUE(CreateStatus(Parallel(1, 2, 1, 1, "tp-cp-ep-pp-dp"), 2).ok());
-  EXPECT_TRUE(CreateStatus(Parallel(2, 4, 1, 1, "dp-tp-cp-ep-pp"), 8).ok());
+  EXPECT_THAT(status.message(), HasSubstr("\nhint: put tp first, e.g. \"tp-dp-cp-ep-pp\""));
+  // dp and ep both before tp: tp's stride is dp = ep x edp in both grids.
+  EXPECT_TRUE(CreateStatus(Parallel(2, 1, 4, 2, "dp-ep-tp-cp-pp"), 8).ok());
 }
 
 TEST(MeshTest, SizesBelowOne) {

@@ -213,6 +213,17 @@ TEST_F(PlanTest, MoeLayoutThroughSetOverrides) {
   EXPECT_EQ(plan["ranks"].items[13]["edp"].number, 1);
 }
 
+TEST_F(PlanTest, MegatronTpPpDpOrder) {
+  // Megatron-LM's --use-tp-pp-dp-mapping order for a dense model, tensor 2,
+  // pipeline 2, data 4: rank = tp + 2 pp + 4 dp (mesh_test works it out).
+  const Json plan = PlanJson("parallel { tensor: 2 pipeline: 2 order: \"tp-cp-ep-pp-dp\" }\n", "--world 16");
+  EXPECT_EQ(plan["groups"]["pp"].AsGroups(),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(plan["groups"]["dp"].AsGroups(), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(plan["ranks"].items[11]["dp"].number, 2);  // 11 = 1 + 2 + 8
+  EXPECT_EQ(plan["ranks"].items[11]["pp"].number, 1);
+}
+
 TEST_F(PlanTest, TableAndNodeWarnings) {
   // Tensor 16 on nodes of 8 GPUs: both tensor groups cross a node boundary.
   RunResult r = Plan("parallel { tensor: 16 }\n", "--world 32");
@@ -238,8 +249,8 @@ TEST_F(PlanTest, BadLayoutsNameTheNumbers) {
   ExpectError("parallel { order: \"tp-cp-xx-dp-pp\" }\n", "--world 4",
               "parallel.order \"tp-cp-xx-dp-pp\" has unknown axis \"xx\"");
   ExpectError("parallel { order: \"tp-cp-dp-pp\" }\n", "--world 4", "lacks ep");
-  ExpectError("parallel { pipeline: 2 order: \"tp-cp-ep-pp-dp\" }\n", "--world 4",
-              "gives dense and expert weights different pipeline groups");
+  ExpectError("parallel { tensor: 2 pipeline: 2 expert: 2 order: \"tp-cp-ep-pp-dp\" }\n", "--world 16",
+              "gives dense and expert weights different pipeline groups (rank 0: dense [0, 2], expert [0, 4])");
   ExpectError("parallel { tensor: 4 }\n", "--world 10", "the world size 10 is not a multiple of 4");
 }
 

@@ -71,7 +71,10 @@ TEST(SampleLoaderTest, WrapsIntoTheNextEpochAndReportsIt) {
   auto loader = SampleLoader::Create(CountingStream(23), 4, /*shuffle=*/false, 1, kVocab);
   ASSERT_TRUE(loader.ok());
   std::vector<int64_t> reported;
-  loader->set_epoch_callback([&](int64_t epoch) { reported.push_back(epoch); });
+  loader->set_epoch_callback([&](const std::string& data_set, int64_t epoch) {
+    EXPECT_EQ(data_set, "counting");
+    reported.push_back(epoch);
+  });
   EXPECT_THAT(Positions(*loader, 3, 4), ElementsAre(3, 4, 0, 1));  // samples 3..6
   EXPECT_THAT(reported, ElementsAre(1));
   Batch wrapped = LoadBatch(*loader, 5, 1);  // sample 5 = epoch 1, position 0
@@ -87,7 +90,7 @@ TEST(SampleLoaderTest, ResumingMidEpochReportsNothing) {
   auto loader = SampleLoader::Create(CountingStream(23), 4, /*shuffle=*/false, 1, kVocab);
   ASSERT_TRUE(loader.ok());
   int calls = 0;
-  loader->set_epoch_callback([&](int64_t) { ++calls; });
+  loader->set_epoch_callback([&](const std::string&, int64_t) { ++calls; });
   LoadBatch(*loader, 12, 2);  // epoch 2, positions 2 and 3
   EXPECT_EQ(calls, 0);
 }
