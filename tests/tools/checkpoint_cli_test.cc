@@ -54,8 +54,8 @@ struct RunResult {
 class CheckpointCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("checkpoint_cli_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ = fs::path(testing::ScratchDir("checkpoint_cli_test")) /
+           (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     ckpt_ = (dir_ / "ckpt").string();

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "proto/tensorboard_event.pb.h"
+#include "tests/testing/scratch_files.h"
 
 namespace tetra {
 namespace {
@@ -61,7 +62,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 TEST(TensorBoardWriterTest, ReaderGetsBackEveryScalarAndRejectsACorruptByte) {
-  const std::string dir = ::testing::TempDir() + "tensorboard_writer_test";
+  const std::string dir = testing::ScratchDir("tensorboard_writer_test") + "/events";
   std::filesystem::remove_all(dir);
   auto writer = TensorBoardWriter::Open(dir);
   ASSERT_TRUE(writer.ok()) << writer.status();
