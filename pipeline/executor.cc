@@ -49,16 +49,23 @@ void PipelineExecutor::Wait(CommHandle& handle) {
   wait_seconds_ += timer.Seconds();
 }
 
+void PipelineExecutor::WaitForReceive(const Action& receive, CommHandle& handle) {
+  Wait(handle);
+  executed_.push_back(receive);
+}
+
 double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
                               const LlamaModel::GradientReadyCallback& on_ready) {
   Timer step_timer;
   wait_seconds_ = 0;
+  executed_.clear();
   // Per (micro-batch, chunk): the received input / output gradient with its
-  // pending receive, the forward's output kept for its send, and its
+  // pending receive (and the table's action that posted it), and its
   // activation slot.
   struct InFlight {
     Tensor received;
     CommHandle receive;
+    Action receive_action;
     int slot = -1;
   };
   const int pieces = micro_batches_ * model_.num_chunks();
@@ -80,6 +87,7 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
       case ActionType::kRecvActivation:
       case ActionType::kRecvGradient:
         mb.received = HiddenBuffer();
+        mb.receive_action = a;
         mb.receive = pipeline_.RecvAsync(mb.received.raw(), mb.received.numel(), DType::kF32,
                                          a.peer, Tag(a));
         break;
@@ -89,6 +97,7 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
         TETRA_CHECK(out.numel() == rows_ * hidden_) << ActionText(a) << " before its computation";
         sends.emplace_back(pipeline_.SendAsync(out.raw(), out.numel(), DType::kF32, a.peer, Tag(a)),
                            std::move(out));
+        executed_.push_back(a);
         out = Tensor();
         break;
       }
@@ -99,7 +108,8 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
         else *free_slot = true;
         peak_activations_ = std::max(peak_activations_, ++live_activations);
         if (stage.has_embedding || stage.has_head) load(a.micro_batch, inputs.data(), targets.data());
-        if (!stage.has_embedding) Wait(mb.receive);
+        if (!stage.has_embedding) WaitForReceive(mb.receive_action, mb.receive);
+        executed_.push_back(a);
         double stage_loss = 0;
         const ScopedSpan span(SpanKind::kForward, nullptr, a.micro_batch);
         Tensor out = model_.ForwardStage(mb.slot, a.chunk, inputs.data(), mb.received, targets.data(),
@@ -114,7 +124,8 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
         break;
       }
       case ActionType::kBackward: {
-        if (!stage.has_head) Wait(mb.receive);
+        if (!stage.has_head) WaitForReceive(mb.receive_action, mb.receive);
+        executed_.push_back(a);
         const ScopedSpan span(SpanKind::kBackward, nullptr, a.micro_batch);
         Tensor d_in = model_.BackwardStage(mb.slot, a.chunk, mb.received,
                                            static_cast<int>(i) == last_backward_ ? on_ready : nullptr);

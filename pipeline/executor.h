@@ -11,6 +11,11 @@
 // too. Each (micro-batch, chunk) takes a model activation slot as its forward
 // starts and gives it back after its backward, so a schedule holds as many
 // slots as it keeps forwards in flight.
+//
+// Each Step also records what it did, in order (executed()), so a test can
+// replay it under the schedule checker's cost model (SimulateTimeline in
+// pipeline/schedule_checker.h) and get the bubble the table promises, which
+// no load on the machine can change, unlike the measured wait_seconds().
 #ifndef TETRA_PIPELINE_EXECUTOR_H_
 #define TETRA_PIPELINE_EXECUTOR_H_
 
@@ -55,6 +60,11 @@ class PipelineExecutor {
   // Most (micro-batch, chunk) forwards that had run but not yet their
   // backward (activations held) at any point of the last Step.
   int peak_activations() const { return peak_activations_; }
+  // What the last Step did, in order: each computation as it ran, each send
+  // where it was posted (its data exists from then on) and each receive
+  // where the rank waited for its data (not where it was posted). Waits on
+  // sends are left out: the cost model's sends never wait.
+  const std::vector<Action>& executed() const { return executed_; }
 
  private:
   // The message tag of a send or receive: activations and gradients of each
@@ -62,6 +72,8 @@ class PipelineExecutor {
   int Tag(const Action& action) const;
   Tensor HiddenBuffer() const;  // (rows, C)
   void Wait(CommHandle& handle);
+  // Waits for a posted receive and records it in executed_.
+  void WaitForReceive(const Action& receive, CommHandle& handle);
 
   LlamaModel& model_;
   Communicator& pipeline_;
@@ -71,6 +83,7 @@ class PipelineExecutor {
   int last_backward_ = -1;  // index in actions_ of the step's last backward
   double wait_seconds_ = 0, step_seconds_ = 0;
   int peak_activations_ = 0;
+  std::vector<Action> executed_;
 };
 
 }  // namespace tetra

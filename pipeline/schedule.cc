@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
@@ -242,6 +243,24 @@ absl::StatusOr<std::vector<Action>> BuildSchedule(const ScheduleSpec& spec, int 
   return std::move(tables[rank]);
 }
 
+std::string BatchSplitHint(int64_t global_batch_size, int64_t micro_batch_size, int64_t data_parallel) {
+  auto splits = [&](int64_t micro, int64_t ranks) { return global_batch_size % (micro * ranks) == 0; };
+  std::vector<std::string> fixes;
+  int64_t micro = micro_batch_size - 1;
+  while (micro >= 1 && !splits(micro, data_parallel)) --micro;
+  if (micro >= 1) fixes.push_back(absl::StrCat("set train.micro_batch_size to ", micro));
+  const int64_t per_step = micro_batch_size * data_parallel;
+  fixes.push_back(absl::StrCat(fixes.empty() ? "set " : "", "train.global_batch_size to a multiple of ", per_step,
+                               " (e.g. ", (global_batch_size / per_step + 1) * per_step, ")"));
+  int64_t ranks = data_parallel - 1;
+  while (ranks >= 1 && !splits(micro_batch_size, ranks)) --ranks;
+  if (ranks >= 1) {
+    fixes.push_back(absl::StrCat("run ", ranks, " data-parallel rank", ranks == 1 ? "" : "s", " instead of ",
+                                 data_parallel));
+  }
+  return absl::StrJoin(fixes, ", or ");
+}
+
 absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config, int data_parallel) {
   const ParallelConfig& parallel = config.parallel();
   const TrainConfig& train = config.train();
@@ -256,7 +275,7 @@ absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config,
                                   " is not a multiple of train.micro_batch_size ", train.micro_batch_size(),
                                   " x data-parallel size ", data_parallel, " = ", per_micro_batch,
                                   ", so the pipeline has no whole number of micro-batches per step"),
-                     absl::StrCat("set train.global_batch_size to a multiple of ", per_micro_batch));
+                     BatchSplitHint(train.global_batch_size(), train.micro_batch_size(), data_parallel));
   }
   ScheduleSpec spec;
   spec.stages = parallel.pipeline();

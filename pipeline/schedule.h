@@ -35,6 +35,7 @@
 #ifndef TETRA_PIPELINE_SCHEDULE_H_
 #define TETRA_PIPELINE_SCHEDULE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,15 @@ absl::StatusOr<std::vector<std::vector<Action>>> BuildAllSchedules(const Schedul
 // virtual_stages (checked when parallel.pipeline_layers does not set the
 // split explicitly).
 absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config, int data_parallel);
+
+// The hint for a train.global_batch_size that `data_parallel` ranks cannot
+// split into whole micro-batches of train.micro_batch_size (all >= 1): every
+// fix, with its numbers: the largest smaller micro-batch size that splits it,
+// the next global batch size that does, and the most data-parallel ranks
+// below `data_parallel` that would, where they exist. E.g. for 16, 16, 4:
+// "set train.micro_batch_size to 4, or train.global_batch_size to a multiple
+// of 64 (e.g. 64), or run 1 data-parallel rank instead of 4".
+std::string BatchSplitHint(int64_t global_batch_size, int64_t micro_batch_size, int64_t data_parallel);
 
 // The entry point for an executor: the table of pipeline rank `pp_rank` for
 // the config's schedule.

@@ -7,7 +7,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/logging.h"
 #include "core/status_macros.h"
 
 namespace tetra {
@@ -44,80 +43,122 @@ Step StepOf(ActionType type) {
 bool IsSend(ActionType type) { return type == ActionType::kSendActivation || type == ActionType::kSendGradient; }
 bool IsGradient(ActionType type) { return type == ActionType::kSendGradient || type == ActionType::kRecvGradient; }
 
+absl::Status ActionError(const std::vector<std::vector<Action>>& orders, int rank, size_t index,
+                         const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("schedule check: rank ", rank, " action ", index, " (",
+                                                 ActionText(orders[rank][index]), "): ", what));
+}
+
+// "rank 1 waits at action 4 (...); ..." for every rank r with next[r] short
+// of its order's end; empty when every rank finished.
+std::string StuckRanks(const std::vector<std::vector<Action>>& orders, const std::vector<size_t>& next) {
+  std::vector<std::string> stuck;
+  for (size_t rank = 0; rank < orders.size(); ++rank) {
+    if (next[rank] < orders[rank].size()) {
+      stuck.push_back(absl::StrCat("rank ", rank, " waits at action ", next[rank], " (",
+                                   ActionText(orders[rank][next[rank]]), ")"));
+    }
+  }
+  return absl::StrJoin(stuck, "; ");
+}
+
+// The virtual stage a message starts from, for either of its ends.
+int SourceStage(const ScheduleSpec& spec, int rank, const Action& a) {
+  const int stage = VirtualStage(spec, rank, a.chunk);
+  switch (a.type) {
+    case ActionType::kRecvActivation:
+      return stage - 1;
+    case ActionType::kRecvGradient:
+      return stage + 1;
+    default:
+      return stage;
+  }
+}
+// A dense index for the message a send or receive belongs to.
+size_t MessageIndex(const ScheduleSpec& spec, int rank, const Action& a) {
+  const int num_virtual = spec.stages * spec.virtual_stages;
+  return (static_cast<size_t>(a.micro_batch) * num_virtual + SourceStage(spec, rank, a)) * 2 + IsGradient(a.type);
+}
+size_t NumMessages(const ScheduleSpec& spec) {
+  return static_cast<size_t>(spec.micro_batches) * spec.stages * spec.virtual_stages * 2;
+}
+
+// One table or record per rank, and every action names a micro-batch and a
+// chunk of the spec, a computation no peer, and a message the rank holding
+// the neighbouring virtual stage it goes to or comes from.
+absl::Status CheckActionsInSpec(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& orders) {
+  RETURN_IF_ERROR(ValidateScheduleSpec(spec));
+  if (static_cast<int>(orders.size()) != spec.stages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("schedule check: ", orders.size(), " tables for ", spec.stages, " pipeline ranks"));
+  }
+  const int v = spec.virtual_stages, num_virtual = spec.stages * v;
+  for (int rank = 0; rank < spec.stages; ++rank) {
+    for (size_t i = 0; i < orders[rank].size(); ++i) {
+      const Action& a = orders[rank][i];
+      if (a.micro_batch < 0 || a.micro_batch >= spec.micro_batches || a.chunk < 0 || a.chunk >= v) {
+        return ActionError(orders, rank, i,
+                           absl::StrCat("outside ", spec.micro_batches, " micro-batches x ", v, " chunks"));
+      }
+      if (IsCompute(a.type)) {
+        if (a.peer != -1) return ActionError(orders, rank, i, "a computation names no peer");
+        continue;
+      }
+      const int stage = VirtualStage(spec, rank, a.chunk);
+      const int other = IsSend(a.type) == IsGradient(a.type) ? stage - 1 : stage + 1;
+      if (other < 0 || other >= num_virtual) {
+        return ActionError(orders, rank, i,
+                           absl::StrCat("virtual stage ", stage, " of ", num_virtual, " has no such neighbour"));
+      }
+      if (a.peer != other % spec.stages) {
+        return ActionError(orders, rank, i,
+                           absl::StrCat("the neighbouring virtual stage ", other, " is on rank ", other % spec.stages));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 class Checker {
  public:
   Checker(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& tables)
-      : spec_(spec), tables_(tables), num_virtual_(spec.stages * spec.virtual_stages) {}
+      : spec_(spec), tables_(tables) {}
 
   absl::StatusOr<ScheduleReport> Run() {
-    RETURN_IF_ERROR(ValidateScheduleSpec(spec_));
-    if (static_cast<int>(tables_.size()) != spec_.stages) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("schedule check: ", tables_.size(), " tables for ", spec_.stages, " pipeline ranks"));
-    }
-    report_.ranks.resize(spec_.stages);
+    RETURN_IF_ERROR(CheckActionsInSpec(spec_, tables_));
     for (int rank = 0; rank < spec_.stages; ++rank) RETURN_IF_ERROR(CheckRank(rank));
     RETURN_IF_ERROR(CheckMatching());
     RETURN_IF_ERROR(CheckNoDeadlock());
-    Simulate();
-    return std::move(report_);
+    ASSIGN_OR_RETURN(ScheduleReport report, SimulateTimeline(spec_, tables_));
+    for (int rank = 0; rank < spec_.stages; ++rank) {
+      if (report.ranks[rank].peak_activations > ActivationBound(spec_, rank)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "schedule check: rank ", rank, " holds the activations of ", report.ranks[rank].peak_activations,
+            " micro-batch chunks at once, more than the ", ScheduleKindName(spec_.kind), " bound of ",
+            ActivationBound(spec_, rank)));
+      }
+    }
+    return report;
   }
 
  private:
   absl::Status Fail(int rank, size_t index, const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat("schedule check: rank ", rank, " action ", index, " (",
-                                                   ActionText(tables_[rank][index]), "): ", what));
+    return ActionError(tables_, rank, index, what);
   }
 
-  // The virtual stage a message starts from, for either of its ends.
-  int SourceStage(int rank, const Action& a) const {
-    const int stage = VirtualStage(spec_, rank, a.chunk);
-    switch (a.type) {
-      case ActionType::kRecvActivation:
-        return stage - 1;
-      case ActionType::kRecvGradient:
-        return stage + 1;
-      default:
-        return stage;
-    }
-  }
-  // A dense index for the message a send or receive belongs to.
-  size_t MessageIndex(int rank, const Action& a) const {
-    return (static_cast<size_t>(a.micro_batch) * num_virtual_ + SourceStage(rank, a)) * 2 + IsGradient(a.type);
-  }
-  size_t NumMessages() const { return static_cast<size_t>(spec_.micro_batches) * num_virtual_ * 2; }
-
-  // Well-formedness, local order and peak activations of one rank's table.
-  absl::Status CheckRank(int rank) {
+  // Local order of one rank's table: each (micro-batch, chunk) runs every step
+  // once, after what it depends on.
+  absl::Status CheckRank(int rank) const {
     const std::vector<Action>& table = tables_[rank];
-    const int v = spec_.virtual_stages;
+    const int v = spec_.virtual_stages, num_virtual = spec_.stages * v;
     std::vector<uint8_t> done(static_cast<size_t>(spec_.micro_batches) * v, 0);
-    RankReport& out = report_.ranks[rank];
-    out.peak_activations_per_chunk.assign(v, 0);
-    std::vector<int> live_per_chunk(v, 0);
-    int live = 0;
     for (size_t i = 0; i < table.size(); ++i) {
       const Action& a = table[i];
-      if (a.micro_batch < 0 || a.micro_batch >= spec_.micro_batches || a.chunk < 0 || a.chunk >= v) {
-        return Fail(rank, i, absl::StrCat("outside ", spec_.micro_batches, " micro-batches x ", v, " chunks"));
-      }
       const int stage = VirtualStage(spec_, rank, a.chunk);
-      if (IsCompute(a.type)) {
-        if (a.peer != -1) return Fail(rank, i, "a computation names no peer");
-      } else {
-        const int other = IsSend(a.type) == IsGradient(a.type) ? stage - 1 : stage + 1;
-        if (other < 0 || other >= num_virtual_) {
-          return Fail(rank, i, absl::StrCat("virtual stage ", stage, " of ", num_virtual_, " has no such neighbour"));
-        }
-        if (a.peer != other % spec_.stages) {
-          return Fail(rank, i, absl::StrCat("the neighbouring virtual stage ", other, " is on rank ",
-                                            other % spec_.stages));
-        }
-      }
       uint8_t& state = done[static_cast<size_t>(a.micro_batch) * v + a.chunk];
       const Step step = StepOf(a.type);
       if (state & step) return Fail(rank, i, "appears twice");
-      const bool first = stage == 0, last = stage == num_virtual_ - 1;
+      const bool first = stage == 0, last = stage == num_virtual - 1;
       const uint8_t needs = a.type == ActionType::kForward          ? (first ? 0 : kReceivedActivation)
                             : a.type == ActionType::kSendActivation ? kForwarded
                             : a.type == ActionType::kBackward       ? (kForwarded | (last ? 0 : kReceivedGradient))
@@ -129,12 +170,6 @@ class Checker {
                                  : "comes before its forward");
       }
       state |= step;
-      const int delta = a.type == ActionType::kForward ? 1 : a.type == ActionType::kBackward ? -1 : 0;
-      live += delta;
-      live_per_chunk[a.chunk] += delta;
-      out.peak_activations = std::max(out.peak_activations, live);
-      int& chunk_peak = out.peak_activations_per_chunk[a.chunk];
-      chunk_peak = std::max(chunk_peak, live_per_chunk[a.chunk]);
     }
     for (int micro_batch = 0; micro_batch < spec_.micro_batches; ++micro_batch) {
       for (int chunk = 0; chunk < v; ++chunk) {
@@ -147,12 +182,6 @@ class Checker {
         }
       }
     }
-    if (out.peak_activations > ActivationBound(spec_, rank)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "schedule check: rank ", rank, " holds the activations of ", out.peak_activations,
-          " micro-batch chunks at once, more than the ", ScheduleKindName(spec_.kind), " bound of ",
-          ActivationBound(spec_, rank)));
-    }
     return absl::OkStatus();
   }
 
@@ -160,16 +189,16 @@ class Checker {
   // receive already: CheckRank makes the receiving chunk's forward or backward
   // wait for it.)
   absl::Status CheckMatching() const {
-    std::vector<bool> sent(NumMessages(), false);
+    std::vector<bool> sent(NumMessages(spec_), false);
     for (int rank = 0; rank < spec_.stages; ++rank) {
       for (const Action& a : tables_[rank]) {
-        if (IsSend(a.type)) sent[MessageIndex(rank, a)] = true;
+        if (IsSend(a.type)) sent[MessageIndex(spec_, rank, a)] = true;
       }
     }
     for (int rank = 0; rank < spec_.stages; ++rank) {
       for (size_t i = 0; i < tables_[rank].size(); ++i) {
         const Action& a = tables_[rank][i];
-        if (!IsCompute(a.type) && !IsSend(a.type) && !sent[MessageIndex(rank, a)]) {
+        if (!IsCompute(a.type) && !IsSend(a.type) && !sent[MessageIndex(spec_, rank, a)]) {
           return Fail(rank, i, absl::StrCat("rank ", a.peer, " never sends it"));
         }
       }
@@ -193,7 +222,7 @@ class Checker {
           if (next[a.peer] == tables_[a.peer].size()) break;
           const Action& b = tables_[a.peer][next[a.peer]];
           if (b.peer != rank || IsSend(b.type) == IsSend(a.type) ||
-              MessageIndex(a.peer, b) != MessageIndex(rank, a)) {
+              MessageIndex(spec_, a.peer, b) != MessageIndex(spec_, rank, a)) {
             break;
           }
           ++next[rank];
@@ -202,59 +231,58 @@ class Checker {
         }
       }
     }
-    std::vector<std::string> waiting;
-    for (int rank = 0; rank < spec_.stages; ++rank) {
-      if (next[rank] < tables_[rank].size()) {
-        waiting.push_back(absl::StrCat("rank ", rank, " waits at action ", next[rank], " (",
-                                       ActionText(tables_[rank][next[rank]]), ")"));
-      }
-    }
+    const std::string waiting = StuckRanks(tables_, next);
     if (waiting.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("schedule check: deadlock with blocking sends and receives: ",
-                                                   absl::StrJoin(waiting, "; ")));
-  }
-
-  // The equal-stage-time timeline: computations take their cost, a send
-  // records when its data exists, a receive waits for that time.
-  void Simulate() {
-    std::vector<int> sent_at(NumMessages(), -1);
-    std::vector<size_t> next(spec_.stages, 0);
-    std::vector<int> clock(spec_.stages, 0);
-    for (bool progress = true; progress;) {
-      progress = false;
-      for (int rank = 0; rank < spec_.stages; ++rank) {
-        RankReport& out = report_.ranks[rank];
-        for (; next[rank] < tables_[rank].size(); ++next[rank], progress = true) {
-          const Action& a = tables_[rank][next[rank]];
-          if (IsCompute(a.type)) {
-            out.timeline.push_back({a, clock[rank], clock[rank] + ComputeTime(a.type)});
-            clock[rank] = out.timeline.back().end;
-            out.busy_time += ComputeTime(a.type);
-          } else if (IsSend(a.type)) {
-            sent_at[MessageIndex(rank, a)] = clock[rank];
-          } else {
-            const int arrival = sent_at[MessageIndex(rank, a)];
-            if (arrival < 0) break;
-            clock[rank] = std::max(clock[rank], arrival);
-          }
-        }
-      }
-    }
-    for (int rank = 0; rank < spec_.stages; ++rank) {
-      // Cannot stall: the rendezvous run above finished, and sends here never wait.
-      TETRA_CHECK(next[rank] == tables_[rank].size()) << "timeline stalled at rank " << rank;
-      report_.step_time = std::max(report_.step_time, clock[rank]);
-    }
-    for (RankReport& rank : report_.ranks) rank.idle_time = report_.step_time - rank.busy_time;
+    return absl::InvalidArgumentError(
+        absl::StrCat("schedule check: deadlock with blocking sends and receives: ", waiting));
   }
 
   const ScheduleSpec& spec_;
   const std::vector<std::vector<Action>>& tables_;
-  const int num_virtual_;
-  ScheduleReport report_;
 };
 
 }  // namespace
+
+absl::StatusOr<ScheduleReport> SimulateTimeline(const ScheduleSpec& spec,
+                                                const std::vector<std::vector<Action>>& orders) {
+  RETURN_IF_ERROR(CheckActionsInSpec(spec, orders));
+  ScheduleReport report;
+  report.ranks.resize(spec.stages);
+  std::vector<int> sent_at(NumMessages(spec), -1);
+  std::vector<size_t> next(spec.stages, 0);
+  std::vector<int> clock(spec.stages, 0), live(spec.stages, 0);
+  std::vector<std::vector<int>> live_per_chunk(spec.stages, std::vector<int>(spec.virtual_stages, 0));
+  for (RankReport& rank : report.ranks) rank.peak_activations_per_chunk.assign(spec.virtual_stages, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int rank = 0; rank < spec.stages; ++rank) {
+      RankReport& out = report.ranks[rank];
+      for (; next[rank] < orders[rank].size(); ++next[rank], progress = true) {
+        const Action& a = orders[rank][next[rank]];
+        if (IsCompute(a.type)) {
+          out.timeline.push_back({a, clock[rank], clock[rank] + ComputeTime(a.type)});
+          clock[rank] = out.timeline.back().end;
+          out.busy_time += ComputeTime(a.type);
+          const int delta = a.type == ActionType::kForward ? 1 : -1;
+          out.peak_activations = std::max(out.peak_activations, live[rank] += delta);
+          int& chunk_peak = out.peak_activations_per_chunk[a.chunk];
+          chunk_peak = std::max(chunk_peak, live_per_chunk[rank][a.chunk] += delta);
+        } else if (IsSend(a.type)) {
+          sent_at[MessageIndex(spec, rank, a)] = clock[rank];
+        } else {
+          const int arrival = sent_at[MessageIndex(spec, rank, a)];
+          if (arrival < 0) break;
+          clock[rank] = std::max(clock[rank], arrival);
+        }
+      }
+    }
+  }
+  const std::string stalled = StuckRanks(orders, next);
+  if (!stalled.empty()) return absl::InvalidArgumentError(absl::StrCat("schedule timeline: stalled: ", stalled));
+  for (int rank = 0; rank < spec.stages; ++rank) report.step_time = std::max(report.step_time, clock[rank]);
+  for (RankReport& rank : report.ranks) rank.idle_time = report.step_time - rank.busy_time;
+  return report;
+}
 
 double ScheduleReport::BubbleFraction() const {
   int idle = 0;

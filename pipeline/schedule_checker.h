@@ -12,11 +12,7 @@
 //     run with buffered or non-blocking sends);
 //   - peak live activations (forwards whose backward has not run, counted in
 //     micro-batch chunks) stay within the kind's bound (ActivationBound);
-// and measures the bubble in the equal-stage-time model (forward
-// kForwardTime, backward kBackwardTime per chunk, communication free and not
-// blocking): each rank runs its computations in table order, as early as its
-// received data allows; the step time is when the last rank finishes, and a
-// rank's bubble is its idle time over the step time.
+// and measures the bubble in the equal-stage-time model (SimulateTimeline).
 #ifndef TETRA_PIPELINE_SCHEDULE_CHECKER_H_
 #define TETRA_PIPELINE_SCHEDULE_CHECKER_H_
 
@@ -61,6 +57,22 @@ double IdealBubbleFraction(const ScheduleSpec& spec);
 // `rank`: GPipe m; 1F1B stages - rank; interleaved Megatron-LM's warm-up
 // 2 (stages - rank - 1) + (v - 1) stages, plus the one in flight.
 int ActivationBound(const ScheduleSpec& spec, int rank);
+
+// The equal-stage-time timeline of `orders`, orders[r] being what pipeline
+// rank r does, in order: a forward takes kForwardTime and a backward
+// kBackwardTime per chunk, a send makes its data exist at the rank's clock
+// (communication is free and never waits), a receive waits until its data
+// exists. The step time is when the last rank finishes; a rank's idle time is
+// the step time less its computations. Given the tables (CheckSchedule), a
+// receive stands where the table posts it; given what executors did
+// (PipelineExecutor::executed()), where the rank waited for it, so the
+// result is the executor's bubble under the model, whatever the machine's
+// load. Fills step_time and each rank's timeline, busy and idle time and
+// peaks. Errors (InvalidArgument): an action outside the spec's micro-batches
+// or chunks, a message to or from no virtual stage, or ranks that stall on a
+// receive whose data never comes, naming them.
+absl::StatusOr<ScheduleReport> SimulateTimeline(const ScheduleSpec& spec,
+                                                const std::vector<std::vector<Action>>& orders);
 
 // Checks the tables of every pipeline rank (tables[r] for rank r) against
 // `spec`; the first violation is an InvalidArgument error naming the rank,

@@ -1,4 +1,7 @@
 # Tests that drive the `tetra` binary from scripts (label `unit`: one process at a time).
+# None depends on time or speed. RUN_SERIAL marks the ones that launch many
+# 4- and 8-rank jobs: alone, they do not multiply the oversubscription of the
+# cores with other tests' ranks (their timeouts stay far from being reached).
 add_test(NAME reference.llama_untied_gqa
          COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>)
 add_test(NAME reference.llama_tied
@@ -7,7 +10,7 @@ add_test(NAME reference.llama_tied
 set_tests_properties(reference.llama_untied_gqa reference.llama_tied PROPERTIES LABELS unit TIMEOUT 300)
 add_test(NAME recipes.tiny_dense_reaches_floor
          COMMAND ${PROJECT_SOURCE_DIR}/tests/recipes/check_default_recipe.sh $<TARGET_FILE:tetra>)
-set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIMEOUT 400 RUN_SERIAL ON)
+set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIMEOUT 400)
 add_test(NAME layouts.parallel_layouts_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_layouts.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.parallel_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 1200 RUN_SERIAL ON)
@@ -17,12 +20,12 @@ set_tests_properties(trace.perfetto_schema_per_rank PROPERTIES LABELS mpi TIMEOU
 add_test(NAME report.cpu_scaling_study
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_scaling_report.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(report.cpu_scaling_study PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)
-add_test(NAME pipeline.measured_bubble_matches_table
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/pipeline/check_bubble.py $<TARGET_FILE:tetra>)
-set_tests_properties(pipeline.measured_bubble_matches_table PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL ON)
 add_test(NAME checkpoints.resume_and_reshard_under_mpirun
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/checkpoints/check_checkpoints.py $<TARGET_FILE:tetra>)
 set_tests_properties(checkpoints.resume_and_reshard_under_mpirun PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)
 add_test(NAME layouts.moe_layouts_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_moe_layouts.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.moe_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)
+add_test(NAME readme.commands_run_as_written
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_readme_commands.py $<TARGET_FILE:tetra>)
+set_tests_properties(readme.commands_run_as_written PROPERTIES LABELS mpi TIMEOUT 900)

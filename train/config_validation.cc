@@ -197,8 +197,7 @@ absl::Status ValidateBatch(const TrainConfig& t) {
   if (t.global_batch_size() % t.micro_batch_size() != 0) {
     return Invalid(absl::StrCat("train.global_batch_size ", t.global_batch_size(),
                                 " is not a multiple of train.micro_batch_size ", t.micro_batch_size()),
-                   absl::StrCat("set global_batch_size to a multiple of ", t.micro_batch_size(),
-                                " (micro-batch x accumulation steps)"));
+                   BatchSplitHint(t.global_batch_size(), t.micro_batch_size(), 1));
   }
   return absl::OkStatus();
 }
@@ -385,8 +384,8 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
     return Invalid(absl::StrCat("train.global_batch_size ", t.global_batch_size(),
                                 " is not a multiple of train.micro_batch_size ", t.micro_batch_size(),
                                 " x data-parallel size ", s.dp, " = ", int64_t{t.micro_batch_size()} * s.dp),
-                   absl::StrCat("each data-parallel rank takes whole micro-batches: set global_batch_size "
-                                "to a multiple of ", int64_t{t.micro_batch_size()} * s.dp));
+                   absl::StrCat("each data-parallel rank takes whole micro-batches: ",
+                                BatchSplitHint(t.global_batch_size(), t.micro_batch_size(), s.dp)));
   }
   return ValidateTensorParallel(c.model(), s.tp, p.sequence_parallel(),
                                 int64_t{t.micro_batch_size()} * t.seq_length());

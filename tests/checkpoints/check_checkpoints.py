@@ -205,9 +205,9 @@ def stop_with_sigterm(work):
                       f"log.metrics_path={metrics}", f"checkpoint.dir={ckpt}"]:
         cmd += ["--set", s]
     job = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and (not os.path.exists(metrics) or
-                                      sum(1 for _ in open(metrics)) < 3):
+    # Until 3 steps are written, however long a loaded machine takes (ctest's
+    # TIMEOUT bounds a run that hangs), or the job ends by itself (a failure).
+    while job.poll() is None and (not os.path.exists(metrics) or sum(1 for _ in open(metrics)) < 3):
         time.sleep(0.05)
     job.send_signal(signal.SIGTERM)
     out, _ = job.communicate(timeout=120)

@@ -1,7 +1,7 @@
 // Helper program for watchdog_test (not a test itself): run under mpirun, it
 // splits the world into a group named "skippers" and every rank but rank 0
-// gets stuck instead of joining an all-reduce on it, so rank 0's watchdog
-// (2 s) must end the whole job. Each rank first writes its pid to
+// gets stuck for good instead of joining an all-reduce on it, so rank 0's
+// watchdog (2 s) must end the whole job. Each rank first writes its pid to
 // DIR/rank<r>.pid (DIR = argv[1]) so the test can check nothing is left running.
 #include <unistd.h>
 
@@ -26,8 +26,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<tetra::Communicator> group = world->Split(everyone, "skippers");
   world->Barrier();
   if (session.world_rank() != 0) {
-    sleep(120);  // stuck: never joins the all-reduce
-    return 0;
+    for (;;) pause();  // stuck for good: only the watchdog's abort ends the job
   }
   std::vector<float> values(1024, 1.0f);
   group->AllReduce(values.data(), values.data(), 1024, tetra::DType::kF32, tetra::ReduceOp::kSum);

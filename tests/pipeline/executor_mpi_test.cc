@@ -10,7 +10,12 @@
 // addition. Evaluation through the pipeline gives the whole model's loss
 // exactly. Also checks the readiness callback (descending, ending at 0),
 // that the measured wait time lies within the step time, and the measured
-// peak of live activations against the schedule checker.
+// peak of live activations against the schedule checker. The bubble: every
+// rank's record of what it did (executed(): computations, sends, and
+// receives where it waited), replayed together under the checker's
+// equal-stage-time model, has the table's idle time on every rank and the
+// textbook bubble (p - 1) / (v m + p - 1); whole time units, so exactly, and
+// independent of how fast or loaded the machine is.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -50,6 +55,46 @@ Communicator& World() {
 // Token ids of micro-batch `mb`: inputs (offset 0) or targets (offset 1).
 void Tokens(int mb, int offset, int32_t* out) {
   for (int64_t i = 0; i < kBatch * kSeq; ++i) out[i] = static_cast<int32_t>((5 * i + 3 * mb + offset) % 13);
+}
+
+// Gathers every rank's record (each as long as its table) and checks its
+// replay against the tables' timeline and the textbook bubble, on every rank.
+void ExpectReplayHasTheTablesBubble(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& tables,
+                                    const std::vector<Action>& executed) {
+  Communicator& world = World();
+  const int rank = world.rank();
+  // Each action is 4 ints (type, micro-batch, chunk, peer) at its rank's
+  // offset; the other ranks' places hold zeros, so a sum gathers them.
+  constexpr int kFields = 4;
+  std::vector<size_t> offset(spec.stages + 1, 0);
+  for (int r = 0; r < spec.stages; ++r) offset[r + 1] = offset[r] + kFields * tables[r].size();
+  EXPECT_EQ(executed.size(), tables[rank].size()) << "rank " << rank << " recorded another number of actions";
+  std::vector<int32_t> fields(offset.back(), 0);
+  for (size_t i = 0; i < std::min(executed.size(), tables[rank].size()); ++i) {
+    const Action& a = executed[i];
+    int32_t* out = &fields[offset[rank] + kFields * i];
+    out[0] = static_cast<int32_t>(a.type);
+    out[1] = a.micro_batch;
+    out[2] = a.chunk;
+    out[3] = a.peer;
+  }
+  world.AllReduce(fields.data(), fields.data(), static_cast<int64_t>(fields.size()), DType::kI32, ReduceOp::kSum);
+  std::vector<std::vector<Action>> records(spec.stages);
+  for (int r = 0; r < spec.stages; ++r) {
+    for (size_t i = offset[r]; i < offset[r + 1]; i += kFields) {
+      records[r].push_back({static_cast<ActionType>(fields[i]), fields[i + 1], fields[i + 2], fields[i + 3]});
+    }
+  }
+  absl::StatusOr<ScheduleReport> replay = SimulateTimeline(spec, records);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  absl::StatusOr<ScheduleReport> table = CheckSchedule(spec, tables);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(replay->step_time, table->step_time);
+  for (int r = 0; r < spec.stages; ++r) {
+    EXPECT_EQ(replay->ranks[r].busy_time, table->ranks[r].busy_time) << "rank " << r;
+    EXPECT_EQ(replay->ranks[r].idle_time, table->ranks[r].idle_time) << "rank " << r;
+  }
+  EXPECT_DOUBLE_EQ(replay->BubbleFraction(), IdealBubbleFraction(spec));
 }
 
 void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, bool tie = false) {
@@ -99,6 +144,7 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(executor.peak_activations(), report->ranks[rank].peak_activations) << "rank " << rank;
   EXPECT_LE(executor.peak_activations(), ActivationBound(spec, rank)) << "rank " << rank;
+  ExpectReplayHasTheTablesBubble(spec, *tables, executor.executed());
 
   // The tied table's copies on the first and last stage sum their gradients.
   Parameter* tied = stage.tied_embedding_copy();

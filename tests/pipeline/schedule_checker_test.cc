@@ -3,7 +3,8 @@
 // tables pass, the bubble equals the textbook formula and the peak live
 // activations the kind's closed form. Then a timeline worked out by hand, and
 // broken tables (the classic blocking 1F1B deadlock, a missing send, a
-// backward before its forward, ...) that the checker must reject.
+// backward before its forward, ...) that the checker must reject, and the
+// timeline of executed orders (receives where the rank waits, a late send).
 //
 // No tolerances: times are whole units, so bubbles compare as exact fractions
 // (idle x denominator == step time x numerator).
@@ -198,6 +199,69 @@ TEST(ScheduleCheckerTest, BrokenTablesAreRejected) {
                  "rank 0 action 0 (backward of micro-batch 0 chunk 0): comes before its forward");
   ExpectRejected(one, {{{T::kForward, 0, 0, -1}, {T::kForward, 1, 0, -1}, {T::kBackward, 0, 0, -1}}},
                  "rank 0 never runs the backward of micro-batch 1 chunk 0");
+}
+
+// SimulateTimeline on what an executor does: receives stand where the rank
+// waits for their data, later than the table posts them.
+TEST(SimulateTimelineTest, ReceivesWhereTheRankWaitsKeepTheTablesTimeline) {
+  absl::StatusOr<std::vector<std::vector<Action>>> tables = BuildAllSchedules(kTwoByTwo);
+  ASSERT_TRUE(tables.ok()) << tables.status();
+  absl::StatusOr<ScheduleReport> table_report = CheckSchedule(kTwoByTwo, *tables);
+  ASSERT_TRUE(table_report.ok()) << table_report.status();
+  // Rank 1's table posts RA1 before B0; it waits for it just before F1.
+  std::vector<std::vector<Action>> executed = *tables;
+  ASSERT_EQ(executed[1][2], (Action{T::kRecvActivation, 1, 0, 0}));
+  executed[1] = {executed[1][0], executed[1][1], executed[1][3], executed[1][4],
+                 executed[1][2], executed[1][5], executed[1][6], executed[1][7]};
+  absl::StatusOr<ScheduleReport> report = SimulateTimeline(kTwoByTwo, executed);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->step_time, table_report->step_time);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(report->ranks[rank].idle_time, table_report->ranks[rank].idle_time) << rank;
+    EXPECT_EQ(report->ranks[rank].peak_activations, table_report->ranks[rank].peak_activations) << rank;
+  }
+  EXPECT_EQ(report->BubbleFraction(), IdealBubbleFraction(kTwoByTwo));
+}
+
+TEST(SimulateTimelineTest, ALateSendDelaysItsReceiver) {
+  // Rank 1 posts B0's gradient after F1 [4,5) instead of at 4: rank 0's B0
+  // starts at 5, not 4 (TimelineWorkedByHand has the table's timeline).
+  std::vector<std::vector<Action>> executed = {
+      {{T::kForward, 0, 0, -1},
+       {T::kSendActivation, 0, 0, 1},
+       {T::kForward, 1, 0, -1},
+       {T::kSendActivation, 1, 0, 1},
+       {T::kRecvGradient, 0, 0, 1},
+       {T::kBackward, 0, 0, -1},
+       {T::kRecvGradient, 1, 0, 1},
+       {T::kBackward, 1, 0, -1}},
+      {{T::kRecvActivation, 0, 0, 0},
+       {T::kForward, 0, 0, -1},
+       {T::kBackward, 0, 0, -1},
+       {T::kRecvActivation, 1, 0, 0},
+       {T::kForward, 1, 0, -1},
+       {T::kSendGradient, 0, 0, 0},
+       {T::kBackward, 1, 0, -1},
+       {T::kSendGradient, 1, 0, 0}}};
+  absl::StatusOr<ScheduleReport> report = SimulateTimeline(kTwoByTwo, executed);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->ranks[0].timeline.size(), 4u);
+  EXPECT_EQ(report->ranks[0].timeline[2].start, 5);
+  EXPECT_EQ(report->ranks[0].idle_time, 3);  // B1 [7, 9) was the critical path anyway
+
+  // Rank 0 waiting for B0's gradient before sending F0's activation stalls both.
+  executed[0] = {{T::kForward, 0, 0, -1}, {T::kForward, 1, 0, -1},      {T::kRecvGradient, 0, 0, 1},
+                 {T::kBackward, 0, 0, -1}, {T::kSendActivation, 0, 0, 1}, {T::kSendActivation, 1, 0, 1},
+                 {T::kRecvGradient, 1, 0, 1}, {T::kBackward, 1, 0, -1}};
+  report = SimulateTimeline(kTwoByTwo, executed);
+  ASSERT_FALSE(report.ok());
+  EXPECT_THAT(report.status().message(),
+              HasSubstr("stalled: rank 0 waits at action 2 (receive gradient of micro-batch 0 chunk 0 from rank "
+                        "1); rank 1 waits at action 0 (receive activation of micro-batch 0 chunk 0 from rank 0)"));
+  executed[0][0].chunk = 1;
+  report = SimulateTimeline(kTwoByTwo, executed);
+  ASSERT_FALSE(report.ok());
+  EXPECT_THAT(report.status().message(), HasSubstr("outside 2 micro-batches x 1 chunks"));
 }
 
 TEST(ScheduleCheckerTest, ActivationsAboveTheBoundAreRejected) {

@@ -169,6 +169,20 @@ void ExpectConfigError(const TrainerConfig& config, int data_parallel, const std
   EXPECT_THAT(spec.status().message(), HasSubstr("\nhint: "));
 }
 
+// Every fix that exists, with its numbers, and only those.
+TEST(ScheduleTest, BatchSplitHintNamesEveryFix) {
+  EXPECT_EQ(BatchSplitHint(16, 16, 4),
+            "set train.micro_batch_size to 4, or train.global_batch_size to a multiple of 64 (e.g. 64), or run 1 "
+            "data-parallel rank instead of 4");
+  EXPECT_EQ(BatchSplitHint(24, 4, 4),
+            "set train.micro_batch_size to 3, or train.global_batch_size to a multiple of 16 (e.g. 32), or run 3 "
+            "data-parallel ranks instead of 4");
+  EXPECT_EQ(BatchSplitHint(10, 4, 1),
+            "set train.micro_batch_size to 2, or train.global_batch_size to a multiple of 4 (e.g. 12)");
+  // 6 samples over 4 ranks: no micro-batch size, and no fewer ranks, splits them.
+  EXPECT_EQ(BatchSplitHint(6, 4, 4), "set train.global_batch_size to a multiple of 16 (e.g. 16)");
+}
+
 TEST(ScheduleTest, InvalidCombinationsNameTheNumbers) {
   // 6 micro-batches on 4 stages, interleaved.
   ExpectConfigError(Config(4, 2, ParallelConfig::ONE_F_ONE_B, 12, 2, 8), 1,
@@ -183,7 +197,9 @@ TEST(ScheduleTest, InvalidCombinationsNameTheNumbers) {
                     "is 1");
   ExpectConfigError(Config(2, 1, ParallelConfig::ONE_F_ONE_B, 12, 4, 8), 2,
                     "train.global_batch_size 12 is not a multiple of train.micro_batch_size 4 x data-parallel size 2 "
-                    "= 8");
+                    "= 8, so the pipeline has no whole number of micro-batches per step\nhint: set "
+                    "train.micro_batch_size to 3, or train.global_batch_size to a multiple of 8 (e.g. 16), or run 1 "
+                    "data-parallel rank instead of 2");
   ExpectConfigError(Config(2, 1, ParallelConfig::ONE_F_ONE_B, 0, 4, 8), 2, "at least 1 micro-batch, but there are 0");
   ExpectConfigError(Config(2, 1, ParallelConfig::ONE_F_ONE_B, 8, 0, 8), 2,
                     "train.micro_batch_size 0 x data-parallel size 2 must be at least 1");

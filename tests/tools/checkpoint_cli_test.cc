@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -39,6 +40,20 @@ using ::testing::Not;
 using ::tetra::testing::ReadBytes;
 namespace fs = std::filesystem;
 
+// How long a test waits for a background run to reach a point (a few
+// steps, a first checkpoint): far above what a loaded machine needs (well
+// under a second when idle), so only a broken run ever reaches it.
+constexpr auto kBackgroundLimit = std::chrono::seconds(300);
+
+// Polls `reached` until it holds or kBackgroundLimit passes; returns it.
+bool WaitUntil(const std::function<bool()>& reached) {
+  const auto deadline = std::chrono::steady_clock::now() + kBackgroundLimit;
+  while (!reached() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return reached();
+}
+
 struct RunResult {
   int exit_code;
   std::string out, err;
@@ -47,8 +62,8 @@ struct RunResult {
 class CheckpointCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("checkpoint_cli_test_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    dir_ = fs::path(testing::ScratchDir("checkpoint_cli_test")) /
+           (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     ckpt_ = (dir_ / "ckpt").string();
@@ -98,6 +113,17 @@ class CheckpointCliTest : public ::testing::Test {
     std::map<int, std::string> a = Curve(full), b = Curve(resumed);
     ASSERT_EQ(b.size(), static_cast<size_t>(last - first + 1)) << ReadBytes(dir_ / resumed);
     for (int step = first; step <= last; ++step) EXPECT_EQ(a[step], b[step]) << "step " << step;
+  }
+
+  // Whether ckpt_ holds a step_NNNNNNNN directory (written as .tmp, renamed
+  // when complete), while a run may be saving and deleting them.
+  bool HasCompleteCheckpoint() {
+    std::error_code error;
+    for (fs::directory_iterator it(ckpt_, error), end; !error && it != end; it.increment(error)) {
+      const std::string name = it->path().filename().string();
+      if (name.starts_with("step_") && !name.ends_with(".tmp")) return true;
+    }
+    return false;
   }
 
   std::string StepDir(int step) {
@@ -172,11 +198,12 @@ TEST_F(CheckpointCliTest, SigtermFinishesTheStepSavesAndExitsZero) {
     const std::string text = ReadBytes(metrics);
     return std::count(text.begin(), text.end(), '\n');
   };
-  for (int i = 0; i < 600 && lines() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const bool running = WaitUntil([&] { return lines() >= 3; });
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
   const std::string out = ReadBytes(dir_ / "out");
+  ASSERT_TRUE(running) << "no 3 steps written in " << kBackgroundLimit.count() << " s\n" << out;
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
   ASSERT_THAT(out, HasSubstr("stopped by SIGTERM after step "));
@@ -456,11 +483,16 @@ TEST_F(CheckpointCliTest, KillDuringSaveLeavesAResumableCheckpoint) {
       execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), nullptr);
       _exit(127);
     }
-    // Wait for the first checkpoint, then a little longer.
-    for (int i = 0; i < 600 && !fs::exists(StepDir(1)); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    // Wait for a complete checkpoint (not step 1's: keep=2 deletes it two
+    // steps later, which a busy machine's polling may miss), then a little
+    // longer (any moment will do: the delays only vary what the run is doing
+    // when killed).
+    const bool saved = WaitUntil([&] { return HasCompleteCheckpoint(); });
+    if (saved) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
+    ASSERT_TRUE(saved) << "no checkpoint in " << kBackgroundLimit.count() << " s: "
+                       << ReadBytes(dir_ / "out");
     RunResult inspect = Run("checkpoint inspect " + ckpt_);
     ASSERT_EQ(inspect.exit_code, 0) << "killed after " << delay_ms << " ms: " << inspect.err;
     const int step = std::stoi(inspect.out.substr(inspect.out.find("  step ") + 7));

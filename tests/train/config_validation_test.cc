@@ -39,7 +39,18 @@ TEST(ConfigValidationTest, ReportsBrokenConstraintsWithNumbers) {
   config.mutable_train()->set_global_batch_size(10);
   config.mutable_train()->set_micro_batch_size(4);
   EXPECT_THAT(ValidateConfig(config).message(),
-              HasSubstr("global_batch_size 10 is not a multiple of train.micro_batch_size 4"));
+              HasSubstr("global_batch_size 10 is not a multiple of train.micro_batch_size 4\nhint: set "
+                        "train.micro_batch_size to 2, or train.global_batch_size to a multiple of 4 (e.g. 12)"));
+  // configs/tiny_moe.textproto on 4 data-parallel ranks: 16 samples cannot
+  // make 16-sample micro-batches on each.
+  config = TrainerConfig();
+  config.mutable_train()->set_global_batch_size(16);
+  config.mutable_train()->set_micro_batch_size(16);
+  EXPECT_THAT(ValidateConfig(config, 4).message(),
+              HasSubstr("train.global_batch_size 16 is not a multiple of train.micro_batch_size 16 x data-parallel "
+                        "size 4 = 64\nhint: each data-parallel rank takes whole micro-batches: set "
+                        "train.micro_batch_size to 4, or train.global_batch_size to a multiple of 64 (e.g. 64), or "
+                        "run 1 data-parallel rank instead of 4"));
 
   config = TrainerConfig();
   config.mutable_data()->set_format(DataConfig::LLMC);

@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scratch_files.h"
 
 namespace tetra {
 namespace {
@@ -78,7 +79,7 @@ TEST(MetricsLogTest, ProgressLineShowsWhatAUserWatches) {
 }
 
 TEST(MetricsLogTest, FileStartsAfreshAndGetsOneLinePerStep) {
-  const std::string path = ::testing::TempDir() + "metrics_log_test/run/metrics.jsonl";
+  const std::string path = testing::ScratchDir("metrics_log_test") + "/run/metrics.jsonl";
   for (int run = 0; run < 2; ++run) {
     auto log = MetricsLog::Open(path);
     ASSERT_TRUE(log.ok()) << log.status();
@@ -99,7 +100,7 @@ TEST(MetricsLogTest, FileStartsAfreshAndGetsOneLinePerStep) {
 
 // A run resumed after step 2 keeps steps 1 and 2 and redoes 3 onwards.
 TEST(MetricsLogTest, ResumedRunKeepsTheStepsBeforeItsCheckpoint) {
-  const std::string path = ::testing::TempDir() + "metrics_log_test/resumed/metrics.jsonl";
+  const std::string path = testing::ScratchDir("metrics_log_test") + "/resumed/metrics.jsonl";
   auto line = [](int step, double loss) {
     StepMetrics m = Example();
     m.step = step;

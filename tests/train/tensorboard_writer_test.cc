@@ -13,6 +13,7 @@
 #include "core/json.h"
 #include "gtest/gtest.h"
 #include "proto/tensorboard_event.pb.h"
+#include "tests/testing/scratch_files.h"
 
 namespace tetra {
 namespace {
@@ -63,7 +64,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 TEST(TensorBoardWriterTest, ReaderGetsBackEveryScalarAndRejectsACorruptByte) {
-  const std::string dir = ::testing::TempDir() + "tensorboard_writer_test";
+  const std::string dir = testing::ScratchDir("tensorboard_writer_test") + "/events";
   std::filesystem::remove_all(dir);
   auto writer = TensorBoardWriter::Open(dir);
   ASSERT_TRUE(writer.ok()) << writer.status();

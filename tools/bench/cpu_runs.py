@@ -1,6 +1,6 @@
 """Runs of configs/bench_cpu_scaling.textproto on this machine's CPU cores
-under mpirun --oversubscribe, shared by tools/bench/calibrate_cpu.py and
-tests/tools/check_scaling_report.py.
+under mpirun --oversubscribe, shared by tools/bench/calibrate_cpu.py,
+tools/bench/bench_cpu_scaling.py and tests/tools/check_scaling_report.py.
 
 A layout's step time is the fastest step after the first (step 1 pays for
 first touches and thread start) over `REPEATS` runs, the layouts taking turns
@@ -40,11 +40,11 @@ def train(tetra, ranks, sets, metrics_path, mpiexec="mpirun"):
 REPEATS = 2
 
 
-def measure(tetra, out, mpiexec="mpirun"):
-    """{ranks: [metrics lines of each run]} for every layout, REPEATS runs
+def measure(tetra, out, mpiexec="mpirun", repeats=REPEATS):
+    """{ranks: [metrics lines of each run]} for every layout, `repeats` runs
     each, taking turns; run r of `ranks` ranks writes out/w{ranks}_{r}.jsonl."""
     runs = {ranks: [] for ranks in LAYOUTS}
-    for r in range(REPEATS):
+    for r in range(repeats):
         for ranks, sets in LAYOUTS.items():
             runs[ranks].append(train(tetra, ranks, sets, f"{out}/w{ranks}_{r}.jsonl", mpiexec))
     return runs
