@@ -1,11 +1,10 @@
 #include "train/checkpoint_format.h"
 
-#include <fstream>
-#include <iterator>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/input_file.h"
+#include "core/status_macros.h"
 #include "core/user_error.h"
 
 namespace tetra {
@@ -34,9 +33,9 @@ std::vector<DimRange> ShardBox(const Shape& global_shape, const TensorShard& sha
 }
 
 int64_t BoxNumElements(const std::vector<DimRange>& box) {
-  int64_t n = 1;
-  for (const DimRange& r : box) n *= r.end() - r.begin();
-  return n;
+  Shape extents;
+  for (const DimRange& r : box) extents.push_back(r.end() - r.begin());
+  return NumElements(extents);
 }
 
 std::string BoxString(const std::vector<DimRange>& box) {
@@ -47,13 +46,10 @@ std::string BoxString(const std::vector<DimRange>& box) {
 
 absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kManifestFileName);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return UserError(absl::StrCat("cannot read checkpoint manifest ", path),
-                     "point at a checkpoint directory (step_NNNNNNNN) written by tetra, or the "
-                     "checkpoint.dir that holds them", absl::StatusCode::kNotFound);
-  }
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  ASSIGN_OR_RETURN(const std::string bytes,
+                   ReadInputFile(path, "checkpoint manifest",
+                                 "point at a checkpoint directory (step_NNNNNNNN) written by "
+                                 "tetra, or the checkpoint.dir that holds them"));
   CheckpointManifest manifest;
   if (!manifest.ParseFromString(bytes)) {
     return UserError(absl::StrCat("checkpoint manifest ", path, " (", bytes.size(),

@@ -1,13 +1,11 @@
 #include "train/checkpoint_reader.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "core/crc32c.h"
+#include "core/input_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "train/checkpoint_format.h"
@@ -19,7 +17,7 @@ constexpr char kOlderHint[] =
     "the checkpoint is damaged: remove this step directory to resume from the previous one";
 
 std::string TensorLabel(const TensorRecord& tensor) {
-  return absl::StrCat(tensor.name(), " (", KindName(tensor.kind()), ")");
+  return absl::StrCat(UserText(tensor.name()), " (", KindName(tensor.kind()), ")");
 }
 
 Shape ShapeOf(const TensorRecord& tensor) { return Shape(tensor.shape().begin(), tensor.shape().end()); }
@@ -31,18 +29,23 @@ std::vector<DimRange> BoxOf(const ShardRecord& shard) {
 // A shard record that cannot describe real data: the manifest is damaged.
 absl::Status CheckShardRecord(const std::string& manifest_path, const TensorRecord& tensor,
                               const ShardRecord& shard) {
+  // The tensor's shape was checked to have an int64 element count, so the
+  // box's count, inside it, does too.
   bool ok = shard.box_size() == tensor.shape_size() && !shard.file().empty() &&
             shard.file().find('/') == std::string::npos;
   for (int d = 0; ok && d < shard.box_size(); ++d) {
     ok = 0 <= shard.box(d).begin() && shard.box(d).begin() <= shard.box(d).end() &&
          shard.box(d).end() <= tensor.shape(d);
   }
+  uint64_t bytes = 0;
   ok = ok && 0 <= shard.flat_begin() && shard.flat_begin() <= shard.flat_end() &&
        shard.flat_end() <= BoxNumElements(BoxOf(shard)) &&
-       shard.bytes() == static_cast<uint64_t>(shard.flat_end() - shard.flat_begin()) * sizeof(float);
+       !__builtin_mul_overflow(static_cast<uint64_t>(shard.flat_end() - shard.flat_begin()),
+                               sizeof(float), &bytes) &&
+       shard.bytes() == bytes;
   if (ok) return absl::OkStatus();
   return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " is inconsistent: a shard of ",
-                                TensorLabel(tensor), " in file \"", shard.file(), "\" holds elements [",
+                                TensorLabel(tensor), " in file ", UserText(shard.file()), " holds elements [",
                                 shard.flat_begin(), ", ", shard.flat_end(), ") of box ",
                                 BoxString(BoxOf(shard)), " in ", shard.bytes(),
                                 " bytes, which does not fit the tensor's shape ",
@@ -61,8 +64,14 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) 
     const TensorRecord& tensor = reader.manifest_.tensors(i);
     if (tensor.dtype() != "F32") {
       return UserError(absl::StrCat("checkpoint ", dir, " stores ", TensorLabel(tensor), " as ",
-                                    tensor.dtype(), "; this tetra reads F32 checkpoints"),
+                                    UserText(tensor.dtype()), "; this tetra reads F32 checkpoints"),
                        "load it with the tetra version that wrote it");
+    }
+    if (!CheckedNumElements(ShapeOf(tensor))) {
+      return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " gives ",
+                                    TensorLabel(tensor), " the shape ", ShapeString(ShapeOf(tensor)),
+                                    ", which has a negative dim or more elements than int64 holds"),
+                       kOlderHint, absl::StatusCode::kDataLoss);
     }
     for (const ShardRecord& shard : tensor.shards()) {
       RETURN_IF_ERROR(CheckShardRecord(manifest_path, tensor, shard));
@@ -77,33 +86,28 @@ const TensorRecord* CheckpointReader::Find(std::string_view name, TensorRecord::
   return it == index_.end() ? nullptr : &manifest_.tensors(it->second);
 }
 
+absl::StatusOr<InputFile> CheckpointReader::OpenShard(const TensorRecord& tensor,
+                                                      const ShardRecord& shard) const {
+  const std::string path = absl::StrCat(dir_, "/", shard.file());
+  ASSIGN_OR_RETURN(InputFile file, InputFile::Open(path, "checkpoint file", kOlderHint));
+  const auto size = static_cast<uint64_t>(file.size());
+  if (shard.bytes() > size || shard.offset() > size - shard.bytes()) {
+    return UserError(absl::StrCat("checkpoint file ", path, " is truncated: ", TensorLabel(tensor),
+                                  " needs ", shard.bytes(), " bytes at offset ", shard.offset(),
+                                  " but the file has ", size),
+                     kOlderHint, absl::StatusCode::kDataLoss);
+  }
+  return file;
+}
+
 absl::StatusOr<std::string> CheckpointReader::ReadShard(const TensorRecord& tensor,
                                                         const ShardRecord& shard) const {
-  const std::string path = absl::StrCat(dir_, "/", shard.file());
-  std::ifstream in(path, std::ios::binary);
-  std::error_code error;
-  const uintmax_t size = std::filesystem::file_size(path, error);
-  if (!in || error) {
-    return UserError(absl::StrCat("checkpoint file ", path, " holding ", TensorLabel(tensor),
-                                  " cannot be read: ", error ? error.message() : std::strerror(errno)),
-                     kOlderHint, absl::StatusCode::kDataLoss);
-  }
-  if (size < shard.offset() + shard.bytes()) {
-    return UserError(absl::StrCat("checkpoint file ", path, " is truncated: ", TensorLabel(tensor),
-                                  " needs bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
-                                  ") but the file has ", size),
-                     kOlderHint, absl::StatusCode::kDataLoss);
-  }
-  std::string bytes(shard.bytes(), '\0');
-  in.seekg(static_cast<std::streamoff>(shard.offset()));
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!in) {
-    return UserError(absl::StrCat("reading ", TensorLabel(tensor), " from checkpoint file ", path, " failed"),
-                     kOlderHint, absl::StatusCode::kDataLoss);
-  }
+  ASSIGN_OR_RETURN(const InputFile file, OpenShard(tensor, shard));
+  ASSIGN_OR_RETURN(std::string bytes, file.Read(static_cast<int64_t>(shard.offset()),
+                                                static_cast<int64_t>(shard.bytes())));
   const uint32_t crc = Crc32c(bytes.data(), bytes.size());
   if (crc != shard.crc32c()) {
-    return UserError(absl::StrCat("checkpoint file ", path, " is corrupt: ", TensorLabel(tensor),
+    return UserError(absl::StrCat("checkpoint file ", file.path(), " is corrupt: ", TensorLabel(tensor),
                                   " at bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
                                   ") has CRC-32C ", crc, " but the manifest says ", shard.crc32c()),
                      kOlderHint, absl::StatusCode::kDataLoss);
@@ -117,6 +121,29 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
   TETRA_CHECK(dims == tensor.shape_size()) << "a " << dims << "-dim box of " << TensorLabel(tensor);
   Shape out_shape(dims);
   for (int d = 0; d < dims; ++d) out_shape[d] = box[d].end() - box[d].begin();
+  auto overlaps_box = [&](const ShardRecord& shard) {
+    bool overlaps = shard.flat_begin() < shard.flat_end();
+    for (int d = 0; d < dims; ++d) {
+      overlaps = overlaps && shard.box(d).begin() < box[d].end() && box[d].begin() < shard.box(d).end();
+    }
+    return overlaps;
+  };
+  auto missing_shards = [&](int64_t held) {
+    return UserError(absl::StrCat("checkpoint ", dir_, " holds only ", held, " of the ",
+                                  NumElements(out_shape), " elements of ", TensorLabel(tensor), " in ",
+                                  BoxString(box), ": shards are missing from the manifest"),
+                     kOlderHint, absl::StatusCode::kDataLoss);
+  };
+  // Before allocating the box: shards whose bytes are in their files must
+  // hold at least as many elements, so a damaged manifest cannot make this
+  // allocate what no file holds.
+  int64_t held = 0;
+  for (const ShardRecord& shard : tensor.shards()) {
+    if (!overlaps_box(shard)) continue;
+    RETURN_IF_ERROR(OpenShard(tensor, shard).status());
+    held += std::min(shard.flat_end() - shard.flat_begin(), NumElements(out_shape) - held);
+  }
+  if (held < NumElements(out_shape)) return missing_shards(held);
   Tensor out = Tensor::Empty(out_shape);
   std::vector<char> covered(out.numel(), 0);
   int64_t num_covered = 0;
@@ -126,11 +153,7 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
   const int64_t out_row = box_end - box_begin;
   std::vector<int64_t> coord(dims);
   for (const ShardRecord& shard : tensor.shards()) {
-    bool overlaps = true;
-    for (int d = 0; d < dims; ++d) {
-      overlaps = overlaps && shard.box(d).begin() < box[d].end() && box[d].begin() < shard.box(d).end();
-    }
-    if (!overlaps || shard.flat_begin() == shard.flat_end()) continue;
+    if (!overlaps_box(shard)) continue;
     ASSIGN_OR_RETURN(std::string bytes, ReadShard(tensor, shard));
     const float* values = reinterpret_cast<const float*>(bytes.data());
     const int64_t shard_row_end = dims ? shard.box(last).end() : 1;
@@ -165,12 +188,7 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
       i += run;
     }
   }
-  if (num_covered != out.numel()) {
-    return UserError(absl::StrCat("checkpoint ", dir_, " holds only ", num_covered, " of the ", out.numel(),
-                                  " elements of ", TensorLabel(tensor), " in ", BoxString(box),
-                                  ": shards are missing from the manifest"),
-                     kOlderHint, absl::StatusCode::kDataLoss);
-  }
+  if (num_covered != out.numel()) return missing_shards(num_covered);
   return out;
 }
 

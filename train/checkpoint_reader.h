@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/input_file.h"
 #include "core/tensor.h"
 #include "proto/checkpoint.pb.h"
 
@@ -40,6 +41,8 @@ class CheckpointReader {
 
  private:
   CheckpointReader() = default;
+  // The file of one shard, checked to hold the shard's bytes.
+  absl::StatusOr<InputFile> OpenShard(const TensorRecord& tensor, const ShardRecord& shard) const;
   // The bytes of one shard, checked against the file's size and the CRC.
   absl::StatusOr<std::string> ReadShard(const TensorRecord& tensor, const ShardRecord& shard) const;
 

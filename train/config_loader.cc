@@ -1,13 +1,12 @@
 #include "train/config_loader.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/input_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "google/protobuf/descriptor.h"
@@ -246,16 +245,11 @@ absl::StatusOr<TrainerConfig> ParseConfigText(std::string_view text, const std::
 }
 
 absl::StatusOr<TrainerConfig> LoadConfigFile(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) {
-    return UserError(absl::StrCat("cannot read config file ", path),
-                     "pass --config with a path to a .textproto file, e.g. "
-                     "configs/tiny_dense.textproto",
-                     absl::StatusCode::kNotFound);
-  }
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  return ParseConfigText(buffer.str(), path);
+  ASSIGN_OR_RETURN(const std::string text,
+                   ReadInputFile(path, "config file",
+                                 "pass --config with a path to a .textproto file, e.g. "
+                                 "configs/tiny_dense.textproto"));
+  return ParseConfigText(text, path);
 }
 
 absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {

@@ -206,7 +206,7 @@ TEST_F(CheckpointCliTest, FlippedByteIsAnErrorNamingFileAndTensor) {
   for (const std::string& args : {"checkpoint inspect " + ckpt_, TrainArgs(4, "b.jsonl", 0)}) {
     RunResult r = Run(args);
     EXPECT_EQ(r.exit_code, 1) << args;
-    EXPECT_THAT(r.err, HasSubstr("checkpoint file " + file + " is corrupt: model.embed_tokens.weight (weight)"));
+    EXPECT_THAT(r.err, HasSubstr("checkpoint file " + file + " is corrupt: \"model.embed_tokens.weight\" (weight)"));
     EXPECT_THAT(r.err, HasSubstr("\nhint: "));
   }
 }
@@ -218,7 +218,7 @@ TEST_F(CheckpointCliTest, TruncatedShardIsAnErrorNamingFileAndTensor) {
   RunResult r = Run(TrainArgs(4, "b.jsonl", 0));
   EXPECT_EQ(r.exit_code, 1);
   // The last shard written is the last tensor's second moment.
-  EXPECT_THAT(r.err, HasSubstr("checkpoint file " + file + " is truncated: lm_head.weight (exp_avg_sq)"));
+  EXPECT_THAT(r.err, HasSubstr("checkpoint file " + file + " is truncated: \"lm_head.weight\" (exp_avg_sq)"));
 }
 
 TEST_F(CheckpointCliTest, IncompleteNewestFallsBackToThePrevious) {
