@@ -31,8 +31,11 @@ absl::Status CheckShardRecord(const std::string& manifest_path, const TensorReco
                               const ShardRecord& shard) {
   // The tensor's shape was checked to have an int64 element count, so the
   // box's count, inside it, does too.
+  // The file is a name inside the checkpoint directory, as RankFileName makes.
+  constexpr size_t kMaxFileNameBytes = 255;  // NAME_MAX
   bool ok = shard.box_size() == tensor.shape_size() && !shard.file().empty() &&
-            shard.file().find('/') == std::string::npos;
+            shard.file().size() <= kMaxFileNameBytes &&
+            shard.file().find_first_of(std::string("/\0", 2)) == std::string::npos;
   for (int d = 0; ok && d < shard.box_size(); ++d) {
     ok = 0 <= shard.box(d).begin() && shard.box(d).begin() <= shard.box(d).end() &&
          shard.box(d).end() <= tensor.shape(d);
