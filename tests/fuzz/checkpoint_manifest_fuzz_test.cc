@@ -36,8 +36,9 @@ TEST(CheckpointManifestFuzzTest, EveryManifestReadsSoundOrFailsWithAShortUserErr
   fs::copy_file(written + "/rank_00000.bin", dir + "/rank_00000.bin");
   const std::vector<std::string> corpus = {testing::ReadBytes(written + "/" + kManifestFileName)};
   if (const char* seeds = std::getenv("TETRA_FUZZ_SEEDS_DIR")) {  // the data file for tools/fuzz/
-    fs::create_directories(std::string(seeds) + ".data");
-    fs::copy_file(written + "/rank_00000.bin", std::string(seeds) + ".data/rank_00000.bin",
+    const std::string data = std::string(seeds) + "/checkpoint_manifest.data";
+    fs::create_directories(data);
+    fs::copy_file(written + "/rank_00000.bin", data + "/rank_00000.bin",
                   fs::copy_options::overwrite_existing);
   }
   testing::LimitAddressSpace(uint64_t{4} << 30);

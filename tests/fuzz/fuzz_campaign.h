@@ -33,7 +33,7 @@ struct FuzzCampaign {
 
 inline void Run(const FuzzCampaign& campaign) {
   ASSERT_FALSE(campaign.corpus.empty());
-  MaybeExportSeeds(campaign.corpus);
+  MaybeExportSeeds(campaign.parser, campaign.corpus);
   int failures = 0;
   auto check = [&](const std::string& input, const std::string& origin) {
     if (failures >= 5) return;  // enough to debug; the rest would repeat them

@@ -342,14 +342,15 @@ inline bool WriteWholeFile(const std::string& path, const std::string& bytes) {
   return out.good();
 }
 
-// With TETRA_FUZZ_SEEDS_DIR set, writes `corpus` there as seed_<i> (the
-// libFuzzer runs of tools/fuzz/ start from the tests' valid inputs).
-inline void MaybeExportSeeds(const std::vector<std::string>& corpus) {
+// With TETRA_FUZZ_SEEDS_DIR set, writes `corpus` to <that>/<parser>/seed_<i>
+// (the libFuzzer runs of tools/fuzz/ start from the tests' valid inputs).
+inline void MaybeExportSeeds(const std::string& parser, const std::vector<std::string>& corpus) {
   const char* dir = std::getenv("TETRA_FUZZ_SEEDS_DIR");
   if (dir == nullptr) return;
-  std::filesystem::create_directories(dir);
+  const std::string out = absl::StrCat(dir, "/", parser);
+  std::filesystem::create_directories(out);
   for (size_t i = 0; i < corpus.size(); ++i) {
-    WriteWholeFile(absl::StrCat(dir, "/seed_", i), corpus[i]);
+    WriteWholeFile(absl::StrCat(out, "/seed_", i), corpus[i]);
   }
 }
 
