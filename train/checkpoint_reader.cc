@@ -31,11 +31,13 @@ absl::Status CheckShardRecord(const std::string& manifest_path, const TensorReco
                               const ShardRecord& shard) {
   // The tensor's shape was checked to have an int64 element count, so the
   // box's count, inside it, does too.
-  // The file is a name inside the checkpoint directory, as RankFileName makes.
-  constexpr size_t kMaxFileNameBytes = 255;  // NAME_MAX
-  bool ok = shard.box_size() == tensor.shape_size() && !shard.file().empty() &&
-            shard.file().size() <= kMaxFileNameBytes &&
-            shard.file().find_first_of(std::string("/\0", 2)) == std::string::npos;
+  // The file is a plain name inside the checkpoint directory, as RankFileName
+  // makes: printable, no '/', at most NAME_MAX bytes (it appears in messages).
+  constexpr size_t kMaxFileNameBytes = 255;
+  const std::string& file = shard.file();
+  bool ok = shard.box_size() == tensor.shape_size() && !file.empty() &&
+            file.size() <= kMaxFileNameBytes &&
+            std::all_of(file.begin(), file.end(), [](char c) { return c > ' ' && c < 0x7f && c != '/'; });
   for (int d = 0; ok && d < shard.box_size(); ++d) {
     ok = 0 <= shard.box(d).begin() && shard.box(d).begin() <= shard.box(d).end() &&
          shard.box(d).end() <= tensor.shape(d);
