@@ -28,6 +28,9 @@ static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian and is read in place");
 
 constexpr size_t kLengthFieldBytes = 8;
+// Hugging Face's reader refuses longer headers (safetensors' MAX_HEADER_SIZE);
+// parsing one costs memory in proportion, many times its size.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::string_view kMetadataKey = "__metadata__";
 
 // ---------------------------------------------------------------------------
@@ -235,6 +238,11 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                                      header_size, after_length),
                      absl::StrCat("a truncated file comes from an interrupted download or copy; ",
                                   kNotSafetensorsHint));
+  }
+  if (header_size > kMaxHeaderBytes) {
+    return FileError(path, absl::StrFormat("the header length field says %d bytes of JSON, more "
+                                           "than the format's limit of %d",
+                                           header_size, kMaxHeaderBytes));
   }
   const uint64_t data_size = after_length - header_size;
   file.data_offset_ = static_cast<int64_t>(kLengthFieldBytes + header_size);

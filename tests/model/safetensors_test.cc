@@ -492,6 +492,20 @@ TEST_F(SafetensorsTest, AHugeKeyIsQuotedShort) {
   EXPECT_LT(Message(file->ReadF32(key, &out)).size(), 1000u);
 }
 
+// As in Hugging Face's reader: a header over 100 MB is refused before it is
+// parsed (the JSON parser's memory grows with it).
+TEST_F(SafetensorsTest, AHeaderOverTheFormatsLimitIsRefused) {
+  const std::string path = TempPath("huge_header.safetensors");
+  WriteBytes(path, LengthField(100'000'002) + "[");
+  std::filesystem::resize_file(path, 8 + 100'000'002);  // sparse: no 100 MB write
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_FALSE(file.ok());
+  EXPECT_THAT(Message(file.status()),
+              HasSubstr("the header length field says 100000002 bytes of JSON, more than the "
+                        "format's limit of 100000000"));
+  EXPECT_THAT(Message(file.status()), UserErrorShape());
+}
+
 // Weights rewritten while tetra loads them: an error naming the file, not a
 // SIGBUS from the mapping.
 TEST_F(SafetensorsTest, AFileTruncatedAfterOpenIsAnErrorOnRead) {
