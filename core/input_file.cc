@@ -51,10 +51,11 @@ absl::StatusOr<InputFile> InputFile::Open(const std::string& path, const std::st
   }
   if (!S_ISREG(info.st_mode) && !IsNullDevice(info)) {
     close(fd);
-    return UserError(absl::StrCat(label, " is ", FileTypeName(info.st_mode),
-                                  ", not a regular file"),
-                     absl::StrCat(hint, " (tetra reads files whole, and never from pipes, "
-                                        "directories or devices)"));
+    return UserError(
+        absl::StrCat(label, " is ", FileTypeName(info.st_mode), ", not a regular file"),
+        absl::StrCat(hint,
+                     " (tetra reads files whole, and never from pipes, "
+                     "directories or devices)"));
   }
   // Regular files ignore O_NONBLOCK; clearing it keeps reads plain.
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -62,8 +63,10 @@ absl::StatusOr<InputFile> InputFile::Open(const std::string& path, const std::st
 }
 
 InputFile::InputFile(InputFile&& other) noexcept
-    : path_(std::move(other.path_)), what_(std::move(other.what_)),
-      fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+    : path_(std::move(other.path_)),
+      what_(std::move(other.what_)),
+      fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_) {}
 
 InputFile& InputFile::operator=(InputFile&& other) noexcept {
   if (this != &other) {

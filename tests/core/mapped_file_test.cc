@@ -37,7 +37,8 @@ std::string MakeFile(const std::string& name) {
 // Copies [offset, offset + size) through ReadRange.
 absl::Status Copy(const MappedFile& file, int64_t offset, int64_t size, std::vector<char>* out) {
   out->assign(size, 0);
-  return file.ReadRange(offset, size, [&](const uint8_t* src) { std::memcpy(out->data(), src, size); });
+  return file.ReadRange(offset, size,
+                        [&](const uint8_t* src) { std::memcpy(out->data(), src, size); });
 }
 
 TEST(MappedFileTest, ReadsInsideTheFile) {
@@ -60,7 +61,8 @@ TEST(MappedFileTest, ATruncatedFileIsAnErrorNamingItNotASigbus) {
   // Pages past the new end: the read faults.
   absl::Status status = Copy(*file, kFileBytes - 8, 8, &out);
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(Message(status), HasSubstr("token file " + path + " shrank from 4194304 to 100 bytes "
+  EXPECT_THAT(Message(status), HasSubstr("token file " + path +
+                                         " shrank from 4194304 to 100 bytes "
                                          "while tetra was reading it: bytes [4194296, 4194304) "
                                          "are gone"));
   EXPECT_THAT(Message(status), UserErrorShape());

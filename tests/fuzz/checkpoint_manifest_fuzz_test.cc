@@ -42,20 +42,21 @@ TEST(CheckpointManifestFuzzTest, EveryManifestReadsSoundOrFailsWithAShortUserErr
                   fs::copy_options::overwrite_existing);
   }
   testing::LimitAddressSpace(uint64_t{4} << 30);
-  testing::Run({.parser = "checkpoint_manifest",
-                .corpus = corpus,
-                .seed = 31,
-                .mutations = 8000,
-                .problem = [&](const std::string& input) {
-                  return testing::CheckpointManifestProblem(input, dir);
-                },
-                .mutate = [&](testing::Mutator& m) {
-                  CheckpointManifest manifest;
-                  EXPECT_TRUE(manifest.ParseFromString(corpus[0]));
-                  const int count = 1 + static_cast<int>(m.rng().Below(3));
-                  for (int i = 0; i < count; ++i) m.MutateMessage(&manifest);
-                  return manifest.SerializeAsString();
-                }});
+  testing::Run(
+      {.parser = "checkpoint_manifest",
+       .corpus = corpus,
+       .seed = 31,
+       .mutations = 8000,
+       .problem =
+           [&](const std::string& input) { return testing::CheckpointManifestProblem(input, dir); },
+       .mutate =
+           [&](testing::Mutator& m) {
+             CheckpointManifest manifest;
+             EXPECT_TRUE(manifest.ParseFromString(corpus[0]));
+             const int count = 1 + static_cast<int>(m.rng().Below(3));
+             for (int i = 0; i < count; ++i) m.MutateMessage(&manifest);
+             return manifest.SerializeAsString();
+           }});
 }
 
 }  // namespace

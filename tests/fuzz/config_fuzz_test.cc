@@ -18,8 +18,11 @@ namespace {
 TEST(ConfigFuzzTest, EveryTextParsesSoundOrFailsWithAShortUserError) {
   testing::LimitAddressSpace(uint64_t{4} << 30);
   std::vector<std::string> corpus;
-  for (const auto& entry : std::filesystem::directory_iterator(std::string(TETRA_SOURCE_DIR) + "/configs")) {
-    if (entry.path().extension() == ".textproto") corpus.push_back(testing::ReadBytes(entry.path()));
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(TETRA_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() == ".textproto") {
+      corpus.push_back(testing::ReadBytes(entry.path()));
+    }
   }
   std::sort(corpus.begin(), corpus.end());
   testing::Run({.parser = "config_text",

@@ -22,9 +22,13 @@ inline std::string ConfigTextProblem(const std::string& text) {
   absl::StatusOr<TrainerConfig> config = ParseConfigText(text, "fuzz.textproto");
   if (!config.ok()) return UserErrorProblem(config.status());
   std::string printed;
-  if (!google::protobuf::TextFormat::PrintToString(*config, &printed)) return "the config does not print";
+  if (!google::protobuf::TextFormat::PrintToString(*config, &printed)) {
+    return "the config does not print";
+  }
   TrainerConfig again;
-  if (!google::protobuf::TextFormat::ParseFromString(printed, &again)) return "its printing does not parse";
+  if (!google::protobuf::TextFormat::ParseFromString(printed, &again)) {
+    return "its printing does not parse";
+  }
   if (!google::protobuf::util::MessageDifferencer::Equals(*config, again)) {
     return "printing and parsing again changes the config";
   }

@@ -19,8 +19,9 @@ namespace {
 std::vector<std::string> Corpus() {
   const std::string path = testing::ScratchDir("json_fuzz_test") + "/seed.safetensors";
   const std::vector<float> values(6, 1.0f);
-  EXPECT_TRUE(WriteSafetensors(path, {{"model.norm.weight", {2, 3}, values.data()}, {"s", {}, values.data()}},
-                               DType::kBF16, {{"format", "pt"}})
+  EXPECT_TRUE(WriteSafetensors(
+                  path, {{"model.norm.weight", {2, 3}, values.data()}, {"s", {}, values.data()}},
+                  DType::kBF16, {{"format", "pt"}})
                   .ok());
   const std::string file = testing::ReadBytes(path);
   uint64_t header_size = 0;

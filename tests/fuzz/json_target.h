@@ -52,8 +52,12 @@ inline bool IsUtf8(std::string_view s) {
 // 17 significant digits), the test's own writer.
 inline void WriteJson(const JsonValue& value, std::string* out) {
   switch (value.kind) {
-    case JsonValue::Kind::kNull: out->append("null"); return;
-    case JsonValue::Kind::kBool: out->append(value.boolean ? "true" : "false"); return;
+    case JsonValue::Kind::kNull:
+      out->append("null");
+      return;
+    case JsonValue::Kind::kBool:
+      out->append(value.boolean ? "true" : "false");
+      return;
     case JsonValue::Kind::kNumber:
       if (value.integer) {
         out->append(absl::StrCat(*value.integer));
@@ -64,7 +68,9 @@ inline void WriteJson(const JsonValue& value, std::string* out) {
         out->append(text);
       }
       return;
-    case JsonValue::Kind::kString: AppendJsonString(value.string, out); return;
+    case JsonValue::Kind::kString:
+      AppendJsonString(value.string, out);
+      return;
     case JsonValue::Kind::kArray:
     case JsonValue::Kind::kObject: {
       const bool object = value.kind == JsonValue::Kind::kObject;
@@ -133,7 +139,9 @@ inline std::string JsonProblem(const std::string& text) {
   std::string written;
   WriteJson(*value, &written);
   absl::StatusOr<JsonValue> again = ParseJson(written);
-  if (!again.ok()) return absl::StrCat("its own writing does not parse: ", again.status().message());
+  if (!again.ok()) {
+    return absl::StrCat("its own writing does not parse: ", again.status().message());
+  }
   if (!SameJson(*value, *again)) return "writing and parsing again changes the value";
   return "";
 }

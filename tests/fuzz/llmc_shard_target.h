@@ -34,7 +34,9 @@ inline std::string LlmcShardProblem(const std::string& bytes, const std::string&
   }
   if ((*stream)->size() != header[2]) return "the stream's size is not the header's count";
   std::vector<int32_t> tokens(header[2]);
-  if (!(*stream)->Read(0, header[2], tokens.data()).ok()) return "reading the accepted tokens failed";
+  if (!(*stream)->Read(0, header[2], tokens.data()).ok()) {
+    return "reading the accepted tokens failed";
+  }
   for (int64_t i = 0; i < header[2]; ++i) {
     uint32_t stored = 0;
     std::memcpy(&stored, bytes.data() + 1024 + i * width, width);

@@ -56,9 +56,10 @@ TEST(MegatronDatasetFuzzTest, EveryInputOpensSoundOrFailsWithAShortUserError) {
                 .corpus = corpus,
                 .seed = 1729,
                 .mutations = 20000,
-                .problem = [&](const std::string& input) {
-                  return testing::MegatronDatasetProblem(input, dir + "/input");
-                },
+                .problem =
+                    [&](const std::string& input) {
+                      return testing::MegatronDatasetProblem(input, dir + "/input");
+                    },
                 .mutate = [&](testing::Mutator& m) { return MutateOnePart(m, corpus); }});
 }
 

@@ -45,7 +45,9 @@ inline std::string MegatronDatasetProblem(const std::string& input, const std::s
     return "cannot write the scratch files " + prefix;
   }
   absl::StatusOr<std::unique_ptr<TokenStream>> stream = OpenMegatronDataset(prefix);
-  if (!stream.ok()) return UserErrorProblem(stream.status(), {prefix + ".idx", prefix + ".bin", prefix});
+  if (!stream.ok()) {
+    return UserErrorProblem(stream.status(), {prefix + ".idx", prefix + ".bin", prefix});
+  }
 
   if (idx.size() < 34 || idx.compare(0, 9, std::string("MMIDIDX\0\0", 9)) != 0 ||
       LoadAt<uint64_t>(idx, 9) != 1) {
@@ -57,7 +59,8 @@ inline std::string MegatronDatasetProblem(const std::string& input, const std::s
   const int width = kWidth[code];
   const uint64_t sequences = LoadAt<uint64_t>(idx, 18), documents = LoadAt<uint64_t>(idx, 26);
   // In 128 bits, so a hostile count cannot wrap the check.
-  if (34 + static_cast<unsigned __int128>(sequences) * 12 + static_cast<unsigned __int128>(documents) * 8 >
+  if (34 + static_cast<unsigned __int128>(sequences) * 12 +
+          static_cast<unsigned __int128>(documents) * 8 >
       idx.size()) {
     return "accepted counts whose tables do not fit the index";
   }
@@ -66,25 +69,28 @@ inline std::string MegatronDatasetProblem(const std::string& input, const std::s
     const int32_t length = LoadAt<int32_t>(idx, 34 + 4 * i);
     const int64_t pointer = LoadAt<int64_t>(idx, 34 + 4 * sequences + 8 * i);
     if (length < 0 || pointer < 0 ||
-        static_cast<unsigned __int128>(pointer) + static_cast<uint64_t>(length) * width > bin.size()) {
+        static_cast<unsigned __int128>(pointer) + static_cast<uint64_t>(length) * width >
+            bin.size()) {
       return "accepted a sequence outside the .bin";
     }
     if (want.size() + length > (size_t{1} << 24)) return "";  // bounded by the .bin: fine, stop
     for (int32_t k = 0; k < length; ++k) {
+      const size_t at = pointer + static_cast<size_t>(k) * width;
       int64_t value = 0;
-      const char* at = bin.data() + pointer + static_cast<int64_t>(k) * width;
       switch (code) {
-        case 1: value = LoadAt<uint8_t>(std::string(at, 1), 0); break;
-        case 2: value = LoadAt<int8_t>(std::string(at, 1), 0); break;
-        case 3: value = LoadAt<int16_t>(std::string(at, 2), 0); break;
-        case 4: value = LoadAt<int32_t>(std::string(at, 4), 0); break;
-        case 5: value = LoadAt<int64_t>(std::string(at, 8), 0); break;
-        case 8: value = LoadAt<uint16_t>(std::string(at, 2), 0); break;
+        case 1: value = LoadAt<uint8_t>(bin, at); break;
+        case 2: value = LoadAt<int8_t>(bin, at); break;
+        case 3: value = LoadAt<int16_t>(bin, at); break;
+        case 4: value = LoadAt<int32_t>(bin, at); break;
+        case 5: value = LoadAt<int64_t>(bin, at); break;
+        case 8: value = LoadAt<uint16_t>(bin, at); break;
       }
       want.push_back(static_cast<int32_t>(std::clamp<int64_t>(value, INT32_MIN, INT32_MAX)));
     }
   }
-  if ((*stream)->size() != static_cast<int64_t>(want.size())) return "the stream's size is not the sum of lengths";
+  if ((*stream)->size() != static_cast<int64_t>(want.size())) {
+    return "the stream's size is not the sum of lengths";
+  }
   std::vector<int32_t> got(want.size());
   if (!(*stream)->Read(0, static_cast<int64_t>(got.size()), got.data()).ok()) {
     return "reading the accepted tokens failed";

@@ -25,18 +25,22 @@ std::vector<std::string> Corpus(const std::string& dir) {
     ASSERT_TRUE(WriteSafetensors(path, tensors, dtype, metadata).ok());
     corpus.push_back(testing::ReadBytes(path));
   };
-  add({{"model.embed_tokens.weight", {2, 3}, values.data()}, {"model.norm.weight", {3}, values.data()}},
+  add({{"model.embed_tokens.weight", {2, 3}, values.data()},
+       {"model.norm.weight", {3}, values.data()}},
       DType::kF32, {{"format", "pt"}});
   add({{"scalar", {}, values.data()}, {"empty", {0, 3}, values.data()}, {"v", {6}, values.data()}},
       DType::kBF16, {});
-  const std::string header =
-      R"({"h":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},)"
-      R"("ids":{"dtype":"I64","shape":[1],"data_offsets":[4,12]},)"
-      R"("mask":{"dtype":"BOOL","shape":[3],"data_offsets":[12,15]},)"
-      R"("__metadata__":{"a":"b"}})";
+  const std::string header = R"({"h":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},)"
+                             R"("ids":{"dtype":"I64","shape":[1],"data_offsets":[4,12]},)"
+                             R"("mask":{"dtype":"BOOL","shape":[3],"data_offsets":[12,15]},)"
+                             R"("__metadata__":{"a":"b"}})";
   std::string bytes(8, '\0');
   bytes[0] = static_cast<char>(header.size());
-  corpus.push_back(bytes + header + std::string("\x00\x3c\x00\xc0" "\x07\0\0\0\0\0\0\0" "\x01\x00\x01", 15));
+  corpus.push_back(bytes + header +
+                   std::string("\x00\x3c\x00\xc0"
+                               "\x07\0\0\0\0\0\0\0"
+                               "\x01\x00\x01",
+                               15));
   return corpus;
 }
 
@@ -52,8 +56,12 @@ std::string MutateHeader(testing::Mutator& m, const std::vector<std::string>& co
   const int count = 1 + static_cast<int>(m.rng().Below(3));
   for (int i = 0; i < count; ++i) {
     switch (m.rng().Below(8)) {
-      case 0: m.DuplicateSlice(&header); break;
-      case 1: data.resize(m.rng().Below(data.size() + 16), '\0'); break;
+      case 0:
+        m.DuplicateSlice(&header);
+        break;
+      case 1:
+        data.resize(m.rng().Below(data.size() + 16), '\0');
+        break;
       case 2:
         if (m.rng().OneIn(8)) {
           m.GrowString(&header);
@@ -61,7 +69,9 @@ std::string MutateHeader(testing::Mutator& m, const std::vector<std::string>& co
           m.FlipBit(&header);
         }
         break;
-      default: m.ReplaceNumberText(&header); break;
+      default:
+        m.ReplaceNumberText(&header);
+        break;
     }
   }
   std::string out(8, '\0');
@@ -75,14 +85,14 @@ TEST(SafetensorsFuzzTest, EveryInputOpensSoundOrFailsWithAShortUserError) {
   const std::string dir = testing::ScratchDir("safetensors_fuzz_test");
   const std::string path = dir + "/input.safetensors";
   const std::vector<std::string> corpus = Corpus(dir);
-  testing::Run({.parser = "safetensors",
-                .corpus = corpus,
-                .seed = 20240520,
-                .mutations = 30000,
-                .problem = [&](const std::string& input) {
-                  return testing::SafetensorsProblem(input, path);
-                },
-                .mutate = [&](testing::Mutator& m) { return MutateHeader(m, corpus); }});
+  testing::Run(
+      {.parser = "safetensors",
+       .corpus = corpus,
+       .seed = 20240520,
+       .mutations = 30000,
+       .problem =
+           [&](const std::string& input) { return testing::SafetensorsProblem(input, path); },
+       .mutate = [&](testing::Mutator& m) { return MutateHeader(m, corpus); }});
 }
 
 }  // namespace

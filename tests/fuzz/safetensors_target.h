@@ -24,10 +24,10 @@ namespace tetra::testing {
 // Bits per element of the dtypes the format defines, by hand; 0 if unknown.
 inline int SafetensorsDtypeBits(const std::string& name) {
   static const std::vector<std::pair<std::string, int>> kBits = {
-      {"F64", 64}, {"I64", 64}, {"U64", 64}, {"C64", 64},   {"F32", 32},    {"I32", 32},
-      {"U32", 32}, {"F16", 16}, {"BF16", 16}, {"I16", 16},  {"U16", 16},    {"I8", 8},
-      {"U8", 8},   {"BOOL", 8}, {"F8_E4M3", 8}, {"F8_E5M2", 8}, {"F8_E8M0", 8}, {"F6_E2M3", 6},
-      {"F6_E3M2", 6}, {"F4", 4}};
+      {"F64", 64},    {"I64", 64},    {"U64", 64},    {"C64", 64},    {"F32", 32},
+      {"I32", 32},    {"U32", 32},    {"F16", 16},    {"BF16", 16},   {"I16", 16},
+      {"U16", 16},    {"I8", 8},      {"U8", 8},      {"BOOL", 8},    {"F8_E4M3", 8},
+      {"F8_E5M2", 8}, {"F8_E8M0", 8}, {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"F4", 4}};
   for (const auto& [dtype, bits] : kBits) {
     if (dtype == name) return bits;
   }
@@ -35,7 +35,8 @@ inline int SafetensorsDtypeBits(const std::string& name) {
 }
 
 // What Open accepted that it should not have, "" if the file is sound.
-inline std::string AcceptedSafetensorsProblem(const std::string& bytes, const SafetensorsFile& file) {
+inline std::string AcceptedSafetensorsProblem(const std::string& bytes,
+                                              const SafetensorsFile& file) {
   uint64_t header_size;
   std::memcpy(&header_size, bytes.data(), 8);
   const std::string_view header(bytes.data() + 8, header_size);
@@ -91,9 +92,10 @@ inline std::string AcceptedSafetensorsProblem(const std::string& bytes, const Sa
   const char* data = bytes.data() + 8 + header_size;
   for (const auto& [begin, end, name] : ranges) {
     const SafetensorsEntry& entry = *file.Find(name);
-    const bool readable = entry.dtype_name == "F32" || entry.dtype_name == "BF16" ||
-                          entry.dtype_name == "F16";
-    const int64_t n = readable ? static_cast<int64_t>((end - begin) / (entry.dtype_name == "F32" ? 4 : 2)) : 1;
+    const bool readable =
+        entry.dtype_name == "F32" || entry.dtype_name == "BF16" || entry.dtype_name == "F16";
+    const int64_t n =
+        readable ? static_cast<int64_t>((end - begin) / (entry.dtype_name == "F32" ? 4 : 2)) : 1;
     std::vector<float> out(n);
     const absl::Status status = file.ReadF32(name, out.data());
     if (!readable) {
@@ -101,7 +103,9 @@ inline std::string AcceptedSafetensorsProblem(const std::string& bytes, const Sa
       if (std::string p = UserErrorProblem(status, {file.path()}); !p.empty()) return p;
       continue;
     }
-    if (!status.ok()) return absl::StrCat("ReadF32 failed on an accepted tensor: ", status.message());
+    if (!status.ok()) {
+      return absl::StrCat("ReadF32 failed on an accepted tensor: ", status.message());
+    }
     for (int64_t i = 0; i < n; ++i) {
       uint32_t want;
       if (entry.dtype_name == "F32") {

@@ -110,14 +110,30 @@ class Mutator {
 
   void MutateOnce(std::string* s) {
     switch (rng_.Below(s->empty() ? 2 : 9)) {
-      case 0: InsertBytes(s); break;
-      case 1: Splice(s); break;
-      case 2: FlipBit(s); break;
-      case 3: DeleteBytes(s); break;
-      case 4: s->resize(rng_.Below(s->size())); break;  // truncate
-      case 5: OverwriteInteger(s); break;
-      case 6: ReplaceNumberText(s); break;
-      case 7: DuplicateSlice(s); break;
+      case 0:
+        InsertBytes(s);
+        break;
+      case 1:
+        Splice(s);
+        break;
+      case 2:
+        FlipBit(s);
+        break;
+      case 3:
+        DeleteBytes(s);
+        break;
+      case 4:
+        s->resize(rng_.Below(s->size()));  // truncate
+        break;
+      case 5:
+        OverwriteInteger(s);
+        break;
+      case 6:
+        ReplaceNumberText(s);
+        break;
+      case 7:
+        DuplicateSlice(s);
+        break;
       case 8:
         if (rng_.OneIn(16)) {
           GrowString(s);
@@ -236,13 +252,13 @@ class Mutator {
     const int64_t v = values[rng_.Below(values.size())];
     const int i = field->is_repeated() ? static_cast<int>(rng_.Below(r->FieldSize(*m, field))) : 0;
     switch (field->cpp_type()) {
-#define TETRA_FUZZ_SET(CPPTYPE, Name, type)                   \
-  case FieldDescriptor::CPPTYPE:                              \
-    if (field->is_repeated()) {                               \
+#define TETRA_FUZZ_SET(CPPTYPE, Name, type)                    \
+  case FieldDescriptor::CPPTYPE:                               \
+    if (field->is_repeated()) {                                \
       r->SetRepeated##Name(m, field, i, static_cast<type>(v)); \
-    } else {                                                  \
+    } else {                                                   \
       r->Set##Name(m, field, static_cast<type>(v));            \
-    }                                                         \
+    }                                                          \
     break;
       TETRA_FUZZ_SET(CPPTYPE_INT32, Int32, int32_t)
       TETRA_FUZZ_SET(CPPTYPE_INT64, Int64, int64_t)
@@ -253,8 +269,8 @@ class Mutator {
       TETRA_FUZZ_SET(CPPTYPE_BOOL, Bool, bool)
 #undef TETRA_FUZZ_SET
       case FieldDescriptor::CPPTYPE_STRING: {
-        std::string text = field->is_repeated() ? r->GetRepeatedString(*m, field, i)
-                                                : r->GetString(*m, field);
+        std::string text =
+            field->is_repeated() ? r->GetRepeatedString(*m, field, i) : r->GetString(*m, field);
         MutateOnce(&text);
         if (field->is_repeated()) {
           r->SetRepeatedString(m, field, i, text);
@@ -314,9 +330,8 @@ inline std::string UserErrorProblem(const absl::Status& status,
   std::string message(status.message());
   const std::string shown = message.substr(0, 300);
   const size_t hint = message.find("\nhint: ");
-  if (hint == std::string::npos || hint == 0 ||
-      message.find('\n') != hint || message.find('\n', hint + 1) != std::string::npos ||
-      message.size() == hint + 7) {
+  if (hint == std::string::npos || hint == 0 || message.find('\n') != hint ||
+      message.find('\n', hint + 1) != std::string::npos || message.size() == hint + 7) {
     return "not one line plus a hint line: " + shown;
   }
   std::string rest = message;
@@ -324,8 +339,8 @@ inline std::string UserErrorProblem(const absl::Status& status,
     if (!path.empty()) rest = absl::StrReplaceAll(rest, {{path, ""}});
   }
   if (rest.size() > kMaxChars) {
-    return absl::StrCat(rest.size(), " characters without the paths, more than ", kMaxChars,
-                        ": ", shown);
+    return absl::StrCat(rest.size(), " characters without the paths, more than ", kMaxChars, ": ",
+                        shown);
   }
   return "";
 }
@@ -359,7 +374,8 @@ inline void MaybeExportSeeds(const std::string& parser, const std::vector<std::s
 inline std::vector<std::pair<std::string, std::string>> RegressionInputs(
     const std::string& source_dir, const std::string& parser) {
   std::vector<std::pair<std::string, std::string>> out;
-  const std::filesystem::path dir = std::filesystem::path(source_dir) / "tests/fuzz/corpus" / parser;
+  const std::filesystem::path dir =
+      std::filesystem::path(source_dir) / "tests/fuzz/corpus" / parser;
   if (!std::filesystem::is_directory(dir)) return out;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::ifstream in(entry.path(), std::ios::binary);

@@ -3,12 +3,10 @@
 // path and what it is, and never blocks: all of them open through
 // core/input_file.h. The null device reads as an empty file, so `--config
 // /dev/null` keeps meaning "all defaults".
-#include "core/input_file.h"
-
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/input_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/safetensors.h"
@@ -74,7 +73,9 @@ const std::vector<Reader>& Readers() {
       {"weights", [](const std::string& p) { return SafetensorsFile::Open(p).status(); }},
       {"llmc", [](const std::string& p) { return OpenTokenFiles(DataConfig::LLMC, p).status(); }},
       {"megatron_idx",
-       [](const std::string& p) { return OpenTokenFiles(DataConfig::MEGATRON, p + ".idx").status(); }},
+       [](const std::string& p) {
+         return OpenTokenFiles(DataConfig::MEGATRON, p + ".idx").status();
+       }},
   };
   return *readers;
 }

@@ -31,6 +31,7 @@ std::string MakeCheckpointDir() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = MakeCheckpointDir();
-  tetra::fuzz::Check(tetra::testing::CheckpointManifestProblem(tetra::fuzz::Bytes(data, size), dir));
+  tetra::fuzz::Check(
+      tetra::testing::CheckpointManifestProblem(tetra::fuzz::Bytes(data, size), dir));
   return 0;
 }
