@@ -26,9 +26,9 @@ struct FuzzCampaign {
   uint64_t seed = 1;
   int mutations = 2000;
   size_t max_truncated_bytes = 4096;  // entries up to this size are cut at every length
-  std::function<std::string(const std::string& input)> problem;
+  std::function<std::string(const std::string& input)> problem = nullptr;
   // Replaces Mutator::Next for some inputs (format-aware mutations); optional.
-  std::function<std::string(Mutator& mutator)> mutate;
+  std::function<std::string(Mutator& mutator)> mutate = nullptr;
 };
 
 inline void Run(const FuzzCampaign& campaign) {

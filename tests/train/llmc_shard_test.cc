@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -195,6 +196,23 @@ TEST(LlmcShardTest, ShardTruncatedBetweenTwoReadsIsAnErrorNamingIt) {
   }
   ASSERT_TRUE((*stream)->Read(991, 9, out.data()).ok());  // still in the file
   EXPECT_EQ(out[8], 999);
+}
+
+// Through a glob the error comes back from the shard that shrank (the
+// concatenated stream used to treat a failed part read as a bug).
+TEST(TokenFilesTest, AShardOfAGlobTruncatedDuringTrainingIsAnErrorNamingIt) {
+  const std::string dir = TempPath("truncated_glob");
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(WriteLlmcShard(dir + "/a.bin", std::vector<int32_t>(1 << 20, 1)).ok());
+  ASSERT_TRUE(WriteLlmcShard(dir + "/b.bin", std::vector<int32_t>(1 << 20, 2)).ok());
+  auto stream = OpenTokenFiles(DataConfig::LLMC, dir + "/*.bin");
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  std::vector<int32_t> out(8);
+  ASSERT_EQ(truncate((dir + "/b.bin").c_str(), 1024), 0);
+  const absl::Status status = (*stream)->Read((1 << 20) - 4, 8, out.data());  // a's end, b's start
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(status), HasSubstr("llm.c shard " + dir + "/b.bin shrank from"));
+  EXPECT_TRUE((*stream)->Read(0, 8, out.data()).ok());
 }
 
 TEST(LlmcShardTest, MissingFileIsNamed) {
