@@ -35,7 +35,18 @@ const char* DTypeName(DType dtype) {
 
 int64_t NumElements(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    TETRA_CHECK(!__builtin_mul_overflow(n, d, &n)) << "shape " << ShapeString(shape)
+                                                    << " has more elements than int64 holds";
+  }
+  return n;
+}
+
+std::optional<int64_t> CheckedNumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  }
   return n;
 }
 

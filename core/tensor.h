@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,11 @@ size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);
 
 using Shape = std::vector<int64_t>;
+// The product of the dims; overflowing int64 is a bug here (checked): shapes
+// read from files go through CheckedNumElements first.
 int64_t NumElements(const Shape& shape);
+// nullopt when a dim is negative or the product overflows int64.
+std::optional<int64_t> CheckedNumElements(const Shape& shape);
 std::string ShapeString(const Shape& shape);  // "[2, 3]"
 
 class Tensor {

@@ -1,8 +1,6 @@
 #include "model/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +28,9 @@ static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian and is read in place");
 
 constexpr size_t kLengthFieldBytes = 8;
+// Hugging Face's reader refuses longer headers (safetensors' MAX_HEADER_SIZE);
+// parsing one costs memory in proportion, many times its size.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::string_view kMetadataKey = "__metadata__";
 
 // ---------------------------------------------------------------------------
@@ -73,8 +74,8 @@ absl::StatusOr<FormatDType> ParseDType(const std::string& name) {
   }
   std::vector<const char*> names;
   for (const FormatDType& d : kFormatDTypes) names.push_back(d.name);
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", name,
-                                                 "\" (the format's dtypes are ",
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", UserText(name),
+                                                 " (the format's dtypes are ",
                                                  absl::StrJoin(names, ", "), ")"));
 }
 
@@ -84,8 +85,9 @@ absl::Status ParseMetadata(const JsonValue& value, std::map<std::string, std::st
   }
   for (size_t i = 0; i < value.keys.size(); ++i) {
     if (value.items[i].kind != JsonValue::Kind::kString) {
-      return absl::InvalidArgumentError(absl::StrCat("\"__metadata__\" entry \"", value.keys[i],
-                                                     "\" is ", JsonKindName(value.items[i].kind),
+      return absl::InvalidArgumentError(absl::StrCat("\"__metadata__\" entry ",
+                                                     UserText(value.keys[i]), " is ",
+                                                     JsonKindName(value.items[i].kind),
                                                      ", expected a string"));
     }
     (*out)[value.keys[i]] = value.items[i].string;
@@ -96,13 +98,14 @@ absl::Status ParseMetadata(const JsonValue& value, std::map<std::string, std::st
 struct TensorInfo {
   SafetensorsEntry entry;
   uint64_t begin;  // first byte in the data buffer
+  uint64_t end;    // one past the last
 };
 
 // Validates one tensor's {"dtype", "shape", "data_offsets"} against a data
 // buffer of `data_size` bytes. Errors name the tensor but not the file.
 absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonValue& value,
                                            uint64_t data_size) {
-  const std::string what = absl::StrCat("tensor \"", name, "\"");
+  const std::string what = absl::StrCat("tensor ", UserText(name));
   auto error = [&what](const std::string& problem) {
     return absl::InvalidArgumentError(absl::StrCat(what, " ", problem));
   };
@@ -112,8 +115,8 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
   }
   for (const std::string& key : value.keys) {
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
-      return error(
-          absl::StrCat("has unexpected key \"", key, "\" (expected dtype, shape, data_offsets)"));
+      return error(absl::StrCat("has unexpected key ", UserText(key),
+                                " (expected dtype, shape, data_offsets)"));
     }
   }
   const JsonValue* dtype = value.Find("dtype");
@@ -126,22 +129,20 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
   if (dtype->kind != JsonValue::Kind::kString) return error("has a dtype that is not a string");
   absl::StatusOr<FormatDType> parsed_dtype = ParseDType(dtype->string);
   if (!parsed_dtype.ok()) return error(absl::StrCat("has ", parsed_dtype.status().message()));
-  TensorInfo info{{name, parsed_dtype->dtype, dtype->string, {}}, 0};
+  TensorInfo info{{name, parsed_dtype->dtype, dtype->string, {}}, 0, 0};
 
   if (shape->kind != JsonValue::Kind::kArray) return error("has a shape that is not an array");
-  int64_t numel = 1;
   for (const JsonValue& dim : shape->items) {
     if (!dim.integer || *dim.integer < 0) {
       return error("has a shape entry that is not a non-negative integer");
     }
-    if (__builtin_mul_overflow(numel, *dim.integer, &numel)) {
-      return error("has a shape too large to address");
-    }
     info.entry.shape.push_back(*dim.integer);
   }
+  const std::optional<int64_t> numel = CheckedNumElements(info.entry.shape);
   int64_t nbits;
-  if (__builtin_mul_overflow(numel, int64_t{parsed_dtype->bits}, &nbits)) {
-    return error("has a shape too large to address");
+  if (!numel || __builtin_mul_overflow(*numel, int64_t{parsed_dtype->bits}, &nbits)) {
+    return error(absl::StrFormat("has shape %s, too large to address",
+                                 ShapeString(info.entry.shape)));
   }
   if (nbits % 8 != 0) {
     return error(absl::StrFormat("has shape %s of %s, %d bits, which is not whole bytes",
@@ -168,49 +169,65 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
                         dtype->string, nbytes));
   }
   info.begin = static_cast<uint64_t>(begin);
+  info.end = static_cast<uint64_t>(end);
   return info;
+}
+
+// The rule of Hugging Face's reader: the tensors, sorted by data_offsets,
+// cover [0, data_size) exactly, each starting where the previous one ends.
+// Errors name the tensors (or the bytes) that break it, but not the file.
+absl::Status CheckTiling(const std::vector<TensorInfo>& tensors, uint64_t data_size) {
+  std::vector<const TensorInfo*> order;
+  for (const TensorInfo& t : tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const TensorInfo* a, const TensorInfo* b) {
+    return std::pair(a->begin, a->end) < std::pair(b->begin, b->end);
+  });
+  auto label = [](const TensorInfo& t) {
+    return absl::StrFormat("%s (data_offsets [%d, %d])", UserText(t.entry.name, 48), t.begin,
+                           t.end);
+  };
+  uint64_t covered = 0;  // every byte before this belongs to exactly one tensor
+  const TensorInfo* previous = nullptr;
+  for (const TensorInfo* t : order) {
+    if (t->begin < covered) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tensors %s and %s overlap: the second begins at byte %d, before the first ends at "
+          "byte %d, so they share bytes",
+          label(*previous), label(*t), t->begin, covered));
+    }
+    if (t->begin > covered) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "bytes [%d, %d) of the data buffer belong to no tensor (a hole before %s)", covered,
+          t->begin, label(*t)));
+    }
+    covered = t->end;
+    previous = t;
+  }
+  if (covered != data_size) {
+    return absl::InvalidArgumentError(
+        previous == nullptr
+            ? absl::StrFormat("the header lists no tensors but %d data bytes follow it",
+                              data_size)
+            : absl::StrFormat("the data buffer has %d bytes after the last tensor, %s",
+                              data_size - covered, label(*previous)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-void SafetensorsFile::Unmap::operator()(const char* addr) const {
-  munmap(const_cast<char*>(addr), size);
-}
-
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  constexpr char kPathHint[] = "check init_from: it must name an existing .safetensors file";
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, "cannot open safetensors file " + path, kPathHint);
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    return ErrnoError(err, "cannot stat safetensors file " + path, kPathHint);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return FileError(path, "not a regular file");
-  }
-  const auto file_size = static_cast<uint64_t>(st.st_size);
+  ASSIGN_OR_RETURN(MappedFile mapping,
+                   MappedFile::Open(path, "safetensors file",
+                                    "check init_from: it must name an existing .safetensors file"));
+  const uint64_t file_size = mapping.size();
   if (file_size < kLengthFieldBytes) {
-    close(fd);
     return FileError(path, absl::StrFormat("the file is %d bytes, shorter than the 8-byte header "
                                            "length that starts every safetensors file",
                                            file_size));
   }
-  void* addr = mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int mmap_errno = errno;
-  close(fd);
-  if (addr == MAP_FAILED) {
-    return ErrnoError(mmap_errno, "cannot map safetensors file " + path,
-                      "the address space may be limited; check `ulimit -v`");
-  }
-
-  SafetensorsFile file;
-  file.path_ = path;
-  file.mapping_ = std::unique_ptr<const char, Unmap>(static_cast<const char*>(addr),
-                                                     Unmap{static_cast<size_t>(file_size)});
-  const char* bytes = file.mapping_.get();
+  SafetensorsFile file(std::move(mapping));
+  const char* bytes = reinterpret_cast<const char*>(file.mapping_.data());
   uint64_t header_size;
   std::memcpy(&header_size, bytes, kLengthFieldBytes);
   const uint64_t after_length = file_size - kLengthFieldBytes;
@@ -222,8 +239,13 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                      absl::StrCat("a truncated file comes from an interrupted download or copy; ",
                                   kNotSafetensorsHint));
   }
+  if (header_size > kMaxHeaderBytes) {
+    return FileError(path, absl::StrFormat("the header length field says %d bytes of JSON, more "
+                                           "than the format's limit of %d",
+                                           header_size, kMaxHeaderBytes));
+  }
   const uint64_t data_size = after_length - header_size;
-  file.data_ = bytes + kLengthFieldBytes + header_size;
+  file.data_offset_ = static_cast<int64_t>(kLengthFieldBytes + header_size);
 
   size_t error_offset = 0;
   absl::StatusOr<JsonValue> parsed =
@@ -239,6 +261,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     return FileError(path, absl::StrCat("the header is ", JsonKindName(root.kind),
                                         ", expected a JSON object of tensors"));
   }
+  std::vector<TensorInfo> tensors;
   for (size_t i = 0; i < root.keys.size(); ++i) {
     const std::string& name = root.keys[i];
     if (name == kMetadataKey) {
@@ -248,11 +271,18 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     }
     absl::StatusOr<TensorInfo> info = ParseTensorInfo(name, root.items[i], data_size);
     if (!info.ok()) return FileError(path, std::string(info.status().message()));
-    if (!file.index_.emplace(name, file.entries_.size()).second) {
-      return FileError(path, absl::StrCat("tensor \"", name, "\" appears twice in the header"));
-    }
-    file.entries_.push_back(std::move(info->entry));
-    file.begin_offsets_.push_back(info->begin);
+    tensors.push_back(*std::move(info));
+  }
+  if (absl::Status status = CheckTiling(tensors, data_size); !status.ok()) {
+    return FileError(path, std::string(status.message()),
+                     "Hugging Face's safetensors library refuses such a file too: re-save the "
+                     "weights (safetensors.torch.save_file or `tetra export`)");
+  }
+  for (TensorInfo& t : tensors) {
+    // The JSON parser refuses duplicate keys, so every name is new here.
+    file.index_.emplace(t.entry.name, file.entries_.size());
+    file.begin_offsets_.push_back(t.begin);
+    file.entries_.push_back(std::move(t.entry));
   }
   return file;
 }
@@ -266,30 +296,32 @@ absl::Status SafetensorsFile::ReadF32(std::string_view name, float* out) const {
   auto it = index_.find(name);
   if (it == index_.end()) {
     return UserError(
-        absl::StrFormat("safetensors file %s has no tensor named \"%s\"", path_, name),
+        absl::StrFormat("safetensors file %s has no tensor named %s", path(), UserText(name)),
         "tetra reads Hugging Face names, e.g. model.layers.0.self_attn.q_proj.weight",
         absl::StatusCode::kNotFound);
   }
   const SafetensorsEntry& entry = entries_[it->second];
-  const char* src = data_ + begin_offsets_[it->second];
   const int64_t n = NumElements(entry.shape);
+  const int64_t offset = data_offset_ + static_cast<int64_t>(begin_offsets_[it->second]);
   if (entry.dtype == DType::kF32) {
-    std::memcpy(out, src, n * sizeof(float));
-    return absl::OkStatus();
+    return mapping_.ReadRange(offset, n * 4, [&](const uint8_t* src) {
+      std::memcpy(out, src, n * sizeof(float));
+    });
   }
   if (entry.dtype == DType::kBF16 || entry.dtype == DType::kF16) {
     float (*convert)(uint16_t) = entry.dtype == DType::kBF16 ? Bf16ToFloat : Fp16ToFloat;
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t bits;
-      std::memcpy(&bits, src + 2 * i, 2);  // the data buffer need not be aligned
-      out[i] = convert(bits);
-    }
-    return absl::OkStatus();
+    return mapping_.ReadRange(offset, n * 2, [&](const uint8_t* src) {
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, src + 2 * i, 2);  // the data buffer need not be aligned
+        out[i] = convert(bits);
+      }
+    });
   }
   return UserError(
-      absl::StrFormat("safetensors file %s: tensor \"%s\" is %s, but only F32, BF16 and F16 "
+      absl::StrFormat("safetensors file %s: tensor %s is %s, but only F32, BF16 and F16 "
                       "convert to fp32",
-                      path_, name, entry.dtype_name),
+                      path(), UserText(name), entry.dtype_name),
       "save the tensor as F32, BF16 or F16 (in PyTorch, .float() before "
       "safetensors.torch.save_file)");
 }

@@ -8,7 +8,10 @@
 //
 // SafetensorsFile maps a file read-only and converts tensors to fp32; a tensor
 // of a dtype tetra does not read (I64, U8, F64, ...) is still listed, so a
-// caller can report it, and only reading it is an error;
+// caller can report it, and only reading it is an error. Like Hugging Face's
+// reader (the safetensors crate's `validate`), it accepts a file only when
+// its tensors, in offset order, tile the data buffer exactly: no overlaps, no
+// two names for the same bytes, no holes and nothing after the last tensor.
 // WriteSafetensors writes fp32 data as F32 or BF16 through a temporary file
 // and a rename, so the final name never holds a half-written file.
 #ifndef TETRA_MODEL_SAFETENSORS_H_
@@ -18,14 +21,15 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/mapped_file.h"
 #include "core/tensor.h"
 
 namespace tetra {
@@ -42,33 +46,28 @@ struct SafetensorsEntry {
 class SafetensorsFile {
  public:
   // Maps `path` and validates the whole header: dtypes (any the format
-  // defines), shapes and that every tensor's byte range lies inside the data
-  // buffer with the size its shape and dtype need.
+  // defines), shapes, that every tensor's byte range lies inside the data
+  // buffer with the size its shape and dtype need, and that the ranges tile
+  // the buffer.
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return mapping_.path(); }
   // In header order.
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
   // nullptr when absent.
   const SafetensorsEntry* Find(std::string_view name) const;
   // Converts an F32, BF16 or F16 tensor to fp32 into `out` (numel floats); an
-  // error naming the dtype for any other.
+  // error naming the dtype for any other, or when the file shrank since Open.
   absl::Status ReadF32(std::string_view name, float* out) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
-  struct Unmap {
-    size_t size;
-    void operator()(const char* addr) const;
-  };
+  explicit SafetensorsFile(MappedFile mapping) : mapping_(std::move(mapping)) {}
 
-  SafetensorsFile() = default;
-
-  std::string path_;
-  std::unique_ptr<const char, Unmap> mapping_;
-  const char* data_ = nullptr;  // start of the data buffer inside mapping_
+  MappedFile mapping_;
+  int64_t data_offset_ = 0;  // where the data buffer starts in the file
   std::vector<SafetensorsEntry> entries_;
-  std::vector<uint64_t> begin_offsets_;               // entries_[i]'s first byte in data_
+  std::vector<uint64_t> begin_offsets_;               // entries_[i]'s first byte in the buffer
   std::map<std::string, size_t, std::less<>> index_;  // name -> entries_ index
   std::map<std::string, std::string> metadata_;
 };

@@ -29,3 +29,14 @@ set_tests_properties(layouts.moe_layouts_match_single_rank PROPERTIES LABELS mpi
 add_test(NAME readme.commands_run_as_written
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_readme_commands.py $<TARGET_FILE:tetra>)
 set_tests_properties(readme.commands_run_as_written PROPERTIES LABELS mpi TIMEOUT 900)
+add_test(NAME layouts.init_from_matches_single_rank
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_init_from.py $<TARGET_FILE:tetra>)
+set_tests_properties(layouts.init_from_matches_single_rank PROPERTIES LABELS mpi TIMEOUT 600)
+# Checks against other projects' readers and writers (transformers, TensorBoard),
+# in the Python environment scripts/setup.sh makes in build/pyenv.
+add_test(NAME reference.hf_directories_match_transformers
+         COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/reference/check_hf_directory.py $<TARGET_FILE:tetra>)
+add_test(NAME tensorboard.reader_sees_every_metric
+         COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/train/check_tensorboard.py $<TARGET_FILE:tetra>)
+set_tests_properties(reference.hf_directories_match_transformers tensorboard.reader_sees_every_metric
+                     PROPERTIES LABELS mpi TIMEOUT 600)

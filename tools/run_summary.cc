@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
+#include "core/status_macros.h"
 #include "core/user_error.h"
 
 namespace tetra {
@@ -74,11 +76,10 @@ double Median(std::vector<double> values) {
 }
 
 absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) {
-    return UserError(absl::StrCat("cannot read metrics file ", path),
-                     "pass the log.metrics_path files of finished runs");
-  }
+  ASSIGN_OR_RETURN(const std::string content,
+                   ReadInputFile(path, "metrics file",
+                                 "pass the log.metrics_path files of finished runs"));
+  std::istringstream file(content);
   std::vector<MetricsLine> lines;
   std::string text;
   for (int number = 1; std::getline(file, text); ++number) {

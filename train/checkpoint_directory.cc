@@ -65,32 +65,6 @@ absl::StatusOr<std::vector<fs::path>> DirectoryEntries(const std::string& root) 
   return paths;
 }
 
-// An open file descriptor, closed when it goes out of scope.
-struct ScopedFd {
-  explicit ScopedFd(int fd) : fd(fd) {}
-  ~ScopedFd() {
-    if (fd >= 0) ::close(fd);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int fd;
-};
-
-// Opens the regular file `path` for reading and gives its size; the error's
-// message is the cause alone.
-absl::StatusOr<uint64_t> OpenRegularFile(const std::string& path, ScopedFd& file) {
-  // O_NONBLOCK: opening a FIFO left in the directory must not wait for a writer.
-  file.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  struct stat info;
-  if (file.fd < 0 || ::fstat(file.fd, &info) != 0) {
-    return errno == ENOENT ? absl::NotFoundError(std::strerror(errno))
-                           : absl::FailedPreconditionError(std::strerror(errno));
-  }
-  if (S_ISDIR(info.st_mode)) return absl::FailedPreconditionError("it is a directory, not a file");
-  if (!S_ISREG(info.st_mode)) return absl::FailedPreconditionError("it is not a regular file");
-  return static_cast<uint64_t>(info.st_size);
-}
-
 }  // namespace
 
 std::string StepDirName(int64_t step) { return absl::StrFormat("%s%08d", kStepPrefix, step); }
@@ -135,28 +109,6 @@ absl::StatusOr<std::optional<CheckpointEntry>> NewestCompleteCheckpoint(const st
           << " marker: its save was interrupted); falling back to an older one\n";
   }
   return std::nullopt;
-}
-
-absl::StatusOr<uint64_t> RegularFileSize(const std::string& path) {
-  ScopedFd file(-1);
-  return OpenRegularFile(path, file);
-}
-
-absl::StatusOr<std::string> ReadFileRange(const std::string& path, uint64_t offset, uint64_t size) {
-  ScopedFd file(-1);
-  ASSIGN_OR_RETURN(const uint64_t file_size, OpenRegularFile(path, file));
-  if (offset > file_size || size > file_size - offset) {
-    return absl::OutOfRangeError(absl::StrCat("the file has ", file_size, " bytes"));
-  }
-  std::string bytes(size, '\0');
-  for (uint64_t done = 0; done < size;) {
-    const ssize_t got = ::pread(file.fd, bytes.data() + done, size - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return absl::DataLossError(std::strerror(errno));
-    if (got == 0) return absl::OutOfRangeError(absl::StrCat("the file ends at byte ", offset + done));
-    done += static_cast<uint64_t>(got);
-  }
-  return bytes;
 }
 
 absl::Status WriteFileDurably(const std::string& path, const void* data, size_t size) {

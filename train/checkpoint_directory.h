@@ -43,15 +43,6 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& 
 absl::StatusOr<std::optional<CheckpointEntry>> NewestCompleteCheckpoint(const std::string& root,
                                                                         std::ostream& notes);
 
-// The size of the regular file at `path`. The error's message is the cause
-// alone ("No such file or directory", "it is a directory, not a file"), for
-// the caller to say which file of what it was; kNotFound when there is no
-// such file, kFailedPrecondition for anything else.
-absl::StatusOr<uint64_t> RegularFileSize(const std::string& path);
-// The `size` bytes at `offset` of the regular file `path` (causes as above;
-// a file shorter than offset + size is kOutOfRange).
-absl::StatusOr<std::string> ReadFileRange(const std::string& path, uint64_t offset, uint64_t size);
-
 // Writes `size` bytes to a new file at `path` and fsyncs it.
 absl::Status WriteFileDurably(const std::string& path, const void* data, size_t size);
 // fsyncs the directory `path`, so the names created in it are on disk.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/crc32c.h"
+#include "core/input_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "train/checkpoint_directory.h"
@@ -25,20 +26,17 @@ absl::Status CheckAgainstMarker(const std::string& dir, const std::string& manif
   const std::string marker_path = absl::StrCat(dir, "/", kCompleteMarkerName);
   std::error_code error;
   if (!std::filesystem::exists(marker_path, error) && !error) return absl::OkStatus();
-  constexpr uint64_t kMarkerLimit = 4096;  // "step N" and the checksum
-  absl::StatusOr<uint64_t> size = RegularFileSize(marker_path);
-  if (size.ok() && *size > kMarkerLimit) {
-    size = absl::OutOfRangeError(absl::StrCat("it has ", *size, " bytes, a marker a few dozen"));
-  }
-  absl::StatusOr<std::string> marker = size.ok() ? ReadFileRange(marker_path, 0, *size) : size.status();
-  if (!marker.ok()) {
-    return UserError(absl::StrCat("cannot read the completion marker ", marker_path, ": ",
-                                  marker.status().message()),
+  constexpr int64_t kMarkerLimit = 4096;  // "step N" and the checksum
+  ASSIGN_OR_RETURN(const InputFile file, InputFile::Open(marker_path, "completion marker", kDamagedCheckpointHint));
+  if (file.size() > kMarkerLimit) {
+    return UserError(absl::StrCat("the completion marker ", marker_path, " has ", file.size(),
+                                  " bytes, where a marker has a few dozen: it is damaged"),
                      kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
   }
+  ASSIGN_OR_RETURN(const std::string marker, file.ReadAll());
   uint32_t expected = 0;
   bool found = false;
-  for (absl::string_view line : absl::StrSplit(*marker, '\n')) {
+  for (absl::string_view line : absl::StrSplit(marker, '\n')) {
     if (absl::ConsumePrefix(&line, kManifestChecksumKey) && absl::ConsumePrefix(&line, " ")) {
       found = absl::SimpleHexAtoi(line, &expected);
     }
@@ -83,9 +81,9 @@ std::vector<DimRange> ShardBox(const Shape& global_shape, const TensorShard& sha
 }
 
 int64_t BoxNumElements(const std::vector<DimRange>& box) {
-  int64_t n = 1;
-  for (const DimRange& r : box) n *= r.end() - r.begin();
-  return n;
+  Shape extents;
+  for (const DimRange& r : box) extents.push_back(r.end() - r.begin());
+  return NumElements(extents);
 }
 
 std::string BoxString(const std::vector<DimRange>& box) {
@@ -111,20 +109,13 @@ std::string CompleteMarkerText(int64_t step, std::string_view manifest_bytes) {
 
 absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
   const std::string path = absl::StrCat(dir, "/", kManifestFileName);
-  absl::StatusOr<uint64_t> size = RegularFileSize(path);
-  absl::StatusOr<std::string> bytes = size.ok() ? ReadFileRange(path, 0, *size) : size.status();
-  if (absl::IsNotFound(bytes.status())) {
-    return UserError(absl::StrCat("cannot read checkpoint manifest ", path, ": ", bytes.status().message()),
-                     "point at a checkpoint directory (step_NNNNNNNN) written by tetra, or the "
-                     "checkpoint.dir that holds them", absl::StatusCode::kNotFound);
-  }
-  if (!bytes.ok()) {
-    return UserError(absl::StrCat("cannot read checkpoint manifest ", path, ": ", bytes.status().message()),
-                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
-  }
+  ASSIGN_OR_RETURN(const std::string bytes,
+                   ReadInputFile(path, "checkpoint manifest",
+                                 "point at a checkpoint directory (step_NNNNNNNN) written by "
+                                 "tetra, or the checkpoint.dir that holds them"));
   CheckpointManifest manifest;
-  if (!manifest.ParseFromString(*bytes)) {
-    return UserError(absl::StrCat("checkpoint manifest ", path, " (", bytes->size(),
+  if (!manifest.ParseFromString(bytes)) {
+    return UserError(absl::StrCat("checkpoint manifest ", path, " (", bytes.size(),
                                   " bytes) is corrupt: it does not parse"),
                      kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
   }
@@ -134,7 +125,7 @@ absl::StatusOr<CheckpointManifest> ReadManifest(const std::string& dir) {
                                   kCheckpointFormatVersion),
                      "load it with the tetra version that wrote it");
   }
-  RETURN_IF_ERROR(CheckAgainstMarker(dir, path, *bytes));
+  RETURN_IF_ERROR(CheckAgainstMarker(dir, path, bytes));
   return manifest;
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "train/checkpoint_directory.h"
@@ -14,7 +15,7 @@ namespace tetra {
 namespace {
 
 std::string TensorLabel(const TensorRecord& tensor) {
-  return absl::StrCat(tensor.name(), " (", KindName(tensor.kind()), ")");
+  return absl::StrCat(UserText(tensor.name()), " (", KindName(tensor.kind()), ")");
 }
 
 Shape ShapeOf(const TensorRecord& tensor) { return Shape(tensor.shape().begin(), tensor.shape().end()); }
@@ -32,7 +33,7 @@ std::vector<DimRange> GlobalBox(const TensorRecord& tensor) {
 // The number of elements of `tensor`'s global shape; a shape no tensor can
 // have (a negative dim, more F32 bytes than int64 counts, more dims than any
 // model tensor) means the manifest is damaged.
-absl::StatusOr<int64_t> CheckedNumElements(const std::string& manifest_path, const TensorRecord& tensor) {
+absl::StatusOr<int64_t> TensorElements(const std::string& manifest_path, const TensorRecord& tensor) {
   constexpr int kMaxDims = 8;
   int64_t n = 1;
   bool ok = tensor.shape_size() <= kMaxDims;
@@ -50,23 +51,30 @@ absl::StatusOr<int64_t> CheckedNumElements(const std::string& manifest_path, con
 }
 
 // A shard record that cannot describe real data: the manifest is damaged.
-// The tensor's shape is checked (CheckedNumElements), so box sizes and byte
+// The tensor's shape is checked (TensorElements), so box sizes and byte
 // counts within it do not overflow.
 absl::Status CheckShardRecord(const std::string& manifest_path, const TensorRecord& tensor,
                               const ShardRecord& shard) {
-  bool ok = shard.box_size() == tensor.shape_size() && !shard.file().empty() && shard.file() != "." &&
-            shard.file() != ".." && shard.file().find('/') == std::string::npos;
+  // The file is a plain name inside the checkpoint directory, as RankFileName
+  // makes: printable, no '/', at most NAME_MAX bytes (it appears in messages).
+  constexpr size_t kMaxFileNameBytes = 255;
+  const std::string& file = shard.file();
+  bool ok = shard.box_size() == tensor.shape_size() && !file.empty() &&
+            file.size() <= kMaxFileNameBytes &&
+            std::all_of(file.begin(), file.end(), [](char c) { return c > ' ' && c < 0x7f && c != '/'; });
   for (int d = 0; ok && d < shard.box_size(); ++d) {
     ok = 0 <= shard.box(d).begin() && shard.box(d).begin() <= shard.box(d).end() &&
          shard.box(d).end() <= tensor.shape(d);
   }
+  uint64_t bytes = 0;
   ok = ok && 0 <= shard.flat_begin() && shard.flat_begin() <= shard.flat_end() &&
        shard.flat_end() <= BoxNumElements(BoxOf(shard)) &&
-       shard.bytes() == static_cast<uint64_t>(shard.flat_end() - shard.flat_begin()) * sizeof(float) &&
-       shard.offset() <= std::numeric_limits<uint64_t>::max() - shard.bytes();
+       !__builtin_mul_overflow(static_cast<uint64_t>(shard.flat_end() - shard.flat_begin()),
+                               sizeof(float), &bytes) &&
+       shard.bytes() == bytes && shard.offset() <= std::numeric_limits<uint64_t>::max() - shard.bytes();
   if (ok) return absl::OkStatus();
   return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " is inconsistent: a shard of ",
-                                TensorLabel(tensor), " in file \"", shard.file(), "\" holds elements [",
+                                TensorLabel(tensor), " in file ", UserText(shard.file()), " holds elements [",
                                 shard.flat_begin(), ", ", shard.flat_end(), ") of box ",
                                 BoxString(BoxOf(shard)), " in ", shard.bytes(),
                                 " bytes, which does not fit the tensor's shape ",
@@ -85,10 +93,10 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) 
     const TensorRecord& tensor = reader.manifest_.tensors(i);
     if (tensor.dtype() != "F32") {
       return UserError(absl::StrCat("checkpoint ", dir, " stores ", TensorLabel(tensor), " as ",
-                                    tensor.dtype(), "; this tetra reads F32 checkpoints"),
+                                    UserText(tensor.dtype()), "; this tetra reads F32 checkpoints"),
                        "load it with the tetra version that wrote it");
     }
-    ASSIGN_OR_RETURN(const int64_t elements, CheckedNumElements(manifest_path, tensor));
+    ASSIGN_OR_RETURN(const int64_t elements, TensorElements(manifest_path, tensor));
     // The shards' elements, counted up to the tensor's: what they can cover.
     int64_t held = 0;
     for (const ShardRecord& shard : tensor.shards()) {
@@ -117,35 +125,28 @@ const TensorRecord* CheckpointReader::Find(std::string_view name, TensorRecord::
   return it == index_.end() ? nullptr : &manifest_.tensors(it->second);
 }
 
-absl::Status CheckpointReader::CheckShardInFile(const TensorRecord& tensor, const ShardRecord& shard) const {
+absl::StatusOr<InputFile> CheckpointReader::OpenShard(const TensorRecord& tensor,
+                                                      const ShardRecord& shard) const {
   const std::string path = absl::StrCat(dir_, "/", shard.file());
-  const absl::StatusOr<uint64_t> size = RegularFileSize(path);
-  if (!size.ok()) {
-    return UserError(absl::StrCat("checkpoint file ", path, " holding ", TensorLabel(tensor),
-                                  " cannot be read: ", size.status().message()),
-                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
-  }
-  if (*size < shard.offset() + shard.bytes()) {
+  ASSIGN_OR_RETURN(InputFile file, InputFile::Open(path, "checkpoint file", kDamagedCheckpointHint));
+  const auto size = static_cast<uint64_t>(file.size());
+  if (shard.bytes() > size || shard.offset() > size - shard.bytes()) {
     return UserError(absl::StrCat("checkpoint file ", path, " is truncated: ", TensorLabel(tensor),
-                                  " needs bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
-                                  ") but the file has ", *size),
+                                  " needs ", shard.bytes(), " bytes at offset ", shard.offset(),
+                                  " but the file has ", size),
                      kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
   }
-  return absl::OkStatus();
+  return file;
 }
 
 absl::StatusOr<std::string> CheckpointReader::ReadShard(const TensorRecord& tensor,
                                                         const ShardRecord& shard) const {
-  const std::string path = absl::StrCat(dir_, "/", shard.file());
-  absl::StatusOr<std::string> bytes = ReadFileRange(path, shard.offset(), shard.bytes());
-  if (!bytes.ok()) {
-    return UserError(absl::StrCat("reading ", TensorLabel(tensor), " from checkpoint file ", path,
-                                  " failed: ", bytes.status().message()),
-                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
-  }
-  const uint32_t crc = ShardCrc32c(tensor, shard, bytes->data());
+  ASSIGN_OR_RETURN(const InputFile file, OpenShard(tensor, shard));
+  ASSIGN_OR_RETURN(std::string bytes, file.Read(static_cast<int64_t>(shard.offset()),
+                                                static_cast<int64_t>(shard.bytes())));
+  const uint32_t crc = ShardCrc32c(tensor, shard, bytes.data());
   if (crc != shard.crc32c()) {
-    return UserError(absl::StrCat("checkpoint file ", path, " is corrupt: ", TensorLabel(tensor),
+    return UserError(absl::StrCat("checkpoint file ", file.path(), " is corrupt: ", TensorLabel(tensor),
                                   " at bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
                                   ") has CRC-32C ", crc, " but the manifest says ", shard.crc32c(),
                                   " (its data, or the record naming it, was altered)"),
@@ -173,7 +174,7 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
   int64_t held = 0;
   for (const ShardRecord& shard : tensor.shards()) {
     if (!overlaps(shard)) continue;
-    RETURN_IF_ERROR(CheckShardInFile(tensor, shard));
+    RETURN_IF_ERROR(OpenShard(tensor, shard).status());
     held = std::min(wanted, held + (shard.flat_end() - shard.flat_begin()));
   }
   if (held < wanted) return MissingElementsError(tensor, held, box);

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/input_file.h"
 #include "core/tensor.h"
 #include "proto/checkpoint.pb.h"
 
@@ -45,9 +46,9 @@ class CheckpointReader {
 
  private:
   CheckpointReader() = default;
-  // Whether `shard`'s bytes are inside its file (a regular file).
-  absl::Status CheckShardInFile(const TensorRecord& tensor, const ShardRecord& shard) const;
-  // The bytes of one shard, checked against its CRC (ShardCrc32c).
+  // The file of one shard, checked to hold the shard's bytes.
+  absl::StatusOr<InputFile> OpenShard(const TensorRecord& tensor, const ShardRecord& shard) const;
+  // The bytes of one shard, checked against the file's size and the CRC.
   absl::StatusOr<std::string> ReadShard(const TensorRecord& tensor, const ShardRecord& shard) const;
   // `held` of `box`'s elements of `tensor` are in the manifest's shards.
   absl::Status MissingElementsError(const TensorRecord& tensor, int64_t held,

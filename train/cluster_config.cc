@@ -1,9 +1,8 @@
 #include "train/cluster_config.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "core/input_file.h"
+#include "core/status_macros.h"
 #include "core/user_error.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
@@ -25,18 +24,15 @@ class ClusterErrors : public google::protobuf::io::ErrorCollector {
 }  // namespace
 
 absl::StatusOr<ClusterConfig> LoadClusterFile(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) {
-    return UserError(absl::StrCat("cannot read cluster file ", path),
-                     "pass --cluster a .textproto such as configs/clusters/h800_2048.textproto");
-  }
-  std::stringstream text;
-  text << file.rdbuf();
+  ASSIGN_OR_RETURN(const std::string text,
+                   ReadInputFile(path, "cluster file",
+                                 "pass --cluster a .textproto such as "
+                                 "configs/clusters/h800_2048.textproto"));
   ClusterConfig cluster;
   google::protobuf::TextFormat::Parser parser;
   ClusterErrors errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text.str(), &cluster)) {
+  if (!parser.ParseFromString(text, &cluster)) {
     return UserError(absl::StrCat("cluster file ", path, " does not parse: ", errors.first()),
                      "fields are those of tetra.ClusterConfig in proto/cluster.proto");
   }

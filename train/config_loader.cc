@@ -1,13 +1,13 @@
 #include "train/config_loader.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/input_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "google/protobuf/descriptor.h"
@@ -46,6 +46,14 @@ size_t EditDistance(std::string_view a, std::string_view b) {
 // else the only field containing it ("layers" -> "num_hidden_layers"). Several
 // such fields are all offered; with none, the list of all fields.
 std::string NearestFieldHint(const Descriptor* type, const std::string& name) {
+  // Far longer than any field name: not a typo of one (and edit distances
+  // over a huge name would take a while).
+  constexpr size_t kMaxNameChars = 256;
+  if (name.size() > kMaxNameChars) {
+    std::vector<std::string> names;
+    for (int i = 0; i < type->field_count(); ++i) names.push_back(type->field(i)->name());
+    return absl::StrCat("the fields of ", type->name(), " are ", absl::StrJoin(names, ", "));
+  }
   const FieldDescriptor* best = nullptr;
   size_t best_distance = 0;
   std::vector<std::string> prefixed, containing, related;
@@ -109,6 +117,18 @@ std::string Quoted(const std::string& message, std::string_view open) {
   return end == std::string::npos ? "" : message.substr(begin, end - begin);
 }
 
+// A `--set` path as typed: as is when it reads like one, else quoted short
+// (UserText), so a hostile path never floods the terminal.
+std::string ShownPath(std::string_view path) {
+  constexpr size_t kMaxPlainChars = 128;
+  const bool plain = path.size() <= kMaxPlainChars &&
+                     std::all_of(path.begin(), path.end(), [](char c) {
+                       return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+                              c == '.';
+                     });
+  return plain ? std::string(path) : UserText(path);
+}
+
 // Keeps the first parse error as "line:column: what" plus a hint: the nearest
 // name for an unknown field, the valid names for an unknown enum value.
 class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
@@ -116,7 +136,14 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
   void AddError(int line, int column, const std::string& message) override {
     if (!what_.empty()) return;
     const std::string where = absl::StrCat(line + 1, ":", column + 1, ": ");
-    what_ = where + message;
+    // protobuf's message quotes the offending token whole; a long or binary
+    // one is shown short.
+    constexpr size_t kMaxPlainChars = 200;
+    const bool plain = message.size() <= kMaxPlainChars &&
+                       std::all_of(message.begin(), message.end(), [](char c) {
+                         return c >= 0x20 && c < 0x7f;
+                       });
+    what_ = where + (plain ? message : UserText(message, kMaxPlainChars));
     hint_ = "the config is protobuf text format; see configs/tiny_dense.textproto";
     // protobuf 3.21 says: Message type "tetra.ModelConfig" has no field named "x".
     const std::string type_name = Quoted(message, "Message type \"");
@@ -124,7 +151,7 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
     const Descriptor* type =
         google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(type_name);
     if (type != nullptr && !field.empty()) {
-      what_ = absl::StrCat(where, type->name(), " has no field \"", field, "\"");
+      what_ = absl::StrCat(where, type->name(), " has no field ", UserText(field));
       hint_ = NearestFieldHint(type, field);
       return;
     }
@@ -167,7 +194,7 @@ absl::Status SetScalar(Message* message, const FieldDescriptor* field, const std
   const Reflection* reflection = message->GetReflection();
   auto bad = [&](const std::string& expected) {
     return UserError(
-        absl::StrCat("--set ", path, "=", value, ": \"", value, "\" is not ", expected),
+        absl::StrCat("--set ", path, ": ", UserText(value), " is not ", expected),
         absl::StrCat("write ", expected, ", e.g. --set ", path, "=", DefaultText(field)));
   };
   const std::string& text = value;
@@ -248,23 +275,18 @@ absl::StatusOr<TrainerConfig> ParseConfigText(std::string_view text, const std::
 }
 
 absl::StatusOr<TrainerConfig> LoadConfigFile(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) {
-    return UserError(absl::StrCat("cannot read config file ", path),
-                     "pass --config with a path to a .textproto file, e.g. "
-                     "configs/tiny_dense.textproto",
-                     absl::StatusCode::kNotFound);
-  }
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  return ParseConfigText(buffer.str(), path);
+  ASSIGN_OR_RETURN(const std::string text,
+                   ReadInputFile(path, "config file",
+                                 "pass --config with a path to a .textproto file, e.g. "
+                                 "configs/tiny_dense.textproto"));
+  return ParseConfigText(text, path);
 }
 
 absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
   size_t eq = assignment.find('=');
   if (eq == std::string_view::npos || eq == 0) {
     return UserError(
-        absl::StrCat("--set ", std::string(assignment), ": expected path.to.field=value"),
+        absl::StrCat("--set ", ShownPath(assignment), ": expected path.to.field=value"),
         "e.g. --set train.steps=20");
   }
   const std::string path(assignment.substr(0, eq));
@@ -276,11 +298,12 @@ absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
     const FieldDescriptor* field = type->FindFieldByName(parts[i]);
     if (field == nullptr) {
       return UserError(
-          absl::StrCat("--set ", path, ": ", type->name(), " has no field \"", parts[i], "\""),
+          absl::StrCat("--set ", ShownPath(path), ": ", type->name(), " has no field ",
+                       UserText(parts[i])),
           NearestFieldHint(type, parts[i]));
     }
     if (field->is_repeated()) {
-      return UserError(absl::StrCat("--set ", path, ": ", parts[i], " is a repeated field"),
+      return UserError(absl::StrCat("--set ", ShownPath(path), ": ", parts[i], " is a repeated field"),
                        "set it in the config file");
     }
     bool last = i + 1 == parts.size();
@@ -289,7 +312,7 @@ absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
         const std::string scalar_path =
             absl::StrJoin(parts.begin(), parts.begin() + i + 1, ".");
         return UserError(
-            absl::StrCat("--set ", path, ": ", parts[i], " is a scalar and has no fields"),
+            absl::StrCat("--set ", ShownPath(path), ": ", parts[i], " is a scalar and has no fields"),
             absl::StrCat("set it directly, e.g. --set ", scalar_path, "=", DefaultText(field)));
       }
       message = message->GetReflection()->MutableMessage(message, field);

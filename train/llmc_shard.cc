@@ -18,9 +18,10 @@ class LlmcShardStream : public TokenStream {
   TokenLocation Locate(int64_t position) const override { return {file_.path(), position}; }
 
  protected:
-  void ReadInRange(int64_t begin, int64_t count, int32_t* out) const override {
-    const uint8_t* tokens = file_.data() + kLlmcHeaderBytes;
-    ConvertTokens(type_, tokens + begin * TokenTypeSize(type_), count, out);
+  absl::Status ReadInRange(int64_t begin, int64_t count, int32_t* out) const override {
+    const int64_t token_bytes = TokenTypeSize(type_);
+    return file_.ReadRange(kLlmcHeaderBytes + begin * token_bytes, count * token_bytes,
+                           [&](const uint8_t* tokens) { ConvertTokens(type_, tokens, count, out); });
   }
 
  private:
@@ -38,9 +39,9 @@ constexpr char kNotLlmcHint[] =
 
 absl::StatusOr<std::unique_ptr<TokenStream>> OpenLlmcShard(const std::string& path) {
   ASSIGN_OR_RETURN(MappedFile file,
-                   MappedFile::Open(path, "check data.path (or data.valid_path): it must name an "
-                                          "llm.c shard or a glob of them, e.g. "
-                                          "data/fineweb_train_*.bin"));
+                   MappedFile::Open(path, "llm.c shard",
+                                    "check data.path (or data.valid_path): it must name an llm.c "
+                                    "shard or a glob of them, e.g. data/fineweb_train_*.bin"));
   if (file.size() < kLlmcHeaderBytes) {
     return UserError(absl::StrFormat("%s: not an llm.c token shard: the file has %d bytes, fewer "
                                      "than the %d-byte header",

@@ -79,18 +79,19 @@ class MegatronStream : public TokenStream {
   }
 
  protected:
-  void ReadInRange(int64_t begin, int64_t count, int32_t* out) const override {
+  absl::Status ReadInRange(int64_t begin, int64_t count, int32_t* out) const override {
+    const int64_t token_bytes = TokenTypeSize(type_);
     for (size_t r = RunOf(begin); count > 0; ++r) {
       int64_t run_end = r + 1 < runs_.size() ? runs_[r + 1].start : num_tokens_;
       int64_t n = std::min(count, run_end - begin);
-      ConvertTokens(type_,
-                    data_.data() + runs_[r].byte_offset +
-                        (begin - runs_[r].start) * TokenTypeSize(type_),
-                    n, out);
+      RETURN_IF_ERROR(data_.ReadRange(
+          runs_[r].byte_offset + (begin - runs_[r].start) * token_bytes, n * token_bytes,
+          [&](const uint8_t* tokens) { ConvertTokens(type_, tokens, n, out); }));
       begin += n;
       out += n;
       count -= n;
     }
+    return absl::OkStatus();
   }
 
  private:
@@ -109,7 +110,7 @@ class MegatronStream : public TokenStream {
 
 absl::StatusOr<MappedFile> OpenPart(const std::string& prefix, const std::string& suffix) {
   return MappedFile::Open(
-      prefix + suffix,
+      prefix + suffix, suffix == ".idx" ? "Megatron index" : "Megatron data file",
       absl::StrCat("a Megatron data set is ", prefix, ".idx plus ", prefix,
                    ".bin; check data.path (or data.valid_path): it names the prefix, either "
                    "file, or a glob of prefixes"));

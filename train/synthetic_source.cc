@@ -432,8 +432,9 @@ absl::Span<const int32_t> SyntheticSource::ContextTokens(int64_t index) const {
   return absl::MakeConstSpan(context_tokens_).subspan(index * order_, order_);
 }
 
-void SyntheticSource::ReadInRange(int64_t begin, int64_t count, int32_t* out) const {
+absl::Status SyntheticSource::ReadInRange(int64_t begin, int64_t count, int32_t* out) const {
   std::copy_n(tokens_.begin() + begin, count, out);
+  return absl::OkStatus();
 }
 
 }  // namespace tetra

@@ -59,7 +59,7 @@ class SyntheticSource : public TokenStream {
   TokenLocation Locate(int64_t position) const override { return {name_, position}; }
 
  protected:
-  void ReadInRange(int64_t begin, int64_t count, int32_t* out) const override;
+  absl::Status ReadInRange(int64_t begin, int64_t count, int32_t* out) const override;
 
  private:
   SyntheticSource() = default;

@@ -1,10 +1,6 @@
 #include "train/token_stream.h"
 
-#include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -34,12 +30,13 @@ absl::Status TokenStream::Read(int64_t begin, int64_t count, int32_t* out) const
         absl::StrFormat("%s: cannot read tokens [%d, %d): the stream holds %d tokens", name(),
                         begin, begin + count, size()));
   }
-  if (count > 0) ReadInRange(begin, count, out);
-  return absl::OkStatus();
+  if (count == 0) return absl::OkStatus();
+  return ReadInRange(begin, count, out);
 }
 
-void VectorTokenStream::ReadInRange(int64_t begin, int64_t count, int32_t* out) const {
+absl::Status VectorTokenStream::ReadInRange(int64_t begin, int64_t count, int32_t* out) const {
   std::copy_n(tokens_.begin() + begin, count, out);
+  return absl::OkStatus();
 }
 
 ConcatStream::ConcatStream(std::string name, std::vector<std::unique_ptr<TokenStream>> parts)
@@ -59,69 +56,16 @@ TokenLocation ConcatStream::Locate(int64_t position) const {
   return parts_[part]->Locate(position - starts_[part]);
 }
 
-void ConcatStream::ReadInRange(int64_t begin, int64_t count, int32_t* out) const {
+absl::Status ConcatStream::ReadInRange(int64_t begin, int64_t count, int32_t* out) const {
   for (size_t part = PartOf(begin); count > 0; ++part) {
     int64_t local = begin - starts_[part];
     int64_t n = std::min(count, parts_[part]->size() - local);
-    TETRA_CHECK(parts_[part]->Read(local, n, out).ok());
+    RETURN_IF_ERROR(parts_[part]->Read(local, n, out));
     begin += n;
     out += n;
     count -= n;
   }
-}
-
-absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path, const std::string& hint) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int error = errno;
-    return UserError(absl::StrCat(path, ": cannot open: ", std::strerror(error)), hint,
-                     error == ENOENT ? absl::StatusCode::kNotFound
-                                     : absl::StatusCode::kPermissionDenied);
-  }
-  struct stat info;
-  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    close(fd);
-    return UserError(absl::StrCat(path, ": not a regular file"), hint);
-  }
-  const uint8_t* data = nullptr;
-  if (info.st_size > 0) {
-    void* mapped = mmap(nullptr, info.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    if (mapped == MAP_FAILED) {
-      int error = errno;
-      close(fd);
-      return UserError(
-          absl::StrFormat("%s: cannot map its %d bytes into memory: %s", path, info.st_size,
-                          std::strerror(error)),
-          "the address space may be limited; check `ulimit -v`",
-          absl::StatusCode::kResourceExhausted);
-    }
-    data = static_cast<const uint8_t*>(mapped);
-  }
-  close(fd);  // the mapping keeps the file open
-  return MappedFile(path, data, info.st_size);
-}
-
-MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)), data_(other.data_), size_(other.size_) {
-  other.data_ = nullptr;
-  other.size_ = 0;
-}
-
-MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
-  if (this != &other) {
-    Unmap();
-    path_ = std::move(other.path_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-MappedFile::~MappedFile() { Unmap(); }
-
-void MappedFile::Unmap() {
-  if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
-  data_ = nullptr;
+  return absl::OkStatus();
 }
 
 int TokenTypeSize(TokenType type) {

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/mapped_file.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
@@ -41,8 +42,9 @@ class TokenStream {
   virtual TokenLocation Locate(int64_t position) const = 0;
 
  protected:
-  // Read with the range already checked.
-  virtual void ReadInRange(int64_t begin, int64_t count, int32_t* out) const = 0;
+  // Read with the range already checked; an error only for a file that
+  // changed under the stream (MappedFile::ReadRange).
+  virtual absl::Status ReadInRange(int64_t begin, int64_t count, int32_t* out) const = 0;
 };
 
 // An in-memory stream (tests, generated data).
@@ -56,7 +58,7 @@ class VectorTokenStream : public TokenStream {
   const std::vector<int32_t>& tokens() const { return tokens_; }
 
  protected:
-  void ReadInRange(int64_t begin, int64_t count, int32_t* out) const override;
+  absl::Status ReadInRange(int64_t begin, int64_t count, int32_t* out) const override;
 
  private:
   std::string name_;
@@ -72,7 +74,7 @@ class ConcatStream : public TokenStream {
   TokenLocation Locate(int64_t position) const override;
 
  protected:
-  void ReadInRange(int64_t begin, int64_t count, int32_t* out) const override;
+  absl::Status ReadInRange(int64_t begin, int64_t count, int32_t* out) const override;
 
  private:
   // The part holding stream position `position`.
@@ -81,32 +83,6 @@ class ConcatStream : public TokenStream {
   std::string name_;
   std::vector<std::unique_ptr<TokenStream>> parts_;
   std::vector<int64_t> starts_;  // parts_.size() + 1 prefix sums of part sizes
-};
-
-// A whole file mapped read-only; unmapped when destroyed. Move-only.
-class MappedFile {
- public:
-  // `hint` says how to fix a path that cannot be opened (it names the config
-  // field the path came from), for the "hint: " line of the error.
-  static absl::StatusOr<MappedFile> Open(const std::string& path, const std::string& hint);
-  MappedFile(MappedFile&& other) noexcept;
-  MappedFile& operator=(MappedFile&& other) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile();
-
-  const std::string& path() const { return path_; }
-  const uint8_t* data() const { return data_; }
-  int64_t size() const { return size_; }
-
- private:
-  MappedFile(std::string path, const uint8_t* data, int64_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
-  void Unmap();
-
-  std::string path_;
-  const uint8_t* data_ = nullptr;
-  int64_t size_ = 0;
 };
 
 // Integer element types token files store (little-endian).

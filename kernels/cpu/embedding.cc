@@ -46,7 +46,9 @@ void Scatter(const int32_t* tokens, int64_t n, const float* dout, const TableRan
              int64_t dim, float* dtable) {
 #pragma omp parallel if (n * dim >= kMinParallelWork)
   {
-    const auto [begin, end] = ThreadSlice(dim);
+    // Not a structured binding: clang 14 cannot use one inside the omp simd below.
+    const std::pair<int64_t, int64_t> slice = ThreadSlice(dim);
+    const int64_t begin = slice.first, end = slice.second;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t row = range.Row(tokens, i);
       if (row < 0) continue;

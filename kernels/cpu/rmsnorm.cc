@@ -28,7 +28,9 @@ void RmsNormBackward(const float* dy, const float* x, const float* w, const floa
   // dw[j] += sum_r dy[r, j] * x[r, j] * rstd[r], first, so that dx may overwrite dy.
 #pragma omp parallel if (rows * dim >= kMinParallelWork)
   {
-    const auto [begin, end] = ThreadSlice(dim);
+    // Not a structured binding: clang 14 cannot use one inside the omp simd below.
+    const std::pair<int64_t, int64_t> slice = ThreadSlice(dim);
+    const int64_t begin = slice.first, end = slice.second;
     std::vector<double> sum(end - begin, 0.0);
     for (int64_t r = 0; r < rows; ++r) {
       const float* dyr = dy + r * dim + begin;

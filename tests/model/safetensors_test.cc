@@ -1,5 +1,7 @@
 #include "model/safetensors.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/gradient_check.h"
@@ -385,6 +388,139 @@ INSTANTIATE_TEST_SUITE_P(AllCases, BadSafetensorsFileTest, ::testing::ValuesIn(k
                          [](const ::testing::TestParamInfo<BadFileCase>& info) {
                            return info.param.test_name;
                          });
+
+// Hugging Face's reader (the safetensors crate's `validate`) accepts a file
+// only when its tensors, sorted by offset, tile the data buffer exactly; so
+// does tetra, naming the tensors or bytes at fault.
+struct TilingCase {
+  std::string test_name;
+  std::string header;
+  size_t data_bytes;
+  std::string expected_message;
+};
+
+void PrintTo(const TilingCase& c, std::ostream* os) { *os << c.test_name; }
+
+class SafetensorsTilingTest : public ScratchDirTest,
+                              public ::testing::WithParamInterface<TilingCase> {};
+
+TEST_P(SafetensorsTilingTest, RefusedNamingTheTensorsOrBytes) {
+  const std::string path = TempPath("tiling.safetensors");
+  WriteBytes(path, HandWritten(GetParam().header, std::string(GetParam().data_bytes, '\0')));
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_FALSE(file.ok());
+  EXPECT_THAT(Message(file.status()), HasSubstr(path));
+  EXPECT_THAT(Message(file.status()), HasSubstr(GetParam().expected_message));
+  EXPECT_THAT(Message(file.status()), UserErrorShape());
+  EXPECT_THAT(Message(file.status()), HasSubstr("hint: Hugging Face's safetensors library refuses"));
+}
+
+// Two F32 tensors of shape [2] (8 bytes each) at the offsets given.
+std::string TwoTensors(int a_begin, int b_begin) {
+  return absl::StrFormat(
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[%d,%d]},)"
+      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[%d,%d]}})",
+      a_begin, a_begin + 8, b_begin, b_begin + 8);
+}
+
+const TilingCase kTilingCases[] = {
+    {"Overlapping", TwoTensors(0, 4), 12,
+     R"(tensors "a" (data_offsets [0, 8]) and "b" (data_offsets [4, 12]) overlap: the second )"
+     "begins at byte 4, before the first ends at byte 8"},
+    {"Aliased", TwoTensors(0, 0), 8,
+     R"(tensors "a" (data_offsets [0, 8]) and "b" (data_offsets [0, 8]) overlap)"},
+    {"EmptyTensorInsideAnother",
+     R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+     R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})",
+     8, R"(and "e" (data_offsets [4, 4]) overlap)"},
+    {"HoleBetween", TwoTensors(0, 12), 20,
+     R"(bytes [8, 12) of the data buffer belong to no tensor (a hole before "b")"},
+    {"HoleAtTheStart", TwoTensors(16, 8), 24,
+     R"(bytes [0, 8) of the data buffer belong to no tensor (a hole before "b")"},
+    {"TrailingBytes", TwoTensors(8, 0), 20,
+     R"(the data buffer has 4 bytes after the last tensor, "a" (data_offsets [8, 16]))"},
+    {"DataButNoTensors", R"({"__metadata__":{"format":"pt"}})", 4,
+     "the header lists no tensors but 4 data bytes follow it"},
+};
+
+INSTANTIATE_TEST_SUITE_P(AllCases, SafetensorsTilingTest, ::testing::ValuesIn(kTilingCases),
+                         [](const ::testing::TestParamInfo<TilingCase>& info) {
+                           return info.param.test_name;
+                         });
+
+TEST_F(SafetensorsTest, TensorsInAnyHeaderOrderThatTileTheBufferOpen) {
+  // Header order is not offset order; empty tensors may sit at any boundary.
+  const std::string path = TempPath("tiled.safetensors");
+  WriteBytes(path, HandWritten(R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
+                               R"("e":{"dtype":"BF16","shape":[0],"data_offsets":[4,4]},)"
+                               R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                               R"("z":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]}})",
+                               FloatBytes({1.0f, 2.0f})));
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  float b = 0;
+  ASSERT_TRUE(file->ReadF32("b", &b).ok());
+  EXPECT_EQ(b, 2.0f);
+}
+
+// A hostile header's names are user text: messages quote a short prefix of
+// them (UserText), so a 1 MB key never floods the terminal.
+TEST_F(SafetensorsTest, AHugeKeyIsQuotedShort) {
+  const std::string key(1 << 20, 'k');
+  const std::string path = TempPath("huge_key.safetensors");
+  for (const std::string& header :
+       {R"({")" + key + R"(":{"dtype":"F9","shape":[1],"data_offsets":[0,4]}})",
+        R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],")" + key + R"(":1}})",
+        R"({"__metadata__":{")" + key + R"(":1}})",
+        R"({"w":{"dtype":")" + key + R"(","shape":[1],"data_offsets":[0,4]}})",
+        R"({")" + key + R"(":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)" +
+            R"("b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"}) {
+    WriteBytes(path, HandWritten(header, std::string(4, '\0')));
+    absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+    ASSERT_FALSE(file.ok());
+    EXPECT_THAT(Message(file.status()), HasSubstr("\"kkkkkkkk"));
+    EXPECT_THAT(Message(file.status()), HasSubstr("... (1048576 bytes)"));
+    EXPECT_LT(Message(file.status()).size(), 1000u);
+    EXPECT_THAT(Message(file.status()), UserErrorShape());
+  }
+  // ReadF32 of a name that is not there quotes it short too.
+  const float x = 1.0f;
+  ASSERT_TRUE(WriteSafetensors(path, {{"w", {1}, &x}}, DType::kF32).ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  float out;
+  EXPECT_LT(Message(file->ReadF32(key, &out)).size(), 1000u);
+}
+
+// As in Hugging Face's reader: a header over 100 MB is refused before it is
+// parsed (the JSON parser's memory grows with it).
+TEST_F(SafetensorsTest, AHeaderOverTheFormatsLimitIsRefused) {
+  const std::string path = TempPath("huge_header.safetensors");
+  WriteBytes(path, LengthField(100'000'002) + "[");
+  std::filesystem::resize_file(path, 8 + 100'000'002);  // sparse: no 100 MB write
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_FALSE(file.ok());
+  EXPECT_THAT(Message(file.status()),
+              HasSubstr("the header length field says 100000002 bytes of JSON, more than the "
+                        "format's limit of 100000000"));
+  EXPECT_THAT(Message(file.status()), UserErrorShape());
+}
+
+// Weights rewritten while tetra loads them: an error naming the file, not a
+// SIGBUS from the mapping.
+TEST_F(SafetensorsTest, AFileTruncatedAfterOpenIsAnErrorOnRead) {
+  const std::string path = TempPath("truncated_after_open.safetensors");
+  const std::vector<float> big(1 << 20, 1.0f);  // 4 MiB: many pages
+  ASSERT_TRUE(WriteSafetensors(path, {{"big", {1 << 20}, big.data()}}, DType::kF32).ok());
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(truncate(path.c_str(), 1000), 0);
+  std::vector<float> out(1 << 20);
+  const absl::Status status = file->ReadF32("big", out.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(status), HasSubstr("safetensors file " + path + " shrank from"));
+  EXPECT_THAT(Message(status), UserErrorShape());
+}
 
 TEST_F(SafetensorsTest, WriteRejectsBadRequestsAndUnwritablePaths) {
   const float x = 1.0f;

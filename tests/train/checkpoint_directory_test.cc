@@ -100,17 +100,6 @@ TEST_F(CheckpointDirectoryTest, RootThatCannotBeListedIsAnError) {
   }
 }
 
-TEST_F(CheckpointDirectoryTest, FileReadsAreBoundedByTheFile) {
-  ASSERT_TRUE(WriteFileDurably(root_ + "/f", "abcdef", 6).ok());
-  EXPECT_EQ(*RegularFileSize(root_ + "/f"), 6u);
-  EXPECT_EQ(*ReadFileRange(root_ + "/f", 2, 3), "cde");
-  EXPECT_EQ(ReadFileRange(root_ + "/f", 4, 3).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(ReadFileRange(root_ + "/f", ~uint64_t{0}, 2).status().code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(RegularFileSize(root_ + "/missing").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(Message(RegularFileSize(root_).status()), "it is a directory, not a file");
-  EXPECT_EQ(Message(RegularFileSize("/dev/null").status()), "it is not a regular file");
-}
-
 TEST_F(CheckpointDirectoryTest, CommitRenamesAndReplacesTheSameStep) {
   MakeStep("step_00000005", true);  // an older run's step 5
   absl::StatusOr<std::string> tmp = CreateTemporaryStepDir(root_, 5);

@@ -135,7 +135,7 @@ TEST_F(CheckpointReaderTest, FlippedByteIsAnErrorNamingFileAndTensor) {
   WriteBytes(dir_ + "/b.bin", bytes);
   const absl::Status status = ReadAll();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(status.message(), HasSubstr("checkpoint file " + dir_ + "/b.bin is corrupt: w (weight) at bytes [36, 56)"));
+  EXPECT_THAT(status.message(), HasSubstr("checkpoint file " + dir_ + "/b.bin is corrupt: \"w\" (weight) at bytes [36, 56)"));
   // A box that never touches the damaged piece still reads.
   absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
   ASSERT_TRUE(reader.ok());
@@ -145,22 +145,22 @@ TEST_F(CheckpointReaderTest, FlippedByteIsAnErrorNamingFileAndTensor) {
 TEST_F(CheckpointReaderTest, TruncatedFileIsAnErrorNamingFileAndTensor) {
   std::filesystem::resize_file(dir_ + "/b.bin", 50);
   EXPECT_THAT(ReadAll().message(),
-              HasSubstr("checkpoint file " + dir_ + "/b.bin is truncated: w (weight) needs bytes [36, 56) "
-                        "but the file has 50"));
+              HasSubstr("checkpoint file " + dir_ + "/b.bin is truncated: \"w\" (weight) needs 20 bytes at "
+                        "offset 36 but the file has 50"));
   std::filesystem::remove(dir_ + "/a.bin");
-  EXPECT_THAT(ReadAll().message(), HasSubstr("checkpoint file " + dir_ + "/a.bin holding w (weight) cannot be read"));
+  EXPECT_THAT(ReadAll().message(), HasSubstr("cannot read checkpoint file " + dir_ + "/a.bin: No such file"));
 }
 
 TEST_F(CheckpointReaderTest, UncoveredElementsAreAnError) {
   tensor_->mutable_shards()->RemoveLast();  // the piece [5, 12) of the right half
   WriteManifest();
-  EXPECT_THAT(ReadAll().message(), HasSubstr("holds only 17 of the 24 elements of w (weight) in [0:4, 0:6]"));
+  EXPECT_THAT(ReadAll().message(), HasSubstr("holds only 17 of the 24 elements of \"w\" (weight) in [0:4, 0:6]"));
 }
 
 TEST_F(CheckpointReaderTest, InconsistentOrDamagedManifestIsAnError) {
   tensor_->mutable_shards(0)->set_bytes(44);  // 12 elements need 48
   WriteManifest();
-  EXPECT_THAT(ReadAll().message(), HasSubstr("is inconsistent: a shard of w (weight) in file \"a.bin\""));
+  EXPECT_THAT(ReadAll().message(), HasSubstr("is inconsistent: a shard of \"w\" (weight) in file \"a.bin\""));
   tensor_->mutable_shards(0)->set_bytes(48);
   tensor_->mutable_shards(0)->mutable_box(1)->set_end(7);  // past the 6 columns
   WriteManifest();
@@ -195,7 +195,7 @@ TEST_F(CheckpointReaderTest, ShapesNoDataCanFillAreErrorsNamingTheTensor) {
     absl::Status status = reader.status();
     if (reader.ok()) status = reader->ReadGlobal(*reader->Find("big", TensorRecord::WEIGHT)).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << ShapeString(shape) << ": " << status;
-    EXPECT_THAT(Message(status), HasSubstr("big (weight)")) << ShapeString(shape);
+    EXPECT_THAT(Message(status), HasSubstr("\"big\" (weight)")) << ShapeString(shape);
     EXPECT_THAT(Message(status), UserErrorShape());
   }
 }
@@ -216,8 +216,8 @@ TEST_F(CheckpointReaderTest, ShardLargerThanItsFileIsFoundBeforeAllocating) {
   absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
   ASSERT_TRUE(reader.ok()) << reader.status();
   const absl::Status status = reader->ReadGlobal(*reader->Find("big", TensorRecord::WEIGHT)).status();
-  EXPECT_THAT(Message(status), HasSubstr("checkpoint file " + dir_ + "/a.bin is truncated: big (weight) needs "
-                                         "bytes [0, 4000000000000) but the file has 48"));
+  EXPECT_THAT(Message(status), HasSubstr("checkpoint file " + dir_ + "/a.bin is truncated: \"big\" (weight) needs "
+                                         "4000000000000 bytes at offset 0 but the file has 48"));
 }
 
 // A flat range of 2^62 elements whose byte count, 2^64, wraps to 0 in uint64.
@@ -235,7 +235,7 @@ TEST_F(CheckpointReaderTest, ByteCountsThatWrapAreInconsistent) {
   absl::Status status = reader.status();
   if (reader.ok()) status = reader->ReadGlobal(*reader->Find("big", TensorRecord::WEIGHT)).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_THAT(Message(status), HasSubstr("big (weight)"));
+  EXPECT_THAT(Message(status), HasSubstr("\"big\" (weight)"));
 }
 
 // Counts in a manifest are the records it holds, so a file cannot claim more
@@ -260,15 +260,15 @@ TEST_F(CheckpointReaderTest, TensorListedTwiceIsAnError) {
   WriteManifest();
   const absl::Status status = CheckpointReader::Open(dir_).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(Message(status), HasSubstr("lists w (weight) twice"));
+  EXPECT_THAT(Message(status), HasSubstr("lists \"w\" (weight) twice"));
 }
 
 TEST_F(CheckpointReaderTest, ManifestThatIsADirectoryIsAnError) {
   std::filesystem::remove(dir_ + "/" + kManifestFileName);
   std::filesystem::create_directory(dir_ + "/" + kManifestFileName);
   const absl::Status status = CheckpointReader::Open(dir_).status();
-  EXPECT_THAT(Message(status), HasSubstr("cannot read checkpoint manifest " + dir_ + "/manifest.pb: it is a "
-                                         "directory, not a file"));
+  EXPECT_THAT(Message(status), HasSubstr("checkpoint manifest " + dir_ + "/manifest.pb is a directory, not a "
+                                         "regular file"));
   EXPECT_THAT(Message(status), UserErrorShape());
 }
 
@@ -284,7 +284,7 @@ TEST_F(CheckpointReaderTest, SwappedNamesAreCorruptionNamingTheTensor) {
   WriteManifest();
   const absl::Status status = ReadAll();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(Message(status), HasSubstr("checkpoint file " + dir_ + "/a.bin is corrupt: w (weight) at bytes [0, 48)"));
+  EXPECT_THAT(Message(status), HasSubstr("checkpoint file " + dir_ + "/a.bin is corrupt: \"w\" (weight) at bytes [0, 48)"));
   EXPECT_THAT(Message(status), UserErrorShape());
 }
 
@@ -298,7 +298,7 @@ TEST_F(CheckpointReaderTest, SwappedMomentsAreCorruptionNamingTheTensor) {
   absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
   ASSERT_TRUE(reader.ok()) << reader.status();
   const absl::Status status = reader->ReadGlobal(*reader->Find("w", TensorRecord::EXP_AVG)).status();
-  EXPECT_THAT(Message(status), HasSubstr("is corrupt: w (exp_avg) at bytes [0, 48)"));
+  EXPECT_THAT(Message(status), HasSubstr("is corrupt: \"w\" (exp_avg) at bytes [0, 48)"));
 }
 
 // The manifest is checked against the checksum its COMPLETE marker holds.
@@ -318,12 +318,53 @@ TEST_F(CheckpointReaderTest, ManifestAlteredAfterItsMarkerIsCorrupt) {
                                             "manifest_crc32c line"));
   std::filesystem::remove(dir_ + "/" + kCompleteMarkerName);
   std::filesystem::create_directory(dir_ + "/" + kCompleteMarkerName);
-  EXPECT_THAT(Message(ReadAll()), HasSubstr("cannot read the completion marker " + dir_ + "/COMPLETE: it is a "
-                                            "directory, not a file"));
+  EXPECT_THAT(Message(ReadAll()), HasSubstr("completion marker " + dir_ + "/COMPLETE is a directory, not a "
+                                            "regular file"));
   // A save that died before its marker: the manifest reads, unchecked (the
   // reader's callers skip such a directory or say so).
   std::filesystem::remove(dir_ + "/" + kCompleteMarkerName);
   EXPECT_TRUE(ReadAll().ok());
+}
+
+// Shapes in a damaged manifest are checked before anything multiplies them
+// (NumElements would overflow) or allocates them: a tensor of 2^40 elements
+// that no file holds is an error, not a 4 TB allocation.
+TEST_F(CheckpointReaderTest, ShapesThatOverflowOrThatNoFileHoldsAreErrors) {
+  tensor_->set_shape(0, int64_t{1} << 32);
+  tensor_->set_shape(1, int64_t{1} << 32);
+  WriteManifest();
+  EXPECT_THAT(ReadAll().message(),
+              HasSubstr("gives \"w\" (weight) the shape [4294967296, 4294967296], which no tensor has"));
+  tensor_->set_shape(0, -4);
+  WriteManifest();
+  EXPECT_THAT(ReadAll().message(), HasSubstr("the shape [-4, 4294967296]"));
+
+  tensor_->set_shape(0, int64_t{1} << 40);
+  tensor_->set_shape(1, kCols);
+  WriteManifest();
+  EXPECT_THAT(ReadAll().message(),
+              HasSubstr("holds only 24 of the 6597069766656 elements of \"w\" (weight)"));
+  // One shard claiming all of it, in a file far too small.
+  tensor_->clear_shards();
+  ShardRecord* shard = tensor_->add_shards();
+  shard->set_file("a.bin");
+  shard->set_bytes((int64_t{1} << 40) * kCols * 4);
+  *shard->add_box() = Box(0, 1, 0, kCols)[0];
+  shard->mutable_box(0)->set_end(int64_t{1} << 40);
+  *shard->add_box() = Box(0, 1, 0, kCols)[1];
+  shard->set_flat_end((int64_t{1} << 40) * kCols);
+  WriteManifest();
+  EXPECT_THAT(ReadAll().message(),
+              HasSubstr("a.bin is truncated: \"w\" (weight) needs 26388279066624 bytes at offset 0 "
+                        "but the file has 48"));
+  // An offset near 2^64 does not wrap around the size check.
+  tensor_->set_shape(0, kRows);
+  shard->mutable_box(0)->set_end(kRows);
+  shard->set_flat_end(kRows * kCols);
+  shard->set_bytes(kRows * kCols * 4);
+  shard->set_offset(~uint64_t{0} - 8);
+  WriteManifest();
+  EXPECT_THAT(ReadAll().message(), HasSubstr("is inconsistent: a shard of \"w\" (weight) in file \"a.bin\""));
 }
 
 TEST(CheckpointReader3dTest, PiecesCutMidRowReadIntoAnInnerBox) {

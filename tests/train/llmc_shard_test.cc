@@ -3,7 +3,11 @@
 // each one sentence plus a hint line.
 #include "train/llmc_shard.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -165,6 +169,50 @@ TEST(LlmcShardTest, TruncatedShardSaysWhatTheHeaderPromised) {
   EXPECT_THAT(Message(stream.status()), HasSubstr("promises 10 tokens"));
   EXPECT_THAT(Message(stream.status()), HasSubstr("has 1038 bytes"));
   EXPECT_THAT(Message(stream.status()), UserErrorShape());
+}
+
+// A shard truncated during training (another process rewriting the data):
+// the next read past the new end is an error naming the shard, where the
+// mmap'd read used to raise SIGBUS and kill the process with no message.
+TEST(LlmcShardTest, ShardTruncatedBetweenTwoReadsIsAnErrorNamingIt) {
+  const std::string path = TempPath("truncated_while_training.bin");
+  std::vector<int32_t> tokens(1 << 20);  // 2 MiB of uint16 tokens: many pages
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 50000);
+  ASSERT_TRUE(WriteLlmcShard(path, tokens).ok());
+  absl::StatusOr<std::unique_ptr<TokenStream>> stream = OpenTokenFiles(DataConfig::LLMC, path);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  std::vector<int32_t> out(9);
+  const int64_t late = (1 << 20) - 9;
+  ASSERT_TRUE((*stream)->Read(late, 9, out.data()).ok());
+  EXPECT_EQ(out[0], late % 50000);
+  ASSERT_EQ(truncate(path.c_str(), 1024 + 2 * 1000), 0);
+  for (int64_t begin : {late, int64_t{1000}}) {  // pages past the new end, then its own page
+    SCOPED_TRACE(begin);
+    const absl::Status status = (*stream)->Read(begin, 9, out.data());
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(Message(status), HasSubstr("llm.c shard " + path + " shrank from 2098176 to 3024 "
+                                           "bytes while tetra was reading it"));
+    EXPECT_THAT(Message(status), UserErrorShape());
+  }
+  ASSERT_TRUE((*stream)->Read(991, 9, out.data()).ok());  // still in the file
+  EXPECT_EQ(out[8], 999);
+}
+
+// Through a glob the error comes back from the shard that shrank (the
+// concatenated stream used to treat a failed part read as a bug).
+TEST(TokenFilesTest, AShardOfAGlobTruncatedDuringTrainingIsAnErrorNamingIt) {
+  const std::string dir = TempPath("truncated_glob");
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(WriteLlmcShard(dir + "/a.bin", std::vector<int32_t>(1 << 20, 1)).ok());
+  ASSERT_TRUE(WriteLlmcShard(dir + "/b.bin", std::vector<int32_t>(1 << 20, 2)).ok());
+  auto stream = OpenTokenFiles(DataConfig::LLMC, dir + "/*.bin");
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  std::vector<int32_t> out(8);
+  ASSERT_EQ(truncate((dir + "/b.bin").c_str(), 1024), 0);
+  const absl::Status status = (*stream)->Read((1 << 20) - 4, 8, out.data());  // a's end, b's start
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(status), HasSubstr("llm.c shard " + dir + "/b.bin shrank from"));
+  EXPECT_TRUE((*stream)->Read(0, 8, out.data()).ok());
 }
 
 TEST(LlmcShardTest, MissingFileIsNamed) {

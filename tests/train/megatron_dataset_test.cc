@@ -3,6 +3,8 @@
 // (one sentence naming the file, then a hint line).
 #include "train/megatron_dataset.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -129,13 +131,29 @@ TEST(MegatronDatasetTest, SequencesAreReadInIndexOrderWhereverTheyLie) {
   EXPECT_EQ((*stream)->Locate(1).position, 4);
 }
 
+TEST(MegatronDatasetTest, BinTruncatedBetweenTwoReadsIsAnErrorNamingIt) {
+  const std::string prefix = TempPrefix("truncated_while_training");
+  std::vector<int32_t> sequence(1 << 19, 7);  // 2 MiB of int32 tokens: many pages
+  ASSERT_TRUE(WriteMegatronDataset(prefix, {sequence, sequence}, kMegatronInt32).ok());
+  auto stream = OpenMegatronDataset(prefix);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  std::vector<int32_t> out(4);
+  ASSERT_TRUE((*stream)->Read((1 << 20) - 4, 4, out.data()).ok());
+  ASSERT_EQ(truncate((prefix + ".bin").c_str(), 4 * 1000), 0);
+  const absl::Status status = (*stream)->Read((1 << 20) - 4, 4, out.data());
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(Message(status), HasSubstr("Megatron data file " + prefix + ".bin shrank from "
+                                         "4194304 to 4000 bytes"));
+  EXPECT_THAT(Message(status), UserErrorShape());
+}
+
 TEST(MegatronDatasetTest, MissingIdxOrBinIsNamed) {
   const std::string prefix = TempPrefix("missing");
   ASSERT_TRUE(WriteMegatronDataset(prefix, {{1, 2}}, kMegatronUint16).ok());
   std::remove((prefix + ".bin").c_str());
-  EXPECT_THAT(OpenError(prefix), HasSubstr(prefix + ".bin: cannot open"));
+  EXPECT_THAT(OpenError(prefix), HasSubstr("cannot read Megatron data file " + prefix + ".bin: No such file"));
   std::remove((prefix + ".idx").c_str());
-  EXPECT_THAT(OpenError(prefix), HasSubstr(prefix + ".idx: cannot open"));
+  EXPECT_THAT(OpenError(prefix), HasSubstr("cannot read Megatron index " + prefix + ".idx: No such file"));
   EXPECT_THAT(OpenError(prefix),
               HasSubstr("\nhint: a Megatron data set is " + prefix + ".idx plus " + prefix +
                         ".bin"));
