@@ -1,8 +1,6 @@
 #include "core/json.h"
 
 #include <charconv>
-#include <filesystem>
-#include <fstream>
 #include <cmath>
 #include <limits>
 #include <tuple>
@@ -12,6 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/input_file.h"
+#include "core/status_macros.h"
 #include "core/user_error.h"
 
 namespace tetra {
@@ -335,21 +335,13 @@ absl::StatusOr<JsonValue> ParseJson(std::string_view text, size_t* error_offset)
 }
 
 absl::StatusOr<JsonValue> ReadJsonFile(const std::string& path, size_t max_bytes, const std::string& hint) {
-  std::error_code error;
-  const std::filesystem::file_status status = std::filesystem::status(path, error);
-  if (error || !std::filesystem::is_regular_file(status)) {
-    return UserError(absl::StrCat("cannot read ", path, ": ", error ? error.message() : "not a regular file"), hint);
-  }
-  const uintmax_t size = std::filesystem::file_size(path, error);
-  if (error || size > max_bytes) {
-    return UserError(absl::StrCat(path, " is ", size, " bytes, more than the ", max_bytes,
+  ASSIGN_OR_RETURN(const InputFile file, InputFile::Open(path, "JSON file", hint));
+  if (static_cast<uint64_t>(file.size()) > max_bytes) {
+    return UserError(absl::StrCat(path, " is ", file.size(), " bytes, more than the ", max_bytes,
                                   " such a JSON file could need"),
                      hint);
   }
-  std::ifstream in(path, std::ios::binary);
-  std::string text(size, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(size));
-  if (!in) return UserError(absl::StrCat("cannot read ", path), hint);
+  ASSIGN_OR_RETURN(const std::string text, file.ReadAll());
   size_t offset = 0;
   absl::StatusOr<JsonValue> value = ParseJson(text, &offset);
   if (!value.ok()) {

@@ -2,6 +2,8 @@
 // (WeightFiles, LoadWeights) and export to model directories.
 #include "model/weights_io.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -10,6 +12,7 @@
 #include "comm/self_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/hf_config.h"
 #include "model/llama_model.h"
 #include "model/safetensors.h"
 #include "model/weight_files.h"
@@ -181,6 +184,16 @@ TEST_F(WeightsIoTest, AShardedIndexAndItsShardsMustAgree) {
   EXPECT_THAT(Message(WeightFiles::Open(index).status()), HasSubstr("no \"weight_map\" object"));
   testing::WriteBytes(index, "{\"weight_map\": {,}}");
   EXPECT_THAT(Message(WeightFiles::Open(index).status()), HasSubstr("is not valid JSON: at byte 16"));
+}
+
+// An index or config.json that is a FIFO is refused at once, never waited on.
+TEST_F(WeightsIoTest, AFifoIndexOrConfigIsAnErrorNotAHang) {
+  const fs::path model = dir_ / "fifo_model";
+  fs::create_directories(model);
+  ASSERT_EQ(mkfifo((model / "model.safetensors.index.json").c_str(), 0600), 0);
+  EXPECT_THAT(Message(WeightFiles::Open(model.string()).status()), HasSubstr("is a FIFO"));
+  ASSERT_EQ(mkfifo((model / "config.json").c_str(), 0600), 0);
+  EXPECT_THAT(Message(ReadHfConfigJson(HfConfigPathOf(model.string())).status()), HasSubstr("is a FIFO"));
 }
 
 TEST_F(WeightsIoTest, ADirectoryWithoutSafetensorsSaysWhatItHolds) {
