@@ -14,7 +14,9 @@ into its parts. Each part meets the first rule that matches:
   - `ctest ...`: the suite this test is part of: skipped;
   - `tools/gpu/...`: needs a GPU machine; `tools/bench/...` and the
     `build/*_benchmark` binaries: benchmarks that run for minutes and print
-    figures, with nothing to pass or fail: skipped;
+    figures, with nothing to pass or fail: skipped; `tools/fuzz/run.sh`: a
+    libFuzzer campaign of minutes per parser with a clang build of its own
+    (CI runs the same targets' deterministic corpus in tests/fuzz/): skipped;
   - `tetra ...`, `build/tetra ...`, `mpirun ... tetra ...`: run with bash in
     a scratch directory holding configs/ and build/tetra, `tetra` on PATH,
     both the binary under test; `tetra train` shortened to 2 steps with 1
@@ -78,6 +80,8 @@ def classify(part):
         return "skip", "needs a GPU machine"
     if words[0].startswith("tools/bench/") or re.fullmatch(r"build/\w+_benchmark", words[0]):
         return "skip", "a benchmark: long, prints figures, nothing to pass or fail"
+    if words[0] == "tools/fuzz/run.sh":
+        return "skip", "a libFuzzer campaign (minutes per parser, its own clang build); tests/fuzz/ runs in CI"
     if words[0] in ("tetra", "build/tetra") or (words[0] == "mpirun" and
                                                  {"tetra", "build/tetra"} & set(words)):
         return "run", ""
