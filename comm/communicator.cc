@@ -82,6 +82,15 @@ double MaxOverRanks(Communicator& group, double value) {
   return *std::max_element(values.begin(), values.end());
 }
 
+absl::Status AgreeOnStatus(Communicator& group, absl::Status status) {
+  // The lowest failed rank, as -max(-rank); group.size() when none failed.
+  const int failed = static_cast<int>(
+      -MaxOverRanks(group, -(status.ok() ? group.size() : group.rank())));
+  if (!status.ok() || failed == group.size()) return status;
+  return absl::AbortedError(absl::StrCat("rank ", group.ranks()[failed],
+                                         " failed (see its error above)"));
+}
+
 std::string DescribeGroup(const Communicator& comm) {
   std::vector<std::string> parts = RankRanges(comm.ranks());
   std::string list;

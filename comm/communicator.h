@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "core/tensor.h"
 
 namespace tetra {
@@ -153,7 +154,12 @@ const char* ReduceOpName(ReduceOp op);
 // the backends reduce only F32 and I32.
 double SumOverRanks(Communicator& group, double value);
 // The largest of every rank's `value` (e.g. the peak memory of any rank).
-double MaxOverRanks(Communicator& group, double value);  // "sum", "max", "mean"
+double MaxOverRanks(Communicator& group, double value);
+
+// Every rank of `group` ends with an error when any rank had one: its own
+// `status`, or one naming the first failed rank. Collective over `group`, so a
+// failure on one rank never leaves the others waiting in a later collective.
+absl::Status AgreeOnStatus(Communicator& group, absl::Status status);
 
 // "group dp (world ranks 1, 3)": how timeout messages name a group (long rank
 // lists are shortened).

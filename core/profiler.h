@@ -1,7 +1,7 @@
 // The step profiler: named spans of one rank's work (forward, backward,
 // optimizer, and the time blocked on each communication group), totalled per
 // kind for the metrics' time breakdown and, while recording, kept as events
-// for the Chrome/Perfetto trace (train/trace_writer.h).
+// for the Chrome/Perfetto trace (observe/trace_writer.h).
 //
 // One process-wide profiler, used from the thread that runs the step (the
 // communicators' thread). A span costs two clock reads and an add; events are

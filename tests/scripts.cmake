@@ -15,13 +15,13 @@ add_test(NAME layouts.parallel_layouts_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_layouts.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.parallel_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 1200 RUN_SERIAL ON)
 add_test(NAME trace.perfetto_schema_per_rank
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/train/check_trace.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/observe/check_trace.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(trace.perfetto_schema_per_rank PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
 add_test(NAME report.cpu_scaling_study
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_scaling_report.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(report.cpu_scaling_study PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)
 add_test(NAME checkpoints.resume_and_reshard_under_mpirun
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/checkpoints/check_checkpoints.py $<TARGET_FILE:tetra>)
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/checkpoint/check_checkpoints.py $<TARGET_FILE:tetra>)
 set_tests_properties(checkpoints.resume_and_reshard_under_mpirun PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)
 add_test(NAME layouts.moe_layouts_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_moe_layouts.py $<TARGET_FILE:tetra>)
@@ -37,6 +37,6 @@ set_tests_properties(layouts.init_from_matches_single_rank PROPERTIES LABELS mpi
 add_test(NAME reference.hf_directories_match_transformers
          COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/reference/check_hf_directory.py $<TARGET_FILE:tetra>)
 add_test(NAME tensorboard.reader_sees_every_metric
-         COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/train/check_tensorboard.py $<TARGET_FILE:tetra>)
+         COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/observe/check_tensorboard.py $<TARGET_FILE:tetra>)
 set_tests_properties(reference.hf_directories_match_transformers tensorboard.reader_sees_every_metric
                      PROPERTIES LABELS mpi TIMEOUT 600)

@@ -10,11 +10,11 @@
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
-#include "model/weights_io.h"
+#include "checkpoint/weights_io.h"
 #include "tools/command_line.h"
-#include "train/checkpoint_directory.h"
-#include "train/checkpoint_format.h"
-#include "train/checkpoint_reader.h"
+#include "checkpoint/checkpoint_directory.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checkpoint_reader.h"
 
 namespace tetra {
 namespace {

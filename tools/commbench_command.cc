@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "comm/backend_util.h"
 #include "comm/communicator.h"
+#include "comm/launcher.h"
 #include "comm/mpi_communicator.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
@@ -341,9 +342,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> BenchCommunicator(std::unique_ptr<
                                   rc == cudaSuccess ? "0 devices" : cudaGetErrorString(rc), ")"),
                      "run on a GPU node, or use --device cpu");
   }
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  if (local == nullptr) local = std::getenv("SLURM_LOCALID");
-  const int local_rank = local ? std::atoi(local) : 0;
+  const int local_rank = LocalRank();
   const cudaError_t set = cudaSetDevice(local_rank % devices);
   TETRA_CHECK(set == cudaSuccess) << "cudaSetDevice(" << local_rank % devices << "): " << cudaGetErrorString(set);
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(host)));

@@ -17,19 +17,20 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "comm/launcher.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "model/llama_model.h"
-#include "model/weights_io.h"
+#include "checkpoint/weights_io.h"
 #include "tools/checkpoint_command.h"
 #include "tools/commbench_command.h"
 #include "tools/command_line.h"
 #include "tools/plan_command.h"
 #include "tools/report_command.h"
 #include "train/config_loader.h"
-#include "train/memory_check.h"
+#include "plan/memory_check.h"
 #include "train/trainer.h"
 
 namespace tetra {
@@ -45,15 +46,6 @@ constexpr char kUsage[] =
     "  tetra checkpoint inspect DIR | export DIR --out MODEL_DIR [--dtype f32|bf16]\n"
     "  mpirun -np N tetra commbench [--op all_reduce|...|all] [--group world|even_odd|pairs] ...\n";
 
-// The number of ranks the launcher started (mpirun, Slurm), 1 when run directly,
-// so a layout is checked against the job it is actually part of.
-int LaunchedWorldSize() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
-    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
-  }
-  return 1;
-}
-
 void PrintError(const absl::Status& status) {
   std::cerr << "tetra: error: " << status.message() << "\n" << std::flush;
 }
@@ -64,6 +56,7 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags(const ParsedFlags& flags, const st
     return UserError(absl::StrCat("tetra ", command, " needs --config FILE.textproto"),
                      absl::StrCat("tetra ", command, " --config configs/tiny_dense.textproto"));
   }
+  // A layout is checked against the job this process is actually part of.
   return LoadConfig(config->second, flags.sets, LaunchedWorldSize());
 }
 

@@ -18,10 +18,10 @@
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_checker.h"
 #include "tools/command_line.h"
-#include "train/cluster_config.h"
+#include "plan/cluster_config.h"
 #include "train/config_loader.h"
 #include "train/config_validation.h"
-#include "train/layout_planner.h"
+#include "plan/layout_planner.h"
 
 namespace tetra {
 namespace {

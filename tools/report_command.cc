@@ -15,10 +15,10 @@
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "tools/run_summary.h"
-#include "train/cluster_config.h"
+#include "plan/cluster_config.h"
 #include "train/config_loader.h"
 #include "train/config_validation.h"
-#include "train/layout_planner.h"
+#include "plan/layout_planner.h"
 
 namespace tetra {
 namespace {

@@ -5,7 +5,7 @@
 // smallest run (strong when the global batch stays, weak when it grows with
 // the ranks), the time breakdown per run as stacked bars, measured against
 // the planner's predicted step time (with --config and --cluster:
-// train/layout_planner.h for each run's layout), and the measured pipeline
+// plan/layout_planner.h for each run's layout), and the measured pipeline
 // bubble against the schedule's (p - 1) / (m + p - 1).
 #ifndef TETRA_TOOLS_REPORT_COMMAND_H_
 #define TETRA_TOOLS_REPORT_COMMAND_H_

@@ -1,5 +1,5 @@
 // A training run as `tetra report` sees it: the metrics file's lines
-// (train/metrics_log.h) read back, the layout from the first line's run
+// (observe/metrics_log.h) read back, the layout from the first line's run
 // fields, and per-run statistics over the steps after the first (step 1 pays
 // for first touches and thread start).
 #ifndef TETRA_TOOLS_RUN_SUMMARY_H_

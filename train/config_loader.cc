@@ -13,8 +13,8 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "model/hf_config.h"
-#include "model/weight_files.h"
+#include "checkpoint/hf_config.h"
+#include "checkpoint/weight_files.h"
 #include "train/config_validation.h"
 
 namespace tetra {

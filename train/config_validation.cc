@@ -14,8 +14,8 @@
 #include "parallel/mesh.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_partition.h"
-#include "train/layout_planner.h"
-#include "train/trace_writer.h"
+#include "plan/layout_planner.h"
+#include "observe/trace_writer.h"
 
 namespace tetra {
 namespace {

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
-#include "train/distributed.h"
+#include "parallel/parallel_state.h"
 
 namespace tetra {
 namespace {

@@ -8,33 +8,34 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "comm/launcher.h"
 #include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/timer.h"
 #include "core/user_error.h"
 #include "kernels/cpu/threads.h"
 #include "model/llama_model.h"
-#include "model/weights_io.h"
+#include "checkpoint/weights_io.h"
 #include "parallel/gradient_reducer.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_partition.h"
-#include "train/checkpoint_lock.h"
-#include "train/checkpoint_resume.h"
-#include "train/checkpoint_writer.h"
+#include "checkpoint/checkpoint_lock.h"
+#include "checkpoint/checkpoint_resume.h"
+#include "checkpoint/checkpoint_writer.h"
 #include "train/config_validation.h"
-#include "train/flops.h"
-#include "train/lr_schedule.h"
-#include "train/memory_check.h"
-#include "train/model_optimizer.h"
-#include "train/moe_step.h"
+#include "observe/flops.h"
+#include "optimizer/lr_schedule.h"
+#include "plan/memory_check.h"
+#include "optimizer/model_optimizer.h"
+#include "optimizer/moe_step.h"
 #include "train/output_paths.h"
-#include "train/peak_flops.h"
-#include "train/step_timing.h"
+#include "observe/peak_flops.h"
+#include "observe/step_timing.h"
 #include "train/stop_request.h"
-#include "train/tensorboard_writer.h"
-#include "train/trace_writer.h"
-#include "train/training_data.h"
+#include "observe/tensorboard_writer.h"
+#include "observe/trace_writer.h"
+#include "data/training_data.h"
 
 #if TETRA_HAVE_CUDA
 #include "core/cuda/device.h"
@@ -114,13 +115,7 @@ absl::StatusOr<double> PlaceOnDevice(const TrainerConfig& config,
   const double peak = config.log().peak_tflops();
   if (config.train().device() != Device::CUDA) return peak;
 #if TETRA_HAVE_CUDA
-  int local_rank = 0;
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
-    if (const char* value = std::getenv(name)) {
-      local_rank = std::atoi(value);
-      break;
-    }
-  }
+  const int local_rank = LocalRank();
   std::string why;
   const int devices = cuda::DeviceCount(&why);
   if (local_rank >= devices) {

@@ -9,8 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "proto/config.pb.h"
-#include "train/distributed.h"
-#include "train/metrics_log.h"
+#include "parallel/parallel_state.h"
+#include "observe/metrics_log.h"
 
 namespace tetra {
 

@@ -17,7 +17,6 @@
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "gtest/gtest.h"
-#include "parallel/mesh.h"
 
 namespace tetra {
 namespace {
@@ -45,36 +44,25 @@ constexpr DType kDType<int32_t> = DType::kI32;
 template <>
 constexpr DType kDType<uint16_t> = DType::kBF16;  // moved as bit patterns, never reduced
 
-// Hand-made groups, plus the tensor, data and pipeline groups of the mesh a
-// training job would use on this world: tp 2 x pp 2 x dp (world / 4), or
-// tp 2 alone on 2 ranks.
-enum class Layout { kWorld, kParity, kPairs, kSelf, kMeshTensor, kMeshData, kMeshPipeline };
-
-const Mesh& JobMesh(int world_size) {
-  static const Mesh mesh = [&] {
-    ParallelConfig config;
-    config.set_tensor(2);
-    config.set_pipeline(world_size % 4 == 0 ? 2 : 1);
-    absl::StatusOr<Mesh> made = Mesh::Create(config, world_size);
-    TETRA_CHECK(made.ok()) << made.status();
-    return *std::move(made);
-  }();
-  return mesh;
-}
+// Hand-made groups, among them the shapes of a training job's groups on this
+// world (tp 2 x pp 2 x dp world / 4, tp innermost): pairs are its tensor
+// groups, every other rank of one half its data groups, and the ranks a half
+// apart its pipeline groups (on 2 ranks: parity and self).
+enum class Layout { kWorld, kParity, kPairs, kSelf, kParityInHalf, kHalfApart };
 
 std::vector<int> GroupOf(Layout layout, int me, int world_size) {
-  switch (layout) {
-    case Layout::kMeshTensor: return JobMesh(world_size).Group(GroupKind::kTensor, me);
-    case Layout::kMeshData: return JobMesh(world_size).Group(GroupKind::kData, me);
-    case Layout::kMeshPipeline: return JobMesh(world_size).Group(GroupKind::kPipeline, me);
-    default: break;
-  }
+  const int half = world_size % 4 == 0 ? world_size / 2 : world_size;
   std::vector<int> group;
   for (int r = 0; r < world_size; ++r) {
-    const bool member = layout == Layout::kWorld    ? true
-                        : layout == Layout::kParity ? r % 2 == me % 2
-                        : layout == Layout::kPairs  ? r / 2 == me / 2
-                                                    : r == me;
+    bool member = false;
+    switch (layout) {
+      case Layout::kWorld: member = true; break;
+      case Layout::kParity: member = r % 2 == me % 2; break;
+      case Layout::kPairs: member = r / 2 == me / 2; break;
+      case Layout::kSelf: member = r == me; break;
+      case Layout::kParityInHalf: member = r % 2 == me % 2 && r / half == me / half; break;
+      case Layout::kHalfApart: member = r % half == me % half; break;
+    }
     if (member) group.push_back(r);
   }
   return group;
@@ -86,9 +74,8 @@ const char* LayoutName(Layout layout) {
     case Layout::kParity: return "parity";
     case Layout::kPairs: return "pairs";
     case Layout::kSelf: return "self";
-    case Layout::kMeshTensor: return "tp";
-    case Layout::kMeshData: return "dp";
-    case Layout::kMeshPipeline: return "pp";
+    case Layout::kParityInHalf: return "parity_in_half";
+    case Layout::kHalfApart: return "half_apart";
   }
   return "?";
 }
@@ -399,7 +386,7 @@ TEST_P(CollectivesTest, OverlappedOperations) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CollectivesTest,
                          testing::Values(Layout::kWorld, Layout::kParity, Layout::kPairs, Layout::kSelf,
-                                         Layout::kMeshTensor, Layout::kMeshData, Layout::kMeshPipeline),
+                                         Layout::kParityInHalf, Layout::kHalfApart),
                          [](const testing::TestParamInfo<Layout>& info) {
                            return std::string(LayoutName(info.param));
                          });

@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/testing/fuzzing.h"
-#include "train/checkpoint_format.h"
-#include "train/checkpoint_reader.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checkpoint_reader.h"
 
 namespace tetra::testing {
 

@@ -7,7 +7,7 @@
 #include "tests/fuzz/fuzz_campaign.h"
 #include "tests/fuzz/llmc_shard_target.h"
 #include "tests/testing/scratch_files.h"
-#include "train/llmc_shard.h"
+#include "data/llmc_shard.h"
 
 namespace tetra {
 namespace {

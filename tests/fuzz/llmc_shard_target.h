@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "tests/testing/fuzzing.h"
-#include "train/llmc_shard.h"
+#include "data/llmc_shard.h"
 
 namespace tetra::testing {
 

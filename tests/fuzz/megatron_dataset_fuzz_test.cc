@@ -10,7 +10,7 @@
 #include "tests/fuzz/fuzz_campaign.h"
 #include "tests/fuzz/megatron_dataset_target.h"
 #include "tests/testing/scratch_files.h"
-#include "train/megatron_dataset.h"
+#include "data/megatron_dataset.h"
 
 namespace tetra {
 namespace {

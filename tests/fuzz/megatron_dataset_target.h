@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tests/testing/fuzzing.h"
-#include "train/megatron_dataset.h"
+#include "data/megatron_dataset.h"
 
 namespace tetra::testing {
 

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/json.h"
-#include "model/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "tests/testing/fuzzing.h"
 
 namespace tetra::testing {

@@ -2,7 +2,7 @@
 // gradients) and of the whole Llama model on tiny dimensions; micro-batches
 // in flight in activation slots; the model's parameter names and init; which
 // tensor-parallel layouts a config accepts.
-// (Tensor-parallel numerics: tests/parallel/tensor_parallel_mpi_test.cc.)
+// (Tensor-parallel numerics: tests/model/tensor_parallel_layers_mpi_test.cc.)
 #include <cstring>
 #include <functional>
 #include <string>

@@ -29,8 +29,8 @@
 #include "gtest/gtest.h"
 #include "proto/checkpoint.pb.h"
 #include "tests/testing/scratch_files.h"
-#include "train/checkpoint_format.h"
-#include "train/checkpoint_lock.h"
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checkpoint_lock.h"
 
 namespace tetra {
 namespace {

@@ -17,8 +17,8 @@
 #include "gtest/gtest.h"
 #include "tests/testing/address_limit.h"
 #include "tests/testing/scratch_files.h"
-#include "train/llmc_shard.h"
-#include "train/megatron_dataset.h"
+#include "data/llmc_shard.h"
+#include "data/megatron_dataset.h"
 
 namespace tetra {
 namespace {

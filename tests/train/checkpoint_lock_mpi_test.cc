@@ -13,7 +13,7 @@
 #include "comm/mpi_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "train/checkpoint_lock.h"
+#include "checkpoint/checkpoint_lock.h"
 #include "train/output_paths.h"
 
 namespace tetra {

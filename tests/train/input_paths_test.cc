@@ -17,13 +17,13 @@
 #include "core/input_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "tests/testing/scratch_files.h"
 #include "tests/testing/user_errors.h"
-#include "train/checkpoint_format.h"
-#include "train/cluster_config.h"
+#include "checkpoint/checkpoint_format.h"
+#include "plan/cluster_config.h"
 #include "train/config_loader.h"
-#include "train/token_stream.h"
+#include "data/token_stream.h"
 
 namespace tetra {
 namespace {

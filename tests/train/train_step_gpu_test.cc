@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/kernels/cuda/gpu_test_util.h"
 #include "train/config_validation.h"
-#include "train/distributed.h"
+#include "parallel/parallel_state.h"
 #include "train/trainer.h"
 
 namespace tetra {

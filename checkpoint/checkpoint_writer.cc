@@ -1,0 +1,184 @@
+#include "checkpoint/checkpoint_writer.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/logging.h"
+#include "core/status_macros.h"
+#include "checkpoint/checkpoint_directory.h"
+#include "checkpoint/checkpoint_format.h"
+
+namespace tetra {
+namespace {
+
+// One rank's part of a checkpoint: its shard records and its data file's bytes.
+struct RankShards {
+  CheckpointManifest records;  // only `tensors`, each with this rank's shards
+  std::string data;
+
+  void Add(const Parameter& p, TensorRecord::Kind kind, const Tensor& values, int64_t flat_begin,
+           const std::string& file, int rank) {
+    TETRA_CHECK(values.device() == DeviceType::kCPU && values.dtype() == DType::kF32)
+        << p.name << ": checkpoints save host fp32 tensors; copy device state to the host first";
+    TensorRecord* tensor = records.add_tensors();
+    tensor->set_name(p.name);
+    tensor->set_kind(kind);
+    for (int64_t extent : p.global_shape) tensor->add_shape(extent);
+    ShardRecord* shard = tensor->add_shards();
+    shard->set_file(file);
+    shard->set_offset(data.size());
+    shard->set_bytes(values.nbytes());
+    for (const DimRange& range : ShardBox(p.global_shape, p.shard)) *shard->add_box() = range;
+    shard->set_flat_begin(flat_begin);
+    shard->set_flat_end(flat_begin + values.numel());
+    shard->set_crc32c(ShardCrc32c(*tensor, *shard, values.raw()));
+    shard->set_rank(rank);
+    data.append(static_cast<const char*>(values.raw()), values.nbytes());
+  }
+};
+
+// The first tensor-parallel replica of a slice writes it; the others hold the
+// same values. A tied embedding's copy on the last pipeline stage equals the
+// first stage's: the first stage writes it.
+bool FirstReplica(const Parameter& p, const Distributed& dist) {
+  return dist.tp->rank() % p.shard.replicas == 0 && (p.stage_copies == 1 || dist.pp->rank() == 0);
+}
+
+// Adds the moments `optimizer` holds to `shards`: each piece is a flat range
+// of one parameter's slice, named through the (dense or expert) flat buffer.
+void AddMoments(const ParameterStore& store, const DistributedOptimizer& optimizer, bool expert,
+                const Distributed& dist, const std::string& file, int rank, RankShards& shards) {
+  for (const DistributedOptimizer::MomentView& view : optimizer.moments()) {
+    // Pieces never cross segments: the piece's first element names its parameter.
+    const Parameter& p = store.AtFlatOffset(view.range.begin, expert);
+    const int64_t local_begin = view.range.begin - p.flat_offset;
+    TETRA_CHECK(local_begin + view.range.size() <= p.value.numel())
+        << "moment range [" << view.range.begin << ", " << view.range.end << ") leaves " << p.name;
+    if (!FirstReplica(p, dist)) continue;
+    shards.Add(p, TensorRecord::EXP_AVG, view.exp_avg, local_begin, file, rank);
+    shards.Add(p, TensorRecord::EXP_AVG_SQ, view.exp_avg_sq, local_begin, file, rank);
+  }
+}
+
+RankShards CollectShards(const TrainerConfig& config, const ParameterStore& store,
+                         const DistributedOptimizer& optimizer, const DistributedOptimizer* experts,
+                         const Distributed& dist) {
+  RankShards shards;
+  const int rank = dist.world->rank();
+  const std::string file = RankFileName(rank);
+  // Dense tensors: data-parallel rank 0 writes them. Routed experts: the
+  // ranks of the first expert-data-parallel replica, each its own experts.
+  const bool first_dp = dist.dp->rank() == 0, first_edp = dist.edp->rank() == 0;
+  for (const Parameter& p : store.all()) {
+    if (!(p.expert ? first_edp : first_dp) || !FirstReplica(p, dist)) continue;
+    shards.Add(p, p.trainable ? TensorRecord::WEIGHT : TensorRecord::BUFFER, p.value, 0, file, rank);
+  }
+  // Under ZeRO-1 each rank of the group holds different moments; under ZeRO-0 all hold all.
+  const bool zero1 = config.optimizer().zero_stage() == 1;
+  if ((zero1 && dist.dp->size() > 1) || first_dp) {
+    AddMoments(store, optimizer, /*expert=*/false, dist, file, rank, shards);
+  }
+  if (experts != nullptr && ((zero1 && dist.edp->size() > 1) || first_edp)) {
+    AddMoments(store, *experts, /*expert=*/true, dist, file, rank, shards);
+  }
+  return shards;
+}
+
+// Every rank's serialized records, on every rank (collective over `world`).
+std::vector<std::string> GatherRecords(Communicator& world, const std::string& mine) {
+  const int n = world.size();
+  // Bytes travel as I32 words: lengths first, then every record padded to the longest.
+  const int32_t length = static_cast<int32_t>(mine.size());
+  std::vector<int32_t> lengths(n);
+  world.AllGather(&length, lengths.data(), 1, DType::kI32);
+  const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 3) / 4;
+  std::vector<int32_t> send(words, 0), all(words * n);
+  std::copy(mine.begin(), mine.end(), reinterpret_cast<char*>(send.data()));
+  world.AllGather(send.data(), all.data(), words, DType::kI32);
+  std::vector<std::string> records;
+  for (int r = 0; r < n; ++r) {
+    records.emplace_back(reinterpret_cast<const char*>(all.data() + r * words), lengths[r]);
+  }
+  return records;
+}
+
+CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step, const Distributed& dist,
+                                 const std::vector<std::string>& rank_records) {
+  CheckpointManifest manifest;
+  manifest.set_format_version(kCheckpointFormatVersion);
+  *manifest.mutable_config() = config;
+  CheckpointLayout& layout = *manifest.mutable_layout();
+  layout.set_tensor(dist.tp->size());
+  layout.set_pipeline(dist.pp->size());
+  layout.set_expert(config.parallel().expert());
+  layout.set_data(dist.dp->size());
+  layout.set_virtual_stages(config.parallel().virtual_stages());
+  layout.set_zero_stage(config.optimizer().zero_stage());
+  layout.set_world(dist.world->size());
+  TrainingState& state = *manifest.mutable_state();
+  state.set_step(step);
+  state.set_consumed_samples(step * config.train().global_batch_size());
+  state.set_seed(config.train().seed());
+  state.set_global_batch_size(config.train().global_batch_size());
+  // One record per (name, kind), in the order rank 0, 1, ... first names them.
+  std::map<std::pair<std::string, int>, TensorRecord*> index;
+  for (size_t r = 0; r < rank_records.size(); ++r) {
+    manifest.add_files(RankFileName(static_cast<int>(r)));
+    CheckpointManifest part;
+    TETRA_CHECK(part.ParseFromString(rank_records[r])) << "rank " << r << "'s shard records do not parse";
+    for (TensorRecord& tensor : *part.mutable_tensors()) {
+      TensorRecord*& merged = index[{tensor.name(), tensor.kind()}];
+      if (merged == nullptr) {
+        merged = manifest.add_tensors();
+        merged->set_name(tensor.name());
+        merged->set_kind(tensor.kind());
+        *merged->mutable_shape() = tensor.shape();
+      }
+      for (ShardRecord& shard : *tensor.mutable_shards()) *merged->add_shards() = std::move(shard);
+    }
+  }
+  return manifest;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t step,
+                                           const ParameterStore& store,
+                                           const DistributedOptimizer& optimizer,
+                                           const DistributedOptimizer* experts, Distributed& dist) {
+  Communicator& world = *dist.world;
+  const std::string& root = config.checkpoint().dir();
+  const bool leader = world.rank() == 0;
+  absl::StatusOr<std::string> tmp_dir = TemporaryStepDir(root, step);
+  if (leader) tmp_dir = CreateTemporaryStepDir(root, step);
+  RETURN_IF_ERROR(AgreeOnStatus(world, tmp_dir.status()));
+
+  // Each rank's data file, on disk (fsynced) before rank 0 writes the manifest.
+  RankShards shards = CollectShards(config, store, optimizer, experts, dist);
+  const std::string data_path = absl::StrCat(*tmp_dir, "/", RankFileName(world.rank()));
+  RETURN_IF_ERROR(AgreeOnStatus(world, WriteFileDurably(data_path, shards.data.data(), shards.data.size())));
+  shards.data = std::string();
+
+  const std::vector<std::string> records = GatherRecords(world, shards.records.SerializeAsString());
+  absl::StatusOr<std::string> final_dir = StepDir(root, step);
+  if (leader) {
+    final_dir = [&]() -> absl::StatusOr<std::string> {
+      const std::string manifest = BuildManifest(config, step, dist, records).SerializeAsString();
+      RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(*tmp_dir, "/", kManifestFileName),
+                                       manifest.data(), manifest.size()));
+      const std::string marker = CompleteMarkerText(step, manifest);
+      RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(*tmp_dir, "/", kCompleteMarkerName),
+                                       marker.data(), marker.size()));
+      ASSIGN_OR_RETURN(std::string committed, CommitStepDir(*tmp_dir, root, step));
+      RETURN_IF_ERROR(RemoveOldCheckpoints(root, config.checkpoint().keep()));
+      return committed;
+    }();
+  }
+  RETURN_IF_ERROR(AgreeOnStatus(world, final_dir.status()));
+  return final_dir;
+}
+
+}  // namespace tetra

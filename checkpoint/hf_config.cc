@@ -1,0 +1,425 @@
+#include "checkpoint/hf_config.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/json.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/text_format.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
+#include "model/model_dims.h"
+
+namespace tetra {
+namespace {
+
+constexpr char kReadHint[] =
+    "tetra trains LlamaForCausalLM checkpoints; give init_from a directory whose config.json "
+    "describes one, or a .safetensors file with a model section in the recipe";
+
+// Keys that change nothing tetra computes: bookkeeping, inference options and
+// the padding id.
+const std::set<std::string_view> kMetadataKeys = {
+    "_name_or_path", "transformers_version", "torch_dtype", "use_cache", "pad_token_id",
+    "pretraining_tp",  // transformers splits the projections into slices: the same math
+    "output_attentions", "output_hidden_states", "return_dict", "tokenizer_class",
+    "task_specific_params", "_attn_implementation_autoset", "_from_model_config"};
+
+// The shortest text that reads back as `value`.
+std::string Number(double value) {
+  char buffer[32];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  std::string text(buffer, end);
+  // JSON readers take 8 as an integer; HF writes floats with a point.
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string Quoted(std::string_view text) {
+  std::string out;
+  AppendJsonString(text, &out);
+  return out;
+}
+
+// Reads the keys of one config.json object, remembering which it has seen.
+class HfConfigReader {
+ public:
+  HfConfigReader(const JsonValue& object, std::string path, std::string prefix = "")
+      : object_(object), path_(std::move(path)), prefix_(std::move(prefix)) {}
+
+  const JsonValue* Take(std::string_view key) {
+    taken_.insert(std::string(key));
+    const JsonValue* value = object_.Find(key);
+    return value != nullptr && value->kind == JsonValue::Kind::kNull ? nullptr : value;
+  }
+
+  absl::Status Error(std::string_view key, const std::string& problem,
+                     const std::string& hint = kReadHint) const {
+    return UserError(absl::StrCat(path_, ": ", Name(key), " ", problem), hint);
+  }
+
+  absl::StatusOr<int32_t> Int(std::string_view key, int32_t absent) {
+    const JsonValue* v = Take(key);
+    if (v == nullptr) return absent;
+    if (v->kind != JsonValue::Kind::kNumber || !v->integer || *v->integer < 0 ||
+        *v->integer > std::numeric_limits<int32_t>::max()) {
+      return Error(key, absl::StrCat("is ", Describe(*v), ", not an integer in [0, 2^31)"));
+    }
+    return static_cast<int32_t>(*v->integer);
+  }
+
+  absl::StatusOr<double> Double(std::string_view key, double absent) {
+    const JsonValue* v = Take(key);
+    if (v == nullptr) return absent;
+    if (v->kind != JsonValue::Kind::kNumber) return Error(key, absl::StrCat("is ", Describe(*v), ", not a number"));
+    return v->number;
+  }
+
+  absl::StatusOr<bool> Bool(std::string_view key, bool absent) {
+    const JsonValue* v = Take(key);
+    if (v == nullptr) return absent;
+    if (v->kind != JsonValue::Kind::kBool) return Error(key, absl::StrCat("is ", Describe(*v), ", not true or false"));
+    return v->boolean;
+  }
+
+  absl::StatusOr<std::string> String(std::string_view key, std::string absent) {
+    const JsonValue* v = Take(key);
+    if (v == nullptr) return absent;
+    if (v->kind != JsonValue::Kind::kString) return Error(key, absl::StrCat("is ", Describe(*v), ", not a string"));
+    return v->string;
+  }
+
+  // `key` must be absent, null or `expected`: other values change the math.
+  absl::Status Require(std::string_view key, const JsonValue& expected, const std::string& why) {
+    const JsonValue* v = Take(key);
+    if (v == nullptr || SameValue(*v, expected)) return absl::OkStatus();
+    return Error(key, absl::StrCat("is ", Describe(*v), ", but ", why));
+  }
+
+  // Every key not taken nor metadata: tetra cannot tell what it does.
+  absl::Status CheckAllKnown() const {
+    for (const std::string& key : object_.keys) {
+      if (taken_.count(key) || (prefix_.empty() && kMetadataKeys.count(key))) continue;
+      return Error(key, "is not a setting tetra knows, so it cannot tell whether it changes the model's math",
+                   "tetra trains LlamaForCausalLM; if the key is only metadata, remove it from config.json");
+    }
+    return absl::OkStatus();
+  }
+
+  static std::string Describe(const JsonValue& v) {
+    switch (v.kind) {
+      case JsonValue::Kind::kNull: return "null";
+      case JsonValue::Kind::kBool: return v.boolean ? "true" : "false";
+      case JsonValue::Kind::kNumber: return v.integer ? absl::StrCat(*v.integer) : Number(v.number);
+      case JsonValue::Kind::kString: return UserText(v.string);
+      case JsonValue::Kind::kArray:
+      case JsonValue::Kind::kObject: return JsonKindName(v.kind);
+    }
+    return "?";
+  }
+
+ private:
+  std::string Name(std::string_view key) const { return UserText(prefix_ + std::string(key)); }
+
+  static bool SameValue(const JsonValue& a, const JsonValue& b) {
+    if (a.kind != b.kind) return false;
+    switch (a.kind) {
+      case JsonValue::Kind::kBool: return a.boolean == b.boolean;
+      case JsonValue::Kind::kNumber: return a.number == b.number;
+      case JsonValue::Kind::kString: return a.string == b.string;
+      default: return false;
+    }
+  }
+
+  const JsonValue& object_;
+  std::string path_, prefix_;
+  std::set<std::string> taken_;
+};
+
+JsonValue JsonBool(bool b) {
+  JsonValue v;
+  v.kind = JsonValue::Kind::kBool;
+  v.boolean = b;
+  return v;
+}
+JsonValue JsonNumber(double x) {
+  JsonValue v;
+  v.kind = JsonValue::Kind::kNumber;
+  v.number = x;
+  return v;
+}
+JsonValue JsonString(std::string s) {
+  JsonValue v;
+  v.kind = JsonValue::Kind::kString;
+  v.string = std::move(s);
+  return v;
+}
+
+absl::Status ReadRopeScaling(HfConfigReader& config, const std::string& path, ModelConfig* model) {
+  const JsonValue* value = config.Take("rope_scaling");
+  if (value == nullptr) return absl::OkStatus();
+  if (value->kind != JsonValue::Kind::kObject) {
+    return config.Error("rope_scaling", absl::StrCat("is ", HfConfigReader::Describe(*value), ", not an object"));
+  }
+  HfConfigReader scaling(*value, path, "rope_scaling.");
+  // transformers reads "rope_type", and "type" from configs older than 4.43.
+  ASSIGN_OR_RETURN(std::string type, scaling.String("rope_type", ""));
+  ASSIGN_OR_RETURN(std::string old_type, scaling.String("type", ""));
+  if (type.empty()) type = old_type;
+  if (type == "default") return scaling.CheckAllKnown();
+  if (type != "llama3") {
+    return scaling.Error("rope_type", absl::StrCat("is ", UserText(type), ", which tetra does not implement "
+                                                   "(it implements \"llama3\", Llama 3.1's scaling)"));
+  }
+  RopeScalingConfig& s = *model->mutable_rope_scaling();
+  s.set_rope_type(type);
+  ASSIGN_OR_RETURN(const double factor, scaling.Double("factor", -1));
+  ASSIGN_OR_RETURN(const double low, scaling.Double("low_freq_factor", -1));
+  ASSIGN_OR_RETURN(const double high, scaling.Double("high_freq_factor", -1));
+  ASSIGN_OR_RETURN(const int32_t original, scaling.Int("original_max_position_embeddings", 0));
+  // transformers requires all four for llama3.
+  for (auto [key, missing] : {std::pair{"factor", factor < 0}, std::pair{"low_freq_factor", low < 0},
+                              std::pair{"high_freq_factor", high < 0},
+                              std::pair{"original_max_position_embeddings", original == 0}}) {
+    if (missing) return scaling.Error(key, "is missing: llama3 rope scaling needs factor, low_freq_factor, "
+                                           "high_freq_factor and original_max_position_embeddings");
+  }
+  s.set_factor(factor);
+  s.set_low_freq_factor(low);
+  s.set_high_freq_factor(high);
+  s.set_original_max_position_embeddings(original);
+  return scaling.CheckAllKnown();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
+  constexpr char kFileHint[] = "config.json must be the file Hugging Face's save_pretrained writes";
+  ASSIGN_OR_RETURN(const JsonValue root, ReadJsonFile(path, size_t{16} << 20, kFileHint));
+  if (root.kind != JsonValue::Kind::kObject) {
+    return UserError(absl::StrCat(path, " holds ", JsonKindName(root.kind), ", not a JSON object"), kFileHint);
+  }
+  HfConfigReader config(root, path);
+  ASSIGN_OR_RETURN(const std::string model_type, config.String("model_type", ""));
+  if (model_type != "llama") {
+    return config.Error("model_type", absl::StrCat("is ", model_type.empty() ? "missing" : UserText(model_type),
+                                                   ", but tetra reads Llama checkpoints (\"llama\") from a "
+                                                   "directory so far"),
+                        absl::StrCat(kReadHint, "; a DeepSeek-V3 checkpoint needs multi-head latent attention, "
+                                                "which tetra does not implement yet"));
+  }
+  if (const JsonValue* architectures = config.Take("architectures")) {
+    const bool causal_lm = architectures->kind == JsonValue::Kind::kArray && architectures->items.size() == 1 &&
+                           architectures->items[0].kind == JsonValue::Kind::kString &&
+                           architectures->items[0].string == "LlamaForCausalLM";
+    if (!causal_lm) return config.Error("architectures", "is not [\"LlamaForCausalLM\"]");
+  }
+  ModelConfig m;
+  // Absent keys take LlamaConfig's defaults (transformers 4.44).
+  ASSIGN_OR_RETURN(const int32_t vocab, config.Int("vocab_size", 32000));
+  ASSIGN_OR_RETURN(const int32_t hidden, config.Int("hidden_size", 4096));
+  ASSIGN_OR_RETURN(const int32_t intermediate, config.Int("intermediate_size", 11008));
+  ASSIGN_OR_RETURN(const int32_t layers, config.Int("num_hidden_layers", 32));
+  ASSIGN_OR_RETURN(const int32_t heads, config.Int("num_attention_heads", 32));
+  ASSIGN_OR_RETURN(const int32_t kv_heads, config.Int("num_key_value_heads", heads));
+  ASSIGN_OR_RETURN(const double eps, config.Double("rms_norm_eps", 1e-6));
+  ASSIGN_OR_RETURN(const double theta, config.Double("rope_theta", 10000.0));
+  ASSIGN_OR_RETURN(const bool tied, config.Bool("tie_word_embeddings", false));
+  ASSIGN_OR_RETURN(const double init_range, config.Double("initializer_range", 0.02));
+  ASSIGN_OR_RETURN(const int32_t max_positions, config.Int("max_position_embeddings", 2048));
+  ASSIGN_OR_RETURN(const int32_t bos, config.Int("bos_token_id", 1));
+  m.set_vocab_size(vocab);
+  m.set_hidden_size(hidden);
+  m.set_intermediate_size(intermediate);
+  m.set_num_hidden_layers(layers);
+  m.set_num_attention_heads(heads);
+  m.set_num_key_value_heads(kv_heads);
+  m.set_rms_norm_eps(eps);
+  m.set_rope_theta(theta);
+  m.set_tie_word_embeddings(tied);
+  m.set_initializer_range(init_range);
+  m.set_max_position_embeddings(max_positions);
+  m.set_bos_token_id(bos);
+  // eos_token_id: one id or a list of them (Llama 3.1 stops on several).
+  if (const JsonValue* eos = config.Take("eos_token_id")) {
+    std::vector<const JsonValue*> ids;
+    if (eos->kind == JsonValue::Kind::kArray) {
+      for (const JsonValue& id : eos->items) ids.push_back(&id);
+    } else {
+      ids.push_back(eos);
+    }
+    for (const JsonValue* id : ids) {
+      if (id->kind != JsonValue::Kind::kNumber || !id->integer || *id->integer < 0 ||
+          *id->integer > std::numeric_limits<int32_t>::max()) {
+        return config.Error("eos_token_id", "is not a token id or a list of them");
+      }
+      m.add_eos_token_id(static_cast<int32_t>(*id->integer));
+    }
+  } else {
+    m.add_eos_token_id(2);
+  }
+  if (heads > 0 && hidden % heads == 0) {
+    RETURN_IF_ERROR(config.Require("head_dim", JsonNumber(hidden / heads),
+                                   "tetra's head_dim is hidden_size / num_attention_heads"));
+  }
+  RETURN_IF_ERROR(config.Require("hidden_act", JsonString("silu"), "tetra's MLP is SwiGLU (\"silu\")"));
+  RETURN_IF_ERROR(config.Require("attention_bias", JsonBool(false), "tetra's projections have no bias"));
+  RETURN_IF_ERROR(config.Require("mlp_bias", JsonBool(false), "tetra's projections have no bias"));
+  RETURN_IF_ERROR(config.Require("attention_dropout", JsonNumber(0), "tetra trains without dropout"));
+  RETURN_IF_ERROR(config.Require("sliding_window", JsonValue(), "tetra's attention is full causal attention"));
+  RETURN_IF_ERROR(config.Require("use_sliding_window", JsonBool(false), "tetra's attention is full causal attention"));
+  RETURN_IF_ERROR(ReadRopeScaling(config, path, &m));
+  RETURN_IF_ERROR(config.CheckAllKnown());
+  return m;
+}
+
+namespace {
+
+// The first field set in `recipe` (recursing into set messages) whose value
+// differs from `hf`'s, as "model.x is A in the recipe but B in PATH".
+std::string FirstDisagreement(const google::protobuf::Message& recipe, const google::protobuf::Message& hf,
+                              const std::string& prefix, const std::string& path) {
+  std::vector<const google::protobuf::FieldDescriptor*> set;
+  recipe.GetReflection()->ListFields(recipe, &set);
+  for (const google::protobuf::FieldDescriptor* field : set) {
+    const std::string name = prefix + field->name();
+    if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE && !field->is_repeated()) {
+      const std::string inner =
+          FirstDisagreement(recipe.GetReflection()->GetMessage(recipe, field),
+                            hf.GetReflection()->GetMessage(hf, field), name + ".", path);
+      if (!inner.empty()) return inner;
+      continue;
+    }
+    std::vector<std::string> mine, theirs;
+    const int count_mine = field->is_repeated() ? recipe.GetReflection()->FieldSize(recipe, field) : 1;
+    const int count_theirs = field->is_repeated() ? hf.GetReflection()->FieldSize(hf, field) : 1;
+    for (int i = 0; i < count_mine; ++i) {
+      google::protobuf::TextFormat::PrintFieldValueToString(recipe, field, field->is_repeated() ? i : -1,
+                                                          &mine.emplace_back());
+    }
+    for (int i = 0; i < count_theirs; ++i) {
+      google::protobuf::TextFormat::PrintFieldValueToString(hf, field, field->is_repeated() ? i : -1,
+                                                          &theirs.emplace_back());
+    }
+    if (mine == theirs) continue;
+    auto text = [](const std::vector<std::string>& v) {
+      return v.empty() ? std::string("unset") : v.size() == 1 ? v[0] : absl::StrCat("[", absl::StrJoin(v, ", "), "]");
+    };
+    return absl::StrCat(name, " is ", text(mine), " in the recipe but ", text(theirs), " in ", path);
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const ModelConfig& hf,
+                                              const std::string& path) {
+  if (recipe.has_moe()) {
+    return UserError(absl::StrCat("the recipe's model.moe section describes a mixture of experts, but ", path,
+                                  " describes a dense LlamaForCausalLM"),
+                     "remove model.moe from the recipe, or start from a .safetensors file of an MoE model");
+  }
+  // 0 key-value heads means one per attention head (of the model, hf's):
+  // compare what it means.
+  ModelConfig recipe_view = recipe;
+  if (recipe.has_num_key_value_heads() && recipe.num_key_value_heads() == 0) {
+    recipe_view.set_num_key_value_heads(hf.num_attention_heads());
+  }
+  const std::string disagreement = FirstDisagreement(recipe_view, hf, "model.", path);
+  if (!disagreement.empty()) {
+    return UserError(disagreement, "remove the field from the recipe's model section: with a Hugging Face "
+                                   "directory as init_from, the model comes from its config.json");
+  }
+  return hf;
+}
+
+absl::Status CheckHfExportable(const ModelConfig& model) {
+  if (model.moe().n_routed_experts() > 0 && model.moe().scoring_func() != "sigmoid") {
+    return UserError(
+        absl::StrCat("this model scores its experts with model.moe.scoring_func ", UserText(model.moe().scoring_func()),
+                     ", but Hugging Face's DeepseekV3ForCausalLM, the class its export would name, scores them "
+                     "with sigmoid: transformers would compute another model"),
+        "export only sigmoid-routed MoE models, or keep the run's checkpoint (tetra checkpoint) instead");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::string RopeScalingJson(const RopeScalingConfig& s) {
+  if (s.rope_type() != "llama3") return "null";
+  return absl::StrCat("{\"rope_type\": \"llama3\", \"factor\": ", Number(s.factor()),
+                      ", \"low_freq_factor\": ", Number(s.low_freq_factor()),
+                      ", \"high_freq_factor\": ", Number(s.high_freq_factor()),
+                      ", \"original_max_position_embeddings\": ", s.original_max_position_embeddings(), "}");
+}
+
+}  // namespace
+
+std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) {
+  const bool moe = m.moe().n_routed_experts() > 0;
+  std::vector<std::pair<std::string, std::string>> keys = {
+      {"architectures", absl::StrCat("[", Quoted(moe ? "DeepseekV3ForCausalLM" : "LlamaForCausalLM"), "]")},
+      {"model_type", Quoted(moe ? "deepseek_v3" : "llama")},
+      {"vocab_size", absl::StrCat(m.vocab_size())},
+      {"hidden_size", absl::StrCat(m.hidden_size())},
+      {"intermediate_size", absl::StrCat(m.intermediate_size())},
+      {"num_hidden_layers", absl::StrCat(m.num_hidden_layers())},
+      {"num_attention_heads", absl::StrCat(m.num_attention_heads())},
+      {"num_key_value_heads", absl::StrCat(KeyValueHeads(m))},
+      {"head_dim", absl::StrCat(HeadDim(m))},
+      {"hidden_act", Quoted("silu")},
+      {"max_position_embeddings",
+       absl::StrCat(m.max_position_embeddings() > 0 ? m.max_position_embeddings() : seq_length)},
+      {"rms_norm_eps", Number(m.rms_norm_eps())},
+      {"rope_theta", Number(m.rope_theta())},
+      {"rope_scaling", RopeScalingJson(m.rope_scaling())},
+      {"tie_word_embeddings", m.tie_word_embeddings() ? "true" : "false"},
+      {"attention_bias", "false"},
+      {"attention_dropout", "0.0"},
+      {"mlp_bias", "false"},
+      {"initializer_range", Number(m.initializer_range())},
+  };
+  if (m.bos_token_id() >= 0) keys.emplace_back("bos_token_id", absl::StrCat(m.bos_token_id()));
+  if (m.eos_token_id_size() == 1) keys.emplace_back("eos_token_id", absl::StrCat(m.eos_token_id(0)));
+  if (m.eos_token_id_size() > 1) {
+    keys.emplace_back("eos_token_id", absl::StrCat("[", absl::StrJoin(m.eos_token_id(), ", "), "]"));
+  }
+  if (moe) {  // DeepSeek-V3's mixture-of-experts keys
+    const MoeConfig& e = m.moe();
+    keys.insert(keys.end(), {{"n_routed_experts", absl::StrCat(e.n_routed_experts())},
+                             {"num_experts_per_tok", absl::StrCat(e.num_experts_per_tok())},
+                             {"n_shared_experts", absl::StrCat(e.n_shared_experts())},
+                             {"moe_intermediate_size", absl::StrCat(e.moe_intermediate_size())},
+                             {"first_k_dense_replace", absl::StrCat(e.first_k_dense_replace())},
+                             {"scoring_func", Quoted(e.scoring_func())},
+                             {"norm_topk_prob", e.norm_topk_prob() ? "true" : "false"},
+                             {"routed_scaling_factor", Number(e.routed_scaling_factor())},
+                             {"n_group", absl::StrCat(e.n_group())},
+                             {"topk_group", absl::StrCat(e.topk_group())},
+                             {"topk_method", Quoted("noaux_tc")}});
+  }
+  keys.emplace_back("torch_dtype", Quoted(dtype == DType::kBF16 ? "bfloat16" : "float32"));
+  std::vector<std::string> lines;
+  for (const auto& [key, value] : keys) lines.push_back(absl::StrCat("  ", Quoted(key), ": ", value));
+  return absl::StrCat("{\n", absl::StrJoin(lines, ",\n"), "\n}\n");
+}
+
+std::string HfGenerationConfigJson(const ModelConfig& m) {
+  std::vector<std::string> lines;
+  if (m.bos_token_id() >= 0) lines.push_back(absl::StrCat("  \"bos_token_id\": ", m.bos_token_id()));
+  if (m.eos_token_id_size() == 1) lines.push_back(absl::StrCat("  \"eos_token_id\": ", m.eos_token_id(0)));
+  if (m.eos_token_id_size() > 1) {
+    lines.push_back(absl::StrCat("  \"eos_token_id\": [", absl::StrJoin(m.eos_token_id(), ", "), "]"));
+  }
+  if (lines.empty()) return "";
+  return absl::StrCat("{\n", absl::StrJoin(lines, ",\n"), "\n}\n");
+}
+
+}  // namespace tetra

@@ -1,0 +1,131 @@
+#include "checkpoint/weight_files.h"
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/json.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
+
+namespace tetra {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kIndexName[] = "model.safetensors.index.json";
+constexpr char kSingleName[] = "model.safetensors";
+constexpr char kWeightsHint[] =
+    "init_from takes a .safetensors file, a model.safetensors.index.json, or a Hugging Face model "
+    "directory holding one of them (as save_pretrained writes it)";
+// An index names a few thousand tensors; anything far larger is not one.
+constexpr size_t kMaxIndexBytes = 256 << 20;
+
+absl::Status IndexError(const std::string& path, const std::string& problem) {
+  return UserError(absl::StrCat("sharded checkpoint index ", path, ": ", problem),
+                   "the index must be the model.safetensors.index.json that save_pretrained writes beside "
+                   "its shard files");
+}
+
+}  // namespace
+
+std::string HfConfigPathOf(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_directory(path, error)) return "";
+  const std::string config = (fs::path(path) / "config.json").string();
+  return fs::exists(config, error) ? config : "";
+}
+
+absl::StatusOr<WeightFiles> WeightFiles::Open(const std::string& path) {
+  WeightFiles files;
+  files.path_ = path;
+  std::error_code error;
+  std::string file = path;
+  if (fs::is_directory(path, error)) {
+    const fs::path dir(path);
+    if (fs::exists(dir / kIndexName, error)) {
+      file = (dir / kIndexName).string();
+    } else if (fs::exists(dir / kSingleName, error)) {
+      file = (dir / kSingleName).string();
+    } else {
+      const bool pickle = fs::exists(dir / "pytorch_model.bin", error) ||
+                          fs::exists(dir / "pytorch_model.bin.index.json", error);
+      return UserError(absl::StrCat("the directory ", path, " holds neither ", kSingleName, " nor ", kIndexName,
+                                    pickle ? " (only PyTorch pickle weights, which tetra does not read)" : ""),
+                       pickle ? "convert it to safetensors, e.g. load it in transformers and save_pretrained "
+                                "it again (safe_serialization is the default)"
+                              : kWeightsHint);
+    }
+  }
+  if (!absl::EndsWith(file, ".index.json")) {
+    ASSIGN_OR_RETURN(SafetensorsFile single, SafetensorsFile::Open(file));
+    files.files_.push_back(std::move(single));
+    for (const SafetensorsEntry& entry : files.files_[0].entries()) files.file_of_[entry.name] = 0;
+    return files;
+  }
+
+  ASSIGN_OR_RETURN(const JsonValue index, ReadJsonFile(file, kMaxIndexBytes, kWeightsHint));
+  const JsonValue* weight_map = index.Find("weight_map");
+  if (weight_map == nullptr || weight_map->kind != JsonValue::Kind::kObject) {
+    return IndexError(file, "it has no \"weight_map\" object");
+  }
+  // Shards in order of first mention, each opened once.
+  std::map<std::string, size_t> shard_index;
+  const fs::path dir = fs::path(file).parent_path();
+  for (size_t i = 0; i < weight_map->keys.size(); ++i) {
+    const std::string& tensor = weight_map->keys[i];
+    const JsonValue& shard = weight_map->items[i];
+    if (shard.kind != JsonValue::Kind::kString || shard.string.empty() ||
+        shard.string.find('/') != std::string::npos || shard.string == "." || shard.string == "..") {
+      return IndexError(file, absl::StrCat("tensor ", UserText(tensor), " maps to ",
+                                           shard.kind == JsonValue::Kind::kString ? UserText(shard.string)
+                                                                                  : JsonKindName(shard.kind),
+                                           ", not the name of a shard file beside the index"));
+    }
+    auto [it, added] = shard_index.emplace(shard.string, files.files_.size());
+    if (added) {
+      ASSIGN_OR_RETURN(SafetensorsFile opened, SafetensorsFile::Open((dir / shard.string).string()));
+      files.files_.push_back(std::move(opened));
+    }
+    if (files.files_[it->second].Find(tensor) == nullptr) {
+      return IndexError(file, absl::StrCat("tensor ", UserText(tensor), " is not in ", shard.string,
+                                           ", the shard the index names for it"));
+    }
+    files.file_of_[tensor] = it->second;
+  }
+  // Every tensor of every shard is listed, under that shard.
+  for (size_t s = 0; s < files.files_.size(); ++s) {
+    for (const SafetensorsEntry& entry : files.files_[s].entries()) {
+      auto it = files.file_of_.find(entry.name);
+      if (it == files.file_of_.end() || it->second != s) {
+        return IndexError(file, absl::StrCat("shard ", files.files_[s].path(), " holds tensor ", UserText(entry.name),
+                                             ", which the index ",
+                                             it == files.file_of_.end()
+                                                 ? std::string("does not list")
+                                                 : absl::StrCat("places in ", files.files_[it->second].path())));
+      }
+    }
+  }
+  return files;
+}
+
+std::vector<const SafetensorsEntry*> WeightFiles::entries() const {
+  std::vector<const SafetensorsEntry*> all;
+  for (const SafetensorsFile& file : files_) {
+    for (const SafetensorsEntry& entry : file.entries()) all.push_back(&entry);
+  }
+  return all;
+}
+
+const SafetensorsEntry* WeightFiles::Find(std::string_view name) const {
+  auto it = file_of_.find(name);
+  return it == file_of_.end() ? nullptr : files_[it->second].Find(name);
+}
+
+absl::Status WeightFiles::ReadF32(std::string_view name, float* out) const {
+  auto it = file_of_.find(name);
+  TETRA_CHECK(it != file_of_.end()) << "no tensor " << name << " in " << path_;
+  return files_[it->second].ReadF32(name, out);
+}
+
+}  // namespace tetra

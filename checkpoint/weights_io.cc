@@ -1,0 +1,252 @@
+#include "checkpoint/weights_io.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
+#include "model/model_dims.h"
+#include "checkpoint/hf_config.h"
+#include "model/llama_model.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/weight_files.h"
+
+namespace tetra {
+namespace {
+
+// "a, b, c and 4 more"
+std::string ListSome(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 6;
+  if (names.size() <= kShown) return absl::StrJoin(names, ", ");
+  std::vector<std::string> shown(names.begin(), names.begin() + kShown);
+  return absl::StrCat(absl::StrJoin(shown, ", "), " and ", names.size() - kShown, " more");
+}
+
+// Every tensor of the whole model against the file: one error listing what is
+// missing, mismatched and extra.
+absl::Status CheckAgainstModel(const WeightFiles& files, const ModelConfig& model) {
+  std::vector<std::string> missing, mismatched, extra;
+  std::set<std::string> expected;
+  for (const ModelTensor& t : WholeModelTensors(model)) {
+    expected.insert(t.name);
+    const SafetensorsEntry* entry = files.Find(t.name);
+    if (entry == nullptr) {
+      missing.push_back(t.name);
+    } else if (entry->shape != t.shape) {
+      mismatched.push_back(absl::StrCat(t.name, " is ", ShapeString(entry->shape), " in the file but ",
+                                        ShapeString(t.shape), " in the model"));
+    }
+  }
+  for (const SafetensorsEntry* entry : files.entries()) {
+    if (!expected.count(entry->name)) extra.push_back(UserText(entry->name));
+  }
+  if (missing.empty() && mismatched.empty() && extra.empty()) return absl::OkStatus();
+  std::vector<std::string> problems;
+  if (!missing.empty()) problems.push_back(absl::StrCat(missing.size(), " missing (", ListSome(missing), ")"));
+  if (!mismatched.empty()) problems.push_back(absl::StrCat(mismatched.size(), " with the wrong shape (", ListSome(mismatched), ")"));
+  if (!extra.empty()) problems.push_back(absl::StrCat(extra.size(), " not in the model (", ListSome(extra), ")"));
+  return UserError(absl::StrCat("weights in ", files.path(), " do not match the model: ", absl::StrJoin(problems, "; ")),
+                   "the model section of the config must describe the checkpoint's architecture "
+                   "(sizes, num_key_value_heads, tie_word_embeddings, model.moe)");
+}
+
+}  // namespace
+
+absl::Status LoadWeights(const std::string& path, const ModelConfig& model, ParameterStore& store) {
+  ASSIGN_OR_RETURN(const WeightFiles files, WeightFiles::Open(path));
+  RETURN_IF_ERROR(CheckAgainstModel(files, model));
+  // Read everything into temporaries first so a failure leaves the model as it
+  // was; each rank keeps only its tensor-parallel slice of each tensor.
+  std::vector<Tensor> loaded;
+  for (const Parameter& p : store.all()) {
+    Tensor global = Tensor::Empty(p.global_shape);
+    RETURN_IF_ERROR(files.ReadF32(p.name, global.f32()));
+    for (int64_t i = 0; i < global.numel(); ++i) {
+      if (!std::isfinite(global.f32()[i])) {
+        return UserError(absl::StrCat("weights in ", path, ": tensor ", p.name, " holds ", global.f32()[i],
+                                      " at element ", i, ", so training would start diverged"),
+                         "start from a checkpoint whose weights are all finite");
+      }
+    }
+    Tensor slice = Tensor::Empty(p.value.shape());
+    for (int64_t i = 0; i < slice.numel(); ++i) slice.f32()[i] = global.f32()[p.GlobalIndex(i)];
+    loaded.push_back(slice);
+  }
+  size_t i = 0;
+  for (Parameter& p : store.all()) p.value.CopyFrom(loaded[i++]);
+  store.RefreshCompute();
+  return absl::OkStatus();
+}
+
+Tensor GatherGlobal(const Parameter& p, Communicator& tp) {
+  if (p.shard.dim < 0) return p.value;
+  TETRA_CHECK(p.shard.count * p.shard.replicas == tp.size() &&
+              p.shard.index == tp.rank() / p.shard.replicas)
+      << p.name << ": slice " << p.shard.index << " of " << p.shard.count << " (x"
+      << p.shard.replicas << ") does not match tensor-parallel rank " << tp.rank() << " of " << tp.size();
+  const int64_t local = p.value.numel();
+  Tensor slices = Tensor::Empty({tp.size() * local});
+  tp.AllGather(p.value.raw(), slices.raw(), local, DType::kF32);
+  Tensor global = Tensor::Empty(p.global_shape);
+  for (int r = 0; r < tp.size(); r += p.shard.replicas) {  // one copy of each slice
+    TensorShard shard = p.shard;
+    shard.index = r / p.shard.replicas;
+    const float* from = slices.f32() + r * local;
+    for (int64_t i = 0; i < local; ++i) global.f32()[ShardGlobalIndex(p.global_shape, shard, i)] = from[i];
+  }
+  return global;
+}
+
+namespace {
+
+// `name` ("model.layers.1.mlp.experts.3.up_proj.weight") with its expert index moved by `shift`.
+std::string ShiftExpertIndex(const std::string& name, int shift) {
+  const std::string marker = ".experts.";
+  const size_t begin = name.find(marker) + marker.size();
+  const size_t end = name.find('.', begin);
+  TETRA_CHECK(begin != std::string::npos + marker.size() && end != std::string::npos)
+      << name << " is not a routed expert's parameter";
+  return absl::StrCat(name.substr(0, begin), std::stoi(name.substr(begin, end - begin)) + shift,
+                      name.substr(end));
+}
+
+}  // namespace
+
+std::vector<NamedTensor> GatherExperts(const ParameterStore& store, const ModelConfig& model,
+                                       Communicator& tp, Communicator& ep) {
+  std::vector<const Parameter*> local;
+  std::vector<Tensor> whole;
+  int64_t elements = 0;
+  for (const Parameter& p : store.all()) {
+    if (!p.expert) continue;
+    local.push_back(&p);
+    whole.push_back(GatherGlobal(p, tp));
+    elements += whole.back().numel();
+  }
+  // Every rank holds the same parameters of other experts: the same sizes, in the same order.
+  Tensor mine = Tensor::Empty({elements});
+  int64_t at = 0;
+  for (const Tensor& t : whole) {
+    mine.Slice(at, at + t.numel()).CopyFrom(t.Reshape({t.numel()}));
+    at += t.numel();
+  }
+  Tensor all = Tensor::Empty({ep.size() * elements});
+  ep.AllGather(mine.raw(), all.raw(), elements, DType::kF32);
+  const int per_rank = model.moe().n_routed_experts() / ep.size();
+  std::vector<NamedTensor> experts;
+  at = 0;
+  for (int r = 0; r < ep.size(); ++r) {
+    for (const Parameter* p : local) {
+      const int64_t n = NumElements(p->global_shape);
+      experts.push_back({ShiftExpertIndex(p->name, (r - ep.rank()) * per_rank),
+                         all.Slice(at, at + n).Reshape(p->global_shape)});
+      at += n;
+    }
+  }
+  return experts;
+}
+
+void GatherStages(Communicator& pp, std::vector<NamedTensor>& globals) {
+  // Each stage describes its tensors as "name dim dim ...\n" lines, then
+  // sends that text (padded to whole int32 words) and the tensors' data.
+  if (pp.rank() > 0) {
+    std::string names;
+    for (const NamedTensor& t : globals) {
+      absl::StrAppend(&names, t.name);
+      for (int64_t d : t.value.shape()) absl::StrAppend(&names, " ", d);
+      names += "\n";
+    }
+    names.resize((names.size() + 3) / 4 * 4, '\n');
+    const int32_t words = static_cast<int32_t>(names.size() / 4);
+    pp.Send(&words, 1, DType::kI32, 0);
+    pp.Send(names.data(), words, DType::kI32, 0);
+    for (const NamedTensor& t : globals) pp.Send(t.value.raw(), t.value.numel(), DType::kF32, 0);
+    return;
+  }
+  std::set<std::string> have;
+  for (const NamedTensor& t : globals) have.insert(t.name);
+  for (int stage = 1; stage < pp.size(); ++stage) {
+    int32_t words = 0;
+    pp.Recv(&words, 1, DType::kI32, stage);
+    std::string names(words * 4, '\n');
+    pp.Recv(names.data(), words, DType::kI32, stage);
+    std::istringstream lines(names);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty()) continue;
+      std::istringstream fields(line);
+      std::string name;
+      Shape shape;
+      fields >> name;
+      for (int64_t d; fields >> d;) shape.push_back(d);
+      Tensor value = Tensor::Empty(shape);
+      pp.Recv(value.raw(), value.numel(), DType::kF32, stage);
+      if (have.insert(name).second) globals.push_back({name, value});
+    }
+  }
+}
+
+namespace {
+
+// Writes `text` to `path` through a temporary file and a rename, so `path`
+// never holds half a file.
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream file(path + ".tmp");
+  file << text;
+  file.close();
+  if (!file || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+    return UserError(absl::StrCat("writing ", path, " failed: ", std::strerror(errno)),
+                     "check the disk has space and the directory is writable", absl::StatusCode::kDataLoss);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteHfModelDirectory(const std::string& dir, const std::vector<NamedTensor>& tensors,
+                                  const ModelConfig& model, int64_t seq_length, DType dtype,
+                                  const std::map<std::string, std::string>& metadata) {
+  RETURN_IF_ERROR(CheckHfExportable(model));
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return UserError(absl::StrCat("cannot create export directory ", dir, ": ", error.message()),
+                     "choose a writable export_path / --out directory");
+  }
+  std::vector<SafetensorsTensorRef> refs;
+  for (const NamedTensor& t : tensors) refs.push_back({t.name, t.value.shape(), t.value.f32()});
+  std::map<std::string, std::string> all_metadata = {{"format", "pt"}, {"producer", "tetra"}};
+  all_metadata.insert(metadata.begin(), metadata.end());
+  RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", refs, dtype, all_metadata));
+  RETURN_IF_ERROR(WriteTextFile(dir + "/config.json", HfConfigJson(model, seq_length, dtype)));
+  const std::string generation = HfGenerationConfigJson(model);
+  if (!generation.empty()) RETURN_IF_ERROR(WriteTextFile(dir + "/generation_config.json", generation));
+  return absl::OkStatus();
+}
+
+absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, const ModelConfig& model,
+                           int64_t seq_length, DType dtype, Communicator& tp, bool write,
+                           Communicator* ep, Communicator* pp) {
+  // Every tensor-parallel (and expert-parallel) rank takes part in the gathers; one writes.
+  const bool gather_experts = ep != nullptr && ep->size() > 1;
+  std::vector<NamedTensor> globals;
+  for (const Parameter& p : store.all()) {
+    if (!(gather_experts && p.expert)) globals.push_back({p.name, GatherGlobal(p, tp)});
+  }
+  if (gather_experts) {
+    for (NamedTensor& expert : GatherExperts(store, model, tp, *ep)) globals.push_back(std::move(expert));
+  }
+  if (pp != nullptr && pp->size() > 1 && tp.rank() == 0) GatherStages(*pp, globals);
+  if (!write) return absl::OkStatus();
+  return WriteHfModelDirectory(dir, globals, model, seq_length, dtype);
+}
+
+}  // namespace tetra

@@ -1,0 +1,80 @@
+// Per-step metrics: one JSON object per optimizer step appended to
+// log.metrics_path (DESIGN.md's field names), and the human progress line.
+#ifndef TETRA_OBSERVE_METRICS_LOG_H_
+#define TETRA_OBSERVE_METRICS_LOG_H_
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tetra {
+
+// The run's layout and batch shape: the first line a run writes carries it,
+// so a report can tell runs apart from their metrics files alone.
+struct RunLayout {
+  int world_size = 1, tensor = 1, pipeline = 1, data = 1, expert = 1;
+  int global_batch_size = 0, micro_batch_size = 0, seq_length = 0, zero_stage = 0;
+};
+
+struct StepMetrics {
+  int step = 0;
+  double loss = 0;       // mean token cross-entropy over the global batch
+  double lr = 0;
+  double grad_norm = 0;  // global L2 norm before clipping
+  double tokens_per_s = 0;
+  double tflops = 0;     // achieved model TFLOP/s per rank
+  double step_time_s = 0;
+  std::optional<double> mfu;         // tflops / device peak, when the peak is known
+  std::optional<double> loss_floor;  // synthetic data only
+  std::optional<double> val_loss;    // evaluation steps only
+  // Bytes per rank, each the largest over ranks (multi-rank runs).
+  std::optional<double> param_bytes, grad_bytes, optimizer_bytes;
+  std::optional<double> comm_exposed_s_dp;  // the step's wait on data-parallel communication
+  std::optional<double> bubble_fraction;    // pipeline wait over step time (pipeline > 1)
+  // The time breakdown (observe/step_timing.h): means over ranks, in seconds.
+  std::optional<double> fwd_s, bwd_s, optimizer_s;
+  std::optional<double> comm_exposed_s;  // the sum over groups
+  std::optional<double> comm_exposed_s_tp, comm_exposed_s_ep, comm_exposed_s_pp;
+  std::optional<double> peak_memory_bytes;  // largest over ranks
+  std::optional<RunLayout> run;             // the first line of a run only
+  // Mixture-of-experts models: the balance term as added to the objective
+  // (alpha included, summed over layers), the max over layers of max / mean
+  // tokens per expert, pairs dropped over capacity, the all-to-all bytes this
+  // rank sent and the seconds the step waited on them.
+  std::optional<double> aux_loss, moe_load_imbalance, dropped_tokens;
+  std::optional<double> all_to_all_bytes;  // the wait on them is comm_exposed_s_ep
+};
+
+// Every per-step number of `m` (its optional fields when present) by its
+// metrics name, in contract order: the one list the metrics JSON line and the
+// TensorBoard scalars are both written from.
+std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m);
+
+// One JSON line: "step", StepFields, and the run's layout on its first line.
+std::string MetricsJson(const StepMetrics& m);
+
+// "step 20/200 | loss 2.3456 (floor 1.2345) | lr 3.00e-04 | grad norm 0.812 | 12345 tok/s | 4.56 GFLOP/s | ETA 1m23s"
+std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s);
+
+class MetricsLog {
+ public:
+  // Starts `path` afresh (creating its directory), so one file is one run;
+  // for a run resumed after step `resumed_step` > 0, keeps the file's lines
+  // of steps 1..resumed_step and drops later ones (steps the run will redo).
+  static absl::StatusOr<MetricsLog> Open(const std::string& path, int64_t resumed_step = 0);
+  absl::Status Append(const StepMetrics& m);
+
+ private:
+  std::string path_;
+  std::shared_ptr<FILE> file_;
+};
+
+}  // namespace tetra
+
+#endif  // TETRA_OBSERVE_METRICS_LOG_H_

@@ -1,0 +1,59 @@
+#include "observe/step_timing.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
+
+#include "core/profiler.h"
+
+namespace tetra {
+
+StepTiming StepTiming::FromProfiler() {
+  const Profiler& p = Profiler::Get();
+  StepTiming t;
+  t.fwd_s = p.TotalSeconds(SpanKind::kForward);
+  t.bwd_s = p.TotalSeconds(SpanKind::kBackward);
+  t.optimizer_s = p.TotalSeconds(SpanKind::kOptimizer);
+  t.comm_tp_s = p.TotalSeconds(SpanKind::kCommTp);
+  t.comm_dp_s = p.TotalSeconds(SpanKind::kCommDp);
+  t.comm_pp_s = p.TotalSeconds(SpanKind::kCommPp);
+  t.comm_ep_s = p.TotalSeconds(SpanKind::kCommEp);
+  t.peak_memory_bytes = PeakResidentBytes();
+  return t;
+}
+
+double PeakResidentBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
+}
+
+void AddStepTiming(Communicator& world, const GroupSizes& sizes, const StepTiming& local,
+                   StepMetrics& m) {
+  constexpr int kFields = 8;
+  const std::array<double, kFields> mine = {local.fwd_s,     local.bwd_s,     local.optimizer_s,
+                                            local.comm_tp_s, local.comm_dp_s, local.comm_pp_s,
+                                            local.comm_ep_s, local.peak_memory_bytes};
+  // Doubles travel as pairs of int32 words (moved bit for bit), one gather per step.
+  std::vector<double> all(kFields * world.size());
+  static_assert(sizeof(double) == 2 * sizeof(int32_t));
+  world.AllGather(mine.data(), all.data(), 2 * kFields, DType::kI32);
+  std::array<double, kFields> mean{};
+  double peak = 0;
+  for (int r = 0; r < world.size(); ++r) {
+    for (int f = 0; f < kFields; ++f) mean[f] += all[r * kFields + f] / world.size();
+    peak = std::max(peak, all[r * kFields + kFields - 1]);
+  }
+  m.fwd_s = mean[0];
+  m.bwd_s = mean[1];
+  m.optimizer_s = mean[2];
+  m.comm_exposed_s = mean[3] + mean[4] + mean[5] + mean[6];
+  if (sizes.tp > 1) m.comm_exposed_s_tp = mean[3];
+  if (sizes.world > 1) m.comm_exposed_s_dp = mean[4];
+  if (sizes.pp > 1) m.comm_exposed_s_pp = mean[5];
+  if (mean[6] > 0) m.comm_exposed_s_ep = mean[6];
+  m.peak_memory_bytes = peak;
+}
+
+}  // namespace tetra

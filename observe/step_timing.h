@@ -1,0 +1,45 @@
+// Where a step's time went: forward, backward and optimizer compute, and the
+// time blocked on each communication group (tensor, data, pipeline, expert
+// parallel), read from the step profiler (core/profiler.h), with the
+// process's peak memory. The metrics report each time as the mean over ranks
+// and the memory as the largest.
+//
+// The forward and backward times include the tensor-parallel collectives they
+// block on (comm_exposed_s_tp is a part of them); the data-parallel waits
+// (gradient reduction after the backward, ZeRO-1's parameter all-gather in the
+// optimizer) and the pipeline waits lie outside fwd_s and bwd_s, the ZeRO-1
+// gather inside optimizer_s.
+#ifndef TETRA_OBSERVE_STEP_TIMING_H_
+#define TETRA_OBSERVE_STEP_TIMING_H_
+
+#include "comm/communicator.h"
+#include "observe/metrics_log.h"
+
+namespace tetra {
+
+struct StepTiming {
+  double fwd_s = 0, bwd_s = 0, optimizer_s = 0;
+  double comm_tp_s = 0, comm_dp_s = 0, comm_pp_s = 0, comm_ep_s = 0;
+  double peak_memory_bytes = 0;  // the process's peak resident set (CPU)
+
+  // This rank's breakdown of the step the profiler has measured since its
+  // last BeginStep.
+  static StepTiming FromProfiler();
+};
+
+// Peak resident memory of this process in bytes (getrusage).
+double PeakResidentBytes();
+
+// The group sizes decide which per-group fields a step reports.
+struct GroupSizes {
+  int world = 1, tp = 1, pp = 1;
+};
+
+// Fills m's breakdown with the mean over `world`'s ranks of each rank's
+// `local` times and the largest peak memory. Collective over `world`.
+void AddStepTiming(Communicator& world, const GroupSizes& sizes, const StepTiming& local,
+                   StepMetrics& m);
+
+}  // namespace tetra
+
+#endif  // TETRA_OBSERVE_STEP_TIMING_H_

@@ -1,0 +1,367 @@
+#include "plan/layout_planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/model_dims.h"
+#include "observe/flops.h"
+
+namespace tetra {
+namespace {
+
+// A model's shape, in parameters and activation elements.
+struct ModelShape {
+  double c, q, kv, vocab;
+  int layers, dense_layers;  // the first `dense_layers` have a dense MLP, the rest MoE
+  bool moe;
+  double attention;      // q, k, v, o projections
+  double norms;          // two RMSNorm weights
+  double dense_mlp;      // gate, up, down
+  double router, routed, shared;  // per MoE layer: all routed experts, the shared ones
+  double active_moe_mlp;          // per token: router + shared + k routed experts
+  int k, experts;
+  double moe_intermediate;
+};
+
+ModelShape ShapeOf(const ModelConfig& m) {
+  ModelShape s;
+  s.c = m.hidden_size();
+  s.q = double{1.0} * m.num_attention_heads() * HeadDim(m);
+  s.kv = double{1.0} * KeyValueHeads(m) * HeadDim(m);
+  s.vocab = m.vocab_size();
+  s.layers = m.num_hidden_layers();
+  s.moe = m.has_moe() && m.moe().n_routed_experts() > 0;
+  s.dense_layers = s.moe ? std::min(m.moe().first_k_dense_replace(), s.layers) : s.layers;
+  s.attention = 2 * s.c * s.q + 2 * s.c * s.kv;
+  s.norms = 2 * s.c;
+  s.dense_mlp = 3 * s.c * m.intermediate_size();
+  s.experts = s.moe ? m.moe().n_routed_experts() : 0;
+  s.k = s.moe ? m.moe().num_experts_per_tok() : 0;
+  s.moe_intermediate = s.moe ? m.moe().moe_intermediate_size() : 0;
+  const double expert = 3 * s.c * s.moe_intermediate;
+  s.router = s.experts * s.c;
+  s.routed = s.experts * expert;
+  s.shared = s.moe ? m.moe().n_shared_experts() * expert : 0;
+  s.active_moe_mlp = s.router + s.shared + s.k * expert;
+  return s;
+}
+
+// Activation elements per token of one layer that its backward reads: the two
+// norm inputs, the attention input, q/k/v and the attention output, the MLP
+// input and its hidden products (SwiGLU: gate, up, their product); an MoE
+// layer's experts see each token k times plus the shared experts, and its
+// dispatch keeps the permuted tokens (in and out) and the router scores.
+double LayerActivations(const ModelShape& s, bool moe_layer) {
+  const double common = 4 * s.c + 2 * s.q + 2 * s.kv;
+  if (!moe_layer) return common + 3 * s.dense_mlp / (3 * s.c);
+  const double shared_experts = s.shared / (3 * s.c * std::max(1.0, s.moe_intermediate));
+  return common + (s.k + shared_experts) * 3 * s.moe_intermediate + 2 * s.k * s.c + s.experts;
+}
+
+struct StageLayers {
+  int dense = 0, moe = 0;
+  bool embedding = false, head = false;
+};
+
+// Layers split as evenly as they go, the first L % pp stages one more (a run
+// states such a split in parallel.pipeline_layers); the embedding on the
+// first stage, the head on the last.
+std::vector<StageLayers> Stages(const ModelShape& s, int pp) {
+  std::vector<StageLayers> stages;
+  int first = 0;
+  for (int r = 0; r < pp; ++r) {
+    const int count = s.layers / pp + (r < s.layers % pp ? 1 : 0), end = first + count;
+    StageLayers st;
+    st.dense = std::max(0, std::min(end, s.dense_layers) - first);
+    st.moe = count - st.dense;
+    st.embedding = r == 0;
+    st.head = r == pp - 1;
+    stages.push_back(st);
+    first = end;
+  }
+  return stages;
+}
+
+DeviceParameters StageParameters(const ModelShape& s, const StageLayers& st, const PlanLayout& l) {
+  DeviceParameters p;
+  const int layers = st.dense + st.moe;
+  // Matrices split over tp; norms and the router replicated.
+  p.dense = layers * (s.attention / l.tp + s.norms) + st.dense * s.dense_mlp / l.tp +
+            st.moe * (s.shared / l.tp + s.router);
+  p.expert = st.moe * s.routed / (l.ep * l.tp);
+  if (st.embedding) p.dense += s.vocab * s.c / l.tp;
+  if (st.head) p.dense += s.vocab * s.c / l.tp + s.c;
+  return p;
+}
+
+// Ring collectives over n ranks.
+double AllReduceSeconds(double bytes, int n, double gbps, double latency_us) {
+  if (n <= 1) return 0;
+  return 2.0 * (n - 1) / n * bytes / (gbps * 1e9) + 2.0 * (n - 1) * latency_us * 1e-6;
+}
+double AllToAllSeconds(double bytes, int n, double gbps, double latency_us) {
+  if (n <= 1) return 0;
+  return 1.0 * (n - 1) / n * bytes / (gbps * 1e9) + (n - 1) * latency_us * 1e-6;
+}
+
+// What one rank gets of its node: all of a device, or with shared_compute
+// a share of the node's cores (proto/cluster.proto).
+struct SharedNode {
+  double compute_share = 1, memory_share = 1, peak_share = 1;
+  int ranks = 1, cores = 1;
+  bool shared = false;
+  // Fraction of the bubble the node spends idle: a device idles through it;
+  // shared cores idle only when fewer ranks than cores still have work.
+  double idle_in_bubble(int pp) const {
+    if (!shared) return 1;
+    const double busy_ranks = ranks - double{1.0} * ranks / pp;  // all stages but one
+    return std::max(0.0, 1 - busy_ranks / cores);
+  }
+};
+
+SharedNode SharedNodeFor(const ClusterConfig& c, int world) {
+  SharedNode node;
+  if (!c.shared_compute()) return node;
+  node.shared = true;
+  node.ranks = std::min(world, c.devices_per_node());
+  node.cores = std::max(1, c.cores_per_node());
+  node.peak_share = 1.0 / node.ranks;
+  node.memory_share = 1.0 / node.ranks;
+  if (node.ranks >= node.cores) {
+    node.compute_share = 1.0 / node.ranks;
+  } else {
+    const int threads = node.cores / node.ranks;
+    node.compute_share = double{1.0} * threads / node.cores * (threads > 1 ? c.thread_efficiency() : 1.0);
+  }
+  return node;
+}
+
+struct Link {
+  double gbps, latency_us;
+};
+// A group of `span` consecutive ranks' worth of devices stays in a node while
+// it fits in one.
+Link LinkFor(const ClusterConfig& c, int span) {
+  if (span <= c.devices_per_node()) return {c.nvlink_gbps(), c.nvlink_latency_us()};
+  return {c.ib_gbps(), c.ib_latency_us()};
+}
+
+bool Divides(int a, int b) { return a > 0 && b % a == 0; }
+
+ElementBytes ClusterElementBytes(const ClusterConfig& cluster) {
+  return {.weight = double{1.0} * cluster.weight_bytes(),
+          .grad = double{1.0} * cluster.grad_bytes(),
+          .optimizer = double{1.0} * cluster.optimizer_bytes(),
+          .activation = double{1.0} * cluster.activation_bytes()};
+}
+
+}  // namespace
+
+DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout) {
+  const ModelShape s = ShapeOf(model);
+  DeviceParameters best;
+  for (const StageLayers& st : Stages(s, layout.pp)) {
+    const DeviceParameters p = StageParameters(s, st, layout);
+    if (p.dense + p.expert > best.dense + best.expert) best = p;
+  }
+  return best;
+}
+
+MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, const ElementBytes& bytes) {
+  const ModelShape s = ShapeOf(config.model());
+  const TrainConfig& train = config.train();
+  const double tokens_mb = double{1.0} * train.micro_batch_size() * train.seq_length();
+  const int64_t m = train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.dp);
+  const bool gpipe = config.parallel().schedule() == ParallelConfig::GPIPE;
+  const double edp = std::max(1, l.dp / l.ep);
+  const std::vector<StageLayers> stages = Stages(s, l.pp);
+  MemoryEstimate most;
+  for (int r = 0; r < l.pp; ++r) {
+    const StageLayers& st = stages[r];
+    const int layers = st.dense + st.moe;
+    const DeviceParameters p = StageParameters(s, st, l);
+    MemoryEstimate mem;
+    mem.weights = (p.dense + p.expert) * bytes.weight;
+    mem.grads = (p.dense + p.expert) * bytes.grad;
+    mem.optimizer = (l.zero_stage >= 1 ? p.dense / l.dp + p.expert / edp : p.dense + p.expert) * bytes.optimizer;
+    const double in_flight = static_cast<double>(gpipe ? m : std::min<int64_t>(m, l.pp - r));
+    // Sequence parallelism (tp > 1) splits every activation over tp.
+    const double per_token_layer =
+        std::max(st.dense ? LayerActivations(s, false) : 0.0, st.moe ? LayerActivations(s, true) : 0.0);
+    const double stored_per_token = l.recompute ? layers * s.c : st.dense * LayerActivations(s, false) +
+                                                                     st.moe * LayerActivations(s, true);
+    mem.activations = in_flight * tokens_mb * stored_per_token * bytes.activation / l.tp;
+    if (l.recompute) mem.activations += tokens_mb * per_token_layer * bytes.activation / l.tp;
+    if (st.head) mem.activations += tokens_mb * s.vocab / l.tp * 4;  // fp32 logits and their gradient, in place
+    if (mem.total() > most.total()) most = mem;
+  }
+  return most;
+}
+
+LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig& cluster,
+                               const PlanLayout& l) {
+  const ModelShape s = ShapeOf(config.model());
+  const TrainConfig& train = config.train();
+  const double tokens_mb = double{1.0} * train.micro_batch_size() * train.seq_length();
+  const int world = l.tp * l.pp * l.dp;
+  LayoutPrediction out;
+  out.layout = l;
+  out.micro_batches = static_cast<int>(train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.dp));
+  out.memory = EstimateMemory(config, l, ClusterElementBytes(cluster));
+  const int m = out.micro_batches;
+  const SharedNode node = SharedNodeFor(cluster, world);
+  const double flops_rate = cluster.peak_tflops() * 1e12 * cluster.compute_efficiency() * node.compute_share;
+  const double memory_rate = cluster.memory_gbps() * 1e9 * node.memory_share;
+  const double act_bytes = cluster.activation_bytes();
+  const Link tp_link = LinkFor(cluster, l.tp);
+  const Link dp_link = LinkFor(cluster, l.tp * l.dp);
+  const Link ep_link = LinkFor(cluster, l.tp * l.ep);
+  const Link pp_link = LinkFor(cluster, world);
+  const double edp = std::max(1, l.dp / l.ep);
+
+  const std::vector<StageLayers> stages = Stages(s, l.pp);
+  double slowest_mb = 0, slowest_compute = 0, slowest_tp = 0, slowest_ep = 0, slowest_bwd = 0;
+  for (int r = 0; r < l.pp; ++r) {
+    const StageLayers& st = stages[r];
+    const int layers = st.dense + st.moe;
+    // Time of one micro-batch on this stage.
+    const double layer_flops = st.dense * (s.attention + s.norms + s.dense_mlp) +
+                               st.moe * (s.attention + s.norms + s.active_moe_mlp);
+    double flops = 6 * tokens_mb * layer_flops + 6.0 * layers * tokens_mb * train.seq_length() * s.q;
+    if (st.head) flops += 6 * tokens_mb * s.vocab * s.c;
+    flops /= l.tp;
+    const double recompute_flops = l.recompute ? flops / 3 : 0;  // one more forward
+    const double compute = (flops + recompute_flops) / flops_rate;
+    // TP: per layer 2 collectives forward (+2 recomputed) and 2 backward of
+    // the (tokens, c) activation; the embedding and the loss add two.
+    const double tp_count = layers * (l.recompute ? 6 : 4) + 2;
+    const double tp_time =
+        tp_count * AllReduceSeconds(tokens_mb * s.c * act_bytes, l.tp, tp_link.gbps, tp_link.latency_us);
+    // EP: dispatch and combine, forward and backward, of the k copies of each token.
+    const double ep_time = st.moe * 4 *
+                           AllToAllSeconds(tokens_mb * s.k * s.c * act_bytes / l.tp, l.ep, ep_link.gbps,
+                                           ep_link.latency_us) *
+                           (1 - cluster.ep_overlap());
+    const double total = compute + tp_time + ep_time;
+    if (total > slowest_mb) {
+      slowest_mb = total;
+      slowest_compute = compute;
+      slowest_tp = tp_time;
+      slowest_ep = ep_time;
+      slowest_bwd = compute * 2 / 3;
+    }
+  }
+  TimeEstimate& t = out.time;
+  t.compute_s = m * slowest_compute;
+  t.tp_s = m * slowest_tp;
+  t.ep_s = m * slowest_ep;
+  t.bubble_s = (l.pp - 1) * slowest_mb * node.idle_in_bubble(l.pp);
+  // Each slot's activation (forward) and gradient (backward) send to the next stage.
+  if (l.pp > 1) {
+    const double p2p = tokens_mb * s.c * act_bytes / l.tp / (pp_link.gbps * 1e9) + pp_link.latency_us * 1e-6;
+    t.pp_s = 2 * (m + l.pp - 1) * p2p;
+  }
+  const DeviceParameters p = ParametersPerDevice(config.model(), l);
+  // Gradient reduction in 25 MB buckets (dense over dp, experts over edp);
+  // ZeRO-1 reduce-scatters then all-gathers the weights: the same volume.
+  auto reduce = [&](double params, int n) {
+    if (n <= 1 || params == 0) return 0.0;
+    const double bytes = params * cluster.grad_bytes();
+    const double buckets = std::ceil(bytes / (config.parallel().dp_bucket_mb() * 1e6));
+    return AllReduceSeconds(bytes, n, dp_link.gbps, 0) + buckets * 2.0 * (n - 1) * dp_link.latency_us * 1e-6;
+  };
+  const double dp_time = reduce(p.dense, l.dp) + reduce(p.expert, static_cast<int>(edp));
+  t.dp_s = std::max(0.0, dp_time - cluster.dp_overlap() * slowest_bwd);
+  // AdamW reads and writes weights, gradient and state of the parameters it owns.
+  const double owned = l.zero_stage >= 1 ? p.dense / l.dp + p.expert / edp : p.dense + p.expert;
+  t.optimizer_s = 2 * owned * (cluster.weight_bytes() + cluster.grad_bytes() + cluster.optimizer_bytes()) /
+                  memory_rate;
+  t.overhead_s = cluster.step_overhead_s();
+
+  const double model_flops = TrainingFlopsPerToken(config.model(), train.seq_length()) *
+                             train.global_batch_size() * train.seq_length() / world;
+  out.mfu = model_flops / t.step_s() / (cluster.peak_tflops() * 1e12 * node.peak_share);
+  out.bubble_fraction = t.bubble_s / t.step_s();
+  out.fits = out.memory.total() <= cluster.hbm_bytes() * cluster.usable_memory_fraction();
+  return out;
+}
+
+std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const ClusterConfig& cluster, int world) {
+  const ModelConfig& m = config.model();
+  const ModelShape s = ShapeOf(m);
+  const int64_t micro = config.train().micro_batch_size(), global = config.train().global_batch_size();
+  std::vector<LayoutPrediction> plans;
+  for (int tp = 1; tp <= std::min(world, cluster.devices_per_node()); ++tp) {
+    if (!Divides(tp, world) || !Divides(tp, m.num_attention_heads()) || !Divides(tp, m.vocab_size()) ||
+        (KeyValueHeads(m) % tp != 0 && tp % KeyValueHeads(m) != 0)) {
+      continue;
+    }
+    for (int pp = 1; pp <= std::min(world / tp, s.layers); ++pp) {
+      if (!Divides(pp, world / tp)) continue;
+      const int dp = world / tp / pp;
+      if (global % (micro * dp) != 0) continue;
+      for (int ep = 1; ep <= (s.moe ? dp : 1); ++ep) {
+        if (!Divides(ep, dp) || (s.moe && !Divides(ep, s.experts))) continue;
+        for (int zero : {0, 1}) {
+          for (bool recompute : {false, true}) {
+            plans.push_back(PredictLayout(config, cluster, {tp, pp, dp, ep, zero, recompute}));
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(plans.begin(), plans.end(), [](const LayoutPrediction& a, const LayoutPrediction& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.time.step_s() < b.time.step_s();
+  });
+  return plans;
+}
+
+std::string LayoutName(const PlanLayout& l) {
+  std::string name = absl::StrFormat("tp %d x pp %d x dp %d", l.tp, l.pp, l.dp);
+  if (l.ep > 1) absl::StrAppendFormat(&name, " (ep %d)", l.ep);
+  if (l.zero_stage >= 1) absl::StrAppend(&name, ", ZeRO-1");
+  if (l.recompute) absl::StrAppend(&name, ", recompute");
+  return name;
+}
+
+std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top) {
+  const double usable = cluster.hbm_bytes() * cluster.usable_memory_fraction();
+  std::string text = absl::StrFormat(
+      "cluster %s: %d nodes x %d devices, %.4g TFLOP/s peak %s (%.0f%% achieved), %.1f GB usable of %.1f GB\n"
+      "%-44s %9s %10s %8s %7s %8s %8s %8s %8s %7s\n",
+      cluster.name(), cluster.nodes(), cluster.devices_per_node(), cluster.peak_tflops(),
+      cluster.shared_compute() ? "per node, shared" : "each", cluster.compute_efficiency() * 100, usable / 1e9, cluster.hbm_bytes() / 1e9, "layout", "memory GB",
+      "step s", "compute", "tp", "ep", "bubble", "dp+pp", "opt", "MFU");
+  int shown = 0;
+  for (const LayoutPrediction& p : plans) {
+    if (shown++ == top) break;
+    const TimeEstimate& t = p.time;
+    absl::StrAppendFormat(&text, "%-44s %9.1f %10.4g %8.3g %7.3g %8.3g %8.3g %8.3g %8.3g %6.1f%%%s\n",
+                          LayoutName(p.layout), p.memory.total() / 1e9, t.step_s(), t.compute_s, t.tp_s,
+                          t.ep_s, t.bubble_s, t.dp_s + t.pp_s, t.optimizer_s, p.mfu * 100,
+                          p.fits ? "" : "  (does not fit)");
+  }
+  const int fitting = static_cast<int>(std::count_if(plans.begin(), plans.end(), [](auto& p) { return p.fits; }));
+  absl::StrAppendFormat(&text, "%d of %d layouts fit in memory.\n", fitting, plans.size());
+  if (fitting == 0) {
+    return text + "No layout fits: add devices, enable recompute, or shrink the micro-batch.\n";
+  }
+  const LayoutPrediction& best = plans.front();
+  const MemoryEstimate& mem = best.memory;
+  const TimeEstimate& t = best.time;
+  absl::StrAppendFormat(
+      &text,
+      "best: %s, %d micro-batches per step. Memory %.1f GB per device (weights %.1f, gradients %.1f, "
+      "optimizer %.1f, activations %.1f) of %.1f usable. Step %.4g s: compute %.0f%%, TP %.0f%%, EP %.0f%%, "
+      "bubble %.0f%%, DP+PP %.0f%%, optimizer %.0f%%; MFU %.1f%%.\n",
+      LayoutName(best.layout), best.micro_batches, mem.total() / 1e9, mem.weights / 1e9, mem.grads / 1e9,
+      mem.optimizer / 1e9, mem.activations / 1e9, usable / 1e9, t.step_s(), 100 * t.compute_s / t.step_s(),
+      100 * t.tp_s / t.step_s(), 100 * t.ep_s / t.step_s(), 100 * t.bubble_s / t.step_s(),
+      100 * (t.dp_s + t.pp_s) / t.step_s(), 100 * t.optimizer_s / t.step_s(), best.mfu * 100);
+  return text;
+}
+
+}  // namespace tetra

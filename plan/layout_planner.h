@@ -1,0 +1,103 @@
+// The layout planner behind `tetra plan --cluster`: an analytic model that
+// predicts, for a config's model and batch on a described cluster
+// (proto/cluster.proto), each layout's memory per device, step time and MFU,
+// and ranks the layouts that fit.
+//
+// Memory per device, for the stage that needs most: weights, gradients and
+// optimizer state (sharded over data-parallel ranks with ZeRO-1; expert
+// weights' over the expert-data-parallel ranks), activations of the
+// micro-batches the schedule keeps in flight (1F1B: pp - stage, GPipe: all),
+// per layer either everything the backward reads or, with full recompute,
+// only the layer input plus one layer's working set.
+//
+// Step time: the pipeline runs (m + pp - 1) slots of one micro-batch's
+// forward + backward on the slowest stage (compute at peak x efficiency, the
+// blocking TP collectives, the exposed share of EP all-to-alls); the pp - 1
+// extra slots are the bubble. Then the exposed pipeline sends, the data-
+// parallel gradient reduction the last backward did not hide, the optimizer
+// (memory bound) and a fixed overhead. Collectives are rings: all-reduce
+// 2(n-1)/n x bytes / bandwidth + 2(n-1) x latency, on NVLink while the group
+// fits in a node, else InfiniBand.
+#ifndef TETRA_PLAN_LAYOUT_PLANNER_H_
+#define TETRA_PLAN_LAYOUT_PLANNER_H_
+
+#include <string>
+#include <vector>
+
+#include "proto/cluster.pb.h"
+#include "proto/config.pb.h"
+
+namespace tetra {
+
+struct PlanLayout {
+  int tp = 1, pp = 1, dp = 1, ep = 1;
+  int zero_stage = 0;
+  bool recompute = false;  // full activation recompute
+};
+
+// Bytes per device on the stage that needs most.
+struct MemoryEstimate {
+  double weights = 0, grads = 0, optimizer = 0, activations = 0;
+  double total() const { return weights + grads + optimizer + activations; }
+};
+
+// Seconds of one optimizer step; step_s is their sum.
+struct TimeEstimate {
+  double compute_s = 0;  // m micro-batches' forward + backward (+ recompute) on the slowest stage
+  double tp_s = 0, ep_s = 0;  // exposed TP collectives and EP all-to-alls over the m micro-batches
+  double bubble_s = 0;        // pp - 1 idle slots
+  double pp_s = 0, dp_s = 0;  // exposed pipeline sends and data-parallel reduction
+  double optimizer_s = 0, overhead_s = 0;
+  double step_s() const { return compute_s + tp_s + ep_s + bubble_s + pp_s + dp_s + optimizer_s + overhead_s; }
+};
+
+struct LayoutPrediction {
+  PlanLayout layout;
+  int micro_batches = 0;  // per data-parallel rank and step
+  MemoryEstimate memory;
+  TimeEstimate time;
+  double mfu = 0;            // model FLOPs (no recompute) per device over step time and peak
+  double bubble_fraction = 0;  // bubble_s / step
+  bool fits = false;         // memory.total() <= usable HBM
+};
+
+// Bytes per element of what a device holds: weights (with any compute copy),
+// gradients, optimizer state (AdamW moments, and master weights where the
+// weights are not fp32) and stored activations; a cluster file's *_bytes
+// fields, or a run's own dtypes.
+struct ElementBytes {
+  double weight = 0, grad = 0, optimizer = 0, activation = 0;
+};
+
+// Parameters per device of the largest stage (the planner's memory basis):
+// `dense` counts weights replicated over expert-parallel ranks (attention,
+// dense MLPs, shared experts, router, norms, embedding, head), `expert` the
+// routed experts held locally.
+struct DeviceParameters {
+  double dense = 0, expert = 0;
+};
+DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout);
+
+// Memory per device of the stage that needs most under `layout` (as the
+// header's opening describes), for `config`'s model, batch and schedule.
+MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& layout, const ElementBytes& bytes);
+
+// The prediction for one layout; `config` gives the model, batch, micro-batch
+// and schedule.
+LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig& cluster,
+                               const PlanLayout& layout);
+
+// Every valid layout for `world` devices (tp within a node and dividing the
+// heads, pp dividing nothing but at most the layers, ep dividing dp and the
+// experts, whole micro-batches per data-parallel rank; ZeRO 0/1, recompute
+// off/on), fitting ones first, each group fastest first.
+std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const ClusterConfig& cluster,
+                                          int world);
+
+std::string LayoutName(const PlanLayout& layout);  // "tp 1 x pp 16 x dp 128 (ep 64), ZeRO-1, recompute"
+// The ranked table (up to `top` rows) and why the best wins.
+std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top);
+
+}  // namespace tetra
+
+#endif  // TETRA_PLAN_LAYOUT_PLANNER_H_

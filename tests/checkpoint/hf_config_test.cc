@@ -1,0 +1,212 @@
+#include "checkpoint/hf_config.h"
+
+#include <filesystem>
+#include <string>
+
+#include "core/json.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/scratch_files.h"
+#include "tests/testing/user_errors.h"
+
+namespace tetra {
+namespace {
+
+using ::testing::HasSubstr;
+using ::tetra::testing::Message;
+using ::tetra::testing::UserErrorShape;
+
+// Llama-3.1-8B's config.json as Meta published it (keys and values).
+constexpr char kLlama31[] = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu",
+  "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 128256})";
+
+std::string WriteConfig(const std::string& name, const std::string& text) {
+  const std::string path = testing::ScratchDir("hf_config_test") + "/" + name + ".json";
+  testing::WriteBytes(path, text);
+  return path;
+}
+
+// kLlama31 with `key` replaced by `value` (JSON text), or removed when empty.
+std::string Edited(const std::string& key, const std::string& value) {
+  JsonValue root = *ParseJson(kLlama31);
+  std::string out = "{";
+  bool replaced = false;
+  for (size_t i = 0; i < root.keys.size(); ++i) {
+    std::string item;
+    if (root.keys[i] == key) {
+      replaced = true;
+      if (value.empty()) continue;
+      item = value;
+    } else {
+      // Re-serialise by hand: the test values are scalars, lists of ids and one object.
+      const JsonValue& v = root.items[i];
+      if (v.kind == JsonValue::Kind::kString) AppendJsonString(v.string, &item);
+      if (v.kind == JsonValue::Kind::kBool) item = v.boolean ? "true" : "false";
+      if (v.kind == JsonValue::Kind::kNumber) item = v.integer ? std::to_string(*v.integer) : std::to_string(v.number);
+      if (v.kind == JsonValue::Kind::kArray && root.keys[i] == "architectures") item = "[\"LlamaForCausalLM\"]";
+      if (v.kind == JsonValue::Kind::kArray && root.keys[i] == "eos_token_id") item = "[128001, 128008, 128009]";
+      if (v.kind == JsonValue::Kind::kObject) {
+        item = R"({"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"})";
+      }
+    }
+    if (out.size() > 1) out += ", ";
+    AppendJsonString(root.keys[i], &out);
+    out += ": " + item;
+  }
+  if (!replaced && !value.empty()) {
+    out += ", ";
+    AppendJsonString(key, &out);
+    out += ": " + value;
+  }
+  return out + "}";
+}
+
+TEST(HfConfigTest, ReadsLlama31) {
+  absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("llama31", kLlama31));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->vocab_size(), 128256);
+  EXPECT_EQ(m->hidden_size(), 4096);
+  EXPECT_EQ(m->intermediate_size(), 14336);
+  EXPECT_EQ(m->num_hidden_layers(), 32);
+  EXPECT_EQ(m->num_attention_heads(), 32);
+  EXPECT_EQ(m->num_key_value_heads(), 8);
+  EXPECT_EQ(m->rms_norm_eps(), 1e-5);
+  EXPECT_EQ(m->rope_theta(), 500000.0);
+  EXPECT_FALSE(m->tie_word_embeddings());
+  EXPECT_EQ(m->max_position_embeddings(), 131072);
+  EXPECT_EQ(m->rope_scaling().rope_type(), "llama3");
+  EXPECT_EQ(m->rope_scaling().factor(), 8.0);
+  EXPECT_EQ(m->rope_scaling().low_freq_factor(), 1.0);
+  EXPECT_EQ(m->rope_scaling().high_freq_factor(), 4.0);
+  EXPECT_EQ(m->rope_scaling().original_max_position_embeddings(), 8192);
+  EXPECT_EQ(m->bos_token_id(), 128000);
+  EXPECT_THAT(m->eos_token_id(), ::testing::ElementsAre(128001, 128008, 128009));
+}
+
+TEST(HfConfigTest, AbsentKeysTakeLlamaConfigDefaults) {
+  absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("minimal", R"({"model_type": "llama"})"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->vocab_size(), 32000);
+  EXPECT_EQ(m->hidden_size(), 4096);
+  EXPECT_EQ(m->num_key_value_heads(), 32);  // one per attention head
+  EXPECT_EQ(m->rms_norm_eps(), 1e-6);       // LlamaConfig's, not tetra's 1e-5
+  EXPECT_EQ(m->max_position_embeddings(), 2048);
+  EXPECT_EQ(m->rope_scaling().rope_type(), "");
+  EXPECT_EQ(m->bos_token_id(), 1);
+  EXPECT_THAT(m->eos_token_id(), ::testing::ElementsAre(2));
+}
+
+struct Refused {
+  std::string key, value, message;
+};
+
+TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
+  const Refused cases[] = {
+      {"hidden_act", "\"gelu\"", "\"hidden_act\" is \"gelu\", but tetra's MLP is SwiGLU"},
+      {"attention_bias", "true", "\"attention_bias\" is true, but tetra's projections have no bias"},
+      {"mlp_bias", "true", "\"mlp_bias\" is true"},
+      {"attention_dropout", "0.1", "\"attention_dropout\" is 0.1, but tetra trains without dropout"},
+      {"sliding_window", "4096", "\"sliding_window\" is 4096, but tetra's attention is full causal"},
+      {"head_dim", "64", "\"head_dim\" is 64, but tetra's head_dim is hidden_size / num_attention_heads"},
+      {"rope_scaling", R"({"rope_type": "yarn", "factor": 4.0})", "\"rope_scaling.rope_type\" is \"yarn\""},
+      {"rope_scaling", R"({"type": "linear", "factor": 2.0})", "\"rope_scaling.rope_type\" is \"linear\""},
+      {"rope_scaling", R"({"rope_type": "llama3", "factor": 8.0})", "\"rope_scaling.low_freq_factor\" is missing"},
+      {"rope_scaling", R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192, "beta_fast": 32})",
+       "\"rope_scaling.beta_fast\" is not a setting tetra knows"},
+      {"model_type", "\"qwen2\"", "\"model_type\" is \"qwen2\""},
+      {"model_type", "", "\"model_type\" is missing"},
+      {"model_type", "\"deepseek_v3\"", "multi-head latent attention"},
+      {"architectures", "[\"LlamaModel\"]", "\"architectures\" is not [\"LlamaForCausalLM\"]"},
+      {"quantization_config", "{}", "\"quantization_config\" is not a setting tetra knows"},
+      {"auto_map", "{}", "\"auto_map\" is not a setting tetra knows"},
+      {"hidden_size", "4096.5", "\"hidden_size\" is 4096.5, not an integer"},
+      {"tie_word_embeddings", "1", "\"tie_word_embeddings\" is 1, not true or false"},
+      {"eos_token_id", "\"x\"", "\"eos_token_id\" is not a token id"},
+  };
+  for (const Refused& c : cases) {
+    const std::string path = WriteConfig("refused", Edited(c.key, c.value));
+    absl::StatusOr<ModelConfig> m = ReadHfConfigJson(path);
+    ASSERT_FALSE(m.ok()) << c.key << "=" << c.value;
+    EXPECT_THAT(Message(m.status()), HasSubstr(c.message)) << c.key << "=" << c.value;
+    EXPECT_THAT(Message(m.status()), HasSubstr(path));
+    EXPECT_THAT(Message(m.status()), UserErrorShape());
+  }
+}
+
+TEST(HfConfigTest, NoOpValuesAndMetadataAreAccepted) {
+  for (const auto& [key, value] :
+       {std::pair{"sliding_window", "null"}, std::pair{"head_dim", "128"}, std::pair{"pretraining_tp", "2"},
+        std::pair{"_name_or_path", "\"meta-llama/Llama-3.1-8B\""}, std::pair{"rope_scaling", "null"},
+        std::pair{"rope_scaling", R"({"rope_type": "default"})"}}) {
+    absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("accepted", Edited(key, value)));
+    EXPECT_TRUE(m.ok()) << key << "=" << value << ": " << m.status();
+  }
+}
+
+TEST(HfConfigTest, RecipeFieldsMustAgreeWithConfigJson) {
+  const ModelConfig hf = *ReadHfConfigJson(WriteConfig("merge", kLlama31));
+  ModelConfig recipe;
+  recipe.set_hidden_size(4096);
+  recipe.set_num_key_value_heads(8);
+  recipe.mutable_rope_scaling()->set_rope_type("llama3");
+  absl::StatusOr<ModelConfig> merged = MergeWithHfConfig(recipe, hf, "dir/config.json");
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->vocab_size(), 128256);  // from config.json
+
+  recipe.set_vocab_size(32000);
+  merged = MergeWithHfConfig(recipe, hf, "dir/config.json");
+  ASSERT_FALSE(merged.ok());
+  EXPECT_THAT(Message(merged.status()),
+              HasSubstr("model.vocab_size is 32000 in the recipe but 128256 in dir/config.json"));
+  EXPECT_THAT(Message(merged.status()), UserErrorShape());
+
+  ModelConfig scaled;
+  scaled.mutable_rope_scaling()->set_factor(4);
+  EXPECT_THAT(Message(MergeWithHfConfig(scaled, hf, "c.json").status()),
+              HasSubstr("model.rope_scaling.factor is 4 in the recipe but 8 in c.json"));
+  ModelConfig one_kv_per_head;
+  one_kv_per_head.set_num_key_value_heads(0);  // means 32, config.json says 8
+  EXPECT_THAT(Message(MergeWithHfConfig(one_kv_per_head, hf, "c.json").status()),
+              HasSubstr("model.num_key_value_heads is 32 in the recipe but 8"));
+  ModelConfig moe;
+  moe.mutable_moe()->set_n_routed_experts(8);
+  EXPECT_THAT(Message(MergeWithHfConfig(moe, hf, "c.json").status()), HasSubstr("mixture of experts"));
+}
+
+TEST(HfConfigTest, ExportWritesWhatItReads) {
+  const ModelConfig hf = *ReadHfConfigJson(WriteConfig("roundtrip", kLlama31));
+  const std::string written = HfConfigJson(hf, /*seq_length=*/2048, DType::kBF16);
+  absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("written", written));
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << written;
+  EXPECT_EQ(back->SerializeAsString(), hf.SerializeAsString());
+  EXPECT_THAT(written, HasSubstr("\"max_position_embeddings\": 131072"));  // the model's, not 2048
+  EXPECT_THAT(written, HasSubstr("\"torch_dtype\": \"bfloat16\""));
+  const JsonValue generation = *ParseJson(HfGenerationConfigJson(hf));
+  EXPECT_EQ(*generation.Find("bos_token_id")->integer, 128000);
+  EXPECT_EQ(generation.Find("eos_token_id")->items.size(), 3u);
+  EXPECT_EQ(HfGenerationConfigJson(ModelConfig()), "");  // no ids known: no file
+}
+
+TEST(HfConfigTest, SoftmaxScoredMoeIsNotExportedAsDeepseekV3) {
+  ModelConfig moe;
+  moe.mutable_moe()->set_n_routed_experts(8);
+  EXPECT_TRUE(CheckHfExportable(moe).ok());  // sigmoid, DeepSeek-V3's
+  moe.mutable_moe()->set_scoring_func("softmax");
+  const absl::Status status = CheckHfExportable(moe);
+  EXPECT_THAT(Message(status), HasSubstr("scores them with sigmoid"));
+  EXPECT_THAT(Message(status), UserErrorShape());
+}
+
+}  // namespace
+}  // namespace tetra

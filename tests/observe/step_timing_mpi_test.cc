@@ -1,0 +1,36 @@
+// The breakdown over ranks: each time is the mean over ranks, the peak memory
+// the largest, and per-group fields appear only for groups of several ranks.
+#include <memory>
+
+#include "comm/mpi_communicator.h"
+#include "gtest/gtest.h"
+#include "observe/step_timing.h"
+
+namespace tetra {
+namespace {
+
+TEST(StepTimingMpiTest, MeanTimesAndLargestMemoryOverRanks) {
+  const std::unique_ptr<Communicator> world = MpiWorld(60);
+  const int n = world->size(), r = world->rank();
+  // Rank r reports r + 1 seconds (and 2(r + 1), ...): the mean over n ranks is
+  // (n + 1) / 2, exact in binary for n up to 8 (halves).
+  StepTiming local;
+  local.fwd_s = r + 1;
+  local.bwd_s = 2 * (r + 1);
+  local.comm_dp_s = 0.5 * (r + 1);
+  local.comm_pp_s = 0.25 * (r + 1);
+  local.peak_memory_bytes = 1000 * (r == 1 ? 7 : 3);
+  StepMetrics m;
+  AddStepTiming(*world, {n, 1, 2}, local, m);
+  const double mean = (n + 1) / 2.0;
+  EXPECT_EQ(*m.fwd_s, mean);
+  EXPECT_EQ(*m.bwd_s, 2 * mean);
+  EXPECT_EQ(*m.comm_exposed_s_dp, 0.5 * mean);
+  EXPECT_EQ(*m.comm_exposed_s_pp, 0.25 * mean);
+  EXPECT_EQ(*m.comm_exposed_s, 0.75 * mean);
+  EXPECT_FALSE(m.comm_exposed_s_tp.has_value());
+  EXPECT_EQ(*m.peak_memory_bytes, 7000);
+}
+
+}  // namespace
+}  // namespace tetra

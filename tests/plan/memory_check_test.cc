@@ -1,0 +1,153 @@
+// CheckRankMemory against machines of stated sizes: absurd models, sequences
+// and synthetic streams are refused with the numbers and a hint that fits the
+// cause, the ranks sharing a machine share its memory, a GPU run is checked
+// against its GPU, export needs only the weights, and none of the project's
+// recipes is refused on the machines they are written for.
+#include "plan/memory_check.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/configs.h"
+#include "tests/testing/user_errors.h"
+
+namespace tetra {
+namespace {
+
+using ::testing::HasSubstr;
+
+using testing::Message;
+using testing::UserErrorShape;
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+MachineMemory Host(double gib, int ranks = 1) {
+  return {.host_bytes = gib * kGiB, .host_source = "test", .host_ranks = ranks};
+}
+
+// The CLI tests' tiny model, with `sets` applied.
+TrainerConfig Tiny(const std::vector<std::string>& sets = {}) {
+  TrainerConfig config = testing::ConfigFromText(
+      "model { vocab_size: 32 hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2 intermediate_size: 32 }\n"
+      "train { steps: 3 global_batch_size: 4 micro_batch_size: 2 seq_length: 8 }\n");
+  for (const std::string& set : sets) testing::SetField(&config, set);
+  return config;
+}
+
+TrainerConfig Recipe(const std::string& name) { return testing::RecipeConfig(name); }
+
+absl::Status Check(const TrainerConfig& config, const MachineMemory& machine, MemoryUse use = MemoryUse::kTraining,
+                   const PlanLayout& layout = {}) {
+  return CheckRankMemory(config, layout, use, machine);
+}
+
+TEST(MemoryCheckTest, AbsurdSizesAreRefusedWithTheNumbersAndAFittingHint) {
+  struct Case {
+    std::vector<std::string> sets;
+    std::string hint;  // the hint names what to change
+  };
+  const std::vector<Case> cases = {
+      {{"model.hidden_size=1048576"}, "split the model over more ranks"},
+      {{"model.intermediate_size=2147483647"}, "split the model over more ranks"},
+      {{"model.num_hidden_layers=1000000"}, "split the model over more ranks"},
+      {{"train.seq_length=1000000000"}, "shorten train.seq_length"},
+      {{"data.synthetic.num_tokens=1099511627776"}, "lower data.synthetic.num_tokens"},
+      {{"data.synthetic.num_tokens=9223372036854775807"}, "lower data.synthetic.num_tokens"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status status = Check(Tiny(c.sets), Host(24));
+    const std::string sets = ::testing::PrintToString(c.sets);
+    ASSERT_FALSE(status.ok()) << sets;
+    EXPECT_THAT(Message(status), HasSubstr("the model needs ")) << sets;
+    EXPECT_THAT(Message(status), HasSubstr(" per rank (weights ")) << sets;
+    EXPECT_THAT(Message(status), HasSubstr("but this machine has 24.0 GiB available (test)")) << sets;
+    EXPECT_THAT(Message(status), HasSubstr("\nhint: " + c.hint)) << sets;
+    EXPECT_THAT(Message(status), UserErrorShape()) << sets;
+  }
+}
+
+TEST(MemoryCheckTest, NamesEachPartInGiB) {
+  // hidden c = 2^20, 2 heads: q, k, v, o are 4 c^2 parameters, the MLP
+  // 3 x 32 c, the embedding and head 2 x 32 c, the norms 3 c: 4,398,217,428,992
+  // parameters, 4 B of weights and of gradients each, 8 B of AdamW moments.
+  const absl::Status status = Check(Tiny({"model.hidden_size=1048576"}), Host(24));
+  EXPECT_THAT(Message(status), HasSubstr("weights 16384.6 GiB, gradients 16384.6 GiB, AdamW moments 32769.3 GiB"));
+}
+
+TEST(MemoryCheckTest, RanksOnOneMachineShareIt) {
+  // About 1.05 GiB per rank (hidden 4096: 4 x 4096^2 x 16 B = 1 GiB of attention).
+  const TrainerConfig config = Tiny({"model.hidden_size=4096", "model.num_attention_heads=4"});
+  EXPECT_TRUE(Check(config, Host(2, 1)).ok());
+  const absl::Status shared = Check(config, Host(2, 4));
+  EXPECT_THAT(Message(shared), HasSubstr("per rank ("));
+  EXPECT_THAT(Message(shared), HasSubstr("for each of the 4 ranks on this machine but this machine has 2.0 GiB"));
+  // Tensor parallelism over 4 ranks splits the attention matrices.
+  EXPECT_TRUE(Check(config, Host(2, 4), MemoryUse::kTraining, {.tp = 4}).ok());
+}
+
+TEST(MemoryCheckTest, AGpuRunIsCheckedAgainstItsGpuAndItsDataAgainstTheHost) {
+  MachineMemory gpu = Host(64);
+  gpu.device_bytes = 80 * kGiB;
+  gpu.device_name = "GPU 0 (test)";
+  const TrainerConfig bench = Recipe("bench_h200_1b.textproto");
+  EXPECT_TRUE(Check(bench, gpu).ok()) << Check(bench, gpu);
+  TrainerConfig wide = bench;
+  wide.mutable_model()->set_hidden_size(1048576);
+  EXPECT_THAT(Message(Check(wide, gpu)), HasSubstr("but GPU 0 (test) has 80.0 GiB free"));
+  TrainerConfig long_stream = bench;
+  long_stream.mutable_data()->mutable_synthetic()->set_num_tokens(int64_t{1} << 40);
+  EXPECT_THAT(Message(Check(long_stream, gpu)),
+              HasSubstr("the training data needs 4096.0 GiB per rank (synthetic tokens 4096.0 GiB) but this "
+                        "machine has 64.0 GiB"));
+}
+
+TEST(MemoryCheckTest, ExportNeedsOnlyWeightsAndGradients) {
+  // hidden 8192: 4 x 8192^2 = 268M attention parameters, 8 B each for export
+  // (2 GiB), 16 B for training (4 GiB).
+  const TrainerConfig config = Tiny({"model.hidden_size=8192"});
+  EXPECT_FALSE(Check(config, Host(3)).ok());
+  EXPECT_TRUE(Check(config, Host(3), MemoryUse::kWeights).ok());
+  const absl::Status status = Check(config, Host(1), MemoryUse::kWeights);
+  EXPECT_THAT(Message(status), HasSubstr("(weights 1.0 GiB, gradients 1.0 GiB)"));
+  EXPECT_THAT(Message(status), HasSubstr("\nhint: tetra export builds the whole model in one process"));
+}
+
+TEST(MemoryCheckTest, UnknownMachineMemoryChecksNothing) {
+  EXPECT_TRUE(Check(Tiny({"model.hidden_size=1048576"}), MachineMemory{}).ok());
+}
+
+TEST(MemoryCheckTest, TheProjectsCpuRecipesFitALaptop) {
+  // Each CPU recipe on its own layout, all its ranks on one 8 GiB machine.
+  struct Run {
+    std::string recipe;
+    PlanLayout layout;
+  };
+  for (const Run& run : std::vector<Run>{
+           {"tiny_dense.textproto", {}},
+           {"tiny_moe.textproto", {}},
+           {"bench_cpu_35m.textproto", {}},
+           {"bench_cpu_scaling.textproto", {.dp = 8}},
+           {"tiny_dense_tp2.textproto", {.tp = 2}},
+           {"tiny_dense_dp2_zero1.textproto", {.dp = 2, .zero_stage = 1}},
+           {"tiny_dense_tp2_dp2_sp.textproto", {.tp = 2, .dp = 2, .zero_stage = 1}},
+           {"moe_small_tp2_pp2_ep2.textproto", {.tp = 2, .pp = 2, .dp = 2, .ep = 2, .zero_stage = 1}},
+       }) {
+    const int ranks = run.layout.tp * run.layout.pp * run.layout.dp;
+    const absl::Status status = Check(Recipe(run.recipe), Host(8, ranks), MemoryUse::kTraining, run.layout);
+    EXPECT_TRUE(status.ok()) << run.recipe << ": " << status;
+  }
+}
+
+TEST(MemoryCheckTest, ReadsThisMachine) {
+  const MachineMemory machine = ReadMachineMemory(3, /*gpu=*/false);
+  ASSERT_TRUE(machine.host_bytes.has_value());  // /proc/meminfo at least
+  EXPECT_GT(*machine.host_bytes, 0);
+  EXPECT_FALSE(machine.host_source.empty());
+  EXPECT_EQ(machine.host_ranks, 3);
+  EXPECT_FALSE(machine.device_bytes.has_value());
+}
+
+}  // namespace
+}  // namespace tetra
