@@ -82,22 +82,22 @@ absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& s
 
 absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, ParameterStore& store,
                                              const DistributedOptimizer& optimizer,
-                                             const DistributedOptimizer* experts, Distributed& dist,
+                                             const DistributedOptimizer* experts, const ParallelState& parallel,
                                              std::ostream& progress) {
   const CheckpointConfig& checkpoint = config.checkpoint();
   if (checkpoint.dir().empty() || !checkpoint.resume()) return 0;
   absl::StatusOr<std::optional<CheckpointEntry>> found = NewestCompleteCheckpoint(checkpoint.dir(), progress);
   absl::Status usable = found.status();
   if (found.ok() && *found) usable = CheckResumeStep(config, (*found)->step, (*found)->path);
-  RETURN_IF_ERROR(AgreeOnStatus(*dist.world, std::move(usable)));
+  RETURN_IF_ERROR(AgreeOnStatus(parallel.world(), std::move(usable)));
   const std::optional<CheckpointEntry>& entry = *found;
   // Every rank lists the same directory; agree anyway, so a rank that sees
   // another step (a file system not shared by all ranks) fails every rank.
   // Steps are at most train.steps, so exact as doubles.
   const int64_t step = entry ? entry->step : 0;
-  if (MaxOverRanks(*dist.world, static_cast<double>(step)) != step) {
-    return AgreeOnStatus(*dist.world, UserError(
-        absl::StrCat("rank ", dist.world->rank(), " finds checkpoint step ", step, " in ",
+  if (MaxOverRanks(parallel.world(), static_cast<double>(step)) != step) {
+    return AgreeOnStatus(parallel.world(), UserError(
+        absl::StrCat("rank ", parallel.world().rank(), " finds checkpoint step ", step, " in ",
                      checkpoint.dir(), " but another rank finds a newer one"),
         "checkpoint.dir must be one directory shared by every rank"));
   }
@@ -111,7 +111,7 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
     (p.expert ? stage_experts : stage_weights) += 1.0 / p.stage_copies;
   }
   const int64_t model_weights =
-      std::llround(SumOverRanks(*dist.pp, stage_weights + SumOverRanks(*dist.ep, stage_experts)));
+      std::llround(SumOverRanks(parallel.pipeline(), stage_weights + SumOverRanks(parallel.expert(), stage_experts)));
   absl::Status status = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(entry->path));
     RETURN_IF_ERROR(CheckResumable(config, reader.manifest(), entry->step, entry->path));
@@ -127,7 +127,7 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
     }
     return RestoreCheckpoint(reader, store, optimizer, experts);
   }();
-  RETURN_IF_ERROR(AgreeOnStatus(*dist.world, std::move(status)));
+  RETURN_IF_ERROR(AgreeOnStatus(parallel.world(), std::move(status)));
   progress << "tetra: resumed from " << entry->path << " (step " << step << ")\n" << std::flush;
   return step;
 }

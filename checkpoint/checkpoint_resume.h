@@ -34,10 +34,10 @@ absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& s
 // With checkpoint.dir set and checkpoint.resume true, loads the newest
 // complete checkpoint under it (saying so on `progress`, and naming every
 // newer incomplete one passed over) and returns its step; 0 when there is
-// none. Collective over dist.world: every rank gets the same result.
+// none. Collective over the world: every rank gets the same result.
 absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, ParameterStore& store,
                                              const DistributedOptimizer& optimizer,
-                                             const DistributedOptimizer* experts, Distributed& dist,
+                                             const DistributedOptimizer* experts, const ParallelState& parallel,
                                              std::ostream& progress);
 
 }  // namespace tetra

@@ -43,21 +43,21 @@ struct RankShards {
 // The first tensor-parallel replica of a slice writes it; the others hold the
 // same values. A tied embedding's copy on the last pipeline stage equals the
 // first stage's: the first stage writes it.
-bool FirstReplica(const Parameter& p, const Distributed& dist) {
-  return dist.tp->rank() % p.shard.replicas == 0 && (p.stage_copies == 1 || dist.pp->rank() == 0);
+bool FirstReplica(const Parameter& p, const ParallelState& parallel) {
+  return parallel.tensor().rank() % p.shard.replicas == 0 && (p.stage_copies == 1 || parallel.pipeline().rank() == 0);
 }
 
 // Adds the moments `optimizer` holds to `shards`: each piece is a flat range
 // of one parameter's slice, named through the (dense or expert) flat buffer.
 void AddMoments(const ParameterStore& store, const DistributedOptimizer& optimizer, bool expert,
-                const Distributed& dist, const std::string& file, int rank, RankShards& shards) {
+                const ParallelState& parallel, const std::string& file, int rank, RankShards& shards) {
   for (const DistributedOptimizer::MomentView& view : optimizer.moments()) {
     // Pieces never cross segments: the piece's first element names its parameter.
     const Parameter& p = store.AtFlatOffset(view.range.begin, expert);
     const int64_t local_begin = view.range.begin - p.flat_offset;
     TETRA_CHECK(local_begin + view.range.size() <= p.value.numel())
         << "moment range [" << view.range.begin << ", " << view.range.end << ") leaves " << p.name;
-    if (!FirstReplica(p, dist)) continue;
+    if (!FirstReplica(p, parallel)) continue;
     shards.Add(p, TensorRecord::EXP_AVG, view.exp_avg, local_begin, file, rank);
     shards.Add(p, TensorRecord::EXP_AVG_SQ, view.exp_avg_sq, local_begin, file, rank);
   }
@@ -65,24 +65,25 @@ void AddMoments(const ParameterStore& store, const DistributedOptimizer& optimiz
 
 RankShards CollectShards(const TrainerConfig& config, const ParameterStore& store,
                          const DistributedOptimizer& optimizer, const DistributedOptimizer* experts,
-                         const Distributed& dist) {
+                         const ParallelState& parallel) {
   RankShards shards;
-  const int rank = dist.world->rank();
+  const int rank = parallel.world().rank();
   const std::string file = RankFileName(rank);
-  // Dense tensors: data-parallel rank 0 writes them. Routed experts: the
-  // ranks of the first expert-data-parallel replica, each its own experts.
-  const bool first_dp = dist.dp->rank() == 0, first_edp = dist.edp->rank() == 0;
+  // Dense tensors: the first of their replicas (grad group rank 0) writes
+  // them. Routed experts: the ranks of the first expert-data-parallel
+  // replica, each its own experts.
+  const bool first_dp = parallel.grad().rank() == 0, first_edp = parallel.expert_data().rank() == 0;
   for (const Parameter& p : store.all()) {
-    if (!(p.expert ? first_edp : first_dp) || !FirstReplica(p, dist)) continue;
+    if (!(p.expert ? first_edp : first_dp) || !FirstReplica(p, parallel)) continue;
     shards.Add(p, p.trainable ? TensorRecord::WEIGHT : TensorRecord::BUFFER, p.value, 0, file, rank);
   }
   // Under ZeRO-1 each rank of the group holds different moments; under ZeRO-0 all hold all.
   const bool zero1 = config.optimizer().zero_stage() == 1;
-  if ((zero1 && dist.dp->size() > 1) || first_dp) {
-    AddMoments(store, optimizer, /*expert=*/false, dist, file, rank, shards);
+  if ((zero1 && parallel.grad().size() > 1) || first_dp) {
+    AddMoments(store, optimizer, /*expert=*/false, parallel, file, rank, shards);
   }
-  if (experts != nullptr && ((zero1 && dist.edp->size() > 1) || first_edp)) {
-    AddMoments(store, *experts, /*expert=*/true, dist, file, rank, shards);
+  if (experts != nullptr && ((zero1 && parallel.expert_data().size() > 1) || first_edp)) {
+    AddMoments(store, *experts, /*expert=*/true, parallel, file, rank, shards);
   }
   return shards;
 }
@@ -105,19 +106,20 @@ std::vector<std::string> GatherRecords(Communicator& world, const std::string& m
   return records;
 }
 
-CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step, const Distributed& dist,
+CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step, const ParallelState& parallel,
                                  const std::vector<std::string>& rank_records) {
   CheckpointManifest manifest;
   manifest.set_format_version(kCheckpointFormatVersion);
   *manifest.mutable_config() = config;
   CheckpointLayout& layout = *manifest.mutable_layout();
-  layout.set_tensor(dist.tp->size());
-  layout.set_pipeline(dist.pp->size());
-  layout.set_expert(config.parallel().expert());
-  layout.set_data(dist.dp->size());
+  const MeshShape& mesh = parallel.shape();
+  layout.set_tensor(mesh.tp);
+  layout.set_pipeline(mesh.pp);
+  layout.set_expert(mesh.ep);
+  layout.set_data(mesh.dp);
   layout.set_virtual_stages(config.parallel().virtual_stages());
   layout.set_zero_stage(config.optimizer().zero_stage());
-  layout.set_world(dist.world->size());
+  layout.set_world(mesh.world);
   TrainingState& state = *manifest.mutable_state();
   state.set_step(step);
   state.set_consumed_samples(step * config.train().global_batch_size());
@@ -148,8 +150,8 @@ CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step, cons
 absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t step,
                                            const ParameterStore& store,
                                            const DistributedOptimizer& optimizer,
-                                           const DistributedOptimizer* experts, Distributed& dist) {
-  Communicator& world = *dist.world;
+                                           const DistributedOptimizer* experts, const ParallelState& parallel) {
+  Communicator& world = parallel.world();
   const std::string& root = config.checkpoint().dir();
   const bool leader = world.rank() == 0;
   absl::StatusOr<std::string> tmp_dir = TemporaryStepDir(root, step);
@@ -157,7 +159,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t 
   RETURN_IF_ERROR(AgreeOnStatus(world, tmp_dir.status()));
 
   // Each rank's data file, on disk (fsynced) before rank 0 writes the manifest.
-  RankShards shards = CollectShards(config, store, optimizer, experts, dist);
+  RankShards shards = CollectShards(config, store, optimizer, experts, parallel);
   const std::string data_path = absl::StrCat(*tmp_dir, "/", RankFileName(world.rank()));
   RETURN_IF_ERROR(AgreeOnStatus(world, WriteFileDurably(data_path, shards.data.data(), shards.data.size())));
   shards.data = std::string();
@@ -166,7 +168,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t 
   absl::StatusOr<std::string> final_dir = StepDir(root, step);
   if (leader) {
     final_dir = [&]() -> absl::StatusOr<std::string> {
-      const std::string manifest = BuildManifest(config, step, dist, records).SerializeAsString();
+      const std::string manifest = BuildManifest(config, step, parallel, records).SerializeAsString();
       RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(*tmp_dir, "/", kManifestFileName),
                                        manifest.data(), manifest.size()));
       const std::string marker = CompleteMarkerText(step, manifest);

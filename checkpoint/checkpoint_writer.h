@@ -33,12 +33,12 @@ inline bool CheckpointDue(const CheckpointConfig& checkpoint, int64_t step, int6
 // config.checkpoint.dir/step_<8 digits> and keeps the newest
 // checkpoint.keep: weights, buffers (MoE correction biases), and the moments
 // of `optimizer` (dense weights) and `experts` (routed experts' weights, null
-// without them). Collective over dist.world; returns the directory on every
+// without them). Collective over the world; returns the directory on every
 // rank, or the same failure on every rank.
 absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t step,
                                            const ParameterStore& store,
                                            const DistributedOptimizer& optimizer,
-                                           const DistributedOptimizer* experts, Distributed& dist);
+                                           const DistributedOptimizer* experts, const ParallelState& parallel);
 
 }  // namespace tetra
 

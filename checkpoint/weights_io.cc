@@ -16,7 +16,7 @@
 #include "core/user_error.h"
 #include "model/model_dims.h"
 #include "checkpoint/hf_config.h"
-#include "model/llama_model.h"
+#include "model/language_model.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/weight_files.h"
 

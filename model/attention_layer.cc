@@ -23,8 +23,13 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
       o_proj_(store.Add(prefix + ".o_proj.weight",
                         {c.hidden_size(), c.num_attention_heads() * head_dim_}, Init::kNormal,
                         OutputProjectionStd(c), parallelism.Row())),
-      region_(*parallelism.tp, parallelism.sequence_parallel),
-      kv_replicas_(parallelism.kv_replicas) {}
+      region_(*parallelism.tp, parallelism.sequence_parallel) {
+  // A key-value head shared by several ranks gets a part of its gradient
+  // from each rank's query heads.
+  if (parallelism.kv_replicas->size() > 1) {
+    k_proj_.grad_partial_over = v_proj_.grad_partial_over = parallelism.kv_replicas;
+  }
+}
 
 const RopeTable& AttentionLayer::RopeTableFor(int64_t seq) {
   if (rope_.seq != seq) {
@@ -79,14 +84,8 @@ Tensor AttentionLayer::Backward(int slot, const Tensor& dy) {
   ops::RopeBackward(dq_, rope);
   ops::RopeBackward(dk_, rope);
   ops::LinearBackward(dq_, a.x, q_proj_.compute, dx_, q_proj_.grad);
-  // A key-value head shared by several ranks gets a part of its gradient
-  // from each rank's query heads.
-  AccumulateSummedGrad(k_proj_, kv_replicas_, &dk_w_, [&](const Tensor& dw) {
-    ops::LinearBackward(dk_, a.x, k_proj_.compute, dx_, dw, /*accumulate_dx=*/true);
-  });
-  AccumulateSummedGrad(v_proj_, kv_replicas_, &dv_w_, [&](const Tensor& dw) {
-    ops::LinearBackward(dv_, a.x, v_proj_.compute, dx_, dw, /*accumulate_dx=*/true);
-  });
+  ops::LinearBackward(dk_, a.x, k_proj_.compute, dx_, k_proj_.grad, /*accumulate_dx=*/true);
+  ops::LinearBackward(dv_, a.x, v_proj_.compute, dx_, v_proj_.grad, /*accumulate_dx=*/true);
   return region_.EnterBackward(dx_);
 }
 

@@ -50,11 +50,10 @@ class AttentionLayer {
   RopeScaling rope_scaling_;
   Parameter &q_proj_, &k_proj_, &v_proj_, &o_proj_;
   TensorParallelRegion region_;  // Exit and the backward passes
-  Communicator* kv_replicas_;
   RopeTable rope_;
   ActivationSlots<Activations> slots_;
   Tensor y_;                                        // forward scratch
-  Tensor dattn_, dq_, dk_, dv_, dx_, dk_w_, dv_w_;  // backward scratch
+  Tensor dattn_, dq_, dk_, dv_, dx_;  // backward scratch
 };
 
 }  // namespace tetra

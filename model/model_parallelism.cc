@@ -70,17 +70,4 @@ TensorParallelGroups::TensorParallelGroups(const ModelConfig& config,
                              .ep = ep};
 }
 
-void AccumulateSummedGrad(Parameter& p, Communicator* group, Tensor* scratch,
-                          absl::FunctionRef<void(const Tensor& dw)> backward) {
-  if (group == nullptr || group->size() == 1) {
-    backward(p.grad);
-    return;
-  }
-  EnsureShape(scratch, p.grad.shape(), DType::kF32);  // a gradient: fp32 in every placement
-  scratch->SetZero();
-  backward(*scratch);
-  group->AllReduce(scratch->f32(), scratch->f32(), scratch->numel(), DType::kF32, ReduceOp::kSum);
-  ops::Add(*scratch, p.grad);
-}
-
 }  // namespace tetra

@@ -11,7 +11,7 @@
 // head on the last; with interleaving, several such chunks
 // (pipeline/stage_partition.h computes them).
 //
-// ModelParallelism is what a caller passes to LlamaModel; TensorParallelGroups
+// ModelParallelism is what a caller passes to LanguageModel; TensorParallelGroups
 // turns it into the LayerParallelism every layer reads (the groups and the
 // shard of each kind of weight).
 #ifndef TETRA_MODEL_MODEL_PARALLELISM_H_
@@ -20,7 +20,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "comm/communicator.h"
 #include "model/parameters.h"
 #include "proto/config.pb.h"
@@ -90,16 +89,6 @@ class TensorParallelGroups {
   std::unique_ptr<Communicator> own_tp_, own_ep_, kv_replicas_;
   LayerParallelism layers_;
 };
-
-// Accumulates the gradient of parameter `p`, of which every rank of `group`
-// holds a replica but computes only a part (its token rows under SP, its
-// query heads for a shared key-value head): `backward` adds this backward's
-// part into the tensor it is given, the parts are summed over `group`, and
-// the sum is added to p.grad, so each replica's gradient equals the
-// single-rank one. Without a group (null or of one rank) `backward` adds into
-// p.grad directly. `scratch` is the caller's buffer for the part.
-void AccumulateSummedGrad(Parameter& p, Communicator* group, Tensor* scratch,
-                          absl::FunctionRef<void(const Tensor& dw)> backward);
 
 }  // namespace tetra
 

@@ -20,6 +20,8 @@
 
 namespace tetra {
 
+class Communicator;
+
 // How a parameter's global tensor is split over the tensor-parallel group.
 struct TensorShard {
   int dim = -1;      // the split dim; -1: this rank holds the whole tensor
@@ -48,6 +50,13 @@ struct Parameter {
   // What the forward and backward read: `value` itself, or under a bf16
   // placement its bf16 copy (refreshed by ParameterStore::RefreshCompute).
   Tensor compute = Tensor();
+  // A slice every rank of this group holds whole but whose gradient each
+  // computes only a part of (a norm weight under sequence parallelism: its
+  // token rows; a key-value head shared by several tensor-parallel ranks:
+  // their query heads): the gradient is the sum of the parts over the
+  // group, which the optimizer's gradient finalisation takes once per step.
+  // Null: this rank's gradient is whole.
+  Communicator* grad_partial_over = nullptr;
 
   // Flat index in the global tensor of element `local` of this slice.
   int64_t GlobalIndex(int64_t local) const;

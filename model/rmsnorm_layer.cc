@@ -6,9 +6,9 @@ namespace tetra {
 
 RmsNormLayer::RmsNormLayer(ParameterStore& store, const std::string& name, int64_t dim, float eps,
                            const LayerParallelism& parallelism)
-    : weight_(store.Add(name, {dim}, Init::kOnes, 0.0, parallelism.Replicated())),
-      eps_(eps),
-      grad_group_(parallelism.sequence_parallel ? parallelism.tp : nullptr) {}
+    : weight_(store.Add(name, {dim}, Init::kOnes, 0.0, parallelism.Replicated())), eps_(eps) {
+  if (parallelism.sequence_parallel) weight_.grad_partial_over = parallelism.tp;
+}
 
 const Tensor& RmsNormLayer::Forward(int slot, const Tensor& x) {
   Activations& a = slots_.ForForward(slot);
@@ -22,9 +22,7 @@ const Tensor& RmsNormLayer::Forward(int slot, const Tensor& x) {
 const Tensor& RmsNormLayer::Backward(int slot, const Tensor& dy) {
   const Activations& a = slots_.ForBackward(slot);
   EnsureShape(&dx_, a.x.shape());
-  AccumulateSummedGrad(weight_, grad_group_, &dweight_, [&](const Tensor& dw) {
-    ops::RmsNormBackward(dy, a.x, weight_.compute, a.rstd, dx_, dw);
-  });
+  ops::RmsNormBackward(dy, a.x, weight_.compute, a.rstd, dx_, weight_.grad);
   return dx_;
 }
 

@@ -1,7 +1,9 @@
 // RMSNorm with a learned scale (LlamaRMSNorm), statistics in fp32. The weight
 // is replicated on every tensor-parallel rank; under sequence parallelism each
-// rank normalises only its own token rows, so the weight gradient is summed
-// over the TP group (as Megatron-LM does for sequence-parallel norms).
+// rank normalises only its own token rows, so its weight gradient is a part
+// of the sum over the TP group (Parameter::grad_partial_over), which the
+// gradient finalisation takes, as Megatron-LM's finalize_model_grads does
+// for sequence-parallel norms.
 #ifndef TETRA_MODEL_RMSNORM_LAYER_H_
 #define TETRA_MODEL_RMSNORM_LAYER_H_
 
@@ -34,9 +36,8 @@ class RmsNormLayer {
 
   Parameter& weight_;
   float eps_;
-  Communicator* grad_group_;  // sums the weight gradient: TP under SP, else none
   ActivationSlots<Activations> slots_;
-  Tensor dx_, dweight_;
+  Tensor dx_;
 };
 
 }  // namespace tetra

@@ -71,8 +71,8 @@ std::string MetricsJson(const StepMetrics& m) {
   for (const auto& [name, value] : StepFields(m)) absl::StrAppend(&json, ", \"", name, "\": ", Number(value));
   if (m.run) {
     const RunLayout& r = *m.run;
-    absl::StrAppend(&json, ", \"world_size\": ", r.world_size, ", \"tensor\": ", r.tensor,
-                    ", \"pipeline\": ", r.pipeline, ", \"data\": ", r.data, ", \"expert\": ", r.expert,
+    absl::StrAppend(&json, ", \"world_size\": ", r.mesh.world, ", \"tensor\": ", r.mesh.tp,
+                    ", \"pipeline\": ", r.mesh.pp, ", \"data\": ", r.mesh.dp, ", \"expert\": ", r.mesh.ep,
                     ", \"global_batch_size\": ", r.global_batch_size, ", \"micro_batch_size\": ",
                     r.micro_batch_size, ", \"seq_length\": ", r.seq_length, ", \"zero_stage\": ",
                     r.zero_stage);

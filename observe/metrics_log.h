@@ -12,14 +12,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "parallel/mesh.h"
 
 namespace tetra {
 
 // The run's layout and batch shape: the first line a run writes carries it,
 // so a report can tell runs apart from their metrics files alone.
 struct RunLayout {
-  int world_size = 1, tensor = 1, pipeline = 1, data = 1, expert = 1;
+  MeshShape mesh;
   int global_batch_size = 0, micro_batch_size = 0, seq_length = 0, zero_stage = 0;
+  // global_batch_size / (micro_batch_size x data): per data-parallel rank and step.
+  int micro_batches() const { return global_batch_size / (micro_batch_size * mesh.dp); }
 };
 
 struct StepMetrics {

@@ -29,7 +29,7 @@ double PeakResidentBytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
-void AddStepTiming(Communicator& world, const GroupSizes& sizes, const StepTiming& local,
+void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTiming& local,
                    StepMetrics& m) {
   constexpr int kFields = 8;
   const std::array<double, kFields> mine = {local.fwd_s,     local.bwd_s,     local.optimizer_s,
@@ -49,9 +49,9 @@ void AddStepTiming(Communicator& world, const GroupSizes& sizes, const StepTimin
   m.bwd_s = mean[1];
   m.optimizer_s = mean[2];
   m.comm_exposed_s = mean[3] + mean[4] + mean[5] + mean[6];
-  if (sizes.tp > 1) m.comm_exposed_s_tp = mean[3];
-  if (sizes.world > 1) m.comm_exposed_s_dp = mean[4];
-  if (sizes.pp > 1) m.comm_exposed_s_pp = mean[5];
+  if (layout.tp > 1) m.comm_exposed_s_tp = mean[3];
+  if (layout.world > 1) m.comm_exposed_s_dp = mean[4];
+  if (layout.pp > 1) m.comm_exposed_s_pp = mean[5];
   if (mean[6] > 0) m.comm_exposed_s_ep = mean[6];
   m.peak_memory_bytes = peak;
 }

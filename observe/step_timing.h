@@ -30,14 +30,10 @@ struct StepTiming {
 // Peak resident memory of this process in bytes (getrusage).
 double PeakResidentBytes();
 
-// The group sizes decide which per-group fields a step reports.
-struct GroupSizes {
-  int world = 1, tp = 1, pp = 1;
-};
-
 // Fills m's breakdown with the mean over `world`'s ranks of each rank's
-// `local` times and the largest peak memory. Collective over `world`.
-void AddStepTiming(Communicator& world, const GroupSizes& sizes, const StepTiming& local,
+// `local` times and the largest peak memory; the layout decides which
+// per-group fields a step reports. Collective over `world`.
+void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTiming& local,
                    StepMetrics& m);
 
 }  // namespace tetra

@@ -15,18 +15,18 @@ std::vector<FlatSegment> TrainableSegments(const ParameterStore& store, bool exp
 
 std::unique_ptr<ExpertOptimizer> ExpertOptimizer::Create(const ParameterStore& store,
                                                          const TrainerConfig& config,
-                                                         Distributed& dist) {
+                                                         const ParallelState& parallel) {
   if (store.expert_flat_grads().numel() == 0) return nullptr;
-  return std::make_unique<ExpertOptimizer>(store, config, dist);
+  return std::make_unique<ExpertOptimizer>(store, config, parallel);
 }
 
 ExpertOptimizer::ExpertOptimizer(const ParameterStore& store, const TrainerConfig& config,
-                                 Distributed& dist)
-    : ep_(*dist.ep),
-      reducer_(store.expert_flat_grads(), *dist.edp, config.parallel().dp_bucket_mb(),
+                                 const ParallelState& parallel)
+    : ep_(parallel.expert()),
+      reducer_(store.expert_flat_grads(), parallel.expert_data(), config.parallel().dp_bucket_mb(),
                /*reduce_scatter=*/config.optimizer().zero_stage() == 1),
       optimizer_(store.expert_flat_values(), TrainableSegments(store, /*expert=*/true),
-                 AdamWSettings::FromConfig(config.optimizer()), reducer_, *dist.mp) {}
+                 AdamWSettings::FromConfig(config.optimizer()), reducer_, parallel.model()) {}
 
 double ExpertOptimizer::LocalGradSquaredSum() {
   return SumOverRanks(ep_, optimizer_.LocalGradSquaredSum());

@@ -24,10 +24,12 @@ std::vector<FlatSegment> TrainableSegments(const ParameterStore& store, bool exp
 
 class ExpertOptimizer {
  public:
-  // Null when `store` holds no expert weights. `store` and `dist` outlive it.
+  // Null when `store` holds no expert weights. `store` and `parallel` outlive it.
   static std::unique_ptr<ExpertOptimizer> Create(const ParameterStore& store,
-                                                 const TrainerConfig& config, Distributed& dist);
-  ExpertOptimizer(const ParameterStore& store, const TrainerConfig& config, Distributed& dist);
+                                                 const TrainerConfig& config,
+                                                 const ParallelState& parallel);
+  ExpertOptimizer(const ParameterStore& store, const TrainerConfig& config,
+                  const ParallelState& parallel);
 
   // Sums the expert gradients over edp (after the backward of the step).
   void Finish() { reducer_.Finish(); }

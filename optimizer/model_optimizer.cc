@@ -1,36 +1,78 @@
 #include "optimizer/model_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "core/profiler.h"
+
+#if TETRA_HAVE_CUDA
+#include "core/cuda/device.h"
+#endif
 
 namespace tetra {
 
-ModelOptimizer::ModelOptimizer(const ParameterStore& store, const TrainerConfig& config,
-                               Distributed& dist)
-    : dist_(dist),
-      reducer_(store.flat_grads(), *dist.dp, config.parallel().dp_bucket_mb(),
+ModelOptimizer::ModelOptimizer(LanguageModel& model, const TrainerConfig& config,
+                               const ParallelState& parallel)
+    : model_(model),
+      parallel_(parallel),
+      global_batch_(config.train().global_batch_size()),
+      bias_update_speed_(config.model().moe().bias_update_speed()),
+      reducer_(model.parameters().flat_grads(), parallel.grad(), config.parallel().dp_bucket_mb(),
                /*reduce_scatter=*/config.optimizer().zero_stage() == 1),
       // The gradient norm sums over the ranks of one model replica (tensor x pipeline).
-      dense_(store.flat_values(), TrainableSegments(store, /*expert=*/false), AdamWSettings::FromConfig(config.optimizer()),
-             reducer_, *dist.mp),
-      experts_(ExpertOptimizer::Create(store, config, dist)) {}
+      dense_(model.parameters().flat_values(), TrainableSegments(model.parameters(), /*expert=*/false),
+             AdamWSettings::FromConfig(config.optimizer()), reducer_, parallel.model()),
+      experts_(ExpertOptimizer::Create(model.parameters(), config, parallel)),
+      partial_sums_(model.parameters(), reducer_.owned_ranges()) {}
 
-void ModelOptimizer::FinishReductions() {
+void ModelOptimizer::StartStep() {
+  model_.parameters().ZeroGrads();
+  StartMoeStep(model_.moe_layers());
+}
+
+void ModelOptimizer::GradientsReadyFrom(int64_t offset) {
+  // Buckets holding a tied embedding copy wait until it is summed with the
+  // other stage's copy, after the pipeline has drained.
+  if (const Parameter* tied = model_.tied_embedding_copy()) {
+    offset = std::max(offset, tied->flat_offset + tied->grad.numel());
+  }
+  reducer_.ReadyFrom(offset);
+}
+
+FinalizedGradients ModelOptimizer::FinalizeGradients() {
+  if (const Parameter* tied = model_.tied_embedding_copy()) {
+    const ScopedSpan span(SpanKind::kCommPp, "all_reduce embd (tied embedding)");
+    parallel_.embedding().AllReduce(tied->grad.raw(), tied->grad.raw(), tied->grad.numel(), DType::kF32,
+                                    ReduceOp::kSum);
+  }
   reducer_.Finish();
   if (experts_) experts_->Finish();
+  partial_sums_.Sum();
+  // The norm and the MoE sums count as the optimizer's time (the reductions
+  // above as communication).
+  const ScopedSpan span(SpanKind::kOptimizer);
+  FinalizedGradients result;
+  const std::vector<MoeMlpLayer*> moe_layers = model_.moe_layers();
+  // Every stage joins the sums, MoE layers or not.
+  if (model_.config().moe().n_routed_experts() > 0) result.moe = SumMoeLoads(moe_layers, global_batch_, parallel_);
+  result.grad_norm = experts_ ? std::sqrt(SumOverRanks(parallel_.model(), dense_.LocalGradSquaredSum() +
+                                                                             experts_->LocalGradSquaredSum()))
+                              : dense_.GradNorm();
+  return result;
 }
 
-double ModelOptimizer::GradNorm() {
-  if (!experts_) return dense_.GradNorm();
-  return std::sqrt(SumOverRanks(*dist_.mp, dense_.LocalGradSquaredSum() + experts_->LocalGradSquaredSum()));
-}
-
-void ModelOptimizer::ClipAndStep(double norm, double lr, int step) {
-  dense_.Clip(norm);
+void ModelOptimizer::Step(const FinalizedGradients& gradients, double lr, int64_t step) {
+  dense_.Clip(gradients.grad_norm);
   dense_.Step(lr, step);
   if (experts_) {
-    experts_->Clip(norm);
+    experts_->Clip(gradients.grad_norm);
     experts_->Step(lr, step);
   }
+  model_.parameters().RefreshCompute();
+  if (gradients.moe) UpdateMoeBiases(model_.moe_layers(), *gradients.moe, bias_update_speed_);
+#if TETRA_HAVE_CUDA
+  if (model_.parameters().flat_values().device() == DeviceType::kCUDA) cuda::Synchronize();  // the step's kernels count in its time
+#endif
 }
 
 double ModelOptimizer::param_bytes() const {

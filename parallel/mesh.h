@@ -38,9 +38,17 @@
 
 namespace tetra {
 
-// Axis sizes; world = tp * cp * pp * dp = tp * ep * edp * pp.
+// Axis sizes; world = tp * cp * pp * dp = tp * ep * edp * pp. The one
+// description of a layout: the trainer, its metrics and timing, traces,
+// reports and the planner all read it.
 struct MeshShape {
   int tp = 1, cp = 1, pp = 1, dp = 1, ep = 1, edp = 1, world = 1;
+
+  // The shape with these free sizes (edp and world derived; ep divides dp x cp).
+  static MeshShape Of(int tp, int pp, int dp, int ep = 1, int cp = 1) {
+    return {.tp = tp, .cp = cp, .pp = pp, .dp = dp, .ep = ep, .edp = dp * cp / ep, .world = tp * cp * pp * dp};
+  }
+  bool operator==(const MeshShape&) const = default;
 };
 
 // One rank's place on each axis; each coordinate is also its index in the

@@ -5,14 +5,21 @@
 
 #include "core/logging.h"
 #include "core/profiler.h"
+#include "core/status_macros.h"
 #include "core/timer.h"
 #include "pipeline/stage_partition.h"
 
 namespace tetra {
 
-PipelineExecutor::PipelineExecutor(LlamaModel& model, Communicator& pipeline,
+PipelineExecutor::PipelineExecutor(LanguageModel& model, Communicator& pipeline,
                                    std::vector<Action> actions, int64_t batch, int64_t seq)
-    : model_(model), pipeline_(pipeline), actions_(std::move(actions)), batch_(batch), seq_(seq) {
+    : model_(model),
+      pipeline_(pipeline),
+      actions_(std::move(actions)),
+      batch_(batch),
+      seq_(seq),
+      inputs_(batch * seq),
+      targets_(batch * seq) {
   const LayerParallelism& lp = model_.parallelism();
   rows_ = batch * seq / (lp.sequence_parallel ? lp.tp_size() : 1);
   hidden_ = model_.config().hidden_size();
@@ -40,7 +47,47 @@ int PipelineExecutor::Tag(const Action& a) const {
   return (2 * (link * micro_batches_ + a.micro_batch) + (gradient ? 1 : 0)) % 32768;
 }
 
-Tensor PipelineExecutor::HiddenBuffer() const { return Tensor::Empty({rows_, hidden_}); }
+Tensor PipelineExecutor::AcquireBuffer() {
+  ReapSends(/*all=*/false);
+  if (free_buffers_.empty()) {
+    ++buffers_made_;
+    const Placement& placement = CurrentPlacement();
+    return Tensor::Empty({rows_, hidden_}, placement.compute, placement.device);
+  }
+  Tensor buffer = std::move(free_buffers_.back());
+  free_buffers_.pop_back();
+  return buffer;
+}
+
+void PipelineExecutor::ReleaseBuffer(Tensor buffer) {
+  if (buffer.defined()) free_buffers_.push_back(std::move(buffer));
+}
+
+void PipelineExecutor::Send(const Tensor& data, int peer, int tag) {
+  Tensor buffer = AcquireBuffer();
+  TETRA_CHECK(data.numel() == buffer.numel())
+      << "pipeline message of shape " << ShapeString(data.shape()) << ", expected (" << rows_ << ", "
+      << hidden_ << ")";
+  buffer.CopyFrom(data);
+  CommHandle handle = pipeline_.SendAsync(buffer.raw(), buffer.numel(), buffer.dtype(), peer, tag);
+  sends_.emplace_back(std::move(handle), std::move(buffer));
+}
+
+void PipelineExecutor::ReapSends(bool all) {
+  size_t pending = 0;
+  for (size_t i = 0; i < sends_.size(); ++i) {
+    auto& [handle, buffer] = sends_[i];
+    if (all) {
+      Wait(handle);
+    } else if (!handle.Test()) {
+      if (pending != i) sends_[pending] = std::move(sends_[i]);
+      ++pending;
+      continue;
+    }
+    ReleaseBuffer(std::move(buffer));
+  }
+  sends_.resize(pending);
+}
 
 void PipelineExecutor::Wait(CommHandle& handle) {
   Timer timer;
@@ -49,17 +96,12 @@ void PipelineExecutor::Wait(CommHandle& handle) {
   wait_seconds_ += timer.Seconds();
 }
 
-void PipelineExecutor::WaitForReceive(const Action& receive, CommHandle& handle) {
-  Wait(handle);
-  executed_.push_back(receive);
-}
-
-double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
-                              const LlamaModel::GradientReadyCallback& on_ready) {
+absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
+                                              const LanguageModel::GradientReadyCallback& on_ready) {
   Timer step_timer;
   wait_seconds_ = 0;
   executed_.clear();
-  // Per (micro-batch, chunk): the received input / output gradient with its
+  // Per (micro-batch, chunk): the received input or output gradient with its
   // pending receive (and the table's action that posted it), and its
   // activation slot.
   struct InFlight {
@@ -72,9 +114,12 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
   auto piece = [&](const Action& a) { return a.chunk * micro_batches_ + a.micro_batch; };
   std::vector<InFlight> in_flight(pieces);
   std::vector<bool> slot_busy;
-  std::vector<Tensor> outputs(pieces);  // what a forward or backward sends
-  std::vector<std::pair<CommHandle, Tensor>> sends;  // pending sends keep their buffers
-  std::vector<int32_t> inputs(batch_ * seq_), targets(batch_ * seq_);
+  std::vector<Tensor> outputs(pieces);  // what a forward or backward sends, until it does
+  // Waits for the receive a computation reads and records where it waited.
+  auto await_input = [&](InFlight& mb) {
+    Wait(mb.receive);
+    executed_.push_back(mb.receive_action);
+  };
   double loss_sum = 0;
   int live_activations = 0;
   peak_activations_ = 0;
@@ -86,17 +131,16 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
     switch (a.type) {
       case ActionType::kRecvActivation:
       case ActionType::kRecvGradient:
-        mb.received = HiddenBuffer();
+        mb.received = AcquireBuffer();
         mb.receive_action = a;
-        mb.receive = pipeline_.RecvAsync(mb.received.raw(), mb.received.numel(), DType::kF32,
+        mb.receive = pipeline_.RecvAsync(mb.received.raw(), mb.received.numel(), mb.received.dtype(),
                                          a.peer, Tag(a));
         break;
       case ActionType::kSendActivation:
       case ActionType::kSendGradient: {
         Tensor& out = outputs[piece(a)];
-        TETRA_CHECK(out.numel() == rows_ * hidden_) << ActionText(a) << " before its computation";
-        sends.emplace_back(pipeline_.SendAsync(out.raw(), out.numel(), DType::kF32, a.peer, Tag(a)),
-                           std::move(out));
+        TETRA_CHECK(out.defined()) << ActionText(a) << " before its computation";
+        Send(out, a.peer, Tag(a));
         executed_.push_back(a);
         out = Tensor();
         break;
@@ -107,65 +151,65 @@ double PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
         if (free_slot == slot_busy.end()) slot_busy.push_back(true);
         else *free_slot = true;
         peak_activations_ = std::max(peak_activations_, ++live_activations);
-        if (stage.has_embedding || stage.has_head) load(a.micro_batch, inputs.data(), targets.data());
-        if (!stage.has_embedding) WaitForReceive(mb.receive_action, mb.receive);
+        if (stage.has_embedding || stage.has_head) {
+          RETURN_IF_ERROR(load(a.micro_batch, inputs_.data(), targets_.data()));
+        }
+        if (!stage.has_embedding) await_input(mb);
         executed_.push_back(a);
         double stage_loss = 0;
         const ScopedSpan span(SpanKind::kForward, nullptr, a.micro_batch);
-        Tensor out = model_.ForwardStage(mb.slot, a.chunk, inputs.data(), mb.received, targets.data(),
-                                         batch_, seq_, grad_scale, &stage_loss);
+        // The output lives in the slot until its next forward; Send copies it.
+        outputs[piece(a)] = model_.ForwardStage(mb.slot, a.chunk, inputs_.data(), mb.received,
+                                                targets_.data(), batch_, seq_, grad_scale, &stage_loss);
+        ReleaseBuffer(std::move(mb.received));
         mb.received = Tensor();
-        if (stage.has_head) {
-          loss_sum += stage_loss;
-        } else {
-          // The output lives in the slot; a copy may travel while others compute.
-          outputs[piece(a)] = out.Clone();
-        }
+        loss_sum += stage_loss;
         break;
       }
       case ActionType::kBackward: {
-        if (!stage.has_head) WaitForReceive(mb.receive_action, mb.receive);
+        if (!stage.has_head) await_input(mb);
         executed_.push_back(a);
         const ScopedSpan span(SpanKind::kBackward, nullptr, a.micro_batch);
-        Tensor d_in = model_.BackwardStage(mb.slot, a.chunk, mb.received,
-                                           static_cast<int>(i) == last_backward_ ? on_ready : nullptr);
+        // d input lives in the model until the next backward; Send copies it.
+        outputs[piece(a)] = model_.BackwardStage(
+            mb.slot, a.chunk, mb.received, static_cast<int>(i) == last_backward_ ? on_ready : nullptr);
+        ReleaseBuffer(std::move(mb.received));
         mb.received = Tensor();
         slot_busy[mb.slot] = false;
         --live_activations;
-        if (!stage.has_embedding) {
-          outputs[piece(a)] = d_in.Clone();
-        }
         break;
       }
     }
   }
-  for (auto& [handle, buffer] : sends) Wait(handle);
+  ReapSends(/*all=*/true);
   step_seconds_ = step_timer.Seconds();
   return loss_sum;
 }
 
-double PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load, int micro_batches) {
+absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load, int micro_batches) {
   const int stages = pipeline_.size(), rank = pipeline_.rank();
   const int previous = (rank + stages - 1) % stages, next = (rank + 1) % stages;
-  std::vector<int32_t> inputs(batch_ * seq_), targets(batch_ * seq_);
-  Tensor hidden = HiddenBuffer();
   double loss_sum = 0;
   for (int m = 0; m < micro_batches; ++m) {
     // Virtual stage c * stages + rank: its input comes from the previous
     // rank (the last one for chunk c > 0 of rank 0), its output goes to the next.
     for (int c = 0; c < model_.num_chunks(); ++c) {
       const PipelineStage& stage = model_.chunk(c);
-      if (stage.has_embedding || stage.has_head) load(m, inputs.data(), targets.data());
-      if (!stage.has_embedding) pipeline_.Recv(hidden.raw(), hidden.numel(), DType::kF32, previous);
-      double loss = 0;
-      const Tensor out = model_.EvaluateStage(0, c, inputs.data(), hidden, targets.data(), batch_, seq_, &loss);
-      if (stage.has_head) {
-        loss_sum += loss;
-      } else {
-        pipeline_.Send(out.raw(), out.numel(), DType::kF32, next);
+      if (stage.has_embedding || stage.has_head) RETURN_IF_ERROR(load(m, inputs_.data(), targets_.data()));
+      Tensor hidden;
+      if (!stage.has_embedding) {
+        hidden = AcquireBuffer();
+        pipeline_.Recv(hidden.raw(), hidden.numel(), hidden.dtype(), previous);
       }
+      double loss = 0;
+      const Tensor out =
+          model_.EvaluateStage(0, c, inputs_.data(), hidden, targets_.data(), batch_, seq_, &loss);
+      ReleaseBuffer(std::move(hidden));
+      loss_sum += loss;
+      if (!stage.has_head) Send(out, next, /*tag=*/0);
     }
   }
+  ReapSends(/*all=*/true);
   return loss_sum;
 }
 

@@ -1,16 +1,21 @@
 // The pipeline executor: runs one pipeline rank's action table
-// (pipeline/schedule.h) for one optimizer step on its model stage, moving
+// (pipeline/schedule.h) for one optimizer step on its model chunks, moving
 // activations (forward) and their gradients (backward) between neighbouring
-// pipeline ranks with non-blocking point-to-point messages.
+// pipeline ranks with non-blocking point-to-point messages. Every step runs
+// here, as Megatron-Core's get_forward_backward_func returns a schedule for
+// every layout: without pipeline parallelism the table is the one-stage
+// schedule (each micro-batch's forward, then its backward) and no message moves.
 //
 // A rank holds one model chunk, or with interleaving several: the model's
 // chunks are the rank's chunks of the table. Receives are posted where the table
 // places them and waited on just before the computation that reads them;
-// sends are waited on at the end of the step. The table's message order is
-// deadlock-free under blocking semantics, so the looser non-blocking order is
-// too. Each (micro-batch, chunk) takes a model activation slot as its forward
-// starts and gives it back after its backward, so a schedule holds as many
-// slots as it keeps forwards in flight.
+// sends are waited on at the latest at the end of the step. The table's
+// message order is deadlock-free under blocking semantics, so the looser
+// non-blocking order is too. Each (micro-batch, chunk) takes a model
+// activation slot as its forward starts and gives it back after its backward,
+// so a schedule holds as many slots as it keeps forwards in flight. Messages
+// travel in the activations' dtype, on their device, through a pool of
+// buffers reused across micro-batches and steps.
 //
 // Each Step also records what it did, in order (executed()), so a test can
 // replay it under the schedule checker's cost model (SimulateTimeline in
@@ -21,37 +26,42 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "comm/communicator.h"
-#include "model/llama_model.h"
+#include "model/language_model.h"
 #include "pipeline/schedule.h"
 
 namespace tetra {
 
 class PipelineExecutor {
  public:
-  // Fills inputs and targets, each (batch, seq) token ids, of micro-batch m.
-  using LoadMicroBatch = std::function<void(int micro_batch, int32_t* inputs, int32_t* targets)>;
+  // Fills inputs and targets, each (batch, seq) token ids, of micro-batch m;
+  // an error (bad data) ends the step with it.
+  using LoadMicroBatch =
+      std::function<absl::Status(int micro_batch, int32_t* inputs, int32_t* targets)>;
 
   // `model` holds this rank's chunks, `pipeline` is the pipeline group
-  // (the table's peers are its ranks) and `actions` this rank's table. All
-  // must outlive the executor.
-  PipelineExecutor(LlamaModel& model, Communicator& pipeline, std::vector<Action> actions,
+  // (the table's peers are its ranks) and `actions` this rank's table of a
+  // training step (MakeSchedule). All must outlive the executor.
+  PipelineExecutor(LanguageModel& model, Communicator& pipeline, std::vector<Action> actions,
                    int64_t batch, int64_t seq);
 
   // Runs the table once: accumulates into the model's gradients the gradient
   // of grad_scale x the step's loss sum, calling on_ready during the step's
   // last backward. Returns the sum of the token cross-entropies of every
   // micro-batch on the last stage, 0 on the others.
-  double Step(const LoadMicroBatch& load, float grad_scale,
-              const LlamaModel::GradientReadyCallback& on_ready = nullptr);
+  absl::StatusOr<double> Step(const LoadMicroBatch& load, float grad_scale,
+                              const LanguageModel::GradientReadyCallback& on_ready = nullptr);
 
   // Evaluation: the sum of the token cross-entropies of micro-batches
   // 0 .. micro_batches - 1, forward only, each passed through every virtual
-  // stage in model order before the next starts (blocking messages; no
-  // schedule needed). The sum on the rank holding the head, 0 on the others.
-  double EvaluateLoss(const LoadMicroBatch& load, int micro_batches);
+  // stage in model order before the next starts. The sum on the rank holding
+  // the head, 0 on the others.
+  absl::StatusOr<double> EvaluateLoss(const LoadMicroBatch& load, int micro_batches);
 
   // Seconds the last Step waited on pipeline messages (the bubble, plus any
   // transfer time not hidden), and the step's wall time.
@@ -65,22 +75,32 @@ class PipelineExecutor {
   // where the rank waited for its data (not where it was posted). Waits on
   // sends are left out: the cost model's sends never wait.
   const std::vector<Action>& executed() const { return executed_; }
+  // Message buffers made so far: a pool, not one per micro-batch.
+  int message_buffers() const { return buffers_made_; }
 
  private:
   // The message tag of a send or receive: activations and gradients of each
   // micro-batch over each link between virtual stages apart.
   int Tag(const Action& action) const;
-  Tensor HiddenBuffer() const;  // (rows, C)
+  // A (rows, C) buffer in the activations' dtype and device, from the pool.
+  Tensor AcquireBuffer();
+  void ReleaseBuffer(Tensor buffer);
+  // Sends `data` (copied into a pool buffer, so the caller may reuse it).
+  void Send(const Tensor& data, int peer, int tag);
+  // Returns the buffers of completed sends to the pool; with `all`, waits for every send.
+  void ReapSends(bool all);
   void Wait(CommHandle& handle);
-  // Waits for a posted receive and records it in executed_.
-  void WaitForReceive(const Action& receive, CommHandle& handle);
 
-  LlamaModel& model_;
+  LanguageModel& model_;
   Communicator& pipeline_;
   std::vector<Action> actions_;
   int64_t batch_, seq_, rows_, hidden_;
   int micro_batches_ = 0;
   int last_backward_ = -1;  // index in actions_ of the step's last backward
+  std::vector<int32_t> inputs_, targets_;
+  std::vector<Tensor> free_buffers_;
+  std::vector<std::pair<CommHandle, Tensor>> sends_;  // pending sends keep their buffers
+  int buffers_made_ = 0;
   double wait_seconds_ = 0, step_seconds_ = 0;
   int peak_activations_ = 0;
   std::vector<Action> executed_;

@@ -298,9 +298,4 @@ absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config,
   return spec;
 }
 
-absl::StatusOr<std::vector<Action>> MakeSchedule(const TrainerConfig& config, int data_parallel, int pp_rank) {
-  ASSIGN_OR_RETURN(ScheduleSpec spec, ScheduleSpecFromConfig(config, data_parallel));
-  return BuildSchedule(spec, pp_rank);
-}
-
 }  // namespace tetra

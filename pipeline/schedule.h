@@ -119,10 +119,6 @@ absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config,
 // of 64 (e.g. 64), or run 1 data-parallel rank instead of 4".
 std::string BatchSplitHint(int64_t global_batch_size, int64_t micro_batch_size, int64_t data_parallel);
 
-// The entry point for an executor: the table of pipeline rank `pp_rank` for
-// the config's schedule.
-absl::StatusOr<std::vector<Action>> MakeSchedule(const TrainerConfig& config, int data_parallel, int pp_rank);
-
 }  // namespace tetra
 
 #endif  // TETRA_PIPELINE_SCHEDULE_H_

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/logging.h"
 #include "core/status_macros.h"
 
 namespace tetra {
@@ -310,6 +312,15 @@ int ActivationBound(const ScheduleSpec& spec, int rank) {
 absl::StatusOr<ScheduleReport> CheckSchedule(const ScheduleSpec& spec,
                                              const std::vector<std::vector<Action>>& tables) {
   return Checker(spec, tables).Run();
+}
+
+absl::StatusOr<std::vector<Action>> MakeSchedule(const TrainerConfig& config, int data_parallel, int pp_rank) {
+  ASSIGN_OR_RETURN(const ScheduleSpec spec, ScheduleSpecFromConfig(config, data_parallel));
+  ASSIGN_OR_RETURN(std::vector<std::vector<Action>> tables, BuildAllSchedules(spec));
+  const absl::Status checked = CheckSchedule(spec, tables).status();
+  TETRA_CHECK(checked.ok()) << "the " << ScheduleKindName(spec.kind) << " schedule's tables fail the checker: "
+                            << checked.message();
+  return std::move(tables[pp_rank]);
 }
 
 }  // namespace tetra

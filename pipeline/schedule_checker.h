@@ -80,6 +80,14 @@ absl::StatusOr<ScheduleReport> SimulateTimeline(const ScheduleSpec& spec,
 absl::StatusOr<ScheduleReport> CheckSchedule(const ScheduleSpec& spec,
                                              const std::vector<std::vector<Action>>& tables);
 
+// The entry point for an executor (DESIGN.md, principle 4): the table of
+// pipeline rank `pp_rank` for the config's schedule with `data_parallel`
+// ranks, after the tables of every rank have passed CheckSchedule (a table
+// that fails is a bug, checked). Without pipeline parallelism this is the
+// one-stage table: each micro-batch's forward then its backward (1F1B), or
+// every forward, then every backward (GPipe).
+absl::StatusOr<std::vector<Action>> MakeSchedule(const TrainerConfig& config, int data_parallel, int pp_rank);
+
 }  // namespace tetra
 
 #endif  // TETRA_PIPELINE_SCHEDULE_CHECKER_H_

@@ -29,14 +29,14 @@ struct StagePartition {
   int pp = 1;
   int virtual_stages = 1;
   // pp x virtual_stages, indexed by virtual stage (model order): what
-  // LlamaModel builds for each (model_parallelism.h).
+  // LanguageModel builds for each (model_parallelism.h).
   std::vector<PipelineStage> stages;
 
   const PipelineStage& Stage(int pp_rank, int chunk) const {
     return stages[VirtualStageIndex(pp_rank, chunk, pp)];
   }
   // Every chunk of pipeline rank `pp_rank`, in model order: what its
-  // LlamaModel holds (ModelParallelism::chunks).
+  // LanguageModel holds (ModelParallelism::chunks).
   std::vector<PipelineStage> Chunks(int pp_rank) const {
     std::vector<PipelineStage> chunks;
     for (int c = 0; c < virtual_stages; ++c) chunks.push_back(Stage(pp_rank, c));

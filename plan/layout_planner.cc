@@ -88,11 +88,11 @@ DeviceParameters StageParameters(const ModelShape& s, const StageLayers& st, con
   DeviceParameters p;
   const int layers = st.dense + st.moe;
   // Matrices split over tp; norms and the router replicated.
-  p.dense = layers * (s.attention / l.tp + s.norms) + st.dense * s.dense_mlp / l.tp +
-            st.moe * (s.shared / l.tp + s.router);
-  p.expert = st.moe * s.routed / (l.ep * l.tp);
-  if (st.embedding) p.dense += s.vocab * s.c / l.tp;
-  if (st.head) p.dense += s.vocab * s.c / l.tp + s.c;
+  p.dense = layers * (s.attention / l.mesh.tp + s.norms) + st.dense * s.dense_mlp / l.mesh.tp +
+            st.moe * (s.shared / l.mesh.tp + s.router);
+  p.expert = st.moe * s.routed / (l.mesh.ep * l.mesh.tp);
+  if (st.embedding) p.dense += s.vocab * s.c / l.mesh.tp;
+  if (st.head) p.dense += s.vocab * s.c / l.mesh.tp + s.c;
   return p;
 }
 
@@ -162,7 +162,7 @@ ElementBytes ClusterElementBytes(const ClusterConfig& cluster) {
 DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout) {
   const ModelShape s = ShapeOf(model);
   DeviceParameters best;
-  for (const StageLayers& st : Stages(s, layout.pp)) {
+  for (const StageLayers& st : Stages(s, layout.mesh.pp)) {
     const DeviceParameters p = StageParameters(s, st, layout);
     if (p.dense + p.expert > best.dense + best.expert) best = p;
   }
@@ -173,28 +173,28 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
   const ModelShape s = ShapeOf(config.model());
   const TrainConfig& train = config.train();
   const double tokens_mb = double{1.0} * train.micro_batch_size() * train.seq_length();
-  const int64_t m = train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.dp);
+  const int64_t m = train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.mesh.dp);
   const bool gpipe = config.parallel().schedule() == ParallelConfig::GPIPE;
-  const double edp = std::max(1, l.dp / l.ep);
-  const std::vector<StageLayers> stages = Stages(s, l.pp);
+  const double edp = l.mesh.edp;
+  const std::vector<StageLayers> stages = Stages(s, l.mesh.pp);
   MemoryEstimate most;
-  for (int r = 0; r < l.pp; ++r) {
+  for (int r = 0; r < l.mesh.pp; ++r) {
     const StageLayers& st = stages[r];
     const int layers = st.dense + st.moe;
     const DeviceParameters p = StageParameters(s, st, l);
     MemoryEstimate mem;
     mem.weights = (p.dense + p.expert) * bytes.weight;
     mem.grads = (p.dense + p.expert) * bytes.grad;
-    mem.optimizer = (l.zero_stage >= 1 ? p.dense / l.dp + p.expert / edp : p.dense + p.expert) * bytes.optimizer;
-    const double in_flight = static_cast<double>(gpipe ? m : std::min<int64_t>(m, l.pp - r));
+    mem.optimizer = (l.zero_stage >= 1 ? p.dense / l.mesh.dp + p.expert / edp : p.dense + p.expert) * bytes.optimizer;
+    const double in_flight = static_cast<double>(gpipe ? m : std::min<int64_t>(m, l.mesh.pp - r));
     // Sequence parallelism (tp > 1) splits every activation over tp.
     const double per_token_layer =
         std::max(st.dense ? LayerActivations(s, false) : 0.0, st.moe ? LayerActivations(s, true) : 0.0);
     const double stored_per_token = l.recompute ? layers * s.c : st.dense * LayerActivations(s, false) +
                                                                      st.moe * LayerActivations(s, true);
-    mem.activations = in_flight * tokens_mb * stored_per_token * bytes.activation / l.tp;
-    if (l.recompute) mem.activations += tokens_mb * per_token_layer * bytes.activation / l.tp;
-    if (st.head) mem.activations += tokens_mb * s.vocab / l.tp * 4;  // fp32 logits and their gradient, in place
+    mem.activations = in_flight * tokens_mb * stored_per_token * bytes.activation / l.mesh.tp;
+    if (l.recompute) mem.activations += tokens_mb * per_token_layer * bytes.activation / l.mesh.tp;
+    if (st.head) mem.activations += tokens_mb * s.vocab / l.mesh.tp * 4;  // fp32 logits and their gradient, in place
     if (mem.total() > most.total()) most = mem;
   }
   return most;
@@ -205,25 +205,25 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   const ModelShape s = ShapeOf(config.model());
   const TrainConfig& train = config.train();
   const double tokens_mb = double{1.0} * train.micro_batch_size() * train.seq_length();
-  const int world = l.tp * l.pp * l.dp;
+  const int world = l.mesh.world;
   LayoutPrediction out;
   out.layout = l;
-  out.micro_batches = static_cast<int>(train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.dp));
+  out.micro_batches = static_cast<int>(train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.mesh.dp));
   out.memory = EstimateMemory(config, l, ClusterElementBytes(cluster));
   const int m = out.micro_batches;
   const SharedNode node = SharedNodeFor(cluster, world);
   const double flops_rate = cluster.peak_tflops() * 1e12 * cluster.compute_efficiency() * node.compute_share;
   const double memory_rate = cluster.memory_gbps() * 1e9 * node.memory_share;
   const double act_bytes = cluster.activation_bytes();
-  const Link tp_link = LinkFor(cluster, l.tp);
-  const Link dp_link = LinkFor(cluster, l.tp * l.dp);
-  const Link ep_link = LinkFor(cluster, l.tp * l.ep);
+  const Link tp_link = LinkFor(cluster, l.mesh.tp);
+  const Link dp_link = LinkFor(cluster, l.mesh.tp * l.mesh.dp);
+  const Link ep_link = LinkFor(cluster, l.mesh.tp * l.mesh.ep);
   const Link pp_link = LinkFor(cluster, world);
-  const double edp = std::max(1, l.dp / l.ep);
+  const double edp = l.mesh.edp;
 
-  const std::vector<StageLayers> stages = Stages(s, l.pp);
+  const std::vector<StageLayers> stages = Stages(s, l.mesh.pp);
   double slowest_mb = 0, slowest_compute = 0, slowest_tp = 0, slowest_ep = 0, slowest_bwd = 0;
-  for (int r = 0; r < l.pp; ++r) {
+  for (int r = 0; r < l.mesh.pp; ++r) {
     const StageLayers& st = stages[r];
     const int layers = st.dense + st.moe;
     // Time of one micro-batch on this stage.
@@ -231,17 +231,17 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
                                st.moe * (s.attention + s.norms + s.active_moe_mlp);
     double flops = 6 * tokens_mb * layer_flops + 6.0 * layers * tokens_mb * train.seq_length() * s.q;
     if (st.head) flops += 6 * tokens_mb * s.vocab * s.c;
-    flops /= l.tp;
+    flops /= l.mesh.tp;
     const double recompute_flops = l.recompute ? flops / 3 : 0;  // one more forward
     const double compute = (flops + recompute_flops) / flops_rate;
     // TP: per layer 2 collectives forward (+2 recomputed) and 2 backward of
     // the (tokens, c) activation; the embedding and the loss add two.
     const double tp_count = layers * (l.recompute ? 6 : 4) + 2;
     const double tp_time =
-        tp_count * AllReduceSeconds(tokens_mb * s.c * act_bytes, l.tp, tp_link.gbps, tp_link.latency_us);
+        tp_count * AllReduceSeconds(tokens_mb * s.c * act_bytes, l.mesh.tp, tp_link.gbps, tp_link.latency_us);
     // EP: dispatch and combine, forward and backward, of the k copies of each token.
     const double ep_time = st.moe * 4 *
-                           AllToAllSeconds(tokens_mb * s.k * s.c * act_bytes / l.tp, l.ep, ep_link.gbps,
+                           AllToAllSeconds(tokens_mb * s.k * s.c * act_bytes / l.mesh.tp, l.mesh.ep, ep_link.gbps,
                                            ep_link.latency_us) *
                            (1 - cluster.ep_overlap());
     const double total = compute + tp_time + ep_time;
@@ -257,11 +257,11 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   t.compute_s = m * slowest_compute;
   t.tp_s = m * slowest_tp;
   t.ep_s = m * slowest_ep;
-  t.bubble_s = (l.pp - 1) * slowest_mb * node.idle_in_bubble(l.pp);
+  t.bubble_s = (l.mesh.pp - 1) * slowest_mb * node.idle_in_bubble(l.mesh.pp);
   // Each slot's activation (forward) and gradient (backward) send to the next stage.
-  if (l.pp > 1) {
-    const double p2p = tokens_mb * s.c * act_bytes / l.tp / (pp_link.gbps * 1e9) + pp_link.latency_us * 1e-6;
-    t.pp_s = 2 * (m + l.pp - 1) * p2p;
+  if (l.mesh.pp > 1) {
+    const double p2p = tokens_mb * s.c * act_bytes / l.mesh.tp / (pp_link.gbps * 1e9) + pp_link.latency_us * 1e-6;
+    t.pp_s = 2 * (m + l.mesh.pp - 1) * p2p;
   }
   const DeviceParameters p = ParametersPerDevice(config.model(), l);
   // Gradient reduction in 25 MB buckets (dense over dp, experts over edp);
@@ -272,10 +272,10 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
     const double buckets = std::ceil(bytes / (config.parallel().dp_bucket_mb() * 1e6));
     return AllReduceSeconds(bytes, n, dp_link.gbps, 0) + buckets * 2.0 * (n - 1) * dp_link.latency_us * 1e-6;
   };
-  const double dp_time = reduce(p.dense, l.dp) + reduce(p.expert, static_cast<int>(edp));
+  const double dp_time = reduce(p.dense, l.mesh.dp) + reduce(p.expert, static_cast<int>(edp));
   t.dp_s = std::max(0.0, dp_time - cluster.dp_overlap() * slowest_bwd);
   // AdamW reads and writes weights, gradient and state of the parameters it owns.
-  const double owned = l.zero_stage >= 1 ? p.dense / l.dp + p.expert / edp : p.dense + p.expert;
+  const double owned = l.zero_stage >= 1 ? p.dense / l.mesh.dp + p.expert / edp : p.dense + p.expert;
   t.optimizer_s = 2 * owned * (cluster.weight_bytes() + cluster.grad_bytes() + cluster.optimizer_bytes()) /
                   memory_rate;
   t.overhead_s = cluster.step_overhead_s();
@@ -306,7 +306,7 @@ std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const Clu
         if (!Divides(ep, dp) || (s.moe && !Divides(ep, s.experts))) continue;
         for (int zero : {0, 1}) {
           for (bool recompute : {false, true}) {
-            plans.push_back(PredictLayout(config, cluster, {tp, pp, dp, ep, zero, recompute}));
+            plans.push_back(PredictLayout(config, cluster, {MeshShape::Of(tp, pp, dp, ep), zero, recompute}));
           }
         }
       }
@@ -320,8 +320,8 @@ std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const Clu
 }
 
 std::string LayoutName(const PlanLayout& l) {
-  std::string name = absl::StrFormat("tp %d x pp %d x dp %d", l.tp, l.pp, l.dp);
-  if (l.ep > 1) absl::StrAppendFormat(&name, " (ep %d)", l.ep);
+  std::string name = absl::StrFormat("tp %d x pp %d x dp %d", l.mesh.tp, l.mesh.pp, l.mesh.dp);
+  if (l.mesh.ep > 1) absl::StrAppendFormat(&name, " (ep %d)", l.mesh.ep);
   if (l.zero_stage >= 1) absl::StrAppend(&name, ", ZeRO-1");
   if (l.recompute) absl::StrAppend(&name, ", recompute");
   return name;

@@ -24,13 +24,14 @@
 #include <string>
 #include <vector>
 
+#include "parallel/mesh.h"
 #include "proto/cluster.pb.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
 
 struct PlanLayout {
-  int tp = 1, pp = 1, dp = 1, ep = 1;
+  MeshShape mesh;
   int zero_stage = 0;
   bool recompute = false;  // full activation recompute
 };

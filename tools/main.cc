@@ -22,7 +22,7 @@
 #include "comm/self_communicator.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
-#include "model/llama_model.h"
+#include "model/language_model.h"
 #include "checkpoint/weights_io.h"
 #include "tools/checkpoint_command.h"
 #include "tools/commbench_command.h"
@@ -72,8 +72,8 @@ absl::Status TrainCommand(int argc, char** argv) {
   } else {
     world = std::make_unique<SelfCommunicator>();
   }
-  ASSIGN_OR_RETURN(Distributed dist, Distributed::Create(config.parallel(), std::move(world)));
-  absl::Status status = Train(config, dist, std::cout).status();
+  ASSIGN_OR_RETURN(const ParallelState parallel, ParallelState::Create(config.parallel(), std::move(world)));
+  absl::Status status = Train(config, parallel, std::cout).status();
   if (!status.ok() && session) {
     // Other ranks may be inside a collective: finalising MPI could wait for
     // them forever, so end this rank now; mpirun then ends the job.
@@ -92,7 +92,7 @@ absl::Status ExportCommand(int argc, char** argv) {
   }
   ASSIGN_OR_RETURN(const DType dtype, ExportDTypeFlag(flags));
   RETURN_IF_ERROR(CheckRankMemory(config, PlanLayout{}, MemoryUse::kWeights, ReadMachineMemory(1, /*gpu=*/false)));
-  LlamaModel model(config.model(), config.train().seed());
+  LanguageModel model(config.model(), config.train().seed());
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), model.parameters()));
   SelfCommunicator self;
   return ExportWeights(flags.values.at("out"), model.parameters(), config.model(),

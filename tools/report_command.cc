@@ -188,7 +188,7 @@ absl::StatusOr<std::vector<Row>> BuildRows(const ReportOptions& o) {
     rows.push_back(r);
   }
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
-    return a.run.world_size < b.run.world_size;
+    return a.run.layout.mesh.world < b.run.layout.mesh.world;
   });
   std::optional<TrainerConfig> config;
   std::optional<ClusterConfig> cluster;
@@ -198,16 +198,18 @@ absl::StatusOr<std::vector<Row>> BuildRows(const ReportOptions& o) {
     RETURN_IF_ERROR(ValidatePlannerInputs(*config));  // the planner predicts each run from it
     ASSIGN_OR_RETURN(cluster, LoadClusterFile(o.cluster_path));
   }
-  const RunSummary& base = rows.front().run;
+  const RunLayout& base = rows.front().run.layout;
+  const double base_tokens_per_s = rows.front().run.tokens_per_s;
   for (Row& r : rows) {
     const RunSummary& run = r.run;
-    r.name = absl::StrFormat("%d ranks: tp %d x pp %d x dp %d%s", run.world_size, run.tensor, run.pipeline,
-                             run.data, run.expert > 1 ? absl::StrCat(" (ep ", run.expert, ")") : "");
-    r.efficiency = (run.tokens_per_s / run.world_size) / (base.tokens_per_s / base.world_size);
-    r.scaling = run.world_size == base.world_size ? "baseline"
-                : run.global_batch_size == base.global_batch_size ? "strong"
-                : run.global_batch_size * base.world_size == base.global_batch_size * run.world_size ? "weak"
-                                                                                                     : "mixed";
+    const RunLayout& l = run.layout;
+    r.name = absl::StrFormat("%d ranks: tp %d x pp %d x dp %d%s", l.mesh.world, l.mesh.tp, l.mesh.pp, l.mesh.dp,
+                             l.mesh.ep > 1 ? absl::StrCat(" (ep ", l.mesh.ep, ")") : "");
+    r.efficiency = (run.tokens_per_s / l.mesh.world) / (base_tokens_per_s / base.mesh.world);
+    r.scaling = l.mesh.world == base.mesh.world ? "baseline"
+                : l.global_batch_size == base.global_batch_size ? "strong"
+                : l.global_batch_size * base.mesh.world == base.global_batch_size * l.mesh.world ? "weak"
+                                                                                                : "mixed";
     // fwd_s and bwd_s hold the TP collectives they block on.
     r.tp = run.comm_tp_s;
     r.compute = std::max(0.0, run.fwd_s + run.bwd_s - run.comm_tp_s);
@@ -216,16 +218,16 @@ absl::StatusOr<std::vector<Row>> BuildRows(const ReportOptions& o) {
     r.ep = run.comm_ep_s;
     r.optimizer = run.optimizer_s;
     r.other = std::max(0.0, run.step_time_s - (r.compute + r.tp + r.dp + r.pp + r.ep + r.optimizer));
-    if (run.pipeline > 1) {
-      const int m = run.micro_batches();
-      r.bubble_theory = (run.pipeline - 1.0) / (m + run.pipeline - 1.0);
+    if (l.mesh.pp > 1) {
+      const int m = l.micro_batches();
+      r.bubble_theory = (l.mesh.pp - 1.0) / (m + l.mesh.pp - 1.0);
     }
     if (config) {
       TrainerConfig c = *config;
-      c.mutable_train()->set_global_batch_size(run.global_batch_size);
-      c.mutable_train()->set_micro_batch_size(run.micro_batch_size);
-      c.mutable_train()->set_seq_length(run.seq_length);
-      r.predicted = PredictLayout(c, *cluster, {run.tensor, run.pipeline, run.data, run.expert, run.zero_stage, false});
+      c.mutable_train()->set_global_batch_size(l.global_batch_size);
+      c.mutable_train()->set_micro_batch_size(l.micro_batch_size);
+      c.mutable_train()->set_seq_length(l.seq_length);
+      r.predicted = PredictLayout(c, *cluster, {l.mesh, l.zero_stage, /*recompute=*/false});
     }
   }
   return rows;
@@ -246,7 +248,7 @@ absl::Status ReportCommand(int argc, char** argv) {
                 {}};
   for (const Row& r : rows) {
     scaling.rows.push_back({r.name, std::filesystem::path(r.run.path).filename().string(),
-                            absl::StrCat(r.run.global_batch_size), absl::StrCat(r.run.steps), Num(r.run.step_time_s),
+                            absl::StrCat(r.run.layout.global_batch_size), absl::StrCat(r.run.steps), Num(r.run.step_time_s),
                             Num(r.run.best_step_time_s), Num(r.run.tokens_per_s), Num(r.efficiency), r.scaling});
   }
   tables.push_back(scaling);
@@ -273,7 +275,7 @@ absl::Status ReportCommand(int argc, char** argv) {
   Table bubble{"Pipeline bubble", {"run", "micro-batches", "measured", "theory (p-1)/(m+p-1)"}, {}};
   for (const Row& r : rows) {
     if (!r.bubble_theory) continue;
-    bubble.rows.push_back({r.name, absl::StrCat(r.run.micro_batches()), Num(r.run.bubble_fraction.value_or(NAN)),
+    bubble.rows.push_back({r.name, absl::StrCat(r.run.layout.micro_batches()), Num(r.run.bubble_fraction.value_or(NAN)),
                            Num(*r.bubble_theory)});
   }
   if (!bubble.rows.empty()) tables.push_back(bubble);

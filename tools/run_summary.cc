@@ -101,15 +101,12 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
   run.path = path;
   run.steps = static_cast<int>(lines.size());
   auto integer = [&](const char* name) { return first.count(name) ? static_cast<int>(first.at(name)) : 0; };
-  run.world_size = integer("world_size");
-  run.tensor = integer("tensor");
-  run.pipeline = integer("pipeline");
-  run.data = integer("data");
-  run.expert = integer("expert");
-  run.global_batch_size = integer("global_batch_size");
-  run.micro_batch_size = integer("micro_batch_size");
-  run.seq_length = integer("seq_length");
-  run.zero_stage = integer("zero_stage");
+  RunLayout& layout = run.layout;
+  layout.mesh = MeshShape::Of(integer("tensor"), integer("pipeline"), integer("data"), integer("expert"));
+  layout.global_batch_size = integer("global_batch_size");
+  layout.micro_batch_size = integer("micro_batch_size");
+  layout.seq_length = integer("seq_length");
+  layout.zero_stage = integer("zero_stage");
   const size_t begin = lines.size() > 1 ? 1 : 0;
   auto median = [&](const char* name) {
     std::vector<double> values;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "observe/metrics_log.h"
 
 namespace tetra {
 
@@ -22,8 +23,7 @@ absl::StatusOr<MetricsLine> ParseMetricsLine(const std::string& line);
 
 struct RunSummary {
   std::string path;
-  int world_size = 1, tensor = 1, pipeline = 1, data = 1, expert = 1;
-  int global_batch_size = 0, micro_batch_size = 0, seq_length = 0, zero_stage = 0;
+  RunLayout layout;  // the first line's run fields
   int steps = 0;  // lines read
   // Medians over steps 2..N (step 1 alone when the run has one step).
   double step_time_s = 0, best_step_time_s = 0, tokens_per_s = 0;
@@ -32,7 +32,6 @@ struct RunSummary {
   double comm_tp_s = 0, comm_dp_s = 0, comm_pp_s = 0, comm_ep_s = 0;
   std::optional<double> bubble_fraction, mfu;
   double last_loss = 0;
-  int micro_batches() const { return global_batch_size / (micro_batch_size * data); }
 };
 
 // Reads `path`; a file without the run fields on its first line (written

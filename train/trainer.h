@@ -18,9 +18,9 @@ struct TrainResult {
   std::vector<StepMetrics> steps;
 };
 
-// `config` must have passed ValidateConfig for dist's world size. Collective
-// over dist.world. The logging rank writes progress lines to `progress`.
-absl::StatusOr<TrainResult> Train(const TrainerConfig& config, Distributed& dist,
+// `config` must have passed ValidateConfig for the world's size. Collective
+// over the world. The logging rank writes progress lines to `progress`.
+absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelState& parallel,
                                   std::ostream& progress);
 
 }  // namespace tetra

@@ -127,7 +127,7 @@ TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
       {"model_type", "\"qwen2\"", "\"model_type\" is \"qwen2\""},
       {"model_type", "", "\"model_type\" is missing"},
       {"model_type", "\"deepseek_v3\"", "multi-head latent attention"},
-      {"architectures", "[\"LlamaModel\"]", "\"architectures\" is not [\"LlamaForCausalLM\"]"},
+      {"architectures", "[\"LanguageModel\"]", "\"architectures\" is not [\"LlamaForCausalLM\"]"},
       {"quantization_config", "{}", "\"quantization_config\" is not a setting tetra knows"},
       {"auto_map", "{}", "\"auto_map\" is not a setting tetra knows"},
       {"hidden_size", "4096.5", "\"hidden_size\" is 4096.5, not an integer"},

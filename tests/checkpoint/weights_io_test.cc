@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "checkpoint/hf_config.h"
-#include "model/llama_model.h"
+#include "model/language_model.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/weight_files.h"
 #include "tests/testing/scratch_files.h"
@@ -47,7 +47,7 @@ class WeightsIoTest : public ::testing::Test {
 
   // The whole model of `config` drawn from `seed`, exported to dir_/name.
   std::string Export(const ModelConfig& config, uint64_t seed, const std::string& name) {
-    LlamaModel model(config, seed);
+    LanguageModel model(config, seed);
     SelfCommunicator self;
     const std::string out = (dir_ / name).string();
     EXPECT_TRUE(ExportWeights(out, model.parameters(), config, 16, DType::kF32, self, true).ok());
@@ -68,7 +68,7 @@ TEST_F(WeightsIoTest, WholeModelTensorsAreWhatTheSingleRankModelRegisters) {
   ModelConfig tied = TinyModel();
   tied.set_tie_word_embeddings(true);
   for (const ModelConfig& config : {TinyModel(), tied, moe}) {
-    LlamaModel model(config, 1);
+    LanguageModel model(config, 1);
     const std::vector<ModelTensor> tensors = WholeModelTensors(config);
     ASSERT_EQ(tensors.size(), model.parameters().all().size());
     size_t i = 0;
@@ -92,10 +92,10 @@ TEST_F(WeightsIoTest, WholeModelTensorsAreWhatTheSingleRankModelRegisters) {
 TEST_F(WeightsIoTest, APipelineStageLoadsItsPartOfTheWholeFile) {
   const std::string weights = Export(TinyModel(), 5, "whole");
   // The second stage: layer 1, the final norm and the head.
-  LlamaModel stage(TinyModel(), 1, {.chunks = {PipelineStage{.first_layer = 1, .num_layers = 1, .has_embedding = false}}});
+  LanguageModel stage(TinyModel(), 1, {.chunks = {PipelineStage{.first_layer = 1, .num_layers = 1, .has_embedding = false}}});
   const absl::Status status = LoadWeights(weights, TinyModel(), stage.parameters());
   ASSERT_TRUE(status.ok()) << status;
-  LlamaModel whole(TinyModel(), 5);
+  LanguageModel whole(TinyModel(), 5);
   for (const Parameter& p : stage.parameters().all()) {
     const Parameter* expected = whole.parameters().Find(p.name);
     ASSERT_NE(expected, nullptr) << p.name;
@@ -107,29 +107,29 @@ TEST_F(WeightsIoTest, TheFileIsHeldAgainstTheWholeModel) {
   const std::string weights = Export(TinyModel(), 5, "whole") + "/model.safetensors";
   ModelConfig deeper = TinyModel();
   deeper.set_num_hidden_layers(3);
-  LlamaModel model(deeper, 1);
+  LanguageModel model(deeper, 1);
   absl::Status status = LoadWeights(weights, deeper, model.parameters());
   EXPECT_THAT(Message(status), HasSubstr("9 missing (model.layers.2."));
   EXPECT_THAT(Message(status), UserErrorShape());
   ModelConfig shallower = TinyModel();
   shallower.set_num_hidden_layers(1);
-  LlamaModel small(shallower, 1);
+  LanguageModel small(shallower, 1);
   status = LoadWeights(weights, shallower, small.parameters());
   EXPECT_THAT(Message(status), HasSubstr("9 not in the model (\"model.layers.1."));
   ModelConfig wider = TinyModel();
   wider.set_intermediate_size(16);
-  LlamaModel wide(wider, 1);
+  LanguageModel wide(wider, 1);
   status = LoadWeights(weights, wider, wide.parameters());
   EXPECT_THAT(Message(status), HasSubstr("model.layers.0.mlp.gate_proj.weight is [12, 8] in the file but [16, 8]"));
 }
 
 TEST_F(WeightsIoTest, NonFiniteWeightsAreRefusedAndTheModelIsUnchanged) {
-  LlamaModel source(TinyModel(), 5);
+  LanguageModel source(TinyModel(), 5);
   source.parameters().Find("model.layers.1.mlp.up_proj.weight")->value.f32()[7] = NAN;
   SelfCommunicator self;
   const std::string out = (dir_ / "nan").string();
   ASSERT_TRUE(ExportWeights(out, source.parameters(), TinyModel(), 16, DType::kF32, self, true).ok());
-  LlamaModel model(TinyModel(), 1);
+  LanguageModel model(TinyModel(), 1);
   const float before = model.parameters().all().front().value.f32()[0];
   const absl::Status status = LoadWeights(out, TinyModel(), model.parameters());
   EXPECT_THAT(Message(status), HasSubstr("tensor model.layers.1.mlp.up_proj.weight holds nan at element 7"));
@@ -163,7 +163,7 @@ TEST_F(WeightsIoTest, AShardedIndexAndItsShardsMustAgree) {
     absl::StatusOr<WeightFiles> files = WeightFiles::Open(path);
     ASSERT_TRUE(files.ok()) << files.status();
     EXPECT_EQ(files->entries().size(), file->entries().size());
-    LlamaModel model(TinyModel(), 1);
+    LanguageModel model(TinyModel(), 1);
     ASSERT_TRUE(LoadWeights(path, TinyModel(), model.parameters()).ok());
   }
 
@@ -229,7 +229,7 @@ TEST_F(WeightsIoTest, ASoftmaxMoeIsNotExportedUnderDeepseekV3) {
   moe.mutable_moe()->set_num_experts_per_tok(2);
   moe.mutable_moe()->set_moe_intermediate_size(4);
   moe.mutable_moe()->set_scoring_func("softmax");
-  LlamaModel model(moe, 1);
+  LanguageModel model(moe, 1);
   SelfCommunicator self;
   const std::string out = (dir_ / "softmax").string();
   const absl::Status status = ExportWeights(out, model.parameters(), moe, 16, DType::kF32, self, true);

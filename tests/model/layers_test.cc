@@ -11,11 +11,12 @@
 #include "gtest/gtest.h"
 #include "model/attention_layer.h"
 #include "model/decoder_block.h"
-#include "model/llama_model.h"
+#include "model/language_model.h"
 #include "model/mlp_layer.h"
 #include "model/model_dims.h"
 #include "model/rmsnorm_layer.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/whole_model.h"
 
 namespace tetra {
 namespace {
@@ -117,7 +118,7 @@ TEST(LayerGradientTest, DecoderBlock) {
 }
 
 void CheckModel(bool tie) {
-  LlamaModel model(TinyConfig(tie), 5);
+  LanguageModel model(TinyConfig(tie), 5);
   const int64_t batch = 2, seq = 6;
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   for (int64_t i = 0; i < batch * seq; ++i) {
@@ -125,8 +126,8 @@ void CheckModel(bool tie) {
     targets[i] = static_cast<int32_t>((i * 5 + 1) % 11);
   }
   model.parameters().ZeroGrads();
-  model.ForwardBackward(inputs.data(), targets.data(), batch, seq, 1.0f);
-  auto loss = [&] { return model.ForwardLoss(inputs.data(), targets.data(), batch, seq); };
+  testing::ForwardBackward(model, inputs.data(), targets.data(), batch, seq, 1.0f);
+  auto loss = [&] { return testing::ForwardLoss(model, inputs.data(), targets.data(), batch, seq); };
   for (Parameter& p : model.parameters().all()) {
     Tensor grad = p.grad.Clone();
     ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), loss,
@@ -139,7 +140,7 @@ TEST(ModelGradientTest, UntiedHeadWithGroupedQueryAttention) { CheckModel(/*tie=
 TEST(ModelGradientTest, TiedEmbeddings) { CheckModel(/*tie=*/true); }
 
 TEST(ModelTest, HasHuggingFaceParameterNames) {
-  LlamaModel model(TinyConfig(false), 5);
+  LanguageModel model(TinyConfig(false), 5);
   std::vector<std::string> names;
   for (const Parameter& p : model.parameters().all()) names.push_back(p.name);
   const std::vector<std::string> expected = {
@@ -173,10 +174,10 @@ TEST(ModelTest, HasHuggingFaceParameterNames) {
 TEST(ModelTest, InitIsAPureFunctionOfSeedNameAndIndex) {
   ModelConfig c = TinyConfig(false);
   c.set_initializer_range(0.02);
-  LlamaModel a(c, 9), b(c, 9);
+  LanguageModel a(c, 9), b(c, 9);
   ModelConfig deeper = c;
   deeper.set_num_hidden_layers(3);
-  LlamaModel d(deeper, 9);
+  LanguageModel d(deeper, 9);
   // Same seed: identical; a deeper model shares the draws of every common
   // matrix except the output projections, whose std depends on the depth.
   const Tensor& qa = a.parameters().Find("model.layers.1.self_attn.q_proj.weight")->value;
@@ -209,7 +210,7 @@ MicroBatch MakeMicroBatch(int64_t batch, int64_t seq, int stream) {
   return m;
 }
 
-void ExpectSameGradients(LlamaModel& got, LlamaModel& want) {
+void ExpectSameGradients(LanguageModel& got, LanguageModel& want) {
   for (const Parameter& p : want.parameters().all()) {
     const Tensor& grad = got.parameters().Find(p.name)->grad;
     EXPECT_EQ(std::memcmp(grad.raw(), p.grad.raw(), grad.nbytes()), 0) << p.name;
@@ -225,20 +226,20 @@ void ExpectSameGradients(LlamaModel& got, LlamaModel& want) {
 void CheckMicroBatchesInFlight(bool tie, bool backward_a_first) {
   const MicroBatch a = MakeMicroBatch(2, 6, 1), b = MakeMicroBatch(3, 4, 2);
   const float scale_a = 0.25f, scale_b = 0.5f;
-  LlamaModel in_flight(TinyConfig(tie), 5), one_by_one(TinyConfig(tie), 5);
+  LanguageModel in_flight(TinyConfig(tie), 5), one_by_one(TinyConfig(tie), 5);
   in_flight.parameters().ZeroGrads();
   one_by_one.parameters().ZeroGrads();
 
   const double loss_a =
-      in_flight.Forward(0, a.inputs.data(), a.targets.data(), a.batch, a.seq, scale_a);
+      testing::Forward(in_flight, 0, a.inputs.data(), a.targets.data(), a.batch, a.seq, scale_a);
   const double loss_b =
-      in_flight.Forward(1, b.inputs.data(), b.targets.data(), b.batch, b.seq, scale_b);
+      testing::Forward(in_flight, 1, b.inputs.data(), b.targets.data(), b.batch, b.seq, scale_b);
   EXPECT_EQ(in_flight.num_slots(), 2);
   const std::vector<int> order = backward_a_first ? std::vector<int>{0, 1} : std::vector<int>{1, 0};
   for (int slot : order) {
-    in_flight.Backward(slot);
+    testing::Backward(in_flight, slot);
     const MicroBatch& m = slot == 0 ? a : b;
-    const double loss = one_by_one.ForwardBackward(m.inputs.data(), m.targets.data(), m.batch,
+    const double loss = testing::ForwardBackward(one_by_one, m.inputs.data(), m.targets.data(), m.batch,
                                                    m.seq, slot == 0 ? scale_a : scale_b);
     EXPECT_EQ(loss, slot == 0 ? loss_a : loss_b) << "slot " << slot;
   }
@@ -257,33 +258,33 @@ TEST(ModelSlotTest, BackwardsInReverseOrderMatchOneByOne) {
 }
 
 TEST(ModelSlotTest, ReleasedSlotsAreMadeAgain) {
-  LlamaModel model(TinyConfig(false), 5), fresh(TinyConfig(false), 5);
+  LanguageModel model(TinyConfig(false), 5), fresh(TinyConfig(false), 5);
   const MicroBatch m = MakeMicroBatch(2, 3, 1);
-  model.Forward(2, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
-  model.Backward(2);
+  testing::Forward(model, 2, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
+  testing::Backward(model, 2);
   EXPECT_EQ(model.num_slots(), 3);
   model.ReleaseSlots();
   EXPECT_EQ(model.num_slots(), 0);
   model.parameters().ZeroGrads();
   fresh.parameters().ZeroGrads();
-  model.ForwardBackward(m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
-  fresh.ForwardBackward(m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
+  testing::ForwardBackward(model, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
+  testing::ForwardBackward(fresh, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
   EXPECT_EQ(model.num_slots(), 1);
   ExpectSameGradients(model, fresh);
 }
 
 TEST(ModelSlotDeathTest, BackwardNeedsItsOwnForward) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  LlamaModel model(TinyConfig(false), 5);
+  LanguageModel model(TinyConfig(false), 5);
   const MicroBatch m = MakeMicroBatch(2, 3, 1);
-  EXPECT_DEATH(model.Backward(0), "no forward has filled");
-  model.Forward(0, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
-  EXPECT_DEATH(model.Forward(0, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f),
+  EXPECT_DEATH(testing::Backward(model, 0), "no forward has filled");
+  testing::Forward(model, 0, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
+  EXPECT_DEATH(testing::Forward(model, 0, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f),
                "before the backward of its last forward");
-  model.Backward(0);
-  EXPECT_DEATH(model.Backward(0), "without a forward with gradients");
-  model.ForwardLoss(m.inputs.data(), m.targets.data(), m.batch, m.seq);
-  EXPECT_DEATH(model.Backward(0), "without a forward with gradients");
+  testing::Backward(model, 0);
+  EXPECT_DEATH(testing::Backward(model, 0), "without a forward with gradients");
+  testing::ForwardLoss(model, m.inputs.data(), m.targets.data(), m.batch, m.seq);
+  EXPECT_DEATH(testing::Backward(model, 0), "without a forward with gradients");
 }
 
 // ValidateTensorParallel: each rule refused with its numbers and a hint line,
@@ -331,10 +332,10 @@ TEST(TensorParallelValidationTest, RefusesUnevenSplits) {
 // The gradient-ready callback on one rank: the final norm's offset, each
 // block's first offset from the last block down, then 0.
 TEST(ModelTest, ReportsGradientsReadyFromTheEndOfTheFlatBuffer) {
-  LlamaModel model(TinyConfig(false), 5);
+  LanguageModel model(TinyConfig(false), 5);
   std::vector<int32_t> tokens(2 * 3, 1);
   std::vector<int64_t> offsets;
-  model.ForwardBackward(tokens.data(), tokens.data(), 2, 3, 1.0f,
+  testing::ForwardBackward(model, tokens.data(), tokens.data(), 2, 3, 1.0f,
                         [&](int64_t offset) { offsets.push_back(offset); });
   ParameterStore& p = model.parameters();
   const std::vector<int64_t> expected = {

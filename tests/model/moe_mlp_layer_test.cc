@@ -8,8 +8,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/llama_model.h"
+#include "model/language_model.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/whole_model.h"
 
 namespace tetra {
 namespace {
@@ -79,7 +80,7 @@ TEST(MoeMlpLayerTest, Gradients) {
 }
 
 TEST(MoeMlpLayerTest, DeepSeekV3NamesAndABiasBuffer) {
-  LlamaModel model(TinyMoeConfig(), 5);
+  LanguageModel model(TinyMoeConfig(), 5);
   std::vector<std::string> mlp_names;
   for (const Parameter& p : model.parameters().all()) {
     if (p.name.find(".mlp.") != std::string::npos) mlp_names.push_back(p.name);
@@ -107,7 +108,7 @@ TEST(MoeMlpLayerTest, DeepSeekV3NamesAndABiasBuffer) {
 
 // The whole model: cross-entropy sum plus seq x the balance terms (grad_scale 1).
 TEST(MoeMlpLayerTest, ModelObjectiveGradients) {
-  LlamaModel model(TinyMoeConfig(), 5);
+  LanguageModel model(TinyMoeConfig(), 5);
   // Move the bias off zero so it steers the choice in the test too.
   Parameter* bias = model.parameters().Find("model.layers.1.mlp.gate.e_score_correction_bias");
   for (int e = 0; e < 4; ++e) bias->value.f32()[e] = 0.05f * (e - 1.5f);
@@ -119,11 +120,11 @@ TEST(MoeMlpLayerTest, ModelObjectiveGradients) {
   }
   auto objective = [&] {
     model.moe_layers()[0]->ResetStats();
-    const double ce = model.ForwardLoss(inputs.data(), targets.data(), batch, seq);
+    const double ce = testing::ForwardLoss(model, inputs.data(), targets.data(), batch, seq);
     return ce + seq * model.moe_layers()[0]->aux_loss_sum();
   };
   model.parameters().ZeroGrads();
-  model.ForwardBackward(inputs.data(), targets.data(), batch, seq, 1.0f);
+  testing::ForwardBackward(model, inputs.data(), targets.data(), batch, seq, 1.0f);
   EXPECT_EQ(bias->grad.f32()[0], 0.0f);
   for (Parameter& p : model.parameters().all()) {
     if (!p.trainable) continue;

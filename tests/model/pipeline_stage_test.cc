@@ -1,5 +1,5 @@
 // Pipeline stages of the Llama model in one process: the 4-layer GQA model
-// split into 2 and into 4 stages (separate LlamaModel objects, same seed),
+// split into 2 and into 4 stages (separate LanguageModel objects, same seed),
 // run with two micro-batches in flight under the 1F1B order, hidden states
 // passed forward and their gradients back from stage to stage. The losses and
 // every parameter's value and gradient (matched by name) must equal the
@@ -14,7 +14,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/llama_model.h"
+#include "model/language_model.h"
+#include "tests/testing/whole_model.h"
 
 namespace tetra {
 namespace {
@@ -79,21 +80,21 @@ void CheckStagesMatchWholeModel(const std::vector<int>& layers) {
   const int stages = layers.size();
   const float grad_scale = 1.0f / (kMicroBatches * kBatch * kSeq);
 
-  LlamaModel whole(config, kSeed);
+  LanguageModel whole(config, kSeed);
   std::vector<double> want_loss(kMicroBatches);
   for (int mb = 0; mb < kMicroBatches; ++mb) {
-    want_loss[mb] = whole.Forward(mb, Tokens(mb, 0).data(), Tokens(mb, 1).data(), kBatch, kSeq,
+    want_loss[mb] = testing::Forward(whole, mb, Tokens(mb, 0).data(), Tokens(mb, 1).data(), kBatch, kSeq,
                                   grad_scale);
   }
-  for (int mb = 0; mb < kMicroBatches; ++mb) whole.Backward(mb);
+  for (int mb = 0; mb < kMicroBatches; ++mb) testing::Backward(whole, mb);
 
-  std::vector<std::unique_ptr<LlamaModel>> models;
+  std::vector<std::unique_ptr<LanguageModel>> models;
   for (int s = 0, first = 0; s < stages; first += layers[s++]) {
     const PipelineStage stage{.first_layer = first,
                               .num_layers = layers[s],
                               .has_embedding = s == 0,
                               .has_head = s == stages - 1};
-    models.push_back(std::make_unique<LlamaModel>(config, kSeed, ModelParallelism{.chunks = {stage}}));
+    models.push_back(std::make_unique<LanguageModel>(config, kSeed, ModelParallelism{.chunks = {stage}}));
   }
 
   // Messages in flight, cloned as a point-to-point transfer would copy them:
@@ -110,7 +111,7 @@ void CheckStagesMatchWholeModel(const std::vector<int>& layers) {
       if (next[s] == orders[s].size()) continue;
       const Step step = orders[s][next[s]];
       const std::pair<int, int> key{s, step.micro_batch};
-      LlamaModel& m = *models[s];
+      LanguageModel& m = *models[s];
       const std::vector<int32_t> inputs = Tokens(step.micro_batch, 0);
       const std::vector<int32_t> targets = Tokens(step.micro_batch, 1);
       if (step.forward) {
@@ -168,7 +169,7 @@ TEST(PipelineStageTest, UnevenStagesMatchTheWholeModel) { CheckStagesMatchWholeM
 
 TEST(PipelineStageTest, StageHoldsOnlyItsLayersUnderGlobalNames) {
   const ModelConfig config = FourLayerConfig(/*tie=*/false);
-  LlamaModel middle(config, kSeed,
+  LanguageModel middle(config, kSeed,
                     ModelParallelism{.chunks = {{.first_layer = 2,
                                                  .num_layers = 1,
                                                  .has_embedding = false,
@@ -185,10 +186,10 @@ TEST(PipelineStageTest, StageHoldsOnlyItsLayersUnderGlobalNames) {
 // same (seed, name, index) as the first stage's, so the two start equal.
 TEST(PipelineStageTest, TiedEmbeddingCopiesStartEqual) {
   const ModelConfig config = FourLayerConfig(/*tie=*/true);
-  LlamaModel first(config, kSeed, ModelParallelism{.chunks = {{.num_layers = 2, .has_head = false}}});
-  LlamaModel last(config, kSeed,
+  LanguageModel first(config, kSeed, ModelParallelism{.chunks = {{.num_layers = 2, .has_head = false}}});
+  LanguageModel last(config, kSeed,
                   ModelParallelism{.chunks = {{.first_layer = 2, .has_embedding = false}}});
-  LlamaModel whole(config, kSeed);
+  LanguageModel whole(config, kSeed);
   ASSERT_NE(first.tied_embedding_copy(), nullptr);
   ASSERT_NE(last.tied_embedding_copy(), nullptr);
   EXPECT_EQ(whole.tied_embedding_copy(), nullptr);
@@ -201,7 +202,7 @@ TEST(PipelineStageTest, TiedEmbeddingCopiesStartEqual) {
 
 TEST(PipelineStageDeathTest, EmbeddingOnlyOnTheFirstChunk) {
   const ModelConfig config = FourLayerConfig(/*tie=*/false);
-  EXPECT_DEATH(LlamaModel(config, kSeed,
+  EXPECT_DEATH(LanguageModel(config, kSeed,
                           ModelParallelism{.chunks = {{.num_layers = 1, .has_embedding = false},
                                                       {.first_layer = 2, .num_layers = 1}}}),
                "only the first chunk may hold the embedding");

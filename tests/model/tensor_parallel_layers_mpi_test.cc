@@ -30,12 +30,13 @@
 #include "comm/self_communicator.h"
 #include "gtest/gtest.h"
 #include "kernels/ops.h"
-#include "model/llama_model.h"
+#include "model/language_model.h"
 #include "model/model_dims.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
 #include "tests/testing/gradient_check.h"
 #include "tests/testing/tiny_models.h"
+#include "tests/testing/whole_model.h"
 
 namespace tetra {
 namespace {
@@ -353,20 +354,20 @@ TEST_P(ModelTest, LossAndGradientsMatchTheSingleRankModel) {
   Communicator& tp = TensorGroup(tp_size);
   const ModelConfig config = testing::TinyGqaConfig(tie);
   ASSERT_TRUE(ValidateTensorParallel(config, tp_size, sequence_parallel, kBatch * kSeq).ok());
-  LlamaModel reference(config, kSeed);
-  LlamaModel model(config, kSeed, {.tp = &tp, .sequence_parallel = sequence_parallel});
+  LanguageModel reference(config, kSeed);
+  LanguageModel model(config, kSeed, {.tp = &tp, .sequence_parallel = sequence_parallel});
   const float grad_scale = 1.0f / (kMicroBatches * kBatch * kSeq);
 
   for (int m = 0; m < kMicroBatches; ++m) {
     const std::vector<int32_t> inputs = Tokens(m, 3, config.vocab_size());
     const std::vector<int32_t> targets = Tokens(m, 40, config.vocab_size());
-    const double want = reference.ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq,
+    const double want = testing::ForwardBackward(reference, inputs.data(), targets.data(), kBatch, kSeq,
                                                   grad_scale);
     ReadyRecorder recorder(model.parameters().flat_grads());
-    const double got = model.ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq,
+    const double got = testing::ForwardBackward(model, inputs.data(), targets.data(), kBatch, kSeq,
                                              grad_scale, std::ref(recorder));
     EXPECT_NEAR(got, want, kTol.loss_rel * std::fabs(want)) << "micro-batch " << m;
-    EXPECT_NEAR(model.ForwardLoss(inputs.data(), targets.data(), kBatch, kSeq), want,
+    EXPECT_NEAR(testing::ForwardLoss(model, inputs.data(), targets.data(), kBatch, kSeq), want,
                 kTol.loss_rel * std::fabs(want));
 
     // Ready offsets: the final norm, then each block's first parameter from
@@ -386,6 +387,9 @@ TEST_P(ModelTest, LossAndGradientsMatchTheSingleRankModel) {
           << " changed after being reported final";
     }
   }
+  // The step's partial gradients (SP norm weights, shared key-value heads)
+  // summed over their groups, as the optimizer's finalisation does.
+  testing::SumPartialGradients(model);
 
   ASSERT_EQ(model.parameters().all().size(), reference.parameters().all().size());
   for (const Parameter& p : model.parameters().all()) {

@@ -43,7 +43,7 @@ TEST(MetricsLogTest, BreakdownAndRunLayoutFollowTheStepTime) {
   m.comm_exposed_s = 0.03125;
   m.comm_exposed_s_tp = 0.03125;
   m.peak_memory_bytes = 1024;
-  m.run = RunLayout{8, 2, 2, 2, 1, 16, 2, 128, 1};
+  m.run = RunLayout{MeshShape::Of(2, 2, 2), 16, 2, 128, 1};
   EXPECT_THAT(MetricsJson(m), HasSubstr("\"loss_floor\": 1.5, \"peak_memory_bytes\": 1024, \"step_time_s\": 0.25, "
                                         "\"fwd_s\": 0.125, \"bwd_s\": 0.0625, \"comm_exposed_s\": 0.03125, "
                                         "\"comm_exposed_s_tp\": 0.03125, \"world_size\": 8, \"tensor\": 2, "

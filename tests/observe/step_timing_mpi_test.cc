@@ -21,7 +21,7 @@ TEST(StepTimingMpiTest, MeanTimesAndLargestMemoryOverRanks) {
   local.comm_pp_s = 0.25 * (r + 1);
   local.peak_memory_bytes = 1000 * (r == 1 ? 7 : 3);
   StepMetrics m;
-  AddStepTiming(*world, {n, 1, 2}, local, m);
+  AddStepTiming(*world, MeshShape::Of(/*tp=*/1, /*pp=*/2, /*dp=*/n / 2), local, m);
   const double mean = (n + 1) / 2.0;
   EXPECT_EQ(*m.fwd_s, mean);
   EXPECT_EQ(*m.bwd_s, 2 * mean);

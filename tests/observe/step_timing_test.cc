@@ -51,7 +51,7 @@ TEST(StepTimingTest, SingleRankMetricsCarryItsOwnBreakdown) {
   local.comm_tp_s = 0.125;
   local.peak_memory_bytes = 4096;
   StepMetrics m;
-  AddStepTiming(world, {1, 1, 1}, local, m);
+  AddStepTiming(world, MeshShape{}, local, m);
   EXPECT_EQ(*m.fwd_s, 0.5);
   EXPECT_EQ(*m.bwd_s, 1.0);
   EXPECT_EQ(*m.optimizer_s, 0.25);

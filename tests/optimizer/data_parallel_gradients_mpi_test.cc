@@ -1,20 +1,22 @@
-// Data parallelism (alone and with tensor parallelism) against the single-rank
-// run, under mpirun: the world is split into jobs of tp x dp consecutive
-// ranks (layouts whose tp x dp does not divide the world size skip), each job
-// laid out by Mesh and split into its tensor and data groups as
-// train/distributed.cc does, and each job runs step 1 of train/trainer.cc's
-// loop: data-parallel rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the
-// global batch in micro-batches, gradients scaled by 1 / (B x T) accumulate,
-// the gradient-ready callback feeds GradientReducer only on the last
-// micro-batch, then Finish(). For (tp, dp) in (2,1), (4,1), (1,2), (1,4),
-// (2,2) (and (2,4), (4,2) with 8 ranks), ZeRO-1 off and on (dp > 1), sequence
+// The model optimizer's gradient finalisation under data parallelism (alone
+// and with tensor parallelism) against the single-rank run, under mpirun: the
+// world is split into jobs of tp x dp consecutive ranks (layouts whose tp x dp
+// does not divide the world size skip), each with its ParallelState, and each
+// job runs step 1 as train/train_step.cc does: data-parallel rank r takes
+// samples r*B/dp .. (r+1)*B/dp - 1 of the global batch in micro-batches,
+// gradients scaled by 1 / (B x T) accumulate, the gradient-ready callback
+// feeds ModelOptimizer::GradientsReadyFrom only on the last micro-batch, then
+// FinalizeGradients. For (tp, dp) in (2,1), (4,1), (1,2), (1,4), (2,2) (and
+// (2,4), (4,2) with 8 ranks), ZeRO-1 off and on (dp > 1), sequence
 // parallelism off and on (tp > 1), untied head, and one tied case per layout:
 //   - the step's loss (summed over dp) against the single-rank loss;
+//   - the global gradient norm against the single-rank gradients' norm;
 //   - every gradient element this rank holds reduced (all of its slice under
 //     all-reduce, only its owned_ranges() under ZeRO-1), at its global index,
 //     against the gradient of the model built in this process on one rank
 //     with the same seed over the whole global batch, micro-batch by
-//     micro-batch;
+//     micro-batch (sequence-parallel norm weights and shared key-value heads
+//     summed by the finalisation);
 //   - that the ranks of the job together checked every global element of
 //     every parameter, each exactly (TP replicas) x (dp, or 1 under ZeRO-1)
 //     times, so no shard or owned block is left out or counted twice.
@@ -33,12 +35,14 @@
 #include "comm/mpi_communicator.h"
 #include "core/logging.h"
 #include "gtest/gtest.h"
-#include "model/llama_model.h"
+#include "model/language_model.h"
 #include "model/model_dims.h"
+#include "optimizer/model_optimizer.h"
 #include "parallel/gradient_reducer.h"
-#include "parallel/mesh.h"
+#include "parallel/parallel_state.h"
 #include "proto/config.pb.h"
 #include "tests/testing/tiny_models.h"
+#include "tests/testing/whole_model.h"
 
 namespace tetra {
 namespace {
@@ -72,38 +76,23 @@ Communicator& World() {
   return *world;
 }
 
-// One training job's communicators.
-struct JobGroups {
-  std::unique_ptr<Communicator> job;  // the job's world: tp x dp consecutive world ranks
-  std::unique_ptr<Communicator> tp, dp;
-};
-
-// The world ranks of this rank's `kind` group of `mesh`, laid over `job`.
-std::vector<int> WorldRanks(const Mesh& mesh, GroupKind kind, const Communicator& job) {
-  std::vector<int> ranks;
-  for (int r : mesh.Group(kind, job.rank())) ranks.push_back(job.ranks()[r]);
-  return ranks;
-}
-
-// Split once per layout on first use; every rank runs the tests in the same
+// The parallel state of one training job of tp x dp consecutive world ranks,
+// made once per layout on first use; every rank runs the tests in the same
 // order and skips the same ones, so the collective Split calls line up.
-JobGroups& Groups(int tp, int dp) {
-  static std::map<std::pair<int, int>, JobGroups> cache;
-  JobGroups& g = cache[{tp, dp}];
-  if (!g.job) {
+const ParallelState& Job(int tp, int dp) {
+  static std::map<std::pair<int, int>, std::unique_ptr<ParallelState>> cache;
+  std::unique_ptr<ParallelState>& state = cache[{tp, dp}];
+  if (!state) {
     const int size = tp * dp, first = World().rank() / size * size;
     std::vector<int> ranks(size);
     std::iota(ranks.begin(), ranks.end(), first);
-    g.job = World().Split(ranks, "job");
     ParallelConfig parallel;
     parallel.set_tensor(tp);
-    const absl::StatusOr<Mesh> mesh = Mesh::Create(parallel, size);
-    TETRA_CHECK(mesh.ok()) << mesh.status();
-    TETRA_CHECK(mesh->shape().dp == dp) << "mesh of " << size << " ranks at tp " << tp;
-    g.tp = g.job->Split(WorldRanks(*mesh, GroupKind::kTensor, *g.job), "tp");
-    g.dp = g.job->Split(WorldRanks(*mesh, GroupKind::kData, *g.job), "dp");
+    absl::StatusOr<ParallelState> made = ParallelState::Create(parallel, World().Split(ranks, "job"));
+    TETRA_CHECK(made.ok()) << made.status();
+    state = std::make_unique<ParallelState>(*std::move(made));
   }
-  return g;
+  return *state;
 }
 
 // Samples [first, first + count) of the global batch, (count, T) each: ids
@@ -162,9 +151,9 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
     GTEST_SKIP() << "tp x dp = " << c.tp * c.dp << " does not divide the world size "
                  << World().size();
   }
-  JobGroups& groups = Groups(c.tp, c.dp);
-  Communicator& dp = *groups.dp;
-  ASSERT_EQ(groups.tp->size(), c.tp);
+  const ParallelState& job = Job(c.tp, c.dp);
+  Communicator& dp = job.grad();
+  ASSERT_EQ(job.tensor().size(), c.tp);
   ASSERT_EQ(dp.size(), c.dp);
   const ModelConfig config = testing::TinyGqaConfig(c.tie);
   ASSERT_TRUE(
@@ -173,35 +162,49 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
   std::vector<int32_t> inputs, targets;
 
   // The single-rank run: the whole global batch, micro-batch by micro-batch.
-  LlamaModel reference(config, kSeed);
+  LanguageModel reference(config, kSeed);
   double want_loss = 0;
   for (int64_t first = 0; first < kGlobalBatch; first += kMicroBatch) {
     LoadSamples(first, kMicroBatch, config.vocab_size(), inputs, targets);
-    want_loss += reference.ForwardBackward(inputs.data(), targets.data(), kMicroBatch, kSeq,
+    want_loss += testing::ForwardBackward(reference, inputs.data(), targets.data(), kMicroBatch, kSeq,
                                            grad_scale);
   }
 
-  // Step 1 as train/trainer.cc runs it.
-  LlamaModel model(config, kSeed,
-                   {groups.tp.get(), c.sequence_parallel,
-                    /*flat_multiple=*/GradientReducer::PaddedSize(1, c.dp)});
+  // Step 1 as train/train_step.cc runs it, micro-batch by micro-batch.
+  TrainerConfig trainer;
+  *trainer.mutable_model() = config;
+  trainer.mutable_parallel()->set_tensor(c.tp);
+  trainer.mutable_parallel()->set_sequence_parallel(c.sequence_parallel);
+  trainer.mutable_parallel()->set_dp_bucket_mb(kBucketMb);
+  trainer.mutable_optimizer()->set_zero_stage(c.zero1 ? 1 : 0);
+  trainer.mutable_train()->set_global_batch_size(kGlobalBatch);
+  LanguageModel model(config, kSeed,
+                      {&job.tensor(), c.sequence_parallel,
+                       /*flat_multiple=*/GradientReducer::PaddedSize(1, c.dp)});
   ParameterStore& store = model.parameters();
-  GradientReducer reducer(store.flat_grads(), dp, kBucketMb, c.zero1);
+  ModelOptimizer optimizer(model, trainer, job);
+  const GradientReducer& reducer = optimizer.reducer();
   ASSERT_GT(reducer.buckets().size(), 2u) << "too few buckets to cut parameters";
-  store.ZeroGrads();
+  optimizer.StartStep();
   const int64_t rank_batch = kGlobalBatch / c.dp;
   double loss_sum = 0;
   for (int64_t first = 0; first < rank_batch; first += kMicroBatch) {
     LoadSamples(dp.rank() * rank_batch + first, kMicroBatch, config.vocab_size(), inputs,
                 targets);
     const bool last = first + kMicroBatch == rank_batch;
-    loss_sum += model.ForwardBackward(
-        inputs.data(), targets.data(), kMicroBatch, kSeq, grad_scale,
-        last ? LlamaModel::GradientReadyCallback([&](int64_t ready) { reducer.ReadyFrom(ready); })
+    loss_sum += testing::ForwardBackward(
+        model, inputs.data(), targets.data(), kMicroBatch, kSeq, grad_scale,
+        last ? LanguageModel::GradientReadyCallback([&](int64_t ready) { optimizer.GradientsReadyFrom(ready); })
              : nullptr);
   }
-  reducer.Finish();
+  const FinalizedGradients finalized = optimizer.FinalizeGradients();
 
+  // The global norm counts every parameter once, whatever holds it.
+  double want_squares = 0;
+  for (const Parameter& p : reference.parameters().all()) {
+    for (int64_t g = 0; g < p.grad.numel(); ++g) want_squares += double{p.grad.f32()[g]} * p.grad.f32()[g];
+  }
+  EXPECT_NEAR(finalized.grad_norm, std::sqrt(want_squares), kTol.grad_rel_to_max * std::sqrt(want_squares));
   EXPECT_NEAR(SumOverRanks(dp, loss_sum), want_loss, kTol.loss_rel * std::fabs(want_loss));
 
   ASSERT_EQ(store.all().size(), reference.parameters().all().size());
@@ -239,8 +242,7 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
         << " at global element " << worst << " (want " << want_grad[worst]
         << "), largest gradient " << max_abs;
 
-    groups.job->AllReduce(checks.data(), checks.data(), checks.size(), DType::kI32,
-                          ReduceOp::kSum);
+    job.world().AllReduce(checks.data(), checks.data(), checks.size(), DType::kI32, ReduceOp::kSum);
     const int holders = p.shard.replicas * (c.zero1 ? 1 : c.dp);
     const int64_t wrong =
         std::count_if(checks.begin(), checks.end(), [&](int32_t n) { return n != holders; });

@@ -19,19 +19,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
+#include "comm/self_communicator.h"
 #include "gtest/gtest.h"
-#include "model/llama_model.h"
+#include "model/language_model.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_checker.h"
 #include "pipeline/stage_partition.h"
 #include "tests/testing/tiny_models.h"
+#include "tests/testing/whole_model.h"
 
 namespace tetra {
 namespace {
@@ -55,6 +58,13 @@ Communicator& World() {
 // Token ids of micro-batch `mb`: inputs (offset 0) or targets (offset 1).
 void Tokens(int mb, int offset, int32_t* out) {
   for (int64_t i = 0; i < kBatch * kSeq; ++i) out[i] = static_cast<int32_t>((5 * i + 3 * mb + offset) % 13);
+}
+
+// The executor's loader of micro-batch mb.
+absl::Status LoadTokens(int mb, int32_t* inputs, int32_t* targets) {
+  Tokens(mb, 0, inputs);
+  Tokens(mb, 1, targets);
+  return absl::OkStatus();
 }
 
 // Gathers every rank's record (each as long as its table) and checks its
@@ -103,18 +113,18 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
   const ModelConfig config = testing::TinyGqaConfig(tie, kLayers);
   const float grad_scale = 1.0f / (kMicroBatches * kBatch * kSeq);
 
-  LlamaModel whole(config, kSeed);
+  LanguageModel whole(config, kSeed);
   double want_loss = 0;
   std::vector<int32_t> inputs(kBatch * kSeq), targets(kBatch * kSeq);
   for (int mb = 0; mb < kMicroBatches; ++mb) {
     Tokens(mb, 0, inputs.data());
     Tokens(mb, 1, targets.data());
-    want_loss += whole.ForwardBackward(inputs.data(), targets.data(), kBatch, kSeq, grad_scale);
+    want_loss += testing::ForwardBackward(whole, inputs.data(), targets.data(), kBatch, kSeq, grad_scale);
   }
 
   auto partition = PartitionStages(kLayers, stages, virtual_stages);
   ASSERT_TRUE(partition.ok()) << partition.status();
-  LlamaModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(rank)});
+  LanguageModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(rank)});
   const ScheduleSpec spec{.kind = kind,
                           .stages = stages,
                           .micro_batches = kMicroBatches,
@@ -124,14 +134,11 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
   PipelineExecutor executor(stage, world, *actions, kBatch, kSeq);
 
   std::vector<int64_t> ready;
-  const double got_loss = executor.Step(
-      [](int mb, int32_t* in, int32_t* out) {
-        Tokens(mb, 0, in);
-        Tokens(mb, 1, out);
-      },
-      grad_scale, [&](int64_t offset) { ready.push_back(offset); });
+  const absl::StatusOr<double> got_loss =
+      executor.Step(LoadTokens, grad_scale, [&](int64_t offset) { ready.push_back(offset); });
+  ASSERT_TRUE(got_loss.ok()) << got_loss.status();
 
-  EXPECT_EQ(got_loss, rank == stages - 1 ? want_loss : 0.0) << "rank " << rank;
+  EXPECT_EQ(*got_loss, rank == stages - 1 ? want_loss : 0.0) << "rank " << rank;
   ASSERT_FALSE(ready.empty());
   EXPECT_TRUE(std::is_sorted(ready.rbegin(), ready.rend()));
   EXPECT_EQ(ready.back(), 0);
@@ -178,17 +185,17 @@ void CheckEvaluationMatchesWholeModel(int virtual_stages) {
   Communicator& world = World();
   const int stages = world.size(), rank = world.rank();
   const ModelConfig config = testing::TinyGqaConfig(/*tie_word_embeddings=*/true, kLayers);
-  LlamaModel whole(config, kSeed);
+  LanguageModel whole(config, kSeed);
   double want_loss = 0;
   std::vector<int32_t> inputs(kBatch * kSeq), targets(kBatch * kSeq);
   for (int mb = 0; mb < kMicroBatches; ++mb) {
     Tokens(mb, 0, inputs.data());
     Tokens(mb, 1, targets.data());
-    want_loss += whole.ForwardLoss(inputs.data(), targets.data(), kBatch, kSeq);
+    want_loss += testing::ForwardLoss(whole, inputs.data(), targets.data(), kBatch, kSeq);
   }
   auto partition = PartitionStages(kLayers, stages, virtual_stages);
   ASSERT_TRUE(partition.ok()) << partition.status();
-  LlamaModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(rank)});
+  LanguageModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(rank)});
   auto actions = BuildSchedule({.kind = virtual_stages > 1 ? ScheduleKind::kInterleaved : ScheduleKind::kOneFOneB,
                                 .stages = stages,
                                 .micro_batches = kMicroBatches,
@@ -196,13 +203,9 @@ void CheckEvaluationMatchesWholeModel(int virtual_stages) {
                                rank);
   ASSERT_TRUE(actions.ok()) << actions.status();
   PipelineExecutor executor(stage, world, *actions, kBatch, kSeq);
-  const double got_loss = executor.EvaluateLoss(
-      [](int mb, int32_t* in, int32_t* out) {
-        Tokens(mb, 0, in);
-        Tokens(mb, 1, out);
-      },
-      kMicroBatches);
-  EXPECT_EQ(got_loss, rank == stages - 1 ? want_loss : 0.0) << "rank " << rank;
+  const absl::StatusOr<double> got_loss = executor.EvaluateLoss(LoadTokens, kMicroBatches);
+  ASSERT_TRUE(got_loss.ok()) << got_loss.status();
+  EXPECT_EQ(*got_loss, rank == stages - 1 ? want_loss : 0.0) << "rank " << rank;
 }
 
 TEST(PipelineExecutor, EvaluationMatchesWholeModel) {
@@ -223,6 +226,77 @@ TEST(PipelineExecutor, InterleavedTwoChunksMatchesWholeModel) {
 TEST(PipelineExecutor, TiedEmbeddingCopiesSumToWholeModelGradient) {
   CheckPipelineMatchesWholeModel(ScheduleKind::kOneFOneB, 1, /*tie=*/true);
   CheckPipelineMatchesWholeModel(ScheduleKind::kInterleaved, 2, /*tie=*/true);
+}
+
+// Without pipeline parallelism a step is the one-stage table run by the same
+// executor: the whole model's loss and gradients, bit for bit, under 1F1B
+// (each forward, then its backward) and GPipe, with no message moved.
+TEST(PipelineExecutor, OneStageScheduleIsTheWholeModel) {
+  const ModelConfig config = testing::TinyGqaConfig(/*tie_word_embeddings=*/true, kLayers);
+  const float grad_scale = 1.0f / (kMicroBatches * kBatch * kSeq);
+  for (ScheduleKind kind : {ScheduleKind::kOneFOneB, ScheduleKind::kGPipe}) {
+    SCOPED_TRACE(ScheduleKindName(kind));
+    LanguageModel whole(config, kSeed), stage(config, kSeed);
+    double want_loss = 0;
+    std::vector<int32_t> inputs(kBatch * kSeq), targets(kBatch * kSeq);
+    for (int mb = 0; mb < kMicroBatches; ++mb) {
+      ASSERT_TRUE(LoadTokens(mb, inputs.data(), targets.data()).ok());
+      want_loss += testing::ForwardBackward(whole, inputs.data(), targets.data(), kBatch, kSeq, grad_scale);
+    }
+    auto actions = BuildSchedule({.kind = kind, .stages = 1, .micro_batches = kMicroBatches}, 0);
+    ASSERT_TRUE(actions.ok()) << actions.status();
+    SelfCommunicator pipeline(World().rank(), "pp");
+    PipelineExecutor executor(stage, pipeline, *actions, kBatch, kSeq);
+    const absl::StatusOr<double> loss = executor.Step(LoadTokens, grad_scale);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    EXPECT_EQ(*loss, want_loss);
+    EXPECT_EQ(executor.message_buffers(), 0);
+    for (const Parameter& p : stage.parameters().all()) {
+      const Parameter* w = whole.parameters().Find(p.name);
+      ASSERT_NE(w, nullptr) << p.name;
+      EXPECT_EQ(std::memcmp(p.grad.raw(), w->grad.raw(), p.grad.nbytes()), 0) << p.name;
+    }
+  }
+}
+
+// A micro-batch that fails to load ends the step with its error.
+TEST(PipelineExecutor, LoadErrorEndsTheStep) {
+  LanguageModel stage(testing::TinyGqaConfig(false, kLayers), kSeed);
+  auto actions = BuildSchedule({.kind = ScheduleKind::kOneFOneB, .stages = 1, .micro_batches = kMicroBatches}, 0);
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  SelfCommunicator pipeline(World().rank(), "pp");
+  PipelineExecutor executor(stage, pipeline, *actions, kBatch, kSeq);
+  int loaded = 0;
+  const absl::StatusOr<double> loss = executor.Step(
+      [&](int mb, int32_t* inputs, int32_t* targets) {
+        if (mb == 2) return absl::DataLossError("token 99 outside the vocabulary");
+        ++loaded;
+        return LoadTokens(mb, inputs, targets);
+      },
+      1.0f);
+  EXPECT_EQ(loss.status(), absl::DataLossError("token 99 outside the vocabulary"));
+  EXPECT_EQ(loaded, 2);
+}
+
+// Pipeline messages travel in pooled buffers: fewer than one per message,
+// and none made by a second step.
+TEST(PipelineExecutor, MessageBuffersAreReused) {
+  Communicator& world = World();
+  const ModelConfig config = testing::TinyGqaConfig(false, kLayers);
+  auto partition = PartitionStages(kLayers, world.size(), 1);
+  ASSERT_TRUE(partition.ok()) << partition.status();
+  LanguageModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(world.rank())});
+  const ScheduleSpec spec{.kind = ScheduleKind::kOneFOneB, .stages = world.size(), .micro_batches = kMicroBatches};
+  auto actions = BuildSchedule(spec, world.rank());
+  ASSERT_TRUE(actions.ok()) << actions.status();
+  const int64_t messages = std::count_if(actions->begin(), actions->end(), [](const Action& a) { return !IsCompute(a.type); });
+  PipelineExecutor executor(stage, world, *actions, kBatch, kSeq);
+  ASSERT_TRUE(executor.Step(LoadTokens, 1.0f).ok());
+  const int made = executor.message_buffers();
+  EXPECT_GT(made, 0);
+  EXPECT_LT(made, messages);
+  ASSERT_TRUE(executor.Step(LoadTokens, 1.0f).ok());
+  EXPECT_EQ(executor.message_buffers(), made);
 }
 
 }  // namespace

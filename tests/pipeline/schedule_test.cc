@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pipeline/schedule_checker.h"
 
 namespace tetra {
 namespace {

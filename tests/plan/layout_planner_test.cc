@@ -43,7 +43,7 @@ ClusterConfig Cluster(const std::string& name) {
 TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   const TrainerConfig config = Recipe("deepseek_v3_size.textproto");
   const ClusterConfig cluster = Cluster("h800_2048.textproto");
-  PlanLayout layout{.tp = 1, .pp = 16, .dp = 128, .ep = 64, .zero_stage = 1, .recompute = true};
+  PlanLayout layout{.mesh = MeshShape::Of(1, 16, 128, 64), .zero_stage = 1, .recompute = true};
   const DeviceParameters p = ParametersPerDevice(config.model(), layout);
   EXPECT_EQ(p.dense, 2983780352.0);
   EXPECT_EQ(p.expert, 176160768.0);
@@ -79,7 +79,7 @@ TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   const std::vector<LayoutPrediction> plans = PlanLayouts(config, cluster, 2048);
   const auto found = std::find_if(plans.begin(), plans.end(), [](const LayoutPrediction& p) {
     const PlanLayout& l = p.layout;
-    return l.tp == 1 && l.pp == 16 && l.dp == 128 && l.ep == 64 && l.zero_stage == 1 && l.recompute;
+    return l.mesh.tp == 1 && l.mesh.pp == 16 && l.mesh.dp == 128 && l.mesh.ep == 64 && l.zero_stage == 1 && l.recompute;
   });
   ASSERT_NE(found, plans.end());
   EXPECT_TRUE(found->fits);
@@ -100,7 +100,7 @@ TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
 TEST(LayoutPlannerTest, Llama3_70BSizeMemoryOnA100s) {
   const TrainerConfig config = Recipe("llama3_70b_size.textproto");
   const ClusterConfig cluster = Cluster("a100_64.textproto");
-  const PlanLayout layout{.tp = 8, .pp = 4, .dp = 2, .ep = 1, .zero_stage = 1, .recompute = false};
+  const PlanLayout layout{.mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = false};
   const DeviceParameters p = ParametersPerDevice(config.model(), layout);
   EXPECT_EQ(p.dense, 2270765056.0);
   EXPECT_EQ(p.expert, 0.0);
@@ -121,7 +121,7 @@ TEST(LayoutPlannerTest, Llama3_70BSizeMemoryOnA100s) {
   EXPECT_EQ(plan.micro_batches, 1024 / 2);
   EXPECT_TRUE(plan.fits);  // 49.7 GB of 72
   // One device cannot hold it: 70.55e9 parameters x 18 B alone is 1.27 TB.
-  const PlanLayout alone{.tp = 1, .pp = 1, .dp = 1, .ep = 1, .zero_stage = 0, .recompute = true};
+  const PlanLayout alone{.mesh = MeshShape{}, .zero_stage = 0, .recompute = true};
   EXPECT_FALSE(PredictLayout(config, cluster, alone).fits);
 }
 
@@ -132,7 +132,7 @@ TEST(LayoutPlannerTest, BubbleAndStepTimeFollowTheSchedule) {
   config.mutable_train()->set_global_batch_size(16);
   config.mutable_model()->set_vocab_size(8);  // near-equal stages: the head is negligible
   const LayoutPrediction plan =
-      PredictLayout(config, cluster, {.tp = 8, .pp = 4, .dp = 2, .ep = 1, .zero_stage = 1, .recompute = true});
+      PredictLayout(config, cluster, {.mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = true});
   ASSERT_EQ(plan.micro_batches, 8);
   const TimeEstimate& t = plan.time;
   const double slot = (t.compute_s + t.tp_s + t.ep_s) / 8;

@@ -84,7 +84,7 @@ TEST(MemoryCheckTest, RanksOnOneMachineShareIt) {
   EXPECT_THAT(Message(shared), HasSubstr("per rank ("));
   EXPECT_THAT(Message(shared), HasSubstr("for each of the 4 ranks on this machine but this machine has 2.0 GiB"));
   // Tensor parallelism over 4 ranks splits the attention matrices.
-  EXPECT_TRUE(Check(config, Host(2, 4), MemoryUse::kTraining, {.tp = 4}).ok());
+  EXPECT_TRUE(Check(config, Host(2, 4), MemoryUse::kTraining, {.mesh = MeshShape::Of(4, 1, 1)}).ok());
 }
 
 TEST(MemoryCheckTest, AGpuRunIsCheckedAgainstItsGpuAndItsDataAgainstTheHost) {
@@ -128,13 +128,13 @@ TEST(MemoryCheckTest, TheProjectsCpuRecipesFitALaptop) {
            {"tiny_dense.textproto", {}},
            {"tiny_moe.textproto", {}},
            {"bench_cpu_35m.textproto", {}},
-           {"bench_cpu_scaling.textproto", {.dp = 8}},
-           {"tiny_dense_tp2.textproto", {.tp = 2}},
-           {"tiny_dense_dp2_zero1.textproto", {.dp = 2, .zero_stage = 1}},
-           {"tiny_dense_tp2_dp2_sp.textproto", {.tp = 2, .dp = 2, .zero_stage = 1}},
-           {"moe_small_tp2_pp2_ep2.textproto", {.tp = 2, .pp = 2, .dp = 2, .ep = 2, .zero_stage = 1}},
+           {"bench_cpu_scaling.textproto", {.mesh = MeshShape::Of(1, 1, 8)}},
+           {"tiny_dense_tp2.textproto", {.mesh = MeshShape::Of(2, 1, 1)}},
+           {"tiny_dense_dp2_zero1.textproto", {.mesh = MeshShape::Of(1, 1, 2), .zero_stage = 1}},
+           {"tiny_dense_tp2_dp2_sp.textproto", {.mesh = MeshShape::Of(2, 1, 2), .zero_stage = 1}},
+           {"moe_small_tp2_pp2_ep2.textproto", {.mesh = MeshShape::Of(2, 2, 2, 2), .zero_stage = 1}},
        }) {
-    const int ranks = run.layout.tp * run.layout.pp * run.layout.dp;
+    const int ranks = run.layout.mesh.world;
     const absl::Status status = Check(Recipe(run.recipe), Host(8, ranks), MemoryUse::kTraining, run.layout);
     EXPECT_TRUE(status.ok()) << run.recipe << ": " << status;
   }

@@ -56,10 +56,10 @@ std::vector<double> StepLosses(const std::string& device, const std::string& pre
   config.mutable_train()->set_steps(steps);
   const absl::Status valid = ValidateConfig(config, 1);
   EXPECT_TRUE(valid.ok()) << valid;
-  auto dist = Distributed::Create(config.parallel(), std::make_unique<SelfCommunicator>());
-  EXPECT_TRUE(dist.ok()) << dist.status();
+  auto parallel = ParallelState::Create(config.parallel(), std::make_unique<SelfCommunicator>());
+  EXPECT_TRUE(parallel.ok()) << parallel.status();
   std::ostringstream progress;
-  auto result = Train(config, *dist, progress);
+  auto result = Train(config, *parallel, progress);
   EXPECT_TRUE(result.ok()) << result.status();
   std::vector<double> losses;
   if (result.ok()) {

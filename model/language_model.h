@@ -1,23 +1,25 @@
-// A Llama-style decoder (LlamaForCausalLM): token embedding, N decoder blocks,
-// final RMSNorm, LM head (tied to the embedding when tie_word_embeddings) and
-// the token cross-entropy. Parameters carry Hugging Face names.
+// A decoder-only causal language model, dense (LlamaForCausalLM) or mixture
+// of experts (DeepSeek-V3's MoE MLPs after the first first_k_dense_replace
+// layers): token embedding, N decoder blocks, final RMSNorm, LM head (tied to
+// the embedding when tie_word_embeddings) and the token cross-entropy.
+// Parameters carry Hugging Face names.
 //
 // Tensor-parallel when given a TP group (model_parallelism.h): every rank of
 // the group builds the model with the same config and seed, holds its shard
 // of each weight (drawn as that slice of the global tensor), runs the same
 // inputs and returns the same loss; each gradient is that of its shard of the
-// single-rank model.
+// single-rank model once the partial sums are added (Parameter::grad_partial_over).
 //
-// Under pipeline parallelism a rank builds only its own model chunks
-// (ModelParallelism::chunks: one pipeline stage, or with interleaving several
-// virtual stages), with their global names: ForwardStage / BackwardStage run
-// one micro-batch through one chunk, taking the previous virtual stage's
-// hidden states and giving back their gradient. The whole-model calls below
-// are the one-chunk, one-stage case. With tied embeddings split over stages,
-// the last stage holds its own copy of the table for the LM head
-// (tied_embedding_copy()).
-#ifndef TETRA_MODEL_LLAMA_MODEL_H_
-#define TETRA_MODEL_LLAMA_MODEL_H_
+// A rank builds only its own model chunks (ModelParallelism::chunks: the
+// whole model, one pipeline stage, or with interleaving several virtual
+// stages), with their global names. ForwardStage / BackwardStage run one
+// micro-batch through one chunk, taking the previous virtual stage's hidden
+// states and giving back their gradient; the pipeline executor
+// (pipeline/executor.h) drives them, also for the whole model, which is a
+// one-stage pipeline. With tied embeddings split over stages, the last stage
+// holds its own copy of the table for the LM head (tied_embedding_copy()).
+#ifndef TETRA_MODEL_LANGUAGE_MODEL_H_
+#define TETRA_MODEL_LANGUAGE_MODEL_H_
 
 #include <cstdint>
 #include <functional>
@@ -36,52 +38,36 @@
 
 namespace tetra {
 
-class LlamaModel {
+class LanguageModel {
  public:
-  // Called during backward with X whenever every parameter at flat offset
+  // Called during a backward with X whenever every parameter at flat offset
   // >= X has received its last gradient contribution of this backward (so
   // data-parallel reduction of that suffix of the flat gradient buffer can
-  // start). X decreases call to call and the last call has X = 0.
+  // start). X decreases call to call; the first chunk's last call has X = 0.
   using GradientReadyCallback = std::function<void(int64_t first_ready_flat_offset)>;
 
   // Initialises every parameter from (seed, name, element index). With a TP
   // group this is collective over it (it may split a key-value replica group).
   // Storage::kShapesOnly describes the model without allocating its weights
   // (it cannot run).
-  LlamaModel(const ModelConfig& config, uint64_t seed, const ModelParallelism& parallelism = {},
+  LanguageModel(const ModelConfig& config, uint64_t seed, const ModelParallelism& parallelism = {},
              Storage storage = Storage::kAllocated);
 
-  // inputs, targets: (B, T) token ids, the same on every TP rank. Returns the
-  // sum of the B*T token cross-entropies and accumulates into every parameter
-  // gradient the gradient of grad_scale x that sum. Forward then Backward of
-  // slot 0. This, ForwardLoss, Forward and Backward run the whole model (the
-  // default stage); a pipeline stage runs ForwardStage / BackwardStage.
-  double ForwardBackward(const int32_t* inputs, const int32_t* targets, int64_t batch,
-                         int64_t seq, float grad_scale,
-                         const GradientReadyCallback& on_ready = nullptr);
-  // The same sum, without gradients, in slot 0.
-  double ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch, int64_t seq);
-
-  // A pipeline schedule (1F1B) runs the forwards of several micro-batches
-  // before their backwards: each runs in its own activation slot (0, 1, ...;
-  // activation_slots.h), which holds what its backward needs. Forward returns
-  // the cross-entropy sum as ForwardBackward does; grad_scale is given here
-  // because the fused cross-entropy writes the scaled logit gradients in the
-  // forward. Backward then accumulates the gradient of grad_scale x that sum,
-  // calling on_ready as ForwardBackward does. A slot takes a new forward only
-  // after the backward of its last one.
-  double Forward(int slot, const int32_t* inputs, const int32_t* targets, int64_t batch,
-                 int64_t seq, float grad_scale);
-  void Backward(int slot, const GradientReadyCallback& on_ready = nullptr);
-
-  // One micro-batch through chunk `chunk` in `slot` (slots are shared by the
-  // chunks: a micro-batch in flight on two chunks takes two). The first stage
-  // (has_embedding) reads `inputs` (B, T) token ids, any other `hidden_in`, the
-  // previous stage's output (rows, C) in the residual layout (rows = B*T, or
-  // B*T/tp under sequence parallelism), copied so the caller may reuse it.
-  // Returns this stage's output (rows, C), valid until the next forward in
-  // `slot`; the last stage (has_head) instead reads `targets` (B, T), stores
-  // the cross-entropy sum in *loss_sum and returns an empty tensor.
+  // One micro-batch through chunk `chunk` in activation slot `slot`
+  // (activation_slots.h): a schedule (1F1B) runs the forwards of several
+  // micro-batches before their backwards, each in its own slot, which holds
+  // what its backward needs; slots are shared by the chunks (a micro-batch in
+  // flight on two chunks takes two), and a slot takes a new forward only
+  // after the backward of its last one. The first stage (has_embedding) reads
+  // `inputs` (B, T) token ids, any other `hidden_in`, the previous stage's
+  // output (rows, C) in the residual layout (rows = B*T, or B*T/tp under
+  // sequence parallelism), copied so the caller may reuse it. Returns this
+  // stage's output (rows, C), valid until the next forward in `slot`; the
+  // last stage (has_head) instead reads `targets` (B, T), stores the sum of
+  // the B*T token cross-entropies in *loss_sum and returns an empty tensor.
+  // grad_scale is what the backward will scale that sum's gradient by, given
+  // here because the fused cross-entropy writes the logit gradients in the
+  // forward.
   Tensor ForwardStage(int slot, int chunk, const int32_t* inputs, const Tensor& hidden_in,
                       const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
                       double* loss_sum);
@@ -92,7 +78,7 @@ class LlamaModel {
   // is the gradient of the chunk's output (ignored by the last stage, which
   // starts from its loss). Accumulates the parameter gradients and returns
   // d hidden_in (rows, C), valid until the next BackwardStage; empty on the
-  // first stage. on_ready is called as ForwardBackward does, with offsets
+  // first stage. on_ready is called (GradientReadyCallback) with offsets
   // inside this chunk and the chunks before it: pass it only to a backward
   // after which the later chunks receive no more gradient.
   Tensor BackwardStage(int slot, int chunk, const Tensor& d_hidden_out,
@@ -132,11 +118,10 @@ class LlamaModel {
     std::vector<const Parameter*> block_first_parameter;  // the lowest flat offset of each block
   };
 
-  // ForwardStage; when !with_grad (ForwardLoss) the slot awaits no backward.
+  // ForwardStage; when !with_grad (EvaluateStage) the slot awaits no backward.
   Tensor RunForward(int slot, int chunk, const int32_t* inputs, const Tensor& hidden_in,
                     const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
                     bool with_grad, double* loss_sum);
-  bool is_whole_model() const;
 
   ModelConfig config_;
   ParameterStore store_;
@@ -163,4 +148,4 @@ std::vector<ModelTensor> WholeModelTensors(const ModelConfig& config);
 
 }  // namespace tetra
 
-#endif  // TETRA_MODEL_LLAMA_MODEL_H_
+#endif  // TETRA_MODEL_LANGUAGE_MODEL_H_

@@ -1,4 +1,4 @@
-#include "model/llama_model.h"
+#include "model/language_model.h"
 
 #include <cstring>
 
@@ -18,7 +18,7 @@ void CopyTokens(const int32_t* ids, int64_t n, Tensor* dst) {
 }
 
 }  // namespace
-LlamaModel::LlamaModel(const ModelConfig& c, uint64_t seed, const ModelParallelism& parallelism,
+LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelParallelism& parallelism,
                        Storage storage)
     : config_(c), store_(seed, storage), groups_(c, parallelism) {
   TETRA_CHECK(!parallelism.chunks.empty()) << "a model needs at least one chunk";
@@ -74,13 +74,7 @@ LlamaModel::LlamaModel(const ModelConfig& c, uint64_t seed, const ModelParalleli
   store_.Pack(parallelism.flat_multiple, parallelism.expert_flat_multiple);
 }
 
-bool LlamaModel::is_whole_model() const {
-  const PipelineStage& stage = chunks_.front().stage;
-  return chunks_.size() == 1 && stage.has_embedding && stage.has_head &&
-         stage.num_layers == config_.num_hidden_layers();
-}
-
-Tensor LlamaModel::RunForward(int slot, int chunk, const int32_t* inputs,
+Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
                               const Tensor& hidden_in, const int32_t* targets, int64_t batch,
                               int64_t seq, float grad_scale, bool with_grad, double* loss_sum) {
   TETRA_CHECK(chunk >= 0 && chunk < num_chunks()) << "chunk " << chunk << " of " << num_chunks();
@@ -115,50 +109,21 @@ Tensor LlamaModel::RunForward(int slot, int chunk, const int32_t* inputs,
   return Tensor();
 }
 
-Tensor LlamaModel::ForwardStage(int slot, int chunk, const int32_t* inputs,
+Tensor LanguageModel::ForwardStage(int slot, int chunk, const int32_t* inputs,
                                 const Tensor& hidden_in, const int32_t* targets, int64_t batch,
                                 int64_t seq, float grad_scale, double* loss_sum) {
   return RunForward(slot, chunk, inputs, hidden_in, targets, batch, seq, grad_scale, /*with_grad=*/true,
                     loss_sum);
 }
 
-Tensor LlamaModel::EvaluateStage(int slot, int chunk, const int32_t* inputs,
+Tensor LanguageModel::EvaluateStage(int slot, int chunk, const int32_t* inputs,
                                  const Tensor& hidden_in, const int32_t* targets, int64_t batch,
                                  int64_t seq, double* loss_sum) {
   return RunForward(slot, chunk, inputs, hidden_in, targets, batch, seq, 0.0f, /*with_grad=*/false,
                     loss_sum);
 }
 
-double LlamaModel::ForwardLoss(const int32_t* inputs, const int32_t* targets, int64_t batch,
-                               int64_t seq) {
-  TETRA_CHECK(is_whole_model()) << "ForwardLoss runs the whole model, not a pipeline stage";
-  double loss = 0;
-  RunForward(0, 0, inputs, Tensor(), targets, batch, seq, 0.0f, /*with_grad=*/false, &loss);
-  return loss;
-}
-
-double LlamaModel::Forward(int slot, const int32_t* inputs, const int32_t* targets, int64_t batch,
-                           int64_t seq, float grad_scale) {
-  TETRA_CHECK(is_whole_model()) << "Forward runs the whole model; a pipeline stage: ForwardStage";
-  double loss = 0;
-  ForwardStage(slot, 0, inputs, Tensor(), targets, batch, seq, grad_scale, &loss);
-  return loss;
-}
-
-double LlamaModel::ForwardBackward(const int32_t* inputs, const int32_t* targets, int64_t batch,
-                                   int64_t seq, float grad_scale,
-                                   const GradientReadyCallback& on_ready) {
-  const double loss = Forward(0, inputs, targets, batch, seq, grad_scale);
-  Backward(0, on_ready);
-  return loss;
-}
-
-void LlamaModel::Backward(int slot, const GradientReadyCallback& on_ready) {
-  TETRA_CHECK(is_whole_model()) << "Backward runs the whole model; a pipeline stage: BackwardStage";
-  BackwardStage(slot, 0, Tensor(), on_ready);
-}
-
-Tensor LlamaModel::BackwardStage(int slot, int chunk, const Tensor& d_hidden_out,
+Tensor LanguageModel::BackwardStage(int slot, int chunk, const Tensor& d_hidden_out,
                                  const GradientReadyCallback& on_ready) {
   TETRA_CHECK(chunk >= 0 && chunk < num_chunks()) << "chunk " << chunk << " of " << num_chunks();
   const Chunk& c = chunks_[chunk];
@@ -190,7 +155,7 @@ Tensor LlamaModel::BackwardStage(int slot, int chunk, const Tensor& d_hidden_out
   return Tensor();
 }
 
-void LlamaModel::ReleaseSlots() {
+void LanguageModel::ReleaseSlots() {
   if (embedding_) embedding_->ReleaseSlots();
   for (Chunk& chunk : chunks_) {
     for (auto& block : chunk.blocks) block->ReleaseSlots();
@@ -200,7 +165,7 @@ void LlamaModel::ReleaseSlots() {
   micro_batches_.Clear();
 }
 
-std::vector<MoeMlpLayer*> LlamaModel::moe_layers() const {
+std::vector<MoeMlpLayer*> LanguageModel::moe_layers() const {
   std::vector<MoeMlpLayer*> layers;
   for (const Chunk& chunk : chunks_) {
     for (const auto& block : chunk.blocks) {
@@ -211,7 +176,7 @@ std::vector<MoeMlpLayer*> LlamaModel::moe_layers() const {
 }
 
 std::vector<ModelTensor> WholeModelTensors(const ModelConfig& config) {
-  LlamaModel model(config, /*seed=*/0, {}, Storage::kShapesOnly);
+  LanguageModel model(config, /*seed=*/0, {}, Storage::kShapesOnly);
   std::vector<ModelTensor> tensors;
   for (const Parameter& p : model.parameters().all()) tensors.push_back({p.name, p.global_shape});
   return tensors;

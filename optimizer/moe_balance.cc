@@ -1,0 +1,48 @@
+#include "optimizer/moe_balance.h"
+
+#include <algorithm>
+
+#include "core/logging.h"
+
+namespace tetra {
+
+void StartMoeStep(const std::vector<MoeMlpLayer*>& layers) {
+  for (MoeMlpLayer* layer : layers) layer->ResetStats();
+}
+
+MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_batch,
+                     const ParallelState& parallel) {
+  // Every layer's loads in one int32 buffer, summed over the grad group in one call.
+  std::vector<int32_t> loads;
+  for (MoeMlpLayer* layer : layers) loads.insert(loads.end(), layer->loads().begin(), layer->loads().end());
+  parallel.grad().AllReduce(loads.data(), loads.data(), static_cast<int64_t>(loads.size()), DType::kI32,
+                            ReduceOp::kSum);
+  MoeLoads result;
+  double aux = 0, dropped = 0, bytes = 0, imbalance = 1;
+  size_t at = 0;
+  for (MoeMlpLayer* layer : layers) {
+    const size_t experts = layer->loads().size();
+    result.per_layer.emplace_back(loads.begin() + at, loads.begin() + at + experts);
+    at += experts;
+    imbalance = std::max(imbalance, LoadImbalance(result.per_layer.back()));
+    aux += layer->aux_loss_sum();
+    dropped += static_cast<double>(layer->dropped());
+    bytes += layer->dispatcher().all_to_all_bytes();
+  }
+  // Stages hold other layers: their sums add up over the pipeline.
+  Communicator &loss = parallel.loss(), &pipeline = parallel.pipeline();
+  MoeStepStats& stats = result.stats;
+  stats.aux_loss = SumOverRanks(pipeline, SumOverRanks(loss, aux)) / static_cast<double>(global_batch);
+  stats.dropped_tokens = SumOverRanks(pipeline, SumOverRanks(loss, dropped));
+  stats.load_imbalance = MaxOverRanks(pipeline, imbalance);
+  stats.all_to_all_bytes = MaxOverRanks(pipeline, MaxOverRanks(loss, bytes));
+  return result;
+}
+
+void UpdateMoeBiases(const std::vector<MoeMlpLayer*>& layers, const MoeLoads& loads, double speed) {
+  TETRA_CHECK(loads.per_layer.size() == layers.size())
+      << loads.per_layer.size() << " layers' loads for " << layers.size() << " MoE layers";
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->UpdateBias(loads.per_layer[i], speed);
+}
+
+}  // namespace tetra
