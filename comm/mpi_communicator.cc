@@ -34,6 +34,7 @@ MPI_Datatype MpiType(DType dtype) {
   switch (dtype) {
     case DType::kF32: return MPI_FLOAT;
     case DType::kI32: return MPI_INT32_T;
+    case DType::kF64: return MPI_DOUBLE;
     case DType::kBF16:
     case DType::kF16: return MPI_UINT16_T;  // moved, never reduced
   }

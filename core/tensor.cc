@@ -19,6 +19,8 @@ size_t DTypeSize(DType dtype) {
     case DType::kBF16:
     case DType::kF16:
       return 2;
+    case DType::kF64:
+      return 8;
   }
   return 0;
 }
@@ -29,6 +31,7 @@ const char* DTypeName(DType dtype) {
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
     case DType::kI32: return "I32";
+    case DType::kF64: return "F64";
   }
   return "?";
 }

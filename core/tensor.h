@@ -15,7 +15,7 @@
 
 namespace tetra {
 
-enum class DType { kF32, kBF16, kF16, kI32 };
+enum class DType { kF32, kBF16, kF16, kI32, kF64 };
 enum class DeviceType { kCPU, kCUDA };
 
 size_t DTypeSize(DType dtype);

@@ -1,5 +1,6 @@
 // Parameter types of the op API (kernels/ops.h) that are more than a Tensor:
-// attention shapes, AdamW hyperparameters and the RoPE table. They belong to
+// attention shapes, AdamW hyperparameters, the router's settings and the RoPE
+// table. They belong to
 // no backend, so the CPU kernels and a CUDA backend take the same types.
 #ifndef TETRA_KERNELS_OP_TYPES_H_
 #define TETRA_KERNELS_OP_TYPES_H_
@@ -42,6 +43,18 @@ struct AdamWTensors {
   Tensor v;
   Tensor param_bf16;
   bool decay = true;
+};
+
+// The DeepSeek-V3 router's settings (model.moe's fields): E routed experts in
+// n_group equal groups, k chosen per token among the topk_group best groups.
+struct RouterSpec {
+  int num_experts = 0;
+  int top_k = 0;
+  int n_group = 1;
+  int topk_group = 1;
+  bool softmax = false;  // scoring_func "softmax"; else "sigmoid"
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 1.0f;
 };
 
 // cos and sin of every (position, frequency) angle of rotary embeddings, fp32

@@ -8,9 +8,11 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/moe_dispatch.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cpu/router.h"
 #include "kernels/cpu/swiglu.h"
 
 #if TETRA_HAVE_CUDA
@@ -227,6 +229,187 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
                                           dlogits.defined() ? dlogits.f32() : nullptr, nullptr);
 }
 
+void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                          int64_t vocab_size, const Tensor& row_max, const Tensor& target_logit) {
+  const int64_t rows = Rows(logits);
+  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows && row_max.numel() == rows &&
+              target_logit.numel() == rows && row_max.dtype() == DType::kF32 &&
+              target_logit.dtype() == DType::kF32 && vocab_begin >= 0 &&
+              vocab_begin + logits.dim(-1) <= vocab_size)
+      << "cross-entropy row stats: logits " << ShapeString(logits.shape()) << " of ids from "
+      << vocab_begin << " of " << vocab_size << ", targets " << ShapeString(targets.shape());
+  TETRA_ON_DEVICE(logits, CrossEntropyRowStats(logits, targets, vocab_begin, vocab_size, row_max, target_logit));
+  ExpectHost(logits);
+  cpu::CrossEntropyRowStats(logits.f32(), targets.data<int32_t>(), rows, logits.dim(-1), vocab_begin,
+                            vocab_size, row_max.f32(), target_logit.f32());
+}
+
+void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
+  const int64_t rows = Rows(logits);
+  TETRA_CHECK(row_max.numel() == rows && sum_exp.numel() == rows && sum_exp.dtype() == DType::kF64)
+      << "cross-entropy sum of exps: logits " << ShapeString(logits.shape()) << ", sums "
+      << DTypeName(sum_exp.dtype()) << ShapeString(sum_exp.shape());
+  TETRA_ON_DEVICE(logits, CrossEntropySumExp(logits, row_max, sum_exp));
+  ExpectHost(logits);
+  cpu::CrossEntropySumExp(logits.f32(), row_max.f32(), rows, logits.dim(-1), sum_exp.data<double>());
+}
+
+double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp) {
+  TETRA_CHECK(target_logit.numel() == row_max.numel() && sum_exp.numel() == row_max.numel() &&
+              sum_exp.dtype() == DType::kF64)
+      << "cross-entropy loss of " << row_max.numel() << " rows";
+  TETRA_ON_DEVICE(row_max, CrossEntropyLoss(row_max, target_logit, sum_exp));
+  ExpectHost(row_max);
+  return cpu::CrossEntropyLoss(row_max.f32(), target_logit.f32(), sum_exp.data<double>(), row_max.numel());
+}
+
+void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                          const Tensor& row_max, const Tensor& sum_exp, float grad_scale,
+                          const Tensor& dlogits) {
+  const int64_t rows = Rows(logits);
+  TETRA_CHECK(targets.numel() == rows && row_max.numel() == rows && sum_exp.numel() == rows &&
+              dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype())
+      << "cross-entropy gradient: logits " << ShapeString(logits.shape()) << ", dlogits "
+      << ShapeString(dlogits.shape());
+  TETRA_ON_DEVICE(logits, CrossEntropyGradient(logits, targets, vocab_begin, row_max, sum_exp, grad_scale, dlogits));
+  ExpectHost(logits);
+  cpu::CrossEntropyGradient(logits.f32(), targets.data<int32_t>(), row_max.f32(), sum_exp.data<double>(), rows,
+                            logits.dim(-1), vocab_begin, grad_scale, dlogits.f32());
+}
+
+namespace {
+
+// (N, E) scores or logits and (N, k) choices of `spec`'s router.
+void CheckRouterShapes(const RouterSpec& spec, const Tensor& scores, const Tensor& expert, const char* op) {
+  TETRA_CHECK(scores.rank() == 2 && scores.dim(1) == spec.num_experts && scores.dtype() == DType::kF32 &&
+              (!expert.defined() ||
+               (expert.dtype() == DType::kI32 && expert.numel() == scores.dim(0) * spec.top_k)))
+      << op << ": scores " << DTypeName(scores.dtype()) << ShapeString(scores.shape()) << " for "
+      << spec.num_experts << " experts, choices " << ShapeString(expert.shape()) << " of top " << spec.top_k;
+}
+
+}  // namespace
+
+void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& scores) {
+  CheckRouterShapes(spec, logits, Tensor(), "router scores");
+  TETRA_CHECK(scores.shape() == logits.shape() && scores.dtype() == DType::kF32)
+      << "router scores " << ShapeString(scores.shape()) << " of logits " << ShapeString(logits.shape());
+  TETRA_ON_DEVICE(logits, RouterScores(spec, logits, scores));
+  ExpectHost(logits);
+  cpu::RouterScores(spec, logits.f32(), logits.dim(0), scores.f32());
+}
+
+void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias, const Tensor& expert,
+                const Tensor& weights) {
+  CheckRouterShapes(spec, scores, expert, "router top-k");
+  TETRA_CHECK(bias.numel() == spec.num_experts && weights.numel() == expert.numel())
+      << "router top-k: bias " << ShapeString(bias.shape()) << ", weights " << ShapeString(weights.shape());
+  TETRA_ON_DEVICE(scores, RouterTopK(spec, scores, bias, expert, weights));
+  ExpectHost(scores);
+  cpu::RouterTopK(spec, scores.f32(), bias.f32(), scores.dim(0), expert.data<int32_t>(), weights.f32());
+}
+
+void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
+                           const Tensor& dweights, const Tensor& dscores) {
+  CheckRouterShapes(spec, scores, expert, "router weights backward");
+  TETRA_CHECK(dweights.numel() == expert.numel() && dscores.shape() == scores.shape())
+      << "router weights backward: dweights " << ShapeString(dweights.shape()) << ", dscores "
+      << ShapeString(dscores.shape());
+  TETRA_ON_DEVICE(scores, RouterWeightsBackward(spec, scores, expert, dweights, dscores));
+  ExpectHost(scores);
+  cpu::RouterWeightsBackward(spec, scores.f32(), expert.data<int32_t>(), dweights.f32(), scores.dim(0),
+                             dscores.f32());
+}
+
+void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
+                          const Tensor& dlogits) {
+  CheckRouterShapes(spec, scores, Tensor(), "router scores backward");
+  TETRA_CHECK(dscores.shape() == scores.shape() && dlogits.shape() == scores.shape())
+      << "router scores backward: dscores " << ShapeString(dscores.shape()) << ", dlogits "
+      << ShapeString(dlogits.shape());
+  TETRA_ON_DEVICE(scores, RouterScoresBackward(spec, scores, dscores, dlogits));
+  ExpectHost(scores);
+  cpu::RouterScoresBackward(spec, scores.f32(), dscores.f32(), scores.dim(0), dlogits.f32());
+}
+
+double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
+                           int64_t batch, int64_t seq, float grad_scale, const Tensor& dscores) {
+  CheckRouterShapes(spec, scores, expert, "sequence balance loss");
+  TETRA_CHECK(scores.dim(0) == batch * seq && (!dscores.defined() || dscores.shape() == scores.shape()))
+      << "balance loss over " << scores.dim(0) << " tokens, not " << batch << " x " << seq;
+  TETRA_ON_DEVICE(scores, SequenceBalanceLoss(spec, scores, expert, batch, seq, grad_scale, dscores));
+  ExpectHost(scores);
+  return cpu::SequenceBalanceLoss(spec, scores.f32(), expert.data<int32_t>(), batch, seq, grad_scale,
+                                  dscores.defined() ? dscores.f32() : nullptr);
+}
+
+void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor& loads) {
+  TETRA_CHECK(expert.dtype() == DType::kI32 && expert.numel() % spec.top_k == 0 &&
+              loads.dtype() == DType::kI32 && loads.numel() == spec.num_experts)
+      << "expert loads: choices " << ShapeString(expert.shape()) << ", loads " << ShapeString(loads.shape());
+  TETRA_ON_DEVICE(expert, CountExpertLoads(spec, expert, loads));
+  ExpectHost(expert);
+  cpu::CountExpertLoads(spec, expert.data<int32_t>(), expert.numel() / spec.top_k, loads.data<int32_t>());
+}
+
+void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
+  TETRA_CHECK(loads.dtype() == DType::kI32 && bias.dtype() == DType::kF32 && loads.numel() == bias.numel())
+      << "router bias update: loads " << ShapeString(loads.shape()) << ", bias " << ShapeString(bias.shape());
+  TETRA_ON_DEVICE(bias, UpdateRouterBias(loads, speed, bias));
+  ExpectHost(bias);
+  cpu::UpdateRouterBias(loads.data<int32_t>(), static_cast<int>(bias.numel()), speed, bias.f32());
+}
+
+int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity, const Tensor& send_row,
+                      const Tensor& send_token, const Tensor& expert_counts) {
+  TETRA_CHECK(expert.rank() == 2 && expert.dtype() == DType::kI32 && weights.shape() == expert.shape() &&
+              send_row.numel() == expert.numel() && send_token.numel() == expert.numel() &&
+              send_row.dtype() == DType::kI32 && send_token.dtype() == DType::kI32 &&
+              expert_counts.dtype() == DType::kI32)
+      << "dispatch order: choices " << ShapeString(expert.shape()) << ", send rows "
+      << ShapeString(send_row.shape()) << ", send tokens " << ShapeString(send_token.shape());
+  TETRA_ON_DEVICE(expert, DispatchOrder(expert, weights, capacity, send_row, send_token, expert_counts));
+  ExpectHost(expert);
+  return cpu::DispatchOrder(expert.data<int32_t>(), weights.f32(), expert.dim(0), static_cast<int>(expert.dim(1)),
+                            static_cast<int>(expert_counts.numel()), capacity, send_row.data<int32_t>(),
+                            send_token.data<int32_t>(), expert_counts.data<int32_t>());
+}
+
+void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
+  TETRA_CHECK(index.dtype() == DType::kI32 && dst.numel() == index.numel() * src.dim(-1) &&
+              dst.dtype() == src.dtype())
+      << "gather rows: " << ShapeString(index.shape()) << " rows of " << ShapeString(src.shape()) << " into "
+      << ShapeString(dst.shape());
+  TETRA_ON_DEVICE(src, GatherRows(src, index, dst));
+  ExpectHost(src);
+  cpu::GatherRows(src.f32(), index.data<int32_t>(), index.numel(), src.dim(-1), dst.f32());
+}
+
+void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, const Tensor& dst) {
+  const int64_t n = Rows(dst), c = dst.dim(-1);
+  TETRA_CHECK(index.rank() == 2 && index.dim(0) == n && index.dtype() == DType::kI32 && src.dim(-1) == c &&
+              src.dtype() == dst.dtype() && (!weights.defined() || weights.shape() == index.shape()))
+      << "combine rows: " << ShapeString(src.shape()) << " by " << ShapeString(index.shape()) << " into "
+      << ShapeString(dst.shape());
+  TETRA_ON_DEVICE(dst, CombineRows(src, index, weights, dst));
+  ExpectHost(dst);
+  cpu::CombineRows(src.f32(), index.data<int32_t>(), weights.defined() ? weights.f32() : nullptr, n,
+                   static_cast<int>(index.dim(1)), c, dst.f32());
+}
+
+void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& index, const Tensor& weights,
+                         const Tensor& dsrc, const Tensor& dweights) {
+  const int64_t n = Rows(ddst), c = ddst.dim(-1);
+  TETRA_CHECK(index.rank() == 2 && index.dim(0) == n && weights.shape() == index.shape() &&
+              dweights.numel() == index.numel() && dsrc.shape() == src.shape() && src.dim(-1) == c)
+      << "combine rows backward: d out " << ShapeString(ddst.shape()) << ", rows " << ShapeString(src.shape())
+      << ", index " << ShapeString(index.shape());
+  TETRA_ON_DEVICE(ddst, CombineRowsBackward(ddst, src, index, weights, dsrc, dweights));
+  ExpectHost(ddst);
+  cpu::CombineRowsBackward(ddst.f32(), src.f32(), index.data<int32_t>(), weights.f32(), n,
+                           static_cast<int>(index.dim(1)), c, dsrc.f32(), dweights.f32());
+}
+
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
            const AdamWHyper& hyper) {
   TETRA_ON_DEVICE(param, AdamW({AdamWTensors{param, grad, m, v, Tensor(), true}}, hyper));
@@ -247,9 +430,16 @@ void Scale(const Tensor& x, float factor) {
 }
 
 void Add(const Tensor& x, const Tensor& y) {
+  TETRA_CHECK(x.numel() == y.numel() && x.dtype() == y.dtype())
+      << "add " << DTypeName(x.dtype()) << ShapeString(x.shape()) << " to " << DTypeName(y.dtype())
+      << ShapeString(y.shape());
   TETRA_ON_DEVICE(x, Add(x, y));
   ExpectHost(x);
-  cpu::Add(x.f32(), y.f32(), x.numel());
+  if (x.dtype() == DType::kF64) {
+    cpu::Add(x.data<double>(), y.data<double>(), x.numel());
+  } else {
+    cpu::Add(x.f32(), y.f32(), x.numel());
+  }
 }
 
 void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper& hyper) {

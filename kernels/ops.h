@@ -60,6 +60,63 @@ void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                     const Tensor& dlogits);
 
+// Vocabulary-parallel cross-entropy's local steps, which
+// parallel/vocab_parallel_cross_entropy.h runs around its collectives: logits
+// (N, V) hold ids [vocab_begin, vocab_begin + V) of a vocabulary of
+// vocab_size; targets (N) int32 in [0, vocab_size) (checked). The same
+// arithmetic as CrossEntropy, step by step.
+// row_max (N) fp32: each row's largest logit; target_logit (N) fp32: the
+// row's target's logit where this slice holds it, else 0.
+void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                          int64_t vocab_size, const Tensor& row_max, const Tensor& target_logit);
+// sum_exp (N) fp64 = sum over the row of exp(logit - row_max).
+void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp);
+// Sum over rows of (row_max - target_logit) + log(sum_exp), in row order.
+double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp);
+// dlogits (N, V), may be logits: grad_scale x (softmax - onehot(target)) on
+// this slice, softmax = exp(logit - row_max) / sum_exp.
+void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                          const Tensor& row_max, const Tensor& sum_exp, float grad_scale,
+                          const Tensor& dlogits);
+
+// The DeepSeek-V3 router (kernels/cpu/router.h for the arithmetic), N tokens,
+// E experts, k choices, fp32 but for the int32 expert ids.
+// scores (N, E) = sigmoid or softmax of logits (N, E).
+void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& scores);
+// expert (N, k) int32 and weights (N, k): group-limited top-k of scores + bias (E).
+void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias,
+                const Tensor& expert, const Tensor& weights);
+// dscores (N, E) += the gradient through the weights, given dweights (N, k).
+void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
+                           const Tensor& dweights, const Tensor& dscores);
+// dlogits (N, E) = the scores' Jacobian applied to dscores (N, E).
+void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
+                          const Tensor& dlogits);
+// The sequence-wise balance loss of the batch x seq tokens (summed over the
+// sequences); dscores, when defined, += grad_scale x its gradient.
+double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
+                           int64_t batch, int64_t seq, float grad_scale, const Tensor& dscores);
+// loads (E) int32 += the choices of each expert.
+void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor& loads);
+// bias (E) += speed x sign(mean load - load), loads (E) int32.
+void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias);
+
+// Token dispatch (kernels/cpu/moe_dispatch.h): pairs p = t k + j.
+// expert, weights (N, k) -> send_row (N, k) int32 (-1: dropped), send_token
+// (N k) int32 of which the first M rows are used, expert_counts (E) int32;
+// capacity < 0: every pair kept. Returns M.
+int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
+                      const Tensor& send_row, const Tensor& send_token, const Tensor& expert_counts);
+// dst (M, C) row i = src row index[i], index (M) int32.
+void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
+// dst (N, C) row t = sum over kept pairs of weights[t, j] x src row index[t, j]
+// (undefined weights: the plain sum, the adjoint of GatherRows).
+void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, const Tensor& dst);
+// CombineRows' backward, each src row the row of one pair (as send_row):
+// dsrc (M, C) rows and dweights (N, k), written.
+void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& index,
+                         const Tensor& weights, const Tensor& dsrc, const Tensor& dweights);
+
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
            const AdamWHyper& hyper);
 // Every tensor of the list in one pass (one launch on the device), each with
@@ -68,7 +125,7 @@ void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper
 
 double SumOfSquares(const Tensor& x);
 void Scale(const Tensor& x, float factor);
-void Add(const Tensor& x, const Tensor& y);  // y += x
+void Add(const Tensor& x, const Tensor& y);  // y += x; fp32, or fp64 (sums of sums)
 // dst = src in dst's dtype (fp32 <-> bf16, round to nearest even), same device.
 void Cast(const Tensor& src, const Tensor& dst);
 

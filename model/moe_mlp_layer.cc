@@ -7,7 +7,7 @@ namespace tetra {
 
 MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& c,
                          const LayerParallelism& parallelism)
-    : router_(RouterConfig::FromProto(c.moe())),
+    : router_(RouterSpecFromConfig(c.moe())),
       aux_loss_alpha_(c.moe().aux_loss_alpha()),
       gate_(store.Add(prefix + ".gate.weight", {c.moe().n_routed_experts(), c.hidden_size()},
                       Init::kNormal, c.initializer_range(), parallelism.Replicated())),
@@ -54,20 +54,20 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   Activations& a = slots_.ForForward(slot);
   a.x = x;
   const int64_t n = x.dim(0), e = router_.num_experts;
-  EnsureShape(&logits_, {n, e});
+  EnsureShape(&logits_, {n, e}, DType::kF32);  // the router runs in fp32
   ops::Linear(x, gate_.value, logits_);
   Route(router_, logits_, bias_.value, &a.routing);
-  CountLoads(router_, a.routing, &loads_);
+  ops::CountExpertLoads(router_, a.routing.expert, loads_);
   // The balance term of each sequence enters the objective with weight 1 /
   // (global sequences) = grad_scale x seq.
-  EnsureShape(&a.daux, {n, e});
+  EnsureShape(&a.daux, {n, e}, DType::kF32);
   a.daux.SetZero();
   if (aux_loss_alpha_ > 0) {
     const float aux_scale = static_cast<float>(aux_loss_alpha_ * grad_scale * seq);
-    aux_loss_sum_ += aux_loss_alpha_ * SequenceBalanceLoss(router_, a.routing, batch, seq,
-                                                           aux_scale, a.daux);
+    aux_loss_sum_ += aux_loss_alpha_ * ops::SequenceBalanceLoss(router_, a.routing.scores, a.routing.expert,
+                                                                batch, seq, aux_scale, a.daux);
   }
-  dispatcher_.Plan(a.routing.expert, a.routing.weights, &a.plan);
+  dispatcher_.Plan(a.routing, &a.plan);
   dropped_ += a.plan.dropped;
   dispatcher_.Permute(a.plan, x, &send_);
   dispatcher_.ToExperts(a.plan, send_, &a.grouped);
@@ -82,7 +82,7 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
 Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
   Activations& a = slots_.ForBackward(slot);
   const int64_t n = a.x.dim(0);
-  EnsureShape(&dweights_, {n, router_.top_k});
+  EnsureShape(&dweights_, {n, router_.top_k}, DType::kF32);
   dispatcher_.CombineBackward(a.plan, a.routing.weights, a.y_send, dy, &dy_send_, dweights_);
   dispatcher_.ToExperts(a.plan, dy_send_, &dy_grouped_);
   GroupedSwigluBackward(Experts(), a.experts, experts_region_.ExitBackward(dy_grouped_),
@@ -91,11 +91,11 @@ Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dx_, a.x.shape());
   dispatcher_.Unpermute(a.plan, dx_send_, dx_);
   // The router: through the combine weights and the balance loss, to the gate.
-  EnsureShape(&dscores_, a.routing.scores.shape());
+  EnsureShape(&dscores_, a.routing.scores.shape(), DType::kF32);
   dscores_.CopyFrom(a.daux);
-  WeightsBackward(router_, a.routing, dweights_, dscores_);
-  EnsureShape(&dlogits_, a.routing.scores.shape());
-  ScoresBackward(router_, a.routing, dscores_, dlogits_);
+  ops::RouterWeightsBackward(router_, a.routing.scores, a.routing.expert, dweights_, dscores_);
+  EnsureShape(&dlogits_, a.routing.scores.shape(), DType::kF32);
+  ops::RouterScoresBackward(router_, a.routing.scores, dscores_, dlogits_);
   ops::LinearBackward(dlogits_, a.x, gate_.value, dx_, gate_.grad, /*accumulate_dx=*/true);
   if (shared_) ops::Add(shared_->Backward(slot, dy), dx_);
   return dx_;
@@ -107,14 +107,21 @@ void MoeMlpLayer::ReleaseSlots() {
 }
 
 void MoeMlpLayer::ResetStats() {
-  loads_.assign(router_.num_experts, 0);
+  EnsureShape(&loads_, {router_.num_experts}, DType::kI32);
+  loads_.SetZero();
   aux_loss_sum_ = 0;
   dropped_ = 0;
   dispatcher_.ResetCounters();
 }
 
 void MoeMlpLayer::UpdateBias(const std::vector<int64_t>& loads, double speed) {
-  tetra::UpdateBias(loads, speed, bias_.value);
+  TETRA_CHECK(static_cast<int64_t>(loads.size()) == router_.num_experts)
+      << loads.size() << " loads for " << router_.num_experts << " experts";
+  Tensor host = Tensor::Empty({router_.num_experts}, DType::kI32);
+  for (int i = 0; i < router_.num_experts; ++i) host.data<int32_t>()[i] = static_cast<int32_t>(loads[i]);
+  Tensor on_device = Tensor::Empty(host.shape(), DType::kI32, bias_.value.device());
+  on_device.CopyFrom(host);
+  ops::UpdateRouterBias(on_device, speed, bias_.value);
 }
 
 }  // namespace tetra

@@ -47,13 +47,14 @@ class MoeMlpLayer {
   Tensor Backward(int slot, const Tensor& dy);
   void ReleaseSlots();
 
-  // Since the last ResetStats: tokens that chose each expert (E), the sum
-  // over sequences of aux_loss_alpha x their balance loss, pairs dropped.
-  const std::vector<int64_t>& loads() const { return loads_; }
+  // Since the last ResetStats: tokens that chose each expert (E, int32, on
+  // the layer's device), the sum over sequences of aux_loss_alpha x their
+  // balance loss, pairs dropped.
+  const Tensor& loads() const { return loads_; }
   double aux_loss_sum() const { return aux_loss_sum_; }
   int64_t dropped() const { return dropped_; }
   void ResetStats();
-  // bias_i += speed x sign(mean load - load_i), `loads` over the global batch.
+  // bias_i += speed x sign(mean load - load_i), `loads` (E) over the global batch.
   void UpdateBias(const std::vector<int64_t>& loads, double speed);
   TokenDispatcher& dispatcher() { return dispatcher_; }
 
@@ -68,7 +69,7 @@ class MoeMlpLayer {
     Tensor daux;              // (N, E) the balance loss's score gradient
   };
 
-  RouterConfig router_;
+  RouterSpec router_;
   double aux_loss_alpha_;
   Parameter& gate_;
   Parameter& bias_;
@@ -85,7 +86,7 @@ class MoeMlpLayer {
   TokenDispatcher dispatcher_;
   TensorParallelRegion experts_region_;  // the experts' sums over tp
   ActivationSlots<Activations> slots_;
-  std::vector<int64_t> loads_;
+  Tensor loads_;
   double aux_loss_sum_ = 0;
   int64_t dropped_ = 0;
   // Scratch.

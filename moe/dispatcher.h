@@ -8,8 +8,11 @@
 //   backward: the same path with the adjoints (CombineBackward, ToExperts,
 //             experts' backward, FromExperts, Unpermute).
 //
-// Experts are split evenly over the expert-parallel group ep: rank r holds
-// experts [r E / ep, (r + 1) E / ep). With one rank the exchanges are copies.
+// This file orchestrates: the row arithmetic is the op API's (DispatchOrder,
+// GatherRows, CombineRows and its backward in kernels/ops.h), the exchange
+// the communicator's, in the activations' dtype and on their device. Experts
+// are split evenly over the expert-parallel group ep: rank r holds experts
+// [r E / ep, (r + 1) E / ep). With one rank the exchanges are copies.
 // Dropless unless capacity_factor c > 0: then each expert takes at most
 // ceil(c N k / E) of the micro-batch's pairs, keeping the highest weights.
 #ifndef TETRA_MOE_DISPATCHER_H_
@@ -20,18 +23,25 @@
 
 #include "comm/communicator.h"
 #include "core/tensor.h"
+#include "moe/router.h"
 
 namespace tetra {
 
 // Where one micro-batch's pairs go; made by TokenDispatcher::Plan, kept for the backward.
 struct DispatchPlan {
-  int64_t tokens = 0;
-  int top_k = 0;
-  std::vector<int64_t> send_row;     // (N k) row in send of pair t k + j; -1 when dropped
-  std::vector<int32_t> send_token;   // (M) the token of each send row
+  Tensor send_row;     // (N, k) int32: each pair's row in send; -1 when dropped
+  Tensor send_token;   // (N k) int32: the token of each send row (the first M)
+  Tensor expert_counts;  // (E) int32: send rows of each expert
+  int64_t rows = 0;    // M, the pairs kept
   std::vector<int64_t> send_counts, send_offsets;  // rows to each ep rank (M in all)
   std::vector<int64_t> recv_counts, recv_offsets;  // rows from each ep rank (R in all)
-  std::vector<int64_t> grouped_row;  // (R) row in grouped of each received row
+  // Rows arrive grouped by (source rank, local expert); the experts take them
+  // grouped by (local expert, source rank): these block moves turn one into
+  // the other.
+  struct RowBlock {
+    int64_t arrival = 0, grouped = 0, rows = 0;  // first row in each order, rows
+  };
+  std::vector<RowBlock> blocks;
   std::vector<int64_t> expert_rows;  // rows of each local expert in grouped (R in all)
   int64_t dropped = 0;               // pairs over capacity
 };
@@ -44,9 +54,8 @@ class TokenDispatcher {
   int local_experts() const { return local_experts_; }
   int first_expert() const { return ep_.rank() * local_experts_; }
 
-  // expert, weights (N, k): the router's choice. Collective over ep (the
-  // per-expert counts are exchanged).
-  void Plan(const std::vector<int32_t>& expert, const Tensor& weights, DispatchPlan* plan);
+  // The router's choice. Collective over ep (the per-expert counts are exchanged).
+  void Plan(const Routing& routing, DispatchPlan* plan);
   // x (N, C) -> *send (M, C): each kept pair's token row.
   void Permute(const DispatchPlan& plan, const Tensor& x, Tensor* send) const;
   // dsend (M, C) -> dx (N, C), written: the sum over each token's pairs (Permute's adjoint).
@@ -68,7 +77,7 @@ class TokenDispatcher {
   void ResetCounters() { bytes_ = 0; }
 
  private:
-  // Rows of `from` (blocks from_counts/offsets) to `to` over ep, `width` floats a row.
+  // Rows of `from` (blocks from_counts/offsets) to `to` over ep.
   void Exchange(const Tensor& from, const std::vector<int64_t>& from_counts,
                 const std::vector<int64_t>& from_offsets, const Tensor& to,
                 const std::vector<int64_t>& to_counts, const std::vector<int64_t>& to_offsets);

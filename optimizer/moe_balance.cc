@@ -12,16 +12,21 @@ void StartMoeStep(const std::vector<MoeMlpLayer*>& layers) {
 
 MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_batch,
                      const ParallelState& parallel) {
-  // Every layer's loads in one int32 buffer, summed over the grad group in one call.
+  // Every layer's loads in one host int32 buffer, summed over the grad group in one call.
   std::vector<int32_t> loads;
-  for (MoeMlpLayer* layer : layers) loads.insert(loads.end(), layer->loads().begin(), layer->loads().end());
+  for (MoeMlpLayer* layer : layers) {
+    const Tensor& mine = layer->loads();
+    Tensor host = Tensor::Empty(mine.shape(), DType::kI32);
+    host.CopyFrom(mine);
+    loads.insert(loads.end(), host.data<int32_t>(), host.data<int32_t>() + host.numel());
+  }
   parallel.grad().AllReduce(loads.data(), loads.data(), static_cast<int64_t>(loads.size()), DType::kI32,
                             ReduceOp::kSum);
   MoeLoads result;
   double aux = 0, dropped = 0, bytes = 0, imbalance = 1;
   size_t at = 0;
   for (MoeMlpLayer* layer : layers) {
-    const size_t experts = layer->loads().size();
+    const size_t experts = layer->loads().numel();
     result.per_layer.emplace_back(loads.begin() + at, loads.begin() + at + experts);
     at += experts;
     imbalance = std::max(imbalance, LoadImbalance(result.per_layer.back()));

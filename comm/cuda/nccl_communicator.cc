@@ -29,6 +29,7 @@ ncclDataType_t NcclType(DType dtype) {
     case DType::kBF16: return ncclBfloat16;
     case DType::kF16: return ncclFloat16;
     case DType::kI32: return ncclInt32;
+    case DType::kF64: return ncclFloat64;
   }
   TETRA_CHECK(false) << "unknown dtype";
   return ncclFloat32;

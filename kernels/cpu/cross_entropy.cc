@@ -12,6 +12,16 @@
 namespace tetra::cpu {
 namespace {
 
+// The steps of one row; every kernel below is made of these, so the fused
+// and the piecewise cross-entropy compute the same numbers.
+
+float RowMax(const float* x, int64_t n) {
+  float max = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : max)
+  for (int64_t j = 0; j < n; ++j) max = x[j] > max ? x[j] : max;  // std::max: not vectorised
+  return max;
+}
+
 // sum_j exp(x[j] - max) over x (n), in double; each exp is also stored to
 // out (n) when out is not null (out may be x). Chunked so that the exps are
 // summed from L1, by a second loop: GCC does not vectorise the exp and the
@@ -31,6 +41,17 @@ double SumExp(const float* x, int64_t n, float max, float* out) {
   return sum;
 }
 
+double RowLoss(float max, float target_logit, double sum) {
+  return (static_cast<double>(max) - target_logit) + std::log(sum);
+}
+
+float GradientScale(float grad_scale, double sum) { return static_cast<float>(grad_scale / sum); }
+
+void CheckTarget(int32_t target, int64_t row, int64_t vocab_size) {
+  TETRA_CHECK(target >= 0 && target < vocab_size)
+      << "target " << target << " of row " << row << " outside [0, " << vocab_size << ")";
+}
+
 }  // namespace
 
 double CrossEntropyForwardBackward(const float* logits, const int32_t* targets, int64_t rows,
@@ -41,28 +62,67 @@ double CrossEntropyForwardBackward(const float* logits, const int32_t* targets, 
 #pragma omp parallel for schedule(static) if (rows * vocab >= kMinParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t target = targets[r];
-    TETRA_CHECK(target >= 0 && target < vocab)
-        << "target " << target << " of row " << r << " outside [0, " << vocab << ")";
+    CheckTarget(target, r, vocab);
     const float* x = logits + r * vocab;
-    float max = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : max)
-    for (int64_t j = 0; j < vocab; ++j) max = x[j] > max ? x[j] : max;  // std::max: not vectorised
+    const float max = RowMax(x, vocab);
     const float target_logit = x[target];  // read before an in-place gradient overwrites it
     // exp(x - max) goes to dlogits first, then is scaled into the softmax.
     float* d = dlogits != nullptr ? dlogits + r * vocab : nullptr;
     const double sum = SumExp(x, vocab, max, d);
     if (d != nullptr) {
-      const float scale = static_cast<float>(grad_scale / sum);
+      const float scale = GradientScale(grad_scale, sum);
 #pragma omp simd
       for (int64_t j = 0; j < vocab; ++j) d[j] *= scale;
       d[target] -= grad_scale;
     }
-    losses[r] = (static_cast<double>(max) - target_logit) + std::log(sum);
+    losses[r] = RowLoss(max, target_logit, sum);
     if (row_losses != nullptr) row_losses[r] = static_cast<float>(losses[r]);
   }
   double total = 0;
   for (int64_t r = 0; r < rows; ++r) total += losses[r];
   return total;
+}
+
+void CrossEntropyRowStats(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                          int64_t vocab_begin, int64_t vocab_size, float* row_max,
+                          float* target_logit) {
+  TETRA_CHECK(vocab > 0) << "vocab " << vocab;
+#pragma omp parallel for schedule(static) if (rows * vocab >= kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    CheckTarget(targets[r], r, vocab_size);
+    const float* x = logits + r * vocab;
+    row_max[r] = RowMax(x, vocab);
+    const int64_t local = targets[r] - vocab_begin;
+    target_logit[r] = local >= 0 && local < vocab ? x[local] : 0.0f;
+  }
+}
+
+void CrossEntropySumExp(const float* logits, const float* row_max, int64_t rows, int64_t vocab,
+                        double* sum_exp) {
+#pragma omp parallel for schedule(static) if (rows * vocab >= kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) sum_exp[r] = SumExp(logits + r * vocab, vocab, row_max[r], nullptr);
+}
+
+double CrossEntropyLoss(const float* row_max, const float* target_logit, const double* sum_exp,
+                        int64_t rows) {
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) total += RowLoss(row_max[r], target_logit[r], sum_exp[r]);
+  return total;
+}
+
+void CrossEntropyGradient(const float* logits, const int32_t* targets, const float* row_max,
+                          const double* sum_exp, int64_t rows, int64_t vocab, int64_t vocab_begin,
+                          float grad_scale, float* dlogits) {
+#pragma omp parallel for schedule(static) if (rows * vocab >= kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * vocab;
+    float* d = dlogits + r * vocab;
+    const float max = row_max[r], scale = GradientScale(grad_scale, sum_exp[r]);
+#pragma omp simd
+    for (int64_t j = 0; j < vocab; ++j) d[j] = VecExp(x[j] - max) * scale;
+    const int64_t local = targets[r] - vocab_begin;
+    if (local >= 0 && local < vocab) d[local] -= grad_scale;
+  }
 }
 
 }  // namespace tetra::cpu

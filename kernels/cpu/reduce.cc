@@ -36,4 +36,9 @@ void Add(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void Add(const double* x, double* y, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
 }  // namespace tetra::cpu

@@ -16,6 +16,7 @@ void Scale(float* x, int64_t n, float s);
 
 // y (n) += x (n).
 void Add(const float* x, float* y, int64_t n);
+void Add(const double* x, double* y, int64_t n);
 
 }  // namespace tetra::cpu
 

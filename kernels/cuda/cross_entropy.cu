@@ -1,55 +1,165 @@
-// Softmax cross-entropy over the vocabulary fused with its gradient, one
-// block per row: the row's max and exp-sum come from one online pass in fp32
-// registers, the gradient overwrites the logits (or goes to dlogits), and no
-// fp32 probabilities are stored. The caller bounds the rows per call (the LM
-// head's chunk), so full-batch fp32 logits never exist.
+// Softmax cross-entropy over the vocabulary on the device, fused with its
+// gradient for one rank and split into steps for the vocabulary-parallel
+// loss, one block per row. Both are made of the same row steps as the CPU
+// reference (kernels/cpu/cross_entropy.cc): the row max, the sum of
+// exp(x - max) in fp64, and the gradient exp(x - max) x fp32(grad_scale / sum)
+// - grad_scale x onehot, which may overwrite the logits (no probabilities are
+// stored). The rows' statistics go to the host, where the CPU's own code sums
+// the rows' losses, so both backends add them alike.
+#include <cstdio>
+#include <vector>
+
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/device_arena.h"
 #include "core/cuda/stream.h"
+#include "kernels/cpu/cross_entropy.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_math.cuh"
-#include "kernels/cuda/reduce.h"
 
 namespace tetra::cuda {
 namespace {
 
 constexpr int kThreads = 512;
 
-// row_loss (rows) = max - x[target] + log(sum exp(x - max)); dlogits, when
-// not null, = grad_scale * (softmax - onehot), possibly in place.
-template <typename T>
-__global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int64_t vocab,
-                                   float grad_scale, T* dlogits, float* row_loss) {
-  __shared__ float shared[32];
-  const T* x = logits + blockIdx.x * vocab;
-  const int32_t target = targets[blockIdx.x];
-  if (target < 0 || target >= vocab) {
-    printf("tetra cross-entropy: target %d of row %d outside [0, %lld)\n", target,
-           static_cast<int>(blockIdx.x), static_cast<long long>(vocab));
+// The row steps; every kernel below is made of these, each called by the
+// whole block of one row.
+
+// targets[row], which thread 0 checks against [0, vocab_size): ids are
+// validated when data is read, so a bad one is a bug and traps. The other
+// threads only compare it with in-range indices.
+__device__ __forceinline__ int32_t RowTarget(const int32_t* targets, int64_t row,
+                                             int64_t vocab_size) {
+  const int32_t target = targets[row];
+  if (threadIdx.x == 0 && (target < 0 || target >= vocab_size)) {
+    printf("tetra cross-entropy: target %d of row %lld outside [0, %lld)\n", target,
+           static_cast<long long>(row), static_cast<long long>(vocab_size));
     __trap();
   }
-  // Online max and sum of this thread's elements, then merged over the block.
-  float max = -INFINITY, sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+  return target;
+}
+
+// The largest of x (n), to every thread; `shared` holds 32 floats.
+template <typename T>
+__device__ float RowMax(const T* x, int64_t n, float* shared) {
+  float max = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     const float v = ToFloat(x[j]);
-    if (v > max) {
-      sum = sum * expf(max - v) + 1.0f;
-      max = v;
-    } else {
-      sum += expf(v - max);
-    }
+    max = v > max ? v : max;
   }
-  const float target_logit = ToFloat(x[target]);  // read before an in-place gradient
-  const float row_max = BlockMax(max, shared);
-  sum = BlockSum(max == -INFINITY ? 0.0f : sum * expf(max - row_max), shared);
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = (row_max - target_logit) + logf(sum);
+  return BlockMax(max, shared);
+}
+
+// sum_j exp(x[j] - max) over x (n), each exp in fp32 and summed in fp64, to
+// every thread; `shared` holds 32 doubles. Every thread has read its
+// elements when it returns (an in-place gradient may follow).
+template <typename T>
+__device__ double RowSumExp(const T* x, int64_t n, float max, double* shared) {
+  double sum = 0.0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += expf(ToFloat(x[j]) - max);
+  return BlockSumDouble(sum, shared);
+}
+
+__device__ __forceinline__ float GradientScale(float grad_scale, double sum) {
+  return static_cast<float>(grad_scale / sum);
+}
+
+// d (n) = exp(x - max) x scale, minus grad_scale at `onehot` (an index
+// outside [0, n): none); d may be x.
+template <typename T>
+__device__ void RowGradient(const T* x, int64_t n, float max, float scale, int64_t onehot,
+                            float grad_scale, T* d) {
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float p = expf(ToFloat(x[j]) - max) * scale;
+    d[j] = FromFloat<T>(j == onehot ? p - grad_scale : p);
+  }
+}
+
+// Per row of logits (rows, vocab): row_max, target_logit, sum_exp (rows);
+// dlogits (rows, vocab), when not null, = the gradient, possibly in place.
+template <typename T>
+__global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int64_t vocab,
+                                   float grad_scale, T* dlogits, float* row_max,
+                                   float* target_logit, double* sum_exp) {
+  __shared__ float shared[32];
+  __shared__ double shared_double[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * vocab;
+  const int32_t target = RowTarget(targets, row, vocab);
+  const float max = RowMax(x, vocab, shared);
+  if (threadIdx.x == 0) {
+    row_max[row] = max;
+    target_logit[row] = ToFloat(x[target]);  // read before an in-place gradient overwrites it
+  }
+  const double sum = RowSumExp(x, vocab, max, shared_double);
+  if (threadIdx.x == 0) sum_exp[row] = sum;
   if (dlogits == nullptr) return;
-  T* d = dlogits + blockIdx.x * vocab;
-  const float scale = grad_scale / sum;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float p = expf(ToFloat(x[j]) - row_max) * scale;
-    d[j] = FromFloat<T>(j == target ? p - grad_scale : p);
+  RowGradient(x, vocab, max, GradientScale(grad_scale, sum), target, grad_scale,
+              dlogits + row * vocab);
+}
+
+// logits (rows, vocab) hold ids [vocab_begin, vocab_begin + vocab) ->
+// row_max, target_logit (rows), 0 where another slice holds the target.
+template <typename T>
+__global__ void RowStatsKernel(const T* logits, const int32_t* targets, int64_t vocab,
+                               int64_t vocab_begin, int64_t vocab_size, float* row_max,
+                               float* target_logit) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * vocab;
+  const int64_t local = RowTarget(targets, row, vocab_size) - vocab_begin;
+  const float max = RowMax(x, vocab, shared);
+  if (threadIdx.x == 0) {
+    row_max[row] = max;
+    target_logit[row] = local >= 0 && local < vocab ? ToFloat(x[local]) : 0.0f;
   }
+}
+
+// sum_exp (rows) of logits (rows, vocab) given row_max (rows).
+template <typename T>
+__global__ void SumExpKernel(const T* logits, const float* row_max, int64_t vocab,
+                             double* sum_exp) {
+  __shared__ double shared[32];
+  const int64_t row = blockIdx.x;
+  const double sum = RowSumExp(logits + row * vocab, vocab, row_max[row], shared);
+  if (threadIdx.x == 0) sum_exp[row] = sum;
+}
+
+// dlogits (rows, vocab), may be logits, from row_max and sum_exp (rows).
+template <typename T>
+__global__ void GradientKernel(const T* logits, const int32_t* targets, int64_t vocab,
+                               int64_t vocab_begin, const float* row_max, const double* sum_exp,
+                               float grad_scale, T* dlogits) {
+  const int64_t row = blockIdx.x;
+  RowGradient(logits + row * vocab, vocab, row_max[row], GradientScale(grad_scale, sum_exp[row]),
+              targets[row] - vocab_begin, grad_scale, dlogits + row * vocab);
+}
+
+// The loss from the rows' statistics (rows each) on the device, summed on the
+// host by the CPU reference; waits for the stream.
+double LossOnHost(const float* row_max, const float* target_logit, const double* sum_exp,
+                  int64_t rows) {
+  std::vector<float> max(rows), target(rows);
+  std::vector<double> sum(rows);
+  CopyBytes(max.data(), row_max, rows * sizeof(float), /*wait=*/false);
+  CopyBytes(target.data(), target_logit, rows * sizeof(float), /*wait=*/false);
+  CopyBytes(sum.data(), sum_exp, rows * sizeof(double));  // waits for all three
+  return cpu::CrossEntropyLoss(max.data(), target.data(), sum.data(), rows);
+}
+
+// Rows of logits (rows, vocab), vocab > 0 (checked).
+int64_t Rows(const Tensor& logits, const char* op) {
+  const int64_t vocab = logits.dim(-1);
+  TETRA_CHECK(vocab > 0) << op << ": logits " << ShapeString(logits.shape());
+  return logits.numel() / vocab;
+}
+
+void CheckStats(const Tensor& row_max, const Tensor& sum_exp, int64_t rows, const char* op) {
+  TETRA_CHECK(row_max.dtype() == DType::kF32 && row_max.numel() == rows &&
+              sum_exp.dtype() == DType::kF64 && sum_exp.numel() == rows)
+      << op << ": " << rows << " rows, row maxima " << DTypeName(row_max.dtype())
+      << ShapeString(row_max.shape()) << ", sums " << DTypeName(sum_exp.dtype())
+      << ShapeString(sum_exp.shape());
 }
 
 }  // namespace
@@ -59,22 +169,96 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
   ExpectDevice(logits, "CrossEntropy", "logits");
   ExpectDevice(targets, "CrossEntropy", "targets");
   if (dlogits.defined()) ExpectDevice(dlogits, "CrossEntropy", "dlogits");
-  const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
+  const int64_t vocab = logits.dim(-1), rows = Rows(logits, "CrossEntropy");
   TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows &&
               (!dlogits.defined() ||
                (dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype())))
       << "CrossEntropy: logits " << ShapeString(logits.shape()) << " targets "
       << ShapeString(targets.shape());
   if (rows == 0) return 0.0;
-  float* row_loss = static_cast<float*>(Scratch(rows * sizeof(float)));
+  // Scratch: sum_exp (rows) fp64, then row_max and target_logit (rows) fp32.
+  double* sum_exp = static_cast<double*>(Scratch(rows * (sizeof(double) + 2 * sizeof(float))));
+  float* row_max = reinterpret_cast<float*>(sum_exp + rows);
+  float* target_logit = row_max + rows;
   DispatchFloat(logits.dtype(), "CrossEntropy", [&](auto tag) {
     using T = decltype(tag);
     CrossEntropyKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
         logits.data<T>(), targets.data<int32_t>(), vocab, grad_scale,
-        dlogits.defined() ? dlogits.data<T>() : nullptr, row_loss);
+        dlogits.defined() ? dlogits.data<T>() : nullptr, row_max, target_logit, sum_exp);
   });
   TETRA_CUDA_CHECK_LAUNCH();
-  return SumToHost(row_loss, rows);
+  return LossOnHost(row_max, target_logit, sum_exp, rows);
+}
+
+void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                          int64_t vocab_size, const Tensor& row_max, const Tensor& target_logit) {
+  for (const Tensor* t : {&logits, &targets, &row_max, &target_logit}) {
+    ExpectDevice(*t, "CrossEntropyRowStats", "an operand");
+  }
+  const int64_t vocab = logits.dim(-1), rows = Rows(logits, "CrossEntropyRowStats");
+  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows &&
+              row_max.dtype() == DType::kF32 && row_max.numel() == rows &&
+              target_logit.dtype() == DType::kF32 && target_logit.numel() == rows)
+      << "CrossEntropyRowStats: logits " << ShapeString(logits.shape()) << " targets "
+      << ShapeString(targets.shape());
+  if (rows == 0) return;
+  DispatchFloat(logits.dtype(), "CrossEntropyRowStats", [&](auto tag) {
+    using T = decltype(tag);
+    RowStatsKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
+        logits.data<T>(), targets.data<int32_t>(), vocab, vocab_begin, vocab_size, row_max.f32(),
+        target_logit.f32());
+  });
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
+void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
+  for (const Tensor* t : {&logits, &row_max, &sum_exp}) {
+    ExpectDevice(*t, "CrossEntropySumExp", "an operand");
+  }
+  const int64_t vocab = logits.dim(-1), rows = Rows(logits, "CrossEntropySumExp");
+  CheckStats(row_max, sum_exp, rows, "CrossEntropySumExp");
+  if (rows == 0) return;
+  DispatchFloat(logits.dtype(), "CrossEntropySumExp", [&](auto tag) {
+    using T = decltype(tag);
+    SumExpKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(logits.data<T>(), row_max.f32(), vocab,
+                                                            sum_exp.data<double>());
+  });
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
+double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp) {
+  for (const Tensor* t : {&row_max, &target_logit, &sum_exp}) {
+    ExpectDevice(*t, "CrossEntropyLoss", "an operand");
+  }
+  const int64_t rows = row_max.numel();
+  CheckStats(row_max, sum_exp, rows, "CrossEntropyLoss");
+  TETRA_CHECK(target_logit.dtype() == DType::kF32 && target_logit.numel() == rows)
+      << "CrossEntropyLoss: target logits " << DTypeName(target_logit.dtype())
+      << ShapeString(target_logit.shape()) << " for " << rows << " rows";
+  return LossOnHost(row_max.f32(), target_logit.f32(), sum_exp.data<double>(), rows);
+}
+
+void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                          const Tensor& row_max, const Tensor& sum_exp, float grad_scale,
+                          const Tensor& dlogits) {
+  for (const Tensor* t : {&logits, &targets, &row_max, &sum_exp, &dlogits}) {
+    ExpectDevice(*t, "CrossEntropyGradient", "an operand");
+  }
+  const int64_t vocab = logits.dim(-1), rows = Rows(logits, "CrossEntropyGradient");
+  CheckStats(row_max, sum_exp, rows, "CrossEntropyGradient");
+  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows &&
+              dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype())
+      << "CrossEntropyGradient: logits " << ShapeString(logits.shape()) << " targets "
+      << ShapeString(targets.shape()) << " dlogits " << DTypeName(dlogits.dtype())
+      << ShapeString(dlogits.shape());
+  if (rows == 0) return;
+  DispatchFloat(logits.dtype(), "CrossEntropyGradient", [&](auto tag) {
+    using T = decltype(tag);
+    GradientKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
+        logits.data<T>(), targets.data<int32_t>(), vocab, vocab_begin, row_max.f32(),
+        sum_exp.data<double>(), grad_scale, dlogits.data<T>());
+  });
+  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tetra::cuda

@@ -53,13 +53,43 @@ void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                     const Tensor& dlogits);
 
+// The vocabulary-parallel cross-entropy's steps: logits share their dtype
+// with dlogits; row_max, target_logit fp32, sum_exp fp64, targets int32.
+void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                          int64_t vocab_size, const Tensor& row_max, const Tensor& target_logit);
+void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp);
+double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp);
+void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
+                          const Tensor& row_max, const Tensor& sum_exp, float grad_scale,
+                          const Tensor& dlogits);
+// The router, fp32 (the router runs in fp32 in every precision).
+void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& scores);
+void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias,
+                const Tensor& expert, const Tensor& weights);
+void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
+                           const Tensor& dweights, const Tensor& dscores);
+void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
+                          const Tensor& dlogits);
+double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
+                           int64_t batch, int64_t seq, float grad_scale, const Tensor& dscores);
+void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor& loads);
+void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias);
+// Token dispatch: rows in the activations' dtype (src, dst, ddst, dsrc share
+// it), weights and dweights fp32, indices int32. DispatchOrder waits for the
+// stream (its row count goes to the host).
+int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
+                      const Tensor& send_row, const Tensor& send_token, const Tensor& expert_counts);
+void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
+void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, const Tensor& dst);
+void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& index,
+                         const Tensor& weights, const Tensor& dsrc, const Tensor& dweights);
 // One launch updates every tensor of the list (fp32 param, grad, m, v; the
 // optional bf16 copy receives the updated weights rounded).
 void AdamW(const std::vector<AdamWTensors>& tensors, const AdamWHyper& hyper);
 
 double SumOfSquares(const Tensor& x);  // fp32 or bf16, summed in fp64
 void Scale(const Tensor& x, float factor);
-void Add(const Tensor& x, const Tensor& y);  // y += x; same dtype
+void Add(const Tensor& x, const Tensor& y);  // y += x; same dtype (fp32, bf16 or fp64)
 // dst = src converted (fp32 <-> bf16, or a plain copy for equal dtypes).
 void Cast(const Tensor& src, const Tensor& dst);
 

@@ -62,6 +62,19 @@ __device__ __forceinline__ float BlockMax(float x, float* shared) {
   return WarpMax(x);
 }
 
+// BlockSum in fp64, in a fixed order (deterministic); `shared` holds 32
+// doubles.
+__device__ __forceinline__ double BlockSumDouble(double x, double* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  __syncthreads();
+  if (lane == 0) shared[warp] = x;
+  __syncthreads();
+  x = lane < blockDim.x / 32 ? shared[lane] : 0.0;
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Grid for a grid-stride loop over n elements: enough blocks to fill the

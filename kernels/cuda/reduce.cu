@@ -14,16 +14,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kPartials = 512;  // blocks of the first pass, fixed for determinism
 
-__device__ __forceinline__ double BlockSumDouble(double x, double* shared) {
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) shared[warp] = x;
-  __syncthreads();
-  x = lane < blockDim.x / 32 ? shared[lane] : 0.0;
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
 // partial[block] = sum over the block's grid-stride elements of f(x), fp64.
 template <typename T, bool kSquare>
 __global__ void PartialSumKernel(const T* x, int64_t n, double* partial) {
@@ -79,6 +69,13 @@ __global__ void AddKernel(const T* x, T* y, int64_t n) {
   }
 }
 
+__global__ void AddF64Kernel(const double* x, double* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += x[i];
+  }
+}
+
 template <typename S, typename D>
 __global__ void CastKernel(const S* src, D* dst, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -119,6 +116,11 @@ void Add(const Tensor& x, const Tensor& y) {
   const int64_t n = x.numel();
   TETRA_CHECK(y.numel() == n && y.dtype() == x.dtype()) << "Add: x and y differ";
   if (n == 0) return;
+  if (x.dtype() == DType::kF64) {
+    AddF64Kernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(x.data<double>(), y.data<double>(), n);
+    TETRA_CUDA_CHECK_LAUNCH();
+    return;
+  }
   DispatchFloat(x.dtype(), "Add", [&](auto tag) {
     using T = decltype(tag);
     AddKernel<T><<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(x.data<T>(),

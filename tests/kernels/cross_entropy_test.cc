@@ -1,5 +1,6 @@
 #include "kernels/cpu/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -88,6 +89,61 @@ TEST(CrossEntropyTest, GradientMatchesFiniteDifferencesAndWorksInPlace) {
       buffer.data(), kTargets.data(), kRows, kVocab, kGradScale, buffer.data(), nullptr);
   EXPECT_EQ(in_place_total, total);
   EXPECT_EQ(buffer, dlogits);
+}
+
+// The vocabulary-parallel pieces over the whole vocabulary give the fused
+// kernel's numbers bit for bit (one arithmetic); over two slices, combined as
+// parallel/vocab_parallel_cross_entropy.cc combines them (max of the maxima,
+// the owning slice's target logit, the sums added in slice order), the same
+// loss and gradient up to the regrouped sum of exps.
+TEST(CrossEntropyTest, PiecesGiveTheFusedNumbers) {
+  const std::vector<float> logits = RandomVector(kRows * kVocab, 2, 3.0f);
+  std::vector<float> fused_grad(kRows * kVocab);
+  const double fused = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kGradScale,
+                                                   fused_grad.data(), nullptr);
+
+  std::vector<float> row_max(kRows), target_logit(kRows), grad(kRows * kVocab);
+  std::vector<double> sums(kRows);
+  CrossEntropyRowStats(logits.data(), kTargets.data(), kRows, kVocab, 0, kVocab, row_max.data(),
+                       target_logit.data());
+  CrossEntropySumExp(logits.data(), row_max.data(), kRows, kVocab, sums.data());
+  EXPECT_EQ(CrossEntropyLoss(row_max.data(), target_logit.data(), sums.data(), kRows), fused);
+  CrossEntropyGradient(logits.data(), kTargets.data(), row_max.data(), sums.data(), kRows, kVocab, 0,
+                       kGradScale, grad.data());
+  EXPECT_EQ(grad, fused_grad);
+
+  // Two slices: ids [0, 6) and [6, 11).
+  constexpr int64_t kSplit = 6;
+  const int64_t widths[2] = {kSplit, kVocab - kSplit};
+  std::vector<std::vector<float>> slices(2);
+  for (int64_t r = 0; r < kRows; ++r) {
+    slices[0].insert(slices[0].end(), logits.begin() + r * kVocab, logits.begin() + r * kVocab + kSplit);
+    slices[1].insert(slices[1].end(), logits.begin() + r * kVocab + kSplit, logits.begin() + (r + 1) * kVocab);
+  }
+  std::vector<float> max(kRows, -INFINITY), target(kRows, 0.0f);
+  for (int s = 0; s < 2; ++s) {
+    std::vector<float> m(kRows), t(kRows);
+    CrossEntropyRowStats(slices[s].data(), kTargets.data(), kRows, widths[s], s * kSplit, kVocab, m.data(),
+                         t.data());
+    for (int64_t r = 0; r < kRows; ++r) max[r] = std::max(max[r], m[r]), target[r] += t[r];
+  }
+  std::vector<double> sum(kRows, 0.0);
+  for (int s = 0; s < 2; ++s) {
+    std::vector<double> part(kRows);
+    CrossEntropySumExp(slices[s].data(), max.data(), kRows, widths[s], part.data());
+    for (int64_t r = 0; r < kRows; ++r) sum[r] += part[r];
+  }
+  EXPECT_NEAR(CrossEntropyLoss(max.data(), target.data(), sum.data(), kRows), fused, 1e-12 * std::fabs(fused));
+  for (int s = 0; s < 2; ++s) {
+    std::vector<float> d(slices[s].size());
+    CrossEntropyGradient(slices[s].data(), kTargets.data(), max.data(), sum.data(), kRows, widths[s], s * kSplit,
+                         kGradScale, d.data());
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t j = 0; j < widths[s]; ++j) {
+        EXPECT_NEAR(d[r * widths[s] + j], fused_grad[r * kVocab + s * kSplit + j], 1e-7f) << r << " " << j;
+      }
+    }
+  }
 }
 
 TEST(CrossEntropyDeathTest, TargetOutsideVocabularyIsABug) {

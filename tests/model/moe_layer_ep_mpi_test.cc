@@ -132,9 +132,11 @@ TEST(MoeLayerExpertParallelTest, MatchesTheSingleRankLayer) {
             nullptr);
   EXPECT_NEAR(SumOverRanks(World(), layer.aux_loss_sum()), reference.aux_loss_sum(),
               1e-6 * reference.aux_loss_sum());
-  std::vector<int32_t> loads(layer.loads().begin(), layer.loads().end());
+  const Tensor& mine = layer.loads();
+  std::vector<int32_t> loads(mine.data<int32_t>(), mine.data<int32_t>() + mine.numel());
   World().AllReduce(loads.data(), loads.data(), 8, DType::kI32, ReduceOp::kSum);
-  EXPECT_EQ(std::vector<int64_t>(loads.begin(), loads.end()), reference.loads());
+  const Tensor& want = reference.loads();
+  EXPECT_EQ(loads, std::vector<int32_t>(want.data<int32_t>(), want.data<int32_t>() + want.numel()));
 }
 
 }  // namespace

@@ -1,5 +1,10 @@
+// The MoE token dispatcher on one rank: permute groups rows by expert and
+// the exchanges round-trip, capacity drops the lowest weights, and the whole
+// routed path (permute, experts, combine) passes finite-difference checks.
 #include "moe/dispatcher.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "comm/self_communicator.h"
@@ -24,21 +29,35 @@ Tensor Random(const Shape& shape, uint64_t stream, float scale = 1.0f) {
 
 std::vector<float> Values(const Tensor& t) { return {t.f32(), t.f32() + t.numel()}; }
 
+// The first `n` int32 values of t.
+std::vector<int32_t> Ints(const Tensor& t, int64_t n) { return {t.data<int32_t>(), t.data<int32_t>() + n}; }
+
+// A router's choice of `expert` (N k ids) with `weights` (N, k).
+Routing Choice(const std::vector<int32_t>& expert, const Tensor& weights) {
+  Routing r;
+  r.weights = weights;
+  r.expert = Tensor::Empty(weights.shape(), DType::kI32);
+  std::copy(expert.begin(), expert.end(), r.expert.data<int32_t>());
+  return r;
+}
+
 TEST(DispatcherTest, PermuteGroupsByExpertAndUnpermuteSumsBack) {
   SelfCommunicator self;
   TokenDispatcher dispatcher(4, 2, /*capacity_factor=*/0, self);
   // 4 tokens, 2 experts each.
   const std::vector<int32_t> expert = {3, 0, 1, 3, 0, 2, 3, 1};
   DispatchPlan plan;
-  dispatcher.Plan(expert, Tensor::Zeros({4, 2}), &plan);
+  dispatcher.Plan(Choice(expert, Tensor::Zeros({4, 2})), &plan);
   EXPECT_EQ(plan.expert_rows, (std::vector<int64_t>{2, 2, 1, 3}));
-  EXPECT_EQ(plan.send_token, (std::vector<int32_t>{0, 2, 1, 3, 2, 0, 1, 3}));
+  EXPECT_EQ(plan.rows, 8);
+  EXPECT_EQ(Ints(plan.send_token, 8), (std::vector<int32_t>{0, 2, 1, 3, 2, 0, 1, 3}));
   EXPECT_EQ(plan.dropped, 0);
   const Tensor x = Random({4, 3}, 1);
   Tensor send, grouped, back;
   dispatcher.Permute(plan, x, &send);
   for (int64_t row = 0; row < send.dim(0); ++row) {
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(send.f32()[row * 3 + i], x.f32()[plan.send_token[row] * 3 + i]);
+    const int32_t token = plan.send_token.data<int32_t>()[row];
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(send.f32()[row * 3 + i], x.f32()[token * 3 + i]);
   }
   dispatcher.ToExperts(plan, send, &grouped);
   dispatcher.FromExperts(plan, grouped, &back);
@@ -53,7 +72,7 @@ TEST(DispatcherTest, PermuteThenUnpermuteIsTheIdentityWithOneChoice) {
   SelfCommunicator self;
   TokenDispatcher dispatcher(3, 1, 0, self);
   DispatchPlan plan;
-  dispatcher.Plan({2, 0, 2, 1, 0}, Tensor::Zeros({5, 1}), &plan);
+  dispatcher.Plan(Choice({2, 0, 2, 1, 0}, Tensor::Zeros({5, 1})), &plan);
   const Tensor x = Random({5, 4}, 2);
   Tensor send;
   const Tensor back = Tensor::Empty({5, 4});
@@ -69,10 +88,11 @@ TEST(DispatcherTest, CapacityDropsTheLowestWeights) {
   Tensor weights = Tensor::Empty({4, 1});
   for (int t = 0; t < 4; ++t) weights.f32()[t] = std::vector<float>{0.3f, 0.9f, 0.1f, 0.5f}[t];
   DispatchPlan plan;
-  dispatcher.Plan({0, 0, 0, 0}, weights, &plan);
+  dispatcher.Plan(Choice({0, 0, 0, 0}, weights), &plan);
   EXPECT_EQ(plan.dropped, 2);
-  EXPECT_EQ(plan.send_token, (std::vector<int32_t>{1, 3}));  // weights 0.9 and 0.5 kept
-  EXPECT_EQ(plan.send_row, (std::vector<int64_t>{-1, 0, -1, 1}));
+  EXPECT_EQ(plan.rows, 2);
+  EXPECT_EQ(Ints(plan.send_token, 2), (std::vector<int32_t>{1, 3}));  // weights 0.9 and 0.5 kept
+  EXPECT_EQ(Ints(plan.send_row, 4), (std::vector<int32_t>{-1, 0, -1, 1}));
   const Tensor y = Random({2, 3}, 3), out = Tensor::Empty({4, 3});
   dispatcher.Combine(plan, weights, y, out);
   for (int i = 0; i < 3; ++i) {
@@ -98,7 +118,7 @@ TEST(DispatcherTest, DispatchExpertsCombineGradients) {
   }
   const std::vector<float> probe = testing::RandomVector(n * c, 6);
   DispatchPlan plan;
-  dispatcher.Plan(choice, weights, &plan);
+  dispatcher.Plan(Choice(choice, weights), &plan);
   GroupedActivations a;
   Tensor send, grouped, y_grouped, y_send;
   const Tensor out = Tensor::Empty({n, c});
