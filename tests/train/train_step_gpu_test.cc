@@ -9,7 +9,7 @@
 #include "core/cuda/device_arena.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "tests/kernels/cuda/gpu_test_util.h"
+#include "tests/testing/gpu.h"
 #include "train/config_validation.h"
 #include "parallel/parallel_state.h"
 #include "train/trainer.h"

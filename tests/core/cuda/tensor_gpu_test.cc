@@ -1,18 +1,29 @@
 // Device tensors and the device runtime: allocation, copies in every
 // direction, the arena (bump allocation, no cudaMalloc while installed),
 // streams and events.
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/cuda/device.h"
 #include "core/cuda/device_arena.h"
 #include "core/cuda/stream.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
-#include "tests/kernels/cuda/gpu_test_util.h"
+#include "tests/testing/gpu.h"
+#include "tests/testing/gradient_check.h"
 
 namespace tetra {
 namespace {
+
+// Host fp32 tensor of N(0, 1) values from (stream).
+Tensor HostRandom(const Shape& shape, uint64_t stream) {
+  Tensor t = Tensor::Empty(shape);
+  const std::vector<float> values = testing::RandomVector(t.numel(), stream);
+  std::copy(values.begin(), values.end(), t.f32());
+  return t;
+}
 
 TEST(DeviceTest, CountIsZeroWithAReasonOrPositive) {
   std::string why;
@@ -25,7 +36,7 @@ TEST(DeviceTest, CountIsZeroWithAReasonOrPositive) {
 
 TEST(TensorGpuTest, RoundTripThroughTheDeviceIsExact) {
   TETRA_SKIP_WITHOUT_GPU();
-  const Tensor host = testing::HostRandom({5, 7}, 1);
+  const Tensor host = HostRandom({5, 7}, 1);
   const Tensor device = Tensor::Empty({5, 7}, DType::kF32, DeviceType::kCUDA);
   EXPECT_EQ(device.device(), DeviceType::kCUDA);
   device.CopyFrom(host);
@@ -71,7 +82,7 @@ TEST(TensorGpuTest, StreamAndEventsOrderWork) {
   TETRA_SKIP_WITHOUT_GPU();
   cuda::Stream stream;
   cuda::Event start(/*timing=*/true), stop(/*timing=*/true);
-  const Tensor host = testing::HostRandom({1 << 16}, 2);
+  const Tensor host = HostRandom({1 << 16}, 2);
   const Tensor device = Tensor::Empty({1 << 16}, DType::kF32, DeviceType::kCUDA);
   cuda::SetCurrentStream(stream.get());
   start.Record(stream.get());

@@ -1,0 +1,408 @@
+// The op table (tests/kernels/op_table.h): every op of kernels/ops.h, in
+// fp32 and (where the op takes activations) bf16, at awkward shapes (odd
+// sizes, no tile fitting exactly), each output with its tolerance and the
+// reason for it. tests/kernels/op_table_test.cc runs every case on the CPU;
+// tests/kernels/cuda/op_table_gpu_test.cc runs every case on each device
+// backend against the CPU.
+#ifndef TETRA_TESTS_KERNELS_OP_CASES_H_
+#define TETRA_TESTS_KERNELS_OP_CASES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/tensor.h"
+#include "kernels/op_types.h"
+#include "kernels/ops.h"
+#include "tests/kernels/op_table.h"
+
+namespace tetra::testing {
+
+// Tolerances shared by many cases, with their reasons.
+// A bf16 output adds one rounding of at most 2^-9 relative to the fp32 result.
+inline constexpr double kBf16Rounding = 4e-3;
+inline constexpr Tolerance kElementwiseTol{1e-6, 2e-6,
+                                           "one or two fp32 operations per element; CUDA's expf (2 ulp) "
+                                           "against the CPU's polynomial (1.5 ulp), FMA contraction"};
+inline constexpr Tolerance kBf16ElementwiseTol{1e-6, kBf16Rounding, "elementwise, plus one bf16 rounding"};
+
+inline Tolerance Elementwise(DType dtype) { return dtype == DType::kF32 ? kElementwiseTol : kBf16ElementwiseTol; }
+
+inline std::string CaseName(const std::string& op, DType dtype, const std::string& shape) {
+  return absl::StrCat(op, " ", DTypeName(dtype), " ", shape);
+}
+
+inline void AddLinearCases(std::vector<OpCase>* cases) {
+  // Both sides sum k <= 48 products of O(1) values in fp32, in different
+  // orders: ~k x 6e-8 x |terms|, under 1e-5.
+  constexpr Tolerance kFp32Tol{1e-4, 1e-4, "fp32 sums of 48 products in different orders"};
+  constexpr Tolerance kBf16OutTol{1e-4, kBf16Rounding, "fp32 sums of 48 products, one bf16 rounding"};
+  constexpr int64_t kRows = 37, kIn = 48, kOut = 29;  // odd sizes: no tile fits exactly
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Tolerance out_tol = dtype == DType::kF32 ? kFp32Tol : kBf16OutTol;
+    cases->push_back({CaseName("linear", dtype, "37x48 . 29x48^T"), [=](const Backend& b, Outputs* out) {
+                        const Tensor x = b.In(HostRandom({kRows, kIn}, 1), dtype);
+                        const Tensor w = b.In(HostRandom({kOut, kIn}, 2), dtype);
+                        const Tensor y = b.Out({kRows, kOut}, dtype), y32 = b.Out({kRows, kOut});
+                        ops::Linear(x, w, y);
+                        ops::Linear(x, w, y32);  // fp32 output of bf16 inputs
+                        out->Add("y", y, out_tol);
+                        out->Add("y fp32", y32, kFp32Tol);
+                      }});
+    for (bool accumulate_dx : {false, true}) {
+      cases->push_back(
+          {CaseName(accumulate_dx ? "linear_backward accumulating dx" : "linear_backward", dtype, "37x48, 29x48"),
+           [=](const Backend& b, Outputs* out) {
+             const Tensor x = b.In(HostRandom({kRows, kIn}, 1), dtype);
+             const Tensor w = b.In(HostRandom({kOut, kIn}, 2), dtype);
+             const Tensor dy = b.In(HostRandom({kRows, kOut}, 3), dtype);
+             const Tensor dx = b.In(HostRandom({kRows, kIn}, 4), dtype);
+             const Tensor dw = b.In(HostRandom({kOut, kIn}, 5));  // fp32, earlier micro-batches
+             ops::LinearBackward(dy, x, w, dx, dw, accumulate_dx);
+             out->Add("dx", dx, out_tol);
+             out->Add("dw", dw, kFp32Tol);
+           }});
+    }
+  }
+}
+
+inline void AddEmbeddingCases(std::vector<OpCase>* cases) {
+  constexpr int64_t kVocab = 50, kDim = 40, kTokens = 97;
+  // The scatter adds the same values in another order (atomics): a token
+  // repeated r times sums r terms, ~r ulp.
+  constexpr Tolerance kScatterTol{1e-6, 1e-6, "repeated ids' rows summed in another order"};
+  const Tensor tokens = [] {  // every id of the vocabulary, many repeated
+    std::vector<int32_t> ids(kTokens);
+    for (int64_t i = 0; i < kTokens; ++i) ids[i] = static_cast<int32_t>((i * 7) % kVocab);
+    return HostInts(ids, {kTokens});
+  }();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    cases->push_back({CaseName("embedding", dtype, "97 ids of 50x40"), [=](const Backend& b, Outputs* out) {
+                        const Tensor ids = b.Exact(tokens);
+                        const Tensor table = b.In(HostRandom({kVocab, kDim}, 1), dtype);
+                        const Tensor y = b.Out({kTokens, kDim}, dtype);
+                        ops::Embedding(ids, table, y);
+                        out->Add("out", y, kExact);
+                        const Tensor dtable = b.In(HostRandom({kVocab, kDim}, 3));
+                        ops::EmbeddingBackward(ids, b.In(HostRandom({kTokens, kDim}, 2), dtype), dtable);
+                        out->Add("dtable", dtable, kScatterTol);
+                      }});
+  }
+  cases->push_back({CaseName("embedding_shard", DType::kF32, "ids [20, 35) of 50"), [=](const Backend& b, Outputs* out) {
+                      const int64_t begin = 20, rows = 15;
+                      const Tensor ids = b.Exact(tokens);
+                      const Tensor y = b.Out({kTokens, kDim});
+                      ops::EmbeddingShard(ids, b.In(HostRandom({rows, kDim}, 1)), begin, y);
+                      out->Add("out", y, kExact);
+                      const Tensor dtable = b.Exact(Tensor::Zeros({rows, kDim}));
+                      ops::EmbeddingShardBackward(ids, b.In(HostRandom({kTokens, kDim}, 2)), begin, dtable);
+                      out->Add("dtable", dtable, kScatterTol);
+                    }});
+}
+
+inline void AddRmsNormCases(std::vector<OpCase>* cases) {
+  // The CPU sums squares in double, the GPU in fp32 over <= 300 terms: rstd
+  // differs by ~1e-6 relative; dw sums 45 rows in a different order.
+  constexpr Tolerance kFp32Tol{1e-5, 1e-5, "sums of 300 squares and of 45 rows in fp32 vs double"};
+  constexpr Tolerance kBf16OutTol{1e-5, kBf16Rounding, "as fp32, plus one bf16 rounding"};
+  constexpr int64_t kRows = 45, kDim = 300;  // dim not a multiple of the block
+  constexpr float kEps = 1e-5f;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Tolerance out_tol = dtype == DType::kF32 ? kFp32Tol : kBf16OutTol;
+    cases->push_back({CaseName("rmsnorm", dtype, "45x300"), [=](const Backend& b, Outputs* out) {
+                        const Tensor x = b.In(HostRandom({kRows, kDim}, 1, 3.0f), dtype);
+                        const Tensor w = b.In(HostRandom({kDim}, 2), dtype);
+                        const Tensor y = b.Out({kRows, kDim}, dtype), rstd = b.Out({kRows});
+                        ops::RmsNorm(x, w, kEps, y, rstd);
+                        out->Add("y", y, out_tol);
+                        out->Add("rstd", rstd, kFp32Tol);
+                        // dx written over dy, as the layers do.
+                        const Tensor dy = b.In(HostRandom({kRows, kDim}, 3), dtype);
+                        const Tensor dw = b.In(HostRandom({kDim}, 4));
+                        ops::RmsNormBackward(dy, x, w, rstd, dy, dw);
+                        out->Add("dx", dy, out_tol);
+                        out->Add("dw", dw, kFp32Tol);
+                      }});
+  }
+}
+
+inline void AddRopeCases(std::vector<OpCase>* cases) {
+  constexpr Tolerance kFp32Tol{1e-6, 1e-6, "two products and a sum with the same table; FMA contraction"};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (bool backward : {false, true}) {
+      cases->push_back({CaseName(backward ? "rope_backward" : "rope", dtype, "2x11x3x16 of a 16-position table"),
+                        [=](const Backend& b, Outputs* out) {
+                          RopeTable table = MakeRopeTable(16, 16, 10000.0);
+                          table.cos = b.In(table.cos);
+                          table.sin = b.In(table.sin);
+                          const Tensor x = b.In(HostRandom({2, 11, 3, 16}, 1), dtype);
+                          backward ? ops::RopeBackward(x, table) : ops::Rope(x, table);
+                          out->Add("x", x, dtype == DType::kF32 ? kFp32Tol : kBf16ElementwiseTol);
+                        }});
+    }
+  }
+}
+
+inline void AddAttentionCases(std::vector<OpCase>* cases) {
+  // fp32: dot products of D <= 128 terms and softmax sums over <= 70 keys in
+  // different orders, and CUDA's expf against the CPU's polynomial: a few
+  // 1e-7; gradients sum P (dP - delta) over keys and query heads.
+  constexpr Tolerance kForwardTol{1e-5, 1e-5, "dot products and softmax sums in other orders"};
+  constexpr Tolerance kBackwardTol{1e-5, 1e-4, "gradients summed over keys and query heads in other orders"};
+  constexpr Tolerance kBf16Tol{1e-4, kBf16Rounding, "identical inputs, fp32 arithmetic, one bf16 rounding"};
+  const AttentionShape shapes[] = {
+      {.batch = 2, .seq = 45, .q_heads = 4, .kv_heads = 2, .head_dim = 16},
+      {.batch = 1, .seq = 70, .q_heads = 3, .kv_heads = 1, .head_dim = 40},
+      {.batch = 1, .seq = 33, .q_heads = 2, .kv_heads = 2, .head_dim = 128},
+  };
+  for (const AttentionShape& s : shapes) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      const bool fp32 = dtype == DType::kF32;
+      cases->push_back(
+          {CaseName("attention", dtype,
+                    absl::StrCat("B", s.batch, " T", s.seq, " Hq", s.q_heads, " Hkv", s.kv_heads, " D", s.head_dim)),
+           [=](const Backend& b, Outputs* out) {
+             const Shape q_shape = {s.batch, s.seq, s.q_heads, s.head_dim};
+             const Shape kv_shape = {s.batch, s.seq, s.kv_heads, s.head_dim};
+             const Tensor q = b.In(HostRandom(q_shape, 1), dtype), k = b.In(HostRandom(kv_shape, 2), dtype),
+                          v = b.In(HostRandom(kv_shape, 3), dtype);
+             const Tensor y = b.Out(q_shape, dtype), lse = b.Out({s.batch, s.q_heads, s.seq});
+             ops::Attention(s, q, k, v, y, lse);
+             b.Round(y, dtype);  // the backward reads the stored output
+             out->Add("out", y, fp32 ? kForwardTol : kBf16Tol);
+             out->Add("lse", lse, kForwardTol);
+             const Tensor dq = b.Out(q_shape, dtype), dk = b.Out(kv_shape, dtype), dv = b.Out(kv_shape, dtype);
+             ops::AttentionBackward(s, b.In(HostRandom(q_shape, 4), dtype), q, k, v, y, lse, dq, dk, dv);
+             const Tolerance tol = fp32 ? kBackwardTol : kBf16Tol;
+             out->Add("dq", dq, tol);
+             out->Add("dk", dk, tol);
+             out->Add("dv", dv, tol);
+           }});
+    }
+  }
+}
+
+inline void AddSwigluCases(std::vector<OpCase>* cases) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    cases->push_back({CaseName("swiglu", dtype, "13x57"), [=](const Backend& b, Outputs* out) {
+                        const Tensor gate = b.In(HostRandom({13, 57}, 1, 3.0f), dtype);
+                        const Tensor up = b.In(HostRandom({13, 57}, 2), dtype);
+                        const Tensor y = b.Out({13, 57}, dtype), dgate = b.Out({13, 57}, dtype),
+                                     dup = b.Out({13, 57}, dtype);
+                        ops::Swiglu(gate, up, y);
+                        ops::SwigluBackward(b.In(HostRandom({13, 57}, 3), dtype), gate, up, dgate, dup);
+                        out->Add("out", y, Elementwise(dtype));
+                        out->Add("dgate", dgate, Elementwise(dtype));
+                        out->Add("dup", dup, Elementwise(dtype));
+                      }});
+  }
+}
+
+inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
+  // Loss: both sides sum exps in double and rows' losses on the host in
+  // double; the exps differ by CUDA's expf (2 ulp): ~1e-7 relative.
+  constexpr Tolerance kLossTol{0, 1e-6, "fp32 exps (expf vs the CPU's), summed in double"};
+  // dlogits = scale x softmax (~1e-3 here): fp32 exp and scale, a few ulp.
+  constexpr Tolerance kGradTol{1e-8, 1e-5, "fp32 exp times fp32(scale / sum)"};
+  constexpr Tolerance kBf16GradTol{1e-8, kBf16Rounding, "as fp32, plus one bf16 rounding"};
+  constexpr Tolerance kSumTol{0, 1e-6, "fp32 exps summed in double in other orders"};
+  constexpr int64_t kRows = 23, kVocab = 1000;
+  std::vector<int32_t> ids(kRows);
+  for (int64_t r = 0; r < kRows; ++r) ids[r] = static_cast<int32_t>(r * 41 % kVocab);
+  const Tensor targets = HostInts(ids, {kRows});
+  constexpr float kGradScale = 1.0f / 64;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Tolerance grad_tol = dtype == DType::kF32 ? kGradTol : kBf16GradTol;
+    cases->push_back({CaseName("cross_entropy", dtype, "23x1000, in place"), [=](const Backend& b, Outputs* out) {
+                        const Tensor logits = b.In(HostRandom({kRows, kVocab}, 1, 3.0f), dtype);
+                        const Tensor t = b.Exact(targets);
+                        out->Add("loss without gradient", ops::CrossEntropy(logits, t, kGradScale, Tensor()), kLossTol);
+                        out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, logits), kLossTol);
+                        out->Add("dlogits", logits, grad_tol);
+                      }});
+    // One tensor-parallel rank's pieces: ids [300, 800) of the 1000.
+    cases->push_back(
+        {CaseName("cross_entropy pieces", dtype, "23x500 slice of 1000"), [=](const Backend& b, Outputs* out) {
+           constexpr int64_t kBegin = 300, kSlice = 500;
+           const Tensor logits = b.In(HostRandom({kRows, kSlice}, 2, 3.0f), dtype);
+           const Tensor t = b.Exact(targets);
+           const Tensor row_max = b.Out({kRows}), target_logit = b.Out({kRows}), sum_exp = b.Out({kRows}, DType::kF64);
+           ops::CrossEntropyRowStats(logits, t, kBegin, kVocab, row_max, target_logit);
+           out->Add("row_max", row_max, kExact);
+           out->Add("target_logit", target_logit, kExact);
+           ops::CrossEntropySumExp(logits, row_max, sum_exp);
+           out->Add("sum_exp", sum_exp, kSumTol);
+           out->Add("loss", ops::CrossEntropyLoss(row_max, target_logit, sum_exp), kLossTol);
+           const Tensor dlogits = b.Out({kRows, kSlice}, dtype);
+           ops::CrossEntropyGradient(logits, t, kBegin, row_max, sum_exp, kGradScale, dlogits);
+           out->Add("dlogits", dlogits, grad_tol);
+         }});
+  }
+}
+
+inline void AddRouterCases(std::vector<OpCase>* cases) {
+  // The router runs in fp32 on every backend.
+  constexpr Tolerance kScoreTol{1e-7, 2e-6, "sigmoid or softmax: expf vs the CPU's exp, a division"};
+  constexpr Tolerance kGradTol{1e-7, 1e-5, "a few fp32 products and sums per score, FMA contraction"};
+  constexpr Tolerance kLossTol{0, 1e-6, "sums of products of fp32 scores in double"};
+  constexpr int64_t kBatch = 3, kSeq = 7, kTokens = kBatch * kSeq;
+  const RouterSpec specs[] = {
+      {.num_experts = 16, .top_k = 3, .n_group = 4, .topk_group = 2, .routed_scaling_factor = 2.5f},
+      {.num_experts = 9, .top_k = 2, .softmax = true, .norm_topk_prob = false},
+  };
+  for (const RouterSpec& spec : specs) {
+    const int64_t e = spec.num_experts, k = spec.top_k;
+    cases->push_back(
+        {CaseName("router", DType::kF32,
+                  absl::StrCat(kTokens, " tokens, top ", k, " of ", e, spec.softmax ? " softmax" : " sigmoid grouped")),
+         [=](const Backend& b, Outputs* out) {
+           const Tensor logits = b.In(HostRandom({kTokens, e}, 1, 2.0f));
+           // A bias of whole hundredths: choices are decided far from ties.
+           const Tensor bias = b.In(RoundTo(HostRandom({e}, 2, 0.05f), DType::kBF16));
+           const Tensor scores = b.Out({kTokens, e}), expert = b.Out({kTokens, k}, DType::kI32),
+                        weights = b.Out({kTokens, k});
+           ops::RouterScores(spec, logits, scores);
+           ops::RouterTopK(spec, scores, bias, expert, weights);
+           out->Add("scores", scores, kScoreTol);
+           out->Add("expert", expert, kExact);
+           out->Add("weights", weights, kScoreTol);
+           const Tensor dscores = b.In(HostRandom({kTokens, e}, 3, 0.1f)), dlogits = b.Out({kTokens, e});
+           out->Add("balance loss",
+                    ops::SequenceBalanceLoss(spec, scores, expert, kBatch, kSeq, 0.5f, dscores), kLossTol);
+           ops::RouterWeightsBackward(spec, scores, expert, b.In(HostRandom({kTokens, k}, 4)), dscores);
+           ops::RouterScoresBackward(spec, scores, dscores, dlogits);
+           out->Add("dscores", dscores, kGradTol);
+           out->Add("dlogits", dlogits, kGradTol);
+           const Tensor loads = b.Exact(Tensor::Zeros({e}, DType::kI32));
+           ops::CountExpertLoads(spec, expert, loads);
+           out->Add("loads", loads, kExact);
+           const Tensor moved = b.In(HostRandom({e}, 5));
+           ops::UpdateRouterBias(loads, 0.125, moved);
+           out->Add("bias", moved, kExact);
+         }});
+  }
+}
+
+inline void AddDispatchCases(std::vector<OpCase>* cases) {
+  constexpr Tolerance kCombineTol{1e-6, 1e-6, "k fp32 products summed in the same order; FMA contraction"};
+  constexpr Tolerance kDotTol{1e-5, 1e-5, "fp32 dot products of 24 terms in other orders"};
+  constexpr int64_t kTokens = 40, kWidth = 24;
+  constexpr int kK = 3, kExperts = 7;
+  std::vector<int32_t> choice(kTokens * kK);
+  for (int64_t p = 0; p < kTokens * kK; ++p) choice[p] = static_cast<int32_t>((p * 5 + p / 7) % kExperts);
+  const Tensor experts = HostInts(choice, {kTokens, kK});
+  for (int64_t capacity : {int64_t{-1}, int64_t{12}}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      cases->push_back(
+          {CaseName("dispatch", dtype,
+                    absl::StrCat(kTokens, "x", kK, " pairs over ", kExperts, " experts, ",
+                                 capacity < 0 ? "dropless" : "capacity 12")),
+           [=](const Backend& b, Outputs* out) {
+             const Tensor expert = b.Exact(experts);
+             // Weights of whole 1/64ths, many equal: capacity ties go to the earlier pair.
+             const Tensor weights = b.In(RoundTo(HostRandom({kTokens, kK}, 1, 0.25f), DType::kBF16));
+             const Tensor send_row = b.Out({kTokens, kK}, DType::kI32),
+                          send_token = b.Out({kTokens * kK}, DType::kI32), counts = b.Out({kExperts}, DType::kI32);
+             const int64_t rows = ops::DispatchOrder(expert, weights, capacity, send_row, send_token, counts);
+             out->Add("rows", static_cast<double>(rows), kExact);
+             out->Add("send_row", send_row, kExact);
+             out->Add("send_token", send_token.Slice(0, rows), kExact);
+             out->Add("counts", counts, kExact);
+             const Tensor x = b.In(HostRandom({kTokens, kWidth}, 2), dtype);
+             const Tensor send = b.Out({rows, kWidth}, dtype);
+             ops::GatherRows(x, send_token.Slice(0, rows), send);
+             out->Add("gathered", send, kExact);
+             const Tensor y = b.In(HostRandom({rows, kWidth}, 3), dtype), combined = b.Out({kTokens, kWidth}, dtype),
+                          summed = b.Out({kTokens, kWidth}, dtype);
+             ops::CombineRows(y, send_row, weights, combined);
+             ops::CombineRows(y, send_row, Tensor(), summed);
+             const Tolerance tol = dtype == DType::kF32 ? kCombineTol
+                                                        : Tolerance{1e-6, kBf16Rounding, "combine, one bf16 rounding"};
+             out->Add("combined", combined, tol);
+             out->Add("summed", summed, tol);
+             const Tensor dy = b.Out({rows, kWidth}, dtype), dweights = b.Out({kTokens, kK});
+             ops::CombineRowsBackward(b.In(HostRandom({kTokens, kWidth}, 4), dtype), y, send_row, weights, dy,
+                                      dweights);
+             out->Add("dy", dy, tol);
+             out->Add("dweights", dweights, kDotTol);
+           }});
+    }
+  }
+}
+
+inline void AddOptimizerAndReduceCases(std::vector<OpCase>* cases) {
+  // The same fp32 formulas and scalars; the GPU may fuse multiply-adds, an
+  // ulp or two per step over three steps.
+  constexpr Tolerance kAdamWTol{1e-7, 2e-6, "the same fp32 formulas; FMA contraction over three steps"};
+  cases->push_back({"adamw_multi_tensor F32 31x17, 300, 70001 with bf16 copies", [=](const Backend& b, Outputs* out) {
+                      const std::vector<Shape> shapes = {{31, 17}, {300}, {70001}};
+                      std::vector<AdamWTensors> tensors;
+                      for (size_t i = 0; i < shapes.size(); ++i) {
+                        Tensor v = HostRandom(shapes[i], 10 * i + 4, 0.1f);
+                        for (int64_t j = 0; j < v.numel(); ++j) v.f32()[j] *= v.f32()[j];  // v >= 0
+                        tensors.push_back({.param = b.In(HostRandom(shapes[i], 10 * i + 1)),
+                                           .grad = b.In(HostRandom(shapes[i], 10 * i + 2)),
+                                           .m = b.In(HostRandom(shapes[i], 10 * i + 3, 0.1f)),
+                                           .v = b.In(v),
+                                           .param_bf16 = b.Exact(Tensor::Zeros(shapes[i], DType::kBF16)),
+                                           .decay = i != 1});
+                      }
+                      AdamWHyper hyper{.lr = 1e-2, .weight_decay = 0.1};
+                      for (int64_t step = 1; step <= 3; ++step) {
+                        hyper.step = step;
+                        ops::AdamWMultiTensor(tensors, hyper);
+                      }
+                      for (size_t i = 0; i < tensors.size(); ++i) {
+                        const std::string n = ShapeString(shapes[i]);
+                        out->Add("param " + n, tensors[i].param, kAdamWTol);
+                        out->Add("m " + n, tensors[i].m, kAdamWTol);
+                        out->Add("v " + n, tensors[i].v, kAdamWTol);
+                        out->Add("param_bf16 " + n, tensors[i].param_bf16,
+                                 {1e-7, kBf16Rounding, "each side's own fp32 result, rounded once"});
+                      }
+                    }});
+  constexpr Tolerance kSumTol{0, 1e-12, "squares summed in fp64 in other orders"};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    cases->push_back({CaseName("sum_of_squares, scale, add", dtype, "100003"), [=](const Backend& b, Outputs* out) {
+                        const Tensor x = b.In(HostRandom({100003}, 1), dtype);
+                        out->Add("sum of squares", ops::SumOfSquares(x), kSumTol);
+                        const Tensor y = b.In(HostRandom({100003}, 2), dtype);
+                        // One fp32 operation and one rounding per element on both sides.
+                        ops::Scale(x, 0.37f);
+                        b.Round(x, dtype);
+                        out->Add("scale", x, kExact);
+                        ops::Add(x, y);
+                        b.Round(y, dtype);
+                        out->Add("add", y, kExact);
+                      }});
+  }
+  cases->push_back({"cast F32 <-> BF16 4097", [=](const Backend& b, Outputs* out) {
+                      const Tensor x = b.In(HostRandom({4097}, 3));
+                      const Tensor narrow = b.Exact(Tensor::Zeros({4097}, DType::kBF16)), wide = b.Out({4097});
+                      ops::Cast(x, narrow);
+                      ops::Cast(narrow, wide);
+                      out->Add("fp32 -> bf16", narrow, kExact);
+                      out->Add("bf16 -> fp32", wide, kExact);
+                    }});
+}
+
+// The whole table.
+inline std::vector<OpCase> OpCases() {
+  std::vector<OpCase> cases;
+  AddLinearCases(&cases);
+  AddEmbeddingCases(&cases);
+  AddRmsNormCases(&cases);
+  AddRopeCases(&cases);
+  AddAttentionCases(&cases);
+  AddSwigluCases(&cases);
+  AddCrossEntropyCases(&cases);
+  AddRouterCases(&cases);
+  AddDispatchCases(&cases);
+  AddOptimizerAndReduceCases(&cases);
+  return cases;
+}
+
+}  // namespace tetra::testing
+
+#endif  // TETRA_TESTS_KERNELS_OP_CASES_H_
