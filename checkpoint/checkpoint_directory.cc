@@ -1,21 +1,16 @@
 #include "checkpoint/checkpoint_directory.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint_format.h"
+#include "core/atomic_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
-#include "checkpoint/checkpoint_format.h"
 
 namespace tetra {
 namespace {
@@ -25,16 +20,10 @@ namespace fs = std::filesystem;
 constexpr char kStepPrefix[] = "step_";
 constexpr char kTemporarySuffix[] = ".tmp";
 
-absl::Status IoError(const std::string& what, const std::string& path) {
-  return UserError(absl::StrCat(what, " ", path, " failed: ", std::strerror(errno)),
-                   "check that checkpoint.dir is on a writable file system with free space",
-                   absl::StatusCode::kDataLoss);
-}
+constexpr char kWritableHint[] = "check that checkpoint.dir is on a writable file system with free space";
 
 absl::Status FilesystemError(const std::string& what, const std::error_code& error) {
-  return UserError(absl::StrCat(what, ": ", error.message()),
-                   "check that checkpoint.dir is on a writable file system with free space",
-                   absl::StatusCode::kDataLoss);
+  return UserError(absl::StrCat(what, ": ", error.message()), kWritableHint, absl::StatusCode::kDataLoss);
 }
 
 // The step of a directory named step_N, N all digits (no sign, no suffix),
@@ -112,36 +101,7 @@ absl::StatusOr<std::optional<CheckpointEntry>> NewestCompleteCheckpoint(const st
 }
 
 absl::Status WriteFileDurably(const std::string& path, const void* data, size_t size) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("creating", path);
-  const char* bytes = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t written = ::write(fd, bytes, size);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) {
-      const absl::Status status = IoError("writing", path);
-      ::close(fd);
-      return status;
-    }
-    bytes += written;
-    size -= static_cast<size_t>(written);
-  }
-  if (::fsync(fd) != 0) {
-    const absl::Status status = IoError("fsync of", path);
-    ::close(fd);
-    return status;
-  }
-  if (::close(fd) != 0) return IoError("closing", path);
-  return absl::OkStatus();
-}
-
-absl::Status SyncDirectory(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return IoError("opening directory", path);
-  const int result = ::fsync(fd);
-  ::close(fd);
-  if (result != 0) return IoError("fsync of directory", path);
-  return absl::OkStatus();
+  return WriteFileAtomically(path, std::string_view(static_cast<const char*>(data), size), kWritableHint);
 }
 
 absl::StatusOr<std::string> CreateTemporaryStepDir(const std::string& root, int64_t step) {
@@ -155,7 +115,7 @@ absl::StatusOr<std::string> CreateTemporaryStepDir(const std::string& root, int6
 
 absl::StatusOr<std::string> CommitStepDir(const std::string& tmp_dir, const std::string& root,
                                           int64_t step) {
-  RETURN_IF_ERROR(SyncDirectory(tmp_dir));
+  RETURN_IF_ERROR(SyncDirectory(tmp_dir, kWritableHint));
   const fs::path final_dir = StepDir(root, step);
   std::error_code error;
   // A directory of the same step (an earlier run that went on past it) is
@@ -165,7 +125,7 @@ absl::StatusOr<std::string> CommitStepDir(const std::string& tmp_dir, const std:
   if (error) {
     return FilesystemError(absl::StrCat("renaming ", tmp_dir, " to ", final_dir.string()), error);
   }
-  RETURN_IF_ERROR(SyncDirectory(root));
+  RETURN_IF_ERROR(SyncDirectory(root, kWritableHint));
   return final_dir.string();
 }
 

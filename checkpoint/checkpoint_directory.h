@@ -43,10 +43,9 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& 
 absl::StatusOr<std::optional<CheckpointEntry>> NewestCompleteCheckpoint(const std::string& root,
                                                                         std::ostream& notes);
 
-// Writes `size` bytes to a new file at `path` and fsyncs it.
+// Writes `size` bytes as the file at `path`, whole and on disk
+// (core/atomic_file.h), with checkpoint.dir's hint on failure.
 absl::Status WriteFileDurably(const std::string& path, const void* data, size_t size);
-// fsyncs the directory `path`, so the names created in it are on disk.
-absl::Status SyncDirectory(const std::string& path);
 
 // Creates an empty TemporaryStepDir (removing a stale one from a crashed save).
 absl::StatusOr<std::string> CreateTemporaryStepDir(const std::string& root, int64_t step);

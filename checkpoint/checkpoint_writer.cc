@@ -92,13 +92,15 @@ RankShards CollectShards(const TrainerConfig& config, const ParameterStore& stor
 std::vector<std::string> GatherRecords(Communicator& world, const std::string& mine) {
   const int n = world.size();
   // Bytes travel as I32 words: lengths first, then every record padded to the longest.
-  const int32_t length = static_cast<int32_t>(mine.size());
+  int32_t length = static_cast<int32_t>(mine.size());
   std::vector<int32_t> lengths(n);
-  world.AllGather(&length, lengths.data(), 1, DType::kI32);
+  world.AllGather(Tensor::View(&length, {1}, DType::kI32),
+                  Tensor::View(lengths.data(), {n}, DType::kI32));
   const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 3) / 4;
   std::vector<int32_t> send(words, 0), all(words * n);
   std::copy(mine.begin(), mine.end(), reinterpret_cast<char*>(send.data()));
-  world.AllGather(send.data(), all.data(), words, DType::kI32);
+  world.AllGather(Tensor::View(send.data(), {words}, DType::kI32),
+                  Tensor::View(all.data(), {words * n}, DType::kI32));
   std::vector<std::string> records;
   for (int r = 0; r < n; ++r) {
     records.emplace_back(reinterpret_cast<const char*>(all.data() + r * words), lengths[r]);

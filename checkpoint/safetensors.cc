@@ -1,12 +1,7 @@
 #include "checkpoint/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -17,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/atomic_file.h"
 #include "core/json.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
@@ -44,12 +40,6 @@ constexpr char kNotSafetensorsHint[] =
 absl::Status FileError(const std::string& path, const std::string& message,
                        const std::string& hint = kNotSafetensorsHint) {
   return UserError(absl::StrCat("safetensors file ", path, ": ", message), hint);
-}
-
-// "<what>: <strerror>" with the status code errno maps to.
-absl::Status ErrnoError(int error, const std::string& what, const std::string& hint) {
-  absl::Status status = absl::ErrnoToStatus(error, what);
-  return UserError(std::string(status.message()), hint, status.code());
 }
 
 struct FormatDType {
@@ -382,32 +372,19 @@ absl::StatusOr<std::string> BuildHeader(const std::string& path,
 }
 
 // Writes all of [data, data + size) to fd, retrying short writes.
-bool WriteAll(int fd, const void* data, size_t size) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool WriteTensorData(int fd, const SafetensorsTensorRef& t, DType dtype) {
+// The tensor's values in `dtype` (F32 as they are, BF16 rounded in chunks).
+absl::Status WriteTensorData(AtomicFile& file, const SafetensorsTensorRef& t, DType dtype) {
   const int64_t n = NumElements(t.shape);
   TETRA_CHECK(n == 0 || t.data != nullptr) << "tensor " << t.name << " has no data";
-  if (dtype == DType::kF32) return WriteAll(fd, t.data, n * sizeof(float));
+  if (dtype == DType::kF32) return file.Append(t.data, n * sizeof(float));
   constexpr int64_t kChunk = 1 << 16;
   std::vector<uint16_t> bits(std::min(n, kChunk));
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t count = std::min(kChunk, n - start);
     for (int64_t i = 0; i < count; ++i) bits[i] = FloatToBf16(t.data[start + i]);
-    if (!WriteAll(fd, bits.data(), count * sizeof(uint16_t))) return false;
+    RETURN_IF_ERROR(file.Append(bits.data(), count * sizeof(uint16_t)));
   }
-  return true;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -422,36 +399,14 @@ absl::Status WriteSafetensors(const std::string& path,
   }
   ASSIGN_OR_RETURN(std::string header, BuildHeader(path, tensors, dtype, metadata));
 
-  const std::string tmp_path = path + ".tmp";
-  int fd = open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const std::string directory_hint =
-      absl::StrCat("check that the directory of ", path, " exists and is writable");
-  if (fd < 0) {
-    return ErrnoError(errno, "cannot create safetensors file " + tmp_path, directory_hint);
-  }
+  ASSIGN_OR_RETURN(AtomicFile file,
+                   AtomicFile::Create(path, absl::StrCat("check that the directory of ", path,
+                                                         " exists and is writable, with free space")));
   const uint64_t header_size = header.size();
-  bool ok =
-      WriteAll(fd, &header_size, kLengthFieldBytes) && WriteAll(fd, header.data(), header.size());
-  for (size_t i = 0; ok && i < tensors.size(); ++i) ok = WriteTensorData(fd, tensors[i], dtype);
-  // Data must be on disk before the rename makes it visible under `path`.
-  ok = ok && fsync(fd) == 0;
-  int err = errno;
-  if (close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    unlink(tmp_path.c_str());
-    return ErrnoError(err, "cannot write safetensors file " + tmp_path,
-                      "check that the disk is not full");
-  }
-  if (rename(tmp_path.c_str(), path.c_str()) != 0) {
-    err = errno;
-    unlink(tmp_path.c_str());
-    return ErrnoError(err, "cannot rename " + tmp_path + " to safetensors file " + path,
-                      absl::StrCat(directory_hint, ", and that ", path, " is not a directory"));
-  }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(file.Append(&header_size, kLengthFieldBytes));
+  RETURN_IF_ERROR(file.Append(header));
+  for (const SafetensorsTensorRef& tensor : tensors) RETURN_IF_ERROR(WriteTensorData(file, tensor, dtype));
+  return file.Commit();
 }
 
 }  // namespace tetra

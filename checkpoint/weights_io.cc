@@ -1,10 +1,7 @@
 #include "checkpoint/weights_io.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -12,13 +9,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
-#include "core/user_error.h"
-#include "model/model_dims.h"
 #include "checkpoint/hf_config.h"
-#include "model/language_model.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/weight_files.h"
+#include "core/atomic_file.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
+#include "model/language_model.h"
+#include "model/model_dims.h"
 
 namespace tetra {
 namespace {
@@ -94,8 +92,14 @@ Tensor GatherGlobal(const Parameter& p, Communicator& tp) {
       << p.name << ": slice " << p.shard.index << " of " << p.shard.count << " (x"
       << p.shard.replicas << ") does not match tensor-parallel rank " << tp.rank() << " of " << tp.size();
   const int64_t local = p.value.numel();
-  Tensor slices = Tensor::Empty({tp.size() * local});
-  tp.AllGather(p.value.raw(), slices.raw(), local, DType::kF32);
+  // Gathered where the values live, rearranged on the host.
+  Tensor slices = Tensor::Empty({tp.size() * local}, p.value.dtype(), p.value.device());
+  tp.AllGather(p.value, slices);
+  if (slices.device() != DeviceType::kCPU) {
+    Tensor host = Tensor::Empty(slices.shape(), slices.dtype());
+    host.CopyFrom(slices);
+    slices = host;
+  }
   Tensor global = Tensor::Empty(p.global_shape);
   for (int r = 0; r < tp.size(); r += p.shard.replicas) {  // one copy of each slice
     TensorShard shard = p.shard;
@@ -140,7 +144,7 @@ std::vector<NamedTensor> GatherExperts(const ParameterStore& store, const ModelC
     at += t.numel();
   }
   Tensor all = Tensor::Empty({ep.size() * elements});
-  ep.AllGather(mine.raw(), all.raw(), elements, DType::kF32);
+  ep.AllGather(mine, all);
   const int per_rank = model.moe().n_routed_experts() / ep.size();
   std::vector<NamedTensor> experts;
   at = 0;
@@ -166,19 +170,19 @@ void GatherStages(Communicator& pp, std::vector<NamedTensor>& globals) {
       names += "\n";
     }
     names.resize((names.size() + 3) / 4 * 4, '\n');
-    const int32_t words = static_cast<int32_t>(names.size() / 4);
-    pp.Send(&words, 1, DType::kI32, 0);
-    pp.Send(names.data(), words, DType::kI32, 0);
-    for (const NamedTensor& t : globals) pp.Send(t.value.raw(), t.value.numel(), DType::kF32, 0);
+    int32_t words = static_cast<int32_t>(names.size() / 4);
+    pp.Send(Tensor::View(&words, {1}, DType::kI32), 0);
+    pp.Send(Tensor::View(names.data(), {words}, DType::kI32), 0);
+    for (const NamedTensor& t : globals) pp.Send(t.value, 0);
     return;
   }
   std::set<std::string> have;
   for (const NamedTensor& t : globals) have.insert(t.name);
   for (int stage = 1; stage < pp.size(); ++stage) {
     int32_t words = 0;
-    pp.Recv(&words, 1, DType::kI32, stage);
+    pp.Recv(Tensor::View(&words, {1}, DType::kI32), stage);
     std::string names(words * 4, '\n');
-    pp.Recv(names.data(), words, DType::kI32, stage);
+    pp.Recv(Tensor::View(names.data(), {words}, DType::kI32), stage);
     std::istringstream lines(names);
     for (std::string line; std::getline(lines, line);) {
       if (line.empty()) continue;
@@ -188,28 +192,12 @@ void GatherStages(Communicator& pp, std::vector<NamedTensor>& globals) {
       fields >> name;
       for (int64_t d; fields >> d;) shape.push_back(d);
       Tensor value = Tensor::Empty(shape);
-      pp.Recv(value.raw(), value.numel(), DType::kF32, stage);
+      pp.Recv(value, stage);
       if (have.insert(name).second) globals.push_back({name, value});
     }
   }
 }
 
-namespace {
-
-// Writes `text` to `path` through a temporary file and a rename, so `path`
-// never holds half a file.
-absl::Status WriteTextFile(const std::string& path, const std::string& text) {
-  std::ofstream file(path + ".tmp");
-  file << text;
-  file.close();
-  if (!file || std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
-    return UserError(absl::StrCat("writing ", path, " failed: ", std::strerror(errno)),
-                     "check the disk has space and the directory is writable", absl::StatusCode::kDataLoss);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status WriteHfModelDirectory(const std::string& dir, const std::vector<NamedTensor>& tensors,
                                   const ModelConfig& model, int64_t seq_length, DType dtype,
@@ -226,9 +214,10 @@ absl::Status WriteHfModelDirectory(const std::string& dir, const std::vector<Nam
   std::map<std::string, std::string> all_metadata = {{"format", "pt"}, {"producer", "tetra"}};
   all_metadata.insert(metadata.begin(), metadata.end());
   RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", refs, dtype, all_metadata));
-  RETURN_IF_ERROR(WriteTextFile(dir + "/config.json", HfConfigJson(model, seq_length, dtype)));
+  constexpr char kHint[] = "check the disk has space and the directory is writable";
+  RETURN_IF_ERROR(WriteFileAtomically(dir + "/config.json", HfConfigJson(model, seq_length, dtype), kHint));
   const std::string generation = HfGenerationConfigJson(model);
-  if (!generation.empty()) RETURN_IF_ERROR(WriteTextFile(dir + "/generation_config.json", generation));
+  if (!generation.empty()) RETURN_IF_ERROR(WriteFileAtomically(dir + "/generation_config.json", generation, kHint));
   return absl::OkStatus();
 }
 

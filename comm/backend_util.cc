@@ -1,17 +1,27 @@
 #include "comm/backend_util.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
 
 namespace tetra {
 
-void CheckDisjoint(const void* a, size_t a_bytes, const void* b, size_t b_bytes, const char* op) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+Tensor ElementRange(const Tensor& t, int64_t offset, int64_t count) {
+  return t.Reshape({t.numel()}).Slice(offset, offset + count);
+}
+
+bool IsOwnBlock(const Communicator& comm, const Tensor& whole, const Tensor& block) {
+  return block.raw() == static_cast<char*>(whole.raw()) + comm.rank() * block.nbytes();
+}
+
+void CheckDisjoint(const Tensor& a, const Tensor& b, const char* op) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a.raw()), b0 = reinterpret_cast<uintptr_t>(b.raw());
+  const size_t a_bytes = a.nbytes(), b_bytes = b.nbytes();
   const bool overlap = a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-  TETRA_CHECK(!overlap) << op << ": send and recv buffers overlap (" << a_bytes << " bytes at " << a
-                        << ", " << b_bytes << " bytes at " << b
+  TETRA_CHECK(!overlap) << op << ": send and recv buffers overlap (" << a_bytes << " bytes at "
+                        << a.raw() << ", " << b_bytes << " bytes at " << b.raw()
                         << ") without being the in-place layout (see comm/communicator.h)";
 }
 

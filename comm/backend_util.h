@@ -1,11 +1,11 @@
-// What every Communicator backend checks and says about an operation: byte
-// addressing of typed buffers, overlap and rank-range checks (fatal: a bad
-// buffer or rank is a bug in the caller), and the watchdog's description of
-// the operation. Backends share these so MPI and NCCL fail the same way.
+// What the Communicator checks about an operation before any backend sees it
+// (overlap, rank ranges and blocks: fatal, since a bad buffer or rank is a
+// bug in the caller), the views and layouts backends take blocks with, and
+// the watchdog's description of an operation. One place, so MPI, NCCL and a
+// group of one fail and speak the same way.
 #ifndef TETRA_COMM_BACKEND_UTIL_H_
 #define TETRA_COMM_BACKEND_UTIL_H_
 
-#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,13 +15,14 @@
 
 namespace tetra {
 
-// Address of element `index` of a `dtype` buffer.
-inline char* ElementPtr(const void* base, int64_t index, DType dtype) {
-  return static_cast<char*>(const_cast<void*>(base)) + index * static_cast<int64_t>(DTypeSize(dtype));
-}
+// Elements [offset, offset + count) of `t`, flat, sharing its storage.
+Tensor ElementRange(const Tensor& t, int64_t offset, int64_t count);
+// Whether `block` is block comm.rank() of `whole` (blocks of block.numel()
+// elements): the in-place layout of reduce-scatter and all-gather.
+bool IsOwnBlock(const Communicator& comm, const Tensor& whole, const Tensor& block);
 
-// Fatal unless [a, a + a_bytes) and [b, b + b_bytes) are disjoint.
-void CheckDisjoint(const void* a, size_t a_bytes, const void* b, size_t b_bytes, const char* op);
+// Fatal unless the memory of `a` and `b` is disjoint.
+void CheckDisjoint(const Tensor& a, const Tensor& b, const char* op);
 // Fatal unless 0 <= rank < comm.size(); `role` is "peer" or "root".
 void CheckGroupRank(const Communicator& comm, int rank, const char* role, const char* op);
 // Fatal unless `counts` and `offsets` hold comm.size() entries, counts >= 0,

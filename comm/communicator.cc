@@ -12,8 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "comm/backend_util.h"
 #include "core/logging.h"
 #include "core/timer.h"
+#include "kernels/ops.h"
 
 namespace tetra {
 namespace {
@@ -48,6 +50,61 @@ std::vector<std::string> RankRanges(const std::vector<int>& ranks) {
   return parts;
 }
 
+const char* DeviceName(DeviceType device) { return device == DeviceType::kCPU ? "CPU" : "CUDA"; }
+
+// "BF16 [4, 8] on CPU"
+std::string TensorKind(const Tensor& t) {
+  return absl::StrCat(DTypeName(t.dtype()), " ", ShapeString(t.shape()), " on ",
+                      DeviceName(t.device()));
+}
+
+// Fatal unless `t` has storage (or no elements) on a device `comm` serves.
+void CheckServed(const Communicator& comm, const Tensor& t, const char* op) {
+  TETRA_CHECK(t.defined() || t.numel() == 0)
+      << op << ": tensor " << TensorKind(t) << " has no storage";
+  TETRA_CHECK(comm.Serves(t.device()))
+      << op << " on " << DescribeGroup(comm) << ": this communicator does not move "
+      << DeviceName(t.device()) << " tensors (" << TensorKind(t)
+      << "); use the group's communicator for that device (MPI: host, NCCL: device)";
+}
+
+// Fatal unless send and recv share dtype and a served device.
+void CheckPair(const Communicator& comm, const Tensor& send, const Tensor& recv, const char* op) {
+  TETRA_CHECK(send.dtype() == recv.dtype() && send.device() == recv.device())
+      << op << ": send is " << TensorKind(send) << " but recv is " << TensorKind(recv)
+      << "; the tensors of one call share dtype and device";
+  CheckServed(comm, send, op);
+  CheckServed(comm, recv, op);
+}
+
+// Reductions of these accumulate in F32 (see communicator.h).
+bool ReducesWidened(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kF16; }
+
+// An F32 copy of `t`, flat, on its device.
+Tensor Widened(const Tensor& t) {
+  const Tensor wide = Tensor::Empty({t.numel()}, DType::kF32, t.device());
+  ops::Cast(t, wide);
+  return wide;
+}
+
+// Every rank's `value`, in rank order.
+std::vector<double> GatherDoubles(Communicator& group, double value) {
+  const int n = group.size();
+  std::vector<double> values(n);
+  const Tensor mine = Tensor::View(&value, {1}, DType::kF64);
+  const Tensor all = Tensor::View(values.data(), {n}, DType::kF64);
+  if (group.Serves(DeviceType::kCPU)) {
+    group.AllGather(mine, all);
+  } else {  // a device-only backend: gathered in place in device memory
+    const Tensor gathered = Tensor::Empty({n}, DType::kF64, DeviceType::kCUDA);
+    const Tensor own = gathered.Slice(group.rank(), group.rank() + 1);
+    own.CopyFrom(mine);
+    group.AllGather(own, gathered);
+    all.CopyFrom(gathered);
+  }
+  return values;
+}
+
 }  // namespace
 
 const char* ReduceOpName(ReduceOp op) {
@@ -58,16 +115,6 @@ const char* ReduceOpName(ReduceOp op) {
   }
   return "?";
 }
-
-namespace {
-// Every rank's `value`, in rank order.
-std::vector<double> GatherDoubles(Communicator& group, double value) {
-  static_assert(sizeof(double) == 2 * sizeof(int32_t));
-  std::vector<double> values(group.size());
-  group.AllGather(&value, values.data(), 2, DType::kI32);
-  return values;
-}
-}  // namespace
 
 double SumOverRanks(Communicator& group, double value) {
   if (group.size() == 1) return value;
@@ -102,6 +149,84 @@ std::string DescribeGroup(const Communicator& comm) {
     list = absl::StrJoin(parts, ", ");
   }
   return absl::StrCat("group ", comm.name(), " (world ranks ", list, ")");
+}
+
+CommHandle Communicator::AllReduceAsync(const Tensor& send, const Tensor& recv, ReduceOp op) {
+  CheckPair(*this, send, recv, "all_reduce");
+  TETRA_CHECK(send.numel() == recv.numel())
+      << "all_reduce: send holds " << send.numel() << " elements but recv " << recv.numel();
+  if (send.raw() != recv.raw()) CheckDisjoint(send, recv, "all_reduce");
+  if (!ReducesWidened(send.dtype())) return StartAllReduce(send, recv, op);
+  // The F32 copy is reduced in place, then narrowed into recv.
+  const Tensor wide = Widened(send);
+  return StartAllReduce(wide, wide, op).Then([wide, recv] { ops::Cast(wide, recv); });
+}
+
+CommHandle Communicator::ReduceScatterAsync(const Tensor& send, const Tensor& recv, ReduceOp op) {
+  CheckPair(*this, send, recv, "reduce_scatter");
+  TETRA_CHECK(send.numel() == size() * recv.numel())
+      << "reduce_scatter: send holds " << send.numel() << " elements, not " << size()
+      << " blocks of recv's " << recv.numel() << " (group " << name() << ")";
+  if (!IsOwnBlock(*this, send, recv)) CheckDisjoint(send, recv, "reduce_scatter");
+  if (!ReducesWidened(send.dtype())) return StartReduceScatter(send, recv, op);
+  // The F32 copy is reduced in place (this rank's block a view of it), then
+  // the block is narrowed into recv.
+  const Tensor wide = Widened(send);
+  const Tensor block = ElementRange(wide, rank() * recv.numel(), recv.numel());
+  return StartReduceScatter(wide, block, op).Then([block, recv] { ops::Cast(block, recv); });
+}
+
+CommHandle Communicator::AllGatherAsync(const Tensor& send, const Tensor& recv) {
+  CheckPair(*this, send, recv, "all_gather");
+  TETRA_CHECK(recv.numel() == size() * send.numel())
+      << "all_gather: recv holds " << recv.numel() << " elements, not " << size()
+      << " blocks of send's " << send.numel() << " (group " << name() << ")";
+  if (!IsOwnBlock(*this, recv, send)) CheckDisjoint(send, recv, "all_gather");
+  return StartAllGather(send, recv);
+}
+
+CommHandle Communicator::AllToAllAsync(const Tensor& send, const Tensor& recv) {
+  CheckPair(*this, send, recv, "all_to_all");
+  TETRA_CHECK(send.numel() == recv.numel() && send.numel() % size() == 0)
+      << "all_to_all: send holds " << send.numel() << " elements and recv " << recv.numel()
+      << "; both must hold the same number, in " << size() << " equal blocks (group " << name()
+      << ")";
+  CheckDisjoint(send, recv, "all_to_all");  // no in-place form
+  return StartAllToAll(send, recv);
+}
+
+CommHandle Communicator::AllToAllVAsync(const Tensor& send, const std::vector<int64_t>& send_counts,
+                                        const std::vector<int64_t>& send_offsets,
+                                        const Tensor& recv,
+                                        const std::vector<int64_t>& recv_counts,
+                                        const std::vector<int64_t>& recv_offsets) {
+  CheckPair(*this, send, recv, "all_to_all_v");
+  const int64_t send_extent = CheckBlocks(*this, send_counts, send_offsets, "send");
+  const int64_t recv_extent = CheckBlocks(*this, recv_counts, recv_offsets, "recv");
+  TETRA_CHECK(send_extent <= send.numel() && recv_extent <= recv.numel())
+      << "all_to_all_v: the blocks reach element " << send_extent << " of send and "
+      << recv_extent << " of recv, which hold " << send.numel() << " and " << recv.numel();
+  CheckDisjoint(ElementRange(send, 0, send_extent), ElementRange(recv, 0, recv_extent),
+                "all_to_all_v");
+  return StartAllToAllV(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+}
+
+CommHandle Communicator::BroadcastAsync(const Tensor& buffer, int root) {
+  CheckServed(*this, buffer, "broadcast");
+  CheckGroupRank(*this, root, "root", "broadcast");
+  return StartBroadcast(buffer, root);
+}
+
+CommHandle Communicator::SendAsync(const Tensor& buffer, int peer, int tag) {
+  CheckServed(*this, buffer, "send");
+  CheckGroupRank(*this, peer, "peer", "send");
+  return StartSend(buffer, peer, tag);
+}
+
+CommHandle Communicator::RecvAsync(const Tensor& buffer, int peer, int tag) {
+  CheckServed(*this, buffer, "recv");
+  CheckGroupRank(*this, peer, "peer", "recv");
+  return StartRecv(buffer, peer, tag);
 }
 
 std::function<void()> SetCommAbortHandler(std::function<void()> handler) {
@@ -140,6 +265,22 @@ CommHandle& CommHandle::operator=(CommHandle&& other) noexcept {
 }
 
 CommHandle::~CommHandle() { Wait(); }
+
+CommHandle CommHandle::Then(std::function<void()> after) && {
+  TETRA_CHECK(after != nullptr) << "CommHandle::Then needs a step to run";
+  if (done_) {
+    after();
+    return CommHandle();
+  }
+  CommHandle next(std::move(*this));
+  // The outer handle stops polling once this returns true: `after` runs once.
+  next.poll_ = [poll = std::move(next.poll_), after = std::move(after)] {
+    if (!poll()) return false;
+    after();
+    return true;
+  };
+  return next;
+}
 
 bool CommHandle::Test() {
   if (!done_ && poll_()) {

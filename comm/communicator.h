@@ -2,19 +2,26 @@
 // Collectives and point-to-point transfers over a group of ranks, each in a
 // non-blocking form that returns a CommHandle (so compute can overlap the
 // transfer) and a blocking form that waits on it. Backends: MPI over host
-// memory (mpi_communicator.h) and NCCL over device memory (nccl_communicator.h).
+// memory (mpi_communicator.h), NCCL over device memory (nccl_communicator.h)
+// and a group of one (self_communicator.h).
 //
 // Nothing waits forever: every Wait has the communicator's deadline
 // (parallel.comm_timeout_s). When it passes, the job ends with a message
 // naming the operation, the group and the waiting rank, and a non-zero exit
 // for every rank (abort, not hang).
 //
-// Buffers are raw pointers with an element count and a DType; counts are
-// elements, not bytes, and may be 0. In place: `send == recv` for all-reduce;
-// for reduce-scatter and all-gather the buffer of size() blocks is used in
-// place when this rank's block is the small buffer (recv == send + rank() x
-// recv_count, send == recv + rank() x send_count), as NCCL defines it. All-to-all
-// buffers must not overlap. Any other overlap is a fatal check. Calls (and
+// Buffers are Tensors: the dtype and device come from them, the same for
+// every tensor of one call, and the backend must serve that device (Serves).
+// Host scalars and vectors travel as Tensor::View. Counts and offsets are
+// elements, not bytes, and may be 0. Reductions of BF16 and F16 accumulate in
+// F32: the tensors are widened to F32 temporaries, reduced, and narrowed into
+// recv when the operation completes. In place: `send` and `recv` at the same
+// address for all-reduce; for reduce-scatter and all-gather the tensor of
+// size() blocks is used in place when this rank's block is the small tensor
+// (recv at send + rank() x recv.numel() elements, send at recv + rank() x
+// send.numel()), as NCCL defines it. All-to-all buffers must not overlap. Any
+// other overlap is a fatal check, as are mismatched dtypes, devices and
+// sizes. Tensors stay valid until their operation completes. Calls (and
 // Wait/Test) come from one thread, the one that created the communicator.
 #ifndef TETRA_COMM_COMMUNICATOR_H_
 #define TETRA_COMM_COMMUNICATOR_H_
@@ -56,6 +63,11 @@ class CommHandle {
   void Wait();
   bool Test();  // true once complete (never blocks)
 
+  // A handle that completes once this one has and `after` has run (once, on
+  // the thread that waits or tests; at once when this one is complete).
+  // Consumes this handle; keeps its description, deadline and on_timeout.
+  CommHandle Then(std::function<void()> after) &&;
+
  private:
   std::function<bool()> poll_;
   std::function<std::string()> describe_;
@@ -81,34 +93,32 @@ class Communicator {
   // The world ranks of this group, ascending; ranks()[rank()] is this process.
   virtual const std::vector<int>& ranks() const = 0;
   virtual double timeout_s() const = 0;
+  // Whether this backend moves tensors on `device` (MPI: host, NCCL: device).
+  virtual bool Serves(DeviceType device) const = 0;
 
-  // recv = op over ranks of send (count elements).
-  virtual CommHandle AllReduceAsync(const void* send, void* recv, int64_t count, DType dtype,
-                                    ReduceOp op) = 0;
-  // send holds size() x recv_count elements; rank r receives the reduction of block r.
-  virtual CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count,
-                                        DType dtype, ReduceOp op) = 0;
-  // recv holds size() x send_count elements: block r is rank r's send.
-  virtual CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                                    DType dtype) = 0;
-  // Block r of send (count elements) goes to rank r; block r of recv came from rank r.
-  virtual CommHandle AllToAllAsync(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  // recv = op over ranks of send (equal numel).
+  CommHandle AllReduceAsync(const Tensor& send, const Tensor& recv, ReduceOp op);
+  // send holds size() x recv.numel() elements; rank r receives the reduction of block r.
+  CommHandle ReduceScatterAsync(const Tensor& send, const Tensor& recv, ReduceOp op);
+  // recv holds size() x send.numel() elements: block r is rank r's send.
+  CommHandle AllGatherAsync(const Tensor& send, const Tensor& recv);
+  // Equal numel, size() blocks: block r of send goes to rank r; block r of
+  // recv came from rank r.
+  CommHandle AllToAllAsync(const Tensor& send, const Tensor& recv);
   // Variable blocks: send_counts[r] elements at send_offsets[r] go to rank r;
   // recv_counts[r] elements from rank r land at recv_offsets[r].
-  virtual CommHandle AllToAllVAsync(const void* send, const std::vector<int64_t>& send_counts,
-                                    const std::vector<int64_t>& send_offsets, void* recv,
-                                    const std::vector<int64_t>& recv_counts,
-                                    const std::vector<int64_t>& recv_offsets, DType dtype) = 0;
+  CommHandle AllToAllVAsync(const Tensor& send, const std::vector<int64_t>& send_counts,
+                            const std::vector<int64_t>& send_offsets, const Tensor& recv,
+                            const std::vector<int64_t>& recv_counts,
+                            const std::vector<int64_t>& recv_offsets);
   // `root` is a rank of this group.
-  virtual CommHandle BroadcastAsync(void* buffer, int64_t count, DType dtype, int root) = 0;
+  CommHandle BroadcastAsync(const Tensor& buffer, int root);
   // Point-to-point with group rank `peer`. MPI matches by tag; NCCL has no
   // tags (it takes only tag 0) and matches a peer's messages in issue order,
   // so portable code sends and receives in the same order.
-  virtual CommHandle SendAsync(const void* buffer, int64_t count, DType dtype, int peer,
-                               int tag = 0) = 0;
-  virtual CommHandle RecvAsync(void* buffer, int64_t count, DType dtype, int peer,
-                               int tag = 0) = 0;
-  virtual CommHandle BarrierAsync() = 0;
+  CommHandle SendAsync(const Tensor& buffer, int peer, int tag = 0);
+  CommHandle RecvAsync(const Tensor& buffer, int peer, int tag = 0);
+  CommHandle BarrierAsync() { return StartBarrier(); }
 
   // A communicator over `world_ranks` (ascending, containing this rank), named
   // `name`. Collective over this communicator: every member calls it, in the
@@ -117,41 +127,50 @@ class Communicator {
                                               const std::string& name) = 0;
 
   // Blocking forms.
-  void AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op) {
-    AllReduceAsync(send, recv, count, dtype, op).Wait();
+  void AllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) {
+    AllReduceAsync(send, recv, op).Wait();
   }
-  void ReduceScatter(const void* send, void* recv, int64_t recv_count, DType dtype, ReduceOp op) {
-    ReduceScatterAsync(send, recv, recv_count, dtype, op).Wait();
+  void ReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) {
+    ReduceScatterAsync(send, recv, op).Wait();
   }
-  void AllGather(const void* send, void* recv, int64_t send_count, DType dtype) {
-    AllGatherAsync(send, recv, send_count, dtype).Wait();
+  void AllGather(const Tensor& send, const Tensor& recv) { AllGatherAsync(send, recv).Wait(); }
+  void AllToAll(const Tensor& send, const Tensor& recv) { AllToAllAsync(send, recv).Wait(); }
+  void AllToAllV(const Tensor& send, const std::vector<int64_t>& send_counts,
+                 const std::vector<int64_t>& send_offsets, const Tensor& recv,
+                 const std::vector<int64_t>& recv_counts,
+                 const std::vector<int64_t>& recv_offsets) {
+    AllToAllVAsync(send, send_counts, send_offsets, recv, recv_counts, recv_offsets).Wait();
   }
-  void AllToAll(const void* send, void* recv, int64_t count, DType dtype) {
-    AllToAllAsync(send, recv, count, dtype).Wait();
-  }
-  void AllToAllV(const void* send, const std::vector<int64_t>& send_counts,
-                 const std::vector<int64_t>& send_offsets, void* recv,
-                 const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_offsets,
-                 DType dtype) {
-    AllToAllVAsync(send, send_counts, send_offsets, recv, recv_counts, recv_offsets, dtype).Wait();
-  }
-  void Broadcast(void* buffer, int64_t count, DType dtype, int root) {
-    BroadcastAsync(buffer, count, dtype, root).Wait();
-  }
-  void Send(const void* buffer, int64_t count, DType dtype, int peer, int tag = 0) {
-    SendAsync(buffer, count, dtype, peer, tag).Wait();
-  }
-  void Recv(void* buffer, int64_t count, DType dtype, int peer, int tag = 0) {
-    RecvAsync(buffer, count, dtype, peer, tag).Wait();
-  }
+  void Broadcast(const Tensor& buffer, int root) { BroadcastAsync(buffer, root).Wait(); }
+  void Send(const Tensor& buffer, int peer, int tag = 0) { SendAsync(buffer, peer, tag).Wait(); }
+  void Recv(const Tensor& buffer, int peer, int tag = 0) { RecvAsync(buffer, peer, tag).Wait(); }
   void Barrier() { BarrierAsync().Wait(); }
+
+ protected:
+  // What a backend implements, called with tensors already checked: one
+  // dtype and a served device per call, sizes that fit the operation,
+  // disjoint or in-place buffers, ranks of this group, blocks inside their
+  // tensors. Reductions come in F32, I32 or F64 only (BF16 and F16 are
+  // widened first).
+  virtual CommHandle StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  virtual CommHandle StartReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  virtual CommHandle StartAllGather(const Tensor& send, const Tensor& recv) = 0;
+  virtual CommHandle StartAllToAll(const Tensor& send, const Tensor& recv) = 0;
+  virtual CommHandle StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_counts,
+                                    const std::vector<int64_t>& send_offsets, const Tensor& recv,
+                                    const std::vector<int64_t>& recv_counts,
+                                    const std::vector<int64_t>& recv_offsets) = 0;
+  virtual CommHandle StartBroadcast(const Tensor& buffer, int root) = 0;
+  virtual CommHandle StartSend(const Tensor& buffer, int peer, int tag) = 0;
+  virtual CommHandle StartRecv(const Tensor& buffer, int peer, int tag) = 0;
+  virtual CommHandle StartBarrier() = 0;
 };
 
 const char* ReduceOpName(ReduceOp op);
 
 // The sum of every rank's `value`, added in rank order, so every rank gets
-// the same bits (a loss or a squared norm). Doubles travel as bit patterns:
-// the backends reduce only F32 and I32.
+// the same bits (a loss or a squared norm): the values are gathered as F64,
+// not reduced (MPI reduces only F32 and I32, and its order is its own).
 double SumOverRanks(Communicator& group, double value);
 // The largest of every rank's `value` (e.g. the peak memory of any rank).
 double MaxOverRanks(Communicator& group, double value);

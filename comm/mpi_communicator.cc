@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,7 +44,8 @@ MPI_Datatype MpiType(DType dtype) {
 MPI_Datatype MpiReduceType(DType dtype, ReduceOp op, const char* op_name) {
   TETRA_CHECK(dtype == DType::kF32 || dtype == DType::kI32)
       << op_name << ": the MPI backend reduces F32 and I32 only, not " << DTypeName(dtype)
-      << " (reduce in F32 on the host)";
+      << " (it moves " << DTypeName(dtype) << " but does not add it; gather the values and add "
+      << "them in rank order, as SumOverRanks does)";
   TETRA_CHECK(op != ReduceOp::kMean || dtype == DType::kF32)
       << op_name << ": mean of " << DTypeName(dtype) << " is not defined (integer division); "
       << "reduce with sum and divide where the rounding is wanted";
@@ -158,126 +158,118 @@ CommHandle MpiCommunicator::Watch(std::shared_ptr<Pending> pending,
   return CommHandle(std::move(poll), std::move(describe), timeout_s_);
 }
 
-CommHandle MpiCommunicator::AllReduceAsync(const void* send, void* recv, int64_t count, DType dtype,
-                                           ReduceOp op) {
-  const MPI_Datatype type = MpiReduceType(dtype, op, "all_reduce");
-  const int n = MpiCount(count, "all_reduce");
-  const bool in_place = send == recv;
-  if (!in_place) CheckDisjoint(send, count * DTypeSize(dtype), recv, count * DTypeSize(dtype), "all_reduce");
+CommHandle MpiCommunicator::StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) {
+  const MPI_Datatype type = MpiReduceType(send.dtype(), op, "all_reduce");
+  const int n = MpiCount(recv.numel(), "all_reduce");
   auto pending = std::make_shared<Pending>();
   if (op == ReduceOp::kMean) {
-    pending->finish = [recv, count, size = size()](const MPI_Status&) { DivideInPlace(recv, count, size); };
+    pending->finish = [recv, size = size()](const MPI_Status&) {
+      DivideInPlace(recv.raw(), recv.numel(), size);
+    };
   }
-  TETRA_MPI_CHECK(MPI_Iallreduce(in_place ? MPI_IN_PLACE : send, recv, n, type, MpiOp(op), comm_,
-                                 &pending->request));
-  return Watch(std::move(pending), [this, op, count, dtype] {
+  const bool in_place = send.raw() == recv.raw();
+  TETRA_MPI_CHECK(MPI_Iallreduce(in_place ? MPI_IN_PLACE : send.raw(), recv.raw(), n, type,
+                                 MpiOp(op), comm_, &pending->request));
+  return Watch(std::move(pending), [this, op, count = recv.numel(), dtype = recv.dtype()] {
     return DescribeOp(*this, OpWithReduction("all_reduce", op), count, dtype);
   });
 }
 
-CommHandle MpiCommunicator::ReduceScatterAsync(const void* send, void* recv, int64_t recv_count,
-                                               DType dtype, ReduceOp op) {
-  const MPI_Datatype type = MpiReduceType(dtype, op, "reduce_scatter");
-  const int n = MpiCount(recv_count, "reduce_scatter");
-  MpiCount(recv_count * size(), "reduce_scatter");
-  const size_t block_bytes = recv_count * DTypeSize(dtype);
+CommHandle MpiCommunicator::StartReduceScatter(const Tensor& send, const Tensor& recv,
+                                               ReduceOp op) {
+  const MPI_Datatype type = MpiReduceType(send.dtype(), op, "reduce_scatter");
+  const int n = MpiCount(recv.numel(), "reduce_scatter");
+  MpiCount(send.numel(), "reduce_scatter");
   // In place, MPI leaves the result in block 0; the layout wants it in block rank().
-  const bool in_place = recv == ElementPtr(send, rank_ * recv_count, dtype);
-  if (!in_place) CheckDisjoint(send, block_bytes * size(), recv, block_bytes, "reduce_scatter");
+  const bool in_place = IsOwnBlock(*this, send, recv);
+  const bool from_block_0 = in_place && rank_ != 0;
   auto pending = std::make_shared<Pending>();
-  pending->finish = [=, size = size()](const MPI_Status&) {
-    if (in_place && recv != send) std::memcpy(recv, send, block_bytes);
-    if (op == ReduceOp::kMean) DivideInPlace(recv, recv_count, size);
+  pending->finish = [send, recv, op, from_block_0, size = size()](const MPI_Status&) {
+    if (from_block_0) recv.CopyFrom(ElementRange(send, 0, recv.numel()));
+    if (op == ReduceOp::kMean) DivideInPlace(recv.raw(), recv.numel(), size);
   };
-  TETRA_MPI_CHECK(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send,
-                                            in_place ? const_cast<void*>(send) : recv, n, type,
+  TETRA_MPI_CHECK(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send.raw(),
+                                            in_place ? send.raw() : recv.raw(), n, type,
                                             MpiOp(op), comm_, &pending->request));
-  return Watch(std::move(pending), [this, op, recv_count, dtype] {
-    return DescribeOp(*this, OpWithReduction("reduce_scatter", op), recv_count * size(), dtype);
+  return Watch(std::move(pending), [this, op, count = send.numel(), dtype = send.dtype()] {
+    return DescribeOp(*this, OpWithReduction("reduce_scatter", op), count, dtype);
   });
 }
 
-CommHandle MpiCommunicator::AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                                           DType dtype) {
-  const MPI_Datatype type = MpiType(dtype);
-  const int n = MpiCount(send_count, "all_gather");
-  MpiCount(send_count * size(), "all_gather");
-  const size_t block_bytes = send_count * DTypeSize(dtype);
-  const bool in_place = send == ElementPtr(recv, rank_ * send_count, dtype);
-  if (!in_place) CheckDisjoint(send, block_bytes, recv, block_bytes * size(), "all_gather");
+CommHandle MpiCommunicator::StartAllGather(const Tensor& send, const Tensor& recv) {
+  const MPI_Datatype type = MpiType(send.dtype());
+  const int n = MpiCount(send.numel(), "all_gather");
+  MpiCount(recv.numel(), "all_gather");
+  const bool in_place = IsOwnBlock(*this, recv, send);
   auto pending = std::make_shared<Pending>();
-  TETRA_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, type, recv, n, type, comm_,
-                                 &pending->request));
-  return Watch(std::move(pending), [this, send_count, dtype] {
-    return DescribeOp(*this, "all_gather", send_count * size(), dtype);
+  TETRA_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send.raw(), n, type, recv.raw(), n, type,
+                                 comm_, &pending->request));
+  return Watch(std::move(pending), [this, count = recv.numel(), dtype = recv.dtype()] {
+    return DescribeOp(*this, "all_gather", count, dtype);
   });
 }
 
-CommHandle MpiCommunicator::AllToAllAsync(const void* send, void* recv, int64_t count, DType dtype) {
-  const MPI_Datatype type = MpiType(dtype);
-  const int n = MpiCount(count, "all_to_all");
-  MpiCount(count * size(), "all_to_all");
-  const size_t bytes = count * size() * DTypeSize(dtype);
-  CheckDisjoint(send, bytes, recv, bytes, "all_to_all");
+CommHandle MpiCommunicator::StartAllToAll(const Tensor& send, const Tensor& recv) {
+  const MPI_Datatype type = MpiType(send.dtype());
+  const int n = MpiCount(send.numel() / size(), "all_to_all");
+  MpiCount(send.numel(), "all_to_all");
   auto pending = std::make_shared<Pending>();
-  TETRA_MPI_CHECK(MPI_Ialltoall(send, n, type, recv, n, type, comm_, &pending->request));
-  return Watch(std::move(pending), [this, count, dtype] {
-    return DescribeOp(*this, "all_to_all", count * size(), dtype);
+  TETRA_MPI_CHECK(
+      MPI_Ialltoall(send.raw(), n, type, recv.raw(), n, type, comm_, &pending->request));
+  return Watch(std::move(pending), [this, count = send.numel(), dtype = send.dtype()] {
+    return DescribeOp(*this, "all_to_all", count, dtype);
   });
 }
 
-CommHandle MpiCommunicator::AllToAllVAsync(const void* send, const std::vector<int64_t>& send_counts,
-                                           const std::vector<int64_t>& send_offsets, void* recv,
+CommHandle MpiCommunicator::StartAllToAllV(const Tensor& send,
+                                           const std::vector<int64_t>& send_counts,
+                                           const std::vector<int64_t>& send_offsets,
+                                           const Tensor& recv,
                                            const std::vector<int64_t>& recv_counts,
-                                           const std::vector<int64_t>& recv_offsets, DType dtype) {
-  const MPI_Datatype type = MpiType(dtype);
-  const int64_t send_extent = CheckBlocks(*this, send_counts, send_offsets, "send");
-  const int64_t recv_extent = CheckBlocks(*this, recv_counts, recv_offsets, "recv");
-  CheckDisjoint(send, send_extent * DTypeSize(dtype), recv, recv_extent * DTypeSize(dtype),
-                "all_to_all_v");
+                                           const std::vector<int64_t>& recv_offsets) {
+  const MPI_Datatype type = MpiType(send.dtype());
   auto pending = std::make_shared<Pending>();
   for (const auto* list : {&send_counts, &send_offsets, &recv_counts, &recv_offsets}) {
     for (int64_t v : *list) pending->int_args.push_back(MpiCount(v, "all_to_all_v"));
   }
   const int* args = pending->int_args.data();
   const int p = size();
-  TETRA_MPI_CHECK(MPI_Ialltoallv(send, args, args + p, type, recv, args + 2 * p, args + 3 * p, type,
-                                 comm_, &pending->request));
+  TETRA_MPI_CHECK(MPI_Ialltoallv(send.raw(), args, args + p, type, recv.raw(), args + 2 * p,
+                                 args + 3 * p, type, comm_, &pending->request));
   int64_t sent = 0, received = 0;
   for (int r = 0; r < p; ++r) sent += send_counts[r], received += recv_counts[r];
-  return Watch(std::move(pending), [this, sent, received, dtype] {
+  return Watch(std::move(pending), [this, sent, received, dtype = send.dtype()] {
     return DescribeOp(*this, "all_to_all_v", sent, dtype, absl::StrCat("(", received, " received)"));
   });
 }
 
-CommHandle MpiCommunicator::BroadcastAsync(void* buffer, int64_t count, DType dtype, int root) {
-  CheckGroupRank(*this, root, "root", "broadcast");
-  const int n = MpiCount(count, "broadcast");
+CommHandle MpiCommunicator::StartBroadcast(const Tensor& buffer, int root) {
+  const int n = MpiCount(buffer.numel(), "broadcast");
   auto pending = std::make_shared<Pending>();
-  TETRA_MPI_CHECK(MPI_Ibcast(buffer, n, MpiType(dtype), root, comm_, &pending->request));
-  return Watch(std::move(pending), [this, count, dtype, root] {
+  TETRA_MPI_CHECK(
+      MPI_Ibcast(buffer.raw(), n, MpiType(buffer.dtype()), root, comm_, &pending->request));
+  return Watch(std::move(pending), [this, count = buffer.numel(), dtype = buffer.dtype(), root] {
     return DescribeOp(*this, "broadcast", count, dtype, "from " + DescribeGroupRank(*this, root));
   });
 }
 
-CommHandle MpiCommunicator::SendAsync(const void* buffer, int64_t count, DType dtype, int peer,
-                                      int tag) {
-  CheckGroupRank(*this, peer, "peer", "send");
+CommHandle MpiCommunicator::StartSend(const Tensor& buffer, int peer, int tag) {
   TETRA_CHECK(tag >= 0 && tag <= kMaxPortableTag) << "send: tag " << tag << " outside [0, 32767]";
-  const int n = MpiCount(count, "send");
+  const int n = MpiCount(buffer.numel(), "send");
   auto pending = std::make_shared<Pending>();
-  TETRA_MPI_CHECK(MPI_Isend(buffer, n, MpiType(dtype), peer, tag, comm_, &pending->request));
-  return Watch(std::move(pending), [this, count, dtype, peer, tag] {
+  TETRA_MPI_CHECK(
+      MPI_Isend(buffer.raw(), n, MpiType(buffer.dtype()), peer, tag, comm_, &pending->request));
+  const int64_t count = buffer.numel();
+  return Watch(std::move(pending), [this, count, dtype = buffer.dtype(), peer, tag] {
     return DescribeOp(*this, "send", count, dtype,
                       absl::StrCat("to ", DescribeGroupRank(*this, peer), ", tag ", tag, ","));
   });
 }
 
-CommHandle MpiCommunicator::RecvAsync(void* buffer, int64_t count, DType dtype, int peer, int tag) {
-  CheckGroupRank(*this, peer, "peer", "recv");
+CommHandle MpiCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) {
   TETRA_CHECK(tag >= 0 && tag <= kMaxPortableTag) << "recv: tag " << tag << " outside [0, 32767]";
-  const MPI_Datatype type = MpiType(dtype);
-  const int n = MpiCount(count, "recv");
+  const MPI_Datatype type = MpiType(buffer.dtype());
+  const int n = MpiCount(buffer.numel(), "recv");
   auto pending = std::make_shared<Pending>();
   pending->finish = [this, type, n, peer](const MPI_Status& status) {
     int received = 0;
@@ -285,14 +277,15 @@ CommHandle MpiCommunicator::RecvAsync(void* buffer, int64_t count, DType dtype, 
     TETRA_CHECK(received == n) << "recv from " << DescribeGroupRank(*this, peer) << " on group "
                                << name_ << ": expected " << n << " elements, got " << received;
   };
-  TETRA_MPI_CHECK(MPI_Irecv(buffer, n, type, peer, tag, comm_, &pending->request));
-  return Watch(std::move(pending), [this, count, dtype, peer, tag] {
+  TETRA_MPI_CHECK(MPI_Irecv(buffer.raw(), n, type, peer, tag, comm_, &pending->request));
+  const int64_t count = buffer.numel();
+  return Watch(std::move(pending), [this, count, dtype = buffer.dtype(), peer, tag] {
     return DescribeOp(*this, "recv", count, dtype,
                       absl::StrCat("from ", DescribeGroupRank(*this, peer), ", tag ", tag, ","));
   });
 }
 
-CommHandle MpiCommunicator::BarrierAsync() {
+CommHandle MpiCommunicator::StartBarrier() {
   auto pending = std::make_shared<Pending>();
   TETRA_MPI_CHECK(MPI_Ibarrier(comm_, &pending->request));
   return Watch(std::move(pending), [this] { return absl::StrCat("barrier on ", DescribeGroup(*this)); });
@@ -308,9 +301,10 @@ std::unique_ptr<Communicator> MpiCommunicator::Split(const std::vector<int>& wor
   // Each rank's group is named by its first world rank. Gathering them (a
   // watched collective) lets every rank check that all agree on the groups
   // before MPI_Comm_split, which has no non-blocking form.
-  const int color = world_ranks.front();
+  int color = world_ranks.front();
   std::vector<int> colors(size());
-  AllGather(&color, colors.data(), 1, DType::kI32);
+  AllGather(Tensor::View(&color, {1}, DType::kI32),
+            Tensor::View(colors.data(), {size()}, DType::kI32));
   std::vector<int> members;
   for (int r = 0; r < size(); ++r) {
     if (colors[r] == color) members.push_back(world_ranks_[r]);

@@ -4,8 +4,9 @@
 // MpiSession owns MPI's lifetime and makes a timed-out wait end the job with
 // MPI_Abort; MpiWorld gives the communicator of all ranks, Split the groups.
 //
-// Reductions take F32 and I32 (kMean: F32 only); BF16 and F16 buffers move
-// through the non-reducing operations. MPI counts are ints: a count or offset
+// Host tensors only. Reductions take F32 and I32 (kMean: F32 only; the
+// Communicator widens BF16 and F16 to F32 first); F64 and every other dtype
+// move through the non-reducing operations. MPI counts are ints: a count or offset
 // beyond INT_MAX elements is a fatal check. MPI moves a non-blocking
 // collective forward only inside MPI calls, so to overlap a long transfer with
 // compute, call Test() on its handle between chunks of the compute.
@@ -62,28 +63,28 @@ class MpiCommunicator : public Communicator {
   const std::string& name() const override { return name_; }
   const std::vector<int>& ranks() const override { return world_ranks_; }
   double timeout_s() const override { return timeout_s_; }
+  bool Serves(DeviceType device) const override { return device == DeviceType::kCPU; }
   MPI_Comm comm() const { return comm_; }
-
-  CommHandle AllReduceAsync(const void* send, void* recv, int64_t count, DType dtype,
-                            ReduceOp op) override;
-  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType dtype,
-                                ReduceOp op) override;
-  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count, DType dtype) override;
-  CommHandle AllToAllAsync(const void* send, void* recv, int64_t count, DType dtype) override;
-  CommHandle AllToAllVAsync(const void* send, const std::vector<int64_t>& send_counts,
-                            const std::vector<int64_t>& send_offsets, void* recv,
-                            const std::vector<int64_t>& recv_counts,
-                            const std::vector<int64_t>& recv_offsets, DType dtype) override;
-  CommHandle BroadcastAsync(void* buffer, int64_t count, DType dtype, int root) override;
-  CommHandle SendAsync(const void* buffer, int64_t count, DType dtype, int peer, int tag) override;
-  CommHandle RecvAsync(void* buffer, int64_t count, DType dtype, int peer, int tag) override;
-  CommHandle BarrierAsync() override;
 
   // Every rank of this communicator names its own group; the groups must
   // partition this communicator's ranks, and every rank must agree on them
   // (checked: a rank whose view differs gets a fatal check naming both views).
   std::unique_ptr<Communicator> Split(const std::vector<int>& world_ranks,
                                       const std::string& name) override;
+
+ protected:
+  CommHandle StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) override;
+  CommHandle StartReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) override;
+  CommHandle StartAllGather(const Tensor& send, const Tensor& recv) override;
+  CommHandle StartAllToAll(const Tensor& send, const Tensor& recv) override;
+  CommHandle StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_counts,
+                            const std::vector<int64_t>& send_offsets, const Tensor& recv,
+                            const std::vector<int64_t>& recv_counts,
+                            const std::vector<int64_t>& recv_offsets) override;
+  CommHandle StartBroadcast(const Tensor& buffer, int root) override;
+  CommHandle StartSend(const Tensor& buffer, int peer, int tag) override;
+  CommHandle StartRecv(const Tensor& buffer, int peer, int tag) override;
+  CommHandle StartBarrier() override;
 
  private:
   struct Pending;

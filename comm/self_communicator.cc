@@ -1,6 +1,5 @@
 #include "comm/self_communicator.h"
 
-#include <cstring>
 #include <utility>
 
 #include "comm/backend_util.h"
@@ -10,12 +9,9 @@ namespace tetra {
 namespace {
 
 // The one-rank result of every data-moving collective: recv = send.
-void CopyBlock(const void* send, void* recv, int64_t count, DType dtype, const char* op) {
-  TETRA_CHECK(count >= 0) << op << ": negative count " << count;
-  if (send == recv || count == 0) return;
-  const size_t bytes = count * DTypeSize(dtype);
-  CheckDisjoint(send, bytes, recv, bytes, op);
-  std::memcpy(recv, send, bytes);
+CommHandle Copy(const Tensor& send, const Tensor& recv) {
+  if (send.raw() != recv.raw()) recv.CopyFrom(send);
+  return CommHandle();
 }
 
 }  // namespace
@@ -23,69 +19,52 @@ void CopyBlock(const void* send, void* recv, int64_t count, DType dtype, const c
 SelfCommunicator::SelfCommunicator(int world_rank, std::string name, double timeout_s)
     : name_(std::move(name)), ranks_{world_rank}, timeout_s_(timeout_s) {}
 
-CommHandle SelfCommunicator::AllReduceAsync(const void* send, void* recv, int64_t count,
-                                            DType dtype, ReduceOp) {
-  CopyBlock(send, recv, count, dtype, "all_reduce");  // sum, max and mean of one value
-  return CommHandle();
+// Sum, max and mean of one value.
+CommHandle SelfCommunicator::StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp) {
+  return Copy(send, recv);
 }
 
-CommHandle SelfCommunicator::ReduceScatterAsync(const void* send, void* recv, int64_t recv_count,
-                                                DType dtype, ReduceOp) {
-  CopyBlock(send, recv, recv_count, dtype, "reduce_scatter");
-  return CommHandle();
+CommHandle SelfCommunicator::StartReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp) {
+  return Copy(send, recv);
 }
 
-CommHandle SelfCommunicator::AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                                            DType dtype) {
-  CopyBlock(send, recv, send_count, dtype, "all_gather");
-  return CommHandle();
+CommHandle SelfCommunicator::StartAllGather(const Tensor& send, const Tensor& recv) {
+  return Copy(send, recv);
 }
 
-CommHandle SelfCommunicator::AllToAllAsync(const void* send, void* recv, int64_t count,
-                                           DType dtype) {
-  const size_t bytes = count * DTypeSize(dtype);
-  CheckDisjoint(send, bytes, recv, bytes, "all_to_all");  // no in-place form
-  CopyBlock(send, recv, count, dtype, "all_to_all");
-  return CommHandle();
+CommHandle SelfCommunicator::StartAllToAll(const Tensor& send, const Tensor& recv) {
+  return Copy(send, recv);
 }
 
-CommHandle SelfCommunicator::AllToAllVAsync(const void* send,
+CommHandle SelfCommunicator::StartAllToAllV(const Tensor& send,
                                             const std::vector<int64_t>& send_counts,
-                                            const std::vector<int64_t>& send_offsets, void* recv,
+                                            const std::vector<int64_t>& send_offsets,
+                                            const Tensor& recv,
                                             const std::vector<int64_t>& recv_counts,
-                                            const std::vector<int64_t>& recv_offsets,
-                                            DType dtype) {
-  CheckBlocks(*this, send_counts, send_offsets, "send");
-  CheckBlocks(*this, recv_counts, recv_offsets, "recv");
-  CheckDisjoint(ElementPtr(send, send_offsets[0], dtype), send_counts[0] * DTypeSize(dtype),
-                ElementPtr(recv, recv_offsets[0], dtype), recv_counts[0] * DTypeSize(dtype),
-                "all_to_all_v");
+                                            const std::vector<int64_t>& recv_offsets) {
   TETRA_CHECK(send_counts[0] == recv_counts[0])
       << "all_to_all_v on one rank: sends " << send_counts[0] << " elements to itself but expects "
       << recv_counts[0];
-  CopyBlock(ElementPtr(send, send_offsets[0], dtype), ElementPtr(recv, recv_offsets[0], dtype),
-            send_counts[0], dtype, "all_to_all_v");
+  return Copy(ElementRange(send, send_offsets[0], send_counts[0]),
+              ElementRange(recv, recv_offsets[0], recv_counts[0]));
+}
+
+CommHandle SelfCommunicator::StartBroadcast(const Tensor&, int) { return CommHandle(); }
+
+CommHandle SelfCommunicator::StartSend(const Tensor& buffer, int peer, int tag) {
+  TETRA_CHECK(false) << DescribeOp(*this, "send", buffer.numel(), buffer.dtype()) << " to rank "
+                     << peer << ", tag " << tag << ": a single-rank group has no peer to send to";
   return CommHandle();
 }
 
-CommHandle SelfCommunicator::BroadcastAsync(void*, int64_t, DType, int root) {
-  CheckGroupRank(*this, root, "root", "broadcast");
+CommHandle SelfCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) {
+  TETRA_CHECK(false) << DescribeOp(*this, "recv", buffer.numel(), buffer.dtype()) << " from rank "
+                     << peer << ", tag " << tag
+                     << ": a single-rank group has no peer to receive from";
   return CommHandle();
 }
 
-CommHandle SelfCommunicator::SendAsync(const void*, int64_t count, DType dtype, int peer, int tag) {
-  TETRA_CHECK(false) << DescribeOp(*this, "send", count, dtype) << " to rank " << peer << ", tag "
-                     << tag << ": a single-rank group has no peer to send to";
-  return CommHandle();
-}
-
-CommHandle SelfCommunicator::RecvAsync(void*, int64_t count, DType dtype, int peer, int tag) {
-  TETRA_CHECK(false) << DescribeOp(*this, "recv", count, dtype) << " from rank " << peer
-                     << ", tag " << tag << ": a single-rank group has no peer to receive from";
-  return CommHandle();
-}
-
-CommHandle SelfCommunicator::BarrierAsync() { return CommHandle(); }
+CommHandle SelfCommunicator::StartBarrier() { return CommHandle(); }
 
 std::unique_ptr<Communicator> SelfCommunicator::Split(const std::vector<int>& world_ranks,
                                                       const std::string& name) {

@@ -1,12 +1,14 @@
 // SelfCommunicator: a Communicator whose group is this process alone, for
-// single-process runs and for size-1 axes of a layout (tp = 1, dp = 1). Every
-// collective over one rank is a copy from send to recv (nothing when in
-// place), broadcast and barrier do nothing, and every handle it returns is
-// already complete, so code written for a group runs unchanged and free of
-// transfers. Point-to-point with oneself has no meaning here: a fatal check.
+// single-process runs and for size-1 axes of a layout (tp = 1, dp = 1), on
+// either device. Every collective over one rank is a copy from send to recv
+// (Tensor::CopyFrom; nothing when in place), broadcast and barrier do
+// nothing, and every handle it returns is already complete, so code written
+// for a group runs unchanged and free of transfers. Point-to-point with
+// oneself has no meaning here: a fatal check.
 #ifndef TETRA_COMM_SELF_COMMUNICATOR_H_
 #define TETRA_COMM_SELF_COMMUNICATOR_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,25 +32,25 @@ class SelfCommunicator : public Communicator {
   const std::string& name() const override { return name_; }
   const std::vector<int>& ranks() const override { return ranks_; }
   double timeout_s() const override { return timeout_s_; }
-
-  CommHandle AllReduceAsync(const void* send, void* recv, int64_t count, DType dtype,
-                            ReduceOp op) override;
-  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType dtype,
-                                ReduceOp op) override;
-  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count, DType dtype) override;
-  CommHandle AllToAllAsync(const void* send, void* recv, int64_t count, DType dtype) override;
-  CommHandle AllToAllVAsync(const void* send, const std::vector<int64_t>& send_counts,
-                            const std::vector<int64_t>& send_offsets, void* recv,
-                            const std::vector<int64_t>& recv_counts,
-                            const std::vector<int64_t>& recv_offsets, DType dtype) override;
-  CommHandle BroadcastAsync(void* buffer, int64_t count, DType dtype, int root) override;
-  CommHandle SendAsync(const void* buffer, int64_t count, DType dtype, int peer, int tag) override;
-  CommHandle RecvAsync(void* buffer, int64_t count, DType dtype, int peer, int tag) override;
-  CommHandle BarrierAsync() override;
+  bool Serves(DeviceType) const override { return true; }
 
   // `world_ranks` must be {this world rank}; returns another SelfCommunicator.
   std::unique_ptr<Communicator> Split(const std::vector<int>& world_ranks,
                                       const std::string& name) override;
+
+ protected:
+  CommHandle StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) override;
+  CommHandle StartReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) override;
+  CommHandle StartAllGather(const Tensor& send, const Tensor& recv) override;
+  CommHandle StartAllToAll(const Tensor& send, const Tensor& recv) override;
+  CommHandle StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_counts,
+                            const std::vector<int64_t>& send_offsets, const Tensor& recv,
+                            const std::vector<int64_t>& recv_counts,
+                            const std::vector<int64_t>& recv_offsets) override;
+  CommHandle StartBroadcast(const Tensor& buffer, int root) override;
+  CommHandle StartSend(const Tensor& buffer, int peer, int tag) override;
+  CommHandle StartRecv(const Tensor& buffer, int peer, int tag) override;
+  CommHandle StartBarrier() override;
 
  private:
   std::string name_;

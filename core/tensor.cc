@@ -108,6 +108,15 @@ Tensor Tensor::Unallocated(const Shape& shape, DType dtype) {
   return t;
 }
 
+Tensor Tensor::View(void* data, const Shape& shape, DType dtype, DeviceType device) {
+  Tensor t = Unallocated(shape, dtype);
+  TETRA_CHECK(data != nullptr || t.numel_ == 0)
+      << "view of " << t.numel_ << " " << DTypeName(dtype) << " elements at a null pointer";
+  t.device_ = device;
+  t.storage_ = std::shared_ptr<void>(data, [](void*) {});  // the caller owns the memory
+  return t;
+}
+
 Tensor Tensor::Zeros(const Shape& shape, DType dtype, DeviceType device) {
   Tensor t = Empty(shape, dtype, device);
   t.SetZero();

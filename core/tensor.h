@@ -1,6 +1,7 @@
 // Tensor: a shaped, typed view of a shared buffer on one device. Copies of a
 // Tensor share storage (like a shared_ptr); Reshape and Slice make views of the
-// same storage; Clone makes a deep copy. Row-major, contiguous.
+// same storage; Clone makes a deep copy; View wraps memory the caller owns
+// (a host scalar or std::vector handed to a Communicator). Row-major, contiguous.
 #ifndef TETRA_CORE_TENSOR_H_
 #define TETRA_CORE_TENSOR_H_
 
@@ -42,6 +43,12 @@ class Tensor {
   // A shape and dtype without storage (defined() is false): the parameters
   // of a model that is described but not built (ParameterStore's kShapesOnly).
   static Tensor Unallocated(const Shape& shape, DType dtype = DType::kF32);
+  // A non-owning view of `data`, which the caller owns and must keep alive
+  // (and in place) for as long as any copy of the view, or any operation
+  // started on it, lives: `Tensor::View(counts.data(), {n}, DType::kI32)`.
+  // `data` may be null only when the shape has no elements.
+  static Tensor View(void* data, const Shape& shape, DType dtype,
+                     DeviceType device = DeviceType::kCPU);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

@@ -204,37 +204,33 @@ absl::Status CheckKnobs(const SyntheticConfig& config, int64_t vocab_size, int64
   return absl::OkStatus();
 }
 
-}  // namespace
+// Phase 1: the contexts reachable from a seeded start, breadth-first, with
+// their next-token distributions and successor contexts.
+struct ReachableChain {
+  std::vector<uint64_t> keys;              // (contexts) each context's block key
+  std::vector<NextDistribution> next;      // (contexts)
+  std::vector<int32_t> successors;         // (contexts, b), -1 for a zero-probability candidate
+};
 
-absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
-    const SyntheticConfig& config, int64_t vocab_size, uint64_t seed, int64_t seq_length) {
-  RETURN_IF_ERROR(CheckKnobs(config, vocab_size, seq_length));
-  const ChainParams params{seed, vocab_size, config.order(), config.branching(),
-                           config.concentration()};
-  const int k = params.order;
-  const int b = params.branching;
+absl::StatusOr<ReachableChain> ExploreReachableContexts(const ChainParams& params) {
+  const int k = params.order, b = params.branching;
+  const int64_t vocab_size = params.vocab_size;
   // A successor's key drops the oldest token: key % V^(k-1), times V, plus next.
   uint64_t oldest_digit = 1;
   for (int i = 1; i < k; ++i) oldest_digit *= vocab_size;
-
-  // 1. Explore the contexts reachable from a seeded start (breadth-first).
-  std::vector<uint64_t> keys;
-  std::vector<NextDistribution> next;
-  std::vector<int32_t> successors;  // (contexts, b), -1 for a zero-probability candidate
+  ReachableChain chain;
   std::unordered_map<uint64_t, int32_t> index_of;
   auto add = [&](uint64_t key) {
-    auto [it, inserted] = index_of.try_emplace(key, static_cast<int32_t>(keys.size()));
-    if (inserted) keys.push_back(key);
+    auto [it, inserted] = index_of.try_emplace(key, static_cast<int32_t>(chain.keys.size()));
+    if (inserted) chain.keys.push_back(key);
     return it->second;
   };
-  {
-    CounterRng start_rng(seed, StableHash("tetra.synthetic.start"));
-    std::vector<int32_t> start(k);
-    for (int i = 0; i < k; ++i) start[i] = TokenFromBits(start_rng.Bits(i / 4)[i % 4], vocab_size);
-    add(BlockKey(start, vocab_size));
-  }
-  for (size_t v = 0; v < keys.size(); ++v) {
-    if (static_cast<int64_t>(keys.size()) * b > kMaxTransitions) {
+  CounterRng start_rng(params.seed, StableHash("tetra.synthetic.start"));
+  std::vector<int32_t> start(k);
+  for (int i = 0; i < k; ++i) start[i] = TokenFromBits(start_rng.Bits(i / 4)[i % 4], vocab_size);
+  add(BlockKey(start, vocab_size));
+  for (size_t v = 0; v < chain.keys.size(); ++v) {
+    if (static_cast<int64_t>(chain.keys.size()) * b > kMaxTransitions) {
       return UserError(
           absl::StrFormat("synthetic data: more than %d contexts are reachable (order %d, "
                           "vocab_size %d, branching %d), too many to tabulate",
@@ -242,69 +238,53 @@ absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
           "lower data.synthetic.order, data.synthetic.branching or model.vocab_size",
           absl::StatusCode::kResourceExhausted);
     }
-    next.push_back(DrawNext(params, keys[v]));
+    chain.next.push_back(DrawNext(params, chain.keys[v]));
     for (int e = 0; e < b; ++e) {
-      successors.push_back(next[v].probs[e] > 0
-                               ? add((keys[v] % oldest_digit) * vocab_size + next[v].tokens[e])
-                               : -1);
+      chain.successors.push_back(chain.next[v].probs[e] > 0
+                                     ? add((chain.keys[v] % oldest_digit) * vocab_size + chain.next[v].tokens[e])
+                                     : -1);
     }
   }
+  return chain;
+}
 
-  // 2. Keep one closed class: the largest component no edge leaves (ties: the
-  // one found first in breadth-first order), so the chain is irreducible.
-  const int32_t n_all = static_cast<int32_t>(keys.size());
-  std::vector<int32_t> component = StronglyConnectedComponents(successors, b, n_all);
+// Phase 2: the contexts of one closed class, the largest strongly connected
+// component no edge leaves (ties: the one found first in breadth-first
+// order), so the chain kept is irreducible. Returns each context's index in
+// the class, -1 outside it.
+std::vector<int32_t> ClosedClass(const ReachableChain& chain, int b) {
+  const int32_t n_all = static_cast<int32_t>(chain.keys.size());
+  const std::vector<int32_t> component = StronglyConnectedComponents(chain.successors, b, n_all);
   const int32_t num_components = *std::max_element(component.begin(), component.end()) + 1;
   std::vector<char> closed(num_components, 1);
   std::vector<int32_t> members(num_components, 0);
   for (int32_t v = 0; v < n_all; ++v) {
     ++members[component[v]];
     for (int e = 0; e < b; ++e) {
-      int32_t w = successors[int64_t{v} * b + e];
+      const int32_t w = chain.successors[int64_t{v} * b + e];
       if (w >= 0 && component[w] != component[v]) closed[component[v]] = 0;
     }
   }
   int32_t chosen = -1;
   for (int32_t v = 0; v < n_all; ++v) {
-    int32_t c = component[v];
+    const int32_t c = component[v];
     if (closed[c] && (chosen < 0 || members[c] > members[chosen])) chosen = c;
   }
   TETRA_CHECK(chosen >= 0) << "a finite graph has a closed component";
-
-  auto source = std::unique_ptr<SyntheticSource>(new SyntheticSource());
-  SyntheticSource& s = *source;
-  s.name_ = absl::StrFormat("synthetic(order=%d, branching=%d, concentration=%g, seed=%d)", k, b,
-                            params.concentration, seed);
-  s.order_ = k;
-  s.branching_ = b;
-  s.vocab_size_ = vocab_size;
   std::vector<int32_t> local(n_all, -1);
+  int32_t next_index = 0;
   for (int32_t v = 0; v < n_all; ++v) {
-    if (component[v] != chosen) continue;
-    local[v] = static_cast<int32_t>(s.context_index_.size());
-    s.context_index_[keys[v]] = local[v];
+    if (component[v] == chosen) local[v] = next_index++;
   }
-  const int32_t n = static_cast<int32_t>(s.context_index_.size());
-  std::vector<int32_t> class_successors;
-  for (int32_t v = 0; v < n_all; ++v) {
-    if (local[v] < 0) continue;
-    for (int i = k - 1; i >= 0; --i) {
-      uint64_t digit = keys[v];
-      for (int j = 0; j < i; ++j) digit /= vocab_size;
-      s.context_tokens_.push_back(static_cast<int32_t>(digit % vocab_size));
-    }
-    for (int e = 0; e < b; ++e) {
-      int32_t w = successors[int64_t{v} * b + e];
-      s.next_tokens_.push_back(next[v].tokens[e]);
-      s.next_probs_.push_back(next[v].probs[e]);
-      class_successors.push_back(w >= 0 ? local[w] : -1);
-    }
-  }
+  return local;
+}
 
-  // 3. Stationary distribution by power iteration on the lazy chain (P + I)/2:
-  // same fixed point, and no oscillation when the chain is periodic.
-  s.pi_.assign(n, 1.0 / n);
-  std::vector<double> stepped(n);
+// Phase 3: the stationary distribution of the class's chain (successors and
+// probabilities (n, b)), by power iteration on the lazy chain (P + I)/2: the
+// same fixed point, and no oscillation when the chain is periodic.
+absl::StatusOr<std::vector<double>> StationaryDistribution(const std::vector<int32_t>& successors,
+                                                           const std::vector<double>& probs, int32_t n, int b) {
+  std::vector<double> pi(n, 1.0 / n), stepped(n);
   for (int64_t iteration = 0;; ++iteration) {
     if (iteration == kMaxPowerIterations) {
       return UserError(
@@ -313,51 +293,124 @@ absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
                           n, kMaxPowerIterations),
           "raise data.synthetic.branching", absl::StatusCode::kInternal);
     }
-    for (int32_t v = 0; v < n; ++v) stepped[v] = 0.5 * s.pi_[v];
+    for (int32_t v = 0; v < n; ++v) stepped[v] = 0.5 * pi[v];
     for (int32_t v = 0; v < n; ++v) {
       for (int e = 0; e < b; ++e) {
-        int32_t w = class_successors[int64_t{v} * b + e];
-        if (w >= 0) stepped[w] += 0.5 * s.pi_[v] * s.next_probs_[int64_t{v} * b + e];
+        const int32_t w = successors[int64_t{v} * b + e];
+        if (w >= 0) stepped[w] += 0.5 * pi[v] * probs[int64_t{v} * b + e];
       }
     }
     double total = 0, change = 0;
     for (double p : stepped) total += p;
     for (int32_t v = 0; v < n; ++v) {
       stepped[v] /= total;
-      change += std::abs(stepped[v] - s.pi_[v]);
+      change += std::abs(stepped[v] - pi[v]);
     }
-    s.pi_.swap(stepped);
-    if (change < kStationaryTolerance) break;
+    pi.swap(stepped);
+    if (change < kStationaryTolerance) return pi;
   }
+}
 
-  // 4. Entropies: the rate, and the stationary block entropies H_m (m <= k)
-  // for the first k - 1 positions of a sample.
-  for (int32_t v = 0; v < n; ++v) {
-    s.entropy_rate_ +=
-        s.pi_[v] * Entropy(absl::MakeConstSpan(s.next_probs_).subspan(int64_t{v} * b, b));
+// The closed class's tables, contexts renumbered 0..n-1 in breadth-first order.
+struct ClassTables {
+  std::unordered_map<uint64_t, int32_t> context_index;
+  std::vector<int32_t> context_tokens;  // (n, order)
+  std::vector<int32_t> next_tokens;     // (n, b)
+  std::vector<double> next_probs;       // (n, b)
+  std::vector<int32_t> successors;      // (n, b), -1 for a zero-probability candidate
+};
+
+ClassTables KeepClass(const ChainParams& params, const ReachableChain& chain, const std::vector<int32_t>& local) {
+  const int k = params.order, b = params.branching;
+  ClassTables t;
+  for (size_t v = 0; v < chain.keys.size(); ++v) {
+    if (local[v] < 0) continue;
+    t.context_index[chain.keys[v]] = local[v];
+    for (int i = k - 1; i >= 0; --i) {
+      uint64_t digit = chain.keys[v];
+      for (int j = 0; j < i; ++j) digit /= params.vocab_size;
+      t.context_tokens.push_back(static_cast<int32_t>(digit % params.vocab_size));
+    }
+    for (int e = 0; e < b; ++e) {
+      const int32_t w = chain.successors[static_cast<int64_t>(v) * b + e];
+      t.next_tokens.push_back(chain.next[v].tokens[e]);
+      t.next_probs.push_back(chain.next[v].probs[e]);
+      t.successors.push_back(w >= 0 ? local[w] : -1);
+    }
   }
-  s.block_probs_.resize(k + 1);
+  return t;
+}
+
+// The index of `probs` (summing to about 1) that the uniform `u` falls in.
+size_t Pick(absl::Span<const double> probs, double u) {
+  size_t last_possible = 0;
+  double cumulative = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0) continue;
+    cumulative += probs[i];
+    last_possible = i;
+    if (u < cumulative) return i;
+  }
+  return last_possible;  // u beyond a sum rounded below 1
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
+    const SyntheticConfig& config, int64_t vocab_size, uint64_t seed, int64_t seq_length) {
+  RETURN_IF_ERROR(CheckKnobs(config, vocab_size, seq_length));
+  const ChainParams params{seed, vocab_size, config.order(), config.branching(), config.concentration()};
+  ASSIGN_OR_RETURN(const ReachableChain chain, ExploreReachableContexts(params));
+  ClassTables tables = KeepClass(params, chain, ClosedClass(chain, params.branching));
+  auto source = std::unique_ptr<SyntheticSource>(new SyntheticSource());
+  SyntheticSource& s = *source;
+  s.name_ = absl::StrFormat("synthetic(order=%d, branching=%d, concentration=%g, seed=%d)", params.order,
+                            params.branching, params.concentration, seed);
+  s.order_ = params.order;
+  s.branching_ = params.branching;
+  s.vocab_size_ = vocab_size;
+  s.context_index_ = std::move(tables.context_index);
+  s.context_tokens_ = std::move(tables.context_tokens);
+  s.next_tokens_ = std::move(tables.next_tokens);
+  s.next_probs_ = std::move(tables.next_probs);
+  ASSIGN_OR_RETURN(s.pi_, StationaryDistribution(tables.successors, s.next_probs_,
+                                                 static_cast<int32_t>(s.context_index_.size()), params.branching));
+  s.ComputeEntropies();
+  RETURN_IF_ERROR(s.CheckFloor(seq_length, params.concentration));
+  s.Generate(tables.successors, seed, config.num_tokens());
+  return source;
+}
+
+void SyntheticSource::ComputeEntropies() {
+  // The rate, and the stationary block entropies H_m (m <= k) for the first
+  // k - 1 positions of a sample.
+  const int32_t n = static_cast<int32_t>(pi_.size());
+  const int k = order_, b = branching_;
+  for (int32_t v = 0; v < n; ++v) {
+    entropy_rate_ += pi_[v] * Entropy(absl::MakeConstSpan(next_probs_).subspan(int64_t{v} * b, b));
+  }
+  block_probs_.resize(k + 1);
   std::vector<double> block_entropy(k + 1, 0.0);
   for (int m = 1; m <= k; ++m) {
     for (int32_t v = 0; v < n; ++v) {
-      s.block_probs_[m][BlockKey(s.ContextTokens(v).subspan(0, m), vocab_size)] += s.pi_[v];
+      block_probs_[m][BlockKey(ContextTokens(v).subspan(0, m), vocab_size_)] += pi_[v];
     }
-    for (const auto& [key, p] : s.block_probs_[m]) block_entropy[m] -= p * std::log(p);
+    for (const auto& [key, p] : block_probs_[m]) block_entropy[m] -= p * std::log(p);
   }
-  for (int j = 0; j + 1 < k; ++j) {
-    s.leading_entropy_.push_back(block_entropy[j + 2] - block_entropy[j + 1]);
-  }
+  for (int j = 0; j + 1 < k; ++j) leading_entropy_.push_back(block_entropy[j + 2] - block_entropy[j + 1]);
+}
 
-  const double floor = s.LossFloor(seq_length);
-  const double max_floor = std::log(static_cast<double>(vocab_size)) - kMinGapToUniform;
+absl::Status SyntheticSource::CheckFloor(int64_t seq_length, double concentration) const {
+  const double floor = LossFloor(seq_length);
+  const double max_floor = std::log(static_cast<double>(vocab_size_)) - kMinGapToUniform;
   if (floor < kMinFloor) {
     return UserError(
         absl::StrFormat("synthetic data: the loss floor is %.4f nats at seq_length %d (entropy "
                         "rate %.4f), below the %.1f-nat minimum of a non-trivial source",
-                        floor, seq_length, s.entropy_rate_, kMinFloor),
+                        floor, seq_length, entropy_rate_, kMinFloor),
         absl::StrFormat("raise data.synthetic.branching (now %d) or "
                         "data.synthetic.concentration (now %g)",
-                        b, params.concentration));
+                        branching_, concentration));
   }
   if (floor > max_floor) {
     return UserError(
@@ -366,34 +419,24 @@ absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
                         floor, seq_length, max_floor),
         absl::StrFormat("lower data.synthetic.branching (now %d) or "
                         "data.synthetic.concentration (now %g)",
-                        b, params.concentration));
+                        branching_, concentration));
   }
+  return absl::OkStatus();
+}
 
-  // 5. Generate: the first context from pi, then the chain, one Philox
-  // uniform per position.
+void SyntheticSource::Generate(const std::vector<int32_t>& successors, uint64_t seed, int64_t num_tokens) {
+  // The first context from pi, then the chain, one Philox uniform per position.
+  const int k = order_, b = branching_;
   CounterRng sample_rng(seed, StableHash("tetra.synthetic.sample"));
-  auto pick = [](absl::Span<const double> probs, double u) {
-    size_t last_possible = 0;
-    double cumulative = 0;
-    for (size_t i = 0; i < probs.size(); ++i) {
-      if (probs[i] <= 0) continue;
-      cumulative += probs[i];
-      last_possible = i;
-      if (u < cumulative) return i;
-    }
-    return last_possible;  // u beyond a sum rounded below 1
-  };
-  int32_t context = static_cast<int32_t>(pick(s.pi_, sample_rng.Uniform(0)));
-  auto first = s.ContextTokens(context);
-  s.tokens_.assign(first.begin(), first.end());
-  s.tokens_.reserve(config.num_tokens());
-  for (int64_t t = k; t < config.num_tokens(); ++t) {
-    size_t e = pick(absl::MakeConstSpan(s.next_probs_).subspan(int64_t{context} * b, b),
-                    sample_rng.Uniform(t));
-    s.tokens_.push_back(s.next_tokens_[int64_t{context} * b + e]);
-    context = class_successors[int64_t{context} * b + e];
+  int32_t context = static_cast<int32_t>(Pick(pi_, sample_rng.Uniform(0)));
+  const auto first = ContextTokens(context);
+  tokens_.assign(first.begin(), first.end());
+  tokens_.reserve(num_tokens);
+  for (int64_t t = k; t < num_tokens; ++t) {
+    const size_t e = Pick(absl::MakeConstSpan(next_probs_).subspan(int64_t{context} * b, b), sample_rng.Uniform(t));
+    tokens_.push_back(next_tokens_[int64_t{context} * b + e]);
+    context = successors[int64_t{context} * b + e];
   }
-  return source;
 }
 
 double SyntheticSource::LossFloor(int64_t seq_length) const {

@@ -63,6 +63,12 @@ class SyntheticSource : public TokenStream {
 
  private:
   SyntheticSource() = default;
+  // Create's phases after the chain's class is tabulated: the entropy rate
+  // and the leading positions' entropies from pi_; the floor within the
+  // bounds of a learnable source; the token stream.
+  void ComputeEntropies();
+  absl::Status CheckFloor(int64_t seq_length, double concentration) const;
+  void Generate(const std::vector<int32_t>& successors, uint64_t seed, int64_t num_tokens);
 
   std::string name_;
   int order_ = 0;

@@ -59,7 +59,7 @@ void TokenDispatcher::Plan(const Routing& routing, DispatchPlan* plan) {
   plan->send_offsets = Offsets(plan->send_counts);
   // from[r * local + e]: rows rank r sends to this rank's expert e.
   std::vector<int32_t> from(num_experts_);
-  ep_.AllToAll(expert_counts, from.data(), local, DType::kI32);
+  ep_.AllToAll(counts, Tensor::View(from.data(), {num_experts_}, DType::kI32));
   plan->recv_counts.assign(ranks, 0);
   plan->expert_rows.assign(local, 0);
   for (int r = 0; r < ranks; ++r) {
@@ -103,8 +103,8 @@ void TokenDispatcher::Exchange(const Tensor& from, const std::vector<int64_t>& f
     return elements;
   };
   const ScopedSpan span(SpanKind::kCommEp);
-  ep_.AllToAllV(from.raw(), scaled(from_counts), scaled(from_offsets), to.raw(), scaled(to_counts),
-                scaled(to_offsets), from.dtype());
+  ep_.AllToAllV(from, scaled(from_counts), scaled(from_offsets), to, scaled(to_counts),
+                scaled(to_offsets));
   for (int r = 0; r < ep_.size(); ++r) {
     if (r != ep_.rank()) bytes_ += static_cast<double>(from_counts[r] * c) * DTypeSize(from.dtype());
   }

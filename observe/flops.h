@@ -4,6 +4,9 @@
 // included (the second term is causal attention's scores and values, forward
 // and backward). An MoE layer counts its router, shared experts and the
 // num_experts_per_tok routed experts each token passes through.
+//
+// The parameter counts behind it are the one count of a model's pieces: the
+// layout planner (plan/) sizes memory and time from the same numbers.
 #ifndef TETRA_OBSERVE_FLOPS_H_
 #define TETRA_OBSERVE_FLOPS_H_
 
@@ -13,6 +16,22 @@
 
 namespace tetra {
 
+// Parameters of each piece of a model (doubles: exact below 2^53, and the
+// planner divides them).
+struct ParameterCounts {
+  int layers = 0, moe_layers = 0;  // the first layers - moe_layers are dense
+  double attention = 0;            // per layer: q, k, v, o projections
+  double norms = 0;                // per layer: the two RMSNorm weights
+  double dense_mlp = 0;            // per dense layer: gate, up, down
+  double router = 0;               // per MoE layer: the gate over the routed experts
+  double routed_experts = 0;       // per MoE layer: every routed expert
+  double shared_experts = 0;       // per MoE layer
+  double active_moe_mlp = 0;       // per token of an MoE layer: router, shared and k routed experts
+  double embedding = 0;            // vocab x hidden: the input table, and the LM head's
+  double final_norm = 0;
+};
+
+ParameterCounts CountParameters(const ModelConfig& model);
 int64_t ActiveParameters(const ModelConfig& model);
 double TrainingFlopsPerToken(const ModelConfig& model, int64_t seq_length);
 

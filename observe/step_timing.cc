@@ -32,13 +32,13 @@ double PeakResidentBytes() {
 void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTiming& local,
                    StepMetrics& m) {
   constexpr int kFields = 8;
-  const std::array<double, kFields> mine = {local.fwd_s,     local.bwd_s,     local.optimizer_s,
-                                            local.comm_tp_s, local.comm_dp_s, local.comm_pp_s,
-                                            local.comm_ep_s, local.peak_memory_bytes};
-  // Doubles travel as pairs of int32 words (moved bit for bit), one gather per step.
+  std::array<double, kFields> mine = {local.fwd_s,     local.bwd_s,     local.optimizer_s,
+                                      local.comm_tp_s, local.comm_dp_s, local.comm_pp_s,
+                                      local.comm_ep_s, local.peak_memory_bytes};
+  // Every rank's fields, one F64 gather per step.
   std::vector<double> all(kFields * world.size());
-  static_assert(sizeof(double) == 2 * sizeof(int32_t));
-  world.AllGather(mine.data(), all.data(), 2 * kFields, DType::kI32);
+  world.AllGather(Tensor::View(mine.data(), {kFields}, DType::kF64),
+                  Tensor::View(all.data(), {kFields * world.size()}, DType::kF64));
   std::array<double, kFields> mean{};
   double peak = 0;
   for (int r = 0; r < world.size(); ++r) {

@@ -1,10 +1,7 @@
 #include "observe/trace_writer.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <tuple>
 
@@ -13,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/atomic_file.h"
 #include "core/user_error.h"
 
 namespace tetra {
@@ -76,16 +74,16 @@ absl::Status TraceWriter::EndStep(int step, Communicator& world, const RankCoord
   if (world.rank() != 0) {
     int32_t length = static_cast<int32_t>(mine.size());
     mine.resize(words(length) * 4);
-    world.Send(&length, 1, DType::kI32, 0, kLengthTag);
-    world.Send(mine.data(), words(length), DType::kI32, 0, kEventsTag);
+    world.Send(Tensor::View(&length, {1}, DType::kI32), 0, kLengthTag);
+    world.Send(Tensor::View(mine.data(), {words(length)}, DType::kI32), 0, kEventsTag);
     return absl::OkStatus();
   }
   std::string json = "{\"traceEvents\": [\n" + mine;
   for (int r = 1; r < world.size(); ++r) {
     int32_t length = 0;
-    world.Recv(&length, 1, DType::kI32, r, kLengthTag);
+    world.Recv(Tensor::View(&length, {1}, DType::kI32), r, kLengthTag);
     std::string theirs(words(length) * 4, '\0');
-    world.Recv(theirs.data(), words(length), DType::kI32, r, kEventsTag);
+    world.Recv(Tensor::View(theirs.data(), {words(length)}, DType::kI32), r, kEventsTag);
     theirs.resize(length);
     absl::StrAppend(&json, ",\n", theirs);
   }
@@ -93,13 +91,7 @@ absl::Status TraceWriter::EndStep(int step, Communicator& world, const RankCoord
                   steps_.last, "\"}}\n");
   std::error_code ignored;  // the open below reports a directory that could not be made
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ignored);
-  std::ofstream file(path_);
-  file << json;
-  if (!file.flush()) {
-    return UserError(absl::StrCat("cannot write log.trace_path ", path_, ": ", std::strerror(errno)),
-                     "point log.trace_path at a writable file");
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path_, json, "point log.trace_path at a writable file");
 }
 
 }  // namespace tetra

@@ -115,11 +115,10 @@ void DistributedOptimizer::Step(double lr, int step) {
                  v_.Slice(p.moment_offset, m_end), hyper);
     }
     if (!zero1()) continue;
-    // Owned range k is this rank's block of bucket k.
-    float* values = values_.f32();
-    gathers[k] =
-        reducer_.dp().AllGatherAsync(values + owned[k].begin, values + reducer_.buckets()[k].begin,
-                                     owned[k].size(), DType::kF32);
+    // Owned range k is this rank's block of bucket k: gathered in place.
+    const FlatRange& bucket = reducer_.buckets()[k];
+    gathers[k] = reducer_.dp().AllGatherAsync(values_.Slice(owned[k].begin, owned[k].end),
+                                              values_.Slice(bucket.begin, bucket.end));
     // MPI progresses every request inside any MPI call: testing the oldest suffices.
     while (gathered < k && gathers[gathered].Test()) ++gathered;
   }

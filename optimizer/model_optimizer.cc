@@ -42,8 +42,7 @@ void ModelOptimizer::GradientsReadyFrom(int64_t offset) {
 FinalizedGradients ModelOptimizer::FinalizeGradients() {
   if (const Parameter* tied = model_.tied_embedding_copy()) {
     const ScopedSpan span(SpanKind::kCommPp, "all_reduce embd (tied embedding)");
-    parallel_.embedding().AllReduce(tied->grad.raw(), tied->grad.raw(), tied->grad.numel(), DType::kF32,
-                                    ReduceOp::kSum);
+    parallel_.embedding().AllReduce(tied->grad, tied->grad, ReduceOp::kSum);
   }
   reducer_.Finish();
   if (experts_) experts_->Finish();

@@ -12,16 +12,23 @@ void StartMoeStep(const std::vector<MoeMlpLayer*>& layers) {
 
 MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_batch,
                      const ParallelState& parallel) {
-  // Every layer's loads in one host int32 buffer, summed over the grad group in one call.
-  std::vector<int32_t> loads;
-  for (MoeMlpLayer* layer : layers) {
-    const Tensor& mine = layer->loads();
-    Tensor host = Tensor::Empty(mine.shape(), DType::kI32);
-    host.CopyFrom(mine);
-    loads.insert(loads.end(), host.data<int32_t>(), host.data<int32_t>() + host.numel());
+  // Every layer's int32 loads packed on their device, summed over the grad
+  // group in one call, then read on the host. The grad group holds one
+  // stage's replicas: without MoE layers, none of its ranks has loads to sum.
+  int64_t total = 0;
+  for (MoeMlpLayer* layer : layers) total += layer->loads().numel();
+  std::vector<int32_t> loads(total);
+  if (!layers.empty()) {
+    const Tensor packed = Tensor::Empty({total}, DType::kI32, layers.front()->loads().device());
+    int64_t offset = 0;
+    for (MoeMlpLayer* layer : layers) {
+      const Tensor& mine = layer->loads();
+      packed.Slice(offset, offset + mine.numel()).CopyFrom(mine);
+      offset += mine.numel();
+    }
+    parallel.grad().AllReduce(packed, packed, ReduceOp::kSum);
+    Tensor::View(loads.data(), {total}, DType::kI32).CopyFrom(packed);
   }
-  parallel.grad().AllReduce(loads.data(), loads.data(), static_cast<int64_t>(loads.size()), DType::kI32,
-                            ReduceOp::kSum);
   MoeLoads result;
   double aux = 0, dropped = 0, bytes = 0, imbalance = 1;
   size_t at = 0;

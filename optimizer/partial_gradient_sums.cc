@@ -36,7 +36,7 @@ void PartialGradientSums::Sum() {
     }
     {
       const ScopedSpan span(SpanKind::kCommTp, "all_reduce partial gradients");
-      g.comm->AllReduce(g.packed.raw(), g.packed.raw(), g.packed.numel(), DType::kF32, ReduceOp::kSum);
+      g.comm->AllReduce(g.packed, g.packed, ReduceOp::kSum);
     }
     at = 0;
     for (const FlatRange& r : g.ranges) {

@@ -10,8 +10,6 @@
 namespace tetra {
 namespace {
 
-constexpr double kBytesPerMb = 1024.0 * 1024.0;
-
 int64_t RoundUp(int64_t n, int64_t unit) { return (n + unit - 1) / unit * unit; }
 
 }  // namespace
@@ -69,13 +67,13 @@ FlatRange GradientReducer::Block(int bucket, int dp_rank) const {
 
 void GradientReducer::Launch(int bucket) {
   const FlatRange& range = buckets_[bucket];
-  float* data = flat_grads_.f32() + range.begin;
+  const Tensor data = flat_grads_.Slice(range.begin, range.end);
   if (reduce_scatter_) {
-    const int64_t block = range.size() / dp_.size();
+    const FlatRange own = Block(bucket, dp_.rank());  // in place: this rank's block of the bucket
     in_flight_[bucket] =
-        dp_.ReduceScatterAsync(data, data + dp_.rank() * block, block, DType::kF32, ReduceOp::kSum);
+        dp_.ReduceScatterAsync(data, flat_grads_.Slice(own.begin, own.end), ReduceOp::kSum);
   } else {
-    in_flight_[bucket] = dp_.AllReduceAsync(data, data, range.size(), DType::kF32, ReduceOp::kSum);
+    in_flight_[bucket] = dp_.AllReduceAsync(data, data, ReduceOp::kSum);
   }
 }
 

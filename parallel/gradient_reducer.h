@@ -35,6 +35,9 @@ class GradientReducer {
  public:
   // Elements in 64 bytes of fp32: the alignment of every rank's block.
   static constexpr int64_t kBlockAlignment = 16;
+  // parallel.dp_bucket_mb and `bucket_mb` count MiB (2^20 bytes) of fp32
+  // gradients, wherever a bucket is sized (the layout planner too).
+  static constexpr double kBytesPerMb = 1024.0 * 1024.0;
 
   // The smallest multiple of kBlockAlignment x dp_size that holds `elements`:
   // the size to allocate the flat value and gradient buffers with.

@@ -22,25 +22,25 @@ int64_t BlockRows(const Tensor& t, const Communicator& tp, const char* op) {
 Tensor AllGatherRows(const Tensor& x, Communicator& tp, Tensor* gathered) {
   if (tp.size() == 1) return AsRows(x);
   const int64_t rows = Rows(x), cols = x.dim(-1);
-  EnsureShape(gathered, {rows * tp.size(), cols});
+  EnsureShape(gathered, {rows * tp.size(), cols}, x.dtype(), x.device());
   const ScopedSpan span(SpanKind::kCommTp, "all_gather tp");
-  tp.AllGather(x.f32(), gathered->f32(), rows * cols, DType::kF32);
+  tp.AllGather(x, *gathered);
   return *gathered;
 }
 
 Tensor ReduceScatterRows(const Tensor& y, Communicator& tp, Tensor* scattered, const char* op) {
   if (tp.size() == 1) return AsRows(y);
   const int64_t block = BlockRows(y, tp, op), cols = y.dim(-1);
-  EnsureShape(scattered, {block, cols});
+  EnsureShape(scattered, {block, cols}, y.dtype(), y.device());
   const ScopedSpan span(SpanKind::kCommTp, "reduce_scatter tp");
-  tp.ReduceScatter(y.f32(), scattered->f32(), block * cols, DType::kF32, ReduceOp::kSum);
+  tp.ReduceScatter(y, *scattered, ReduceOp::kSum);
   return *scattered;
 }
 
 void AllReduceInPlace(const Tensor& t, Communicator& tp) {
   if (tp.size() == 1) return;
   const ScopedSpan span(SpanKind::kCommTp, "all_reduce tp");
-  tp.AllReduce(t.f32(), t.f32(), t.numel(), DType::kF32, ReduceOp::kSum);
+  tp.AllReduce(t, t, ReduceOp::kSum);
 }
 
 }  // namespace

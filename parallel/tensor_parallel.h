@@ -1,6 +1,7 @@
 // Megatron-LM's conjugate communication pairs of tensor parallelism
 // (megatron/core/tensor_parallel/mappings.py), each a named forward with its
-// backward, over fp32 activations and the tensor-parallel (TP) group:
+// backward, over activations in their dtype and on their device, and the
+// tensor-parallel (TP) group:
 //
 //   pair                                   forward              backward
 //   CopyToTensorParallelRegion             identity             all-reduce (sum)

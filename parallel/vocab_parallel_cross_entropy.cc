@@ -15,9 +15,8 @@ double VocabParallelCrossEntropy(const Tensor& logits, const Tensor& targets, fl
   Tensor row_max = Tensor::Empty({rows}, DType::kF32, device);
   Tensor target_logit = Tensor::Empty({rows}, DType::kF32, device);
   ops::CrossEntropyRowStats(logits, targets, begin, vocab * tp.size(), row_max, target_logit);
-  CommHandle max_done = tp.AllReduceAsync(row_max.raw(), row_max.raw(), rows, DType::kF32, ReduceOp::kMax);
-  CommHandle target_done =
-      tp.AllReduceAsync(target_logit.raw(), target_logit.raw(), rows, DType::kF32, ReduceOp::kSum);
+  CommHandle max_done = tp.AllReduceAsync(row_max, row_max, ReduceOp::kMax);
+  CommHandle target_done = tp.AllReduceAsync(target_logit, target_logit, ReduceOp::kSum);
   {
     const ScopedSpan span(SpanKind::kCommTp, "all_reduce tp (cross-entropy)");
     max_done.Wait();
@@ -30,7 +29,7 @@ double VocabParallelCrossEntropy(const Tensor& logits, const Tensor& targets, fl
   ops::CrossEntropySumExp(logits, row_max, partial);
   {
     const ScopedSpan span(SpanKind::kCommTp, "all_gather tp (cross-entropy)");
-    tp.AllGather(partial.raw(), gathered.raw(), rows, DType::kF64);
+    tp.AllGather(partial, gathered);  // in place: partial is this rank's row
   }
   Tensor sum_exp = gathered.Slice(0, 1).Reshape({rows});
   for (int r = 1; r < tp.size(); ++r) ops::Add(gathered.Slice(r, r + 1).Reshape({rows}), sum_exp);

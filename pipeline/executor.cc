@@ -69,7 +69,7 @@ void PipelineExecutor::Send(const Tensor& data, int peer, int tag) {
       << "pipeline message of shape " << ShapeString(data.shape()) << ", expected (" << rows_ << ", "
       << hidden_ << ")";
   buffer.CopyFrom(data);
-  CommHandle handle = pipeline_.SendAsync(buffer.raw(), buffer.numel(), buffer.dtype(), peer, tag);
+  CommHandle handle = pipeline_.SendAsync(buffer, peer, tag);
   sends_.emplace_back(std::move(handle), std::move(buffer));
 }
 
@@ -133,8 +133,7 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
       case ActionType::kRecvGradient:
         mb.received = AcquireBuffer();
         mb.receive_action = a;
-        mb.receive = pipeline_.RecvAsync(mb.received.raw(), mb.received.numel(), mb.received.dtype(),
-                                         a.peer, Tag(a));
+        mb.receive = pipeline_.RecvAsync(mb.received, a.peer, Tag(a));
         break;
       case ActionType::kSendActivation:
       case ActionType::kSendGradient: {
@@ -199,7 +198,7 @@ absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load
       Tensor hidden;
       if (!stage.has_embedding) {
         hidden = AcquireBuffer();
-        pipeline_.Recv(hidden.raw(), hidden.numel(), hidden.dtype(), previous);
+        pipeline_.Recv(hidden, previous);
       }
       double loss = 0;
       const Tensor out =

@@ -7,11 +7,12 @@
 #include "absl/strings/str_format.h"
 #include "model/model_dims.h"
 #include "observe/flops.h"
+#include "parallel/gradient_reducer.h"
 
 namespace tetra {
 namespace {
 
-// A model's shape, in parameters and activation elements.
+// A model's shape, in parameters (observe/flops.h's counts) and activation elements.
 struct ModelShape {
   double c, q, kv, vocab;
   int layers, dense_layers;  // the first `dense_layers` have a dense MLP, the rest MoE
@@ -26,25 +27,25 @@ struct ModelShape {
 };
 
 ModelShape ShapeOf(const ModelConfig& m) {
+  const ParameterCounts p = CountParameters(m);
   ModelShape s;
   s.c = m.hidden_size();
   s.q = double{1.0} * m.num_attention_heads() * HeadDim(m);
   s.kv = double{1.0} * KeyValueHeads(m) * HeadDim(m);
   s.vocab = m.vocab_size();
-  s.layers = m.num_hidden_layers();
-  s.moe = m.has_moe() && m.moe().n_routed_experts() > 0;
-  s.dense_layers = s.moe ? std::min(m.moe().first_k_dense_replace(), s.layers) : s.layers;
-  s.attention = 2 * s.c * s.q + 2 * s.c * s.kv;
-  s.norms = 2 * s.c;
-  s.dense_mlp = 3 * s.c * m.intermediate_size();
+  s.layers = p.layers;
+  s.moe = p.moe_layers > 0;
+  s.dense_layers = p.layers - p.moe_layers;
+  s.attention = p.attention;
+  s.norms = p.norms;
+  s.dense_mlp = p.dense_mlp;
   s.experts = s.moe ? m.moe().n_routed_experts() : 0;
   s.k = s.moe ? m.moe().num_experts_per_tok() : 0;
   s.moe_intermediate = s.moe ? m.moe().moe_intermediate_size() : 0;
-  const double expert = 3 * s.c * s.moe_intermediate;
-  s.router = s.experts * s.c;
-  s.routed = s.experts * expert;
-  s.shared = s.moe ? m.moe().n_shared_experts() * expert : 0;
-  s.active_moe_mlp = s.router + s.shared + s.k * expert;
+  s.router = p.router;
+  s.routed = p.routed_experts;
+  s.shared = p.shared_experts;
+  s.active_moe_mlp = p.active_moe_mlp;
   return s;
 }
 
@@ -264,12 +265,12 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
     t.pp_s = 2 * (m + l.mesh.pp - 1) * p2p;
   }
   const DeviceParameters p = ParametersPerDevice(config.model(), l);
-  // Gradient reduction in 25 MB buckets (dense over dp, experts over edp);
+  // Gradient reduction in dp_bucket_mb buckets (dense over dp, experts over edp);
   // ZeRO-1 reduce-scatters then all-gathers the weights: the same volume.
   auto reduce = [&](double params, int n) {
     if (n <= 1 || params == 0) return 0.0;
     const double bytes = params * cluster.grad_bytes();
-    const double buckets = std::ceil(bytes / (config.parallel().dp_bucket_mb() * 1e6));
+    const double buckets = std::ceil(bytes / (config.parallel().dp_bucket_mb() * GradientReducer::kBytesPerMb));
     return AllReduceSeconds(bytes, n, dp_link.gbps, 0) + buckets * 2.0 * (n - 1) * dp_link.latency_us * 1e-6;
   };
   const double dp_time = reduce(p.dense, l.mesh.dp) + reduce(p.expert, static_cast<int>(edp));

@@ -40,3 +40,7 @@ add_test(NAME tensorboard.reader_sees_every_metric
          COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/observe/check_tensorboard.py $<TARGET_FILE:tetra>)
 set_tests_properties(reference.hf_directories_match_transformers tensorboard.reader_sees_every_metric
                      PROPERTIES LABELS mpi TIMEOUT 600)
+# The layer table: a folder includes only itself and the folders above it.
+add_test(NAME structure.includes_point_up
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/structure/check_include_layers.py)
+set_tests_properties(structure.includes_point_up PROPERTIES LABELS unit TIMEOUT 60)

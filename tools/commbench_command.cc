@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -167,57 +165,21 @@ absl::StatusOr<std::vector<int>> GroupRanks(const std::string& layout, int me, i
   return ranks;
 }
 
-// One benchmark buffer of floats, in host or device memory.
-class Buffer {
- public:
-  Buffer(DeviceType device, int64_t count) : device_(device), count_(count) {
-    const size_t bytes = std::max<int64_t>(count, 1) * sizeof(float);
-#ifdef TETRA_HAVE_CUDA
-    if (device_ == DeviceType::kCUDA) {
-      const cudaError_t rc = cudaMalloc(&data_, bytes);
-      TETRA_CHECK(rc == cudaSuccess) << "cudaMalloc of " << bytes << " bytes: " << cudaGetErrorString(rc);
-      return;
-    }
-#endif
-    data_ = static_cast<float*>(std::malloc(bytes));
-    TETRA_CHECK(data_ != nullptr) << "out of host memory for " << bytes << " bytes";
-  }
-  ~Buffer() {
-#ifdef TETRA_HAVE_CUDA
-    if (device_ == DeviceType::kCUDA) {
-      cudaFree(data_);
-      return;
-    }
-#endif
-    std::free(data_);
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
+// `values` in a new F32 tensor on `device`.
+Tensor Upload(const std::vector<float>& values, DeviceType device) {
+  Tensor host = Tensor::Empty({static_cast<int64_t>(values.size())});
+  std::copy(values.begin(), values.end(), host.f32());
+  if (device == DeviceType::kCPU) return host;
+  Tensor on_device = Tensor::Empty(host.shape(), DType::kF32, device);
+  on_device.CopyFrom(host);
+  return on_device;
+}
 
-  float* data() const { return data_; }
-  void Upload(const std::vector<float>& values) const { Copy(data_, values.data()); }
-  std::vector<float> Download() const {
-    std::vector<float> values(count_);
-    Copy(values.data(), data_);
-    return values;
-  }
-
- private:
-  void Copy(float* to, const float* from) const {
-#ifdef TETRA_HAVE_CUDA
-    if (device_ == DeviceType::kCUDA) {
-      const cudaError_t rc = cudaMemcpy(to, from, count_ * sizeof(float), cudaMemcpyDefault);
-      TETRA_CHECK(rc == cudaSuccess) << "cudaMemcpy: " << cudaGetErrorString(rc);
-      return;
-    }
-#endif
-    std::memcpy(to, from, count_ * sizeof(float));
-  }
-
-  DeviceType device_;
-  int64_t count_;
-  float* data_ = nullptr;
-};
+std::vector<float> Download(const Tensor& t) {
+  std::vector<float> values(t.numel());
+  Tensor::View(values.data(), t.shape(), DType::kF32).CopyFrom(t);
+  return values;
+}
 
 // Inputs are small integers, so every sum is exact and the check is exact.
 float Value(int rank, int64_t i) { return static_cast<float>((i * 7 + rank * 13) % 31 - 15); }
@@ -230,7 +192,7 @@ struct Case {
   int64_t bytes = 0;
   int64_t count = 0;
   std::vector<float> send, recv_init, expected;
-  std::function<CommHandle(const float* send, float* recv)> start;
+  std::function<CommHandle(const Tensor& send, const Tensor& recv)> start;
 };
 
 // Null when `bytes` is too small for one element per block.
@@ -250,38 +212,38 @@ std::optional<Case> MakeCase(BenchOp op, Communicator& comm, int64_t bytes) {
   switch (op) {
     case BenchOp::kAllReduce:
       for (int64_t i = 0; i < c; ++i) k.send.push_back(Value(me, i)), k.expected.push_back(sum_over_ranks(i));
-      k.start = [&comm, c](const float* s, float* r) { return comm.AllReduceAsync(s, r, c, DType::kF32, ReduceOp::kSum); };
+      k.start = [&comm](const Tensor& s, const Tensor& r) { return comm.AllReduceAsync(s, r, ReduceOp::kSum); };
       break;
     case BenchOp::kReduceScatter:
       for (int64_t i = 0; i < n * c; ++i) k.send.push_back(Value(me, i));
       for (int64_t j = 0; j < c; ++j) k.expected.push_back(sum_over_ranks(me * c + j));
-      k.start = [&comm, c](const float* s, float* r) { return comm.ReduceScatterAsync(s, r, c, DType::kF32, ReduceOp::kSum); };
+      k.start = [&comm](const Tensor& s, const Tensor& r) { return comm.ReduceScatterAsync(s, r, ReduceOp::kSum); };
       break;
     case BenchOp::kAllGather:
       for (int64_t j = 0; j < c; ++j) k.send.push_back(Value(me, j));
       for (int q = 0; q < n; ++q) {
         for (int64_t j = 0; j < c; ++j) k.expected.push_back(Value(q, j));
       }
-      k.start = [&comm, c](const float* s, float* r) { return comm.AllGatherAsync(s, r, c, DType::kF32); };
+      k.start = [&comm](const Tensor& s, const Tensor& r) { return comm.AllGatherAsync(s, r); };
       break;
     case BenchOp::kAllToAll:
       for (int q = 0; q < n; ++q) {
         for (int64_t j = 0; j < c; ++j) k.send.push_back(Element(me, q, j)), k.expected.push_back(Element(q, me, j));
       }
-      k.start = [&comm, c](const float* s, float* r) { return comm.AllToAllAsync(s, r, c, DType::kF32); };
+      k.start = [&comm](const Tensor& s, const Tensor& r) { return comm.AllToAllAsync(s, r); };
       break;
     case BenchOp::kBroadcast:
       for (int64_t i = 0; i < c; ++i) k.expected.push_back(Value(0, i));
       k.recv_init = me == 0 ? k.expected : std::vector<float>(c, 0.0f);
-      k.start = [&comm, c](const float*, float* r) { return comm.BroadcastAsync(r, c, DType::kF32, 0); };
+      k.start = [&comm](const Tensor&, const Tensor& r) { return comm.BroadcastAsync(r, 0); };
       break;
     case BenchOp::kSendRecv: {
       // A ring: each rank sends to the next and receives from the previous.
       const int next = (me + 1) % n, prev = (me + n - 1) % n;
       for (int64_t j = 0; j < c; ++j) k.send.push_back(Element(me, next, j)), k.expected.push_back(Element(prev, me, j));
-      k.start = [&comm, c, next, prev](const float* s, float* r) {
-        auto pair = std::make_shared<std::pair<CommHandle, CommHandle>>(
-            comm.RecvAsync(r, c, DType::kF32, prev), comm.SendAsync(s, c, DType::kF32, next));
+      k.start = [&comm, c, next, prev](const Tensor& s, const Tensor& r) {
+        auto pair = std::make_shared<std::pair<CommHandle, CommHandle>>(comm.RecvAsync(r, prev),
+                                                                        comm.SendAsync(s, next));
         return CommHandle([pair] {
                             const bool received = pair->first.Test();
                             return pair->second.Test() && received;
@@ -304,18 +266,16 @@ struct Row {
 // Checks one run, then times `iters` runs after `warmup`. On the device,
 // runs are queued back to back and waited at the end, as nccl-tests does.
 Row Measure(const Case& k, Communicator& comm, Communicator& world, const Options& options) {
-  Buffer send(options.device, k.send.size()), recv(options.device, k.recv_init.size());
-  send.Upload(k.send);
-  recv.Upload(k.recv_init);
-  k.start(send.data(), recv.data()).Wait();
-  const std::vector<float> got = recv.Download();
+  const Tensor send = Upload(k.send, options.device), recv = Upload(k.recv_init, options.device);
+  k.start(send, recv).Wait();
+  const std::vector<float> got = Download(recv);
   int32_t wrong = 0;
   for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != k.expected[i];
 
   auto run = [&](int64_t times) {
     std::vector<CommHandle> pending;
     for (int64_t i = 0; i < times; ++i) {
-      pending.push_back(k.start(send.data(), recv.data()));
+      pending.push_back(k.start(send, recv));
       if (options.device == DeviceType::kCPU) pending.back().Wait();
     }
     for (CommHandle& handle : pending) handle.Wait();
@@ -325,8 +285,10 @@ Row Measure(const Case& k, Communicator& comm, Communicator& world, const Option
   Timer timer;
   run(options.iters);
   float seconds = static_cast<float>(timer.Seconds() / options.iters);
-  world.AllReduce(&seconds, &seconds, 1, DType::kF32, ReduceOp::kMean);
-  world.AllReduce(&wrong, &wrong, 1, DType::kI32, ReduceOp::kSum);
+  const Tensor seconds_view = Tensor::View(&seconds, {1}, DType::kF32);
+  const Tensor wrong_view = Tensor::View(&wrong, {1}, DType::kI32);
+  world.AllReduce(seconds_view, seconds_view, ReduceOp::kMean);
+  world.AllReduce(wrong_view, wrong_view, ReduceOp::kSum);
   return {seconds, wrong};
 }
 

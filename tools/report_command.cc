@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -12,13 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/atomic_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
-#include "tools/run_summary.h"
 #include "plan/cluster_config.h"
+#include "plan/layout_planner.h"
+#include "tools/run_summary.h"
 #include "train/config_loader.h"
 #include "train/config_validation.h"
-#include "plan/layout_planner.h"
 
 namespace tetra {
 namespace {
@@ -338,12 +338,8 @@ absl::Status ReportCommand(int argc, char** argv) {
   std::error_code ignored;  // the writes below report a directory that could not be made
   std::filesystem::create_directories(o.out, ignored);
   for (const auto& [name, text] : {std::pair{"report.md", md}, std::pair{"report.html", html}}) {
-    const std::string path = absl::StrCat(o.out, "/", name);
-    std::ofstream file(path);
-    file << text;
-    if (!file.flush()) {
-      return UserError(absl::StrCat("cannot write ", path), "point --out at a writable directory");
-    }
+    RETURN_IF_ERROR(
+        WriteFileAtomically(absl::StrCat(o.out, "/", name), text, "point --out at a writable directory"));
   }
   std::cout << "tetra: report written to " << o.out << "/report.html and report.md\n";
   return absl::OkStatus();

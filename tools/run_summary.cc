@@ -5,67 +5,33 @@
 #include <limits>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/input_file.h"
+#include "core/json.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 
 namespace tetra {
-namespace {
-
-void SkipSpaces(const std::string& s, size_t& at) {
-  while (at < s.size() && (s[at] == ' ' || s[at] == '\t' || s[at] == '\r')) ++at;
-}
-
-}  // namespace
-
 absl::StatusOr<MetricsLine> ParseMetricsLine(const std::string& line) {
-  MetricsLine fields;
   size_t at = 0;
-  auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(why, " at character ", at + 1));
-  };
-  SkipSpaces(line, at);
-  if (at >= line.size() || line[at++] != '{') return bad("expected {");
-  SkipSpaces(line, at);
-  if (at < line.size() && line[at] == '}') return fields;
-  while (true) {
-    SkipSpaces(line, at);
-    if (at >= line.size() || line[at] != '"') return bad("expected a field name");
-    const size_t end = line.find('"', at + 1);
-    if (end == std::string::npos) return bad("unterminated field name");
-    const std::string name = line.substr(at + 1, end - at - 1);
-    at = end + 1;
-    SkipSpaces(line, at);
-    if (at >= line.size() || line[at++] != ':') return bad("expected :");
-    SkipSpaces(line, at);
-    if (at < line.size() && line[at] == '"') {  // a string value: skipped
-      const size_t close = line.find('"', at + 1);
-      if (close == std::string::npos) return bad("unterminated string");
-      at = close + 1;
-    } else {
-      const size_t stop = line.find_first_of(",}", at);
-      if (stop == std::string::npos) return bad("unterminated value");
-      std::string text = line.substr(at, stop - at);
-      while (!text.empty() && text.back() == ' ') text.pop_back();
-      double value;
-      if (text == "null") {
-        value = std::numeric_limits<double>::quiet_NaN();
-      } else if (!absl::SimpleAtod(text, &value)) {
-        return bad(absl::StrCat("\"", text, "\" is not a number"));
-      }
-      fields[name] = value;
-      at = stop;
-    }
-    SkipSpaces(line, at);
-    if (at < line.size() && line[at] == ',') {
-      ++at;
-      continue;
-    }
-    if (at < line.size() && line[at] == '}') return fields;
-    return bad("expected , or }");
+  absl::StatusOr<JsonValue> json = ParseJson(line, &at);
+  if (!json.ok()) return absl::InvalidArgumentError(absl::StrCat(json.status().message(), " at character ", at + 1));
+  if (json->kind != JsonValue::Kind::kObject) {
+    return absl::InvalidArgumentError(absl::StrCat("expected an object, not ", JsonKindName(json->kind)));
   }
+  MetricsLine fields;
+  for (size_t i = 0; i < json->keys.size(); ++i) {
+    const JsonValue& value = json->items[i];
+    if (value.kind == JsonValue::Kind::kNumber) {
+      fields[json->keys[i]] = value.number;
+    } else if (value.kind == JsonValue::Kind::kNull) {  // a non-finite number
+      fields[json->keys[i]] = std::numeric_limits<double>::quiet_NaN();
+    } else if (value.kind != JsonValue::Kind::kString) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field \"", json->keys[i], "\" is ", JsonKindName(value.kind), ", not a number"));
+    }
+  }
+  return fields;
 }
 
 double Median(std::vector<double> values) {

@@ -57,7 +57,7 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, cudaStrea
   ncclUniqueId id;
   static_assert(sizeof(id) % sizeof(int32_t) == 0);
   if (host_->rank() == 0) TETRA_NCCL_CHECK(ncclGetUniqueId(&id));
-  host_->Broadcast(&id, sizeof(id) / sizeof(int32_t), DType::kI32, 0);
+  host_->Broadcast(Tensor::View(&id, {sizeof(id) / sizeof(int32_t)}, DType::kI32), 0);
   TETRA_NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()));
   TETRA_NCCL_CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(int)));
   TETRA_NCCL_CUDA_CHECK(cudaMemsetAsync(barrier_word_, 0, sizeof(int), stream_));
@@ -66,6 +66,13 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, cudaStrea
 NcclCommunicator::~NcclCommunicator() {
   ncclCommDestroy(comm_);
   cudaFree(barrier_word_);
+}
+
+void NcclCommunicator::AfterCurrentStream() {
+  const cudaStream_t current = cuda::CurrentStream();
+  if (current == stream_) return;
+  current_stream_done_.Record(current);
+  current_stream_done_.Wait(stream_);
 }
 
 CommHandle NcclCommunicator::Watch(std::function<std::string()> describe) {
@@ -88,113 +95,113 @@ CommHandle NcclCommunicator::Watch(std::function<std::string()> describe) {
   return CommHandle(std::move(poll), std::move(describe), timeout_s(), [comm] { ncclCommAbort(comm); });
 }
 
-CommHandle NcclCommunicator::AllReduceAsync(const void* send, void* recv, int64_t count, DType dtype,
-                                            ReduceOp op) {
-  const ncclRedOp_t nccl_op = NcclOp(op, dtype, "all_reduce");
-  const size_t bytes = count * DTypeSize(dtype);
-  if (send != recv) CheckDisjoint(send, bytes, recv, bytes, "all_reduce");
-  TETRA_NCCL_CHECK(ncclAllReduce(send, recv, count, NcclType(dtype), nccl_op, comm_, stream_));
-  return Watch([this, op, count, dtype] {
+CommHandle NcclCommunicator::StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) {
+  const ncclRedOp_t nccl_op = NcclOp(op, send.dtype(), "all_reduce");
+  AfterCurrentStream();
+  TETRA_NCCL_CHECK(ncclAllReduce(send.raw(), recv.raw(), recv.numel(), NcclType(send.dtype()),
+                                 nccl_op, comm_, stream_));
+  return Watch([this, op, count = recv.numel(), dtype = recv.dtype()] {
     return DescribeOp(*this, OpWithReduction("all_reduce", op), count, dtype);
   });
 }
 
-CommHandle NcclCommunicator::ReduceScatterAsync(const void* send, void* recv, int64_t recv_count,
-                                                DType dtype, ReduceOp op) {
-  const ncclRedOp_t nccl_op = NcclOp(op, dtype, "reduce_scatter");
-  const size_t block_bytes = recv_count * DTypeSize(dtype);
-  if (recv != ElementPtr(send, rank() * recv_count, dtype)) {
-    CheckDisjoint(send, block_bytes * size(), recv, block_bytes, "reduce_scatter");
-  }
-  TETRA_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, NcclType(dtype), nccl_op, comm_, stream_));
-  return Watch([this, op, recv_count, dtype] {
-    return DescribeOp(*this, OpWithReduction("reduce_scatter", op), recv_count * size(), dtype);
+CommHandle NcclCommunicator::StartReduceScatter(const Tensor& send, const Tensor& recv,
+                                                ReduceOp op) {
+  const ncclRedOp_t nccl_op = NcclOp(op, send.dtype(), "reduce_scatter");
+  AfterCurrentStream();
+  TETRA_NCCL_CHECK(ncclReduceScatter(send.raw(), recv.raw(), recv.numel(), NcclType(send.dtype()),
+                                     nccl_op, comm_, stream_));
+  return Watch([this, op, count = send.numel(), dtype = send.dtype()] {
+    return DescribeOp(*this, OpWithReduction("reduce_scatter", op), count, dtype);
   });
 }
 
-CommHandle NcclCommunicator::AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                                            DType dtype) {
-  const size_t block_bytes = send_count * DTypeSize(dtype);
-  if (send != ElementPtr(recv, rank() * send_count, dtype)) {
-    CheckDisjoint(send, block_bytes, recv, block_bytes * size(), "all_gather");
-  }
-  TETRA_NCCL_CHECK(ncclAllGather(send, recv, send_count, NcclType(dtype), comm_, stream_));
-  return Watch([this, send_count, dtype] {
-    return DescribeOp(*this, "all_gather", send_count * size(), dtype);
+CommHandle NcclCommunicator::StartAllGather(const Tensor& send, const Tensor& recv) {
+  AfterCurrentStream();
+  TETRA_NCCL_CHECK(ncclAllGather(send.raw(), recv.raw(), send.numel(), NcclType(send.dtype()),
+                                 comm_, stream_));
+  return Watch([this, count = recv.numel(), dtype = recv.dtype()] {
+    return DescribeOp(*this, "all_gather", count, dtype);
   });
 }
 
-void NcclCommunicator::EnqueueAllToAll(const void* send, const std::vector<int64_t>& send_counts,
-                                       const std::vector<int64_t>& send_offsets, void* recv,
+void NcclCommunicator::EnqueueAllToAll(const Tensor& send, const std::vector<int64_t>& send_counts,
+                                       const std::vector<int64_t>& send_offsets,
+                                       const Tensor& recv,
                                        const std::vector<int64_t>& recv_counts,
-                                       const std::vector<int64_t>& recv_offsets, DType dtype) {
-  const int64_t send_extent = CheckBlocks(*this, send_counts, send_offsets, "send");
-  const int64_t recv_extent = CheckBlocks(*this, recv_counts, recv_offsets, "recv");
-  CheckDisjoint(send, send_extent * DTypeSize(dtype), recv, recv_extent * DTypeSize(dtype),
-                "all_to_all");
-  const ncclDataType_t type = NcclType(dtype);
+                                       const std::vector<int64_t>& recv_offsets) {
+  const ncclDataType_t type = NcclType(send.dtype());
+  AfterCurrentStream();
   TETRA_NCCL_CHECK(ncclGroupStart());
   for (int r = 0; r < size(); ++r) {
     // Both sides skip a zero block: my send_counts[r] is r's recv_counts[me].
     if (send_counts[r] > 0) {
-      TETRA_NCCL_CHECK(ncclSend(ElementPtr(send, send_offsets[r], dtype), send_counts[r], type, r,
-                                comm_, stream_));
+      TETRA_NCCL_CHECK(ncclSend(ElementRange(send, send_offsets[r], send_counts[r]).raw(),
+                                send_counts[r], type, r, comm_, stream_));
     }
     if (recv_counts[r] > 0) {
-      TETRA_NCCL_CHECK(ncclRecv(ElementPtr(recv, recv_offsets[r], dtype), recv_counts[r], type, r,
-                                comm_, stream_));
+      TETRA_NCCL_CHECK(ncclRecv(ElementRange(recv, recv_offsets[r], recv_counts[r]).raw(),
+                                recv_counts[r], type, r, comm_, stream_));
     }
   }
   TETRA_NCCL_CHECK(ncclGroupEnd());
 }
 
-CommHandle NcclCommunicator::AllToAllAsync(const void* send, void* recv, int64_t count, DType dtype) {
+CommHandle NcclCommunicator::StartAllToAll(const Tensor& send, const Tensor& recv) {
+  const int64_t count = send.numel() / size();
   std::vector<int64_t> counts(size(), count), offsets(size());
   for (int r = 0; r < size(); ++r) offsets[r] = r * count;
-  EnqueueAllToAll(send, counts, offsets, recv, counts, offsets, dtype);
-  return Watch([this, count, dtype] { return DescribeOp(*this, "all_to_all", count * size(), dtype); });
+  EnqueueAllToAll(send, counts, offsets, recv, counts, offsets);
+  return Watch([this, count = send.numel(), dtype = send.dtype()] {
+    return DescribeOp(*this, "all_to_all", count, dtype);
+  });
 }
 
-CommHandle NcclCommunicator::AllToAllVAsync(const void* send, const std::vector<int64_t>& send_counts,
-                                            const std::vector<int64_t>& send_offsets, void* recv,
+CommHandle NcclCommunicator::StartAllToAllV(const Tensor& send,
+                                            const std::vector<int64_t>& send_counts,
+                                            const std::vector<int64_t>& send_offsets,
+                                            const Tensor& recv,
                                             const std::vector<int64_t>& recv_counts,
-                                            const std::vector<int64_t>& recv_offsets, DType dtype) {
-  EnqueueAllToAll(send, send_counts, send_offsets, recv, recv_counts, recv_offsets, dtype);
+                                            const std::vector<int64_t>& recv_offsets) {
+  EnqueueAllToAll(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
   int64_t sent = 0, received = 0;
   for (int r = 0; r < size(); ++r) sent += send_counts[r], received += recv_counts[r];
-  return Watch([this, sent, received, dtype] {
+  return Watch([this, sent, received, dtype = send.dtype()] {
     return DescribeOp(*this, "all_to_all_v", sent, dtype, absl::StrCat("(", received, " received)"));
   });
 }
 
-CommHandle NcclCommunicator::BroadcastAsync(void* buffer, int64_t count, DType dtype, int root) {
-  CheckGroupRank(*this, root, "root", "broadcast");
-  TETRA_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, NcclType(dtype), root, comm_, stream_));
-  return Watch([this, count, dtype, root] {
+CommHandle NcclCommunicator::StartBroadcast(const Tensor& buffer, int root) {
+  AfterCurrentStream();
+  TETRA_NCCL_CHECK(ncclBroadcast(buffer.raw(), buffer.raw(), buffer.numel(),
+                                 NcclType(buffer.dtype()), root, comm_, stream_));
+  return Watch([this, count = buffer.numel(), dtype = buffer.dtype(), root] {
     return DescribeOp(*this, "broadcast", count, dtype, "from " + DescribeGroupRank(*this, root));
   });
 }
 
-CommHandle NcclCommunicator::SendAsync(const void* buffer, int64_t count, DType dtype, int peer,
-                                       int tag) {
-  CheckGroupRank(*this, peer, "peer", "send");
+CommHandle NcclCommunicator::StartSend(const Tensor& buffer, int peer, int tag) {
   TETRA_CHECK(tag == 0) << "send: NCCL has no tags (got " << tag << "); order the transfers instead";
-  TETRA_NCCL_CHECK(ncclSend(buffer, count, NcclType(dtype), peer, comm_, stream_));
-  return Watch([this, count, dtype, peer] {
+  AfterCurrentStream();
+  TETRA_NCCL_CHECK(
+      ncclSend(buffer.raw(), buffer.numel(), NcclType(buffer.dtype()), peer, comm_, stream_));
+  return Watch([this, count = buffer.numel(), dtype = buffer.dtype(), peer] {
     return DescribeOp(*this, "send", count, dtype, "to " + DescribeGroupRank(*this, peer));
   });
 }
 
-CommHandle NcclCommunicator::RecvAsync(void* buffer, int64_t count, DType dtype, int peer, int tag) {
-  CheckGroupRank(*this, peer, "peer", "recv");
+CommHandle NcclCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) {
   TETRA_CHECK(tag == 0) << "recv: NCCL has no tags (got " << tag << "); order the transfers instead";
-  TETRA_NCCL_CHECK(ncclRecv(buffer, count, NcclType(dtype), peer, comm_, stream_));
-  return Watch([this, count, dtype, peer] {
+  AfterCurrentStream();
+  TETRA_NCCL_CHECK(
+      ncclRecv(buffer.raw(), buffer.numel(), NcclType(buffer.dtype()), peer, comm_, stream_));
+  return Watch([this, count = buffer.numel(), dtype = buffer.dtype(), peer] {
     return DescribeOp(*this, "recv", count, dtype, "from " + DescribeGroupRank(*this, peer));
   });
 }
 
-CommHandle NcclCommunicator::BarrierAsync() {
+CommHandle NcclCommunicator::StartBarrier() {
+  AfterCurrentStream();
   TETRA_NCCL_CHECK(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream_));
   return Watch([this] { return absl::StrCat("barrier on ", DescribeGroup(*this)); });
 }

@@ -1,4 +1,4 @@
-// NCCL backend: a Communicator over device memory. A group's NCCL
+// NCCL backend: a Communicator over device tensors. A group's NCCL
 // communicator is bootstrapped through a host Communicator of the same group
 // (rank 0 makes the ncclUniqueId and broadcasts it), which it keeps for Split.
 // Operations are enqueued on one CUDA stream; a handle is complete when an
@@ -6,22 +6,26 @@
 // NCCL asynchronous error. On a watchdog timeout the NCCL communicator is
 // aborted before the job ends, so no kernel is left spinning.
 //
-// Ordering: operations run on `stream`, after the work already queued there.
-// Pass the stream that produces and consumes the buffers (the default,
-// nullptr, is CUDA's legacy stream: ordered with every blocking stream, no
-// overlap), or make it wait on the producer's event before each operation.
+// Ordering: operations run on `stream`, after the work already queued there
+// and on the op API's current stream (cuda::CurrentStream, where tensors are
+// produced and where the Communicator widens BF16 for a reduction). Pass the
+// stream that consumes the results (the default, nullptr, is CUDA's legacy
+// stream: ordered with every blocking stream, no overlap), or make the
+// consumer wait on it.
 #ifndef TETRA_COMM_CUDA_NCCL_COMMUNICATOR_H_
 #define TETRA_COMM_CUDA_NCCL_COMMUNICATOR_H_
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/cuda/stream.h"
 
 namespace tetra {
 
@@ -38,41 +42,45 @@ class NcclCommunicator : public Communicator {
   const std::string& name() const override { return host_->name(); }
   const std::vector<int>& ranks() const override { return host_->ranks(); }
   double timeout_s() const override { return host_->timeout_s(); }
+  bool Serves(DeviceType device) const override { return device == DeviceType::kCUDA; }
   cudaStream_t stream() const { return stream_; }
-
-  CommHandle AllReduceAsync(const void* send, void* recv, int64_t count, DType dtype,
-                            ReduceOp op) override;
-  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType dtype,
-                                ReduceOp op) override;
-  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count, DType dtype) override;
-  // All-to-all(v) is grouped ncclSend/ncclRecv, one pair per peer.
-  CommHandle AllToAllAsync(const void* send, void* recv, int64_t count, DType dtype) override;
-  CommHandle AllToAllVAsync(const void* send, const std::vector<int64_t>& send_counts,
-                            const std::vector<int64_t>& send_offsets, void* recv,
-                            const std::vector<int64_t>& recv_counts,
-                            const std::vector<int64_t>& recv_offsets, DType dtype) override;
-  CommHandle BroadcastAsync(void* buffer, int64_t count, DType dtype, int root) override;
-  CommHandle SendAsync(const void* buffer, int64_t count, DType dtype, int peer, int tag) override;
-  CommHandle RecvAsync(void* buffer, int64_t count, DType dtype, int peer, int tag) override;
-  // NCCL has no barrier: an all-reduce of one device integer stands in.
-  CommHandle BarrierAsync() override;
 
   std::unique_ptr<Communicator> Split(const std::vector<int>& world_ranks,
                                       const std::string& name) override;
 
+ protected:
+  CommHandle StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) override;
+  CommHandle StartReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) override;
+  CommHandle StartAllGather(const Tensor& send, const Tensor& recv) override;
+  // All-to-all(v) is grouped ncclSend/ncclRecv, one pair per peer.
+  CommHandle StartAllToAll(const Tensor& send, const Tensor& recv) override;
+  CommHandle StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_counts,
+                            const std::vector<int64_t>& send_offsets, const Tensor& recv,
+                            const std::vector<int64_t>& recv_counts,
+                            const std::vector<int64_t>& recv_offsets) override;
+  CommHandle StartBroadcast(const Tensor& buffer, int root) override;
+  CommHandle StartSend(const Tensor& buffer, int peer, int tag) override;
+  CommHandle StartRecv(const Tensor& buffer, int peer, int tag) override;
+  // NCCL has no barrier: an all-reduce of one device integer stands in.
+  CommHandle StartBarrier() override;
+
  private:
+  // Makes stream_ wait for the work queued so far on the op API's current
+  // stream; every operation calls it before enqueuing.
+  void AfterCurrentStream();
   // Records an event after the operations just enqueued; the handle polls it.
   CommHandle Watch(std::function<std::string()> describe);
   // Grouped send/recv blocks: the shared body of AllToAll and AllToAllV.
-  void EnqueueAllToAll(const void* send, const std::vector<int64_t>& send_counts,
-                       const std::vector<int64_t>& send_offsets, void* recv,
+  void EnqueueAllToAll(const Tensor& send, const std::vector<int64_t>& send_counts,
+                       const std::vector<int64_t>& send_offsets, const Tensor& recv,
                        const std::vector<int64_t>& recv_counts,
-                       const std::vector<int64_t>& recv_offsets, DType dtype);
+                       const std::vector<int64_t>& recv_offsets);
 
   std::unique_ptr<Communicator> host_;
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
-  int* barrier_word_ = nullptr;  // device memory for BarrierAsync
+  int* barrier_word_ = nullptr;  // device memory for StartBarrier
+  cuda::Event current_stream_done_;  // for AfterCurrentStream
 };
 
 }  // namespace tetra

@@ -1,9 +1,11 @@
 // Every operation of the MPI backend, on the world and on sub-groups (even and
 // odd ranks, consecutive pairs, each rank alone), for counts 0, 1, 7, 1001 and
-// several MB, in place and out of place. Inputs are small integers that are a
-// closed-form function of (world rank, index), so every result is exact in
-// F32 and I32 and is compared bit for bit against the value computed here
-// from the same formula. Runs under mpirun with 2, 4 and 8 ranks.
+// several MB, in place and out of place, on host vectors seen as tensors
+// (Tensor::View). Inputs are small integers that are a closed-form function
+// of (world rank, index), so every result is exact in F32 and I32 and is
+// compared bit for bit against the value computed here from the same formula;
+// BF16 sums are checked to accumulate in F32. Runs under mpirun with 2, 4 and
+// 8 ranks.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -43,6 +45,16 @@ template <>
 constexpr DType kDType<int32_t> = DType::kI32;
 template <>
 constexpr DType kDType<uint16_t> = DType::kBF16;  // moved as bit patterns, never reduced
+
+// `count` elements of `v` from `offset` on, as a tensor of v's dtype.
+template <typename T>
+Tensor View(std::vector<T>& v, int64_t offset, int64_t count) {
+  return Tensor::View(v.data() + offset, {count}, kDType<T>);
+}
+template <typename T>
+Tensor View(std::vector<T>& v) {
+  return View(v, 0, static_cast<int64_t>(v.size()));
+}
 
 // Hand-made groups, among them the shapes of a training job's groups on this
 // world (tp 2 x pp 2 x dp world / 4, tp innermost): pairs are its tensor
@@ -151,10 +163,10 @@ template <typename T>
 void CheckAllReduce(Communicator& comm, ReduceOp op, int64_t count, bool in_place) {
   std::vector<T> send = Input<T>(comm, op, count), recv(count, static_cast<T>(kUntouched));
   if (in_place) {
-    comm.AllReduce(send.data(), send.data(), count, kDType<T>, op);
+    comm.AllReduce(View(send), View(send), op);
     recv = send;
   } else {
-    comm.AllReduce(send.data(), recv.data(), count, kDType<T>, op);
+    comm.AllReduce(View(send), View(recv), op);
   }
   ExpectBitwiseEqual(recv, Reduced<T>(comm, op, 0, count),
                      Case<T>(comm, ReduceOpName(op), count, in_place));
@@ -165,10 +177,10 @@ void CheckReduceScatter(Communicator& comm, ReduceOp op, int64_t count, bool in_
   const int n = comm.size(), me = comm.rank();
   std::vector<T> send = Input<T>(comm, op, n * count), recv(count, static_cast<T>(kUntouched));
   if (in_place) {
-    comm.ReduceScatter(send.data(), send.data() + me * count, count, kDType<T>, op);
+    comm.ReduceScatter(View(send), View(send, me * count, count), op);
     recv.assign(send.begin() + me * count, send.begin() + (me + 1) * count);
   } else {
-    comm.ReduceScatter(send.data(), recv.data(), count, kDType<T>, op);
+    comm.ReduceScatter(View(send), View(recv), op);
   }
   ExpectBitwiseEqual(recv, Reduced<T>(comm, op, me * count, count),
                      Case<T>(comm, "reduce_scatter", count, in_place));
@@ -184,9 +196,9 @@ void CheckAllGather(Communicator& comm, int64_t count, bool in_place) {
   std::copy(want.begin() + me * count, want.begin() + (me + 1) * count, send.begin());
   if (in_place) {
     std::copy(send.begin(), send.end(), recv.begin() + me * count);
-    comm.AllGather(recv.data() + me * count, recv.data(), count, kDType<T>);
+    comm.AllGather(View(recv, me * count, count), View(recv));
   } else {
-    comm.AllGather(send.data(), recv.data(), count, kDType<T>);
+    comm.AllGather(View(send), View(recv));
   }
   ExpectBitwiseEqual(recv, want, Case<T>(comm, "all_gather", count, in_place));
 }
@@ -201,7 +213,7 @@ void CheckAllToAll(Communicator& comm, int64_t count) {
       want[r * count + j] = static_cast<T>(Element(WorldRank(comm, r), me, j));
     }
   }
-  comm.AllToAll(send.data(), recv.data(), count, kDType<T>);
+  comm.AllToAll(View(send), View(recv));
   ExpectBitwiseEqual(recv, want, Case<T>(comm, "all_to_all", count, false));
 }
 
@@ -232,8 +244,7 @@ void CheckAllToAllV(Communicator& comm, int64_t unit) {
       want[recv_offsets[r] + j] = static_cast<T>(Element(WorldRank(comm, r), me, j));
     }
   }
-  comm.AllToAllV(send.data(), send_counts, send_offsets, recv.data(), recv_counts, recv_offsets,
-                 kDType<T>);
+  comm.AllToAllV(View(send), send_counts, send_offsets, View(recv), recv_counts, recv_offsets);
   ExpectBitwiseEqual(recv, want, Case<T>(comm, "all_to_all_v", unit, false));
 }
 
@@ -242,7 +253,7 @@ void CheckBroadcast(Communicator& comm, int64_t count, int root) {
   std::vector<T> buffer(count, static_cast<T>(kUntouched)), want(count);
   for (int64_t i = 0; i < count; ++i) want[i] = static_cast<T>(Value(WorldRank(comm, root), i));
   if (comm.rank() == root) buffer = want;
-  comm.Broadcast(buffer.data(), count, kDType<T>, root);
+  comm.Broadcast(View(buffer), root);
   ExpectBitwiseEqual(buffer, want, Case<T>(comm, "broadcast", count, false) + " from root " +
                                        std::to_string(root));
 }
@@ -258,8 +269,8 @@ void CheckSendRecvRing(Communicator& comm, int64_t count) {
     send[j] = static_cast<T>(Element(MyWorldRank(comm), WorldRank(comm, next), j));
     want[j] = static_cast<T>(Element(WorldRank(comm, prev), MyWorldRank(comm), j));
   }
-  CommHandle received = comm.RecvAsync(recv.data(), count, kDType<T>, prev);
-  CommHandle sent = comm.SendAsync(send.data(), count, kDType<T>, next);
+  CommHandle received = comm.RecvAsync(View(recv), prev);
+  CommHandle sent = comm.SendAsync(View(send), next);
   sent.Wait();
   received.Wait();
   ExpectBitwiseEqual(recv, want, Case<T>(comm, "send_recv ring", count, false));
@@ -347,12 +358,12 @@ TEST_P(CollectivesTest, SendRecvRing) {
 TEST_P(CollectivesTest, SendRecvMatchesTags) {
   const int n = comm().size(), me = comm().rank();
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
-  const std::vector<int32_t> first = {1, 2, 3}, second = {4, 5};
+  std::vector<int32_t> first = {1, 2, 3}, second = {4, 5};
   std::vector<int32_t> got_first(3), got_second(2);
-  CommHandle send_first = comm().SendAsync(first.data(), 3, DType::kI32, next, /*tag=*/1);
-  CommHandle send_second = comm().SendAsync(second.data(), 2, DType::kI32, next, /*tag=*/2);
-  comm().Recv(got_second.data(), 2, DType::kI32, prev, /*tag=*/2);
-  comm().Recv(got_first.data(), 3, DType::kI32, prev, /*tag=*/1);
+  CommHandle send_first = comm().SendAsync(View(first), next, /*tag=*/1);
+  CommHandle send_second = comm().SendAsync(View(second), next, /*tag=*/2);
+  comm().Recv(View(got_second), prev, /*tag=*/2);
+  comm().Recv(View(got_first), prev, /*tag=*/1);
   send_first.Wait();
   send_second.Wait();
   EXPECT_EQ(got_first, first);
@@ -371,10 +382,9 @@ TEST_P(CollectivesTest, OverlappedOperations) {
   std::copy(gather_want.begin() + me * count, gather_want.begin() + (me + 1) * count, gather_in.begin());
   std::vector<float> scatter_in = Input<float>(comm(), ReduceOp::kSum, n * count), scattered(count);
 
-  CommHandle reduce = comm().AllReduceAsync(reduce_in.data(), reduced.data(), count, DType::kF32, ReduceOp::kSum);
-  CommHandle gather = comm().AllGatherAsync(gather_in.data(), gathered.data(), count, DType::kI32);
-  CommHandle scatter = comm().ReduceScatterAsync(scatter_in.data(), scattered.data(), count,
-                                                 DType::kF32, ReduceOp::kSum);
+  CommHandle reduce = comm().AllReduceAsync(View(reduce_in), View(reduced), ReduceOp::kSum);
+  CommHandle gather = comm().AllGatherAsync(View(gather_in), View(gathered));
+  CommHandle scatter = comm().ReduceScatterAsync(View(scatter_in), View(scattered), ReduceOp::kSum);
   scatter.Wait();
   gather.Wait();
   reduce.Wait();
@@ -382,6 +392,87 @@ TEST_P(CollectivesTest, OverlappedOperations) {
   ExpectBitwiseEqual(gathered, gather_want, "overlapped all_gather");
   ExpectBitwiseEqual(scattered, Reduced<float>(comm(), ReduceOp::kSum, me * count, count),
                      "overlapped reduce_scatter");
+}
+
+// Host data seen as a tensor: the view aliases the vector (same address, no
+// copy), carries shape, dtype and device, and moves through a collective.
+TEST_P(CollectivesTest, ViewsRoundTripHostData) {
+  const int n = comm().size(), me = MyWorldRank(comm());
+  constexpr int64_t kRows = 2, kCols = 3;
+  std::vector<int32_t> mine(kRows * kCols), all(n * kRows * kCols, kUntouched), want(all.size());
+  for (int64_t i = 0; i < kRows * kCols; ++i) mine[i] = Value(me, i);
+  for (int r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < kRows * kCols; ++i) want[r * kRows * kCols + i] = Value(WorldRank(comm(), r), i);
+  }
+  const Tensor view = Tensor::View(mine.data(), {kRows, kCols}, DType::kI32);
+  EXPECT_EQ(view.raw(), mine.data());
+  EXPECT_EQ(view.shape(), (Shape{kRows, kCols}));
+  EXPECT_EQ(view.dtype(), DType::kI32);
+  EXPECT_EQ(view.device(), DeviceType::kCPU);
+  comm().AllGather(view, Tensor::View(all.data(), {n, kRows, kCols}, DType::kI32));
+  ExpectBitwiseEqual(all, want, Case<int32_t>(comm(), "all_gather of views", kRows * kCols, false));
+  // Writes through the view land in the vector; a clone owns a copy.
+  const Tensor clone = view.Clone();
+  view.data<int32_t>()[kRows * kCols - 1] = kUntouched;
+  EXPECT_EQ(mine.back(), kUntouched);
+  EXPECT_EQ(clone.data<int32_t>()[kRows * kCols - 1], Value(me, kRows * kCols - 1));
+}
+
+// Group rank r's input to the BF16 sums below, before the per-element power
+// of two: 256 on rank 0 and 1 on the others, with 2 on the last rank when that
+// makes the total even (n = 4: 256 + 1 + 1 + 2 = 260). Between 256 and 512
+// BF16's 8-bit significand holds only even integers, so the F32 sum (exact:
+// small integers) is a BF16 value and narrowing it is exact, while a BF16
+// running sum in rank order rounds 256 + 1 back to 256 (ties to even) at
+// every 1 and ends short (n = 4: 258). With one or two ranks there is at most
+// one addition, which both ways round alike.
+float Bf16Term(int rank, int size) {
+  if (rank == 0) return 256;
+  return rank == size - 1 && (size - 1) % 2 == 1 ? 2 : 1;
+}
+
+// The BF16 bits of `value`, which must be a BF16 value.
+uint16_t ExactBf16(double value) {
+  const uint16_t bits = FloatToBf16(static_cast<float>(value));
+  EXPECT_EQ(Bf16ToFloat(bits), value) << value << " is not a BF16 value";
+  return bits;
+}
+
+TEST_P(CollectivesTest, Bf16SumsAccumulateInF32) {
+  const int n = comm().size(), me = comm().rank();
+  const int64_t count = 1001;
+  auto term = [n](int rank, int64_t i) { return Bf16Term(rank, n) * static_cast<float>(1 << (i % 4)); };
+  auto sum = [&](int64_t i) {
+    double total = 0;
+    for (int r = 0; r < n; ++r) total += term(r, i);
+    return total;
+  };
+  float running = term(0, 0);
+  for (int r = 1; r < n; ++r) running = Bf16ToFloat(FloatToBf16(running + term(r, 0)));
+  if (n >= 3) {
+    ASSERT_NE(running, sum(0)) << "inputs a BF16 running sum gets right prove nothing";
+  }
+
+  std::vector<uint16_t> send(count), recv(count, static_cast<uint16_t>(kUntouched)), want(count);
+  for (int64_t i = 0; i < count; ++i) send[i] = ExactBf16(term(me, i)), want[i] = ExactBf16(sum(i));
+  comm().AllReduce(View(send), View(recv), ReduceOp::kSum);
+  ExpectBitwiseEqual(recv, want, Case<uint16_t>(comm(), "all_reduce (sum)", count, false));
+  comm().AllReduce(View(send), View(send), ReduceOp::kSum);
+  ExpectBitwiseEqual(send, want, Case<uint16_t>(comm(), "all_reduce (sum)", count, true));
+
+  for (bool in_place : {false, true}) {
+    std::vector<uint16_t> blocks(n * count);
+    for (int64_t i = 0; i < n * count; ++i) blocks[i] = ExactBf16(term(me, i));
+    for (int64_t i = 0; i < count; ++i) want[i] = ExactBf16(sum(me * count + i));
+    recv.assign(count, static_cast<uint16_t>(kUntouched));
+    if (in_place) {
+      comm().ReduceScatter(View(blocks), View(blocks, me * count, count), ReduceOp::kSum);
+      recv.assign(blocks.begin() + me * count, blocks.begin() + (me + 1) * count);
+    } else {
+      comm().ReduceScatter(View(blocks), View(recv), ReduceOp::kSum);
+    }
+    ExpectBitwiseEqual(recv, want, Case<uint16_t>(comm(), "reduce_scatter (sum)", count, in_place));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CollectivesTest,

@@ -1,7 +1,8 @@
 // SelfCommunicator: every collective over one rank is the identity on the
-// data (out of place a copy, in place untouched), handles come back complete,
-// Split keeps the world rank, and send/recv to oneself is a fatal check.
-// Inputs are small integers, so results compare exactly.
+// data (out of place a copy, in place untouched; BF16 sums too, through their
+// F32 widening), handles come back complete, Split keeps the world rank, and
+// send/recv to oneself and mismatched tensors are fatal checks. Inputs are
+// small integers, so results compare exactly.
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -22,6 +23,12 @@ std::vector<float> Iota(int64_t n) {
   return v;
 }
 
+// `v` as a tensor of `dtype` (host memory).
+template <typename T>
+Tensor View(std::vector<T>& v, DType dtype) {
+  return Tensor::View(v.data(), {static_cast<int64_t>(v.size())}, dtype);
+}
+
 TEST(SelfCommunicatorTest, DescribesAGroupOfOne) {
   SelfCommunicator comm(kWorldRank, "tp");
   EXPECT_EQ(comm.rank(), 0);
@@ -33,41 +40,56 @@ TEST(SelfCommunicatorTest, DescribesAGroupOfOne) {
 
 TEST(SelfCommunicatorTest, ReductionsCopyOutOfPlaceAndLeaveInPlaceAlone) {
   SelfCommunicator comm(kWorldRank);
-  const std::vector<float> in = Iota(kCount);
+  std::vector<float> in = Iota(kCount);
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMean}) {
     std::vector<float> out(kCount, kUntouched);
-    CommHandle handle = comm.AllReduceAsync(in.data(), out.data(), kCount, DType::kF32, op);
+    CommHandle handle = comm.AllReduceAsync(View(in, DType::kF32), View(out, DType::kF32), op);
     EXPECT_TRUE(handle.Test());
     EXPECT_EQ(out, in) << ReduceOpName(op);
     std::vector<float> in_place = in;
-    comm.AllReduce(in_place.data(), in_place.data(), kCount, DType::kF32, op);
+    comm.AllReduce(View(in_place, DType::kF32), View(in_place, DType::kF32), op);
     EXPECT_EQ(in_place, in);
 
     out.assign(kCount, kUntouched);
-    comm.ReduceScatter(in.data(), out.data(), kCount, DType::kF32, op);
+    comm.ReduceScatter(View(in, DType::kF32), View(out, DType::kF32), op);
     EXPECT_EQ(out, in);
   }
 }
 
+// BF16 goes through F32 and back: exact for BF16 inputs, and the handle
+// (which narrows on completion) comes back complete.
+TEST(SelfCommunicatorTest, Bf16ReductionsComeBackExactly) {
+  SelfCommunicator comm(kWorldRank);
+  std::vector<uint16_t> in(kCount), out(kCount, 0);
+  for (int64_t i = 0; i < kCount; ++i) in[i] = FloatToBf16(static_cast<float>(257 * i - 300));
+  CommHandle handle =
+      comm.AllReduceAsync(View(in, DType::kBF16), View(out, DType::kBF16), ReduceOp::kSum);
+  EXPECT_TRUE(handle.Test());
+  EXPECT_EQ(out, in);
+  out.assign(kCount, 0);
+  comm.ReduceScatter(View(in, DType::kBF16), View(out, DType::kBF16), ReduceOp::kMax);
+  EXPECT_EQ(out, in);
+}
+
 TEST(SelfCommunicatorTest, GathersAndAllToAllCopy) {
   SelfCommunicator comm(kWorldRank);
-  const std::vector<int32_t> in = {3, -1, 4, 1, -5, 9, 2};
+  std::vector<int32_t> in = {3, -1, 4, 1, -5, 9, 2};
   std::vector<int32_t> out(kCount, -99);
-  comm.AllGather(in.data(), out.data(), kCount, DType::kI32);
+  comm.AllGather(View(in, DType::kI32), View(out, DType::kI32));
   EXPECT_EQ(out, in);
   out.assign(kCount, -99);
-  comm.AllToAll(in.data(), out.data(), kCount, DType::kI32);
+  comm.AllToAll(View(in, DType::kI32), View(out, DType::kI32));
   EXPECT_EQ(out, in);
   // Block 0 of 3 elements at offset 2 lands at offset 1; the rest is untouched.
   out.assign(kCount, -99);
-  comm.AllToAllV(in.data(), {3}, {2}, out.data(), {3}, {1}, DType::kI32);
+  comm.AllToAllV(View(in, DType::kI32), {3}, {2}, View(out, DType::kI32), {3}, {1});
   EXPECT_EQ(out, (std::vector<int32_t>{-99, 4, 1, -5, -99, -99, -99}));
 }
 
 TEST(SelfCommunicatorTest, BroadcastAndBarrierDoNothing) {
   SelfCommunicator comm(kWorldRank);
   std::vector<float> buffer = Iota(kCount);
-  comm.Broadcast(buffer.data(), kCount, DType::kF32, /*root=*/0);
+  comm.Broadcast(View(buffer, DType::kF32), /*root=*/0);
   EXPECT_EQ(buffer, Iota(kCount));
   EXPECT_TRUE(comm.BarrierAsync().Test());
 }
@@ -81,12 +103,26 @@ TEST(SelfCommunicatorTest, SplitGivesAnotherSelfCommunicator) {
   EXPECT_DEATH(comm.Split({kWorldRank, kWorldRank + 1}, "dp"), "only hold this rank");
 }
 
+TEST(SelfCommunicatorTest, MismatchedTensorsAreABug) {
+  SelfCommunicator comm(kWorldRank);
+  std::vector<float> floats(kCount);
+  std::vector<int32_t> ints(kCount);
+  EXPECT_DEATH(comm.AllReduce(View(floats, DType::kF32), View(ints, DType::kI32), ReduceOp::kSum),
+               "share dtype and device");
+  std::vector<float> more(kCount + 1);
+  EXPECT_DEATH(comm.AllReduce(View(floats, DType::kF32), View(more, DType::kF32), ReduceOp::kSum),
+               "elements but recv");
+  EXPECT_DEATH(comm.ReduceScatter(View(more, DType::kF32), View(floats, DType::kF32), ReduceOp::kSum),
+               "blocks of recv");
+}
+
 TEST(SelfCommunicatorTest, PointToPointIsABug) {
   SelfCommunicator comm(kWorldRank);
   float value = 1;
-  EXPECT_DEATH(comm.Send(&value, 1, DType::kF32, 0), "no peer to send to");
-  EXPECT_DEATH(comm.Recv(&value, 1, DType::kF32, 0), "no peer to receive from");
-  EXPECT_DEATH(comm.Broadcast(&value, 1, DType::kF32, /*root=*/1), "not a rank of group");
+  const Tensor scalar = Tensor::View(&value, {1}, DType::kF32);
+  EXPECT_DEATH(comm.Send(scalar, 0), "no peer to send to");
+  EXPECT_DEATH(comm.Recv(scalar, 0), "no peer to receive from");
+  EXPECT_DEATH(comm.Broadcast(scalar, /*root=*/1), "not a rank of group");
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     for (;;) pause();  // stuck for good: only the watchdog's abort ends the job
   }
   std::vector<float> values(1024, 1.0f);
-  group->AllReduce(values.data(), values.data(), 1024, tetra::DType::kF32, tetra::ReduceOp::kSum);
+  const tetra::Tensor view = tetra::Tensor::View(values.data(), {1024}, tetra::DType::kF32);
+  group->AllReduce(view, view, tetra::ReduceOp::kSum);
   return 0;
 }

@@ -75,7 +75,7 @@ void ExpectClose(const std::string& name, const float* got, const float* want, i
 
 // Sums `t` over the world, in place.
 void SumOverWorld(const Tensor& t) {
-  World().AllReduce(t.f32(), t.f32(), t.numel(), DType::kF32, ReduceOp::kSum);
+  World().AllReduce(t, t, ReduceOp::kSum);
 }
 
 TEST(MoeLayerExpertParallelTest, MatchesTheSingleRankLayer) {
@@ -134,7 +134,8 @@ TEST(MoeLayerExpertParallelTest, MatchesTheSingleRankLayer) {
               1e-6 * reference.aux_loss_sum());
   const Tensor& mine = layer.loads();
   std::vector<int32_t> loads(mine.data<int32_t>(), mine.data<int32_t>() + mine.numel());
-  World().AllReduce(loads.data(), loads.data(), 8, DType::kI32, ReduceOp::kSum);
+  const Tensor loads_view = Tensor::View(loads.data(), {8}, DType::kI32);
+  World().AllReduce(loads_view, loads_view, ReduceOp::kSum);
   const Tensor& want = reference.loads();
   EXPECT_EQ(loads, std::vector<int32_t>(want.data<int32_t>(), want.data<int32_t>() + want.numel()));
 }

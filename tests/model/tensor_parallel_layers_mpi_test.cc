@@ -230,7 +230,7 @@ TEST_P(PairsTest, VocabParallelCrossEntropyMatchesTheKernel) {
   const double want = ops::CrossEntropy(logits, targets, grad_scale, want_d);
 
   Tensor got_d = Tensor::Empty({rows, local_vocab});
-  const double got = VocabParallelCrossEntropy(local, targets, grad_scale, got_d, tp);
+  double got = VocabParallelCrossEntropy(local, targets, grad_scale, got_d, tp);
   EXPECT_NEAR(got, want, kTol.cross_entropy_rel * std::fabs(want));
   float max_grad = 0;
   for (int64_t i = 0; i < want_d.numel(); ++i) {
@@ -246,7 +246,8 @@ TEST_P(PairsTest, VocabParallelCrossEntropyMatchesTheKernel) {
   }
   // Every rank returns the same bits.
   std::vector<double> losses(tp.size());
-  tp.AllGather(&got, losses.data(), 2, DType::kI32);
+  tp.AllGather(Tensor::View(&got, {1}, DType::kF64),
+               Tensor::View(losses.data(), {tp.size()}, DType::kF64));
   for (double loss : losses) EXPECT_EQ(loss, got);
   // Loss only, and the gradient written over the logits: the same results.
   EXPECT_EQ(VocabParallelCrossEntropy(local, targets, grad_scale, Tensor(), tp), got);
@@ -292,11 +293,12 @@ std::vector<float> GatherGlobal(const Tensor& local, const Parameter& p, Communi
   const int n = tp.size();
   const int64_t count = local.numel();
   std::vector<float> shards(n * count);
-  tp.AllGather(local.f32(), shards.data(), count, DType::kF32);
+  tp.AllGather(local, Tensor::View(shards.data(), {n * count}, DType::kF32));
   std::vector<int32_t> indices(n), dims(n);
-  const int32_t my_index = p.shard.index, my_dim = p.shard.dim;
-  tp.AllGather(&my_index, indices.data(), 1, DType::kI32);
-  tp.AllGather(&my_dim, dims.data(), 1, DType::kI32);
+  int32_t my_index = p.shard.index, my_dim = p.shard.dim;
+  tp.AllGather(Tensor::View(&my_index, {1}, DType::kI32),
+               Tensor::View(indices.data(), {n}, DType::kI32));
+  tp.AllGather(Tensor::View(&my_dim, {1}, DType::kI32), Tensor::View(dims.data(), {n}, DType::kI32));
   for (int k = 0; k < n; ++k) EXPECT_EQ(dims[k], p.shard.dim) << p.name;
 
   std::vector<float> global(NumElements(p.global_shape), 0.0f);

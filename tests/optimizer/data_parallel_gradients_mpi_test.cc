@@ -242,7 +242,9 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
         << " at global element " << worst << " (want " << want_grad[worst]
         << "), largest gradient " << max_abs;
 
-    job.world().AllReduce(checks.data(), checks.data(), checks.size(), DType::kI32, ReduceOp::kSum);
+    const Tensor checks_view =
+        Tensor::View(checks.data(), {static_cast<int64_t>(checks.size())}, DType::kI32);
+    job.world().AllReduce(checks_view, checks_view, ReduceOp::kSum);
     const int holders = p.shard.replicas * (c.zero1 ? 1 : c.dp);
     const int64_t wrong =
         std::count_if(checks.begin(), checks.end(), [&](int32_t n) { return n != holders; });

@@ -211,13 +211,15 @@ void ExpectSameValues(const Tensor& actual, const Tensor& expected, const char* 
 // Every rank of the world holds the same bits of `value`.
 void ExpectSameOnEveryRank(double value) {
   std::vector<double> all(World().size());
-  World().AllGather(&value, all.data(), 2, DType::kI32);
+  World().AllGather(Tensor::View(&value, {1}, DType::kF64),
+                    Tensor::View(all.data(), {World().size()}, DType::kF64));
   for (int r = 0; r < World().size(); ++r) EXPECT_EQ(all[r], value) << "world rank " << r;
 }
 
 int64_t SumOverGroup(Communicator& group, int64_t value) {
   int32_t local = static_cast<int32_t>(value), sum = 0;
-  group.AllReduce(&local, &sum, 1, DType::kI32, ReduceOp::kSum);
+  group.AllReduce(Tensor::View(&local, {1}, DType::kI32), Tensor::View(&sum, {1}, DType::kI32),
+                  ReduceOp::kSum);
   return sum;
 }
 

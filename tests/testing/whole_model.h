@@ -59,7 +59,7 @@ inline double ForwardLoss(LanguageModel& model, const int32_t* inputs, const int
 inline void SumPartialGradients(LanguageModel& model) {
   for (Parameter& p : model.parameters().all()) {
     if (p.grad_partial_over == nullptr) continue;
-    p.grad_partial_over->AllReduce(p.grad.raw(), p.grad.raw(), p.grad.numel(), DType::kF32, ReduceOp::kSum);
+    p.grad_partial_over->AllReduce(p.grad, p.grad, ReduceOp::kSum);
   }
 }
 

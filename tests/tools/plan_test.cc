@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/address_limit.h"
@@ -26,8 +27,8 @@ using ::tetra::testing::ScratchDir;
 using ::tetra::testing::WriteBytes;
 using Groups = std::vector<std::vector<int>>;
 
-// Just enough JSON for the plan: objects (keys kept in order), arrays,
-// integers and plain strings.
+// The plan's JSON: objects (keys kept in order), arrays, integers and plain
+// strings.
 struct Json {
   enum Kind { kNull, kNumber, kString, kArray, kObject } kind = kNull;
   long number = 0;
@@ -57,79 +58,31 @@ struct Json {
   }
 };
 
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& text) : text_(text) {}
-
-  // The document, or kNull with `error` set.
-  Json Parse(std::string* error) {
-    Json value = Value();
-    Skip();
-    if (failed_ || pos_ != text_.size()) {
-      *error = "malformed JSON near offset " + std::to_string(pos_);
-      return Json{};
-    }
-    return value;
+// The plan as these checks read it, from tetra's JSON reader (core/json.h).
+Json ToJson(const JsonValue& v) {
+  Json json;
+  switch (v.kind) {
+    case JsonValue::Kind::kNumber:
+      json.kind = Json::kNumber;
+      json.number = static_cast<long>(v.number);
+      break;
+    case JsonValue::Kind::kString:
+      json.kind = Json::kString;
+      json.text = v.string;
+      break;
+    case JsonValue::Kind::kArray:
+      json.kind = Json::kArray;
+      for (const JsonValue& item : v.items) json.items.push_back(ToJson(item));
+      break;
+    case JsonValue::Kind::kObject:
+      json.kind = Json::kObject;
+      for (size_t i = 0; i < v.keys.size(); ++i) json.fields.emplace_back(v.keys[i], ToJson(v.items[i]));
+      break;
+    default:
+      break;
   }
-
- private:
-  void Skip() {
-    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
-  }
-  bool Eat(char c) {
-    Skip();
-    if (pos_ >= text_.size() || text_[pos_] != c) return false;
-    ++pos_;
-    return true;
-  }
-  std::string String() {
-    std::string out;
-    failed_ |= !Eat('"');
-    while (!failed_ && pos_ < text_.size() && text_[pos_] != '"') out += text_[pos_++];
-    failed_ |= !Eat('"');
-    return out;
-  }
-  Json Value() {
-    Json value;
-    Skip();
-    if (failed_ || pos_ >= text_.size()) {
-      failed_ = true;
-    } else if (Eat('{')) {
-      value.kind = Json::kObject;
-      if (Eat('}')) return value;
-      do {
-        std::string key = String();
-        failed_ |= !Eat(':');
-        if (!failed_) value.fields.emplace_back(key, Value());
-      } while (!failed_ && Eat(','));
-      failed_ |= !Eat('}');
-    } else if (Eat('[')) {
-      value.kind = Json::kArray;
-      if (Eat(']')) return value;
-      do {
-        value.items.push_back(Value());
-      } while (!failed_ && Eat(','));
-      failed_ |= !Eat(']');
-    } else if (text_[pos_] == '"') {
-      value.kind = Json::kString;
-      value.text = String();
-    } else {
-      value.kind = Json::kNumber;
-      size_t used = 0;
-      try {
-        value.number = std::stol(text_.substr(pos_), &used);
-      } catch (...) {
-        failed_ = true;
-      }
-      pos_ += used;
-    }
-    return value;
-  }
-
-  const std::string& text_;
-  size_t pos_ = 0;
-  bool failed_ = false;
-};
+  return json;
+}
 
 struct RunResult {
   int exit_code;
@@ -153,10 +106,9 @@ class PlanTest : public ::testing::Test {
   Json PlanJson(const std::string& config, const std::string& args) {
     RunResult r = Plan(config, args + " --json");
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    std::string error;
-    Json plan = JsonParser(r.out).Parse(&error);
-    EXPECT_EQ(error, "") << r.out;
-    return plan;
+    const absl::StatusOr<JsonValue> plan = ParseJson(r.out);
+    EXPECT_TRUE(plan.ok()) << plan.status() << "\n" << r.out;
+    return plan.ok() ? ToJson(*plan) : Json{};
   }
 
   // Expects exit code 1 with "tetra: error: ", `message` and a hint line.
