@@ -7,11 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/checkpoint_format.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/text_format.h"
-#include "checkpoint/checkpoint_format.h"
 
 namespace tetra {
 namespace {

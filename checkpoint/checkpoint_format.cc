@@ -8,11 +8,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "checkpoint/checkpoint_directory.h"
 #include "core/crc32c.h"
 #include "core/input_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
-#include "checkpoint/checkpoint_directory.h"
 
 namespace tetra {
 namespace {

@@ -5,11 +5,11 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_directory.h"
+#include "checkpoint/checkpoint_format.h"
 #include "core/input_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
-#include "checkpoint/checkpoint_directory.h"
-#include "checkpoint/checkpoint_format.h"
 
 namespace tetra {
 namespace {

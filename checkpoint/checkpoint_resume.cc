@@ -4,11 +4,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
-#include "core/user_error.h"
 #include "checkpoint/checkpoint_compatibility.h"
 #include "checkpoint/checkpoint_directory.h"
 #include "checkpoint/checkpoint_format.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
 
 namespace tetra {
 namespace {

@@ -14,11 +14,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "model/parameters.h"
 #include "optimizer/distributed_optimizer.h"
-#include "proto/config.pb.h"
-#include "checkpoint/checkpoint_reader.h"
 #include "parallel/parallel_state.h"
+#include "proto/config.pb.h"
 
 namespace tetra {
 

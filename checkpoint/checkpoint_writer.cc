@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/logging.h"
-#include "core/status_macros.h"
 #include "checkpoint/checkpoint_directory.h"
 #include "checkpoint/checkpoint_format.h"
+#include "core/logging.h"
+#include "core/status_macros.h"
 
 namespace tetra {
 namespace {

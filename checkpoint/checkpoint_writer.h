@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "model/parameters.h"
 #include "optimizer/distributed_optimizer.h"
-#include "proto/config.pb.h"
 #include "parallel/parallel_state.h"
+#include "proto/config.pb.h"
 
 namespace tetra {
 

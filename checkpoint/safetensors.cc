@@ -371,7 +371,6 @@ absl::StatusOr<std::string> BuildHeader(const std::string& path,
   return header;
 }
 
-// Writes all of [data, data + size) to fd, retrying short writes.
 // The tensor's values in `dtype` (F32 as they are, BF16 rounded in chunks).
 absl::Status WriteTensorData(AtomicFile& file, const SafetensorsTensorRef& t, DType dtype) {
   const int64_t n = NumElements(t.shape);

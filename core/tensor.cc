@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 #if TETRA_HAVE_CUDA
@@ -53,7 +54,7 @@ std::optional<int64_t> CheckedNumElements(const Shape& shape) {
   return n;
 }
 
-std::string ShapeString(const Shape& shape) { return "[" + absl::StrJoin(shape, ", ") + "]"; }
+std::string ShapeString(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 namespace {
 

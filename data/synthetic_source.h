@@ -23,8 +23,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "proto/config.pb.h"
 #include "data/token_stream.h"
+#include "proto/config.pb.h"
 
 namespace tetra {
 

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "proto/config.pb.h"
 #include "data/sample_source.h"
+#include "proto/config.pb.h"
 
 namespace tetra {
 

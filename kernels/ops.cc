@@ -79,8 +79,9 @@ namespace {
 
 // An op runs where its first tensor lives; the CPU kernels then check that
 // the others are on the host too.
-void ExpectHost(const Tensor& t) {
-  TETRA_CHECK(!t.defined() || t.device() == DeviceType::kCPU)
+template <typename... Tensors>
+void ExpectHost(const Tensors&... tensors) {
+  TETRA_CHECK(((!tensors.defined() || tensors.device() == DeviceType::kCPU) && ...))
       << "a device tensor given to a host op (mixed devices)";
 }
 
@@ -239,27 +240,28 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
       << "cross-entropy row stats: logits " << ShapeString(logits.shape()) << " of ids from "
       << vocab_begin << " of " << vocab_size << ", targets " << ShapeString(targets.shape());
   TETRA_ON_DEVICE(logits, CrossEntropyRowStats(logits, targets, vocab_begin, vocab_size, row_max, target_logit));
-  ExpectHost(logits);
+  ExpectHost(logits, targets, row_max, target_logit);
   cpu::CrossEntropyRowStats(logits.f32(), targets.data<int32_t>(), rows, logits.dim(-1), vocab_begin,
                             vocab_size, row_max.f32(), target_logit.f32());
 }
 
 void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
   const int64_t rows = Rows(logits);
-  TETRA_CHECK(row_max.numel() == rows && sum_exp.numel() == rows && sum_exp.dtype() == DType::kF64)
+  TETRA_CHECK(row_max.numel() == rows && row_max.dtype() == DType::kF32 && sum_exp.numel() == rows &&
+              sum_exp.dtype() == DType::kF64)
       << "cross-entropy sum of exps: logits " << ShapeString(logits.shape()) << ", sums "
       << DTypeName(sum_exp.dtype()) << ShapeString(sum_exp.shape());
   TETRA_ON_DEVICE(logits, CrossEntropySumExp(logits, row_max, sum_exp));
-  ExpectHost(logits);
+  ExpectHost(logits, row_max, sum_exp);
   cpu::CrossEntropySumExp(logits.f32(), row_max.f32(), rows, logits.dim(-1), sum_exp.data<double>());
 }
 
 double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp) {
   TETRA_CHECK(target_logit.numel() == row_max.numel() && sum_exp.numel() == row_max.numel() &&
-              sum_exp.dtype() == DType::kF64)
+              row_max.dtype() == DType::kF32 && target_logit.dtype() == DType::kF32 && sum_exp.dtype() == DType::kF64)
       << "cross-entropy loss of " << row_max.numel() << " rows";
   TETRA_ON_DEVICE(row_max, CrossEntropyLoss(row_max, target_logit, sum_exp));
-  ExpectHost(row_max);
+  ExpectHost(row_max, target_logit, sum_exp);
   return cpu::CrossEntropyLoss(row_max.f32(), target_logit.f32(), sum_exp.data<double>(), row_max.numel());
 }
 
@@ -267,12 +269,13 @@ void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t v
                           const Tensor& row_max, const Tensor& sum_exp, float grad_scale,
                           const Tensor& dlogits) {
   const int64_t rows = Rows(logits);
-  TETRA_CHECK(targets.numel() == rows && row_max.numel() == rows && sum_exp.numel() == rows &&
+  TETRA_CHECK(targets.numel() == rows && targets.dtype() == DType::kI32 && row_max.numel() == rows &&
+              row_max.dtype() == DType::kF32 && sum_exp.numel() == rows && sum_exp.dtype() == DType::kF64 &&
               dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype())
       << "cross-entropy gradient: logits " << ShapeString(logits.shape()) << ", dlogits "
       << ShapeString(dlogits.shape());
   TETRA_ON_DEVICE(logits, CrossEntropyGradient(logits, targets, vocab_begin, row_max, sum_exp, grad_scale, dlogits));
-  ExpectHost(logits);
+  ExpectHost(logits, targets, row_max, sum_exp, dlogits);
   cpu::CrossEntropyGradient(logits.f32(), targets.data<int32_t>(), row_max.f32(), sum_exp.data<double>(), rows,
                             logits.dim(-1), vocab_begin, grad_scale, dlogits.f32());
 }
@@ -295,7 +298,7 @@ void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& sc
   TETRA_CHECK(scores.shape() == logits.shape() && scores.dtype() == DType::kF32)
       << "router scores " << ShapeString(scores.shape()) << " of logits " << ShapeString(logits.shape());
   TETRA_ON_DEVICE(logits, RouterScores(spec, logits, scores));
-  ExpectHost(logits);
+  ExpectHost(logits, scores);
   cpu::RouterScores(spec, logits.f32(), logits.dim(0), scores.f32());
 }
 
@@ -305,7 +308,7 @@ void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias
   TETRA_CHECK(bias.numel() == spec.num_experts && weights.numel() == expert.numel())
       << "router top-k: bias " << ShapeString(bias.shape()) << ", weights " << ShapeString(weights.shape());
   TETRA_ON_DEVICE(scores, RouterTopK(spec, scores, bias, expert, weights));
-  ExpectHost(scores);
+  ExpectHost(scores, bias, expert, weights);
   cpu::RouterTopK(spec, scores.f32(), bias.f32(), scores.dim(0), expert.data<int32_t>(), weights.f32());
 }
 
@@ -316,7 +319,7 @@ void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const T
       << "router weights backward: dweights " << ShapeString(dweights.shape()) << ", dscores "
       << ShapeString(dscores.shape());
   TETRA_ON_DEVICE(scores, RouterWeightsBackward(spec, scores, expert, dweights, dscores));
-  ExpectHost(scores);
+  ExpectHost(scores, expert, dweights, dscores);
   cpu::RouterWeightsBackward(spec, scores.f32(), expert.data<int32_t>(), dweights.f32(), scores.dim(0),
                              dscores.f32());
 }
@@ -328,7 +331,7 @@ void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Te
       << "router scores backward: dscores " << ShapeString(dscores.shape()) << ", dlogits "
       << ShapeString(dlogits.shape());
   TETRA_ON_DEVICE(scores, RouterScoresBackward(spec, scores, dscores, dlogits));
-  ExpectHost(scores);
+  ExpectHost(scores, dscores, dlogits);
   cpu::RouterScoresBackward(spec, scores.f32(), dscores.f32(), scores.dim(0), dlogits.f32());
 }
 
@@ -338,7 +341,7 @@ double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const T
   TETRA_CHECK(scores.dim(0) == batch * seq && (!dscores.defined() || dscores.shape() == scores.shape()))
       << "balance loss over " << scores.dim(0) << " tokens, not " << batch << " x " << seq;
   TETRA_ON_DEVICE(scores, SequenceBalanceLoss(spec, scores, expert, batch, seq, grad_scale, dscores));
-  ExpectHost(scores);
+  ExpectHost(scores, expert, dscores);
   return cpu::SequenceBalanceLoss(spec, scores.f32(), expert.data<int32_t>(), batch, seq, grad_scale,
                                   dscores.defined() ? dscores.f32() : nullptr);
 }
@@ -348,7 +351,7 @@ void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor
               loads.dtype() == DType::kI32 && loads.numel() == spec.num_experts)
       << "expert loads: choices " << ShapeString(expert.shape()) << ", loads " << ShapeString(loads.shape());
   TETRA_ON_DEVICE(expert, CountExpertLoads(spec, expert, loads));
-  ExpectHost(expert);
+  ExpectHost(expert, loads);
   cpu::CountExpertLoads(spec, expert.data<int32_t>(), expert.numel() / spec.top_k, loads.data<int32_t>());
 }
 
@@ -356,7 +359,7 @@ void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
   TETRA_CHECK(loads.dtype() == DType::kI32 && bias.dtype() == DType::kF32 && loads.numel() == bias.numel())
       << "router bias update: loads " << ShapeString(loads.shape()) << ", bias " << ShapeString(bias.shape());
   TETRA_ON_DEVICE(bias, UpdateRouterBias(loads, speed, bias));
-  ExpectHost(bias);
+  ExpectHost(loads, bias);
   cpu::UpdateRouterBias(loads.data<int32_t>(), static_cast<int>(bias.numel()), speed, bias.f32());
 }
 
@@ -369,7 +372,7 @@ int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capac
       << "dispatch order: choices " << ShapeString(expert.shape()) << ", send rows "
       << ShapeString(send_row.shape()) << ", send tokens " << ShapeString(send_token.shape());
   TETRA_ON_DEVICE(expert, DispatchOrder(expert, weights, capacity, send_row, send_token, expert_counts));
-  ExpectHost(expert);
+  ExpectHost(expert, weights, send_row, send_token, expert_counts);
   return cpu::DispatchOrder(expert.data<int32_t>(), weights.f32(), expert.dim(0), static_cast<int>(expert.dim(1)),
                             static_cast<int>(expert_counts.numel()), capacity, send_row.data<int32_t>(),
                             send_token.data<int32_t>(), expert_counts.data<int32_t>());
@@ -381,8 +384,8 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
       << "gather rows: " << ShapeString(index.shape()) << " rows of " << ShapeString(src.shape()) << " into "
       << ShapeString(dst.shape());
   TETRA_ON_DEVICE(src, GatherRows(src, index, dst));
-  ExpectHost(src);
-  cpu::GatherRows(src.f32(), index.data<int32_t>(), index.numel(), src.dim(-1), dst.f32());
+  ExpectHost(src, index, dst);
+  cpu::GatherRows(src.f32(), Rows(src), index.data<int32_t>(), index.numel(), src.dim(-1), dst.f32());
 }
 
 void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, const Tensor& dst) {
@@ -392,8 +395,8 @@ void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, 
       << "combine rows: " << ShapeString(src.shape()) << " by " << ShapeString(index.shape()) << " into "
       << ShapeString(dst.shape());
   TETRA_ON_DEVICE(dst, CombineRows(src, index, weights, dst));
-  ExpectHost(dst);
-  cpu::CombineRows(src.f32(), index.data<int32_t>(), weights.defined() ? weights.f32() : nullptr, n,
+  ExpectHost(src, index, weights, dst);
+  cpu::CombineRows(src.f32(), Rows(src), index.data<int32_t>(), weights.defined() ? weights.f32() : nullptr, n,
                    static_cast<int>(index.dim(1)), c, dst.f32());
 }
 
@@ -405,8 +408,8 @@ void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& in
       << "combine rows backward: d out " << ShapeString(ddst.shape()) << ", rows " << ShapeString(src.shape())
       << ", index " << ShapeString(index.shape());
   TETRA_ON_DEVICE(ddst, CombineRowsBackward(ddst, src, index, weights, dsrc, dweights));
-  ExpectHost(ddst);
-  cpu::CombineRowsBackward(ddst.f32(), src.f32(), index.data<int32_t>(), weights.f32(), n,
+  ExpectHost(ddst, src, index, weights, dsrc, dweights);
+  cpu::CombineRowsBackward(ddst.f32(), src.f32(), Rows(src), index.data<int32_t>(), weights.f32(), n,
                            static_cast<int>(index.dim(1)), c, dsrc.f32(), dweights.f32());
 }
 

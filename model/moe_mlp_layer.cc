@@ -114,14 +114,8 @@ void MoeMlpLayer::ResetStats() {
   dispatcher_.ResetCounters();
 }
 
-void MoeMlpLayer::UpdateBias(const std::vector<int64_t>& loads, double speed) {
-  TETRA_CHECK(static_cast<int64_t>(loads.size()) == router_.num_experts)
-      << loads.size() << " loads for " << router_.num_experts << " experts";
-  Tensor host = Tensor::Empty({router_.num_experts}, DType::kI32);
-  for (int i = 0; i < router_.num_experts; ++i) host.data<int32_t>()[i] = static_cast<int32_t>(loads[i]);
-  Tensor on_device = Tensor::Empty(host.shape(), DType::kI32, bias_.value.device());
-  on_device.CopyFrom(host);
-  ops::UpdateRouterBias(on_device, speed, bias_.value);
+void MoeMlpLayer::UpdateBias(const Tensor& loads, double speed) {
+  ops::UpdateRouterBias(loads, speed, bias_.value);
 }
 
 }  // namespace tetra

@@ -54,8 +54,9 @@ class MoeMlpLayer {
   double aux_loss_sum() const { return aux_loss_sum_; }
   int64_t dropped() const { return dropped_; }
   void ResetStats();
-  // bias_i += speed x sign(mean load - load_i), `loads` (E) over the global batch.
-  void UpdateBias(const std::vector<int64_t>& loads, double speed);
+  // bias_i += speed x sign(mean load - load_i), `loads` (E) int32 over the
+  // global batch, on the layer's device.
+  void UpdateBias(const Tensor& loads, double speed);
   TokenDispatcher& dispatcher() { return dispatcher_; }
 
  private:

@@ -12,8 +12,8 @@
 #include "model/parameters.h"
 #include "optimizer/distributed_optimizer.h"
 #include "parallel/gradient_reducer.h"
-#include "proto/config.pb.h"
 #include "parallel/parallel_state.h"
+#include "proto/config.pb.h"
 
 namespace tetra {
 

@@ -41,14 +41,13 @@ void ModelOptimizer::GradientsReadyFrom(int64_t offset) {
 
 FinalizedGradients ModelOptimizer::FinalizeGradients() {
   if (const Parameter* tied = model_.tied_embedding_copy()) {
-    const ScopedSpan span(SpanKind::kCommPp, "all_reduce embd (tied embedding)");
     parallel_.embedding().AllReduce(tied->grad, tied->grad, ReduceOp::kSum);
   }
   reducer_.Finish();
   if (experts_) experts_->Finish();
   partial_sums_.Sum();
-  // The norm and the MoE sums count as the optimizer's time (the reductions
-  // above as communication).
+  // The norm and the MoE sums count as the optimizer's time (the buckets'
+  // waits above as data-parallel communication).
   const ScopedSpan span(SpanKind::kOptimizer);
   FinalizedGradients result;
   const std::vector<MoeMlpLayer*> moe_layers = model_.moe_layers();

@@ -18,18 +18,18 @@ MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_bat
   int64_t total = 0;
   for (MoeMlpLayer* layer : layers) total += layer->loads().numel();
   std::vector<int32_t> loads(total);
+  MoeLoads result;
   if (!layers.empty()) {
-    const Tensor packed = Tensor::Empty({total}, DType::kI32, layers.front()->loads().device());
+    result.summed = Tensor::Empty({total}, DType::kI32, layers.front()->loads().device());
     int64_t offset = 0;
     for (MoeMlpLayer* layer : layers) {
       const Tensor& mine = layer->loads();
-      packed.Slice(offset, offset + mine.numel()).CopyFrom(mine);
+      result.summed.Slice(offset, offset + mine.numel()).CopyFrom(mine);
       offset += mine.numel();
     }
-    parallel.grad().AllReduce(packed, packed, ReduceOp::kSum);
-    Tensor::View(loads.data(), {total}, DType::kI32).CopyFrom(packed);
+    parallel.grad().AllReduce(result.summed, result.summed, ReduceOp::kSum);
+    Tensor::View(loads.data(), {total}, DType::kI32).CopyFrom(result.summed);
   }
-  MoeLoads result;
   double aux = 0, dropped = 0, bytes = 0, imbalance = 1;
   size_t at = 0;
   for (MoeMlpLayer* layer : layers) {
@@ -54,7 +54,12 @@ MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_bat
 void UpdateMoeBiases(const std::vector<MoeMlpLayer*>& layers, const MoeLoads& loads, double speed) {
   TETRA_CHECK(loads.per_layer.size() == layers.size())
       << loads.per_layer.size() << " layers' loads for " << layers.size() << " MoE layers";
-  for (size_t i = 0; i < layers.size(); ++i) layers[i]->UpdateBias(loads.per_layer[i], speed);
+  int64_t at = 0;
+  for (MoeMlpLayer* layer : layers) {
+    const int64_t experts = layer->loads().numel();
+    layer->UpdateBias(loads.summed.Slice(at, at + experts), speed);
+    at += experts;
+  }
 }
 
 }  // namespace tetra

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/logging.h"
-#include "core/profiler.h"
 
 namespace tetra {
 
@@ -34,10 +33,9 @@ void PartialGradientSums::Sum() {
       g.packed.Slice(at, at + r.size()).CopyFrom(flat_grads_.Slice(r.begin, r.end));
       at += r.size();
     }
-    {
-      const ScopedSpan span(SpanKind::kCommTp, "all_reduce partial gradients");
-      g.comm->AllReduce(g.packed, g.packed, ReduceOp::kSum);
-    }
+    // No comm span: the metrics count tensor-parallel waits inside fwd_s and
+    // bwd_s (observe/step_timing.h), and this one lies outside both.
+    g.comm->AllReduce(g.packed, g.packed, ReduceOp::kSum);
     at = 0;
     for (const FlatRange& r : g.ranges) {
       flat_grads_.Slice(r.begin, r.end).CopyFrom(g.packed.Slice(at, at + r.size()));

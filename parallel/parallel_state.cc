@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "core/logging.h"
 #include "core/status_macros.h"
 
 namespace tetra {
@@ -9,6 +10,8 @@ namespace tetra {
 absl::StatusOr<ParallelState> ParallelState::Create(const ParallelConfig& parallel,
                                                     std::unique_ptr<Communicator> world) {
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(parallel, world->size()));
+  // loss() and grad() are the data group while the context axis is 1.
+  TETRA_CHECK(mesh.shape().cp == 1) << "context parallelism needs its own loss and grad groups";
   const int rank = world->rank();
   ParallelState state(std::move(mesh), std::move(world));
   const Mesh& m = state.mesh_;

@@ -63,30 +63,44 @@ void PipelineExecutor::ReleaseBuffer(Tensor buffer) {
   if (buffer.defined()) free_buffers_.push_back(std::move(buffer));
 }
 
-void PipelineExecutor::Send(const Tensor& data, int peer, int tag) {
+Tensor PipelineExecutor::CopyToBuffer(const Tensor& data) {
   Tensor buffer = AcquireBuffer();
   TETRA_CHECK(data.numel() == buffer.numel())
       << "pipeline message of shape " << ShapeString(data.shape()) << ", expected (" << rows_ << ", "
       << hidden_ << ")";
   buffer.CopyFrom(data);
+  return buffer;
+}
+
+void PipelineExecutor::Send(Tensor buffer, int peer, int tag) {
   CommHandle handle = pipeline_.SendAsync(buffer, peer, tag);
-  sends_.emplace_back(std::move(handle), std::move(buffer));
+  sends_.push_back({std::move(buffer), std::move(handle)});
 }
 
 void PipelineExecutor::ReapSends(bool all) {
   size_t pending = 0;
   for (size_t i = 0; i < sends_.size(); ++i) {
-    auto& [handle, buffer] = sends_[i];
+    PendingSend& send = sends_[i];
     if (all) {
-      Wait(handle);
-    } else if (!handle.Test()) {
-      if (pending != i) sends_[pending] = std::move(sends_[i]);
+      Wait(send.handle);
+    } else if (!send.handle.Test()) {
+      if (pending != i) sends_[pending] = std::move(send);
       ++pending;
       continue;
     }
-    ReleaseBuffer(std::move(buffer));
+    ReleaseBuffer(std::move(send.buffer));
   }
   sends_.resize(pending);
+}
+
+void PipelineExecutor::Load(const LoadMicroBatch& load, int micro_batch, absl::Status* status) {
+  absl::Status loaded = load(micro_batch, inputs_.data(), targets_.data());
+  if (loaded.ok()) return;
+  // The table goes on with token 0 everywhere, so every rank's messages
+  // still match and nothing waits; the step then fails with the first error.
+  std::fill(inputs_.begin(), inputs_.end(), 0);
+  std::fill(targets_.begin(), targets_.end(), 0);
+  if (status->ok()) *status = std::move(loaded);
 }
 
 void PipelineExecutor::Wait(CommHandle& handle) {
@@ -114,7 +128,7 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
   auto piece = [&](const Action& a) { return a.chunk * micro_batches_ + a.micro_batch; };
   std::vector<InFlight> in_flight(pieces);
   std::vector<bool> slot_busy;
-  std::vector<Tensor> outputs(pieces);  // what a forward or backward sends, until it does
+  std::vector<Tensor> outputs(pieces);  // pool buffers holding what a forward or backward sends
   // Waits for the receive a computation reads and records where it waited.
   auto await_input = [&](InFlight& mb) {
     Wait(mb.receive);
@@ -123,6 +137,7 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
   double loss_sum = 0;
   int live_activations = 0;
   peak_activations_ = 0;
+  absl::Status status;
 
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
@@ -139,7 +154,7 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
       case ActionType::kSendGradient: {
         Tensor& out = outputs[piece(a)];
         TETRA_CHECK(out.defined()) << ActionText(a) << " before its computation";
-        Send(out, a.peer, Tag(a));
+        Send(std::move(out), a.peer, Tag(a));
         executed_.push_back(a);
         out = Tensor();
         break;
@@ -150,16 +165,15 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
         if (free_slot == slot_busy.end()) slot_busy.push_back(true);
         else *free_slot = true;
         peak_activations_ = std::max(peak_activations_, ++live_activations);
-        if (stage.has_embedding || stage.has_head) {
-          RETURN_IF_ERROR(load(a.micro_batch, inputs_.data(), targets_.data()));
-        }
+        if (stage.has_embedding || stage.has_head) Load(load, a.micro_batch, &status);
         if (!stage.has_embedding) await_input(mb);
         executed_.push_back(a);
         double stage_loss = 0;
         const ScopedSpan span(SpanKind::kForward, nullptr, a.micro_batch);
-        // The output lives in the slot until its next forward; Send copies it.
-        outputs[piece(a)] = model_.ForwardStage(mb.slot, a.chunk, inputs_.data(), mb.received,
-                                                targets_.data(), batch_, seq_, grad_scale, &stage_loss);
+        const Tensor out = model_.ForwardStage(mb.slot, a.chunk, inputs_.data(), mb.received, targets_.data(),
+                                               batch_, seq_, grad_scale, &stage_loss);
+        // The output lives in the slot until its next forward: the send takes a copy.
+        if (!stage.has_head) outputs[piece(a)] = CopyToBuffer(out);
         ReleaseBuffer(std::move(mb.received));
         mb.received = Tensor();
         loss_sum += stage_loss;
@@ -169,9 +183,10 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
         if (!stage.has_head) await_input(mb);
         executed_.push_back(a);
         const ScopedSpan span(SpanKind::kBackward, nullptr, a.micro_batch);
-        // d input lives in the model until the next backward; Send copies it.
-        outputs[piece(a)] = model_.BackwardStage(
-            mb.slot, a.chunk, mb.received, static_cast<int>(i) == last_backward_ ? on_ready : nullptr);
+        const Tensor d_input = model_.BackwardStage(mb.slot, a.chunk, mb.received,
+                                                    static_cast<int>(i) == last_backward_ ? on_ready : nullptr);
+        // d input lives in the model until its next backward: the send takes a copy.
+        if (!stage.has_embedding) outputs[piece(a)] = CopyToBuffer(d_input);
         ReleaseBuffer(std::move(mb.received));
         mb.received = Tensor();
         slot_busy[mb.slot] = false;
@@ -182,6 +197,7 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
   }
   ReapSends(/*all=*/true);
   step_seconds_ = step_timer.Seconds();
+  RETURN_IF_ERROR(status);
   return loss_sum;
 }
 
@@ -189,12 +205,13 @@ absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load
   const int stages = pipeline_.size(), rank = pipeline_.rank();
   const int previous = (rank + stages - 1) % stages, next = (rank + 1) % stages;
   double loss_sum = 0;
+  absl::Status status;
   for (int m = 0; m < micro_batches; ++m) {
     // Virtual stage c * stages + rank: its input comes from the previous
     // rank (the last one for chunk c > 0 of rank 0), its output goes to the next.
     for (int c = 0; c < model_.num_chunks(); ++c) {
       const PipelineStage& stage = model_.chunk(c);
-      if (stage.has_embedding || stage.has_head) RETURN_IF_ERROR(load(m, inputs_.data(), targets_.data()));
+      if (stage.has_embedding || stage.has_head) Load(load, m, &status);
       Tensor hidden;
       if (!stage.has_embedding) {
         hidden = AcquireBuffer();
@@ -205,10 +222,11 @@ absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load
           model_.EvaluateStage(0, c, inputs_.data(), hidden, targets_.data(), batch_, seq_, &loss);
       ReleaseBuffer(std::move(hidden));
       loss_sum += loss;
-      if (!stage.has_head) Send(out, next, /*tag=*/0);
+      if (!stage.has_head) Send(CopyToBuffer(out), next, /*tag=*/0);
     }
   }
   ReapSends(/*all=*/true);
+  RETURN_IF_ERROR(status);
   return loss_sum;
 }
 

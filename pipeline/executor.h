@@ -39,8 +39,10 @@ namespace tetra {
 
 class PipelineExecutor {
  public:
-  // Fills inputs and targets, each (batch, seq) token ids, of micro-batch m;
-  // an error (bad data) ends the step with it.
+  // Fills inputs and targets, each (batch, seq) token ids, of micro-batch m.
+  // An error (bad data) fails the step, once its table has run to the end
+  // (with token 0 in place of the micro-batch), so no rank is left waiting
+  // for a message.
   using LoadMicroBatch =
       std::function<absl::Status(int micro_batch, int32_t* inputs, int32_t* targets)>;
 
@@ -85,8 +87,13 @@ class PipelineExecutor {
   // A (rows, C) buffer in the activations' dtype and device, from the pool.
   Tensor AcquireBuffer();
   void ReleaseBuffer(Tensor buffer);
-  // Sends `data` (copied into a pool buffer, so the caller may reuse it).
-  void Send(const Tensor& data, int peer, int tag);
+  // A pool buffer holding `data` (rows, C), which the model may overwrite.
+  Tensor CopyToBuffer(const Tensor& data);
+  // Sends a pool buffer; it returns to the pool once the send completes.
+  void Send(Tensor buffer, int peer, int tag);
+  // Loads micro-batch m into inputs_ and targets_, or on error token 0 and
+  // the first error in *status.
+  void Load(const LoadMicroBatch& load, int micro_batch, absl::Status* status);
   // Returns the buffers of completed sends to the pool; with `all`, waits for every send.
   void ReapSends(bool all);
   void Wait(CommHandle& handle);
@@ -99,7 +106,13 @@ class PipelineExecutor {
   int last_backward_ = -1;  // index in actions_ of the step's last backward
   std::vector<int32_t> inputs_, targets_;
   std::vector<Tensor> free_buffers_;
-  std::vector<std::pair<CommHandle, Tensor>> sends_;  // pending sends keep their buffers
+  // A pending send keeps its buffer; the handle (declared last, destroyed
+  // first) waits for the send before the buffer can go.
+  struct PendingSend {
+    Tensor buffer;
+    CommHandle handle;
+  };
+  std::vector<PendingSend> sends_;
   int buffers_made_ = 0;
   double wait_seconds_ = 0, step_seconds_ = 0;
   int peak_activations_ = 0;

@@ -84,8 +84,7 @@ absl::StatusOr<ScheduleReport> CheckSchedule(const ScheduleSpec& spec,
 // pipeline rank `pp_rank` for the config's schedule with `data_parallel`
 // ranks, after the tables of every rank have passed CheckSchedule (a table
 // that fails is a bug, checked). Without pipeline parallelism this is the
-// one-stage table: each micro-batch's forward then its backward (1F1B), or
-// every forward, then every backward (GPipe).
+// one-stage table: each micro-batch's forward, then its backward.
 absl::StatusOr<std::vector<Action>> MakeSchedule(const TrainerConfig& config, int data_parallel, int pp_rank);
 
 }  // namespace tetra

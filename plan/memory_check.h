@@ -14,8 +14,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "proto/config.pb.h"
 #include "plan/layout_planner.h"
+#include "proto/config.pb.h"
 
 namespace tetra {
 

@@ -8,13 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
-#include "core/user_error.h"
-#include "checkpoint/weights_io.h"
-#include "tools/command_line.h"
 #include "checkpoint/checkpoint_directory.h"
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/weights_io.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
+#include "tools/command_line.h"
 
 namespace tetra {
 namespace {

@@ -17,20 +17,20 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/weights_io.h"
 #include "comm/launcher.h"
 #include "comm/mpi_communicator.h"
 #include "comm/self_communicator.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "model/language_model.h"
-#include "checkpoint/weights_io.h"
+#include "plan/memory_check.h"
 #include "tools/checkpoint_command.h"
-#include "tools/commbench_command.h"
 #include "tools/command_line.h"
+#include "tools/commbench_command.h"
 #include "tools/plan_command.h"
 #include "tools/report_command.h"
 #include "train/config_loader.h"
-#include "plan/memory_check.h"
 #include "train/trainer.h"
 
 namespace tetra {

@@ -17,11 +17,11 @@
 #include "parallel/mesh.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_checker.h"
-#include "tools/command_line.h"
 #include "plan/cluster_config.h"
+#include "plan/layout_planner.h"
+#include "tools/command_line.h"
 #include "train/config_loader.h"
 #include "train/config_validation.h"
-#include "plan/layout_planner.h"
 
 namespace tetra {
 namespace {

@@ -67,8 +67,24 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
   run.path = path;
   run.steps = static_cast<int>(lines.size());
   auto integer = [&](const char* name) { return first.count(name) ? static_cast<int>(first.at(name)) : 0; };
+  // The layout's sizes: whole numbers from 1 to 2^20 whose product is the world size.
+  for (const char* name : {"world_size", "tensor", "pipeline", "data", "expert", "global_batch_size",
+                           "micro_batch_size", "seq_length"}) {
+    const double value = first.count(name) ? first.at(name) : 0;
+    if (!(value >= 1 && value <= (1 << 20) && value == std::floor(value))) {
+      return UserError(absl::StrCat(path, ": the first line's ", name, " is ", value, ", not a size from 1 to 2^20"),
+                       "pass the metrics of a run written by tetra train");
+    }
+  }
+  const int tensor = integer("tensor"), pipeline = integer("pipeline"), data = integer("data");
+  if (int64_t{tensor} * pipeline * data != integer("world_size") || data % integer("expert") != 0) {
+    return UserError(absl::StrCat(path, ": the first line's layout (world_size ", integer("world_size"), ", tensor ",
+                                  tensor, ", pipeline ", pipeline, ", data ", data, ", expert ", integer("expert"),
+                                  ") is not one a run can have"),
+                     "pass the metrics of a run written by tetra train");
+  }
   RunLayout& layout = run.layout;
-  layout.mesh = MeshShape::Of(integer("tensor"), integer("pipeline"), integer("data"), integer("expert"));
+  layout.mesh = MeshShape::Of(tensor, pipeline, data, integer("expert"));
   layout.global_batch_size = integer("global_batch_size");
   layout.micro_batch_size = integer("micro_batch_size");
   layout.seq_length = integer("seq_length");

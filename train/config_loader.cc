@@ -7,14 +7,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "checkpoint/hf_config.h"
+#include "checkpoint/weight_files.h"
 #include "core/input_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
-#include "checkpoint/hf_config.h"
-#include "checkpoint/weight_files.h"
 #include "train/config_validation.h"
 
 namespace tetra {

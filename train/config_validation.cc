@@ -11,17 +11,17 @@
 #include "core/user_error.h"
 #include "kernels/cpu/threads.h"
 #include "model/model_dims.h"
+#include "observe/trace_writer.h"
 #include "parallel/mesh.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_partition.h"
 #include "plan/layout_planner.h"
-#include "observe/trace_writer.h"
 
 namespace tetra {
 namespace {
 
 // Far above any model trained (DeepSeek-V3: 6.7e11), and low enough that the
-// parameter counts formed in int64 (train/flops.cc) cannot overflow.
+// parameter counts (observe/flops.cc) cannot overflow.
 constexpr double kMaxParameters = 1e15;
 // Threads per rank beyond this many per core only add contention.
 constexpr int kMaxThreadsPerCore = 4;

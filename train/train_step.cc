@@ -45,9 +45,10 @@ absl::Status TrainStep::Run(int64_t step, StepMetrics& m) {
         return data_.Load(first_sample + k * micro_, micro_, inputs, targets);
       }, 1.0f / static_cast<float>(tokens_per_step()),
       [&](int64_t ready) { optimizer_.GradientsReadyFrom(ready); }));
+  const FinalizedGradients gradients = optimizer_.FinalizeGradients();
+  // After the gradient buckets, which share the loss group's communicator.
   m.loss = StepLoss(parallel_, loss_sum, static_cast<double>(tokens_per_step()));
 
-  const FinalizedGradients gradients = optimizer_.FinalizeGradients();
   const ScopedSpan optimizer_span(SpanKind::kOptimizer);
   m.grad_norm = gradients.grad_norm;
   if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {

@@ -8,32 +8,32 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint_lock.h"
+#include "checkpoint/checkpoint_resume.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/weights_io.h"
 #include "comm/launcher.h"
 #include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/timer.h"
 #include "core/user_error.h"
+#include "data/training_data.h"
 #include "kernels/cpu/threads.h"
-#include "checkpoint/weights_io.h"
+#include "observe/flops.h"
+#include "observe/peak_flops.h"
+#include "observe/step_timing.h"
+#include "observe/tensorboard_writer.h"
+#include "observe/trace_writer.h"
+#include "optimizer/model_optimizer.h"
 #include "parallel/gradient_reducer.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule_checker.h"
 #include "pipeline/stage_partition.h"
-#include "checkpoint/checkpoint_lock.h"
-#include "checkpoint/checkpoint_resume.h"
-#include "checkpoint/checkpoint_writer.h"
-#include "train/config_validation.h"
-#include "observe/flops.h"
 #include "plan/memory_check.h"
-#include "optimizer/model_optimizer.h"
+#include "train/config_validation.h"
 #include "train/output_paths.h"
-#include "observe/peak_flops.h"
-#include "observe/step_timing.h"
 #include "train/stop_request.h"
 #include "train/train_step.h"
-#include "observe/tensorboard_writer.h"
-#include "observe/trace_writer.h"
-#include "data/training_data.h"
 
 #if TETRA_HAVE_CUDA
 #include "core/cuda/device.h"
@@ -238,7 +238,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
   if (!result.steps.empty()) progress << RunSummary(result.steps, run_timer.Seconds()) << "\n";
   // The ranks of the first expert-data-parallel replica (the first data-parallel
   // rank when ep is 1) of every pipeline stage take part.
-  if (!config.export_path().empty() && parallel.coords().edp == 0) {
+  if (!config.export_path().empty() && parallel.expert_data().rank() == 0) {
     RETURN_IF_ERROR(ExportWeights(config.export_path(), store, config.model(), train.seq_length(),
                                   DType::kF32, parallel.tensor(), parallel.is_logging_rank(), &parallel.expert(),
                                   &parallel.pipeline()));

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "proto/config.pb.h"
-#include "parallel/parallel_state.h"
 #include "observe/metrics_log.h"
+#include "parallel/parallel_state.h"
+#include "proto/config.pb.h"
 
 namespace tetra {
 

@@ -39,19 +39,29 @@ int64_t DispatchOrder(const int32_t* expert, const float* weights, int64_t n, in
   return rows;
 }
 
-void GatherRows(const float* src, const int32_t* index, int64_t m, int64_t c, float* dst) {
-  for (int64_t i = 0; i < m; ++i) std::memcpy(dst + i * c, src + int64_t{index[i]} * c, c * sizeof(float));
+namespace {
+
+// index[i] as a row of src, checked.
+int64_t Row(const int32_t* index, int64_t i, int64_t src_rows) {
+  const int64_t row = index[i];
+  TETRA_CHECK(row >= 0 && row < src_rows) << "row " << row << " at " << i << " outside [0, " << src_rows << ")";
+  return row;
 }
 
-void CombineRows(const float* src, const int32_t* index, const float* weights, int64_t n, int k,
-                 int64_t c, float* dst) {
+}  // namespace
+
+void GatherRows(const float* src, int64_t src_rows, const int32_t* index, int64_t m, int64_t c, float* dst) {
+  for (int64_t i = 0; i < m; ++i) std::memcpy(dst + i * c, src + Row(index, i, src_rows) * c, c * sizeof(float));
+}
+
+void CombineRows(const float* src, int64_t src_rows, const int32_t* index, const float* weights, int64_t n,
+                 int k, int64_t c, float* dst) {
   for (int64_t t = 0; t < n; ++t) {
     float* out = dst + t * c;
     std::fill(out, out + c, 0.0f);
     for (int j = 0; j < k; ++j) {
-      const int32_t row = index[t * k + j];
-      if (row < 0) continue;
-      const float* from = src + int64_t{row} * c;
+      if (index[t * k + j] < 0) continue;
+      const float* from = src + Row(index, t * k + j, src_rows) * c;
       if (weights == nullptr) {
         for (int64_t i = 0; i < c; ++i) out[i] += from[i];
       } else {
@@ -62,19 +72,18 @@ void CombineRows(const float* src, const int32_t* index, const float* weights, i
   }
 }
 
-void CombineRowsBackward(const float* ddst, const float* src, const int32_t* index,
-                         const float* weights, int64_t n, int k, int64_t c, float* dsrc,
-                         float* dweights) {
+void CombineRowsBackward(const float* ddst, const float* src, int64_t src_rows, const int32_t* index,
+                         const float* weights, int64_t n, int k, int64_t c, float* dsrc, float* dweights) {
   for (int64_t t = 0; t < n; ++t) {
     const float* d = ddst + t * c;
     for (int j = 0; j < k; ++j) {
-      const int32_t row = index[t * k + j];
       float& dw = dweights[t * k + j];
       dw = 0;
-      if (row < 0) continue;  // a dropped pair adds nothing, so gets no gradient
+      if (index[t * k + j] < 0) continue;  // a dropped pair adds nothing, so gets no gradient
+      const int64_t row = Row(index, t * k + j, src_rows);
       const float w = weights[t * k + j];
-      const float* from = src + int64_t{row} * c;
-      float* to = dsrc + int64_t{row} * c;
+      const float* from = src + row * c;
+      float* to = dsrc + row * c;
       for (int64_t i = 0; i < c; ++i) {
         dw += d[i] * from[i];
         to[i] = w * d[i];

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/scratch_files.h"
 #include "tests/testing/user_errors.h"
-#include "checkpoint/checkpoint_format.h"
 
 namespace tetra {
 namespace {

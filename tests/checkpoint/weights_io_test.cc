@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/hf_config.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/weight_files.h"
 #include "comm/self_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "checkpoint/hf_config.h"
 #include "model/language_model.h"
-#include "checkpoint/safetensors.h"
-#include "checkpoint/weight_files.h"
 #include "tests/testing/scratch_files.h"
 #include "tests/testing/user_errors.h"
 

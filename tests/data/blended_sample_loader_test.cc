@@ -13,15 +13,15 @@
 #include <utility>
 #include <vector>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
-#include "tests/testing/scratch_files.h"
-#include "tests/testing/user_errors.h"
 #include "data/data_blend.h"
 #include "data/megatron_dataset.h"
 #include "data/sample_loader.h"
 #include "data/token_stream.h"
 #include "data/training_data.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/scratch_files.h"
+#include "tests/testing/user_errors.h"
 
 namespace tetra {
 namespace {

@@ -63,7 +63,7 @@ TEST(DataBlendTest, NumpySumsInNumpysOrder) {
 
 TEST(DataBlendTest, BadBlendsAreClearErrors) {
   auto error = [](const std::string& text) { return Message(ParseDataBlend(text, "data.path").status()); };
-  for (const std::string& bad : {"", "0.3 a 0.7", "x a 0.7 b", "0.3 a 0 b", "-1 a 2 b", "nan a 1 b", "inf a 1 b",
+  for (const char* bad : {"", "0.3 a 0.7", "x a 0.7 b", "0.3 a 0 b", "-1 a 2 b", "nan a 1 b", "inf a 1 b",
                                  "1e999 a 1 b", "a 0.3 b 0.7"}) {
     EXPECT_THAT(error(bad), UserErrorShape()) << bad;
   }

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "data/sample_loader.h"
+#include "data/token_stream.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/scratch_files.h"
 #include "tests/testing/user_errors.h"
-#include "data/sample_loader.h"
-#include "data/token_stream.h"
 
 namespace tetra {
 namespace {

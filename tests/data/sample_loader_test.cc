@@ -7,9 +7,9 @@
 #include <numeric>
 #include <vector>
 
+#include "data/token_stream.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "data/token_stream.h"
 #include "tests/testing/user_errors.h"
 
 namespace tetra {

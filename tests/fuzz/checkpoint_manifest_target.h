@@ -12,9 +12,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "tests/testing/fuzzing.h"
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/checkpoint_reader.h"
+#include "tests/testing/fuzzing.h"
 
 namespace tetra::testing {
 

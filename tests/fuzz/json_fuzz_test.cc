@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "checkpoint/safetensors.h"
+#include "gtest/gtest.h"
 #include "tests/fuzz/fuzz_campaign.h"
 #include "tests/fuzz/json_target.h"
 #include "tests/testing/scratch_files.h"

@@ -3,11 +3,11 @@
 #include <string>
 #include <vector>
 
+#include "data/llmc_shard.h"
 #include "gtest/gtest.h"
 #include "tests/fuzz/fuzz_campaign.h"
 #include "tests/fuzz/llmc_shard_target.h"
 #include "tests/testing/scratch_files.h"
-#include "data/llmc_shard.h"
 
 namespace tetra {
 namespace {

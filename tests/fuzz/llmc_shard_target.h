@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/testing/fuzzing.h"
 #include "data/llmc_shard.h"
+#include "tests/testing/fuzzing.h"
 
 namespace tetra::testing {
 

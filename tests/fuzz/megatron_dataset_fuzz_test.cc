@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "data/megatron_dataset.h"
 #include "gtest/gtest.h"
 #include "tests/fuzz/fuzz_campaign.h"
 #include "tests/fuzz/megatron_dataset_target.h"
 #include "tests/testing/scratch_files.h"
-#include "data/megatron_dataset.h"
 
 namespace tetra {
 namespace {

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/testing/fuzzing.h"
 #include "data/megatron_dataset.h"
+#include "tests/testing/fuzzing.h"
 
 namespace tetra::testing {
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "gtest/gtest.h"
 #include "checkpoint/safetensors.h"
+#include "gtest/gtest.h"
 #include "tests/fuzz/fuzz_campaign.h"
 #include "tests/fuzz/safetensors_target.h"
 #include "tests/testing/scratch_files.h"

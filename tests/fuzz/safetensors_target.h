@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/json.h"
 #include "checkpoint/safetensors.h"
+#include "core/json.h"
 #include "tests/testing/fuzzing.h"
 
 namespace tetra::testing {

@@ -258,7 +258,7 @@ inline void AddRouterCases(std::vector<OpCase>* cases) {
                   absl::StrCat(kTokens, " tokens, top ", k, " of ", e, spec.softmax ? " softmax" : " sigmoid grouped")),
          [=](const Backend& b, Outputs* out) {
            const Tensor logits = b.In(HostRandom({kTokens, e}, 1, 2.0f));
-           // A bias of whole hundredths: choices are decided far from ties.
+           // A small bias, rounded to bf16 so both backends hold the same values.
            const Tensor bias = b.In(RoundTo(HostRandom({e}, 2, 0.05f), DType::kBF16));
            const Tensor scores = b.Out({kTokens, e}), expert = b.Out({kTokens, k}, DType::kI32),
                         weights = b.Out({kTokens, k});
@@ -300,7 +300,8 @@ inline void AddDispatchCases(std::vector<OpCase>* cases) {
                                  capacity < 0 ? "dropless" : "capacity 12")),
            [=](const Backend& b, Outputs* out) {
              const Tensor expert = b.Exact(experts);
-             // Weights of whole 1/64ths, many equal: capacity ties go to the earlier pair.
+             // Weights rounded to bf16 (8 significant bits), so some are equal
+             // and capacity ties go to the earlier pair.
              const Tensor weights = b.In(RoundTo(HostRandom({kTokens, kK}, 1, 0.25f), DType::kBF16));
              const Tensor send_row = b.Out({kTokens, kK}, DType::kI32),
                           send_token = b.Out({kTokens * kK}, DType::kI32), counts = b.Out({kExperts}, DType::kI32);
@@ -377,6 +378,14 @@ inline void AddOptimizerAndReduceCases(std::vector<OpCase>* cases) {
                         out->Add("add", y, kExact);
                       }});
   }
+  cases->push_back({"add F64 4097 (partial sums of sums)", [=](const Backend& b, Outputs* out) {
+                      Tensor x = Tensor::Empty({4097}, DType::kF64), y = Tensor::Empty({4097}, DType::kF64);
+                      const std::vector<float> xs = RandomVector(4097, 4), ys = RandomVector(4097, 5);
+                      for (int64_t i = 0; i < 4097; ++i) x.data<double>()[i] = xs[i] / 3.0, y.data<double>()[i] = ys[i] / 7.0;
+                      const Tensor sum = b.Exact(y);
+                      ops::Add(b.Exact(x), sum);
+                      out->Add("y", sum, kExact);
+                    }});
   cases->push_back({"cast F32 <-> BF16 4097", [=](const Backend& b, Outputs* out) {
                       const Tensor x = b.In(HostRandom({4097}, 3));
                       const Tensor narrow = b.Exact(Tensor::Zeros({4097}, DType::kBF16)), wide = b.Out({4097});

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/ops.h"
 #include "gtest/gtest.h"
+#include "kernels/ops.h"
 #include "tests/testing/gradient_check.h"
 
 namespace tetra {

@@ -220,7 +220,7 @@ void ExpectSameGradients(LanguageModel& got, LanguageModel& want) {
 // 1F1B keeps micro-batches in flight: the forwards of A and B in slots 0 and
 // 1, then their backwards, in either order (1F1B's own order is A first).
 // Each backward reads only its own slot, so the gradients are bit for bit
-// those of ForwardBackward run on one slot in the order of the backwards: the
+// those of testing::ForwardBackward run on one slot in the order of the backwards: the
 // same values summed in the same order. A stale or shared activation changes
 // them. B's shape differs from A's, so no buffer or RoPE table fits both.
 void CheckMicroBatchesInFlight(bool tie, bool backward_a_first) {

@@ -1,5 +1,5 @@
 // The router as the MoE layer runs it: settings from the config, routing
-// through the ops (tests/kernels/router_test.cc checks their arithmetic) and
+// through the ops (tests/kernels/router_ops_test.cc checks their arithmetic) and
 // the load imbalance the metrics report.
 #include "moe/router.h"
 

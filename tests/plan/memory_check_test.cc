@@ -24,7 +24,11 @@ using testing::UserErrorShape;
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 MachineMemory Host(double gib, int ranks = 1) {
-  return {.host_bytes = gib * kGiB, .host_source = "test", .host_ranks = ranks};
+  MachineMemory memory;
+  memory.host_bytes = gib * kGiB;
+  memory.host_source = "test";
+  memory.host_ranks = ranks;
+  return memory;
 }
 
 // The CLI tests' tiny model, with `sets` applied.

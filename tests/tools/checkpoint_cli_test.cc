@@ -25,12 +25,12 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/checkpoint_lock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/checkpoint.pb.h"
 #include "tests/testing/scratch_files.h"
-#include "checkpoint/checkpoint_format.h"
-#include "checkpoint/checkpoint_lock.h"
 
 namespace tetra {
 namespace {

@@ -11,14 +11,15 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "data/llmc_shard.h"
+#include "data/megatron_dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/address_limit.h"
 #include "tests/testing/scratch_files.h"
-#include "data/llmc_shard.h"
-#include "data/megatron_dataset.h"
 
 namespace tetra {
 namespace {
@@ -359,6 +360,25 @@ TEST_F(CliTest, AShortenedRecipeRunsInsideItsWarmup) {
     EXPECT_DOUBLE_EQ(std::stod(line.substr(at + 6)), 3e-3 * step / 20) << line;  // the recipe's lr 3e-3
   }
   EXPECT_EQ(step, 3);
+}
+
+// tetra report reads a run's layout from its metrics file: sizes that no run
+// can have (a hand-edited or foreign file) are errors, not a division by zero.
+TEST_F(CliTest, ReportRefusesLayoutsNoRunHas) {
+  const std::string good =
+      "\"world_size\": 4, \"tensor\": 2, \"pipeline\": 1, \"data\": 2, \"global_batch_size\": 8, "
+      "\"micro_batch_size\": 2, \"seq_length\": 16, \"zero_stage\": 0";
+  for (const auto& [layout, message] : std::vector<std::pair<std::string, std::string>>{
+           {good + ", \"expert\": 0", "expert is 0, not a size"},
+           {good + ", \"expert\": 3", "is not one a run can have"},
+           {"\"world_size\": 5, \"tensor\": 2, \"pipeline\": 1, \"data\": 2, \"expert\": 1, "
+            "\"global_batch_size\": 8, \"micro_batch_size\": 2, \"seq_length\": 16",
+            "is not one a run can have"}}) {
+    const fs::path metrics = dir_ / "run.jsonl";
+    std::ofstream(metrics) << "{\"step\": 1, \"loss\": 3.5, \"tokens_per_s\": 100, \"step_time_s\": 0.5, " << layout
+                           << "}\n";
+    ExpectError("report --out " + (dir_ / "report").string() + " " + metrics.string(), message);
+  }
 }
 
 }  // namespace

@@ -10,10 +10,10 @@
 #include <sstream>
 #include <string>
 
+#include "checkpoint/checkpoint_lock.h"
 #include "comm/mpi_communicator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "checkpoint/checkpoint_lock.h"
 #include "train/output_paths.h"
 
 namespace tetra {

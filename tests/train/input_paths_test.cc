@@ -14,16 +14,16 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/safetensors.h"
 #include "core/input_file.h"
+#include "data/token_stream.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "checkpoint/safetensors.h"
+#include "plan/cluster_config.h"
 #include "tests/testing/scratch_files.h"
 #include "tests/testing/user_errors.h"
-#include "checkpoint/checkpoint_format.h"
-#include "plan/cluster_config.h"
 #include "train/config_loader.h"
-#include "data/token_stream.h"
 
 namespace tetra {
 namespace {

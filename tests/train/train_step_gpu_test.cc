@@ -9,9 +9,9 @@
 #include "core/cuda/device_arena.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "parallel/parallel_state.h"
 #include "tests/testing/gpu.h"
 #include "train/config_validation.h"
-#include "parallel/parallel_state.h"
 #include "train/trainer.h"
 
 namespace tetra {
