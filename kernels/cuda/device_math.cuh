@@ -1,12 +1,13 @@
 // Device helpers shared by the CUDA kernels: fp32 <-> storage-type loads and
 // stores (every kernel computes in fp32 whatever the tensors hold), warp and
-// block reductions, and the launch-shape arithmetic.
+// block reductions, checked indices, and the launch-shape arithmetic.
 #ifndef TETRA_KERNELS_CUDA_DEVICE_MATH_CUH_
 #define TETRA_KERNELS_CUDA_DEVICE_MATH_CUH_
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #include "core/tensor.h"
 #include "kernels/cuda/expect_device.h"
@@ -25,6 +26,19 @@ __device__ __forceinline__ float FromFloat<float>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+
+// index[i], trapping when outside [0, bound): indices made by another kernel
+// (the router's experts, the dispatch order's rows), so a bad one is a bug.
+__device__ __forceinline__ int64_t CheckedIndex(const int32_t* index, int64_t i, int64_t bound,
+                                                const char* what) {
+  const int64_t value = index[i];
+  if (value < 0 || value >= bound) {
+    printf("tetra: %s %lld at %lld outside [0, %lld)\n", what, static_cast<long long>(value),
+           static_cast<long long>(i), static_cast<long long>(bound));
+    __trap();
+  }
+  return value;
 }
 
 __device__ __forceinline__ float WarpSum(float x) {

@@ -9,7 +9,6 @@
 // (weight descending, then pair), and the sort runs again on the kept pairs.
 // The row moves (gather, combine and its backward) add in fp32 in the CPU's
 // order, with no atomics.
-#include <cstdio>
 #include <limits>
 
 #include "core/cuda/cuda_check.h"
@@ -24,31 +23,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kChunk = 1024;  // pairs per thread of the counting sort
-
-// expert[p], trapping when outside [0, num_experts): ids come from the
-// router, so a bad one is a bug.
-__device__ __forceinline__ int32_t CheckedExpert(const int32_t* expert, int64_t p,
-                                                 int num_experts) {
-  const int32_t e = expert[p];
-  if (e < 0 || e >= num_experts) {
-    printf("tetra dispatch: expert %d of pair %lld outside [0, %d)\n", e, static_cast<long long>(p),
-           num_experts);
-    __trap();
-  }
-  return e;
-}
-
-// index[i], trapping when outside [0, rows): indices come from
-// DispatchOrder, so a bad one is a bug.
-__device__ __forceinline__ int64_t CheckedRow(const int32_t* index, int64_t i, int64_t rows) {
-  const int64_t row = index[i];
-  if (row < 0 || row >= rows) {
-    printf("tetra dispatch: row %lld at %lld outside [0, %lld)\n", static_cast<long long>(row),
-           static_cast<long long>(i), static_cast<long long>(rows));
-    __trap();
-  }
-  return row;
-}
 
 // Pair p's place in the capacity order as one key, smaller first: higher
 // weight first, then the earlier pair (the CPU's stable sort by weight).
@@ -76,7 +50,7 @@ __global__ void ChunkCountKernel(const int32_t* expert, const float* weights, co
   for (int e = 0; e < num_experts; ++e) counts[e * chunks + c] = 0;
   const int64_t end = min(pairs, (c + 1) * kChunk);
   for (int64_t p = c * kChunk; p < end; ++p) {
-    const int32_t e = CheckedExpert(expert, p, num_experts);
+    const auto e = static_cast<int32_t>(CheckedIndex(expert, p, num_experts, "expert"));
     if (Kept(weights, bound, e, p)) ++counts[e * chunks + c];
   }
 }
@@ -175,7 +149,7 @@ __global__ void GatherRowsKernel(const T* src, int64_t src_rows, const int32_t* 
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < m * c;
        idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = idx / c, j = idx % c;
-    dst[idx] = src[CheckedRow(index, i, src_rows) * c + j];
+    dst[idx] = src[CheckedIndex(index, i, src_rows, "row") * c + j];
   }
 }
 
@@ -190,7 +164,7 @@ __global__ void CombineRowsKernel(const T* src, int64_t src_rows, const int32_t*
     float sum = 0.0f;
     for (int j = 0; j < k; ++j) {
       if (index[t * k + j] < 0) continue;
-      const float v = ToFloat(src[CheckedRow(index, t * k + j, src_rows) * c + i]);
+      const float v = ToFloat(src[CheckedIndex(index, t * k + j, src_rows, "row") * c + i]);
       sum += weights == nullptr ? v : weights[t * k + j] * v;
     }
     dst[idx] = FromFloat<T>(sum);
@@ -209,7 +183,7 @@ __global__ void CombineRowsBackwardKernel(const T* ddst, const T* src, int64_t s
     if (threadIdx.x == 0) dweights[q] = 0.0f;
     return;
   }
-  const int64_t row = CheckedRow(index, q, src_rows);
+  const int64_t row = CheckedIndex(index, q, src_rows, "row");
   const float w = weights[q];
   float dot = 0.0f;
   for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {

@@ -3,7 +3,6 @@
 // loop over the token's experts in the same order, so sums round alike and
 // every top-k breaks ties to the lower expert index. The balance loss works
 // per sequence in a fixed order and sums in fp64, so it is deterministic.
-#include <cstdio>
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
@@ -22,19 +21,6 @@ constexpr int kThreads = 128;
 constexpr int kMaxExperts = 1024;
 // HF's DeepSeek-V3 adds this to the sum of the chosen scores before dividing.
 constexpr float kNormEpsilon = 1e-20f;
-
-// expert[p], trapping when outside [0, num_experts): ids come from
-// RouterTopK, so a bad one is a bug.
-__device__ __forceinline__ int32_t CheckedExpert(const int32_t* expert, int64_t p,
-                                                 int num_experts) {
-  const int32_t e = expert[p];
-  if (e < 0 || e >= num_experts) {
-    printf("tetra router: expert %d of choice %lld outside [0, %d)\n", e, static_cast<long long>(p),
-           num_experts);
-    __trap();
-  }
-  return e;
-}
 
 // A set of indices in [0, kMaxExperts), in a thread's local memory.
 struct IndexSet {
@@ -138,13 +124,13 @@ __global__ void WeightsBackwardKernel(RouterSpec spec, const float* scores, cons
     const float* dw = dweights + t * k;
     float* ds = dscores + t * e;
     if (!spec.norm_topk_prob) {
-      for (int j = 0; j < k; ++j) ds[CheckedExpert(expert, t * k + j, e)] += a * dw[j];
+      for (int j = 0; j < k; ++j) ds[CheckedIndex(expert, t * k + j, e, "expert")] += a * dw[j];
       continue;
     }
     // w_j = a s_j / D, D = sum_l s_l + eps: dL/ds_j = a (dw_j - sum_l dw_l s_l / D) / D.
     float d = kNormEpsilon, dot = 0.0f;
     for (int j = 0; j < k; ++j) {
-      const float sj = s[CheckedExpert(expert, t * k + j, e)];
+      const float sj = s[CheckedIndex(expert, t * k + j, e, "expert")];
       d += sj, dot += dw[j] * sj;
     }
     for (int j = 0; j < k; ++j) ds[expert[t * k + j]] += a * (dw[j] - dot / d) / d;
@@ -192,7 +178,7 @@ __global__ void SequenceTermsKernel(const float* scores, const int32_t* expert,
   for (int i = threadIdx.x; i < e; i += blockDim.x) choices[i] = 0;
   __syncthreads();
   for (int64_t p = first * k + threadIdx.x; p < (first + seq) * k; p += blockDim.x) {
-    atomicAdd(&choices[CheckedExpert(expert, p, e)], 1);  // integer: deterministic
+    atomicAdd(&choices[CheckedIndex(expert, p, e, "expert")], 1);  // integer: deterministic
   }
   __syncthreads();
   const double per_choice = double{1.0} * e / (k * seq);
@@ -226,7 +212,7 @@ __global__ void BalanceGradientKernel(const float* scores, const double* score_s
 __global__ void CountLoadsKernel(const int32_t* expert, int64_t pairs, int e, int32_t* loads) {
   for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < pairs;
        p += int64_t{gridDim.x} * blockDim.x) {
-    atomicAdd(&loads[CheckedExpert(expert, p, e)], 1);  // integer: deterministic
+    atomicAdd(&loads[CheckedIndex(expert, p, e, "expert")], 1);  // integer: deterministic
   }
 }
 
