@@ -77,8 +77,8 @@ RopeTable MakeRopeTable(int64_t seq, int64_t head_dim, double theta, const RopeS
 namespace tetra::ops {
 namespace {
 
-// An op runs where its first tensor lives; the CPU kernels then check that
-// the others are on the host too.
+// An op runs where its output (or its first tensor) lives; the CPU kernels
+// then check that the others are on the host too.
 template <typename... Tensors>
 void ExpectHost(const Tensors&... tensors) {
   TETRA_CHECK(((!tensors.defined() || tensors.device() == DeviceType::kCPU) && ...))
@@ -403,8 +403,9 @@ void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, 
 void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& index, const Tensor& weights,
                          const Tensor& dsrc, const Tensor& dweights) {
   const int64_t n = Rows(ddst), c = ddst.dim(-1);
-  TETRA_CHECK(index.rank() == 2 && index.dim(0) == n && weights.shape() == index.shape() &&
-              dweights.numel() == index.numel() && dsrc.shape() == src.shape() && src.dim(-1) == c)
+  TETRA_CHECK(index.dtype() == DType::kI32 && index.rank() == 2 && index.dim(0) == n &&
+              weights.shape() == index.shape() && dweights.numel() == index.numel() && dsrc.shape() == src.shape() &&
+              src.dim(-1) == c)
       << "combine rows backward: d out " << ShapeString(ddst.shape()) << ", rows " << ShapeString(src.shape())
       << ", index " << ShapeString(index.shape());
   TETRA_ON_DEVICE(ddst, CombineRowsBackward(ddst, src, index, weights, dsrc, dweights));

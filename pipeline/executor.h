@@ -40,9 +40,10 @@ namespace tetra {
 class PipelineExecutor {
  public:
   // Fills inputs and targets, each (batch, seq) token ids, of micro-batch m.
-  // An error (bad data) fails the step, once its table has run to the end
-  // (with token 0 in place of the micro-batch), so no rank is left waiting
-  // for a message.
+  // An error (bad data) fails the step on the ranks that loaded it, once its
+  // table has run to the end (with token 0 in place of the micro-batch), so
+  // no pipeline peer is left waiting for a message; the caller tells the
+  // other ranks (TrainStep agrees on the status over the world).
   using LoadMicroBatch =
       std::function<absl::Status(int micro_batch, int32_t* inputs, int32_t* targets)>;
 

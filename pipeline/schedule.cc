@@ -281,9 +281,13 @@ absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config,
   spec.stages = parallel.pipeline();
   spec.virtual_stages = parallel.virtual_stages();
   spec.micro_batches = static_cast<int>(train.global_batch_size() / per_micro_batch);
-  spec.kind = parallel.schedule() == ParallelConfig::GPIPE ? ScheduleKind::kGPipe
-              : spec.virtual_stages > 1                  ? ScheduleKind::kInterleaved
-                                                         : ScheduleKind::kOneFOneB;
+  // One stage has no bubble to trade memory for: each micro-batch's forward,
+  // then its backward, whatever parallel.schedule says (GPipe's all-forwards-
+  // first would hold every micro-batch's activations).
+  const bool gpipe = parallel.schedule() == ParallelConfig::GPIPE && spec.stages > 1;
+  spec.kind = gpipe                     ? ScheduleKind::kGPipe
+              : spec.virtual_stages > 1 ? ScheduleKind::kInterleaved
+                                        : ScheduleKind::kOneFOneB;
   RETURN_IF_ERROR(ValidateScheduleSpec(spec));
   const int layers = config.model().num_hidden_layers();
   const int chunks = spec.stages * spec.virtual_stages;

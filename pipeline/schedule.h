@@ -102,8 +102,8 @@ absl::StatusOr<std::vector<Action>> BuildSchedule(const ScheduleSpec& spec, int 
 absl::StatusOr<std::vector<std::vector<Action>>> BuildAllSchedules(const ScheduleSpec& spec);
 
 // The spec a config asks for, with `data_parallel` ranks: parallel.schedule
-// GPIPE is kGPipe, ONE_F_ONE_B is kOneFOneB with virtual_stages 1 and
-// kInterleaved above; micro-batches = train.global_batch_size /
+// GPIPE is kGPipe (kOneFOneB for one stage), ONE_F_ONE_B is kOneFOneB with
+// virtual_stages 1 and kInterleaved above; micro-batches = train.global_batch_size /
 // (train.micro_batch_size x data_parallel). Besides ValidateScheduleSpec,
 // interleaving needs model.num_hidden_layers to be a multiple of pipeline x
 // virtual_stages (checked when parallel.pipeline_layers does not set the

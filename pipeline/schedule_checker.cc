@@ -315,11 +315,7 @@ absl::StatusOr<ScheduleReport> CheckSchedule(const ScheduleSpec& spec,
 }
 
 absl::StatusOr<std::vector<Action>> MakeSchedule(const TrainerConfig& config, int data_parallel, int pp_rank) {
-  ASSIGN_OR_RETURN(ScheduleSpec spec, ScheduleSpecFromConfig(config, data_parallel));
-  // One stage has no bubble to trade memory for: each micro-batch's forward,
-  // then its backward, whatever parallel.schedule says (GPipe's all-forwards-
-  // first would hold every micro-batch's activations).
-  if (spec.stages == 1) spec.kind = ScheduleKind::kOneFOneB;
+  ASSIGN_OR_RETURN(const ScheduleSpec spec, ScheduleSpecFromConfig(config, data_parallel));
   ASSIGN_OR_RETURN(std::vector<std::vector<Action>> tables, BuildAllSchedules(spec));
   const absl::Status checked = CheckSchedule(spec, tables).status();
   TETRA_CHECK(checked.ok()) << "the " << ScheduleKindName(spec.kind) << " schedule's tables fail the checker: "

@@ -175,7 +175,8 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
   const TrainConfig& train = config.train();
   const double tokens_mb = double{1.0} * train.micro_batch_size() * train.seq_length();
   const int64_t m = train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.mesh.dp);
-  const bool gpipe = config.parallel().schedule() == ParallelConfig::GPIPE;
+  // One stage runs 1F1B whatever parallel.schedule says (ScheduleSpecFromConfig).
+  const bool gpipe = config.parallel().schedule() == ParallelConfig::GPIPE && l.mesh.pp > 1;
   const double edp = l.mesh.edp;
   const std::vector<StageLayers> stages = Stages(s, l.mesh.pp);
   MemoryEstimate most;

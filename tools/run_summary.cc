@@ -67,12 +67,13 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
   run.path = path;
   run.steps = static_cast<int>(lines.size());
   auto integer = [&](const char* name) { return first.count(name) ? static_cast<int>(first.at(name)) : 0; };
-  // The layout's sizes: whole numbers from 1 to 2^20 whose product is the world size.
+  // The layout's sizes: positive whole numbers (ints, as the config has them)
+  // whose product is the world size.
   for (const char* name : {"world_size", "tensor", "pipeline", "data", "expert", "global_batch_size",
                            "micro_batch_size", "seq_length"}) {
     const double value = first.count(name) ? first.at(name) : 0;
-    if (!(value >= 1 && value <= (1 << 20) && value == std::floor(value))) {
-      return UserError(absl::StrCat(path, ": the first line's ", name, " is ", value, ", not a size from 1 to 2^20"),
+    if (!(value >= 1 && value <= std::numeric_limits<int>::max() && value == std::floor(value))) {
+      return UserError(absl::StrCat(path, ": the first line's ", name, " is ", value, ", not a size from 1 to 2^31 - 1"),
                        "pass the metrics of a run written by tetra train");
     }
   }

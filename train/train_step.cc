@@ -39,15 +39,17 @@ absl::Status TrainStep::Run(int64_t step, StepMetrics& m) {
   // Batch-group rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the step,
   // micro-batch k the k-th run of micro_ of them.
   const int64_t first_sample = (step - 1) * global_batch_ + parallel_.batch().rank() * rank_batch_;
-  ASSIGN_OR_RETURN(
-      const double loss_sum,
-      executor_.Step([&](int k, int32_t* inputs, int32_t* targets) {
+  const absl::StatusOr<double> loss_sum = executor_.Step(
+      [&](int k, int32_t* inputs, int32_t* targets) {
         return data_.Load(first_sample + k * micro_, micro_, inputs, targets);
-      }, 1.0f / static_cast<float>(tokens_per_step()),
-      [&](int64_t ready) { optimizer_.GradientsReadyFrom(ready); }));
+      },
+      1.0f / static_cast<float>(tokens_per_step()), [&](int64_t ready) { optimizer_.GradientsReadyFrom(ready); });
+  // Gradients finish on every rank, failed or not, so that a failed load ends
+  // the step everywhere here instead of leaving the others in a collective.
   const FinalizedGradients gradients = optimizer_.FinalizeGradients();
+  RETURN_IF_ERROR(AgreeOnStatus(parallel_.world(), loss_sum.status()));
   // After the gradient buckets, which share the loss group's communicator.
-  m.loss = StepLoss(parallel_, loss_sum, static_cast<double>(tokens_per_step()));
+  m.loss = StepLoss(parallel_, *loss_sum, static_cast<double>(tokens_per_step()));
 
   const ScopedSpan optimizer_span(SpanKind::kOptimizer);
   m.grad_norm = gradients.grad_norm;
@@ -90,14 +92,13 @@ absl::StatusOr<double> TrainStep::Evaluate(SampleSource& validation) {
   const int64_t micro_batches = samples / micro_;
   // This rank's k-th micro-batch is micro-batch batch.rank() + k batch.size().
   const int64_t mine = (micro_batches - batch.rank() + batch.size() - 1) / batch.size();
-  ASSIGN_OR_RETURN(const double loss_sum,
-                   executor_.EvaluateLoss(
-                       [&](int k, int32_t* inputs, int32_t* targets) {
-                         return validation.Load((batch.rank() + k * batch.size()) * micro_, micro_, inputs,
-                                                targets);
-                       },
-                       static_cast<int>(mine)));
-  return StepLoss(parallel_, loss_sum, static_cast<double>(samples * seq_));
+  const absl::StatusOr<double> loss_sum = executor_.EvaluateLoss(
+      [&](int k, int32_t* inputs, int32_t* targets) {
+        return validation.Load((batch.rank() + k * batch.size()) * micro_, micro_, inputs, targets);
+      },
+      static_cast<int>(mine));
+  RETURN_IF_ERROR(AgreeOnStatus(parallel_.world(), loss_sum.status()));
+  return StepLoss(parallel_, *loss_sum, static_cast<double>(samples * seq_));
 }
 
 }  // namespace tetra

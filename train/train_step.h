@@ -36,8 +36,9 @@ class TrainStep {
   int64_t tokens_per_step() const { return global_batch_ * seq_; }
 
   // Optimizer step `step` (from 1): fills m's loss, grad_norm and lr and the
-  // MoE fields. A non-finite loss or norm updates nothing and is an error.
-  // Collective over the world.
+  // MoE fields. A non-finite loss or norm updates nothing and is an error;
+  // so is a sample that fails to load on any rank (every rank returns an
+  // error). Collective over the world.
   absl::Status Run(int64_t step, StepMetrics& m);
   // The last step's measured pipeline bubble (pipeline > 1), collective over the world.
   void AddBubble(StepMetrics& m) const;
@@ -45,7 +46,7 @@ class TrainStep {
   // Mean token cross-entropy over the first log.eval_batches global batches
   // of `validation` (the same samples at every evaluation, so values
   // compare): batch-group rank r evaluates micro-batches r, r + dp, ...
-  // Collective over the world.
+  // A failed load on any rank fails it on every rank. Collective over the world.
   absl::StatusOr<double> Evaluate(SampleSource& validation);
 
  private:
