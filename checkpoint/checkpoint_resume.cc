@@ -75,6 +75,7 @@ absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& s
     ASSIGN_OR_RETURN(Tensor slice, reader.ReadBox(*tensor, ShardBox(p.global_shape, p.shard)));
     p.value.CopyFrom(slice.Reshape(p.value.shape()));
   }
+  store.RefreshCompute();  // a bf16 run computes with the copies of the restored weights
   RETURN_IF_ERROR(RestoreMoments(reader, store, optimizer, /*expert=*/false));
   if (experts != nullptr) RETURN_IF_ERROR(RestoreMoments(reader, store, *experts, /*expert=*/true));
   return absl::OkStatus();

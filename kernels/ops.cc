@@ -1,6 +1,7 @@
 #include "kernels/ops.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/adamw.h"
@@ -110,6 +111,43 @@ namespace {
 
 int64_t Rows(const Tensor& t) { return t.numel() / t.dim(-1); }
 
+// The CPU kernels compute in fp32 whatever the tensors hold, as the CUDA ones
+// load bf16, compute in fp32 and store bf16: a bf16 operand is read through an
+// fp32 copy, and a bf16 output is written to an fp32 copy (holding its values,
+// for ops that accumulate) rounded back into it, nearest-even, when the op
+// returns. fp32 operands are used in place; an undefined one is nullptr.
+class HostF32 {
+ public:
+  HostF32() = default;
+  HostF32(const HostF32&) = delete;
+  HostF32& operator=(const HostF32&) = delete;
+  ~HostF32() {
+    for (auto& [narrow, wide] : outputs_) Cast(wide, narrow);
+  }
+
+  float* In(const Tensor& t) { return Wide(t, /*output=*/false); }
+  float* Out(const Tensor& t) { return Wide(t, /*output=*/true); }
+
+ private:
+  float* Wide(const Tensor& t, bool output) {
+    if (!t.defined()) return nullptr;
+    TETRA_CHECK(t.device() == DeviceType::kCPU) << "a device tensor given to a host op (mixed devices)";
+    if (t.dtype() == DType::kF32) return t.f32();
+    TETRA_CHECK(t.dtype() == DType::kBF16) << "a host op on a " << DTypeName(t.dtype()) << " tensor";
+    Tensor wide = Tensor::Empty(t.shape());
+    Cast(t, wide);
+    if (output) {
+      outputs_.emplace_back(t, wide);
+    } else {
+      inputs_.push_back(wide);
+    }
+    return wide.f32();  // the storage lives on in inputs_ or outputs_
+  }
+
+  std::vector<Tensor> inputs_;                      // fp32 copies of bf16 inputs
+  std::vector<std::pair<Tensor, Tensor>> outputs_;  // (bf16 output, its fp32 copy)
+};
+
 }  // namespace
 
 void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
@@ -120,7 +158,8 @@ void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
       << ShapeString(y.shape());
   TETRA_ON_DEVICE(x, Linear(x, w, y));
   ExpectHost(x);
-  cpu::LinearForward(x.f32(), w.f32(), rows, in, out, y.f32());
+  HostF32 f32;
+  cpu::LinearForward(f32.In(x), f32.In(w), rows, in, out, f32.Out(y));
 }
 
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
@@ -132,71 +171,81 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
       << ShapeString(w.shape());
   TETRA_ON_DEVICE(x, LinearBackward(dy, x, w, dx, dw, accumulate_dx));
   ExpectHost(dy);
-  cpu::LinearBackward(dy.f32(), x.f32(), w.f32(), rows, in, out,
-                      dx.defined() ? dx.f32() : nullptr, dw.f32(), accumulate_dx);
+  HostF32 f32;
+  cpu::LinearBackward(f32.In(dy), f32.In(x), f32.In(w), rows, in, out,
+                      f32.Out(dx), f32.Out(dw), accumulate_dx);
 }
 
 void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
   TETRA_ON_DEVICE(table, Embedding(tokens, table, 0, /*sharded=*/false, out));
   ExpectHost(table);
-  cpu::EmbeddingForward(tokens.data<int32_t>(), tokens.numel(), table.f32(), table.dim(0),
-                        table.dim(1), out.f32());
+  HostF32 f32;
+  cpu::EmbeddingForward(tokens.data<int32_t>(), tokens.numel(), f32.In(table), table.dim(0),
+                        table.dim(1), f32.Out(out));
 }
 
 void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& dtable) {
   TETRA_ON_DEVICE(dtable, EmbeddingBackward(tokens, dout, 0, /*sharded=*/false, dtable));
   ExpectHost(dtable);
-  cpu::EmbeddingBackward(tokens.data<int32_t>(), tokens.numel(), dout.f32(), dtable.dim(0),
-                         dtable.dim(1), dtable.f32());
+  HostF32 f32;
+  cpu::EmbeddingBackward(tokens.data<int32_t>(), tokens.numel(), f32.In(dout), dtable.dim(0),
+                         dtable.dim(1), f32.Out(dtable));
 }
 
 void EmbeddingShard(const Tensor& tokens, const Tensor& table, int64_t vocab_begin,
                     const Tensor& out) {
   TETRA_ON_DEVICE(table, Embedding(tokens, table, vocab_begin, /*sharded=*/true, out));
   ExpectHost(table);
-  cpu::EmbeddingShardForward(tokens.data<int32_t>(), tokens.numel(), table.f32(), vocab_begin,
-                             table.dim(0), table.dim(1), out.f32());
+  HostF32 f32;
+  cpu::EmbeddingShardForward(tokens.data<int32_t>(), tokens.numel(), f32.In(table), vocab_begin,
+                             table.dim(0), table.dim(1), f32.Out(out));
 }
 
 void EmbeddingShardBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
                             const Tensor& dtable) {
   TETRA_ON_DEVICE(dtable, EmbeddingBackward(tokens, dout, vocab_begin, /*sharded=*/true, dtable));
   ExpectHost(dtable);
-  cpu::EmbeddingShardBackward(tokens.data<int32_t>(), tokens.numel(), dout.f32(), vocab_begin,
-                              dtable.dim(0), dtable.dim(1), dtable.f32());
+  HostF32 f32;
+  cpu::EmbeddingShardBackward(tokens.data<int32_t>(), tokens.numel(), f32.In(dout), vocab_begin,
+                              dtable.dim(0), dtable.dim(1), f32.Out(dtable));
 }
 
 void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd) {
   TETRA_ON_DEVICE(x, RmsNorm(x, w, eps, y, rstd));
   ExpectHost(x);
-  cpu::RmsNormForward(x.f32(), w.f32(), Rows(x), x.dim(-1), eps, y.f32(), rstd.f32());
+  HostF32 f32;
+  cpu::RmsNormForward(f32.In(x), f32.In(w), Rows(x), x.dim(-1), eps, f32.Out(y), f32.Out(rstd));
 }
 
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                      const Tensor& dx, const Tensor& dw) {
   TETRA_ON_DEVICE(x, RmsNormBackward(dy, x, w, rstd, dx, dw));
   ExpectHost(x);
-  cpu::RmsNormBackward(dy.f32(), x.f32(), w.f32(), rstd.f32(), Rows(x), x.dim(-1), dx.f32(),
-                       dw.f32());
+  HostF32 f32;
+  cpu::RmsNormBackward(f32.In(dy), f32.In(x), f32.In(w), f32.In(rstd), Rows(x), x.dim(-1), f32.Out(dx),
+                       f32.Out(dw));
 }
 
 void Rope(const Tensor& x, const RopeTable& table) {
   TETRA_ON_DEVICE(x, Rope(x, table, /*backward=*/false));
   ExpectHost(x);
-  cpu::RopeForward(x.f32(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), table);
+  HostF32 f32;
+  cpu::RopeForward(f32.Out(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), table);
 }
 
 void RopeBackward(const Tensor& dx, const RopeTable& table) {
   TETRA_ON_DEVICE(dx, Rope(dx, table, /*backward=*/true));
   ExpectHost(dx);
-  cpu::RopeBackward(dx.f32(), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table);
+  HostF32 f32;
+  cpu::RopeBackward(f32.Out(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table);
 }
 
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse) {
   TETRA_ON_DEVICE(q, Attention(shape, q, k, v, out, lse));
   ExpectHost(q);
-  cpu::AttentionForward(shape, q.f32(), k.f32(), v.f32(), out.f32(), lse.f32());
+  HostF32 f32;
+  cpu::AttentionForward(shape, f32.In(q), f32.In(k), f32.In(v), f32.Out(out), f32.Out(lse));
 }
 
 void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
@@ -204,30 +253,34 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   TETRA_ON_DEVICE(q, AttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv));
   ExpectHost(q);
-  cpu::AttentionBackward(shape, dout.f32(), q.f32(), k.f32(), v.f32(), out.f32(), lse.f32(),
-                         dq.f32(), dk.f32(), dv.f32());
+  HostF32 f32;
+  cpu::AttentionBackward(shape, f32.In(dout), f32.In(q), f32.In(k), f32.In(v), f32.In(out), f32.In(lse),
+                         f32.Out(dq), f32.Out(dk), f32.Out(dv));
 }
 
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   TETRA_ON_DEVICE(gate, Swiglu(gate, up, out));
   ExpectHost(gate);
-  cpu::SwigluForward(gate.f32(), up.f32(), gate.numel(), out.f32());
+  HostF32 f32;
+  cpu::SwigluForward(f32.In(gate), f32.In(up), gate.numel(), f32.Out(out));
 }
 
 void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                     const Tensor& dgate, const Tensor& dup) {
   TETRA_ON_DEVICE(gate, SwigluBackward(dout, gate, up, dgate, dup));
   ExpectHost(gate);
-  cpu::SwigluBackward(dout.f32(), gate.f32(), up.f32(), gate.numel(), dgate.f32(), dup.f32());
+  HostF32 f32;
+  cpu::SwigluBackward(f32.In(dout), f32.In(gate), f32.In(up), gate.numel(), f32.Out(dgate), f32.Out(dup));
 }
 
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                     const Tensor& dlogits) {
   TETRA_ON_DEVICE(logits, CrossEntropy(logits, targets, grad_scale, dlogits));
   ExpectHost(logits);
-  return cpu::CrossEntropyForwardBackward(logits.f32(), targets.data<int32_t>(), Rows(logits),
+  HostF32 f32;
+  return cpu::CrossEntropyForwardBackward(f32.In(logits), targets.data<int32_t>(), Rows(logits),
                                           logits.dim(-1), grad_scale,
-                                          dlogits.defined() ? dlogits.f32() : nullptr, nullptr);
+                                          f32.Out(dlogits), nullptr);
 }
 
 void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
@@ -241,8 +294,9 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
       << vocab_begin << " of " << vocab_size << ", targets " << ShapeString(targets.shape());
   TETRA_ON_DEVICE(logits, CrossEntropyRowStats(logits, targets, vocab_begin, vocab_size, row_max, target_logit));
   ExpectHost(logits, targets, row_max, target_logit);
-  cpu::CrossEntropyRowStats(logits.f32(), targets.data<int32_t>(), rows, logits.dim(-1), vocab_begin,
-                            vocab_size, row_max.f32(), target_logit.f32());
+  HostF32 f32;
+  cpu::CrossEntropyRowStats(f32.In(logits), targets.data<int32_t>(), rows, logits.dim(-1), vocab_begin,
+                            vocab_size, f32.Out(row_max), f32.Out(target_logit));
 }
 
 void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
@@ -253,7 +307,8 @@ void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tenso
       << DTypeName(sum_exp.dtype()) << ShapeString(sum_exp.shape());
   TETRA_ON_DEVICE(logits, CrossEntropySumExp(logits, row_max, sum_exp));
   ExpectHost(logits, row_max, sum_exp);
-  cpu::CrossEntropySumExp(logits.f32(), row_max.f32(), rows, logits.dim(-1), sum_exp.data<double>());
+  HostF32 f32;
+  cpu::CrossEntropySumExp(f32.In(logits), f32.In(row_max), rows, logits.dim(-1), sum_exp.data<double>());
 }
 
 double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp) {
@@ -262,7 +317,8 @@ double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const
       << "cross-entropy loss of " << row_max.numel() << " rows";
   TETRA_ON_DEVICE(row_max, CrossEntropyLoss(row_max, target_logit, sum_exp));
   ExpectHost(row_max, target_logit, sum_exp);
-  return cpu::CrossEntropyLoss(row_max.f32(), target_logit.f32(), sum_exp.data<double>(), row_max.numel());
+  HostF32 f32;
+  return cpu::CrossEntropyLoss(f32.In(row_max), f32.In(target_logit), sum_exp.data<double>(), row_max.numel());
 }
 
 void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
@@ -276,8 +332,9 @@ void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t v
       << ShapeString(dlogits.shape());
   TETRA_ON_DEVICE(logits, CrossEntropyGradient(logits, targets, vocab_begin, row_max, sum_exp, grad_scale, dlogits));
   ExpectHost(logits, targets, row_max, sum_exp, dlogits);
-  cpu::CrossEntropyGradient(logits.f32(), targets.data<int32_t>(), row_max.f32(), sum_exp.data<double>(), rows,
-                            logits.dim(-1), vocab_begin, grad_scale, dlogits.f32());
+  HostF32 f32;
+  cpu::CrossEntropyGradient(f32.In(logits), targets.data<int32_t>(), f32.In(row_max), sum_exp.data<double>(), rows,
+                            logits.dim(-1), vocab_begin, grad_scale, f32.Out(dlogits));
 }
 
 namespace {
@@ -299,7 +356,8 @@ void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& sc
       << "router scores " << ShapeString(scores.shape()) << " of logits " << ShapeString(logits.shape());
   TETRA_ON_DEVICE(logits, RouterScores(spec, logits, scores));
   ExpectHost(logits, scores);
-  cpu::RouterScores(spec, logits.f32(), logits.dim(0), scores.f32());
+  HostF32 f32;
+  cpu::RouterScores(spec, f32.In(logits), logits.dim(0), f32.Out(scores));
 }
 
 void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias, const Tensor& expert,
@@ -309,7 +367,8 @@ void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias
       << "router top-k: bias " << ShapeString(bias.shape()) << ", weights " << ShapeString(weights.shape());
   TETRA_ON_DEVICE(scores, RouterTopK(spec, scores, bias, expert, weights));
   ExpectHost(scores, bias, expert, weights);
-  cpu::RouterTopK(spec, scores.f32(), bias.f32(), scores.dim(0), expert.data<int32_t>(), weights.f32());
+  HostF32 f32;
+  cpu::RouterTopK(spec, f32.In(scores), f32.In(bias), scores.dim(0), expert.data<int32_t>(), f32.Out(weights));
 }
 
 void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
@@ -320,8 +379,9 @@ void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const T
       << ShapeString(dscores.shape());
   TETRA_ON_DEVICE(scores, RouterWeightsBackward(spec, scores, expert, dweights, dscores));
   ExpectHost(scores, expert, dweights, dscores);
-  cpu::RouterWeightsBackward(spec, scores.f32(), expert.data<int32_t>(), dweights.f32(), scores.dim(0),
-                             dscores.f32());
+  HostF32 f32;
+  cpu::RouterWeightsBackward(spec, f32.In(scores), expert.data<int32_t>(), f32.In(dweights), scores.dim(0),
+                             f32.Out(dscores));
 }
 
 void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
@@ -332,7 +392,8 @@ void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Te
       << ShapeString(dlogits.shape());
   TETRA_ON_DEVICE(scores, RouterScoresBackward(spec, scores, dscores, dlogits));
   ExpectHost(scores, dscores, dlogits);
-  cpu::RouterScoresBackward(spec, scores.f32(), dscores.f32(), scores.dim(0), dlogits.f32());
+  HostF32 f32;
+  cpu::RouterScoresBackward(spec, f32.In(scores), f32.In(dscores), scores.dim(0), f32.Out(dlogits));
 }
 
 double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
@@ -342,8 +403,9 @@ double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const T
       << "balance loss over " << scores.dim(0) << " tokens, not " << batch << " x " << seq;
   TETRA_ON_DEVICE(scores, SequenceBalanceLoss(spec, scores, expert, batch, seq, grad_scale, dscores));
   ExpectHost(scores, expert, dscores);
-  return cpu::SequenceBalanceLoss(spec, scores.f32(), expert.data<int32_t>(), batch, seq, grad_scale,
-                                  dscores.defined() ? dscores.f32() : nullptr);
+  HostF32 f32;
+  return cpu::SequenceBalanceLoss(spec, f32.In(scores), expert.data<int32_t>(), batch, seq, grad_scale,
+                                  f32.Out(dscores));
 }
 
 void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor& loads) {
@@ -373,7 +435,8 @@ int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capac
       << ShapeString(send_row.shape()) << ", send tokens " << ShapeString(send_token.shape());
   TETRA_ON_DEVICE(expert, DispatchOrder(expert, weights, capacity, send_row, send_token, expert_counts));
   ExpectHost(expert, weights, send_row, send_token, expert_counts);
-  return cpu::DispatchOrder(expert.data<int32_t>(), weights.f32(), expert.dim(0), static_cast<int>(expert.dim(1)),
+  HostF32 f32;
+  return cpu::DispatchOrder(expert.data<int32_t>(), f32.In(weights), expert.dim(0), static_cast<int>(expert.dim(1)),
                             static_cast<int>(expert_counts.numel()), capacity, send_row.data<int32_t>(),
                             send_token.data<int32_t>(), expert_counts.data<int32_t>());
 }
@@ -385,7 +448,8 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
       << ShapeString(dst.shape());
   TETRA_ON_DEVICE(src, GatherRows(src, index, dst));
   ExpectHost(src, index, dst);
-  cpu::GatherRows(src.f32(), Rows(src), index.data<int32_t>(), index.numel(), src.dim(-1), dst.f32());
+  HostF32 f32;
+  cpu::GatherRows(f32.In(src), Rows(src), index.data<int32_t>(), index.numel(), src.dim(-1), f32.Out(dst));
 }
 
 void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, const Tensor& dst) {
@@ -396,8 +460,9 @@ void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, 
       << ShapeString(dst.shape());
   TETRA_ON_DEVICE(dst, CombineRows(src, index, weights, dst));
   ExpectHost(src, index, weights, dst);
-  cpu::CombineRows(src.f32(), Rows(src), index.data<int32_t>(), weights.defined() ? weights.f32() : nullptr, n,
-                   static_cast<int>(index.dim(1)), c, dst.f32());
+  HostF32 f32;
+  cpu::CombineRows(f32.In(src), Rows(src), index.data<int32_t>(), f32.In(weights), n,
+                   static_cast<int>(index.dim(1)), c, f32.Out(dst));
 }
 
 void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& index, const Tensor& weights,
@@ -410,27 +475,31 @@ void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& in
       << ", index " << ShapeString(index.shape());
   TETRA_ON_DEVICE(ddst, CombineRowsBackward(ddst, src, index, weights, dsrc, dweights));
   ExpectHost(ddst, src, index, weights, dsrc, dweights);
-  cpu::CombineRowsBackward(ddst.f32(), src.f32(), Rows(src), index.data<int32_t>(), weights.f32(), n,
-                           static_cast<int>(index.dim(1)), c, dsrc.f32(), dweights.f32());
+  HostF32 f32;
+  cpu::CombineRowsBackward(f32.In(ddst), f32.In(src), Rows(src), index.data<int32_t>(), f32.In(weights), n,
+                           static_cast<int>(index.dim(1)), c, f32.Out(dsrc), f32.Out(dweights));
 }
 
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
            const AdamWHyper& hyper) {
   TETRA_ON_DEVICE(param, AdamW({AdamWTensors{param, grad, m, v, Tensor(), true}}, hyper));
   ExpectHost(param);
-  cpu::AdamWUpdate(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), hyper);
+  HostF32 f32;
+  cpu::AdamWUpdate(f32.Out(param), f32.In(grad), f32.Out(m), f32.Out(v), param.numel(), hyper);
 }
 
 double SumOfSquares(const Tensor& x) {
   TETRA_ON_DEVICE(x, SumOfSquares(x));
   ExpectHost(x);
-  return cpu::SumOfSquares(x.f32(), x.numel());
+  HostF32 f32;
+  return cpu::SumOfSquares(f32.In(x), x.numel());
 }
 
 void Scale(const Tensor& x, float factor) {
   TETRA_ON_DEVICE(x, Scale(x, factor));
   ExpectHost(x);
-  cpu::Scale(x.f32(), x.numel(), factor);
+  HostF32 f32;
+  cpu::Scale(f32.Out(x), x.numel(), factor);
 }
 
 void Add(const Tensor& x, const Tensor& y) {
@@ -442,7 +511,8 @@ void Add(const Tensor& x, const Tensor& y) {
   if (x.dtype() == DType::kF64) {
     cpu::Add(x.data<double>(), y.data<double>(), x.numel());
   } else {
-    cpu::Add(x.f32(), y.f32(), x.numel());
+    HostF32 f32;
+    cpu::Add(f32.In(x), f32.Out(y), x.numel());
   }
 }
 

@@ -156,8 +156,10 @@ absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layo
                              const MachineMemory& machine) {
   const bool training = use == MemoryUse::kTraining;
   const bool on_device = training && config.train().device() == Device::CUDA;
-  // The GPU computes in bf16 unless told FP32 (AUTO is bf16 there); the CPU in fp32.
-  const bool bf16 = on_device && config.train().precision() != Precision::FP32;
+  // The GPU computes in bf16 unless told FP32 (AUTO is bf16 there); the CPU
+  // in fp32 unless told BF16.
+  const Precision::Value precision = config.train().precision();
+  const bool bf16 = training && (precision == Precision::BF16 || (on_device && precision == Precision::AUTO));
   // fp32 master weights (+ the bf16 compute copy), fp32 gradients, AdamW's two fp32 moments.
   const ElementBytes bytes = training ? ElementBytes{.weight = bf16 ? 6.0 : 4.0, .grad = 4, .optimizer = 8,
                                                      .activation = bf16 ? 2.0 : 4.0}

@@ -232,16 +232,11 @@ absl::Status ValidateTrain(const TrainConfig& t) {
 }
 
 // The GPU path trains one rank of a dense model (no tensor, pipeline or data
-// parallelism on the device yet), in fp32 or bf16; the CPU path in fp32.
+// parallelism on the device yet), in fp32 or bf16; the CPU path every
+// layout, in either.
 absl::Status ValidateDevice(const TrainerConfig& c, int world_size) {
   const TrainConfig& t = c.train();
-  if (t.device() != Device::CUDA) {
-    if (t.precision() == Precision::BF16) {
-      return Invalid("train.precision is BF16, but the CPU path trains in fp32",
-                     "set train.precision to FP32 or AUTO, or train.device to CUDA");
-    }
-    return absl::OkStatus();
-  }
+  if (t.device() != Device::CUDA) return absl::OkStatus();
 #if !TETRA_HAVE_CUDA
   return Invalid("train.device is CUDA, but this build of tetra has no CUDA path",
                  "rebuild where nvcc is found, or set train.device to CPU or AUTO");

@@ -68,12 +68,18 @@ std::string RunSummary(const std::vector<StepMetrics>& steps, double seconds) {
 
 // With train.device CUDA (validated: built with CUDA, one rank): uses GPU
 // `local_rank` and places the model there, in bf16 unless precision is FP32
-// (AUTO is bf16 on the GPU). Returns the dense peak TFLOP/s for MFU:
+// (AUTO is bf16 on the GPU). On the CPU, precision BF16 computes in bf16 as
+// the GPU does (AUTO is fp32 there). Returns the dense peak TFLOP/s for MFU:
 // log.peak_tflops, else the device's from the table (0: unknown, no MFU).
 absl::StatusOr<double> PlaceOnDevice(const TrainerConfig& config,
                                      std::optional<ScopedPlacement>* placement) {
   const double peak = config.log().peak_tflops();
-  if (config.train().device() != Device::CUDA) return peak;
+  if (config.train().device() != Device::CUDA) {
+    if (config.train().precision() == Precision::BF16) {
+      placement->emplace(Placement{DeviceType::kCPU, DType::kBF16});
+    }
+    return peak;
+  }
 #if TETRA_HAVE_CUDA
   const int local_rank = LocalRank();
   std::string why;

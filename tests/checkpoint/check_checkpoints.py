@@ -3,8 +3,10 @@
 
 Trains a tiny Llama (GQA, untied head) for 20 steps with a checkpoint at step
 10, removes the step-20 checkpoint and resumes from step 10, and checks:
-  - same layout (tensor 2 x data 2 ZeRO-1; pipeline 2 x data 2 ZeRO-1): the
-    resumed steps 11..20 equal the uninterrupted run of that layout bit for bit,
+  - same layout (tensor 2 x data 2 ZeRO-1, also with train.precision BF16,
+    whose compute copies must be made from the restored weights; pipeline 2 x
+    data 2 ZeRO-1): the resumed steps 11..20 equal the uninterrupted run of
+    that layout bit for bit,
   - another layout (saved under tensor 2 x data 2 ZeRO-1, resumed under
     pipeline 2 x data 2 ZeRO-1, under one rank and under data 4 ZeRO-0; saved
     under data 4 ZeRO-1, resumed under tensor 2 x data 2 ZeRO-0): steps 11..20
@@ -61,6 +63,7 @@ RESHARD_RTOL = 1e-5
 LAYOUTS = {
     "single": (1, MODEL),
     "tp2_dp2_zero1": (4, MODEL + ["parallel.tensor=2", "optimizer.zero_stage=1"]),
+    "tp2_dp2_zero1_bf16": (4, MODEL + ["parallel.tensor=2", "optimizer.zero_stage=1", "train.precision=BF16"]),
     "pp2_dp2_zero1": (4, MODEL + ["parallel.pipeline=2", "optimizer.zero_stage=1"]),
     "dp4_zero0": (4, MODEL),
     "dp4_zero1": (4, MODEL + ["optimizer.zero_stage=1"]),
@@ -228,7 +231,7 @@ with tempfile.TemporaryDirectory() as work:
     moe_checks(work)
     stop_with_sigterm(work)
     single, _ = saved_at_10(work, "single")
-    for layout in ["tp2_dp2_zero1", "pp2_dp2_zero1"]:
+    for layout in ["tp2_dp2_zero1", "tp2_dp2_zero1_bf16", "pp2_dp2_zero1"]:
         full, ckpt = saved_at_10(work, layout)
         check(f"{layout} -> {layout}", resume(work, layout, ckpt, f"{layout}_same"), full, 0.0)
         if layout == "tp2_dp2_zero1":

@@ -6,9 +6,10 @@
 // case runs on the CPU (the reference) and on every other backend, and the
 // runner compares their outputs element by element.
 //
-// The CPU reference computes in fp32 on inputs rounded to the case's dtype; a
-// device backend computes in the case's dtype. So a bf16 case differs from the
-// reference only by the device kernel's own arithmetic and output rounding.
+// The CPU reference computes in fp32 on inputs rounded to the case's dtype; the
+// other backends (a device, or the CPU itself) compute on tensors of the
+// case's dtype. So a bf16 case differs from the reference only by the
+// backend's own arithmetic and output rounding.
 #ifndef TETRA_TESTS_KERNELS_OP_TABLE_H_
 #define TETRA_TESTS_KERNELS_OP_TABLE_H_
 
@@ -68,16 +69,19 @@ inline Tensor ReadF32(const Tensor& t) {
   return f32;
 }
 
-// Where a case runs.
+// Where a case runs, and on what.
 class Backend {
  public:
-  explicit Backend(DeviceType device) : device_(device) {}
-  DeviceType device() const { return device_; }
-  bool is_reference() const { return device_ == DeviceType::kCPU; }
-  const char* name() const { return is_reference() ? "CPU" : "CUDA"; }
+  // The CPU on fp32 tensors: what every other backend is held against.
+  static Backend Reference() { return Backend(DeviceType::kCPU, true); }
+  // `device` on tensors of the case's dtype (the CPU's bf16 path included).
+  static Backend InCaseDtype(DeviceType device) { return Backend(device, false); }
 
-  // Host fp32 values rounded to `dtype`, where this backend computes: fp32
-  // on the CPU, `dtype` on a device.
+  DeviceType device() const { return device_; }
+  bool is_reference() const { return reference_; }
+
+  // Host fp32 values rounded to `dtype`, where this backend computes: as
+  // fp32 for the reference, as `dtype` otherwise.
   Tensor In(const Tensor& host, DType dtype = DType::kF32) const {
     const Tensor rounded = RoundTo(host, dtype);
     if (is_reference()) return rounded;
@@ -87,17 +91,18 @@ class Backend {
   }
   // A host tensor of any dtype (ids, fp64 sums) as it is, on this backend.
   Tensor Exact(const Tensor& host) const { return is_reference() ? host.Clone() : Moved(host); }
-  // Uninitialised, for outputs: fp32 on the CPU, `dtype` on a device.
+  // Uninitialised, for outputs: fp32 for the reference, `dtype` otherwise.
   Tensor Out(const Shape& shape, DType dtype = DType::kF32) const {
     return Tensor::Empty(shape, is_reference() && IsFloat16(dtype) ? DType::kF32 : dtype, device_);
   }
-  // An op's output stored in `dtype` before the next op reads it: the CPU
-  // rounds its fp32 values in place as a device's `dtype` tensor holds them.
+  // An op's output stored in `dtype` before the next op reads it: the
+  // reference rounds its fp32 values in place as a `dtype` tensor holds them.
   void Round(const Tensor& t, DType dtype) const {
     if (is_reference() && IsFloat16(dtype)) t.CopyFrom(RoundTo(t, dtype));
   }
 
  private:
+  Backend(DeviceType device, bool reference) : device_(device), reference_(reference) {}
   static bool IsFloat16(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kF16; }
   Tensor Moved(const Tensor& host) const {
     Tensor t = Tensor::Empty(host.shape(), host.dtype(), device_);
@@ -106,6 +111,7 @@ class Backend {
   }
 
   DeviceType device_;
+  bool reference_;
 };
 
 // What one run of a case produced: named values, each with its tolerance.

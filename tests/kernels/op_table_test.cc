@@ -1,7 +1,9 @@
 // The op table (tests/kernels/op_cases.h) on the CPU, where every machine can
 // run it: each case runs, produces finite outputs, and gives the same bits
 // when run again (the reference must be deterministic for the device
-// comparison in tests/kernels/cuda/op_table_gpu_test.cc to mean anything).
+// comparison in tests/kernels/cuda/op_table_gpu_test.cc to mean anything);
+// and the CPU on the case's own dtype (bf16 tensors in, bf16 out, as a bf16
+// run on the CPU computes) matches the reference within the case's tolerance.
 #include <cmath>
 #include <set>
 #include <string>
@@ -23,7 +25,7 @@ TEST(OpTableTest, NamesAreUnique) {
 }
 
 TEST(OpTableTest, EveryCaseRunsOnTheCpuDeterministically) {
-  const Backend cpu(DeviceType::kCPU);
+  const Backend cpu = Backend::Reference();
   for (const OpCase& c : testing::OpCases()) {
     SCOPED_TRACE(c.name);
     const Outputs first = testing::Run(c, cpu), second = testing::Run(c, cpu);
@@ -37,6 +39,17 @@ TEST(OpTableTest, EveryCaseRunsOnTheCpuDeterministically) {
       EXPECT_EQ(a.values, second.all()[o].values) << a.name;
     }
   }
+}
+
+TEST(OpTableTest, TheCpuOnEachCaseDtypeMatchesTheReference) {
+  int narrow_cases = 0;
+  for (const OpCase& c : testing::OpCases()) {
+    SCOPED_TRACE(c.name);
+    if (c.name.find("BF16") != std::string::npos) ++narrow_cases;
+    testing::ExpectOutputsMatch(testing::Run(c, Backend::InCaseDtype(DeviceType::kCPU)),
+                                testing::Run(c, Backend::Reference()));
+  }
+  EXPECT_GT(narrow_cases, 10);
 }
 
 }  // namespace

@@ -18,8 +18,8 @@ class OpTableGpuTest : public ::testing::TestWithParam<OpCase> {};
 TEST_P(OpTableGpuTest, MatchesTheCpu) {
   TETRA_SKIP_WITHOUT_GPU();
   const OpCase& c = GetParam();
-  const testing::Outputs want = testing::Run(c, Backend(DeviceType::kCPU));
-  const testing::Outputs got = testing::Run(c, Backend(DeviceType::kCUDA));
+  const testing::Outputs want = testing::Run(c, Backend::Reference());
+  const testing::Outputs got = testing::Run(c, Backend::InCaseDtype(DeviceType::kCUDA));
   testing::ExpectOutputsMatch(got, want);
 }
 
