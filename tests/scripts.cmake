@@ -44,3 +44,7 @@ set_tests_properties(reference.hf_directories_match_transformers tensorboard.rea
 add_test(NAME structure.includes_point_up
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/structure/check_include_layers.py)
 set_tests_properties(structure.includes_point_up PROPERTIES LABELS unit TIMEOUT 60)
+# The GPU machine's bundle (tools/gpu/make_gpu_bundle.sh) runs a 2-rank job by itself.
+add_test(NAME gpu_bundle.runs_a_two_rank_job_by_itself
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/tools/check_gpu_bundle.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(gpu_bundle.runs_a_two_rank_job_by_itself PROPERTIES LABELS mpi TIMEOUT 300)

@@ -20,7 +20,7 @@ steps=${BENCH_STEPS:-10}
 mkdir -p "$out" && out=$(cd "$out" && pwd)  # absolute: the benchmark runs from $root
 if [[ -f $dir/bundle.tar.gz ]]; then
   tar -xzf "$dir/bundle.tar.gz" -C "$dir"
-  export LD_LIBRARY_PATH="$dir/lib:${LD_LIBRARY_PATH:-}"
+  source "$dir/bin/env.sh"  # its libraries, mpirun and Open MPI's plugins
   bin=$dir/bin
 else
   bin=$dir
