@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "comm/cuda/nccl_communicator.h"
+#include "comm/cuda/nccl_library.h"
 #endif
 
 namespace tetra {
@@ -307,6 +308,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> BenchCommunicator(std::unique_ptr<
   const int local_rank = LocalRank();
   const cudaError_t set = cudaSetDevice(local_rank % devices);
   TETRA_CHECK(set == cudaSuccess) << "cudaSetDevice(" << local_rank % devices << "): " << cudaGetErrorString(set);
+  RETURN_IF_ERROR(AgreeOnStatus(*host, LoadNccl().status()));
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(host)));
 #else
   return UserError("tetra commbench: --device cuda but this tetra was built without CUDA",

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/backend_util.h"
+#include "comm/cuda/nccl_library.h"
 #include "core/logging.h"
 
 // Failed CUDA and NCCL calls are broken invariants: fatal, with file:line.
@@ -17,7 +18,7 @@
   do {                                                                                \
     const ncclResult_t tetra_nccl_rc = (call);                                        \
     TETRA_CHECK(tetra_nccl_rc == ncclSuccess)                                         \
-        << #call << ": " << ncclGetErrorString(tetra_nccl_rc) << " (" << ncclGetLastError(nullptr) << ")"; \
+        << #call << ": " << Nccl().GetErrorString(tetra_nccl_rc) << " (" << Nccl().GetLastError(nullptr) << ")"; \
   } while (0)
 
 namespace tetra {
@@ -56,15 +57,15 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, cudaStrea
     : host_(std::move(host)), stream_(stream) {
   ncclUniqueId id;
   static_assert(sizeof(id) % sizeof(int32_t) == 0);
-  if (host_->rank() == 0) TETRA_NCCL_CHECK(ncclGetUniqueId(&id));
+  if (host_->rank() == 0) TETRA_NCCL_CHECK(Nccl().GetUniqueId(&id));
   host_->Broadcast(Tensor::View(&id, {sizeof(id) / sizeof(int32_t)}, DType::kI32), 0);
-  TETRA_NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()));
+  TETRA_NCCL_CHECK(Nccl().CommInitRank(&comm_, size(), id, rank()));
   TETRA_NCCL_CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(int)));
   TETRA_NCCL_CUDA_CHECK(cudaMemsetAsync(barrier_word_, 0, sizeof(int), stream_));
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  ncclCommDestroy(comm_);
+  Nccl().CommDestroy(comm_);
   cudaFree(barrier_word_);
 }
 
@@ -83,22 +84,22 @@ CommHandle NcclCommunicator::Watch(std::function<std::string()> describe) {
   ncclComm_t comm = comm_;
   auto poll = [comm, event] {
     ncclResult_t async_error = ncclSuccess;
-    TETRA_NCCL_CHECK(ncclCommGetAsyncError(comm, &async_error));
+    TETRA_NCCL_CHECK(Nccl().CommGetAsyncError(comm, &async_error));
     TETRA_CHECK(async_error == ncclSuccess) << "NCCL asynchronous error: "
-                                           << ncclGetErrorString(async_error) << " ("
-                                           << ncclGetLastError(comm) << ")";
+                                           << Nccl().GetErrorString(async_error) << " ("
+                                           << Nccl().GetLastError(comm) << ")";
     const cudaError_t state = cudaEventQuery(event.get());
     if (state == cudaErrorNotReady) return false;
     TETRA_NCCL_CUDA_CHECK(state);
     return true;
   };
-  return CommHandle(std::move(poll), std::move(describe), timeout_s(), [comm] { ncclCommAbort(comm); });
+  return CommHandle(std::move(poll), std::move(describe), timeout_s(), [comm] { Nccl().CommAbort(comm); });
 }
 
 CommHandle NcclCommunicator::StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) {
   const ncclRedOp_t nccl_op = NcclOp(op, send.dtype(), "all_reduce");
   AfterCurrentStream();
-  TETRA_NCCL_CHECK(ncclAllReduce(send.raw(), recv.raw(), recv.numel(), NcclType(send.dtype()),
+  TETRA_NCCL_CHECK(Nccl().AllReduce(send.raw(), recv.raw(), recv.numel(), NcclType(send.dtype()),
                                  nccl_op, comm_, stream_));
   return Watch([this, op, count = recv.numel(), dtype = recv.dtype()] {
     return DescribeOp(*this, OpWithReduction("all_reduce", op), count, dtype);
@@ -109,7 +110,7 @@ CommHandle NcclCommunicator::StartReduceScatter(const Tensor& send, const Tensor
                                                 ReduceOp op) {
   const ncclRedOp_t nccl_op = NcclOp(op, send.dtype(), "reduce_scatter");
   AfterCurrentStream();
-  TETRA_NCCL_CHECK(ncclReduceScatter(send.raw(), recv.raw(), recv.numel(), NcclType(send.dtype()),
+  TETRA_NCCL_CHECK(Nccl().ReduceScatter(send.raw(), recv.raw(), recv.numel(), NcclType(send.dtype()),
                                      nccl_op, comm_, stream_));
   return Watch([this, op, count = send.numel(), dtype = send.dtype()] {
     return DescribeOp(*this, OpWithReduction("reduce_scatter", op), count, dtype);
@@ -118,7 +119,7 @@ CommHandle NcclCommunicator::StartReduceScatter(const Tensor& send, const Tensor
 
 CommHandle NcclCommunicator::StartAllGather(const Tensor& send, const Tensor& recv) {
   AfterCurrentStream();
-  TETRA_NCCL_CHECK(ncclAllGather(send.raw(), recv.raw(), send.numel(), NcclType(send.dtype()),
+  TETRA_NCCL_CHECK(Nccl().AllGather(send.raw(), recv.raw(), send.numel(), NcclType(send.dtype()),
                                  comm_, stream_));
   return Watch([this, count = recv.numel(), dtype = recv.dtype()] {
     return DescribeOp(*this, "all_gather", count, dtype);
@@ -132,19 +133,19 @@ void NcclCommunicator::EnqueueAllToAll(const Tensor& send, const std::vector<int
                                        const std::vector<int64_t>& recv_offsets) {
   const ncclDataType_t type = NcclType(send.dtype());
   AfterCurrentStream();
-  TETRA_NCCL_CHECK(ncclGroupStart());
+  TETRA_NCCL_CHECK(Nccl().GroupStart());
   for (int r = 0; r < size(); ++r) {
     // Both sides skip a zero block: my send_counts[r] is r's recv_counts[me].
     if (send_counts[r] > 0) {
-      TETRA_NCCL_CHECK(ncclSend(ElementRange(send, send_offsets[r], send_counts[r]).raw(),
+      TETRA_NCCL_CHECK(Nccl().Send(ElementRange(send, send_offsets[r], send_counts[r]).raw(),
                                 send_counts[r], type, r, comm_, stream_));
     }
     if (recv_counts[r] > 0) {
-      TETRA_NCCL_CHECK(ncclRecv(ElementRange(recv, recv_offsets[r], recv_counts[r]).raw(),
+      TETRA_NCCL_CHECK(Nccl().Recv(ElementRange(recv, recv_offsets[r], recv_counts[r]).raw(),
                                 recv_counts[r], type, r, comm_, stream_));
     }
   }
-  TETRA_NCCL_CHECK(ncclGroupEnd());
+  TETRA_NCCL_CHECK(Nccl().GroupEnd());
 }
 
 CommHandle NcclCommunicator::StartAllToAll(const Tensor& send, const Tensor& recv) {
@@ -173,7 +174,7 @@ CommHandle NcclCommunicator::StartAllToAllV(const Tensor& send,
 
 CommHandle NcclCommunicator::StartBroadcast(const Tensor& buffer, int root) {
   AfterCurrentStream();
-  TETRA_NCCL_CHECK(ncclBroadcast(buffer.raw(), buffer.raw(), buffer.numel(),
+  TETRA_NCCL_CHECK(Nccl().Broadcast(buffer.raw(), buffer.raw(), buffer.numel(),
                                  NcclType(buffer.dtype()), root, comm_, stream_));
   return Watch([this, count = buffer.numel(), dtype = buffer.dtype(), root] {
     return DescribeOp(*this, "broadcast", count, dtype, "from " + DescribeGroupRank(*this, root));
@@ -184,7 +185,7 @@ CommHandle NcclCommunicator::StartSend(const Tensor& buffer, int peer, int tag) 
   TETRA_CHECK(tag == 0) << "send: NCCL has no tags (got " << tag << "); order the transfers instead";
   AfterCurrentStream();
   TETRA_NCCL_CHECK(
-      ncclSend(buffer.raw(), buffer.numel(), NcclType(buffer.dtype()), peer, comm_, stream_));
+      Nccl().Send(buffer.raw(), buffer.numel(), NcclType(buffer.dtype()), peer, comm_, stream_));
   return Watch([this, count = buffer.numel(), dtype = buffer.dtype(), peer] {
     return DescribeOp(*this, "send", count, dtype, "to " + DescribeGroupRank(*this, peer));
   });
@@ -194,7 +195,7 @@ CommHandle NcclCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) 
   TETRA_CHECK(tag == 0) << "recv: NCCL has no tags (got " << tag << "); order the transfers instead";
   AfterCurrentStream();
   TETRA_NCCL_CHECK(
-      ncclRecv(buffer.raw(), buffer.numel(), NcclType(buffer.dtype()), peer, comm_, stream_));
+      Nccl().Recv(buffer.raw(), buffer.numel(), NcclType(buffer.dtype()), peer, comm_, stream_));
   return Watch([this, count = buffer.numel(), dtype = buffer.dtype(), peer] {
     return DescribeOp(*this, "recv", count, dtype, "from " + DescribeGroupRank(*this, peer));
   });
@@ -202,7 +203,7 @@ CommHandle NcclCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) 
 
 CommHandle NcclCommunicator::StartBarrier() {
   AfterCurrentStream();
-  TETRA_NCCL_CHECK(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream_));
+  TETRA_NCCL_CHECK(Nccl().AllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream_));
   return Watch([this] { return absl::StrCat("barrier on ", DescribeGroup(*this)); });
 }
 

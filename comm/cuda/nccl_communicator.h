@@ -4,7 +4,9 @@
 // Operations are enqueued on one CUDA stream; a handle is complete when an
 // event recorded after the operation has fired, and it fails fatally on an
 // NCCL asynchronous error. On a watchdog timeout the NCCL communicator is
-// aborted before the job ends, so no kernel is left spinning.
+// aborted before the job ends, so no kernel is left spinning. NCCL is loaded
+// at run time: call LoadNccl() (comm/cuda/nccl_library.h) first for a clear
+// error where it is missing.
 //
 // Ordering: operations run on `stream`, after the work already queued there
 // and on the op API's current stream (cuda::CurrentStream, where tensors are
