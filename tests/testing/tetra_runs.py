@@ -73,6 +73,16 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
 
+def check_bf16_is_used(check, bf16, fp32):
+    """The single-rank bf16 run is off the fp32 one by bf16 round-off (measured:
+    a few 1e-4 relative): more would be a bug, none would mean no bf16 is used."""
+    norm_gap = rel(bf16[0]["grad_norm"], fp32[0]["grad_norm"])
+    curve_gap = max(rel(b["loss"], f["loss"]) for b, f in zip(bf16, fp32))
+    check(0 < norm_gap <= 1e-2 and 0 < curve_gap <= 1e-2,
+          f"single-rank bf16 against fp32: step-1 grad norm {norm_gap:.2e}, loss curve {curve_gap:.2e} "
+          "relative (bf16 round-off: above 0, at most 1e-2)")
+
+
 class Checker:
     """Prints "ok"/"FAIL" per check; exit() fails the test if any failed."""
 
