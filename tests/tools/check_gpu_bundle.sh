@@ -39,7 +39,8 @@ for dir in "$(ompi_info --path pkglibdir --parsable | sed -n 's/^path:pkglibdir:
            /usr/lib/*/pmix*/lib/pmix; do
   [[ -d $dir ]] && system_plugins+=("$dir")
 done
-if unshare -m true 2>/dev/null; then
+mkdir -p "$work/probe"
+if unshare -m mount --bind "$work/empty" "$work/probe" 2>/dev/null; then
   hide=""
   for dir in "${system_plugins[@]}"; do hide+="mount --bind '$work/empty' '$dir' && "; done
   echo "running with ${system_plugins[*]} hidden"
