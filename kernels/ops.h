@@ -2,7 +2,10 @@
 // tensors' device to the CPU reference kernels (kernels/cpu/) or, when built
 // and placed there, the CUDA kernels. Layers are written once against this.
 //
-// Conventions: N = rows (tokens), fp32 unless stated, token ids int32.
+// Conventions: N = rows (tokens), fp32 unless stated, token ids int32. A
+// float tensor may also be bf16 where the layers keep bf16 (activations, the
+// weights' compute copies): the CPU then computes in fp32 and rounds the
+// outputs, as the CUDA kernels do.
 // Activation gradients are written; parameter gradients are accumulated (+=),
 // because they sum over micro-batches.
 #ifndef TETRA_KERNELS_OPS_H_
@@ -125,7 +128,7 @@ void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper
 
 double SumOfSquares(const Tensor& x);
 void Scale(const Tensor& x, float factor);
-void Add(const Tensor& x, const Tensor& y);  // y += x; fp32, or fp64 (sums of sums)
+void Add(const Tensor& x, const Tensor& y);  // y += x; fp32 or bf16, or fp64 (sums of sums)
 // dst = src in dst's dtype (fp32 <-> bf16, round to nearest even), same device.
 void Cast(const Tensor& src, const Tensor& dst);
 

@@ -8,6 +8,10 @@
 # but glibc's and CUDA's (which a GPU machine has).
 # usage: check_gpu_bundle.sh BUILD_DIR
 set -euo pipefail
+if ! command -v ompi_info > /dev/null || ! command -v orted > /dev/null; then
+  echo "skipped: no Open MPI (ompi_info, orted) to pack"
+  exit 77
+fi
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$1" && pwd)
 work=$(mktemp -d)

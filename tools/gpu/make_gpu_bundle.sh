@@ -61,7 +61,7 @@ cp -rL "$help"/. "$staging/${help#"$prefix"/}/"
   while read -r lib; do cp -L "$lib" "$staging/lib/"; done
 
 cat > "$staging/bin/env.sh" <<EOF
-# Sourced: the bundle's launcher, libraries and Open MPI plugins, wherever it is unpacked.
+# Sourced by bash: the bundle's launcher, libraries and Open MPI plugins, wherever it is unpacked.
 bundle_root=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="\$bundle_root/bin:\$PATH"
 export LD_LIBRARY_PATH="\$bundle_root/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"

@@ -30,8 +30,16 @@ for cuda_lib in /usr/local/cuda/lib64 /usr/local/cuda/lib; do
 done
 # NCCL is no part of the CUDA toolkit (and the bundle leaves it out): where
 # the loader still misses a library, look in the nvidia-* Python wheels
-# (PyTorch's nvidia-nccl-cu13, nvidia-cublas, ...).
+# (PyTorch's nvidia-nccl-cu13, nvidia-cublas, ...). tetra loads NCCL itself
+# when a GPU communicator is made, so ldd does not list it: look for it too.
+nccl_loadable() {
+  ldconfig -p 2>/dev/null | grep 'libnccl\.so\.2 ' > /dev/null && return 0
+  local dir
+  for dir in ${LD_LIBRARY_PATH//:/ }; do [[ -e $dir/libnccl.so.2 ]] && return 0; done
+  return 1
+}
 missing=$(ldd "$bin/tetra" 2>/dev/null | awk '$3 == "not" {print $1}' | sort -u)
+nccl_loadable || missing+=" libnccl.so.2"
 if [[ -n $missing ]] && command -v python3 > /dev/null; then
   wheel_dirs=$(python3 -c 'import glob, sys
 for p in sys.path: print("\n".join(glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null)
@@ -55,6 +63,7 @@ else
   echo "no nvidia-smi" | tee -a "$out/summary.txt"
 fi
 ldd "$bin/tetra" 2>&1 | awk '$3 == "not" {print "missing library: " $1}' | tee -a "$out/summary.txt"
+nccl_loadable || echo "missing library: libnccl.so.2 (GPU communication)" | tee -a "$out/summary.txt"
 
 echo "== gpu tests" | tee -a "$out/summary.txt"
 # ctest where this build directory was configured (its test files hold

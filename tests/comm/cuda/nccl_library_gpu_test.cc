@@ -1,6 +1,7 @@
 // NCCL is loaded at run time (comm/cuda/nccl_library.h), so tetra starts
 // where it is missing; where it is present every call tetra makes resolves.
-// Loading needs no GPU, so these run on any machine of a CUDA build.
+// Loading needs no GPU, so these run on any machine of a CUDA build (the
+// first skips, saying why, where NCCL's library is not installed).
 #include "comm/cuda/nccl_library.h"
 
 #include <string>
@@ -15,7 +16,7 @@ using ::testing::HasSubstr;
 
 TEST(NcclLibraryTest, ResolvesEveryCallTetraMakes) {
   const absl::StatusOr<const NcclLibrary*> nccl = LoadNccl();
-  ASSERT_TRUE(nccl.ok()) << nccl.status();
+  if (!nccl.ok()) GTEST_SKIP() << nccl.status().message();
   const NcclLibrary& n = **nccl;
   for (const void* call : {reinterpret_cast<const void*>(n.GetUniqueId), reinterpret_cast<const void*>(n.CommInitRank),
                            reinterpret_cast<const void*>(n.CommDestroy), reinterpret_cast<const void*>(n.CommAbort),
