@@ -34,9 +34,8 @@ MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_bat
   size_t at = 0;
   for (MoeMlpLayer* layer : layers) {
     const size_t experts = layer->loads().numel();
-    result.per_layer.emplace_back(loads.begin() + at, loads.begin() + at + experts);
+    imbalance = std::max(imbalance, LoadImbalance({loads.begin() + at, loads.begin() + at + experts}));
     at += experts;
-    imbalance = std::max(imbalance, LoadImbalance(result.per_layer.back()));
     aux += layer->aux_loss_sum();
     dropped += static_cast<double>(layer->dropped());
     bytes += layer->dispatcher().all_to_all_bytes();
@@ -52,11 +51,11 @@ MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_bat
 }
 
 void UpdateMoeBiases(const std::vector<MoeMlpLayer*>& layers, const MoeLoads& loads, double speed) {
-  TETRA_CHECK(loads.per_layer.size() == layers.size())
-      << loads.per_layer.size() << " layers' loads for " << layers.size() << " MoE layers";
   int64_t at = 0;
   for (MoeMlpLayer* layer : layers) {
     const int64_t experts = layer->loads().numel();
+    TETRA_CHECK(at + experts <= loads.summed.numel())
+        << loads.summed.numel() << " summed loads for more MoE layers' experts";
     layer->UpdateBias(loads.summed.Slice(at, at + experts), speed);
     at += experts;
   }

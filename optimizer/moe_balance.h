@@ -24,7 +24,6 @@ struct MoeStepStats {
 
 struct MoeLoads {
   Tensor summed;  // every layer's tokens per expert over the global batch, packed, int32, on the layers' device
-  std::vector<std::vector<int64_t>> per_layer;  // the same on the host, by layer
   MoeStepStats stats;
 };
 

@@ -73,7 +73,8 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
                            "micro_batch_size", "seq_length"}) {
     const double value = first.count(name) ? first.at(name) : 0;
     if (!(value >= 1 && value <= std::numeric_limits<int>::max() && value == std::floor(value))) {
-      return UserError(absl::StrCat(path, ": the first line's ", name, " is ", value, ", not a size from 1 to 2^31 - 1"),
+      return UserError(absl::StrCat(path, ": the first line's ", name, " is ", value,
+                                    ", not a size from 1 to 2^31 - 1"),
                        "pass the metrics of a run written by tetra train");
     }
   }

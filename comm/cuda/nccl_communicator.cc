@@ -14,11 +14,11 @@
     const cudaError_t tetra_cuda_rc = (call);                                              \
     TETRA_CHECK(tetra_cuda_rc == cudaSuccess) << #call << ": " << cudaGetErrorString(tetra_cuda_rc); \
   } while (0)
-#define TETRA_NCCL_CHECK(call)                                                        \
-  do {                                                                                \
-    const ncclResult_t tetra_nccl_rc = (call);                                        \
-    TETRA_CHECK(tetra_nccl_rc == ncclSuccess)                                         \
-        << #call << ": " << Nccl().GetErrorString(tetra_nccl_rc) << " (" << Nccl().GetLastError(nullptr) << ")"; \
+#define TETRA_NCCL_CHECK(call)                                                             \
+  do {                                                                                     \
+    const ncclResult_t tetra_nccl_rc = (call);                                             \
+    TETRA_CHECK(tetra_nccl_rc == ncclSuccess) << #call << ": " << Nccl().GetErrorString(tetra_nccl_rc) \
+                                              << " (" << Nccl().GetLastError(nullptr) << ")";          \
   } while (0)
 
 namespace tetra {
@@ -100,7 +100,7 @@ CommHandle NcclCommunicator::StartAllReduce(const Tensor& send, const Tensor& re
   const ncclRedOp_t nccl_op = NcclOp(op, send.dtype(), "all_reduce");
   AfterCurrentStream();
   TETRA_NCCL_CHECK(Nccl().AllReduce(send.raw(), recv.raw(), recv.numel(), NcclType(send.dtype()),
-                                 nccl_op, comm_, stream_));
+                                    nccl_op, comm_, stream_));
   return Watch([this, op, count = recv.numel(), dtype = recv.dtype()] {
     return DescribeOp(*this, OpWithReduction("all_reduce", op), count, dtype);
   });
@@ -111,7 +111,7 @@ CommHandle NcclCommunicator::StartReduceScatter(const Tensor& send, const Tensor
   const ncclRedOp_t nccl_op = NcclOp(op, send.dtype(), "reduce_scatter");
   AfterCurrentStream();
   TETRA_NCCL_CHECK(Nccl().ReduceScatter(send.raw(), recv.raw(), recv.numel(), NcclType(send.dtype()),
-                                     nccl_op, comm_, stream_));
+                                        nccl_op, comm_, stream_));
   return Watch([this, op, count = send.numel(), dtype = send.dtype()] {
     return DescribeOp(*this, OpWithReduction("reduce_scatter", op), count, dtype);
   });
@@ -120,7 +120,7 @@ CommHandle NcclCommunicator::StartReduceScatter(const Tensor& send, const Tensor
 CommHandle NcclCommunicator::StartAllGather(const Tensor& send, const Tensor& recv) {
   AfterCurrentStream();
   TETRA_NCCL_CHECK(Nccl().AllGather(send.raw(), recv.raw(), send.numel(), NcclType(send.dtype()),
-                                 comm_, stream_));
+                                    comm_, stream_));
   return Watch([this, count = recv.numel(), dtype = recv.dtype()] {
     return DescribeOp(*this, "all_gather", count, dtype);
   });
@@ -138,11 +138,11 @@ void NcclCommunicator::EnqueueAllToAll(const Tensor& send, const std::vector<int
     // Both sides skip a zero block: my send_counts[r] is r's recv_counts[me].
     if (send_counts[r] > 0) {
       TETRA_NCCL_CHECK(Nccl().Send(ElementRange(send, send_offsets[r], send_counts[r]).raw(),
-                                send_counts[r], type, r, comm_, stream_));
+                                   send_counts[r], type, r, comm_, stream_));
     }
     if (recv_counts[r] > 0) {
       TETRA_NCCL_CHECK(Nccl().Recv(ElementRange(recv, recv_offsets[r], recv_counts[r]).raw(),
-                                recv_counts[r], type, r, comm_, stream_));
+                                   recv_counts[r], type, r, comm_, stream_));
     }
   }
   TETRA_NCCL_CHECK(Nccl().GroupEnd());
@@ -175,7 +175,7 @@ CommHandle NcclCommunicator::StartAllToAllV(const Tensor& send,
 CommHandle NcclCommunicator::StartBroadcast(const Tensor& buffer, int root) {
   AfterCurrentStream();
   TETRA_NCCL_CHECK(Nccl().Broadcast(buffer.raw(), buffer.raw(), buffer.numel(),
-                                 NcclType(buffer.dtype()), root, comm_, stream_));
+                                    NcclType(buffer.dtype()), root, comm_, stream_));
   return Watch([this, count = buffer.numel(), dtype = buffer.dtype(), root] {
     return DescribeOp(*this, "broadcast", count, dtype, "from " + DescribeGroupRank(*this, root));
   });

@@ -51,7 +51,7 @@ absl::StatusOr<NcclLibrary> OpenNcclLibrary(const char* file) {
 }
 
 absl::StatusOr<const NcclLibrary*> LoadNccl() {
-  static const absl::StatusOr<NcclLibrary>* const loaded = new absl::StatusOr<NcclLibrary>(OpenNcclLibrary("libnccl.so.2"));
+  static const auto* const loaded = new absl::StatusOr<NcclLibrary>(OpenNcclLibrary("libnccl.so.2"));
   if (!loaded->ok()) return loaded->status();
   return &**loaded;
 }

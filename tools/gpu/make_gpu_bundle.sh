@@ -70,4 +70,5 @@ export OMPI_MCA_plm=isolated                      # ranks on this machine: no ss
 export HWLOC_PLUGINS_PATH="\$bundle_root/lib/hwloc"  # none: hwloc's core finds the topology
 EOF
 tar -czf "$bundle/bundle.tar.gz" -C "$staging" .
-echo "$bundle/bundle.tar.gz: $(du -h "$bundle/bundle.tar.gz" | cut -f1) ($(ls "$staging/lib" | wc -l) libraries)"
+echo "$bundle/bundle.tar.gz: $(du -h "$bundle/bundle.tar.gz" | cut -f1)" \
+     "($(find "$staging/lib" -maxdepth 1 -type f | wc -l) libraries)"
