@@ -19,10 +19,12 @@ struct RankShards {
   CheckpointManifest records;  // only `tensors`, each with this rank's shards
   std::string data;
 
-  void Add(const Parameter& p, TensorRecord::Kind kind, const Tensor& values, int64_t flat_begin,
+  // `state` (fp32) on either device: a GPU run's is staged through page-locked memory.
+  void Add(const Parameter& p, TensorRecord::Kind kind, const Tensor& state, int64_t flat_begin,
            const std::string& file, int rank) {
-    TETRA_CHECK(values.device() == DeviceType::kCPU && values.dtype() == DType::kF32)
-        << p.name << ": checkpoints save host fp32 tensors; copy device state to the host first";
+    TETRA_CHECK(state.dtype() == DType::kF32) << p.name << ": checkpoints save fp32 state, not "
+                                              << DTypeName(state.dtype());
+    const Tensor values = OnHost(state);
     TensorRecord* tensor = records.add_tensors();
     tensor->set_name(p.name);
     tensor->set_kind(kind);

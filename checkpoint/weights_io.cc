@@ -86,7 +86,7 @@ absl::Status LoadWeights(const std::string& path, const ModelConfig& model, Para
 }
 
 Tensor GatherGlobal(const Parameter& p, Communicator& tp) {
-  if (p.shard.dim < 0) return p.value;
+  if (p.shard.dim < 0) return OnHost(p.value);
   TETRA_CHECK(p.shard.count * p.shard.replicas == tp.size() &&
               p.shard.index == tp.rank() / p.shard.replicas)
       << p.name << ": slice " << p.shard.index << " of " << p.shard.count << " (x"
@@ -95,11 +95,7 @@ Tensor GatherGlobal(const Parameter& p, Communicator& tp) {
   // Gathered where the values live, rearranged on the host.
   Tensor slices = Tensor::Empty({tp.size() * local}, p.value.dtype(), p.value.device());
   tp.AllGather(p.value, slices);
-  if (slices.device() != DeviceType::kCPU) {
-    Tensor host = Tensor::Empty(slices.shape(), slices.dtype());
-    host.CopyFrom(slices);
-    slices = host;
-  }
+  slices = OnHost(slices);
   Tensor global = Tensor::Empty(p.global_shape);
   for (int r = 0; r < tp.size(); r += p.shard.replicas) {  // one copy of each slice
     TensorShard shard = p.shard;

@@ -27,8 +27,9 @@ namespace tetra {
 // `store` is left unchanged.
 absl::Status LoadWeights(const std::string& path, const ModelConfig& model, ParameterStore& store);
 
-// The whole tensor of a parameter split over the tensor-parallel group `tp`
-// (collective over `tp`; a replicated parameter is returned as is).
+// The whole tensor of a parameter split over the tensor-parallel group `tp`,
+// on the host (collective over `tp`; a replicated parameter's own values, or
+// their host copy on a GPU run).
 Tensor GatherGlobal(const Parameter& p, Communicator& tp);
 
 // Every routed expert's whole parameters in an expert-parallel model: this

@@ -151,7 +151,12 @@ std::string DescribeGroup(const Communicator& comm) {
   return absl::StrCat("group ", comm.name(), " (world ranks ", list, ")");
 }
 
+Communicator* Communicator::HostRouteFor(const Tensor& t) const {
+  return t.device() == DeviceType::kCPU && !Serves(DeviceType::kCPU) ? host_route() : nullptr;
+}
+
 CommHandle Communicator::AllReduceAsync(const Tensor& send, const Tensor& recv, ReduceOp op) {
+  if (Communicator* host = HostRouteFor(send)) return host->AllReduceAsync(send, recv, op);
   CheckPair(*this, send, recv, "all_reduce");
   TETRA_CHECK(send.numel() == recv.numel())
       << "all_reduce: send holds " << send.numel() << " elements but recv " << recv.numel();
@@ -163,6 +168,7 @@ CommHandle Communicator::AllReduceAsync(const Tensor& send, const Tensor& recv, 
 }
 
 CommHandle Communicator::ReduceScatterAsync(const Tensor& send, const Tensor& recv, ReduceOp op) {
+  if (Communicator* host = HostRouteFor(send)) return host->ReduceScatterAsync(send, recv, op);
   CheckPair(*this, send, recv, "reduce_scatter");
   TETRA_CHECK(send.numel() == size() * recv.numel())
       << "reduce_scatter: send holds " << send.numel() << " elements, not " << size()
@@ -177,6 +183,7 @@ CommHandle Communicator::ReduceScatterAsync(const Tensor& send, const Tensor& re
 }
 
 CommHandle Communicator::AllGatherAsync(const Tensor& send, const Tensor& recv) {
+  if (Communicator* host = HostRouteFor(send)) return host->AllGatherAsync(send, recv);
   CheckPair(*this, send, recv, "all_gather");
   TETRA_CHECK(recv.numel() == size() * send.numel())
       << "all_gather: recv holds " << recv.numel() << " elements, not " << size()
@@ -186,6 +193,7 @@ CommHandle Communicator::AllGatherAsync(const Tensor& send, const Tensor& recv) 
 }
 
 CommHandle Communicator::AllToAllAsync(const Tensor& send, const Tensor& recv) {
+  if (Communicator* host = HostRouteFor(send)) return host->AllToAllAsync(send, recv);
   CheckPair(*this, send, recv, "all_to_all");
   TETRA_CHECK(send.numel() == recv.numel() && send.numel() % size() == 0)
       << "all_to_all: send holds " << send.numel() << " elements and recv " << recv.numel()
@@ -200,6 +208,9 @@ CommHandle Communicator::AllToAllVAsync(const Tensor& send, const std::vector<in
                                         const Tensor& recv,
                                         const std::vector<int64_t>& recv_counts,
                                         const std::vector<int64_t>& recv_offsets) {
+  if (Communicator* host = HostRouteFor(send)) {
+    return host->AllToAllVAsync(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
+  }
   CheckPair(*this, send, recv, "all_to_all_v");
   const int64_t send_extent = CheckBlocks(*this, send_counts, send_offsets, "send");
   const int64_t recv_extent = CheckBlocks(*this, recv_counts, recv_offsets, "recv");
@@ -212,18 +223,21 @@ CommHandle Communicator::AllToAllVAsync(const Tensor& send, const std::vector<in
 }
 
 CommHandle Communicator::BroadcastAsync(const Tensor& buffer, int root) {
+  if (Communicator* host = HostRouteFor(buffer)) return host->BroadcastAsync(buffer, root);
   CheckServed(*this, buffer, "broadcast");
   CheckGroupRank(*this, root, "root", "broadcast");
   return StartBroadcast(buffer, root);
 }
 
 CommHandle Communicator::SendAsync(const Tensor& buffer, int peer, int tag) {
+  if (Communicator* host = HostRouteFor(buffer)) return host->SendAsync(buffer, peer, tag);
   CheckServed(*this, buffer, "send");
   CheckGroupRank(*this, peer, "peer", "send");
   return StartSend(buffer, peer, tag);
 }
 
 CommHandle Communicator::RecvAsync(const Tensor& buffer, int peer, int tag) {
+  if (Communicator* host = HostRouteFor(buffer)) return host->RecvAsync(buffer, peer, tag);
   CheckServed(*this, buffer, "recv");
   CheckGroupRank(*this, peer, "peer", "recv");
   return StartRecv(buffer, peer, tag);

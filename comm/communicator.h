@@ -95,6 +95,11 @@ class Communicator {
   virtual double timeout_s() const = 0;
   // Whether this backend moves tensors on `device` (MPI: host, NCCL: device).
   virtual bool Serves(DeviceType device) const = 0;
+  // Where host tensors go when this backend does not serve the host: the MPI
+  // group a device backend was bootstrapped over (NCCL), so a group's host
+  // scalars (a loss, a status, counts) and its device tensors travel through
+  // one Communicator and code above comm/ never picks a backend. Null: none.
+  virtual Communicator* host_route() const { return nullptr; }
 
   // recv = op over ranks of send (equal numel).
   CommHandle AllReduceAsync(const Tensor& send, const Tensor& recv, ReduceOp op);
@@ -164,6 +169,10 @@ class Communicator {
   virtual CommHandle StartSend(const Tensor& buffer, int peer, int tag) = 0;
   virtual CommHandle StartRecv(const Tensor& buffer, int peer, int tag) = 0;
   virtual CommHandle StartBarrier() = 0;
+
+ private:
+  // host_route() when `t` is a host tensor this backend does not serve, else null.
+  Communicator* HostRouteFor(const Tensor& t) const;
 };
 
 const char* ReduceOpName(ReduceOp op);

@@ -101,6 +101,17 @@ Tensor Tensor::Empty(const Shape& shape, DType dtype, DeviceType device) {
   return t;
 }
 
+Tensor Tensor::PinnedHost(const Shape& shape, DType dtype) {
+#if TETRA_HAVE_CUDA
+  // Page-locking costs more than it saves below about a megabyte (counts, scalars).
+  constexpr size_t kMinPinnedBytes = size_t{1} << 20;
+  Tensor t = Unallocated(shape, dtype);
+  if (t.nbytes() >= kMinPinnedBytes) t.storage_ = cuda::AllocatePinnedStorage(t.nbytes());
+  if (t.storage_ != nullptr) return t;
+#endif
+  return Empty(shape, dtype);
+}
+
 Tensor Tensor::Unallocated(const Shape& shape, DType dtype) {
   Tensor t;
   t.shape_ = shape;
@@ -188,6 +199,13 @@ ScopedPlacement::ScopedPlacement(const Placement& placement) : previous_(g_place
 }
 
 ScopedPlacement::~ScopedPlacement() { g_placement = previous_; }
+
+Tensor OnHost(const Tensor& t) {
+  if (t.device() == DeviceType::kCPU) return t;
+  Tensor host = Tensor::PinnedHost(t.shape(), t.dtype());
+  host.CopyFrom(t);
+  return host;
+}
 
 void EnsureShape(Tensor* t, const Shape& shape) {
   EnsureShape(t, shape, g_placement.compute, g_placement.device);

@@ -40,6 +40,11 @@ class Tensor {
                       DeviceType device = DeviceType::kCPU);
   static Tensor Zeros(const Shape& shape, DType dtype = DType::kF32,
                       DeviceType device = DeviceType::kCPU);
+  // Uninitialised host memory for copies to and from the GPU: page-locked
+  // (cudaMallocHost, so copies run at full speed) from a megabyte up where
+  // this build has CUDA and a device is present, ordinary host memory
+  // otherwise (below that, page-locking costs more than it saves).
+  static Tensor PinnedHost(const Shape& shape, DType dtype = DType::kF32);
   // A shape and dtype without storage (defined() is false): the parameters
   // of a model that is described but not built (ParameterStore's kShapesOnly).
   static Tensor Unallocated(const Shape& shape, DType dtype = DType::kF32);
@@ -109,6 +114,11 @@ class ScopedPlacement {
  private:
   Placement previous_;
 };
+
+// `t`'s values on the host: `t` itself there, else a copy (Tensor::PinnedHost)
+// made after the work queued on the current stream. How device state reaches
+// checkpoints, exports and host counts.
+Tensor OnHost(const Tensor& t);
 
 // Reuses *t when it already has `shape`, `dtype` and `device`, else
 // allocates: layers keep their activation buffers across micro-batches.

@@ -15,14 +15,6 @@ std::vector<int64_t> Offsets(const std::vector<int64_t>& counts) {
   return offsets;
 }
 
-// `t`'s values on the host (a copy when it lives on the device).
-Tensor OnHost(const Tensor& t) {
-  if (t.device() == DeviceType::kCPU) return t;
-  Tensor host = Tensor::Empty(t.shape(), t.dtype());
-  host.CopyFrom(t);
-  return host;
-}
-
 }  // namespace
 
 TokenDispatcher::TokenDispatcher(int num_experts, int top_k, double capacity_factor,

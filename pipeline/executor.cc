@@ -7,7 +7,6 @@
 #include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/timer.h"
-#include "pipeline/stage_partition.h"
 
 namespace tetra {
 
@@ -36,17 +35,6 @@ PipelineExecutor::PipelineExecutor(LanguageModel& model, Communicator& pipeline,
       << "the schedule's last backward is not on chunk 0";
 }
 
-int PipelineExecutor::Tag(const Action& a) const {
-  // The link between virtual stages s and s + 1 is numbered s.
-  const int stage = VirtualStageIndex(pipeline_.rank(), a.chunk, pipeline_.size());
-  const bool gradient = a.type == ActionType::kSendGradient || a.type == ActionType::kRecvGradient;
-  const bool outgoing_link = a.type == ActionType::kSendActivation || a.type == ActionType::kRecvGradient;
-  const int link = outgoing_link ? stage : stage - 1;
-  // MPI guarantees tags up to 32767; matching never needs more, because
-  // every pair of ranks meets its messages in the same order.
-  return (2 * (link * micro_batches_ + a.micro_batch) + (gradient ? 1 : 0)) % 32768;
-}
-
 Tensor PipelineExecutor::AcquireBuffer() {
   ReapSends(/*all=*/false);
   if (free_buffers_.empty()) {
@@ -72,8 +60,8 @@ Tensor PipelineExecutor::CopyToBuffer(const Tensor& data) {
   return buffer;
 }
 
-void PipelineExecutor::Send(Tensor buffer, int peer, int tag) {
-  CommHandle handle = pipeline_.SendAsync(buffer, peer, tag);
+void PipelineExecutor::Send(Tensor buffer, int peer) {
+  CommHandle handle = pipeline_.SendAsync(buffer, peer);
   sends_.push_back({std::move(buffer), std::move(handle)});
 }
 
@@ -148,13 +136,13 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
       case ActionType::kRecvGradient:
         mb.received = AcquireBuffer();
         mb.receive_action = a;
-        mb.receive = pipeline_.RecvAsync(mb.received, a.peer, Tag(a));
+        mb.receive = pipeline_.RecvAsync(mb.received, a.peer);
         break;
       case ActionType::kSendActivation:
       case ActionType::kSendGradient: {
         Tensor& out = outputs[piece(a)];
         TETRA_CHECK(out.defined()) << ActionText(a) << " before its computation";
-        Send(std::move(out), a.peer, Tag(a));
+        Send(std::move(out), a.peer);
         executed_.push_back(a);
         out = Tensor();
         break;
@@ -222,7 +210,7 @@ absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load
           model_.EvaluateStage(0, c, inputs_.data(), hidden, targets_.data(), batch_, seq_, &loss);
       ReleaseBuffer(std::move(hidden));
       loss_sum += loss;
-      if (!stage.has_head) Send(CopyToBuffer(out), next, /*tag=*/0);
+      if (!stage.has_head) Send(CopyToBuffer(out), next);
     }
   }
   ReapSends(/*all=*/true);

@@ -11,7 +11,9 @@
 // places them and waited on just before the computation that reads them;
 // sends are waited on at the latest at the end of the step. The table's
 // message order is deadlock-free under blocking semantics, so the looser
-// non-blocking order is too. Each (micro-batch, chunk) takes a model
+// non-blocking order is too. Messages carry no tags, as NCCL has none: the
+// checker proves each pair of ranks meets its messages in the same order
+// (rendezvous matching), so posting them in table order matches them. Each (micro-batch, chunk) takes a model
 // activation slot as its forward starts and gives it back after its backward,
 // so a schedule holds as many slots as it keeps forwards in flight. Messages
 // travel in the activations' dtype, on their device, through a pool of
@@ -82,16 +84,13 @@ class PipelineExecutor {
   int message_buffers() const { return buffers_made_; }
 
  private:
-  // The message tag of a send or receive: activations and gradients of each
-  // micro-batch over each link between virtual stages apart.
-  int Tag(const Action& action) const;
   // A (rows, C) buffer in the activations' dtype and device, from the pool.
   Tensor AcquireBuffer();
   void ReleaseBuffer(Tensor buffer);
   // A pool buffer holding `data` (rows, C), which the model may overwrite.
   Tensor CopyToBuffer(const Tensor& data);
   // Sends a pool buffer; it returns to the pool once the send completes.
-  void Send(Tensor buffer, int peer, int tag);
+  void Send(Tensor buffer, int peer);
   // Loads micro-batch m into inputs_ and targets_, or on error token 0 and
   // the first error in *status.
   void Load(const LoadMicroBatch& load, int micro_batch, absl::Status* status);

@@ -145,6 +145,8 @@ MachineMemory ReadMachineMemory(int host_ranks, bool gpu) {
     const cuda::DeviceMemory device = cuda::CurrentDeviceMemory();
     machine.device_bytes = static_cast<double>(device.free_bytes);
     machine.device_name = absl::StrFormat("GPU %d (%s)", cuda::CurrentDevice(), cuda::CurrentDeviceName());
+    const int devices = std::max(1, cuda::DeviceCount());
+    machine.device_ranks = (machine.host_ranks + devices - 1) / devices;
   }
 #else
   (void)gpu;
@@ -196,8 +198,8 @@ absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layo
                          : "";
   const int ranks = machine.host_ranks;
   if (on_device) {
-    if (machine.device_bytes && model.total() > *machine.device_bytes) {
-      return Refuse("the model", model_parts, 1,
+    if (machine.device_bytes && model.total() * machine.device_ranks > *machine.device_bytes) {
+      return Refuse("the model", model_parts, machine.device_ranks,
                     absl::StrCat(machine.device_name, " has ", Size(*machine.device_bytes), " free"), model_hint);
     }
     if (machine.host_bytes && data * ranks > *machine.host_bytes) {

@@ -32,11 +32,13 @@ struct MachineMemory {
   std::string host_source;           // where host_bytes comes from, for the message
   int host_ranks = 1;
   std::optional<double> device_bytes;  // free on this rank's GPU (train.device CUDA)
+  int device_ranks = 1;                 // ranks sharing that GPU (the staged backend's tests)
   std::string device_name;             // e.g. "GPU 0 (NVIDIA H200)"
 };
 
 // Reads this machine's memory for `host_ranks` ranks, and with `gpu` the
-// current GPU's (a CUDA build; the rank's device must be current).
+// current GPU's (a CUDA build; the rank's device must be current), shared by
+// `host_ranks` / the machine's GPUs ranks, rounded up.
 MachineMemory ReadMachineMemory(int host_ranks, bool gpu);
 
 // A UserError when this rank's share of `config` under `layout` (sizes of the

@@ -31,6 +31,7 @@
 #include "tools/plan_command.h"
 #include "tools/report_command.h"
 #include "train/config_loader.h"
+#include "train/device_world.h"
 #include "train/trainer.h"
 
 namespace tetra {
@@ -72,6 +73,7 @@ absl::Status TrainCommand(int argc, char** argv) {
   } else {
     world = std::make_unique<SelfCommunicator>();
   }
+  ASSIGN_OR_RETURN(world, MakeTrainingWorld(config, std::move(world), std::cout));
   ASSIGN_OR_RETURN(const ParallelState parallel, ParallelState::Create(config.parallel(), std::move(world)));
   absl::Status status = Train(config, parallel, std::cout).status();
   if (!status.ok() && session) {

@@ -16,7 +16,6 @@
 #include "core/profiler.h"
 #include "core/status_macros.h"
 #include "core/timer.h"
-#include "core/user_error.h"
 #include "data/training_data.h"
 #include "kernels/cpu/threads.h"
 #include "observe/flops.h"
@@ -66,13 +65,12 @@ std::string RunSummary(const std::vector<StepMetrics>& steps, double seconds) {
   return line;
 }
 
-// With train.device CUDA (validated: built with CUDA, one rank): uses GPU
-// `local_rank` and places the model there, in bf16 unless precision is FP32
-// (AUTO is bf16 on the GPU). On the CPU, precision BF16 computes in bf16 as
-// the GPU does (AUTO is fp32 there). Returns the dense peak TFLOP/s for MFU:
-// log.peak_tflops, else the device's from the table (0: unknown, no MFU).
-absl::StatusOr<double> PlaceOnDevice(const TrainerConfig& config,
-                                     std::optional<ScopedPlacement>* placement) {
+// With train.device CUDA the model lives on the rank's GPU (made current by
+// MakeTrainingWorld), in bf16 unless precision is FP32 (AUTO is bf16 on the
+// GPU). On the CPU, precision BF16 computes in bf16 as the GPU does (AUTO is
+// fp32 there). Returns the dense peak TFLOP/s for MFU: log.peak_tflops, else
+// the device's from the table (0: unknown, no MFU).
+double PlaceOnDevice(const TrainerConfig& config, std::optional<ScopedPlacement>* placement) {
   const double peak = config.log().peak_tflops();
   if (config.train().device() != Device::CUDA) {
     if (config.train().precision() == Precision::BF16) {
@@ -81,22 +79,12 @@ absl::StatusOr<double> PlaceOnDevice(const TrainerConfig& config,
     return peak;
   }
 #if TETRA_HAVE_CUDA
-  const int local_rank = LocalRank();
-  std::string why;
-  const int devices = cuda::DeviceCount(&why);
-  if (local_rank >= devices) {
-    return UserError(absl::StrFormat("train.device is CUDA, but this rank (local rank %d) sees %d "
-                                     "GPUs%s", local_rank, devices, devices == 0 ? ": " + why : ""),
-                     "run on a GPU machine (check nvidia-smi), or set train.device to CPU");
-  }
-  cuda::SetDevice(local_rank);
   const bool bf16 = config.train().precision() != Precision::FP32;
   placement->emplace(Placement{DeviceType::kCUDA, bf16 ? DType::kBF16 : DType::kF32});
   if (peak > 0) return peak;
   const PeakTflops table = DevicePeakTflops(cuda::CurrentDeviceName());
   return bf16 ? table.bf16 : table.fp32;
 #else
-  (void)placement;
   TETRA_CHECK(false) << "train.device CUDA in a build without CUDA (validation lets none through)";
   return peak;
 #endif
@@ -110,7 +98,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
   const MeshShape& mesh = parallel.shape();
   cpu::SetCpuThreads(ResolveThreads(train));
   std::optional<ScopedPlacement> placement;  // the model's device and compute dtype
-  ASSIGN_OR_RETURN(const double peak_tflops, PlaceOnDevice(config, &placement));
+  const double peak_tflops = PlaceOnDevice(config, &placement);
   // Before the data and the model take any memory; every rank stops if one must.
   const PlanLayout layout{.mesh = mesh, .zero_stage = config.optimizer().zero_stage()};
   const MachineMemory machine = ReadMachineMemory(RanksOnThisMachine(), train.device() == Device::CUDA);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/backend_util.h"
 #include "comm/cuda/nccl_library.h"
+#include "comm/self_communicator.h"
 #include "core/logging.h"
 
 // Failed CUDA and NCCL calls are broken invariants: fatal, with file:line.
@@ -62,6 +63,13 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, cudaStrea
   TETRA_NCCL_CHECK(Nccl().CommInitRank(&comm_, size(), id, rank()));
   TETRA_NCCL_CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(int)));
   TETRA_NCCL_CUDA_CHECK(cudaMemsetAsync(barrier_word_, 0, sizeof(int), stream_));
+}
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::OnOwnStream(std::unique_ptr<Communicator> host) {
+  auto stream = std::make_shared<cuda::Stream>();
+  auto comm = std::make_unique<NcclCommunicator>(std::move(host), stream->get());
+  comm->own_stream_ = std::move(stream);
+  return comm;
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -209,7 +217,12 @@ CommHandle NcclCommunicator::StartBarrier() {
 
 std::unique_ptr<Communicator> NcclCommunicator::Split(const std::vector<int>& world_ranks,
                                                       const std::string& name) {
-  return std::make_unique<NcclCommunicator>(host_->Split(world_ranks, name), stream_);
+  std::unique_ptr<Communicator> host = host_->Split(world_ranks, name);  // collective over this group
+  // A group of one moves nothing: no NCCL communicator (and its buffers) for it.
+  if (host->size() == 1) return std::make_unique<SelfCommunicator>(host->ranks()[0], name, timeout_s());
+  auto comm = std::make_unique<NcclCommunicator>(std::move(host), stream_);
+  comm->own_stream_ = own_stream_;
+  return comm;
 }
 
 }  // namespace tetra

@@ -8,6 +8,8 @@
 // at run time: call LoadNccl() (comm/cuda/nccl_library.h) first for a clear
 // error where it is missing.
 //
+// Host tensors (scalars, counts) travel through that host group (host_route).
+//
 // Ordering: operations run on `stream`, after the work already queued there
 // and on the op API's current stream (cuda::CurrentStream, where tensors are
 // produced and where the Communicator widens BF16 for a reduction). Pass the
@@ -35,6 +37,10 @@ class NcclCommunicator : public Communicator {
  public:
   // Collective over `host`; joins on the current CUDA device.
   explicit NcclCommunicator(std::unique_ptr<Communicator> host, cudaStream_t stream = nullptr);
+  // The same on a communication stream of its own, which its Splits share: a
+  // training job's groups, whose operations (the data-parallel buckets) run
+  // beside the op API's stream instead of after everything on it.
+  static std::unique_ptr<NcclCommunicator> OnOwnStream(std::unique_ptr<Communicator> host);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -45,8 +51,10 @@ class NcclCommunicator : public Communicator {
   const std::vector<int>& ranks() const override { return host_->ranks(); }
   double timeout_s() const override { return host_->timeout_s(); }
   bool Serves(DeviceType device) const override { return device == DeviceType::kCUDA; }
+  Communicator* host_route() const override { return host_.get(); }
   cudaStream_t stream() const { return stream_; }
 
+  // A group of one is a SelfCommunicator (it moves nothing, on either device).
   std::unique_ptr<Communicator> Split(const std::vector<int>& world_ranks,
                                       const std::string& name) override;
 
@@ -79,6 +87,7 @@ class NcclCommunicator : public Communicator {
                        const std::vector<int64_t>& recv_offsets);
 
   std::unique_ptr<Communicator> host_;
+  std::shared_ptr<cuda::Stream> own_stream_;  // set by OnOwnStream; stream_ is it
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
   int* barrier_word_ = nullptr;  // device memory for StartBarrier

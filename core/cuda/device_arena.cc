@@ -41,6 +41,15 @@ std::shared_ptr<void> AllocateDeviceStorage(size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 }
 
+std::shared_ptr<void> AllocatePinnedStorage(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMallocHost(&p, bytes == 0 ? DeviceArena::kAlignment : bytes) != cudaSuccess) {
+    cudaGetLastError();  // clears the error, which is not sticky
+    return nullptr;
+  }
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+}
+
 int64_t DeviceMallocCount() { return g_malloc_count.load(std::memory_order_relaxed); }
 
 void CopyBytes(void* dst, const void* src, size_t bytes, bool wait) {

@@ -44,6 +44,9 @@ DeviceArena* InstalledDeviceArena();
 // Storage for a device tensor: from the installed arena, or cudaMalloc'd and
 // freed with the last reference.
 std::shared_ptr<void> AllocateDeviceStorage(size_t bytes);
+// Page-locked host memory (cudaMallocHost), freed with the last reference;
+// null where the runtime cannot give it (no driver or no device).
+std::shared_ptr<void> AllocatePinnedStorage(size_t bytes);
 // cudaMalloc calls made by AllocateDeviceStorage (outside any arena).
 int64_t DeviceMallocCount();
 

@@ -1,6 +1,9 @@
 #include "kernels/cuda/context.h"
 
+#include <unordered_map>
+
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/stream.h"
 
 namespace tetra::cuda {
 
@@ -13,24 +16,37 @@ cublasLtHandle_t CublasLtHandle() {
   return handle;
 }
 
+namespace {
+
+// A stream's own buffers: kernels on two streams (compute, and anything
+// enqueued beside it) never share one.
+struct StreamBuffers {
+  void* workspace = nullptr;
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+};
+
+StreamBuffers& CurrentStreamBuffers() {
+  static std::unordered_map<cudaStream_t, StreamBuffers> buffers;
+  return buffers[CurrentStream()];
+}
+
+}  // namespace
+
 void* GemmWorkspace() {
-  static void* workspace = [] {
-    void* p = nullptr;
-    TETRA_CUDA_CHECK(cudaMalloc(&p, kGemmWorkspaceBytes));
-    return p;
-  }();
-  return workspace;
+  StreamBuffers& mine = CurrentStreamBuffers();
+  if (mine.workspace == nullptr) TETRA_CUDA_CHECK(cudaMalloc(&mine.workspace, kGemmWorkspaceBytes));
+  return mine.workspace;
 }
 
 void* Scratch(size_t bytes) {
-  static void* buffer = nullptr;
-  static size_t capacity = 0;
-  if (bytes > capacity) {
-    if (buffer != nullptr) TETRA_CUDA_CHECK(cudaFree(buffer));  // synchronises: no user left
-    capacity = bytes;
-    TETRA_CUDA_CHECK(cudaMalloc(&buffer, capacity));
+  StreamBuffers& mine = CurrentStreamBuffers();
+  if (bytes > mine.scratch_bytes) {
+    if (mine.scratch != nullptr) TETRA_CUDA_CHECK(cudaFree(mine.scratch));  // synchronises: no user left
+    mine.scratch_bytes = bytes;
+    TETRA_CUDA_CHECK(cudaMalloc(&mine.scratch, mine.scratch_bytes));
   }
-  return buffer;
+  return mine.scratch;
 }
 
 }  // namespace tetra::cuda

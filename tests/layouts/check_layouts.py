@@ -24,6 +24,9 @@ ZeRO-1 and sequence parallelism off and on, and checks (DESIGN.md principle 2):
     and PP communication) against the single-rank bf16 run, within 1e-4 at
     step 1 and 1e-3 over 20 steps; and the single-rank bf16 run differs from
     the fp32 one by bf16 round-off: not at all would mean bf16 is not used.
+    The bf16 runs move tensors through the staged backend (parallel.comm_backend
+    MPI), which checks NCCL's rules: no tags (pipeline messages matched in
+    posting order), the same collectives in the same order on every rank.
 usage: check_layouts.py TETRA_BINARY
 """
 import os
@@ -81,7 +84,10 @@ with tempfile.TemporaryDirectory() as tmp:
     def check_layouts(precision):
         """Every layout against the single rank, both in `precision`; returns the single-rank run."""
         def layout_run(name, ranks, sets):
-            return run(fresh(f"{name}_{precision}"), ranks, 20, sets + [f"train.precision={precision}"])
+            # The bf16 runs move tensors through the staged backend, which
+            # checks NCCL's rules (no tags, same collectives in the same order).
+            staged = ["parallel.comm_backend=MPI"] if precision == "BF16" else []
+            return run(fresh(f"{name}_{precision}"), ranks, 20, sets + [f"train.precision={precision}"] + staged)
 
         ref = layout_run("ref", 1, [])
         layouts = [(2, 1), (4, 1), (1, 2), (1, 4), (2, 2)]

@@ -19,7 +19,10 @@ balance loss on) with the same seed and synthetic data on one rank and under
     ep 4 starts at the single-rank import's step-1 loss (1e-5 relative),
   - every layout of the first three items again with train.precision BF16
     against the single-rank bf16 run (step 1 within 1e-3, 20 steps within
-    3e-3), and that run off the fp32 one by bf16 round-off, not by 0.
+    3e-3), and that run off the fp32 one by bf16 round-off, not by 0; the
+    bf16 runs move tensors through the staged backend (parallel.comm_backend
+    MPI), which checks NCCL's rules: no tags, the same collectives in the
+    same order on every rank, all-to-all counts that agree.
 usage: check_moe_layouts.py TETRA_BINARY
 """
 import os
@@ -82,7 +85,10 @@ with tempfile.TemporaryDirectory() as tmp:
     def check_layouts(precision):
         """Every layout against the single rank, both in `precision`; returns the single-rank run."""
         def layout_run(name, ranks, sets):
-            return run(fresh(f"{name}_{precision}"), ranks, 20, sets + [f"train.precision={precision}"])
+            # The bf16 runs move tensors through the staged backend, which
+            # checks NCCL's rules (no tags, same collectives in the same order).
+            staged = ["parallel.comm_backend=MPI"] if precision == "BF16" else []
+            return run(fresh(f"{name}_{precision}"), ranks, 20, sets + [f"train.precision={precision}"] + staged)
 
         ref = layout_run("ref", 1, [])
         check(ref[-1]["moe_load_imbalance"] > 1 and ref[0]["aux_loss"] > 0,

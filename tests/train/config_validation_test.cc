@@ -111,6 +111,29 @@ std::vector<std::string> With(std::vector<std::string> sets, const std::vector<s
   return sets;
 }
 
+// Every layout, MoE and checkpoint runs on GPUs (a CUDA build); NCCL moves
+// only device tensors, so a CPU run naming it is told what to set.
+TEST(ConfigValidationTest, DevicesTakeEveryLayoutAndNcclOnlyOnGpus) {
+  TrainerConfig config = LoadConfig(TETRA_SOURCE_DIR "/configs/moe_small_tp2_pp2_ep2.textproto", {}, 8).value();
+  config.mutable_checkpoint()->set_dir("/tmp/checkpoints");
+  config.mutable_parallel()->set_comm_backend(CommBackend::NCCL);
+  const absl::Status on_cpu = ValidateConfig(config, 8);
+  EXPECT_THAT(Message(on_cpu), HasSubstr("parallel.comm_backend is NCCL, which moves GPU tensors, but "
+                                         "train.device is not CUDA"));
+  EXPECT_THAT(Message(on_cpu), UserErrorShape());
+  config.mutable_parallel()->set_comm_backend(CommBackend::MPI);
+  EXPECT_TRUE(ValidateConfig(config, 8).ok());
+  config.mutable_train()->set_device(Device::CUDA);
+  for (const CommBackend::Value backend : {CommBackend::AUTO, CommBackend::NCCL, CommBackend::MPI}) {
+    config.mutable_parallel()->set_comm_backend(backend);
+#if TETRA_HAVE_CUDA
+    EXPECT_TRUE(ValidateConfig(config, 8).ok()) << CommBackend::Value_Name(backend);
+#else
+    EXPECT_THAT(Message(ValidateConfig(config, 8)), HasSubstr("this build of tetra has no CUDA path"));
+#endif
+  }
+}
+
 TEST(ConfigValidationTest, HostileValuesAreUserErrorsNamingTheField) {
   const std::string too_many_threads = std::to_string(4 * cpu::AffinityCores() + 1);
   const std::vector<HostileCase> cases = {

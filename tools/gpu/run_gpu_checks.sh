@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # The one script to run on a GPU machine (a driver and CUDA, no compilers,
-# no network): runs every `gpu` test (CUDA kernels against the CPU kernels, a
-# GPU training run against the CPU one) and the GPU benchmark (`tetra train`
-# on configs/bench_h200_1b.textproto for a few steps: tokens/s, TFLOP/s, MFU),
-# then the same benchmark with per-op timing (TETRA_OP_PROFILE) to say where
-# the time goes, and writes every log to $OUT.
+# no network). Within 8 minutes, each part under its own timeout (they add
+# up to 480 s), it runs:
+#   1. every `gpu` test: the op table's CUDA cases against the CPU
+#      reference, the staged backend's device copies, a GPU training run
+#      against the CPU one (gpu_tests.log);
+#   2. the layout matrix on this one GPU through the staged backend (tp 2
+#      with SP, pp 2 1F1B and interleaved, dp 2 ZeRO-1, dp 2 x ep 2 and
+#      tp 2 x pp 2 x dp 2 x ep 2 on 8 processes), each against the CPU fp32
+#      single-rank run, and checkpoints moved GPU -> CPU and CPU -> GPU
+#      (layouts.log; tools/gpu/check_gpu_layouts.py);
+#   3. NCCL at world size 1 through `tetra commbench` (comm.log);
+#   4. the 1B benchmark (configs/bench_h200_1b.textproto: tokens/s, TFLOP/s,
+#      MFU; bench.log), then again with per-op timing (TETRA_OP_PROFILE) to
+#      say where the time goes (bench_profile.log);
+# and writes those logs and summary.txt (6 files) to $OUT; runs' scratch
+# files go to a temporary directory.
 #
 #   tools/gpu/run_gpu_checks.sh [DIR]     (run from anywhere in the checkout)
 #   DIR: a build directory (ctest -L gpu when ctest is there), or a bundle
 #   from tools/gpu/make_gpu_bundle.sh (bundle.tar.gz, unpacked in place).
 #   Environment: OUT (default ./gpu-checks), BENCH_STEPS (default 10),
 #   BENCH_SETS (extra --set flags for the benchmark, e.g. "train.micro_batch_size=2").
-# Exit status: 0 when every test passed and the benchmark ran.
+# Exit status: 0 when every part passed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:-$root/build}
@@ -53,40 +64,60 @@ for p in sys.path: print("\n".join(glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null
   done
 fi
 status=0
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+# part NAME SECONDS LOG COMMAND...: runs COMMAND from the checkout with its
+# output in $out/LOG, ended after SECONDS; a failure or timeout fails the script.
+part() {
+  local name=$1 seconds=$2 log=$3
+  shift 3
+  echo "== $name (at most $seconds s)" | tee -a "$out/summary.txt"
+  local start=$SECONDS rc=0
+  (cd "$root" && timeout -k 10 "$seconds" "$@") > "$out/$log" 2>&1 || rc=$?
+  [[ $rc == 124 || $rc == 137 ]] && echo "TIMED OUT after $seconds s" | tee -a "$out/summary.txt"
+  [[ $rc != 0 ]] && status=1
+  echo "($name: exit $rc, $((SECONDS - start)) s)" >> "$out/summary.txt"
+  return 0
+}
 
 echo "== device" | tee "$out/summary.txt"
 if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 |
     tee -a "$out/summary.txt"
-  nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 else
   echo "no nvidia-smi" | tee -a "$out/summary.txt"
 fi
 ldd "$bin/tetra" 2>&1 | awk '$3 == "not" {print "missing library: " $1}' | tee -a "$out/summary.txt"
 nccl_loadable || echo "missing library: libnccl.so.2 (GPU communication)" | tee -a "$out/summary.txt"
 
-echo "== gpu tests" | tee -a "$out/summary.txt"
 # ctest where this build directory was configured (its test files hold
 # absolute paths), else the one-binary form of the same tests.
 if command -v ctest > /dev/null && [[ -f $dir/CTestTestfile.cmake ]] &&
    grep -q "$(cd "$dir" && pwd)" "$dir/CTestTestfile.cmake"; then
-  ctest --test-dir "$dir" -L gpu --no-tests=error --output-on-failure --timeout 600 > "$out/gpu_tests.log" 2>&1 ||
-    status=1
+  part "gpu tests" 110 gpu_tests.log ctest --test-dir "$dir" -L gpu --no-tests=error --output-on-failure
   tail -n 30 "$out/gpu_tests.log" | tee -a "$out/summary.txt"
 else
-  timeout 900 "$bin/tetra_gpu_tests" --gtest_output="xml:$out/gpu_tests.xml" \
-    > "$out/gpu_tests.log" 2>&1 || status=1
-  grep -E '^\[ *(OK|FAILED|SKIPPED|PASSED) *\]' "$out/gpu_tests.log" | tee -a "$out/summary.txt"
+  part "gpu tests" 110 gpu_tests.log "$bin/tetra_gpu_tests"
+  grep -E '^\[ *(FAILED|SKIPPED|PASSED) *\]' "$out/gpu_tests.log" | tee -a "$out/summary.txt"
 fi
 
-echo "== benchmark (configs/bench_h200_1b.textproto, $steps steps)" | tee -a "$out/summary.txt"
+part "layouts and checkpoints on one GPU against the CPU" 160 layouts.log bash -c \
+  "python3 tools/gpu/check_gpu_layouts.py '$bin/tetra' '$scratch/layouts' layouts &&
+   python3 tools/gpu/check_gpu_layouts.py '$bin/tetra' '$scratch/checkpoints' checkpoints"
+grep -E '^(ok|FAIL)' "$out/layouts.log" | tee -a "$out/summary.txt"
+
+part "NCCL at world size 1 (commbench)" 30 comm.log \
+  "$bin/tetra" commbench --device cuda --op all --max-bytes 64M --iters 5 --warmup 2
+tail -n 20 "$out/comm.log" | tee -a "$out/summary.txt"
+
 sets=(--set "train.steps=$steps" --set "optimizer.warmup_steps=1"
-      --set "log.metrics_path=$out/bench_metrics.jsonl")
+      --set "log.metrics_path=$scratch/bench_metrics.jsonl")
 for s in ${BENCH_SETS:-}; do sets+=(--set "$s"); done
-(cd "$root" && timeout 1200 "$bin/tetra" train --config configs/bench_h200_1b.textproto \
-  "${sets[@]}") > "$out/bench.log" 2>&1 || status=1
+part "benchmark (configs/bench_h200_1b.textproto, $steps steps)" 100 bench.log \
+  "$bin/tetra" train --config configs/bench_h200_1b.textproto "${sets[@]}"
 tail -n 5 "$out/bench.log" | tee -a "$out/summary.txt"
-if [[ -s $out/bench_metrics.jsonl ]]; then
+if [[ -s $scratch/bench_metrics.jsonl ]]; then
   # Mean over the steps after the first two (allocation, cuBLASLt heuristics).
   awk -F'[:,}]' '{
       for (i = 1; i < NF; i++) {
@@ -100,13 +131,12 @@ if [[ -s $out/bench_metrics.jsonl ]]; then
     END {
       if (n > 0) printf "steady state over %d steps: %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%%, %.3f s/step\n",
                         n, stok / n, stf / n, 100 * smfu / n, sst / n
-    }' "$out/bench_metrics.jsonl" | tee -a "$out/summary.txt"
+    }' "$scratch/bench_metrics.jsonl" | tee -a "$out/summary.txt"
 fi
-echo "== where the time goes (TETRA_OP_PROFILE, 4 steps, ops serialised)" | tee -a "$out/summary.txt"
-(cd "$root" && TETRA_OP_PROFILE=1 timeout 900 "$bin/tetra" train \
-  --config configs/bench_h200_1b.textproto --set train.steps=4 --set optimizer.warmup_steps=1 \
-  --set log.metrics_path= ${BENCH_SETS:+$(printf -- '--set %s ' $BENCH_SETS)}) \
-  > "$out/bench_profile.log" 2>&1 || status=1
+profile_sets=(--set train.steps=4 --set optimizer.warmup_steps=1)
+for s in ${BENCH_SETS:-}; do profile_sets+=(--set "$s"); done
+part "where the time goes (TETRA_OP_PROFILE, 4 steps, ops serialised)" 80 bench_profile.log \
+  env TETRA_OP_PROFILE=1 "$bin/tetra" train --config configs/bench_h200_1b.textproto "${profile_sets[@]}"
 sed -n '/tetra op profile/,$p' "$out/bench_profile.log" | tee -a "$out/summary.txt"
 echo "logs in $out (status $status)"
 exit $status

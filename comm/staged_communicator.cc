@@ -1,0 +1,143 @@
+#include "comm/staged_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "comm/backend_util.h"
+#include "core/logging.h"
+
+namespace tetra {
+namespace {
+
+// A collective's description travels in this many bytes (longer ones are cut).
+constexpr int kOperationBytes = 128;
+static_assert(kOperationBytes % sizeof(int32_t) == 0);
+
+// Where a result for `t` lands on the host: `t` itself there, else page-locked memory.
+Tensor HostResult(const Tensor& t) {
+  return t.device() == DeviceType::kCPU ? t : Tensor::PinnedHost(t.shape(), t.dtype());
+}
+
+// `handle`, complete once the result in `host` is back in `out` (nothing to
+// copy where `out` is the host tensor itself), keeping `staged` alive until
+// the operation has completed.
+CommHandle Returned(CommHandle handle, std::vector<Tensor> staged, const Tensor& host, const Tensor& out) {
+  return std::move(handle).Then([staged = std::move(staged), host, out] {
+    if (out.defined() && host.raw() != out.raw()) out.CopyFrom(host);
+  });
+}
+
+std::string Sized(const std::string& op, int64_t count, DType dtype) {
+  return absl::StrCat(op, " of ", count, " ", DTypeName(dtype));
+}
+
+}  // namespace
+
+StagedCommunicator::StagedCommunicator(std::unique_ptr<Communicator> host) : host_(std::move(host)) {
+  TETRA_CHECK(host_ != nullptr && host_->Serves(DeviceType::kCPU))
+      << "the staged communicator moves tensors through a host communicator";
+}
+
+std::unique_ptr<Communicator> StagedCommunicator::Split(const std::vector<int>& world_ranks,
+                                                        const std::string& name) {
+  return std::make_unique<StagedCommunicator>(host_->Split(world_ranks, name));
+}
+
+void StagedCommunicator::CheckSameCollective(const std::string& operation,
+                                             const std::vector<int64_t>* send_counts,
+                                             const std::vector<int64_t>* recv_counts) {
+  const int64_t index = collectives_++;
+  if (size() == 1) return;
+  const int n = size();
+  std::vector<char> mine(kOperationBytes, '\0'), all(static_cast<size_t>(n) * kOperationBytes);
+  std::memcpy(mine.data(), operation.data(), std::min<size_t>(operation.size(), kOperationBytes - 1));
+  constexpr int64_t words = kOperationBytes / sizeof(int32_t);
+  host_->AllGather(Tensor::View(mine.data(), {words}, DType::kI32),
+                   Tensor::View(all.data(), {n * words}, DType::kI32));
+  for (int r = 0; r < n; ++r) {
+    const std::string theirs(all.data() + static_cast<size_t>(r) * kOperationBytes);
+    TETRA_CHECK(theirs == mine.data())
+        << "collective #" << index << " on " << DescribeGroup(*this) << ": this rank (" << rank()
+        << ") issues " << mine.data() << " but " << DescribeGroupRank(*this, r) << " issues " << theirs
+        << "; every rank of a group must issue the same collectives in the same order (NCCL would hang)";
+  }
+  if (send_counts == nullptr) return;
+  // Row r: what rank r sends to each rank; column rank() must be what this rank expects.
+  std::vector<double> my_counts(send_counts->begin(), send_counts->end()), counts(static_cast<size_t>(n) * n);
+  host_->AllGather(Tensor::View(my_counts.data(), {n}, DType::kF64),
+                   Tensor::View(counts.data(), {n * n}, DType::kF64));
+  for (int r = 0; r < n; ++r) {
+    const double sent = counts[static_cast<size_t>(r) * n + rank()];
+    TETRA_CHECK(sent == static_cast<double>((*recv_counts)[r]))
+        << operation << " #" << index << " on " << DescribeGroup(*this) << ": "
+        << DescribeGroupRank(*this, r) << " sends " << sent << " elements to rank " << rank()
+        << ", which expects " << (*recv_counts)[r] << " (NCCL would hang or corrupt memory)";
+  }
+}
+
+CommHandle StagedCommunicator::StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) {
+  CheckSameCollective(Sized(absl::StrCat("all_reduce (", ReduceOpName(op), ")"), recv.numel(), recv.dtype()));
+  // In place on the host stays in place; on the device the staged copies are distinct.
+  const Tensor host_send = OnHost(send);
+  const Tensor host_recv = HostResult(recv);
+  return Returned(host_->AllReduceAsync(host_send, host_recv, op), {host_send}, host_recv, recv);
+}
+
+CommHandle StagedCommunicator::StartReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) {
+  CheckSameCollective(Sized(absl::StrCat("reduce_scatter (", ReduceOpName(op), ")"), send.numel(), send.dtype()));
+  const Tensor host_send = OnHost(send);
+  const Tensor host_recv = HostResult(recv);
+  return Returned(host_->ReduceScatterAsync(host_send, host_recv, op), {host_send}, host_recv, recv);
+}
+
+CommHandle StagedCommunicator::StartAllGather(const Tensor& send, const Tensor& recv) {
+  CheckSameCollective(Sized("all_gather", recv.numel(), recv.dtype()));
+  const Tensor host_send = OnHost(send);
+  const Tensor host_recv = HostResult(recv);
+  return Returned(host_->AllGatherAsync(host_send, host_recv), {host_send}, host_recv, recv);
+}
+
+CommHandle StagedCommunicator::StartAllToAll(const Tensor& send, const Tensor& recv) {
+  CheckSameCollective(Sized("all_to_all", send.numel(), send.dtype()));
+  const Tensor host_send = OnHost(send);
+  const Tensor host_recv = HostResult(recv);
+  return Returned(host_->AllToAllAsync(host_send, host_recv), {host_send}, host_recv, recv);
+}
+
+CommHandle StagedCommunicator::StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_counts,
+                                              const std::vector<int64_t>& send_offsets, const Tensor& recv,
+                                              const std::vector<int64_t>& recv_counts,
+                                              const std::vector<int64_t>& recv_offsets) {
+  CheckSameCollective(absl::StrCat("all_to_all_v of ", DTypeName(send.dtype())), &send_counts, &recv_counts);
+  const Tensor host_send = OnHost(send);
+  const Tensor host_recv = HostResult(recv);
+  return Returned(host_->AllToAllVAsync(host_send, send_counts, send_offsets, host_recv, recv_counts, recv_offsets),
+                  {host_send}, host_recv, recv);
+}
+
+CommHandle StagedCommunicator::StartBroadcast(const Tensor& buffer, int root) {
+  CheckSameCollective(Sized(absl::StrCat("broadcast from ", root), buffer.numel(), buffer.dtype()));
+  const Tensor host = rank() == root ? OnHost(buffer) : HostResult(buffer);
+  return Returned(host_->BroadcastAsync(host, root), {}, host, buffer);
+}
+
+CommHandle StagedCommunicator::StartSend(const Tensor& buffer, int peer, int tag) {
+  TETRA_CHECK(tag == 0) << "send: NCCL has no tags (got " << tag << "); order the transfers instead";
+  const Tensor host = OnHost(buffer);
+  return Returned(host_->SendAsync(host, peer), {host}, Tensor(), Tensor());
+}
+
+CommHandle StagedCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) {
+  TETRA_CHECK(tag == 0) << "recv: NCCL has no tags (got " << tag << "); order the transfers instead";
+  const Tensor host = HostResult(buffer);
+  return Returned(host_->RecvAsync(host, peer), {}, host, buffer);
+}
+
+CommHandle StagedCommunicator::StartBarrier() {
+  CheckSameCollective("barrier");
+  return host_->BarrierAsync();
+}
+
+}  // namespace tetra
