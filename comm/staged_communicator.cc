@@ -29,6 +29,17 @@ CommHandle Returned(CommHandle handle, std::vector<Tensor> staged, const Tensor&
   });
 }
 
+// A collective from `send` into `recv` run by `start` on their host sides:
+// send copied to the host, recv's result copied back when it completes. With
+// `fill_recv`, recv's current values go to the host too (parts the operation
+// leaves unwritten come back as they were).
+template <typename Start>
+CommHandle Staged(const Tensor& send, const Tensor& recv, Start start, bool fill_recv = false) {
+  const Tensor host_send = OnHost(send);
+  const Tensor host_recv = fill_recv ? OnHost(recv) : HostResult(recv);
+  return Returned(start(host_send, host_recv), {host_send}, host_recv, recv);
+}
+
 std::string Sized(const std::string& op, int64_t count, DType dtype) {
   return absl::StrCat(op, " of ", count, " ", DTypeName(dtype));
 }
@@ -80,30 +91,22 @@ void StagedCommunicator::CheckSameCollective(const std::string& operation,
 CommHandle StagedCommunicator::StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) {
   CheckSameCollective(Sized(absl::StrCat("all_reduce (", ReduceOpName(op), ")"), recv.numel(), recv.dtype()));
   // In place on the host stays in place; on the device the staged copies are distinct.
-  const Tensor host_send = OnHost(send);
-  const Tensor host_recv = HostResult(recv);
-  return Returned(host_->AllReduceAsync(host_send, host_recv, op), {host_send}, host_recv, recv);
+  return Staged(send, recv, [&](const Tensor& s, const Tensor& r) { return host_->AllReduceAsync(s, r, op); });
 }
 
 CommHandle StagedCommunicator::StartReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) {
   CheckSameCollective(Sized(absl::StrCat("reduce_scatter (", ReduceOpName(op), ")"), send.numel(), send.dtype()));
-  const Tensor host_send = OnHost(send);
-  const Tensor host_recv = HostResult(recv);
-  return Returned(host_->ReduceScatterAsync(host_send, host_recv, op), {host_send}, host_recv, recv);
+  return Staged(send, recv, [&](const Tensor& s, const Tensor& r) { return host_->ReduceScatterAsync(s, r, op); });
 }
 
 CommHandle StagedCommunicator::StartAllGather(const Tensor& send, const Tensor& recv) {
   CheckSameCollective(Sized("all_gather", recv.numel(), recv.dtype()));
-  const Tensor host_send = OnHost(send);
-  const Tensor host_recv = HostResult(recv);
-  return Returned(host_->AllGatherAsync(host_send, host_recv), {host_send}, host_recv, recv);
+  return Staged(send, recv, [&](const Tensor& s, const Tensor& r) { return host_->AllGatherAsync(s, r); });
 }
 
 CommHandle StagedCommunicator::StartAllToAll(const Tensor& send, const Tensor& recv) {
   CheckSameCollective(Sized("all_to_all", send.numel(), send.dtype()));
-  const Tensor host_send = OnHost(send);
-  const Tensor host_recv = HostResult(recv);
-  return Returned(host_->AllToAllAsync(host_send, host_recv), {host_send}, host_recv, recv);
+  return Staged(send, recv, [&](const Tensor& s, const Tensor& r) { return host_->AllToAllAsync(s, r); });
 }
 
 CommHandle StagedCommunicator::StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_counts,
@@ -111,11 +114,12 @@ CommHandle StagedCommunicator::StartAllToAllV(const Tensor& send, const std::vec
                                               const std::vector<int64_t>& recv_counts,
                                               const std::vector<int64_t>& recv_offsets) {
   CheckSameCollective(absl::StrCat("all_to_all_v of ", DTypeName(send.dtype())), &send_counts, &recv_counts);
-  const Tensor host_send = OnHost(send);
-  // The blocks may leave parts of recv unwritten: those come back as they were.
-  const Tensor host_recv = OnHost(recv);
-  return Returned(host_->AllToAllVAsync(host_send, send_counts, send_offsets, host_recv, recv_counts, recv_offsets),
-                  {host_send}, host_recv, recv);
+  return Staged(
+      send, recv,
+      [&](const Tensor& s, const Tensor& r) {
+        return host_->AllToAllVAsync(s, send_counts, send_offsets, r, recv_counts, recv_offsets);
+      },
+      /*fill_recv=*/true);
 }
 
 CommHandle StagedCommunicator::StartBroadcast(const Tensor& buffer, int root) {

@@ -2,8 +2,7 @@
 // host memory, through the host group (a group of one here: the multi-rank
 // matching is staged_communicator_mpi_test's) and back, ordered after the
 // kernels that produced them on a non-default current stream, with BF16 sums
-// widened to F32 on the device; and a host tensor's copy to the host is the
-// tensor itself.
+// widened to F32 on the device.
 #include "comm/staged_communicator.h"
 
 #include <cstdint>
@@ -82,12 +81,6 @@ TEST_F(StagedDeviceTest, AllToAllVMovesDeviceBlocks) {
   const Tensor recv = Tensor::Zeros({5}, DType::kF32, DeviceType::kCUDA);
   comm_.AllToAllV(send, {2}, {1}, recv, {2}, {3});
   EXPECT_EQ(HostValues(recv), (std::vector<float>{0, 0, 0, 5, 6}));
-}
-
-TEST(OnHostTest, AHostTensorIsItsOwnHostCopy) {
-  std::vector<float> values = {1, 2};
-  const Tensor host = Tensor::View(values.data(), {2}, DType::kF32);
-  EXPECT_EQ(OnHost(host).raw(), host.raw());
 }
 
 }  // namespace
