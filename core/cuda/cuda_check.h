@@ -26,7 +26,7 @@
   do {                                                                               \
     const cublasStatus_t tetra_cublas_status = (call);                               \
     TETRA_CHECK(tetra_cublas_status == CUBLAS_STATUS_SUCCESS)                        \
-        << #call << ": cuBLAS status " << static_cast<int>(tetra_cublas_status);     \
+        << #call << ": " << cublasLtGetStatusName(tetra_cublas_status);            \
   } while (0)
 
 #endif  // TETRA_CORE_CUDA_CUDA_CHECK_H_

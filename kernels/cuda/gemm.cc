@@ -1,14 +1,21 @@
 // Linear layers on cuBLASLt: column-major GEMMs on row-major tensors (a
 // row-major (r, c) matrix is a column-major (c, r) one), fp32 accumulation
 // for fp32 and bf16 inputs (no TF32: fp32 runs match the CPU reference).
-// Descriptors and the heuristic's algorithm are cached per problem, so after
-// the first step a GEMM is one cublasLtMatmul call.
+// Descriptors and the heuristic's candidate algorithms are cached per
+// problem, so after the first step a GEMM is one cublasLtMatmul call. The
+// heuristic's first choice can still be refused at launch (an algorithm it
+// ranks but this device, driver or alignment rejects), so the next candidates
+// are tried in the heuristic's order and the first that runs is remembered.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_arena.h"
@@ -50,10 +57,27 @@ struct MatmulKey {
   bool operator<(const MatmulKey& o) const { return Tie() < o.Tie(); }
 };
 
+// The problem in words, for the messages of a GEMM cuBLASLt cannot run.
+std::string Describe(const MatmulKey& key) {
+  const auto op = [](cublasOperation_t t) { return t == CUBLAS_OP_T ? "T" : "N"; };
+  const auto type = [](cudaDataType_t t) { return t == CUDA_R_16BF ? "bf16" : "fp32"; };
+  std::ostringstream out;
+  out << "column-major GEMM m " << key.m << " n " << key.n << " k " << key.k << ", op(A) "
+      << op(key.trans_a) << " op(B) " << op(key.trans_b) << ", lda " << key.lda << " ldb "
+      << key.ldb << " ldc " << key.ldc << ", A/B " << type(key.type_ab) << " C "
+      << type(key.type_c) << ", alignment A " << key.align_a << " B " << key.align_b << " C "
+      << key.align_c << " bytes";
+  return out.str();
+}
+
+// Candidates asked of the heuristic: enough to get past a refused first choice.
+constexpr int kMaxAlgorithms = 8;
+
 struct MatmulPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo;
+  std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's order, best first
+  size_t first = 0;  // algos before this one were refused at launch
 };
 
 MatmulPlan MakePlan(const MatmulKey& key) {
@@ -83,14 +107,22 @@ MatmulPlan MakePlan(const MatmulKey& key) {
     TETRA_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof(value)));
   }
-  cublasLtMatmulHeuristicResult_t result = {};
+  cublasLtMatmulHeuristicResult_t results[kMaxAlgorithms] = {};
   int found = 0;
-  TETRA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(CublasLtHandle(), plan.desc, plan.a, plan.b,
-                                                    plan.c, plan.c, pref, 1, &result, &found));
+  // NOT_SUPPORTED is the heuristic's answer for "no algorithm", not a failure.
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(CublasLtHandle(), plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                     pref, kMaxAlgorithms, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  TETRA_CHECK(found > 0) << "cuBLASLt has no algorithm for m " << key.m << " n " << key.n
-                         << " k " << key.k;
-  plan.algo = result.algo;
+  TETRA_CHECK(status == CUBLAS_STATUS_SUCCESS || status == CUBLAS_STATUS_NOT_SUPPORTED)
+      << "cublasLtMatmulAlgoGetHeuristic failed for " << Describe(key) << ": "
+      << cublasLtGetStatusName(status);
+  for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.algos.push_back(results[i].algo);
+  }
+  TETRA_CHECK(!plan.algos.empty())
+      << "cuBLASLt has no algorithm for " << Describe(key)
+      << " within a " << (kGemmWorkspaceBytes >> 20) << " MiB workspace";
   return plan;
 }
 
@@ -114,18 +146,37 @@ void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int
                       LtType(c.dtype()), Alignment(a.raw()), Alignment(b.raw()),
                       Alignment(c.raw())};
   static std::mutex mutex;
-  static std::map<MatmulKey, MatmulPlan> plans;
-  MatmulPlan plan;
+  static std::map<MatmulKey, MatmulPlan> plans;  // nodes are stable: plan stays valid
+  MatmulPlan* plan = nullptr;
+  size_t first = 0;
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = plans.find(key);
     if (it == plans.end()) it = plans.emplace(key, MakePlan(key)).first;
-    plan = it->second;
+    plan = &it->second;
+    first = plan->first;
   }
   const float alpha = 1.0f;
-  TETRA_CUBLAS_CHECK(cublasLtMatmul(CublasLtHandle(), plan.desc, &alpha, a.raw(), plan.a, b.raw(),
-                                    plan.b, &beta, c.raw(), plan.c, c.raw(), plan.c, &plan.algo,
-                                    GemmWorkspace(), kGemmWorkspaceBytes, CurrentStream()));
+  std::ostringstream refusals;
+  if (first > 0) refusals << "algorithms 0 to " << first - 1 << " refused earlier, ";
+  for (size_t i = first; i < plan->algos.size(); ++i) {
+    const cublasStatus_t status = cublasLtMatmul(
+        CublasLtHandle(), plan->desc, &alpha, a.raw(), plan->a, b.raw(), plan->b, &beta, c.raw(),
+        plan->c, c.raw(), plan->c, &plan->algos[i], GemmWorkspace(), kGemmWorkspaceBytes,
+        CurrentStream());
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      if (i != first) {
+        std::lock_guard<std::mutex> lock(mutex);
+        plan->first = std::max(plan->first, i);
+      }
+      return;
+    }
+    refusals << (i == first ? "" : ", ") << "algorithm " << i << " "
+             << cublasLtGetStatusName(status);
+  }
+  TETRA_CHECK(false) << "cublasLtMatmul refused all " << plan->algos.size()
+                     << " of the heuristic's algorithms for " << Describe(key) << " ("
+                     << refusals.str() << ")";
 }
 
 }  // namespace
