@@ -107,6 +107,21 @@ TEST(MemoryCheckTest, AGpuRunIsCheckedAgainstItsGpuAndItsDataAgainstTheHost) {
                         "machine has 64.0 GiB"));
 }
 
+TEST(MemoryCheckTest, TheGpuBenchmarksFitOneH200) {
+  MachineMemory h200 = Host(64);
+  h200.device_bytes = 139 * kGiB;  // what an H200 reports free
+  h200.device_name = "GPU 0 (H200)";
+  for (const char* recipe : {"bench_h200_1b.textproto", "bench_h200_moe.textproto"}) {
+    const TrainerConfig bench = Recipe(recipe);
+    EXPECT_TRUE(Check(bench, h200).ok()) << recipe << ": " << Check(bench, h200);
+  }
+  // The MoE one needs the H200: its 3.1B parameters' fp32 weights, gradients
+  // and AdamW moments alone are 50 GiB.
+  MachineMemory a100 = h200;
+  a100.device_bytes = 40 * kGiB;
+  EXPECT_THAT(Message(Check(Recipe("bench_h200_moe.textproto"), a100)), HasSubstr("has 40.0 GiB free"));
+}
+
 TEST(MemoryCheckTest, ExportNeedsOnlyWeightsAndGradients) {
   // hidden 8192: 4 x 8192^2 = 268M attention parameters, 8 B each for export
   // (2 GiB), 16 B for training (4 GiB).
