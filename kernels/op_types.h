@@ -11,12 +11,19 @@
 
 namespace tetra {
 
+// q, k: (B, T, H, D) with H = Hq or Hkv; v: (B, T, Hkv, Dv); out, dout:
+// (B, T, Hq, Dv); lse: (B, Hq, T). Scores are scaled by 1 / sqrt(D) whatever
+// Dv is. Dv differs from D in DeepSeek-V3's MLA (D = 192: 128 dims without
+// position plus 64 rotary ones; Dv = 128).
 struct AttentionShape {
-  int64_t batch;     // B
-  int64_t seq;       // T
-  int64_t q_heads;   // Hq, a multiple of kv_heads
-  int64_t kv_heads;  // Hkv
-  int64_t head_dim;  // D
+  int64_t batch;           // B
+  int64_t seq;             // T
+  int64_t q_heads;         // Hq, a multiple of kv_heads
+  int64_t kv_heads;        // Hkv
+  int64_t head_dim;        // D, of queries and keys
+  int64_t v_head_dim = 0;  // Dv, of values and outputs; 0: the same as D
+
+  int64_t value_dim() const { return v_head_dim == 0 ? head_dim : v_head_dim; }
 };
 
 // Hyperparameters are double because torch's are Python floats: the scalar

@@ -122,49 +122,62 @@ void RunGemm(const Gemm& g) {
   }
 }
 
-// Addressing of the (B, T, H, D) tensors and the (B, Hq, T) lse.
+// Addressing of the (B, T, H, D) q, k, the (B, T, H, Dv) v, out and the
+// (B, Hq, T) lse; gradients share their tensor's layout.
 struct Layout {
   explicit Layout(const AttentionShape& s)
       : shape(s),
-        q_row(s.q_heads * s.head_dim),
-        kv_row(s.kv_heads * s.head_dim),
+        dim(s.head_dim),
+        value_dim(s.value_dim()),
+        q_row(s.q_heads * dim),
+        k_row(s.kv_heads * dim),
+        v_row(s.kv_heads * value_dim),
+        out_row(s.q_heads * value_dim),
         group(s.q_heads / s.kv_heads),
         tiles((s.seq + kTileRows - 1) / kTileRows),
-        scale(static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))) {}
-  int64_t QOffset(int64_t b, int64_t t, int64_t h) const {
-    return ((b * shape.seq + t) * shape.q_heads + h) * shape.head_dim;
+        scale(static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)))) {}
+  int64_t QOffset(int64_t b, int64_t t, int64_t h) const { return Row(b, t) * q_row + h * dim; }
+  int64_t KOffset(int64_t b, int64_t t, int64_t g) const { return Row(b, t) * k_row + g * dim; }
+  int64_t VOffset(int64_t b, int64_t t, int64_t g) const {
+    return Row(b, t) * v_row + g * value_dim;
   }
-  int64_t KvOffset(int64_t b, int64_t t, int64_t g) const {
-    return ((b * shape.seq + t) * shape.kv_heads + g) * shape.head_dim;
+  int64_t OutOffset(int64_t b, int64_t t, int64_t h) const {
+    return Row(b, t) * out_row + h * value_dim;
   }
   int64_t LseOffset(int64_t b, int64_t h, int64_t t) const {
     return (b * shape.q_heads + h) * shape.seq + t;
   }
+  int64_t Row(int64_t b, int64_t t) const { return b * shape.seq + t; }
   const AttentionShape shape;
-  const int64_t q_row;   // stride between time steps of q, out, dout, dq
-  const int64_t kv_row;  // stride between time steps of k, v, dk, dv
-  const int64_t group;   // query heads per kv head
-  const int64_t tiles;   // query tiles per sequence
-  const float scale;     // 1 / sqrt(D)
+  const int64_t dim;        // D
+  const int64_t value_dim;  // Dv
+  // Strides between time steps.
+  const int64_t q_row;    // q, dq
+  const int64_t k_row;    // k, dk
+  const int64_t v_row;    // v, dv
+  const int64_t out_row;  // out, dout
+  const int64_t group;    // query heads per kv head
+  const int64_t tiles;    // query tiles per sequence
+  const float scale;      // 1 / sqrt(D)
 };
 
-// One thread's scratch, (2 T + 2 D + 2) * kTileRows floats, left
+// One thread's scratch, (2 T + D + Dv + 2) * kTileRows floats, left
 // uninitialised: every step writes its part before reading it.
 struct TileScratch {
-  explicit TileScratch(const AttentionShape& s)
-      : buffer(std::make_unique_for_overwrite<float[]>((2 * s.seq + 2 * s.head_dim + 2) *
-                                                       kTileRows)),
+  explicit TileScratch(const Layout& l)
+      : buffer(std::make_unique_for_overwrite<float[]>(
+            (2 * l.shape.seq + l.dim + l.value_dim + 2) * kTileRows)),
         scores(buffer.get()),
-        grad_scores(scores + s.seq * kTileRows),
-        q_t(grad_scores + s.seq * kTileRows),
-        dout_t(q_t + s.head_dim * kTileRows),
-        row_stat(dout_t + s.head_dim * kTileRows),
+        grad_scores(scores + l.shape.seq * kTileRows),
+        q_t(grad_scores + l.shape.seq * kTileRows),
+        dout_t(q_t + l.dim * kTileRows),
+        row_stat(dout_t + l.value_dim * kTileRows),
         row_sum(row_stat + kTileRows) {}
   std::unique_ptr<float[]> buffer;
   float* scores;       // S^T then P^T: (keys, kTileRows)
   float* grad_scores;  // dP^T then dS^T: (keys, kTileRows)
   float* q_t;          // (D, kTileRows)
-  float* dout_t;       // (D, kTileRows)
+  float* dout_t;       // (Dv, kTileRows)
   float* row_stat;     // per query: scaled max (forward) or lse (backward)
   float* row_sum;      // per query: softmax denominator or rowsum(dout * out)
 };
@@ -192,7 +205,7 @@ float Dot(const float* a, const float* b, int64_t n) {
 void TileScores(const Layout& l, const float* q_t, const float* k_head, int64_t t0,
                 int64_t rows, float* scores) {
   const int64_t keys = t0 + rows;
-  RunGemm({.m = keys, .n = rows, .depth = l.shape.head_dim, .a = k_head, .a_row = l.kv_row,
+  RunGemm({.m = keys, .n = rows, .depth = l.dim, .a = k_head, .a_row = l.k_row,
            .a_col = 1, .b = q_t, .ldb = kTileRows, .c = scores, .ldc = kTileRows,
            .accumulate = false});
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
@@ -212,8 +225,8 @@ void ForwardTile(const Layout& l, const float* q, const float* k, const float* v
   float* max_scaled = scratch.row_stat;
   float* denom = scratch.row_sum;
 
-  PackTransposed(q + l.QOffset(b, t0, h), l.q_row, rows, s.head_dim, scratch.q_t);
-  TileScores(l, scratch.q_t, k + l.KvOffset(b, 0, g), t0, rows, scores);
+  PackTransposed(q + l.QOffset(b, t0, h), l.q_row, rows, l.dim, scratch.q_t);
+  TileScores(l, scratch.q_t, k + l.KOffset(b, 0, g), t0, rows, scores);
 
   std::fill(max_scaled, max_scaled + rows, -std::numeric_limits<float>::infinity());
   for (int64_t j = 0; j < keys; ++j) {
@@ -235,14 +248,14 @@ void ForwardTile(const Layout& l, const float* q, const float* k, const float* v
   }
 
   // out rows = (P V) / denominator.
-  float* out_tile = out + l.QOffset(b, t0, h);
-  RunGemm({.m = rows, .n = s.head_dim, .depth = keys, .a = scores, .a_row = 1,
-           .a_col = kTileRows, .b = v + l.KvOffset(b, 0, g), .ldb = l.kv_row, .c = out_tile,
-           .ldc = l.q_row, .accumulate = false});
+  float* out_tile = out + l.OutOffset(b, t0, h);
+  RunGemm({.m = rows, .n = l.value_dim, .depth = keys, .a = scores, .a_row = 1,
+           .a_col = kTileRows, .b = v + l.VOffset(b, 0, g), .ldb = l.v_row, .c = out_tile,
+           .ldc = l.out_row, .accumulate = false});
   for (int64_t i = 0; i < rows; ++i) {
     const float inv = 1.0f / denom[i];
-    float* row = out_tile + i * l.q_row;
-    for (int64_t c = 0; c < s.head_dim; ++c) row[c] *= inv;
+    float* row = out_tile + i * l.out_row;
+    for (int64_t c = 0; c < l.value_dim; ++c) row[c] *= inv;
   }
 }
 
@@ -257,25 +270,24 @@ void BackwardTile(const Layout& l, const float* dout, const float* q, const floa
   const int64_t t0 = tile * kTileRows;
   const int64_t rows = std::min(kTileRows, s.seq - t0);
   const int64_t keys = t0 + rows;
-  const int64_t d = s.head_dim;
   const int64_t g = h / l.group;
   float* probs = scratch.scores;
   float* grad_scores = scratch.grad_scores;
   float* row_lse = scratch.row_stat;
   float* dout_dot_out = scratch.row_sum;
   const float* q_tile = q + l.QOffset(b, t0, h);
-  const float* dout_tile = dout + l.QOffset(b, t0, h);
-  const float* out_tile = out + l.QOffset(b, t0, h);
-  const float* k_head = k + l.KvOffset(b, 0, g);
-  const float* v_head = v + l.KvOffset(b, 0, g);
-  float* dk_head = dk + l.KvOffset(b, 0, g);
-  float* dv_head = dv + l.KvOffset(b, 0, g);
+  const float* dout_tile = dout + l.OutOffset(b, t0, h);
+  const float* out_tile = out + l.OutOffset(b, t0, h);
+  const float* k_head = k + l.KOffset(b, 0, g);
+  const float* v_head = v + l.VOffset(b, 0, g);
+  float* dk_head = dk + l.KOffset(b, 0, g);
+  float* dv_head = dv + l.VOffset(b, 0, g);
 
-  PackTransposed(q_tile, l.q_row, rows, d, scratch.q_t);
-  PackTransposed(dout_tile, l.q_row, rows, d, scratch.dout_t);
+  PackTransposed(q_tile, l.q_row, rows, l.dim, scratch.q_t);
+  PackTransposed(dout_tile, l.out_row, rows, l.value_dim, scratch.dout_t);
   for (int64_t i = 0; i < rows; ++i) {
     row_lse[i] = lse[l.LseOffset(b, h, t0 + i)];
-    dout_dot_out[i] = Dot(dout_tile + i * l.q_row, out_tile + i * l.q_row, d);
+    dout_dot_out[i] = Dot(dout_tile + i * l.out_row, out_tile + i * l.out_row, l.value_dim);
   }
 
   // P^T = exp(scale * S^T - lse), recomputed.
@@ -285,10 +297,11 @@ void BackwardTile(const Layout& l, const float* dout, const float* q, const floa
     for (int64_t i = 0; i < rows; ++i) row[i] = VecExp(l.scale * row[i] - row_lse[i]);
   }
   // dv[keys] += P^T dout_tile.
-  RunGemm({.m = keys, .n = d, .depth = rows, .a = probs, .a_row = kTileRows, .a_col = 1,
-           .b = dout_tile, .ldb = l.q_row, .c = dv_head, .ldc = l.kv_row, .accumulate = !first});
+  RunGemm({.m = keys, .n = l.value_dim, .depth = rows, .a = probs, .a_row = kTileRows,
+           .a_col = 1, .b = dout_tile, .ldb = l.out_row, .c = dv_head, .ldc = l.v_row,
+           .accumulate = !first});
   // dP^T = v[keys] dout_tile^T, then dS^T = P^T * (dP^T - rowsum(dout * out)) * scale.
-  RunGemm({.m = keys, .n = rows, .depth = d, .a = v_head, .a_row = l.kv_row, .a_col = 1,
+  RunGemm({.m = keys, .n = rows, .depth = l.value_dim, .a = v_head, .a_row = l.v_row, .a_col = 1,
            .b = scratch.dout_t, .ldb = kTileRows, .c = grad_scores, .ldc = kTileRows,
            .accumulate = false});
   for (int64_t j = 0; j < keys; ++j) {
@@ -297,17 +310,20 @@ void BackwardTile(const Layout& l, const float* dout, const float* q, const floa
     for (int64_t i = 0; i < rows; ++i) row[i] = p_row[i] * (row[i] - dout_dot_out[i]) * l.scale;
   }
   // dq_tile = dS k[keys]; dk[keys] += dS^T q_tile.
-  RunGemm({.m = rows, .n = d, .depth = keys, .a = grad_scores, .a_row = 1, .a_col = kTileRows,
-           .b = k_head, .ldb = l.kv_row, .c = dq + l.QOffset(b, t0, h), .ldc = l.q_row,
-           .accumulate = false});
-  RunGemm({.m = keys, .n = d, .depth = rows, .a = grad_scores, .a_row = kTileRows, .a_col = 1,
-           .b = q_tile, .ldb = l.q_row, .c = dk_head, .ldc = l.kv_row, .accumulate = !first});
+  RunGemm({.m = rows, .n = l.dim, .depth = keys, .a = grad_scores, .a_row = 1,
+           .a_col = kTileRows, .b = k_head, .ldb = l.k_row, .c = dq + l.QOffset(b, t0, h),
+           .ldc = l.q_row, .accumulate = false});
+  RunGemm({.m = keys, .n = l.dim, .depth = rows, .a = grad_scores, .a_row = kTileRows,
+           .a_col = 1, .b = q_tile, .ldb = l.q_row, .c = dk_head, .ldc = l.k_row,
+           .accumulate = !first});
 }
 
 void CheckShape(const AttentionShape& s) {
-  TETRA_CHECK(s.batch > 0 && s.seq > 0 && s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0)
-      << "attention shape (" << s.batch << ", " << s.seq << ", " << s.q_heads << ", "
-      << s.kv_heads << ", " << s.head_dim << ") has a non-positive dim";
+  TETRA_CHECK(s.batch > 0 && s.seq > 0 && s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0 &&
+              s.value_dim() > 0)
+      << "attention shape (B " << s.batch << ", T " << s.seq << ", Hq " << s.q_heads
+      << ", Hkv " << s.kv_heads << ", D " << s.head_dim << ", Dv " << s.value_dim()
+      << ") has a non-positive dim";
   TETRA_CHECK(s.q_heads % s.kv_heads == 0)
       << "q_heads " << s.q_heads << " is not a multiple of kv_heads " << s.kv_heads;
 }
@@ -322,7 +338,7 @@ void AttentionForward(const AttentionShape& s, const float* q, const float* k, c
   const int64_t tasks = heads * l.tiles;
 #pragma omp parallel
   {
-    TileScratch scratch(s);
+    TileScratch scratch(l);
     // Causal tiles differ in cost: hand out the longest (last) tiles first.
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
@@ -341,7 +357,7 @@ void AttentionBackward(const AttentionShape& s, const float* dout, const float* 
   const int64_t kv_tasks = s.batch * s.kv_heads;
 #pragma omp parallel
   {
-    TileScratch scratch(s);
+    TileScratch scratch(l);
     // One task owns dk and dv of one (batch, kv head) and sums its query
     // heads and tiles serially, so the result does not depend on threads.
 #pragma omp for schedule(dynamic)

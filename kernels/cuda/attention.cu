@@ -11,7 +11,8 @@
 //    over the query heads of its group and the query tiles at or after its
 //    keys; lane i scores query i, then lanes accumulate dims. dK and dV of a
 //    kv head sum its query heads in registers: no atomics, deterministic.
-// Layouts: q, out, dout (B, T, Hq, D); k, v (B, T, Hkv, D); lse (B, Hq, T).
+// Layouts: q (B, T, Hq, D); k (B, T, Hkv, D); v (B, T, Hkv, Dv); out, dout
+// (B, T, Hq, Dv); lse (B, Hq, T). D and Dv are each at most kMaxDim.
 #include <cmath>
 
 #include "core/cuda/cuda_check.h"
@@ -31,19 +32,21 @@ constexpr int kMaxDim = 128;
 constexpr int kDimChunks = kMaxDim / 32;  // dims per lane
 
 struct Dims {
-  int64_t batch, seq, q_heads, kv_heads, dim;
+  int64_t batch, seq, q_heads, kv_heads;
+  int64_t dim;   // D, of q and k
+  int64_t vdim;  // Dv, of v, out and dout
   float scale;
 };
 
-// Copies rows [t0, t0 + rows) of head h, batch b of x (B, T, H, D) into
+// Copies rows [t0, t0 + rows) of head h, batch b of x (B, T, H, width) into
 // shared s (rows, ld) as fp32; rows past the sequence are zero.
 template <typename T>
-__device__ void LoadRows(const T* x, const Dims& d, int64_t heads, int64_t b, int64_t h,
-                         int64_t t0, int rows, float* s, int ld) {
-  for (int idx = threadIdx.x; idx < rows * d.dim; idx += blockDim.x) {
-    const int r = idx / d.dim, c = idx % d.dim;
+__device__ void LoadRows(const T* x, const Dims& d, int64_t heads, int64_t width, int64_t b,
+                         int64_t h, int64_t t0, int rows, float* s, int ld) {
+  for (int idx = threadIdx.x; idx < rows * width; idx += blockDim.x) {
+    const int r = idx / width, c = idx % width;
     const int64_t t = t0 + r;
-    s[r * ld + c] = t < d.seq ? ToFloat(x[((b * d.seq + t) * heads + h) * d.dim + c]) : 0.0f;
+    s[r * ld + c] = t < d.seq ? ToFloat(x[((b * d.seq + t) * heads + h) * width + c]) : 0.0f;
   }
 }
 
@@ -68,11 +71,11 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
   const int ldk = d.dim + 1;  // padded: lane j reads row j, conflict-free
   float* q_s = smem;                      // (kBlockRows, D)
   float* k_s = q_s + kBlockRows * d.dim;  // (kTile, D + 1)
-  float* v_s = k_s + kTile * ldk;         // (kTile, D)
+  float* v_s = k_s + kTile * ldk;         // (kTile, Dv)
   const int64_t b = blockIdx.z, h = blockIdx.y, t0 = int64_t{blockIdx.x} * kBlockRows;
   const int64_t hkv = h / (d.q_heads / d.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  LoadRows(q, d, d.q_heads, b, h, t0, kBlockRows, q_s, d.dim);
+  LoadRows(q, d, d.q_heads, d.dim, b, h, t0, kBlockRows, q_s, d.dim);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
   #pragma unroll
@@ -85,8 +88,8 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
   const int64_t last_row = min(t0 + kBlockRows, d.seq) - 1;
   for (int64_t k0 = 0; k0 <= last_row; k0 += kTile) {
     __syncthreads();  // the previous tile is consumed (and q_s is loaded)
-    LoadRows(k, d, d.kv_heads, b, hkv, k0, kTile, k_s, ldk);
-    LoadRows(v, d, d.kv_heads, b, hkv, k0, kTile, v_s, d.dim);
+    LoadRows(k, d, d.kv_heads, d.dim, b, hkv, k0, kTile, k_s, ldk);
+    LoadRows(v, d, d.kv_heads, d.vdim, b, hkv, k0, kTile, v_s, d.vdim);
     __syncthreads();
     // Scores of key k0 + lane against every row of the warp.
     const int64_t key = k0 + lane;
@@ -114,8 +117,8 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
       #pragma unroll
       for (int c = 0; c < kDimChunks; ++c) {
         const int col = lane + 32 * c;
-        if (col >= d.dim) continue;
-        const float vj = v_s[j * d.dim + col];
+        if (col >= d.vdim) continue;
+        const float vj = v_s[j * d.vdim + col];
         #pragma unroll
         for (int i = 0; i < kRowsPerWarp; ++i) acc[i][c] += pj[i] * vj;
       }
@@ -125,11 +128,11 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int64_t t = t0 + warp * kRowsPerWarp + i;
     if (t >= d.seq) continue;
-    T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.dim;
+    T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.vdim;
     #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
-      if (col < d.dim) o[col] = FromFloat<T>(acc[i][c] / l[i]);
+      if (col < d.vdim) o[col] = FromFloat<T>(acc[i][c] / l[i]);
     }
     if (lane == 0) lse[(b * d.q_heads + h) * d.seq + t] = m[i] + logf(l[i]);
   }
@@ -141,16 +144,16 @@ template <typename T>
 __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T* k, const T* v,
                                 const T* out, const float* lse, float* delta, T* dq) {
   extern __shared__ float smem[];
-  const int ldk = d.dim + 1;
+  const int ldk = d.dim + 1, ldv = d.vdim + 1;
   float* q_s = smem;                        // (kBlockRows, D)
-  float* do_s = q_s + kBlockRows * d.dim;   // (kBlockRows, D)
-  float* k_s = do_s + kBlockRows * d.dim;   // (kTile, D + 1)
-  float* v_s = k_s + kTile * ldk;           // (kTile, D + 1)
+  float* do_s = q_s + kBlockRows * d.dim;   // (kBlockRows, Dv)
+  float* k_s = do_s + kBlockRows * d.vdim;  // (kTile, D + 1)
+  float* v_s = k_s + kTile * ldk;           // (kTile, Dv + 1)
   const int64_t b = blockIdx.z, h = blockIdx.y, t0 = int64_t{blockIdx.x} * kBlockRows;
   const int64_t hkv = h / (d.q_heads / d.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  LoadRows(q, d, d.q_heads, b, h, t0, kBlockRows, q_s, d.dim);
-  LoadRows(dout, d, d.q_heads, b, h, t0, kBlockRows, do_s, d.dim);
+  LoadRows(q, d, d.q_heads, d.dim, b, h, t0, kBlockRows, q_s, d.dim);
+  LoadRows(dout, d, d.q_heads, d.vdim, b, h, t0, kBlockRows, do_s, d.vdim);
   __syncthreads();
 
   float row_lse[kRowsPerWarp], row_delta[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
@@ -163,12 +166,12 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
     row_lse[i] = 0.0f;
     row_delta[i] = 0.0f;
     if (t >= d.seq) continue;
-    const T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.dim;
+    const T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.vdim;
     float partial = 0.0f;
     #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
-      if (col < d.dim) partial += do_s[r * d.dim + col] * ToFloat(o[col]);
+      if (col < d.vdim) partial += do_s[r * d.vdim + col] * ToFloat(o[col]);
     }
     row_delta[i] = WarpSum(partial);
     row_lse[i] = lse[(b * d.q_heads + h) * d.seq + t];
@@ -177,14 +180,14 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
   const int64_t last_row = min(t0 + kBlockRows, d.seq) - 1;
   for (int64_t k0 = 0; k0 <= last_row; k0 += kTile) {
     __syncthreads();
-    LoadRows(k, d, d.kv_heads, b, hkv, k0, kTile, k_s, ldk);
-    LoadRows(v, d, d.kv_heads, b, hkv, k0, kTile, v_s, ldk);
+    LoadRows(k, d, d.kv_heads, d.dim, b, hkv, k0, kTile, k_s, ldk);
+    LoadRows(v, d, d.kv_heads, d.vdim, b, hkv, k0, kTile, v_s, ldv);
     __syncthreads();
     // dS of key k0 + lane for every row of the warp (0 where masked).
     const int64_t key = k0 + lane;
     float score[kRowsPerWarp], dp[kRowsPerWarp], ds[kRowsPerWarp];
     RowDots(q_s + warp * kRowsPerWarp * d.dim, k_s + lane * ldk, d.dim, score);
-    RowDots(do_s + warp * kRowsPerWarp * d.dim, v_s + lane * ldk, d.dim, dp);
+    RowDots(do_s + warp * kRowsPerWarp * d.vdim, v_s + lane * ldv, d.vdim, dp);
     #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int64_t t = t0 + warp * kRowsPerWarp + i;
@@ -229,18 +232,18 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
                                    const T* v, const float* lse, const float* delta, T* dk,
                                    T* dv) {
   extern __shared__ float smem[];
-  const int ldq = d.dim + 1;  // padded: lane i reads query row i
+  const int ldq = d.dim + 1, ldo = d.vdim + 1;  // padded: lane i reads query row i
   float* k_s = smem;                        // (kBlockRows, D)
-  float* v_s = k_s + kBlockRows * d.dim;    // (kBlockRows, D)
-  float* q_s = v_s + kBlockRows * d.dim;    // (kTile, D + 1)
-  float* do_s = q_s + kTile * ldq;          // (kTile, D + 1)
-  float* lse_s = do_s + kTile * ldq;        // (kTile)
+  float* v_s = k_s + kBlockRows * d.dim;    // (kBlockRows, Dv)
+  float* q_s = v_s + kBlockRows * d.vdim;   // (kTile, D + 1)
+  float* do_s = q_s + kTile * ldq;          // (kTile, Dv + 1)
+  float* lse_s = do_s + kTile * ldo;        // (kTile)
   float* delta_s = lse_s + kTile;           // (kTile)
   const int64_t b = blockIdx.z, hkv = blockIdx.y, s0 = int64_t{blockIdx.x} * kBlockRows;
   const int64_t group = d.q_heads / d.kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  LoadRows(k, d, d.kv_heads, b, hkv, s0, kBlockRows, k_s, d.dim);
-  LoadRows(v, d, d.kv_heads, b, hkv, s0, kBlockRows, v_s, d.dim);
+  LoadRows(k, d, d.kv_heads, d.dim, b, hkv, s0, kBlockRows, k_s, d.dim);
+  LoadRows(v, d, d.kv_heads, d.vdim, b, hkv, s0, kBlockRows, v_s, d.vdim);
 
   float dk_acc[kRowsPerWarp][kDimChunks], dv_acc[kRowsPerWarp][kDimChunks];
   #pragma unroll
@@ -251,8 +254,8 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
   for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
     for (int64_t q0 = s0 / kTile * kTile; q0 < d.seq; q0 += kTile) {
       __syncthreads();  // the previous tile is consumed (and k_s, v_s are loaded)
-      LoadRows(q, d, d.q_heads, b, h, q0, kTile, q_s, ldq);
-      LoadRows(dout, d, d.q_heads, b, h, q0, kTile, do_s, ldq);
+      LoadRows(q, d, d.q_heads, d.dim, b, h, q0, kTile, q_s, ldq);
+      LoadRows(dout, d, d.q_heads, d.vdim, b, h, q0, kTile, do_s, ldo);
       if (threadIdx.x < kTile) {
         const int64_t t = q0 + threadIdx.x;
         lse_s[threadIdx.x] = t < d.seq ? lse[(b * d.q_heads + h) * d.seq + t] : 0.0f;
@@ -263,7 +266,7 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
       const int64_t t = q0 + lane;
       float score[kRowsPerWarp], dp[kRowsPerWarp], p[kRowsPerWarp], ds[kRowsPerWarp];
       RowDots(k_s + warp * kRowsPerWarp * d.dim, q_s + lane * ldq, d.dim, score);
-      RowDots(v_s + warp * kRowsPerWarp * d.dim, do_s + lane * ldq, d.dim, dp);
+      RowDots(v_s + warp * kRowsPerWarp * d.vdim, do_s + lane * ldo, d.vdim, dp);
       #pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const int64_t s = s0 + warp * kRowsPerWarp + i;
@@ -285,12 +288,15 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
         #pragma unroll
         for (int c = 0; c < kDimChunks; ++c) {
           const int col = lane + 32 * c;
-          if (col >= d.dim) continue;
-          const float doj = do_s[j * ldq + col], qj = q_s[j * ldq + col];
-          #pragma unroll
-          for (int i = 0; i < kRowsPerWarp; ++i) {
-            dv_acc[i][c] += pj[i] * doj;
-            dk_acc[i][c] += dsj[i] * qj;
+          if (col < d.vdim) {
+            const float doj = do_s[j * ldo + col];
+            #pragma unroll
+            for (int i = 0; i < kRowsPerWarp; ++i) dv_acc[i][c] += pj[i] * doj;
+          }
+          if (col < d.dim) {
+            const float qj = q_s[j * ldq + col];
+            #pragma unroll
+            for (int i = 0; i < kRowsPerWarp; ++i) dk_acc[i][c] += dsj[i] * qj;
           }
         }
       }
@@ -300,14 +306,12 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int64_t s = s0 + warp * kRowsPerWarp + i;
     if (s >= d.seq) continue;
-    const int64_t offset = ((b * d.seq + s) * d.kv_heads + hkv) * d.dim;
+    const int64_t row = (b * d.seq + s) * d.kv_heads + hkv;
     #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
-      if (col < d.dim) {
-        dk[offset + col] = FromFloat<T>(dk_acc[i][c]);
-        dv[offset + col] = FromFloat<T>(dv_acc[i][c]);
-      }
+      if (col < d.dim) dk[row * d.dim + col] = FromFloat<T>(dk_acc[i][c]);
+      if (col < d.vdim) dv[row * d.vdim + col] = FromFloat<T>(dv_acc[i][c]);
     }
   }
 }
@@ -317,15 +321,18 @@ Dims CheckedDims(const AttentionShape& s, const char* op, const Tensor& q, const
   ExpectDevice(q, op, "q");
   ExpectDevice(k, op, "k");
   ExpectDevice(v, op, "v");
+  const int64_t dv = s.value_dim();
   TETRA_CHECK(s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0 &&
-              s.head_dim <= kMaxDim)
-      << op << ": Hq " << s.q_heads << " Hkv " << s.kv_heads << " D " << s.head_dim
-      << " (the kernel takes D <= " << kMaxDim << ")";
+              s.head_dim <= kMaxDim && dv > 0 && dv <= kMaxDim)
+      << op << ": Hq " << s.q_heads << " Hkv " << s.kv_heads << " D " << s.head_dim << " Dv "
+      << dv << " (the kernel takes D, Dv <= " << kMaxDim << ")";
   TETRA_CHECK(q.numel() == s.batch * s.seq * s.q_heads * s.head_dim &&
-              k.numel() == s.batch * s.seq * s.kv_heads * s.head_dim && v.numel() == k.numel() &&
-              k.dtype() == q.dtype() && v.dtype() == q.dtype())
-      << op << ": q " << ShapeString(q.shape()) << " k " << ShapeString(k.shape());
-  return Dims{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim,
+              k.numel() == s.batch * s.seq * s.kv_heads * s.head_dim &&
+              v.numel() == s.batch * s.seq * s.kv_heads * dv && k.dtype() == q.dtype() &&
+              v.dtype() == q.dtype())
+      << op << ": q " << ShapeString(q.shape()) << " k " << ShapeString(k.shape()) << " v "
+      << ShapeString(v.shape());
+  return Dims{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, dv,
               static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
 }
 
@@ -346,12 +353,12 @@ void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, co
   const Dims d = CheckedDims(shape, "Attention", q, k, v);
   ExpectDevice(out, "Attention", "out");
   ExpectDevice(lse, "Attention", "lse");
-  TETRA_CHECK(out.numel() == q.numel() && out.dtype() == q.dtype() &&
+  TETRA_CHECK(out.numel() == d.batch * d.seq * d.q_heads * d.vdim && out.dtype() == q.dtype() &&
               lse.numel() == d.batch * d.q_heads * d.seq && lse.dtype() == DType::kF32)
       << "Attention: out " << ShapeString(out.shape()) << " lse " << ShapeString(lse.shape());
   if (d.batch * d.seq == 0) return;
   const dim3 grid(CeilDiv(d.seq, kBlockRows), d.q_heads, d.batch);
-  const size_t smem = (kBlockRows * d.dim + kTile * (d.dim + 1) + kTile * d.dim) * sizeof(float);
+  const size_t smem = (kBlockRows * d.dim + kTile * (d.dim + 1) + kTile * d.vdim) * sizeof(float);
   DispatchFloat(q.dtype(), "Attention", [&](auto tag) {
     using T = decltype(tag);
     Launch(ForwardKernel<T>, grid, smem, d, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
@@ -369,16 +376,18 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
   }
   ExpectDevice(lse, "AttentionBackward", "lse");
   TETRA_CHECK(lse.dtype() == DType::kF32) << "AttentionBackward: lse is fp32";
-  TETRA_CHECK(dout.numel() == q.numel() && out.numel() == q.numel() && dq.numel() == q.numel() &&
-              dk.numel() == k.numel() && dv.numel() == k.numel() &&
+  TETRA_CHECK(dout.numel() == d.batch * d.seq * d.q_heads * d.vdim && out.numel() == dout.numel() &&
+              dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
               lse.numel() == d.batch * d.q_heads * d.seq)
       << "AttentionBackward: sizes differ from q " << ShapeString(q.shape()) << ", k "
-      << ShapeString(k.shape());
+      << ShapeString(k.shape()) << ", v " << ShapeString(v.shape());
   if (d.batch * d.seq == 0) return;
   float* delta = static_cast<float*>(Scratch(d.batch * d.q_heads * d.seq * sizeof(float)));
-  const size_t q_smem = (2 * kBlockRows * d.dim + 2 * kTile * (d.dim + 1)) * sizeof(float);
-  const size_t kv_smem =
-      (2 * kBlockRows * d.dim + 2 * kTile * (d.dim + 1) + 2 * kTile) * sizeof(float);
+  // Both kernels hold (kBlockRows, D) and (kBlockRows, Dv) blocks and padded
+  // (kTile, D + 1) and (kTile, Dv + 1) tiles; dK/dV adds lse and delta tiles.
+  const size_t q_smem =
+      (kBlockRows * (d.dim + d.vdim) + kTile * (d.dim + d.vdim + 2)) * sizeof(float);
+  const size_t kv_smem = q_smem + 2 * kTile * sizeof(float);
   DispatchFloat(q.dtype(), "AttentionBackward", [&](auto tag) {
     using T = decltype(tag);
     Launch(QueryGradKernel<T>, dim3(CeilDiv(d.seq, kBlockRows), d.q_heads, d.batch), q_smem, d,

@@ -39,20 +39,24 @@ constexpr testing::GradCheckOptions kGradCheck{
     .step = 1e-2, .rel_tol = 1e-2, .abs_tol = 1e-4, .max_checks = 48};
 
 std::ostream& operator<<(std::ostream& os, const AttentionShape& s) {
-  return os << "B" << s.batch << "_T" << s.seq << "_Hq" << s.q_heads << "_Hkv" << s.kv_heads
-            << "_D" << s.head_dim;
+  os << "B" << s.batch << "_T" << s.seq << "_Hq" << s.q_heads << "_Hkv" << s.kv_heads << "_D"
+     << s.head_dim;
+  if (s.v_head_dim != 0) os << "_Dv" << s.v_head_dim;
+  return os;
 }
 
 int64_t QSize(const AttentionShape& s) { return s.batch * s.seq * s.q_heads * s.head_dim; }
-int64_t KvSize(const AttentionShape& s) { return s.batch * s.seq * s.kv_heads * s.head_dim; }
+int64_t KSize(const AttentionShape& s) { return s.batch * s.seq * s.kv_heads * s.head_dim; }
+int64_t VSize(const AttentionShape& s) { return s.batch * s.seq * s.kv_heads * s.value_dim(); }
+int64_t OutSize(const AttentionShape& s) { return s.batch * s.seq * s.q_heads * s.value_dim(); }
 int64_t LseSize(const AttentionShape& s) { return s.batch * s.q_heads * s.seq; }
 
 struct Inputs {
   explicit Inputs(const AttentionShape& s, float q_scale = 1.0f)
       : q(testing::RandomVector(QSize(s), 1, q_scale)),
-        k(testing::RandomVector(KvSize(s), 2)),
-        v(testing::RandomVector(KvSize(s), 3)),
-        probe(testing::RandomVector(QSize(s), 4)) {}
+        k(testing::RandomVector(KSize(s), 2)),
+        v(testing::RandomVector(VSize(s), 3)),
+        probe(testing::RandomVector(OutSize(s), 4)) {}
   std::vector<float> q, k, v;
   std::vector<float> probe;  // dL/dout for L = sum(out * probe)
 };
@@ -64,14 +68,18 @@ struct Result {
 // Textbook attention in double: the full (T, T) score matrix of every head,
 // the causal mask, softmax, repeat_kv, and its analytic backward for
 // dout = probe (with the softmax backward written as p * (dp - sum(p * dp))).
+// Scores are scaled by 1 / sqrt(D), the query/key head dim, also where the
+// value head dim Dv differs.
 Result NaiveAttention(const AttentionShape& s, const Inputs& in) {
-  const int64_t T = s.seq, D = s.head_dim, group = s.q_heads / s.kv_heads;
+  const int64_t T = s.seq, D = s.head_dim, Dv = s.value_dim(), group = s.q_heads / s.kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   auto qi = [&](int64_t b, int64_t t, int64_t h) { return ((b * T + t) * s.q_heads + h) * D; };
   auto ki = [&](int64_t b, int64_t t, int64_t g) { return ((b * T + t) * s.kv_heads + g) * D; };
-  Result r{std::vector<double>(QSize(s)), std::vector<double>(LseSize(s)),
-           std::vector<double>(QSize(s)), std::vector<double>(KvSize(s)),
-           std::vector<double>(KvSize(s))};
+  auto vi = [&](int64_t b, int64_t t, int64_t g) { return ((b * T + t) * s.kv_heads + g) * Dv; };
+  auto oi = [&](int64_t b, int64_t t, int64_t h) { return ((b * T + t) * s.q_heads + h) * Dv; };
+  Result r{std::vector<double>(OutSize(s)), std::vector<double>(LseSize(s)),
+           std::vector<double>(QSize(s)), std::vector<double>(KSize(s)),
+           std::vector<double>(VSize(s))};
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < s.q_heads; ++h) {
       const int64_t g = h / group;
@@ -91,21 +99,21 @@ Result NaiveAttention(const AttentionShape& s, const Inputs& in) {
         for (int64_t j = 0; j <= t; ++j) p[t * T + j] = std::exp(p[t * T + j] - max_score) / sum;
         r.lse[(b * s.q_heads + h) * T + t] = max_score + std::log(sum);
         for (int64_t j = 0; j <= t; ++j) {
-          for (int64_t c = 0; c < D; ++c) r.out[qi(b, t, h) + c] += p[t * T + j] * in.v[ki(b, j, g) + c];
+          for (int64_t c = 0; c < Dv; ++c) r.out[oi(b, t, h) + c] += p[t * T + j] * in.v[vi(b, j, g) + c];
         }
       }
       for (int64_t t = 0; t < T; ++t) {
-        const float* dout = &in.probe[qi(b, t, h)];
+        const float* dout = &in.probe[oi(b, t, h)];
         std::vector<double> dp(t + 1);
         double p_dot_dp = 0;
         for (int64_t j = 0; j <= t; ++j) {
-          for (int64_t c = 0; c < D; ++c) dp[j] += static_cast<double>(dout[c]) * in.v[ki(b, j, g) + c];
+          for (int64_t c = 0; c < Dv; ++c) dp[j] += static_cast<double>(dout[c]) * in.v[vi(b, j, g) + c];
           p_dot_dp += p[t * T + j] * dp[j];
         }
         for (int64_t j = 0; j <= t; ++j) {
           const double ds = p[t * T + j] * (dp[j] - p_dot_dp) * scale;
+          for (int64_t c = 0; c < Dv; ++c) r.dv[vi(b, j, g) + c] += p[t * T + j] * dout[c];
           for (int64_t c = 0; c < D; ++c) {
-            r.dv[ki(b, j, g) + c] += p[t * T + j] * dout[c];
             r.dq[qi(b, t, h) + c] += ds * in.k[ki(b, j, g) + c];
             r.dk[ki(b, j, g) + c] += ds * in.q[qi(b, t, h) + c];
           }
@@ -117,12 +125,12 @@ Result NaiveAttention(const AttentionShape& s, const Inputs& in) {
 }
 
 struct Grads {
-  explicit Grads(const AttentionShape& s) : dq(QSize(s)), dk(KvSize(s)), dv(KvSize(s)) {}
+  explicit Grads(const AttentionShape& s) : dq(QSize(s)), dk(KSize(s)), dv(VSize(s)) {}
   std::vector<float> dq, dk, dv;
 };
 
 struct Output {
-  explicit Output(const AttentionShape& s) : out(QSize(s)), lse(LseSize(s)) {}
+  explicit Output(const AttentionShape& s) : out(OutSize(s)), lse(LseSize(s)) {}
   std::vector<float> out, lse;
 };
 
@@ -160,11 +168,14 @@ void ExpectNear(const std::string& name, const std::vector<float>& got,
 class AttentionTest : public ::testing::TestWithParam<AttentionShape> {};
 
 // Tiny shapes with one kv head per query head, two per kv head, and all four
-// sharing one (multi-query); T < one tile.
+// sharing one (multi-query); then value head dims below and above the
+// query/key head dim, as MLA's (D 192, Dv 128); T < one tile.
 INSTANTIATE_TEST_SUITE_P(Tiny, AttentionTest,
                          ::testing::Values(AttentionShape{2, 5, 4, 4, 8},
                                            AttentionShape{2, 7, 4, 2, 8},
-                                           AttentionShape{2, 9, 4, 1, 8}),
+                                           AttentionShape{2, 9, 4, 1, 8},
+                                           AttentionShape{2, 7, 4, 2, 12, 8},
+                                           AttentionShape{2, 6, 2, 1, 4, 12}),
                          [](const auto& info) {
                            std::ostringstream name;
                            name << info.param;
@@ -196,18 +207,20 @@ TEST_P(AttentionTest, BackwardMatchesFiniteDifferences) {
   const Grads g = Backward(s, in, Forward(s, in));
   auto loss = [&] { return testing::ProbeLoss(Forward(s, in).out.data(), in.probe); };
   testing::ExpectGradientMatches("dq", in.q.data(), QSize(s), g.dq.data(), loss, kGradCheck);
-  testing::ExpectGradientMatches("dk", in.k.data(), KvSize(s), g.dk.data(), loss, kGradCheck);
-  testing::ExpectGradientMatches("dv", in.v.data(), KvSize(s), g.dv.data(), loss, kGradCheck);
+  testing::ExpectGradientMatches("dk", in.k.data(), KSize(s), g.dk.data(), loss, kGradCheck);
+  testing::ExpectGradientMatches("dv", in.v.data(), VSize(s), g.dv.data(), loss, kGradCheck);
 }
 
 class AttentionTileEdgeTest : public AttentionTest {};
 
 // T = 150 and 130 are longer than the 64-row query tile and not multiples of
 // it; head dims 40 and 64 run the vectorised tile products with and without a
-// scalar column tail.
+// scalar column tail, and D 48 with Dv 24 the value products apart from the
+// score products.
 INSTANTIATE_TEST_SUITE_P(Long, AttentionTileEdgeTest,
                          ::testing::Values(AttentionShape{1, 150, 4, 2, 40},
-                                           AttentionShape{2, 130, 2, 1, 64}),
+                                           AttentionShape{2, 130, 2, 1, 64},
+                                           AttentionShape{1, 150, 4, 2, 48, 24}),
                          [](const auto& info) {
                            std::ostringstream name;
                            name << info.param;

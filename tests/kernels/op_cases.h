@@ -155,25 +155,30 @@ inline void AddAttentionCases(std::vector<OpCase>* cases) {
       {.batch = 2, .seq = 45, .q_heads = 4, .kv_heads = 2, .head_dim = 16},
       {.batch = 1, .seq = 70, .q_heads = 3, .kv_heads = 1, .head_dim = 40},
       {.batch = 1, .seq = 33, .q_heads = 2, .kv_heads = 2, .head_dim = 128},
+      // MLA's value head dim below the query/key one (D 192, Dv 128), scaled down.
+      {.batch = 2, .seq = 40, .q_heads = 4, .kv_heads = 2, .head_dim = 48, .v_head_dim = 32},
   };
   for (const AttentionShape& s : shapes) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       const bool fp32 = dtype == DType::kF32;
       cases->push_back(
           {CaseName("attention", dtype,
-                    absl::StrCat("B", s.batch, " T", s.seq, " Hq", s.q_heads, " Hkv", s.kv_heads, " D", s.head_dim)),
+                    absl::StrCat("B", s.batch, " T", s.seq, " Hq", s.q_heads, " Hkv", s.kv_heads, " D", s.head_dim,
+                                 s.v_head_dim == 0 ? "" : absl::StrCat(" Dv", s.v_head_dim))),
            [=](const Backend& b, Outputs* out) {
              const Shape q_shape = {s.batch, s.seq, s.q_heads, s.head_dim};
-             const Shape kv_shape = {s.batch, s.seq, s.kv_heads, s.head_dim};
-             const Tensor q = b.In(HostRandom(q_shape, 1), dtype), k = b.In(HostRandom(kv_shape, 2), dtype),
-                          v = b.In(HostRandom(kv_shape, 3), dtype);
-             const Tensor y = b.Out(q_shape, dtype), lse = b.Out({s.batch, s.q_heads, s.seq});
+             const Shape k_shape = {s.batch, s.seq, s.kv_heads, s.head_dim};
+             const Shape v_shape = {s.batch, s.seq, s.kv_heads, s.value_dim()};
+             const Shape out_shape = {s.batch, s.seq, s.q_heads, s.value_dim()};
+             const Tensor q = b.In(HostRandom(q_shape, 1), dtype), k = b.In(HostRandom(k_shape, 2), dtype),
+                          v = b.In(HostRandom(v_shape, 3), dtype);
+             const Tensor y = b.Out(out_shape, dtype), lse = b.Out({s.batch, s.q_heads, s.seq});
              ops::Attention(s, q, k, v, y, lse);
              b.Round(y, dtype);  // the backward reads the stored output
              out->Add("out", y, fp32 ? kForwardTol : kBf16Tol);
              out->Add("lse", lse, kForwardTol);
-             const Tensor dq = b.Out(q_shape, dtype), dk = b.Out(kv_shape, dtype), dv = b.Out(kv_shape, dtype);
-             ops::AttentionBackward(s, b.In(HostRandom(q_shape, 4), dtype), q, k, v, y, lse, dq, dk, dv);
+             const Tensor dq = b.Out(q_shape, dtype), dk = b.Out(k_shape, dtype), dv = b.Out(v_shape, dtype);
+             ops::AttentionBackward(s, b.In(HostRandom(out_shape, 4), dtype), q, k, v, y, lse, dq, dk, dv);
              const Tolerance tol = fp32 ? kBackwardTol : kBf16Tol;
              out->Add("dq", dq, tol);
              out->Add("dk", dk, tol);
