@@ -1,11 +1,15 @@
 // Softmax cross-entropy over the vocabulary on the device, fused with its
 // gradient for one rank and split into steps for the vocabulary-parallel
-// loss, one block per row. Both are made of the same row steps as the CPU
-// reference (kernels/cpu/cross_entropy.cc): the row max, the sum of
-// exp(x - max) in fp64, and the gradient exp(x - max) x fp32(grad_scale / sum)
-// - grad_scale x onehot, which may overwrite the logits (no probabilities are
-// stored). The rows' statistics go to the host, where the CPU's own code sums
-// the rows' losses, so both backends add them alike.
+// loss, one block per row, reading rows with 16-byte loads. Both compute the
+// CPU reference's row steps (kernels/cpu/cross_entropy.cc): the row max, the
+// sum of exp(x - max) in fp64, and the gradient exp(x - max) x
+// fp32(grad_scale / sum) - grad_scale x onehot, which may overwrite the
+// logits (no probabilities are stored). The fused kernel reads each row
+// twice: once for the max and the sum together (an online sum, rescaled as
+// the max grows), once to write the gradient. The rows' statistics go to the
+// host, where the CPU's own code sums the rows' losses in row order, so both
+// backends add them alike and the loss is deterministic.
+#include <cfloat>
 #include <cstdio>
 #include <vector>
 
@@ -16,6 +20,7 @@
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/vector_access.cuh"
 
 namespace tetra::cuda {
 namespace {
@@ -39,14 +44,25 @@ __device__ __forceinline__ int32_t RowTarget(const int32_t* targets, int64_t row
   return target;
 }
 
+// Each row step below reads its row x (n) with 16-byte loads from x's first
+// 16-byte boundary on (a scalar head and tail around them): thread t takes
+// the t-th, (t + blockDim)-th, ... item of each part, a fixed order.
+template <typename T>
+__device__ __forceinline__ VectorSplit RowSplit(const T* x, int64_t n) {
+  return SplitForVectors(x, n, /*vectorize=*/true);
+}
+
 // The largest of x (n), to every thread; `shared` holds 32 floats.
 template <typename T>
 __device__ float RowMax(const T* x, int64_t n, float* shared) {
   float max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float v = ToFloat(x[j]);
-    max = v > max ? v : max;
-  }
+  ForEachPart<T>(RowSplit(x, n), threadIdx.x, blockDim.x, [&](int64_t j, auto width) {
+    constexpr int kW = decltype(width)::value;
+    float v[kW];
+    LoadFloats(x + j, v);
+#pragma unroll
+    for (int k = 0; k < kW; ++k) max = v[k] > max ? v[k] : max;
+  });
   return BlockMax(max, shared);
 }
 
@@ -56,8 +72,51 @@ __device__ float RowMax(const T* x, int64_t n, float* shared) {
 template <typename T>
 __device__ double RowSumExp(const T* x, int64_t n, float max, double* shared) {
   double sum = 0.0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += expf(ToFloat(x[j]) - max);
+  ForEachPart<T>(RowSplit(x, n), threadIdx.x, blockDim.x, [&](int64_t j, auto width) {
+    constexpr int kW = decltype(width)::value;
+    float v[kW];
+    LoadFloats(x + j, v);
+#pragma unroll
+    for (int k = 0; k < kW; ++k) sum += expf(v[k] - max);
+  });
   return BlockSumDouble(sum, shared);
+}
+
+struct MaxSumExp {
+  float max;
+  double sum;
+};
+
+// RowMax and RowSumExp in one read of x (n): each thread keeps the sum of
+// exp(x - m) over its elements for its running max m (each exp in fp32,
+// summed in fp64), rescaled in fp64 when m grows; the block then rescales
+// each thread's sum to the row max and adds them in a fixed order. The sum
+// differs from RowSumExp's only by the fp32 rounding of exp(x - m) instead
+// of exp(x - max), an ulp per term. m starts at the lowest finite float, so
+// a thread with no elements, or only -inf ones, adds exactly 0 (a row of
+// only -inf gets max -FLT_MAX and a NaN loss, as the reference's NaN sum
+// gives). Every thread has read its elements when it returns.
+template <typename T>
+__device__ MaxSumExp RowMaxSumExp(const T* x, int64_t n, float* shared, double* shared_double) {
+  float max = -FLT_MAX;
+  double sum = 0.0;
+  ForEachPart<T>(RowSplit(x, n), threadIdx.x, blockDim.x, [&](int64_t j, auto width) {
+    constexpr int kW = decltype(width)::value;
+    float v[kW];
+    LoadFloats(x + j, v);
+    float new_max = max;
+#pragma unroll
+    for (int k = 0; k < kW; ++k) new_max = v[k] > new_max ? v[k] : new_max;
+    if (new_max > max) {  // rare after the first few items: the fp64 exp is off the hot path
+      sum *= exp(static_cast<double>(max) - new_max);
+      max = new_max;
+    }
+#pragma unroll
+    for (int k = 0; k < kW; ++k) sum += expf(v[k] - max);
+  });
+  const float row_max = BlockMax(max, shared);
+  const double scaled = sum * exp(static_cast<double>(max) - row_max);
+  return {row_max, BlockSumDouble(scaled, shared_double)};
 }
 
 __device__ __forceinline__ float GradientScale(float grad_scale, double sum) {
@@ -65,14 +124,23 @@ __device__ __forceinline__ float GradientScale(float grad_scale, double sum) {
 }
 
 // d (n) = exp(x - max) x scale, minus grad_scale at `onehot` (an index
-// outside [0, n): none); d may be x.
+// outside [0, n): none); d may be x. 16-byte vectors when d and x share
+// their alignment (the same split then fits both), else scalar.
 template <typename T>
 __device__ void RowGradient(const T* x, int64_t n, float max, float scale, int64_t onehot,
                             float grad_scale, T* d) {
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float p = expf(ToFloat(x[j]) - max) * scale;
-    d[j] = FromFloat<T>(j == onehot ? p - grad_scale : p);
-  }
+  const VectorSplit split = SplitForVectors(x, n, SameAlignment(x, d));
+  ForEachPart<T>(split, threadIdx.x, blockDim.x, [&](int64_t j, auto width) {
+    constexpr int kW = decltype(width)::value;
+    float v[kW];
+    LoadFloats(x + j, v);
+#pragma unroll
+    for (int k = 0; k < kW; ++k) {
+      const float p = expf(v[k] - max) * scale;
+      v[k] = j + k == onehot ? p - grad_scale : p;
+    }
+    StoreFloats(d + j, v);
+  });
 }
 
 // Per row of logits (rows, vocab): row_max, target_logit, sum_exp (rows);
@@ -86,15 +154,16 @@ __global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int6
   const int64_t row = blockIdx.x;
   const T* x = logits + row * vocab;
   const int32_t target = RowTarget(targets, row, vocab);
-  const float max = RowMax(x, vocab, shared);
+  // Read before an in-place gradient overwrites it: no thread writes before
+  // the block's reductions in RowMaxSumExp.
+  if (threadIdx.x == 0) target_logit[row] = ToFloat(x[target]);
+  const MaxSumExp stats = RowMaxSumExp(x, vocab, shared, shared_double);
   if (threadIdx.x == 0) {
-    row_max[row] = max;
-    target_logit[row] = ToFloat(x[target]);  // read before an in-place gradient overwrites it
+    row_max[row] = stats.max;
+    sum_exp[row] = stats.sum;
   }
-  const double sum = RowSumExp(x, vocab, max, shared_double);
-  if (threadIdx.x == 0) sum_exp[row] = sum;
   if (dlogits == nullptr) return;
-  RowGradient(x, vocab, max, GradientScale(grad_scale, sum), target, grad_scale,
+  RowGradient(x, vocab, stats.max, GradientScale(grad_scale, stats.sum), target, grad_scale,
               dlogits + row * vocab);
 }
 

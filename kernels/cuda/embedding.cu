@@ -1,12 +1,14 @@
-// Token embedding on the device: out[i] = table[tokens[i]], over the whole
-// table or over one vocabulary shard of it, and the gradient scattered into
-// the fp32 table gradient with atomic adds (order-dependent round-off).
+// Token embedding on the device: out[i] = table[tokens[i]] (16-byte copies
+// where rows allow), over the whole table or over one vocabulary shard of
+// it, and the gradient scattered into the fp32 table gradient with atomic
+// adds (order-dependent round-off).
 #include <cstdio>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/vector_access.cuh"
 
 namespace tetra::cuda {
 namespace {
@@ -28,14 +30,22 @@ __device__ __forceinline__ int64_t TableRow(const int32_t* tokens, int64_t i, in
   return row >= 0 && row < rows ? row : -1;
 }
 
-template <typename T>
+// One thread per W elements of an output row: W = 1, or a 16-byte vector
+// where the row width and both bases allow. Bits are copied, not converted.
+template <int W, typename T>
 __global__ void LookupKernel(const int32_t* tokens, int64_t n, const T* table, int64_t begin,
                              int64_t rows, bool sharded, int64_t dim, T* out) {
-  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n * dim;
+  const int64_t groups = dim / W;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n * groups;
        idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t i = idx / dim, j = idx % dim;
+    const int64_t i = idx / groups, j = idx % groups * W;
     const int64_t row = TableRow(tokens, i, begin, rows, sharded);
-    out[idx] = row >= 0 ? table[row * dim + j] : FromFloat<T>(0.0f);
+    T* dst = out + i * dim + j;
+    if constexpr (W == 1) {
+      *dst = row >= 0 ? table[row * dim + j] : FromFloat<T>(0.0f);
+    } else {
+      StoreVector(dst, row >= 0 ? LoadVector(table + row * dim + j) : make_uint4(0, 0, 0, 0));
+    }
   }
 }
 
@@ -65,9 +75,17 @@ void Embedding(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, b
   if (n * dim == 0) return;
   DispatchFloat(table.dtype(), "Embedding", [&](auto tag) {
     using T = decltype(tag);
-    LookupKernel<T><<<GridFor(n * dim, kThreads), kThreads, 0, CurrentStream()>>>(
-        tokens.data<int32_t>(), n, table.data<T>(), vocab_begin, table.dim(0), sharded, dim,
-        out.data<T>());
+    constexpr int kW = kVectorWidth<T>;
+    auto launch = [&](auto kernel, int width) {
+      kernel<<<GridFor(n * dim / width, kThreads), kThreads, 0, CurrentStream()>>>(
+          tokens.data<int32_t>(), n, table.data<T>(), vocab_begin, table.dim(0), sharded, dim,
+          out.data<T>());
+    };
+    if (dim % kW == 0 && Aligned(table.raw()) && Aligned(out.raw())) {
+      launch(LookupKernel<kW, T>, kW);
+    } else {
+      launch(LookupKernel<1, T>, 1);
+    }
   });
   TETRA_CUDA_CHECK_LAUNCH();
 }

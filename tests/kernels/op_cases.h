@@ -401,6 +401,122 @@ inline void AddOptimizerAndReduceCases(std::vector<OpCase>* cases) {
                     }});
 }
 
+// The CUDA elementwise kernels' 16-byte vector paths and their scalar
+// heads, tails and fallbacks (kernels/cuda/vector_access.cuh): widths that are
+// not a multiple of a vector (8 bf16, 4 fp32), views one element past a
+// 16-byte boundary, operands at different offsets, and vocabulary rows long
+// enough for several vectors per thread with a rising running max.
+inline void AddVectorPathCases(std::vector<OpCase>* cases) {
+  // `host` on b as a view one element into a buffer one element longer.
+  const auto shifted_in = [](const Backend& b, const Tensor& host, DType dtype) {
+    Tensor padded = Tensor::Zeros({host.numel() + 1});
+    for (int64_t i = 0; i < host.numel(); ++i) padded.f32()[i + 1] = host.f32()[i];
+    return b.In(padded, dtype).Slice(1, host.numel() + 1).Reshape(host.shape());
+  };
+  const auto shifted_out = [](const Backend& b, const Shape& shape, DType dtype) {
+    const int64_t n = NumElements(shape);
+    return b.Out({n + 1}, dtype).Slice(1, n + 1).Reshape(shape);
+  };
+  struct Rows {
+    int64_t dim;
+    bool shift;  // the tensor one element in
+  };
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Tolerance tol = Elementwise(dtype);
+    cases->push_back({CaseName("swiglu shifted views", dtype, "13x57"), [=](const Backend& b, Outputs* out) {
+                        const Shape shape = {13, 57};
+                        const Tensor gate = shifted_in(b, HostRandom(shape, 1, 3.0f), dtype);
+                        const Tensor up = shifted_in(b, HostRandom(shape, 2), dtype);
+                        // out at another offset than gate and up: all scalar.
+                        const Tensor y = b.Out(shape, dtype);
+                        ops::Swiglu(gate, up, y);
+                        out->Add("out", y, tol);
+                        // Every operand one element in: a scalar head, then vectors.
+                        const Tensor dgate = shifted_out(b, shape, dtype), dup = shifted_out(b, shape, dtype);
+                        ops::SwigluBackward(shifted_in(b, HostRandom(shape, 3), dtype), gate, up, dgate, dup);
+                        out->Add("dgate", dgate, tol);
+                        out->Add("dup", dup, tol);
+                      }});
+    const Tolerance rope_tol = dtype == DType::kF32 ? Tolerance{1e-6, 1e-6, "two products and a sum; FMA contraction"}
+                                                    : kBf16ElementwiseTol;
+    // D 20: half 10, no whole vectors (scalar); D 32: two bf16 vectors a half;
+    // D 16 one element in: scalar.
+    for (const Rows& rows : {Rows{20, false}, Rows{32, false}, Rows{16, true}}) {
+      const int64_t dim = rows.dim;
+      const bool shift = rows.shift;
+      cases->push_back({CaseName("rope and rope_backward", dtype,
+                                 absl::StrCat("2x11x3x", dim, shift ? " one element in" : "")),
+                        [=](const Backend& b, Outputs* out) {
+                          RopeTable table = MakeRopeTable(16, dim, 10000.0);
+                          table.cos = b.In(table.cos);
+                          table.sin = b.In(table.sin);
+                          const Tensor host = HostRandom({2, 11, 3, dim}, 1);
+                          const Tensor x = shift ? shifted_in(b, host, dtype) : b.In(host, dtype);
+                          ops::Rope(x, table);
+                          out->Add("rope", x, rope_tol);
+                          b.Round(x, dtype);
+                          ops::RopeBackward(x, table);
+                          out->Add("rope_backward", x, rope_tol);
+                        }});
+    }
+    // Embedding rows of 37 (scalar) and rows of 40 into an output one element in (scalar).
+    for (const Rows& rows : {Rows{37, false}, Rows{40, true}}) {
+      const int64_t dim = rows.dim;
+      const bool shift = rows.shift;
+      const std::string shape = absl::StrCat("97 ids of 50x", dim, shift ? " one element in" : "");
+      cases->push_back({CaseName("embedding", dtype, shape), [=](const Backend& b, Outputs* out) {
+                          std::vector<int32_t> ids(97);
+                          for (int64_t i = 0; i < 97; ++i) ids[i] = static_cast<int32_t>((i * 7) % 50);
+                          const Tensor table = b.In(HostRandom({50, dim}, 1), dtype);
+                          const Tensor y = shift ? shifted_out(b, {97, dim}, dtype) : b.Out({97, dim}, dtype);
+                          ops::Embedding(b.Exact(HostInts(ids, {97})), table, y);
+                          out->Add("out", y, kExact);
+                        }});
+    }
+  }
+  // Cross-entropy rows whose starts fall anywhere in a vector (odd vocab),
+  // logits one element in (in place: both shifted alike, vectors after a
+  // head; into an unshifted dlogits: scalar), and rows of 10007 whose values
+  // rise along the row, so each thread's running max grows item after item.
+  constexpr Tolerance kLossTol{0, 1e-6, "fp32 exps (expf vs the CPU's), summed in double; online rescaling"};
+  constexpr Tolerance kSumTol{0, 1e-6, "fp32 exps summed in double in other orders"};
+  constexpr float kGradScale = 1.0f / 64;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Tolerance grad_tol = dtype == DType::kF32 ? Tolerance{1e-8, 1e-5, "fp32 exp times fp32(scale / sum)"}
+                                                    : Tolerance{1e-8, kBf16Rounding, "as fp32, plus one bf16 rounding"};
+    for (const int64_t vocab : {int64_t{5}, int64_t{1001}, int64_t{10007}}) {
+      constexpr int64_t kRows = 9;
+      cases->push_back(
+          {CaseName("cross_entropy", dtype, absl::StrCat(kRows, "x", vocab, ", logits one element in")),
+           [=](const Backend& b, Outputs* out) {
+             Tensor host = HostRandom({kRows, vocab}, 4, 3.0f);
+             for (int64_t j = 0; j < host.numel(); ++j) host.f32()[j] += 2e-3f * static_cast<float>(j % vocab);
+             std::vector<int32_t> ids(kRows);
+             for (int64_t r = 0; r < kRows; ++r) ids[r] = static_cast<int32_t>((r * 37 + 3) % vocab);
+             const Tensor t = b.Exact(HostInts(ids, {kRows}));
+             const Tensor logits = shifted_in(b, host, dtype), dlogits = b.Out({kRows, vocab}, dtype);
+             out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, dlogits), kLossTol);
+             out->Add("dlogits", dlogits, grad_tol);
+             out->Add("loss in place", ops::CrossEntropy(logits, t, kGradScale, logits), kLossTol);
+             out->Add("dlogits in place", logits, grad_tol);
+             // The vocabulary-parallel steps on the same rows: ids [100, 100 + vocab) of vocab + 200.
+             const Tensor fresh = shifted_in(b, host, dtype);
+             const Tensor targets = b.Exact(HostInts(ids, {kRows}));
+             const Tensor row_max = b.Out({kRows}), target_logit = b.Out({kRows}),
+                          sum_exp = b.Out({kRows}, DType::kF64);
+             ops::CrossEntropyRowStats(fresh, targets, 100, vocab + 200, row_max, target_logit);
+             out->Add("row_max", row_max, kExact);
+             out->Add("target_logit", target_logit, kExact);
+             ops::CrossEntropySumExp(fresh, row_max, sum_exp);
+             out->Add("sum_exp", sum_exp, kSumTol);
+             const Tensor piece_grad = shifted_out(b, {kRows, vocab}, dtype);
+             ops::CrossEntropyGradient(fresh, targets, 100, row_max, sum_exp, kGradScale, piece_grad);
+             out->Add("piece dlogits", piece_grad, grad_tol);
+           }});
+    }
+  }
+}
+
 // The whole table.
 inline std::vector<OpCase> OpCases() {
   std::vector<OpCase> cases;
@@ -414,6 +530,7 @@ inline std::vector<OpCase> OpCases() {
   AddRouterCases(&cases);
   AddDispatchCases(&cases);
   AddOptimizerAndReduceCases(&cases);
+  AddVectorPathCases(&cases);
   return cases;
 }
 
