@@ -18,6 +18,7 @@
 
 #if TETRA_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/op_profile.h"
 #endif
 
@@ -242,7 +243,14 @@ void RopeBackward(const Tensor& dx, const RopeTable& table) {
 
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse) {
-  TETRA_ON_DEVICE(q, Attention(shape, q, k, v, out, lse));
+  if (OnDevice(q)) {
+#if TETRA_HAVE_CUDA
+    const cuda::OpTimer op_timer(__func__);
+    // cuDNN's fused attention where it runs the call, else our own kernel.
+    if (!cuda::CudnnAttention(shape, q, k, v, out, lse)) cuda::Attention(shape, q, k, v, out, lse);
+    return;
+#endif
+  }
   ExpectHost(q);
   HostF32 f32;
   cpu::AttentionForward(shape, f32.In(q), f32.In(k), f32.In(v), f32.Out(out), f32.Out(lse));
@@ -251,7 +259,15 @@ void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, co
 void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  TETRA_ON_DEVICE(q, AttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv));
+  if (OnDevice(q)) {
+#if TETRA_HAVE_CUDA
+    const cuda::OpTimer op_timer(__func__);
+    if (!cuda::CudnnAttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv)) {
+      cuda::AttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv);
+    }
+    return;
+#endif
+  }
   ExpectHost(q);
   HostF32 f32;
   cpu::AttentionBackward(shape, f32.In(dout), f32.In(q), f32.In(k), f32.In(v), f32.In(out), f32.In(lse),

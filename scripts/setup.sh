@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs tetra's Debian 12 build and test dependencies (idempotent) and
-# builds it into build/. CUDA parts are compiled when /usr/local/cuda exists.
+# builds it into build/. CUDA parts are compiled when /usr/local/cuda exists,
+# with the cuDNN frontend's headers (scripts/install_cudnn_frontend.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,15 +20,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if [ -x /usr/local/cuda/bin/nvcc ]; then
-  export PATH=/usr/local/cuda/bin:$PATH
-fi
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
-ninja -C build
-
 # The checks against other projects' own code (transformers, TensorBoard) run
 # in build/pyenv: Debian's torch and numpy plus pinned PyPI packages.
 if ! build/pyenv/bin/python -c "import transformers, tensorboard" 2>/dev/null; then
+  mkdir -p build
   /usr/bin/python3 -m venv --system-site-packages build/pyenv
   build/pyenv/bin/pip install -q --disable-pip-version-check -r scripts/python_requirements.txt
 fi
+
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH=/usr/local/cuda/bin:$PATH
+  scripts/install_cudnn_frontend.sh build/third_party/cudnn_frontend
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+ninja -C build

@@ -38,7 +38,9 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
 // rotates by the opposite angle.
 void Rope(const Tensor& x, const RopeTable& table, bool backward);
 
-// q, k, v, out, dout, dq, dk, dv share a dtype; lse fp32 (B, Hq, T).
+// Our own attention kernel: q, k, v, out, dout, dq, dk, dv share a dtype;
+// lse fp32 (B, Hq, T). The op API runs cuDNN's fused attention first where
+// it takes the call (kernels/cuda/cudnn_attention.h).
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse);
 void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,

@@ -1,0 +1,34 @@
+// Causal grouped-query attention through cuDNN's fused flash attention (the
+// frontend's scaled dot-product attention graphs): tensor-core kernels for
+// bf16, fp32 softmax statistics (the same log-sum-exp as our kernels), a
+// deterministic backward, query/key head dims that may differ from the
+// values' (MLA). One graph per shape and direction, built on first use and
+// cached. libcudnn is loaded at run time: where it is missing, turned off
+// (TETRA_CUDNN_ATTENTION=0), or has no engine for a shape, these return
+// false having done nothing and the caller runs tetra's own kernel
+// (kernels/cuda/attention.cu), which also stays the fp32 path.
+#ifndef TETRA_KERNELS_CUDA_CUDNN_ATTENTION_H_
+#define TETRA_KERNELS_CUDA_CUDNN_ATTENTION_H_
+
+#include "core/tensor.h"
+#include "kernels/op_types.h"
+
+namespace tetra::cuda {
+
+// Whether libcudnn.so.9 is loaded and enabled (loaded once per process; a
+// warning names why not).
+bool CudnnLoaded();
+
+// The op API's Attention / AttentionBackward (kernels/cuda/cuda_ops.h) when
+// every tensor is bf16 (lse fp32), 16-byte aligned and cuDNN runs the shape:
+// true once enqueued on CurrentStream(); false, with nothing done, otherwise.
+bool CudnnAttention(const AttentionShape& shape, const Tensor& q, const Tensor& k,
+                    const Tensor& v, const Tensor& out, const Tensor& lse);
+bool CudnnAttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
+                            const Tensor& k, const Tensor& v, const Tensor& out,
+                            const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                            const Tensor& dv);
+
+}  // namespace tetra::cuda
+
+#endif  // TETRA_KERNELS_CUDA_CUDNN_ATTENTION_H_
