@@ -64,6 +64,23 @@ struct RouterSpec {
   float routed_scaling_factor = 1.0f;
 };
 
+// Initial weights: element i of a tensor gets std x the standard normal
+// Philox4x32-10 draws for (seed, stream, g) (CounterRng::Normal, Box-Muller
+// in double, core/philox.h), g its index in the global tensor the tensor is
+// a slice of. The slice: steps [offset, offset + local_extent) of one dim of
+// global_extent steps, each step `inner` contiguous elements (unsliced:
+// local_extent = global_extent, offset 0). So every rank draws exactly its
+// slice of the values one process would draw for the whole tensor.
+struct NormalInit {
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+  double std = 1.0;
+  int64_t inner = 1;
+  int64_t local_extent = 1;
+  int64_t global_extent = 1;
+  int64_t offset = 0;
+};
+
 // cos and sin of every (position, frequency) angle of rotary embeddings, fp32
 // tensors (seq, half_dim) on the device of the ops that read them.
 struct RopeTable {

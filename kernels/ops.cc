@@ -10,6 +10,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/moe_dispatch.h"
+#include "kernels/cpu/normal_init.h"
 #include "kernels/cpu/reduce.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
@@ -565,3 +566,9 @@ void Cast(const Tensor& src, const Tensor& dst) {
 }
 
 }  // namespace tetra::ops
+void FillNormal(const Tensor& x, const NormalInit& init) {
+  TETRA_ON_DEVICE(x, FillNormal(x, init));
+  TETRA_CHECK(x.dtype() == DType::kF32) << "FillNormal writes fp32, not " << DTypeName(x.dtype());
+  cpu::FillNormal(init, x.numel(), x.f32());
+}
+

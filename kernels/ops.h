@@ -135,3 +135,6 @@ void Cast(const Tensor& src, const Tensor& dst);
 }  // namespace tetra::ops
 
 #endif  // TETRA_KERNELS_OPS_H_
+// x (fp32) = init's std x standard normal draws, element by element its
+// global index's (kernels/op_types.h): initial weights, drawn where they live.
+void FillNormal(const Tensor& x, const NormalInit& init);

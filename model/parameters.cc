@@ -1,7 +1,6 @@
 #include "model/parameters.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/philox.h"
 #include "kernels/ops.h"
@@ -9,7 +8,6 @@
 namespace tetra {
 namespace {
 constexpr int64_t kSlotAlignment = 16;  // floats: 64 bytes, one AVX-512 line
-constexpr int64_t kMinParallelInit = 1 << 14;  // elements: below, threads cost more than they save
 }  // namespace
 
 Shape ShardShape(const Shape& global_shape, const TensorShard& shard) {
@@ -38,13 +36,34 @@ int64_t Parameter::GlobalIndex(int64_t local) const {
   return ShardGlobalIndex(global_shape, shard, local);
 }
 
+namespace {
+
+// The draws of `p`'s slice of its global tensor.
+NormalInit SliceInit(const Parameter& p, uint64_t seed, double std) {
+  NormalInit init{.seed = seed, .stream = StableHash(p.name), .std = std};
+  if (p.shard.dim < 0) {
+    init.local_extent = init.global_extent = p.value.numel();
+    return init;
+  }
+  for (size_t d = p.shard.dim + 1; d < p.global_shape.size(); ++d) init.inner *= p.global_shape[d];
+  init.global_extent = p.global_shape[p.shard.dim];
+  init.local_extent = init.global_extent / p.shard.count;
+  init.offset = p.shard.index * init.local_extent;
+  return init;
+}
+
+}  // namespace
+
 Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init init, double std,
                                TensorShard shard, bool trainable) {
   TETRA_CHECK(!packed_) << "parameter " << name << " added after Pack()";
   const Shape local = ShardShape(global_shape, shard);
   const bool allocate = storage_ == Storage::kAllocated;
-  parameters_.push_back(Parameter{name, allocate ? Tensor::Empty(local) : Tensor::Unallocated(local),
-                                  allocate ? Tensor::Zeros(local) : Tensor::Unallocated(local),
+  // Drawn where the weights live: on a GPU in milliseconds, with no host copy.
+  const DeviceType device = CurrentPlacement().device;
+  parameters_.push_back(Parameter{name,
+                                  allocate ? Tensor::Empty(local, DType::kF32, device) : Tensor::Unallocated(local),
+                                  allocate ? Tensor::Zeros(local, DType::kF32, device) : Tensor::Unallocated(local),
                                   /*weight_decay=*/global_shape.size() >= 2, global_shape, shard});
   Parameter& p = parameters_.back();
   TETRA_CHECK(by_name_.emplace(std::move(name), &p).second) << "parameter " << p.name << " registered twice";
@@ -54,16 +73,7 @@ Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init
   if (init == Init::kOnes || init == Init::kZeros) {
     p.value.Fill(init == Init::kOnes ? 1.0f : 0.0f);
   } else {
-    // Element i's value depends on (seed, name, global index) alone, so the
-    // threads split the elements without changing a bit (a 1B model's
-    // Box-Muller draws take about a minute on one core).
-    const CounterRng rng(seed_, StableHash(p.name));
-    float* v = p.value.f32();
-    const int64_t n = p.value.numel();
-#pragma omp parallel for schedule(static) if (n >= kMinParallelInit)
-    for (int64_t i = 0; i < n; ++i) {
-      v[i] = static_cast<float>(std * rng.Normal(p.GlobalIndex(i)));
-    }
+    ops::FillNormal(p.value, SliceInit(p, seed_, std));
   }
   return p;
 }
@@ -131,7 +141,7 @@ void ParameterStore::ZeroGrads() {
     expert_flat_grads_.SetZero();
     return;
   }
-  for (Parameter& p : parameters_) std::memset(p.grad.raw(), 0, p.grad.nbytes());
+  for (Parameter& p : parameters_) p.grad.SetZero();
 }
 
 int64_t ParameterStore::NumElements() const {

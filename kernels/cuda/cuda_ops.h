@@ -98,3 +98,5 @@ void Cast(const Tensor& src, const Tensor& dst);
 }  // namespace tetra::cuda
 
 #endif  // TETRA_KERNELS_CUDA_CUDA_OPS_H_
+// x fp32 = NormalInit's draws (kernels/cuda/normal_init.cu).
+void FillNormal(const Tensor& x, const NormalInit& init);

@@ -545,3 +545,28 @@ inline std::vector<OpCase> OpCases() {
 }  // namespace tetra::testing
 
 #endif  // TETRA_TESTS_KERNELS_OP_CASES_H_
+inline void AddFillNormalCases(std::vector<OpCase>* cases) {
+  // Philox is integer arithmetic, the same bits everywhere; the Box-Muller
+  // log and cos in double may differ by an ulp or two between CUDA and glibc,
+  // which moves a rare fp32 result by its last bit.
+  constexpr Tolerance kDrawTol{0, 2.4e-7, "the same draws; double log/cos within an ulp or two"};
+  // Unsliced, and the second half of dim 1 of a (512, 96) tensor.
+  struct Fill {
+    const char* name;
+    int64_t n;
+    NormalInit init;
+  };
+  const Fill fills[] = {
+      {"100003 whole", 100003, {.seed = 7, .stream = 11, .std = 0.02, .local_extent = 100003, .global_extent = 100003}},
+      {"512x48 of 512x96", 512 * 48, {.seed = 5, .stream = 3, .std = 1.0, .local_extent = 48, .global_extent = 96, .offset = 48}},
+  };
+  for (const Fill& f : fills) {
+    cases->push_back({CaseName("fill_normal", DType::kF32, f.name), [=](const Backend& b, Outputs* out) {
+                        const Tensor x = b.Out({f.n});
+                        ops::FillNormal(x, f.init);
+                        out->Add("x", x, kDrawTol);
+                      }});
+  }
+}
+
+  AddFillNormalCases(&cases);
