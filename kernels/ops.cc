@@ -219,13 +219,30 @@ void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const
   cpu::RmsNormForward(f32.In(x), f32.In(w), Rows(x), x.dim(-1), eps, f32.Out(y), f32.Out(rstd));
 }
 
+void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& sum,
+                const Tensor& y, const Tensor& rstd) {
+  TETRA_CHECK(delta.numel() == x.numel() && sum.numel() == x.numel() && delta.dtype() == x.dtype() &&
+              sum.dtype() == x.dtype())
+      << "add-rmsnorm: x " << DTypeName(x.dtype()) << ShapeString(x.shape()) << ", delta "
+      << DTypeName(delta.dtype()) << ShapeString(delta.shape()) << ", sum " << DTypeName(sum.dtype())
+      << ShapeString(sum.shape());
+  TETRA_ON_DEVICE(x, AddRmsNorm(x, delta, w, eps, sum, y, rstd));
+  ExpectHost(x, delta, sum);
+  HostF32 f32;
+  cpu::AddRmsNormForward(f32.In(x), f32.In(delta), f32.In(w), Rows(x), x.dim(-1), eps,
+                         sum.dtype() == DType::kBF16, f32.Out(sum), f32.Out(y), f32.Out(rstd));
+}
+
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                     const Tensor& dx, const Tensor& dw) {
-  TETRA_ON_DEVICE(x, RmsNormBackward(dy, x, w, rstd, dx, dw));
-  ExpectHost(x);
+                     const Tensor& dx, const Tensor& dw, const Tensor& dx_add) {
+  TETRA_CHECK(!dx_add.defined() || (dx_add.numel() == dx.numel() && dx_add.dtype() == dx.dtype()))
+      << "rmsnorm backward: dx " << DTypeName(dx.dtype()) << ShapeString(dx.shape()) << " plus "
+      << DTypeName(dx_add.dtype()) << ShapeString(dx_add.shape());
+  TETRA_ON_DEVICE(x, RmsNormBackward(dy, x, w, rstd, dx, dw, dx_add));
+  ExpectHost(x, dx_add);
   HostF32 f32;
   cpu::RmsNormBackward(f32.In(dy), f32.In(x), f32.In(w), f32.In(rstd), Rows(x), x.dim(-1), f32.Out(dx),
-                       f32.Out(dw));
+                       f32.Out(dw), f32.In(dx_add), dx.dtype() == DType::kBF16);
 }
 
 void Rope(const Tensor& x, const RopeTable& table) {
@@ -512,6 +529,25 @@ double SumOfSquares(const Tensor& x) {
   return cpu::SumOfSquares(f32.In(x), x.numel());
 }
 
+double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<double>& weights) {
+  TETRA_CHECK(xs.size() == weights.size())
+      << "weighted sum of squares of " << xs.size() << " tensors with " << weights.size() << " weights";
+  for (const Tensor& x : xs) {
+    TETRA_CHECK(x.dtype() == DType::kF32 && x.device() == xs.front().device())
+        << "weighted sum of squares of a " << DTypeName(x.dtype())
+        << " tensor: fp32 tensors on one device expected";
+  }
+  if (xs.empty()) return 0.0;
+  TETRA_ON_DEVICE(xs.front(), WeightedSumOfSquares(xs, weights));
+  std::vector<const float*> data;
+  std::vector<int64_t> sizes;
+  for (const Tensor& x : xs) {
+    data.push_back(x.f32());
+    sizes.push_back(x.numel());
+  }
+  return cpu::WeightedSumOfSquares(data, sizes, weights);
+}
+
 void Scale(const Tensor& x, float factor) {
   TETRA_ON_DEVICE(x, Scale(x, factor));
   ExpectHost(x);
@@ -519,17 +555,20 @@ void Scale(const Tensor& x, float factor) {
   cpu::Scale(f32.Out(x), x.numel(), factor);
 }
 
-void Add(const Tensor& x, const Tensor& y) {
-  TETRA_CHECK(x.numel() == y.numel() && x.dtype() == y.dtype())
-      << "add " << DTypeName(x.dtype()) << ShapeString(x.shape()) << " to " << DTypeName(y.dtype())
-      << ShapeString(y.shape());
-  TETRA_ON_DEVICE(x, Add(x, y));
-  ExpectHost(x);
+void Add(const Tensor& x, const Tensor& y) { Add(x, y, y); }
+
+void Add(const Tensor& x, const Tensor& y, const Tensor& out) {
+  TETRA_CHECK(x.numel() == y.numel() && x.dtype() == y.dtype() && out.numel() == x.numel() &&
+              out.dtype() == x.dtype())
+      << "add " << DTypeName(x.dtype()) << ShapeString(x.shape()) << " and " << DTypeName(y.dtype())
+      << ShapeString(y.shape()) << " into " << DTypeName(out.dtype()) << ShapeString(out.shape());
+  TETRA_ON_DEVICE(x, Add(x, y, out));
+  ExpectHost(x, y, out);
   if (x.dtype() == DType::kF64) {
-    cpu::Add(x.data<double>(), y.data<double>(), x.numel());
+    cpu::Add(x.data<double>(), y.data<double>(), out.data<double>(), x.numel());
   } else {
     HostF32 f32;
-    cpu::Add(f32.In(x), f32.Out(y), x.numel());
+    cpu::Add(f32.In(x), f32.In(y), f32.Out(out), x.numel());
   }
 }
 

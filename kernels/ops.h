@@ -39,8 +39,16 @@ void EmbeddingShardBackward(const Tensor& tokens, const Tensor& dout, int64_t vo
 
 // y = w * x * rsqrt(mean(x^2) + eps) over the last dim; rstd (N) saved.
 void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd);
+// The residual add fused into the norm: sum = x + delta, stored in x's dtype,
+// then RmsNorm(sum, w, eps, y, rstd) of the stored sum; the same numbers as
+// Add and RmsNorm, reading x and delta once.
+void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& sum,
+                const Tensor& y, const Tensor& rstd);
+// dx = the input gradient, or with dx_add defined dx = dx_add + it (the
+// residual's gradient; dx_add may be dx itself), with the numbers of a
+// separate backward into a tensor of dx's dtype and an Add. dx may alias dy.
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                     const Tensor& dx, const Tensor& dw);
+                     const Tensor& dx, const Tensor& dw, const Tensor& dx_add = Tensor());
 
 // In place on x (B, T, H, D), rotate-half convention; table from MakeRopeTable.
 void Rope(const Tensor& x, const RopeTable& table);
@@ -127,8 +135,15 @@ void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tenso
 void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper& hyper);
 
 double SumOfSquares(const Tensor& x);
+// sum over k of weights[k] x SumOfSquares(xs[k]), fp32 tensors on one device:
+// one pass over the list and one wait for the device, however long it is
+// (the global gradient norm). On the CPU the same bits as one SumOfSquares
+// per tensor added in list order.
+double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<double>& weights);
 void Scale(const Tensor& x, float factor);
 void Add(const Tensor& x, const Tensor& y);  // y += x; fp32 or bf16, or fp64 (sums of sums)
+// out = x + y, one pass (out may be x or y); the numbers of a copy and an Add.
+void Add(const Tensor& x, const Tensor& y, const Tensor& out);
 // dst = src in dst's dtype (fp32 <-> bf16, round to nearest even), same device.
 void Cast(const Tensor& src, const Tensor& dst);
 

@@ -32,26 +32,21 @@ const Tensor& DecoderBlock::Forward(int slot, const Tensor& x, int64_t batch, in
   Activations& a = slots_.ForForward(slot);
   EnsureShape(&a.residual, x.shape());
   EnsureShape(&a.out, x.shape());
-  a.residual.CopyFrom(x);
-  ops::Add(attention_.Forward(slot, input_norm_.Forward(slot, x), batch, seq), a.residual);
-  a.out.CopyFrom(a.residual);
-  const Tensor& h = post_attention_norm_.Forward(slot, a.residual);
-  ops::Add(moe_ ? moe_->Forward(slot, h, batch, seq, grad_scale) : mlp_->Forward(slot, h), a.out);
+  // r = x + attn(norm1(x)) written as norm2 reads it: one pass for both.
+  const Tensor& h = post_attention_norm_.ForwardSum(
+      slot, x, attention_.Forward(slot, input_norm_.Forward(slot, x), batch, seq), a.residual);
+  // out = r + mlp(h), written once.
+  ops::Add(a.residual,
+           moe_ ? moe_->Forward(slot, h, batch, seq, grad_scale) : mlp_->Forward(slot, h), a.out);
   return a.out;
 }
 
 const Tensor& DecoderBlock::Backward(int slot, const Tensor& dout) {
-  EnsureShape(&dresidual_, dout.shape());
-  EnsureShape(&dx_, dout.shape());
-  // d r = dout + norm2'(mlp'(dout))
-  dresidual_.CopyFrom(dout);
-  ops::Add(post_attention_norm_.Backward(slot, moe_ ? moe_->Backward(slot, dout)
-                                                   : mlp_->Backward(slot, dout)),
-           dresidual_);
+  // d r = dout + norm2'(mlp'(dout)), the add in norm2's backward pass.
+  const Tensor& dresidual = post_attention_norm_.Backward(
+      slot, moe_ ? moe_->Backward(slot, dout) : mlp_->Backward(slot, dout), /*dx_add=*/dout);
   // d x = d r + norm1'(attn'(d r))
-  dx_.CopyFrom(dresidual_);
-  ops::Add(input_norm_.Backward(slot, attention_.Backward(slot, dresidual_)), dx_);
-  return dx_;
+  return input_norm_.Backward(slot, attention_.Backward(slot, dresidual), /*dx_add=*/dresidual);
 }
 
 void DecoderBlock::ReleaseSlots() {

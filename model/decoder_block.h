@@ -27,7 +27,8 @@ class DecoderBlock {
   // the objective, which an MoE MLP's balance loss shares.
   const Tensor& Forward(int slot, const Tensor& x, int64_t batch, int64_t seq,
                         float grad_scale = 0.0f);
-  // dout (rows, C) of the forward of `slot` -> dx (rows, C), written.
+  // dout (rows, C) of the forward of `slot` -> dx (rows, C), written; valid
+  // until this block's next backward.
   const Tensor& Backward(int slot, const Tensor& dout);
   void ReleaseSlots();
   // The mixture-of-experts MLP; null in a dense block.
@@ -44,7 +45,6 @@ class DecoderBlock {
   std::unique_ptr<MlpLayer> mlp_;     // dense blocks
   std::unique_ptr<MoeMlpLayer> moe_;  // MoE blocks
   ActivationSlots<Activations> slots_;
-  Tensor dresidual_, dx_;
 };
 
 }  // namespace tetra

@@ -52,29 +52,33 @@ NormalInit SliceInit(const Parameter& p, uint64_t seed, double std) {
   return init;
 }
 
+// `value` (p's slice, fp32, on any device) initialised as `init` and `std` say.
+void Initialize(const Tensor& value, const Parameter& p, uint64_t seed, Init init, double std) {
+  if (init == Init::kNormal) {
+    ops::FillNormal(value, SliceInit(p, seed, std));
+  } else {
+    value.Fill(init == Init::kOnes ? 1.0f : 0.0f);
+  }
+}
+
 }  // namespace
 
 Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init init, double std,
                                TensorShard shard, bool trainable) {
   TETRA_CHECK(!packed_) << "parameter " << name << " added after Pack()";
   const Shape local = ShardShape(global_shape, shard);
-  const bool allocate = storage_ == Storage::kAllocated;
-  // Drawn where the weights live: on a GPU in milliseconds, with no host copy.
-  const DeviceType device = CurrentPlacement().device;
-  parameters_.push_back(Parameter{name,
-                                  allocate ? Tensor::Empty(local, DType::kF32, device) : Tensor::Unallocated(local),
-                                  allocate ? Tensor::Zeros(local, DType::kF32, device) : Tensor::Unallocated(local),
+  // A device run's weights are drawn in their slots of the flat buffers
+  // (Pack): on the GPU in milliseconds, with no host copy of them.
+  const bool allocate = storage_ == Storage::kAllocated && CurrentPlacement().device == DeviceType::kCPU;
+  parameters_.push_back(Parameter{name, allocate ? Tensor::Empty(local) : Tensor::Unallocated(local),
+                                  allocate ? Tensor::Zeros(local) : Tensor::Unallocated(local),
                                   /*weight_decay=*/global_shape.size() >= 2, global_shape, shard});
+  inits_.push_back({init, std});
   Parameter& p = parameters_.back();
   TETRA_CHECK(by_name_.emplace(std::move(name), &p).second) << "parameter " << p.name << " registered twice";
   p.trainable = trainable;
   p.compute = p.value;  // until Pack
-  if (!allocate) return p;
-  if (init == Init::kOnes || init == Init::kZeros) {
-    p.value.Fill(init == Init::kOnes ? 1.0f : 0.0f);
-  } else {
-    ops::FillNormal(p.value, SliceInit(p, seed_, std));
-  }
+  if (allocate) Initialize(p.value, p, seed_, init, std);
   return p;
 }
 
@@ -100,15 +104,20 @@ void ParameterStore::Pack(int64_t total_multiple, int64_t expert_total_multiple)
           Tensor::Zeros({padded}, placement.compute, placement.device);
     }
   }
-  for (Parameter& p : parameters_) {
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    Parameter& p = parameters_[i];
     const int64_t end = p.flat_offset + p.value.numel();
     const Tensor& values = p.expert ? expert_flat_values_ : flat_values_;
     const Tensor& grads = p.expert ? expert_flat_grads_ : flat_grads_;
     Tensor value = values.Slice(p.flat_offset, end).Reshape(p.value.shape());
-    value.CopyFrom(p.value);
+    if (p.value.defined()) {
+      value.CopyFrom(p.value);
+    } else {  // a device run's: drawn here
+      Initialize(value, p, seed_, inits_[i].init, inits_[i].std);
+    }
     p.value = value;
     Tensor grad = grads.Slice(p.flat_offset, end).Reshape(p.grad.shape());
-    grad.CopyFrom(p.grad);
+    if (p.grad.defined()) grad.CopyFrom(p.grad);  // else still the buffer's zeros
     p.grad = grad;
     const Tensor& compute = p.expert ? expert_flat_compute_ : flat_compute_;
     p.compute = compute.defined() ? compute.Slice(p.flat_offset, end).Reshape(p.value.shape()) : p.value;

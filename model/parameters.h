@@ -130,3 +130,10 @@ int64_t ShardGlobalIndex(const Shape& global_shape, const TensorShard& shard, in
 }  // namespace tetra
 
 #endif  // TETRA_MODEL_PARAMETERS_H_
+  // How each parameter is initialised (registration order): in Add() on the
+  // host, in its slot of the flat buffers in Pack() on a device.
+  struct InitRecipe {
+    Init init;
+    double std;
+  };
+  std::vector<InitRecipe> inits_;

@@ -10,19 +10,31 @@ RmsNormLayer::RmsNormLayer(ParameterStore& store, const std::string& name, int64
   if (parallelism.sequence_parallel) weight_.grad_partial_over = parallelism.tp;
 }
 
-const Tensor& RmsNormLayer::Forward(int slot, const Tensor& x) {
+RmsNormLayer::Activations& RmsNormLayer::SlotFor(int slot, const Tensor& x) {
   Activations& a = slots_.ForForward(slot);
   a.x = x;
   EnsureShape(&a.y, x.shape());
   EnsureShape(&a.rstd, {x.numel() / x.dim(-1)}, DType::kF32);  // fp32 statistics
+  return a;
+}
+
+const Tensor& RmsNormLayer::Forward(int slot, const Tensor& x) {
+  const Activations& a = SlotFor(slot, x);
   ops::RmsNorm(x, weight_.compute, eps_, a.y, a.rstd);
   return a.y;
 }
 
-const Tensor& RmsNormLayer::Backward(int slot, const Tensor& dy) {
+const Tensor& RmsNormLayer::ForwardSum(int slot, const Tensor& x, const Tensor& delta,
+                                       const Tensor& sum) {
+  const Activations& a = SlotFor(slot, sum);
+  ops::AddRmsNorm(x, delta, weight_.compute, eps_, sum, a.y, a.rstd);
+  return a.y;
+}
+
+const Tensor& RmsNormLayer::Backward(int slot, const Tensor& dy, const Tensor& dx_add) {
   const Activations& a = slots_.ForBackward(slot);
   EnsureShape(&dx_, a.x.shape());
-  ops::RmsNormBackward(dy, a.x, weight_.compute, a.rstd, dx_, weight_.grad);
+  ops::RmsNormBackward(dy, a.x, weight_.compute, a.rstd, dx_, weight_.grad, dx_add);
   return dx_;
 }
 

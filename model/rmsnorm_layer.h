@@ -22,9 +22,13 @@ class RmsNormLayer {
   // x (N, C) -> y (N, C), N this rank's rows. Keeps x (the caller's), y and
   // the row statistics in `slot` (activation_slots.h).
   const Tensor& Forward(int slot, const Tensor& x);
+  // The residual add fused in: sum = x + delta, written into the caller's
+  // `sum` (N, C), which the norm keeps as its input; returns y = norm(sum).
+  const Tensor& ForwardSum(int slot, const Tensor& x, const Tensor& delta, const Tensor& sum);
   // dy (N, C) of the forward of `slot` -> dx (N, C), written; accumulates the
-  // weight gradient.
-  const Tensor& Backward(int slot, const Tensor& dy);
+  // weight gradient. With dx_add (N, C), dx = dx_add + the norm's gradient:
+  // a residual's gradient added in the same pass.
+  const Tensor& Backward(int slot, const Tensor& dy, const Tensor& dx_add = Tensor());
   void ReleaseSlots() { slots_.Clear(); }
 
   const Parameter& weight() const { return weight_; }
@@ -33,6 +37,8 @@ class RmsNormLayer {
   struct Activations {
     Tensor x, y, rstd;  // x, y (N, C), rstd (N)
   };
+  // Slot `slot` keeping x as the norm's input, its y and rstd sized for it.
+  Activations& SlotFor(int slot, const Tensor& x);
 
   Parameter& weight_;
   float eps_;

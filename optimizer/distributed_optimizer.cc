@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "core/logging.h"
 #include "core/profiler.h"
@@ -78,10 +79,14 @@ double DistributedOptimizer::GradNorm() {
 }
 
 double DistributedOptimizer::LocalGradSquaredSum() {
-  double local = 0;
+  // One multi-tensor op: a single wait for the device, not one per piece.
+  std::vector<Tensor> pieces;
+  std::vector<double> weights;
   for (const Piece& p : pieces_) {
-    local += p.norm_weight * ops::SumOfSquares(grads_.Slice(p.range.begin, p.range.end));
+    pieces.push_back(grads_.Slice(p.range.begin, p.range.end));
+    weights.push_back(p.norm_weight);
   }
+  double local = ops::WeightedSumOfSquares(pieces, weights);
   // Under ZeRO-0 every dp rank holds the same sums: only the norm group adds.
   if (zero1()) local = SumOverRanks(reducer_.dp(), local);
   return local;

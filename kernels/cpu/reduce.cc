@@ -26,19 +26,26 @@ double SumOfSquares(const float* x, int64_t n) {
   return total;
 }
 
+double WeightedSumOfSquares(const std::vector<const float*>& xs, const std::vector<int64_t>& sizes,
+                            const std::vector<double>& weights) {
+  double total = 0;
+  for (size_t k = 0; k < xs.size(); ++k) total += weights[k] * SumOfSquares(xs[k], sizes[k]);
+  return total;
+}
+
 void Scale(float* x, int64_t n, float s) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
-void Add(const float* x, float* y, int64_t n) {
+void Add(const float* x, const float* y, float* out, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
 }
 
-void Add(const double* x, double* y, int64_t n) {
+void Add(const double* x, const double* y, double* out, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
 }
 
 }  // namespace tetra::cpu

@@ -3,7 +3,7 @@
 // computes in fp32 and reads/writes activations in the tensors' dtype, fp32 or
 // bf16 (mixed precision); statistics (RMSNorm rstd, attention lse), losses
 // and parameter gradients are fp32. Work is enqueued on cuda::CurrentStream();
-// the ops that return a number (CrossEntropy, SumOfSquares) wait for it.
+// the ops that return a number (CrossEntropy, the sums of squares) wait for it.
 #ifndef TETRA_KERNELS_CUDA_CUDA_OPS_H_
 #define TETRA_KERNELS_CUDA_CUDA_OPS_H_
 
@@ -30,9 +30,13 @@ void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_b
                        bool sharded, const Tensor& dtable);
 
 // x, w, y, dy, dx share a dtype; rstd and dw fp32 (dw accumulated).
+// AddRmsNorm's delta and sum and the backward's dx_add (undefined: none)
+// share it too.
 void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd);
+void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& sum,
+                const Tensor& y, const Tensor& rstd);
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                     const Tensor& dx, const Tensor& dw);
+                     const Tensor& dx, const Tensor& dw, const Tensor& dx_add);
 
 // In place on x (B, T, H, D); table.cos/sin fp32 on the device. The backward
 // rotates by the opposite angle.
@@ -90,8 +94,11 @@ void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& in
 void AdamW(const std::vector<AdamWTensors>& tensors, const AdamWHyper& hyper);
 
 double SumOfSquares(const Tensor& x);  // fp32 or bf16, summed in fp64
+// fp32 tensors; fp64 partial sums on the device, one copy to the host.
+double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<double>& weights);
 void Scale(const Tensor& x, float factor);
-void Add(const Tensor& x, const Tensor& y);  // y += x; same dtype (fp32, bf16 or fp64)
+// out = x + y (out may be x or y); one dtype: fp32, bf16 or fp64.
+void Add(const Tensor& x, const Tensor& y, const Tensor& out);
 // dst = src converted (fp32 <-> bf16, or a plain copy for equal dtypes).
 void Cast(const Tensor& src, const Tensor& dst);
 

@@ -1,10 +1,12 @@
-// Elementwise and reduction ops on the device: sum of squares (for the global
-// gradient norm), scale, add and dtype casts.
+// Elementwise and reduction ops on the device: sums of squares (for the global
+// gradient norm: one tensor, or a weighted list in a few launches and one
+// wait), scale, add and dtype casts.
 #include "kernels/cuda/reduce.h"
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_arena.h"
 #include "core/cuda/stream.h"
+#include "kernels/cuda/context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_math.cuh"
 
@@ -28,10 +30,10 @@ __global__ void PartialSumKernel(const T* x, int64_t n, double* partial) {
   if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
-__global__ void FinalSumKernel(const double* partial, int n, double* total) {
+__global__ void FinalSumKernel(const double* partial, int64_t n, double* total) {
   __shared__ double shared[32];
   double sum = 0.0;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) sum += partial[i];
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += partial[i];
   sum = BlockSumDouble(sum, shared);
   if (threadIdx.x == 0) *total = sum;
 }
@@ -53,6 +55,36 @@ double Reduce(const T* x, int64_t n) {
   return total;
 }
 
+constexpr int64_t kSquaresChunk = 65536;  // elements per block
+constexpr int kMaxSquaresTensors = 48;     // per launch: the argument struct stays a few KB
+
+struct SquaresLaunch {
+  const float* x[kMaxSquaresTensors];
+  int64_t n[kMaxSquaresTensors];
+  double weight[kMaxSquaresTensors];
+  int64_t first_chunk[kMaxSquaresTensors + 1];  // prefix sums of chunks per tensor
+  int count;
+};
+
+// partial[chunk] = weight x the sum of the chunk's squares, fp64; chunks
+// numbered from this launch's first.
+__global__ void WeightedSquaresKernel(const __grid_constant__ SquaresLaunch launch,
+                                      double* partial) {
+  __shared__ double shared[32];
+  int t = 0;
+  while (t + 1 < launch.count && launch.first_chunk[t + 1] <= blockIdx.x) ++t;
+  const float* x = launch.x[t];
+  const int64_t begin = (blockIdx.x - launch.first_chunk[t]) * kSquaresChunk;
+  const int64_t end = min(launch.n[t], begin + kSquaresChunk);
+  double sum = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = x[i];
+    sum += v * v;
+  }
+  sum = BlockSumDouble(sum, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = launch.weight[t] * sum;
+}
+
 template <typename T>
 __global__ void ScaleKernel(T* x, int64_t n, float factor) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
@@ -62,17 +94,17 @@ __global__ void ScaleKernel(T* x, int64_t n, float factor) {
 }
 
 template <typename T>
-__global__ void AddKernel(const T* x, T* y, int64_t n) {
+__global__ void AddKernel(const T* x, const T* y, T* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = FromFloat<T>(ToFloat(y[i]) + ToFloat(x[i]));
+    out[i] = FromFloat<T>(ToFloat(x[i]) + ToFloat(y[i]));
   }
 }
 
-__global__ void AddF64Kernel(const double* x, double* y, int64_t n) {
+__global__ void AddF64Kernel(const double* x, const double* y, double* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] += x[i];
+    out[i] = x[i] + y[i];
   }
 }
 
@@ -98,6 +130,49 @@ double SumOfSquares(const Tensor& x) {
   return result;
 }
 
+double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<double>& weights) {
+  TETRA_CHECK(xs.size() == weights.size()) << "WeightedSumOfSquares: " << xs.size() << " tensors, "
+                                           << weights.size() << " weights";
+  int64_t chunks = 0;
+  for (const Tensor& x : xs) {
+    ExpectDevice(x, "WeightedSumOfSquares", "a tensor");
+    TETRA_CHECK(x.dtype() == DType::kF32) << "WeightedSumOfSquares: " << DTypeName(x.dtype());
+    chunks += CeilDiv(x.numel(), kSquaresChunk);
+  }
+  if (chunks == 0) return 0.0;
+  // partial (chunks) then the total, in the stream's scratch: its inputs are
+  // tensors, never scratch.
+  double* partial = static_cast<double*>(Scratch((chunks + 1) * sizeof(double)));
+  SquaresLaunch launch = {};
+  int64_t launched = 0;  // chunks of the launches so far
+  auto flush = [&] {
+    const int64_t blocks = launch.first_chunk[launch.count];
+    if (blocks > 0) {
+      WeightedSquaresKernel<<<blocks, kThreads, 0, CurrentStream()>>>(launch, partial + launched);
+      TETRA_CUDA_CHECK_LAUNCH();
+    }
+    launched += blocks;
+    launch.count = 0;
+  };
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const int64_t n = xs[k].numel();
+    if (n == 0) continue;
+    const int i = launch.count;
+    launch.x[i] = xs[k].f32();
+    launch.n[i] = n;
+    launch.weight[i] = weights[k];
+    launch.first_chunk[i + 1] = launch.first_chunk[i] + CeilDiv(n, kSquaresChunk);
+    launch.count = i + 1;
+    if (launch.count == kMaxSquaresTensors) flush();
+  }
+  if (launch.count > 0) flush();
+  FinalSumKernel<<<1, kThreads, 0, CurrentStream()>>>(partial, chunks, partial + chunks);
+  TETRA_CUDA_CHECK_LAUNCH();
+  double total = 0.0;
+  CopyBytes(&total, partial + chunks, sizeof(double));
+  return total;
+}
+
 void Scale(const Tensor& x, float factor) {
   ExpectDevice(x, "Scale", "x");
   const int64_t n = x.numel();
@@ -110,21 +185,25 @@ void Scale(const Tensor& x, float factor) {
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
-void Add(const Tensor& x, const Tensor& y) {
+void Add(const Tensor& x, const Tensor& y, const Tensor& out) {
   ExpectDevice(x, "Add", "x");
   ExpectDevice(y, "Add", "y");
+  ExpectDevice(out, "Add", "out");
   const int64_t n = x.numel();
-  TETRA_CHECK(y.numel() == n && y.dtype() == x.dtype()) << "Add: x and y differ";
+  TETRA_CHECK(y.numel() == n && out.numel() == n && y.dtype() == x.dtype() &&
+              out.dtype() == x.dtype())
+      << "Add: x, y and out differ";
   if (n == 0) return;
   if (x.dtype() == DType::kF64) {
-    AddF64Kernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(x.data<double>(), y.data<double>(), n);
+    AddF64Kernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
+        x.data<double>(), y.data<double>(), out.data<double>(), n);
     TETRA_CUDA_CHECK_LAUNCH();
     return;
   }
   DispatchFloat(x.dtype(), "Add", [&](auto tag) {
     using T = decltype(tag);
-    AddKernel<T><<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(x.data<T>(),
-                                                                           y.data<T>(), n);
+    AddKernel<T><<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
+        x.data<T>(), y.data<T>(), out.data<T>(), n);
   });
   TETRA_CUDA_CHECK_LAUNCH();
 }

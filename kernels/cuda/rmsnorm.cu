@@ -1,5 +1,8 @@
 // RMSNorm on the device with fp32 statistics whatever the activations hold:
-// y = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps), one block per row.
+// y = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps), one block per row,
+// optionally fused with the residual add before it (the sum stored, then
+// normalised as stored) and with the residual gradient's add after the
+// backward, so neither needs a pass of its own.
 // The weight gradient sums over rows in two deterministic passes (row groups
 // into fp32 partials, then the partials in group order), with no atomics.
 #include <algorithm>
@@ -17,21 +20,30 @@ constexpr int kRowThreads = 256;
 constexpr int kColumnThreads = 256;
 constexpr int64_t kMaxRowGroups = 128;
 
+// With delta (and sum) non-null the row normalised is sum = x + delta, stored
+// first as an Add would store it; each thread reads back only its own stores.
 template <typename T>
-__global__ void RmsNormKernel(const T* x, const T* w, int64_t dim, float eps, T* y, float* rstd) {
+__global__ void RmsNormKernel(const T* x, const T* delta, const T* w, int64_t dim, float eps,
+                              T* sum, T* y, float* rstd) {
   __shared__ float shared[32];
-  const T* xr = x + blockIdx.x * dim;
-  T* yr = y + blockIdx.x * dim;
+  const int64_t offset = blockIdx.x * dim;
+  const T* in = delta != nullptr ? sum + offset : x + offset;
+  T* yr = y + offset;
   float sum_sq = 0.0f;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    const float v = ToFloat(xr[j]);
+    float v = ToFloat(x[offset + j]);
+    if (delta != nullptr) {
+      const T stored = FromFloat<T>(v + ToFloat(delta[offset + j]));
+      sum[offset + j] = stored;
+      v = ToFloat(stored);
+    }
     sum_sq += v * v;
   }
   sum_sq = BlockSum(sum_sq, shared);
   const float s = 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
   if (threadIdx.x == 0) rstd[blockIdx.x] = s;
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-    yr[j] = FromFloat<T>(ToFloat(w[j]) * (ToFloat(xr[j]) * s));
+    yr[j] = FromFloat<T>(ToFloat(w[j]) * (ToFloat(in[j]) * s));
   }
 }
 
@@ -59,12 +71,13 @@ __global__ void SumPartialsKernel(const float* partial, int64_t groups, int64_t 
   dw[j] += sum;
 }
 
-// With g = w * dy: dx = s * g - s^3 / dim * (g . x) * x. dx may alias dy:
-// each thread reads its elements before the block-wide sum and writes them
-// after it.
+// With g = w * dy: dx = s * g - s^3 / dim * (g . x) * x, plus dx_add (when
+// non-null) after rounding to T as a stored gradient would be. dx may alias
+// dy and dx_add: each thread reads its elements before the block-wide sum
+// and writes them after it.
 template <typename T>
 __global__ void RmsNormInputGradKernel(const T* dy, const T* x, const T* w, const float* rstd,
-                                       int64_t dim, T* dx) {
+                                       int64_t dim, const T* dx_add, T* dx) {
   __shared__ float shared[32];
   const int64_t offset = blockIdx.x * dim;
   const float s = rstd[blockIdx.x];
@@ -76,38 +89,64 @@ __global__ void RmsNormInputGradKernel(const T* dy, const T* x, const T* w, cons
   const float c = s * s * s * dot / static_cast<float>(dim);
   for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
     const float g = ToFloat(w[j]) * ToFloat(dy[offset + j]);
-    dx[offset + j] = FromFloat<T>(s * g - c * ToFloat(x[offset + j]));
+    const T grad = FromFloat<T>(s * g - c * ToFloat(x[offset + j]));
+    dx[offset + j] =
+        dx_add != nullptr ? FromFloat<T>(ToFloat(dx_add[offset + j]) + ToFloat(grad)) : grad;
   }
 }
 
 }  // namespace
 
-void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd) {
-  ExpectDevice(x, "RmsNorm", "x");
-  ExpectDevice(w, "RmsNorm", "w");
-  ExpectDevice(y, "RmsNorm", "y");
-  ExpectDevice(rstd, "RmsNorm", "rstd");
+namespace {
+
+// RmsNorm, or with delta defined AddRmsNorm.
+void LaunchRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps,
+                   const Tensor& sum, const Tensor& y, const Tensor& rstd) {
+  const char* op = delta.defined() ? "AddRmsNorm" : "RmsNorm";
+  for (const Tensor* t : {&x, &w, &y, &rstd}) ExpectDevice(*t, op, "an operand");
   const int64_t dim = x.dim(-1), rows = x.numel() / dim;
   TETRA_CHECK(w.numel() == dim && y.numel() == x.numel() && rstd.numel() == rows &&
-              w.dtype() == x.dtype() && y.dtype() == x.dtype())
-      << "RmsNorm: x " << ShapeString(x.shape()) << " w " << ShapeString(w.shape());
+              w.dtype() == x.dtype() && y.dtype() == x.dtype() && rstd.dtype() == DType::kF32)
+      << op << ": x " << ShapeString(x.shape()) << " w " << ShapeString(w.shape());
+  if (delta.defined()) {
+    ExpectDevice(delta, op, "delta");
+    ExpectDevice(sum, op, "sum");
+    TETRA_CHECK(delta.numel() == x.numel() && sum.numel() == x.numel() &&
+                delta.dtype() == x.dtype() && sum.dtype() == x.dtype())
+        << op << ": x " << ShapeString(x.shape()) << " delta " << ShapeString(delta.shape())
+        << " sum " << ShapeString(sum.shape());
+  }
   if (rows == 0) return;
-  DispatchFloat(x.dtype(), "RmsNorm", [&](auto tag) {
+  DispatchFloat(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    RmsNormKernel<T><<<rows, kRowThreads, 0, CurrentStream()>>>(x.data<T>(), w.data<T>(), dim,
-                                                                eps, y.data<T>(), rstd.f32());
+    RmsNormKernel<T><<<rows, kRowThreads, 0, CurrentStream()>>>(
+        x.data<T>(), delta.defined() ? delta.data<T>() : nullptr, w.data<T>(), dim, eps,
+        delta.defined() ? sum.data<T>() : nullptr, y.data<T>(), rstd.f32());
   });
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
+}  // namespace
+
+void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd) {
+  LaunchRmsNorm(x, Tensor(), w, eps, Tensor(), y, rstd);
+}
+
+void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& sum,
+                const Tensor& y, const Tensor& rstd) {
+  LaunchRmsNorm(x, delta, w, eps, sum, y, rstd);
+}
+
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                     const Tensor& dx, const Tensor& dw) {
+                     const Tensor& dx, const Tensor& dw, const Tensor& dx_add) {
   for (const Tensor* t : {&dy, &x, &w, &rstd, &dx, &dw}) ExpectDevice(*t, "RmsNormBackward", "an operand");
+  if (dx_add.defined()) ExpectDevice(dx_add, "RmsNormBackward", "dx_add");
   TETRA_CHECK(rstd.dtype() == DType::kF32 && dw.dtype() == DType::kF32)
       << "RmsNormBackward: rstd and dw are fp32";
   const int64_t dim = x.dim(-1), rows = x.numel() / dim;
   TETRA_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && dw.numel() == dim &&
-              rstd.numel() == rows)
+              rstd.numel() == rows && dy.dtype() == x.dtype() && dx.dtype() == x.dtype() &&
+              (!dx_add.defined() || (dx_add.numel() == x.numel() && dx_add.dtype() == x.dtype())))
       << "RmsNormBackward: x " << ShapeString(x.shape()) << " dw " << ShapeString(dw.shape());
   if (rows == 0) return;
   const int64_t groups = std::min(kMaxRowGroups, CeilDiv(rows, 32));
@@ -121,7 +160,8 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
     SumPartialsKernel<<<CeilDiv(dim, kColumnThreads), kColumnThreads, 0, CurrentStream()>>>(
         partial, groups, dim, dw.f32());
     RmsNormInputGradKernel<T><<<rows, kRowThreads, 0, CurrentStream()>>>(
-        dy.data<T>(), x.data<T>(), w.data<T>(), rstd.f32(), dim, dx.data<T>());
+        dy.data<T>(), x.data<T>(), w.data<T>(), rstd.f32(), dim,
+        dx_add.defined() ? dx_add.data<T>() : nullptr, dx.data<T>());
   });
   TETRA_CUDA_CHECK_LAUNCH();
 }

@@ -127,6 +127,87 @@ inline void AddRmsNormCases(std::vector<OpCase>* cases) {
   }
 }
 
+// The decoder block's residual ops: the add fused into the norm after it, the
+// residual gradient added in the norm's backward, and the add into a third
+// tensor.
+inline void AddAddRmsNormCases(std::vector<OpCase>* cases) {
+  constexpr Tolerance kFp32Tol{1e-5, 1e-5, "sums of 300 squares and of 45 rows in fp32 vs double"};
+  // dx = dx_add + g: g's error (the rmsnorm case's 1e-5 + 1e-5 |g|, |g| < 3.1
+  // here) stays absolute through the add, which both sides do alike.
+  constexpr Tolerance kFp32GradTol{5e-5, 1e-5, "rmsnorm_backward's dx error (|g| < 3.1), then one add"};
+  // A bf16 rounding moves a value by at most 2^-8 of itself.
+  constexpr Tolerance kBf16SumTol{0, kBf16Rounding, "one fp32 add, one bf16 rounding"};
+  constexpr Tolerance kBf16OutTol{1e-5, 9e-3, "the sum rounded to bf16 before the norm, y after, and that sum's rstd"};
+  constexpr Tolerance kBf16RstdTol{1e-5, 4e-3, "statistics of the bf16-rounded sum: at most 2^-8 relative"};
+  constexpr Tolerance kBf16GradTol{1.25e-2, kBf16Rounding,
+                                   "g (|g| < 3.1) rounded to bf16 before the add (2^-8 |g|), the sum after"};
+  constexpr int64_t kRows = 45, kDim = 300;  // dim not a multiple of the block
+  constexpr float kEps = 1e-5f;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const bool fp32 = dtype == DType::kF32;
+    cases->push_back({CaseName("add_rmsnorm", dtype, "45x300"), [=](const Backend& b, Outputs* out) {
+                        const Tensor x = b.In(HostRandom({kRows, kDim}, 1, 3.0f), dtype);
+                        const Tensor delta = b.In(HostRandom({kRows, kDim}, 2), dtype);
+                        const Tensor w = b.In(HostRandom({kDim}, 3), dtype);
+                        const Tensor sum = b.Out({kRows, kDim}, dtype), y = b.Out({kRows, kDim}, dtype),
+                                     rstd = b.Out({kRows});
+                        ops::AddRmsNorm(x, delta, w, kEps, sum, y, rstd);
+                        out->Add("sum", sum, fp32 ? kExact : kBf16SumTol);
+                        out->Add("y", y, fp32 ? kFp32Tol : kBf16OutTol);
+                        out->Add("rstd", rstd, fp32 ? kFp32Tol : kBf16RstdTol);
+                      }});
+    cases->push_back(
+        {CaseName("rmsnorm_backward adding to dx", dtype, "45x300, dx += and dx = dx_add +"),
+         [=](const Backend& b, Outputs* out) {
+           const Tensor x = b.In(HostRandom({kRows, kDim}, 4, 3.0f), dtype);
+           const Tensor w = b.In(HostRandom({kDim}, 5), dtype);
+           const Tensor y = b.Out({kRows, kDim}, dtype), rstd = b.Out({kRows});
+           ops::RmsNorm(x, w, kEps, y, rstd);
+           const Tensor dy = b.In(HostRandom({kRows, kDim}, 6), dtype);
+           const Tensor residual_grad = b.In(HostRandom({kRows, kDim}, 7), dtype);
+           const Tensor dx = b.Out({kRows, kDim}, dtype), dw = b.In(HostRandom({kDim}, 8));
+           ops::RmsNormBackward(dy, x, w, rstd, dx, dw, residual_grad);
+           out->Add("dx", dx, fp32 ? kFp32GradTol : kBf16GradTol);
+           out->Add("dw", dw, kFp32Tol);
+           ops::RmsNormBackward(dy, x, w, rstd, residual_grad, dw, residual_grad);  // in place
+           out->Add("dx in place", residual_grad, fp32 ? kFp32GradTol : kBf16GradTol);
+         }});
+    cases->push_back({CaseName("add into out", dtype, "100003"), [=](const Backend& b, Outputs* out) {
+                        const Tensor x = b.In(HostRandom({100003}, 9), dtype);
+                        const Tensor y = b.In(HostRandom({100003}, 10), dtype);
+                        const Tensor sum = b.Out({100003}, dtype);
+                        ops::Add(x, y, sum);
+                        b.Round(sum, dtype);  // one fp32 add and one rounding per element on both sides
+                        out->Add("out", sum, kExact);
+                      }});
+  }
+}
+
+// The global gradient norm's sum: many slices of one flat fp32 buffer, more
+// than the device fits in one launch, some empty, some several chunks long.
+inline void AddWeightedSumOfSquaresCases(std::vector<OpCase>* cases) {
+  constexpr Tolerance kSumTol{0, 1e-12, "squares summed in fp64 in other orders, weights applied per part"};
+  cases->push_back({"weighted_sum_of_squares F32 100 slices of 1.4M", [=](const Backend& b, Outputs* out) {
+                      std::vector<int64_t> sizes;
+                      int64_t total = 0;
+                      for (int64_t k = 0; k < 100; ++k) {
+                        sizes.push_back(k % 10 == 3 ? 0 : (k * 7919) % 20011 + (k % 17 == 0 ? 150001 : 1));
+                        total += sizes.back();
+                      }
+                      const Tensor flat = b.In(HostRandom({total}, 1));
+                      std::vector<Tensor> slices;
+                      std::vector<double> weights;
+                      int64_t offset = 0;
+                      for (int64_t k = 0; k < 100; ++k) {
+                        slices.push_back(flat.Slice(offset, offset + sizes[k]));
+                        weights.push_back(1.0 / static_cast<double>(1 + k % 3));  // 1/3: not a power of two
+                        offset += sizes[k];
+                      }
+                      out->Add("sum", ops::WeightedSumOfSquares(slices, weights), kSumTol);
+                      out->Add("empty list", ops::WeightedSumOfSquares({}, {}), kExact);
+                    }});
+}
+
 inline void AddRopeCases(std::vector<OpCase>* cases) {
   constexpr Tolerance kFp32Tol{1e-6, 1e-6, "two products and a sum with the same table; FMA contraction"};
   for (DType dtype : {DType::kF32, DType::kBF16}) {
@@ -531,6 +612,7 @@ inline std::vector<OpCase> OpCases() {
   AddLinearCases(&cases);
   AddEmbeddingCases(&cases);
   AddRmsNormCases(&cases);
+  AddAddRmsNormCases(&cases);
   AddRopeCases(&cases);
   AddAttentionCases(&cases);
   AddSwigluCases(&cases);
@@ -538,6 +620,7 @@ inline std::vector<OpCase> OpCases() {
   AddRouterCases(&cases);
   AddDispatchCases(&cases);
   AddOptimizerAndReduceCases(&cases);
+  AddWeightedSumOfSquaresCases(&cases);
   AddVectorPathCases(&cases);
   return cases;
 }

@@ -1,11 +1,15 @@
 #include "kernels/cpu/rmsnorm.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/ops.h"
 #include "tests/testing/gradient_check.h"
 
 namespace tetra::cpu {
@@ -98,6 +102,90 @@ TEST(RmsNormTest, BackwardIsBitIdenticalAcrossRunsAndThreadCounts) {
         << "run " << r;
   }
 }
+
+// The fused forms against the separate ops they replace, through the op API
+// on host tensors (where a bf16 run rounds what it stores): bit for bit, in
+// fp32 and bf16, at a size that splits the rows over threads and one whose
+// dim fits no vector width.
+struct FusedShape {
+  int64_t rows, dim;
+};
+constexpr FusedShape kFusedShapes[] = {{601, 56}, {5, 301}};
+
+// N(0, scale^2) values rounded to `dtype`.
+Tensor RandomTensor(const Shape& shape, uint64_t stream, DType dtype, float scale = 1.0f) {
+  Tensor wide = Tensor::Empty(shape);
+  const std::vector<float> values = RandomVector(wide.numel(), stream, scale);
+  std::copy(values.begin(), values.end(), wide.f32());
+  Tensor t = Tensor::Empty(shape, dtype);
+  ops::Cast(wide, t);
+  return t;
+}
+
+void ExpectSameBits(const Tensor& got, const Tensor& want, const char* what) {
+  ASSERT_EQ(got.nbytes(), want.nbytes()) << what;
+  EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << what << " differs";
+}
+
+class FusedRmsNormTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(FusedRmsNormTest, AddRmsNormIsAddThenRmsNorm) {
+  const DType dtype = GetParam();
+  for (const FusedShape& s : kFusedShapes) {
+    SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.dim);
+    const Tensor x = RandomTensor({s.rows, s.dim}, 10, dtype, 3.0f);
+    const Tensor delta = RandomTensor({s.rows, s.dim}, 11, dtype);
+    const Tensor w = RandomTensor({s.dim}, 12, dtype);
+    const Tensor sum = Tensor::Empty({s.rows, s.dim}, dtype);
+    const Tensor y = Tensor::Empty({s.rows, s.dim}, dtype);
+    const Tensor rstd = Tensor::Empty({s.rows});
+    ops::AddRmsNorm(x, delta, w, kEps, sum, y, rstd);
+
+    const Tensor want_sum = x.Clone(), want_y = Tensor::Empty({s.rows, s.dim}, dtype);
+    const Tensor want_rstd = Tensor::Empty({s.rows});
+    ops::Add(delta, want_sum);
+    ops::RmsNorm(want_sum, w, kEps, want_y, want_rstd);
+    ExpectSameBits(sum, want_sum, "sum");
+    ExpectSameBits(y, want_y, "y");
+    ExpectSameBits(rstd, want_rstd, "rstd");
+  }
+}
+
+TEST_P(FusedRmsNormTest, BackwardAddingToDxIsBackwardThenAdd) {
+  const DType dtype = GetParam();
+  for (const FusedShape& s : kFusedShapes) {
+    SCOPED_TRACE(::testing::Message() << s.rows << "x" << s.dim);
+    const Tensor x = RandomTensor({s.rows, s.dim}, 20, dtype, 3.0f);
+    const Tensor w = RandomTensor({s.dim}, 21, dtype);
+    const Tensor dy = RandomTensor({s.rows, s.dim}, 22, dtype);
+    const Tensor residual_grad = RandomTensor({s.rows, s.dim}, 23, dtype);
+    const Tensor y = Tensor::Empty({s.rows, s.dim}, dtype), rstd = Tensor::Empty({s.rows});
+    ops::RmsNorm(x, w, kEps, y, rstd);
+    const Tensor dw_before = RandomTensor({s.dim}, 24, DType::kF32);
+
+    const Tensor want_dx = Tensor::Empty({s.rows, s.dim}, dtype), want_dw = dw_before.Clone();
+    ops::RmsNormBackward(dy, x, w, rstd, want_dx, want_dw);
+    ops::Add(residual_grad, want_dx);
+
+    const Tensor dx = Tensor::Empty({s.rows, s.dim}, dtype), dw = dw_before.Clone();
+    ops::RmsNormBackward(dy, x, w, rstd, dx, dw, /*dx_add=*/residual_grad);
+    ExpectSameBits(dx, want_dx, "dx = dx_add + gradient");
+    ExpectSameBits(dw, want_dw, "dw");
+
+    // dx_add may be dx itself (dx +=), and dx may be dy.
+    const Tensor accumulated = residual_grad.Clone(), dw_accumulated = dw_before.Clone();
+    ops::RmsNormBackward(dy, x, w, rstd, accumulated, dw_accumulated, /*dx_add=*/accumulated);
+    ExpectSameBits(accumulated, want_dx, "dx += gradient");
+    const Tensor over_dy = dy.Clone(), dw_over_dy = dw_before.Clone();
+    ops::RmsNormBackward(over_dy, x, w, rstd, over_dy, dw_over_dy, /*dx_add=*/residual_grad);
+    ExpectSameBits(over_dy, want_dx, "dx written over dy");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, FusedRmsNormTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
 
 }  // namespace
 }  // namespace tetra::cpu
