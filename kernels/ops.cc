@@ -259,6 +259,42 @@ void RopeBackward(const Tensor& dx, const RopeTable& table) {
   cpu::RopeBackward(f32.Out(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table);
 }
 
+namespace {
+
+// Packed rows [q | k | v] against q (B,T,Hq,D), k and v (B,T,Hkv,D), one dtype.
+void CheckQkv(const char* op, const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
+  TETRA_CHECK(q.rank() == 4 && k.shape() == v.shape() && k.rank() == 4 && k.dim(0) == q.dim(0) &&
+              k.dim(1) == q.dim(1) && k.dim(3) == q.dim(3) &&
+              qkv.numel() == q.numel() + k.numel() + v.numel() &&
+              qkv.dim(-1) == (q.dim(2) + 2 * k.dim(2)) * q.dim(3) && qkv.dtype() == q.dtype() &&
+              k.dtype() == q.dtype() && v.dtype() == q.dtype())
+      << op << ": qkv " << DTypeName(qkv.dtype()) << ShapeString(qkv.shape()) << ", q "
+      << DTypeName(q.dtype()) << ShapeString(q.shape()) << ", k " << DTypeName(k.dtype())
+      << ShapeString(k.shape()) << ", v " << DTypeName(v.dtype()) << ShapeString(v.shape());
+}
+
+}  // namespace
+
+void SplitQkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
+                  const Tensor& v) {
+  CheckQkv("split_qkv_rope", qkv, q, k, v);
+  TETRA_ON_DEVICE(qkv, QkvRope(qkv, table, q, k, v, /*backward=*/false));
+  ExpectHost(qkv, q, k, v);
+  HostF32 f32;
+  cpu::SplitQkvRope(f32.In(qkv), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), table,
+                    f32.Out(q), f32.Out(k), f32.Out(v));
+}
+
+void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                          const RopeTable& table, const Tensor& dqkv) {
+  CheckQkv("merge_qkv_rope_backward", dqkv, dq, dk, dv);
+  TETRA_ON_DEVICE(dqkv, QkvRope(dqkv, table, dq, dk, dv, /*backward=*/true));
+  ExpectHost(dqkv, dq, dk, dv);
+  HostF32 f32;
+  cpu::MergeQkvRopeBackward(f32.In(dq), f32.In(dk), f32.In(dv), dq.dim(0), dq.dim(1), dq.dim(2),
+                            dk.dim(2), dq.dim(3), table, f32.Out(dqkv));
+}
+
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse) {
   if (OnDevice(q)) {

@@ -53,6 +53,16 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
 // In place on x (B, T, H, D), rotate-half convention; table from MakeRopeTable.
 void Rope(const Tensor& x, const RopeTable& table);
 void RopeBackward(const Tensor& dx, const RopeTable& table);
+// The fused q/k/v projection's output qkv (B*T, (Hq + 2 Hkv) D), each row a
+// token's [q | k | v], split into q (B,T,Hq,D), k and v (B,T,Hkv,D) with q
+// and k rotated as Rope does (the same bits on the CPU), in one pass; one
+// dtype for all four.
+void SplitQkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
+                  const Tensor& v);
+// Its adjoint: dqkv rows = [RopeBackward(dq) | RopeBackward(dk) | dv],
+// written; dq, dk, dv unchanged.
+void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                          const RopeTable& table, const Tensor& dqkv);
 
 // Causal grouped-query attention: q (B,T,Hq,D), k/v (B,T,Hkv,D) -> out (B,T,Hq,D), lse (B,Hq,T).
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -23,6 +23,20 @@ void RopeForward(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t he
 void RopeBackward(float* dx, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                   const RopeTable& table);
 
+// The fused q/k/v projection's output, qkv (batch * seq, (q_heads + 2
+// kv_heads) x head_dim) holding each token's [q | k | v] head vectors, split
+// into q (batch, seq, q_heads, head_dim), k and v (batch, seq, kv_heads,
+// head_dim), q and k rotated: the bits of copying the slices and RopeForward
+// on q and k, in one pass.
+void SplitQkvRope(const float* qkv, int64_t batch, int64_t seq, int64_t q_heads, int64_t kv_heads,
+                  int64_t head_dim, const RopeTable& table, float* q, float* k, float* v);
+
+// Its adjoint: dqkv's rows = [RopeBackward(dq) | RopeBackward(dk) | dv],
+// written; dq, dk, dv are left as they are.
+void MergeQkvRopeBackward(const float* dq, const float* dk, const float* dv, int64_t batch,
+                          int64_t seq, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                          const RopeTable& table, float* dqkv);
+
 }  // namespace tetra::cpu
 
 #endif  // TETRA_KERNELS_CPU_ROPE_H_

@@ -41,6 +41,10 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
 // In place on x (B, T, H, D); table.cos/sin fp32 on the device. The backward
 // rotates by the opposite angle.
 void Rope(const Tensor& x, const RopeTable& table, bool backward);
+// qkv (B*T, (Hq + 2 Hkv) D) -> q (B,T,Hq,D), k, v (B,T,Hkv,D), q and k
+// rotated; backward: dq, dk rotated back and dv into dqkv. One dtype.
+void QkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
+             const Tensor& v, bool backward);
 
 // Our own attention kernel: q, k, v, out, dout, dq, dk, dv share a dtype;
 // lse fp32 (B, Hq, T). The op API runs cuDNN's fused attention first where

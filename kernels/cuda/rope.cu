@@ -1,8 +1,13 @@
-// Rotary position embeddings on the device, in place on (B, T, H, D) in the
-// rotate-half convention: pairs (i, i + D/2) rotate by the angle of
-// (position, i); the backward rotates the gradient back (the transpose of a
-// rotation is the opposite rotation). Each thread rotates a 16-byte vector
-// of each half where the head dim and the pointers allow, one pair otherwise.
+// Rotary position embeddings on the device in the rotate-half convention:
+// pairs (i, i + D/2) of each head vector rotate by the angle of (position,
+// i); the backward rotates the gradient back (the transpose of a rotation is
+// the opposite rotation). Rope works in place on (B, T, H, D); QkvRope splits
+// the fused projection's packed rows [q | k | v] into q, k, v while rotating
+// (and its backward merges the gradients back), so the split costs no pass of
+// its own. Each thread moves a 16-byte vector of each half where the head
+// dim and the pointers allow, one pair otherwise.
+#include <initializer_list>
+
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -14,6 +19,36 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Pairs [i, i + W) of one head vector from src to dst (dst may be src):
+// rotated by +angle (sin_sign 1) or -angle (sin_sign -1) of the table row at
+// cos/sin, or copied when !rotate.
+template <int W, typename T>
+__device__ __forceinline__ void MovePairs(const T* src, T* dst, int64_t half, int64_t i,
+                                          const float* cos, const float* sin, float sin_sign,
+                                          bool rotate) {
+  float a[W], b[W], c[W], s[W], y1[W], y2[W];
+  LoadFloats(src + i, a);
+  LoadFloats(src + half + i, b);
+  if (rotate) {
+    LoadFloats(cos + i, c);
+    LoadFloats(sin + i, s);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float sk = sin_sign * s[k];
+      y1[k] = a[k] * c[k] - b[k] * sk;
+      y2[k] = b[k] * c[k] + a[k] * sk;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      y1[k] = a[k];
+      y2[k] = b[k];
+    }
+  }
+  StoreFloats(dst + i, y1);
+  StoreFloats(dst + half + i, y2);
+}
+
 // One thread per (row, head, W pairs): rows = B * T, position = row % T; W
 // is 1 or a whole vector of x (16-byte loads of x's two halves, and of the
 // fp32 table in 16-byte pieces).
@@ -23,32 +58,58 @@ __global__ void RopeKernel(T* x, int64_t rows, int64_t seq, int64_t heads, int64
   const int64_t groups = half / W, n = rows * heads * groups;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n;
        idx += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t i = idx % groups * W;
     const int64_t row_head = idx / groups;
     const int64_t pos = (row_head / heads) % seq;
-    T* x1 = x + row_head * 2 * half + i;
-    float a[W], b[W], c[W], s[W], y1[W], y2[W];
-    LoadFloats(x1, a);
-    LoadFloats(x1 + half, b);
-    LoadFloats(cos_table + pos * half + i, c);
-    LoadFloats(sin_table + pos * half + i, s);
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      const float sk = sin_sign * s[k];
-      y1[k] = a[k] * c[k] - b[k] * sk;
-      y2[k] = b[k] * c[k] + a[k] * sk;
-    }
-    StoreFloats(x1, y1);
-    StoreFloats(x1 + half, y2);
+    T* head = x + row_head * 2 * half;
+    MovePairs<W>(head, head, half, idx % groups * W, cos_table + pos * half,
+                 sin_table + pos * half, sin_sign, /*rotate=*/true);
   }
+}
+
+// One thread per (row, head of the packed row, W pairs): packed head h is
+// q's head h (h < Hq), k's head h - Hq (h < Hq + Hkv) or v's head h - Hq -
+// Hkv (copied). Forward: packed -> q, k, v; backward: dq, dk, dv -> packed.
+template <int W, typename T>
+__global__ void QkvRopeKernel(T* packed, T* q, T* k, T* v, int64_t rows, int64_t seq,
+                              int64_t q_heads, int64_t kv_heads, int64_t half,
+                              const float* cos_table, const float* sin_table, bool backward) {
+  const int64_t heads = q_heads + 2 * kv_heads, groups = half / W, n = rows * heads * groups;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row_head = idx / groups;
+    const int64_t row = row_head / heads, h = row_head % heads;
+    const int64_t pos = row % seq;
+    T* separate = h < q_heads             ? q + (row * q_heads + h) * 2 * half
+                  : h < q_heads + kv_heads ? k + (row * kv_heads + h - q_heads) * 2 * half
+                                           : v + (row * kv_heads + h - q_heads - kv_heads) * 2 * half;
+    T* in_packed = packed + row_head * 2 * half;
+    MovePairs<W>(backward ? separate : in_packed, backward ? in_packed : separate, half,
+                 idx % groups * W, cos_table + pos * half, sin_table + pos * half,
+                 backward ? -1.0f : 1.0f, /*rotate=*/h < q_heads + kv_heads);
+  }
+}
+
+void ExpectTable(const RopeTable& table, const char* op) {
+  ExpectDevice(table.cos, op, "the cos table");
+  ExpectDevice(table.sin, op, "the sin table");
+}
+
+// Vectors when every head's halves and table row split into aligned vectors:
+// half a multiple of W (so of 4 fp32 table entries) and every base aligned;
+// otherwise one pair per thread.
+template <typename T>
+bool Vectorize(const RopeTable& table, std::initializer_list<const Tensor*> tensors) {
+  bool aligned = table.half_dim % kVectorWidth<T> == 0 && Aligned(table.cos.raw()) &&
+                 Aligned(table.sin.raw());
+  for (const Tensor* t : tensors) aligned = aligned && Aligned(t->raw());
+  return aligned;
 }
 
 }  // namespace
 
 void Rope(const Tensor& x, const RopeTable& table, bool backward) {
   ExpectDevice(x, "Rope", "x");
-  ExpectDevice(table.cos, "Rope", "the cos table");
-  ExpectDevice(table.sin, "Rope", "the sin table");
+  ExpectTable(table, "Rope");
   TETRA_CHECK(x.rank() == 4 && x.dim(3) == 2 * table.half_dim && x.dim(1) <= table.seq)
       << "Rope: x " << ShapeString(x.shape()) << " vs table (" << table.seq << ", "
       << table.half_dim << ")";
@@ -57,20 +118,46 @@ void Rope(const Tensor& x, const RopeTable& table, bool backward) {
   DispatchFloat(x.dtype(), "Rope", [&](auto tag) {
     using T = decltype(tag);
     constexpr int kW = kVectorWidth<T>;
-    // Vectors when every head's halves and table row split into aligned
-    // vectors: half a multiple of W (so of 4 fp32 table entries) and the
-    // three bases aligned; otherwise one pair per thread.
-    const bool vectorize = table.half_dim % kW == 0 && Aligned(x.raw()) &&
-                           Aligned(table.cos.raw()) && Aligned(table.sin.raw());
     auto launch = [&](auto kernel, int width) {
       kernel<<<GridFor(n / width, kThreads), kThreads, 0, CurrentStream()>>>(
           x.data<T>(), rows, x.dim(1), x.dim(2), table.half_dim, table.cos.f32(),
           table.sin.f32(), backward ? -1.0f : 1.0f);
     };
-    if (vectorize) {
+    if (Vectorize<T>(table, {&x})) {
       launch(RopeKernel<kW, T>, kW);
     } else {
       launch(RopeKernel<1, T>, 1);
+    }
+  });
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
+void QkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
+             const Tensor& v, bool backward) {
+  ExpectDevice(qkv, "QkvRope", "qkv");
+  ExpectDevice(q, "QkvRope", "q");
+  ExpectDevice(k, "QkvRope", "k");
+  ExpectDevice(v, "QkvRope", "v");
+  ExpectTable(table, "QkvRope");
+  // The op API checked the shapes against each other.
+  TETRA_CHECK(q.dim(3) == 2 * table.half_dim && q.dim(1) <= table.seq)
+      << "QkvRope: q " << ShapeString(q.shape()) << " vs table (" << table.seq << ", "
+      << table.half_dim << ")";
+  const int64_t rows = q.dim(0) * q.dim(1);
+  const int64_t n = rows * (q.dim(2) + 2 * k.dim(2)) * table.half_dim;
+  if (n == 0) return;
+  DispatchFloat(q.dtype(), "QkvRope", [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kW = kVectorWidth<T>;
+    auto launch = [&](auto kernel, int width) {
+      kernel<<<GridFor(n / width, kThreads), kThreads, 0, CurrentStream()>>>(
+          qkv.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), rows, q.dim(1), q.dim(2),
+          k.dim(2), table.half_dim, table.cos.f32(), table.sin.f32(), backward);
+    };
+    if (Vectorize<T>(table, {&qkv, &q, &k, &v})) {
+      launch(QkvRopeKernel<kW, T>, kW);
+    } else {
+      launch(QkvRopeKernel<1, T>, 1);
     }
   });
   TETRA_CUDA_CHECK_LAUNCH();

@@ -225,6 +225,50 @@ inline void AddRopeCases(std::vector<OpCase>* cases) {
   }
 }
 
+// The fused projection's split and merge: D 16 (whole vectors of both
+// halves in fp32 and bf16), D 20 (half 10: one pair per thread), and D 16
+// with the packed rows one element in (misaligned: one pair per thread).
+inline void AddQkvRopeCases(std::vector<OpCase>* cases) {
+  constexpr Tolerance kFp32Tol{1e-6, 1e-6, "two products and a sum with the same table; FMA contraction"};
+  constexpr int64_t kBatch = 2, kSeq = 11, kQHeads = 3, kKvHeads = 2;
+  struct Layout {
+    int64_t dim;
+    bool shift;  // the packed tensor one element in
+  };
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Tolerance rotated_tol = dtype == DType::kF32 ? kFp32Tol : kBf16ElementwiseTol;
+    for (const Layout& layout : {Layout{16, false}, Layout{20, false}, Layout{16, true}}) {
+      const int64_t dim = layout.dim;
+      const bool shift = layout.shift;
+      cases->push_back(
+          {CaseName("split_qkv_rope and merge_qkv_rope_backward", dtype,
+                    absl::StrCat("B2 T11 Hq3 Hkv2 D", dim, shift ? ", packed one element in" : "")),
+           [=](const Backend& b, Outputs* out) {
+             RopeTable table = MakeRopeTable(16, dim, 10000.0);
+             table.cos = b.In(table.cos);
+             table.sin = b.In(table.sin);
+             const Shape packed_shape = {kBatch * kSeq, (kQHeads + 2 * kKvHeads) * dim};
+             const Shape q_shape = {kBatch, kSeq, kQHeads, dim}, kv_shape = {kBatch, kSeq, kKvHeads, dim};
+             const int64_t n = NumElements(packed_shape);
+             const auto packed = [&](uint64_t stream) {
+               return shift ? b.In(HostRandom({n + 1}, stream), dtype).Slice(1, n + 1).Reshape(packed_shape)
+                            : b.In(HostRandom(packed_shape, stream), dtype);
+             };
+             const Tensor qkv = packed(1);
+             const Tensor q = b.Out(q_shape, dtype), k = b.Out(kv_shape, dtype), v = b.Out(kv_shape, dtype);
+             ops::SplitQkvRope(qkv, table, q, k, v);
+             out->Add("q", q, rotated_tol);
+             out->Add("k", k, rotated_tol);
+             out->Add("v", v, kExact);
+             const Tensor dqkv = packed(2);  // overwritten
+             ops::MergeQkvRopeBackward(b.In(HostRandom(q_shape, 3), dtype), b.In(HostRandom(kv_shape, 4), dtype),
+                                       b.In(HostRandom(kv_shape, 5), dtype), table, dqkv);
+             out->Add("dqkv", dqkv, rotated_tol);
+           }});
+    }
+  }
+}
+
 // One attention case: forward and backward of `s` in `dtype`.
 inline OpCase AttentionCase(const AttentionShape& s, DType dtype) {
   // fp32: dot products of D <= 192 terms and softmax sums over the keys in
@@ -614,6 +658,7 @@ inline std::vector<OpCase> OpCases() {
   AddRmsNormCases(&cases);
   AddAddRmsNormCases(&cases);
   AddRopeCases(&cases);
+  AddQkvRopeCases(&cases);
   AddAttentionCases(&cases);
   AddSwigluCases(&cases);
   AddCrossEntropyCases(&cases);

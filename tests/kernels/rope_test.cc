@@ -1,10 +1,12 @@
 #include "kernels/cpu/rope.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/op_types.h"
+#include "kernels/ops.h"
 #include "tests/testing/gradient_check.h"
 
 namespace tetra::cpu {
@@ -122,6 +124,90 @@ TEST(RopeTest, BackwardMatchesFiniteDifferences) {
   RopeBackward(dx.data(), kBatch, kSeq, kHeads, kHeadDim, table);
   ExpectGradientMatches("dx", x.data(), n, dx.data(), loss, kTol.grad);
 }
+
+// The fused projection's rows [q | k | v] through SplitQkvRope against
+// Linear's column slices of them copied out and rotated by Rope, and
+// MergeQkvRopeBackward against RopeBackward on dq, dk with dv, packed: the
+// same bits, in fp32 and (rounding once, as the separate ops do) in bf16.
+constexpr int64_t kQHeads = 3, kKvHeads = 2, kChannels = 24;
+
+// Columns [begin, begin + width) of packed's rows copied into `part` (rows x
+// width elements), or with `into_packed` part copied into them.
+void MoveColumns(const Tensor& packed, int64_t begin, const Tensor& part, bool into_packed) {
+  const int64_t rows = packed.numel() / packed.dim(-1), width = part.numel() / rows;
+  const size_t element = DTypeSize(packed.dtype());
+  char* p = static_cast<char*>(packed.raw());
+  char* t = static_cast<char*>(part.raw());
+  for (int64_t r = 0; r < rows; ++r) {
+    char* packed_row = p + (r * packed.dim(-1) + begin) * element;
+    char* part_row = t + r * width * element;
+    std::memcpy(into_packed ? packed_row : part_row, into_packed ? part_row : packed_row, width * element);
+  }
+}
+
+Tensor RandomIn(const Shape& shape, uint64_t stream, DType dtype) {
+  const std::vector<float> values = RandomVector(NumElements(shape), stream);
+  Tensor wide = Tensor::Empty(shape);
+  std::memcpy(wide.raw(), values.data(), wide.nbytes());
+  Tensor t = Tensor::Empty(shape, dtype);
+  ops::Cast(wide, t);
+  return t;
+}
+
+void ExpectSameBits(const Tensor& got, const Tensor& want, const char* name) {
+  ASSERT_EQ(got.nbytes(), want.nbytes()) << name;
+  EXPECT_EQ(std::memcmp(got.raw(), want.raw(), got.nbytes()), 0) << name << " differs";
+}
+
+class QkvRopeTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(QkvRopeTest, SplitIsLinearSlicesThenRope) {
+  const DType dtype = GetParam();
+  const int64_t width = (kQHeads + 2 * kKvHeads) * kHeadDim;
+  const Tensor x = RandomIn({kBatch * kSeq, kChannels}, 5, dtype);
+  const Tensor w = RandomIn({width, kChannels}, 6, dtype);
+  const Tensor qkv = Tensor::Empty({kBatch * kSeq, width}, dtype);
+  ops::Linear(x, w, qkv);
+  const RopeTable table = MakeRopeTable(kSeq, kHeadDim, kTheta);
+  const Shape q_shape = {kBatch, kSeq, kQHeads, kHeadDim}, kv_shape = {kBatch, kSeq, kKvHeads, kHeadDim};
+  const Tensor q = Tensor::Empty(q_shape, dtype), k = Tensor::Empty(kv_shape, dtype),
+               v = Tensor::Empty(kv_shape, dtype);
+  ops::SplitQkvRope(qkv, table, q, k, v);
+
+  const Tensor want_q = Tensor::Empty(q_shape, dtype), want_k = Tensor::Empty(kv_shape, dtype),
+               want_v = Tensor::Empty(kv_shape, dtype);
+  MoveColumns(qkv, 0, want_q, /*into_packed=*/false);
+  MoveColumns(qkv, kQHeads * kHeadDim, want_k, false);
+  MoveColumns(qkv, (kQHeads + kKvHeads) * kHeadDim, want_v, false);
+  ops::Rope(want_q, table);
+  ops::Rope(want_k, table);
+  ExpectSameBits(q, want_q, "q");
+  ExpectSameBits(k, want_k, "k");
+  ExpectSameBits(v, want_v, "v");
+}
+
+TEST_P(QkvRopeTest, MergeIsRopeBackwardThenPacking) {
+  const DType dtype = GetParam();
+  const Shape q_shape = {kBatch, kSeq, kQHeads, kHeadDim}, kv_shape = {kBatch, kSeq, kKvHeads, kHeadDim};
+  const Tensor dq = RandomIn(q_shape, 7, dtype), dk = RandomIn(kv_shape, 8, dtype),
+               dv = RandomIn(kv_shape, 9, dtype);
+  const RopeTable table = MakeRopeTable(kSeq, kHeadDim, kTheta);
+  const Shape packed_shape = {kBatch * kSeq, (kQHeads + 2 * kKvHeads) * kHeadDim};
+  const Tensor dqkv = RandomIn(packed_shape, 10, dtype);  // overwritten
+  ops::MergeQkvRopeBackward(dq, dk, dv, table, dqkv);
+
+  const Tensor want = Tensor::Empty(packed_shape, dtype);
+  const Tensor dq_back = dq.Clone(), dk_back = dk.Clone();
+  ops::RopeBackward(dq_back, table);
+  ops::RopeBackward(dk_back, table);
+  MoveColumns(want, 0, dq_back, /*into_packed=*/true);
+  MoveColumns(want, kQHeads * kHeadDim, dk_back, true);
+  MoveColumns(want, (kQHeads + kKvHeads) * kHeadDim, dv, true);
+  ExpectSameBits(dqkv, want, "dqkv");
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, QkvRopeTest, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 }  // namespace
 }  // namespace tetra::cpu
