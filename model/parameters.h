@@ -116,6 +116,13 @@ class ParameterStore {
   Storage storage_;
   bool packed_ = false;
   std::deque<Parameter> parameters_;
+  // How each parameter is initialised (registration order): in Add() on the
+  // host, in its slot of the flat buffers in Pack() on a device.
+  struct InitRecipe {
+    Init init;
+    double std;
+  };
+  std::vector<InitRecipe> inits_;
   absl::flat_hash_map<std::string, Parameter*> by_name_;  // Add is O(1): models have 10^4+ tensors
   std::vector<const Parameter*> slots_[2];  // dense, expert: by ascending flat_offset (Pack())
   Tensor flat_values_, flat_grads_, flat_compute_;
@@ -130,10 +137,3 @@ int64_t ShardGlobalIndex(const Shape& global_shape, const TensorShard& shard, in
 }  // namespace tetra
 
 #endif  // TETRA_MODEL_PARAMETERS_H_
-  // How each parameter is initialised (registration order): in Add() on the
-  // host, in its slot of the flat buffers in Pack() on a device.
-  struct InitRecipe {
-    Init init;
-    double std;
-  };
-  std::vector<InitRecipe> inits_;
