@@ -640,10 +640,10 @@ void Cast(const Tensor& src, const Tensor& dst) {
   }
 }
 
-}  // namespace tetra::ops
 void FillNormal(const Tensor& x, const NormalInit& init) {
   TETRA_ON_DEVICE(x, FillNormal(x, init));
   TETRA_CHECK(x.dtype() == DType::kF32) << "FillNormal writes fp32, not " << DTypeName(x.dtype());
   cpu::FillNormal(init, x.numel(), x.f32());
 }
 
+}  // namespace tetra::ops

@@ -106,8 +106,9 @@ void Add(const Tensor& x, const Tensor& y, const Tensor& out);
 // dst = src converted (fp32 <-> bf16, or a plain copy for equal dtypes).
 void Cast(const Tensor& src, const Tensor& dst);
 
+// x fp32 = NormalInit's draws (kernels/cuda/normal_init.cu).
+void FillNormal(const Tensor& x, const NormalInit& init);
+
 }  // namespace tetra::cuda
 
 #endif  // TETRA_KERNELS_CUDA_CUDA_OPS_H_
-// x fp32 = NormalInit's draws (kernels/cuda/normal_init.cu).
-void FillNormal(const Tensor& x, const NormalInit& init);

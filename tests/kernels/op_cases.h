@@ -650,29 +650,6 @@ inline void AddVectorPathCases(std::vector<OpCase>* cases) {
   }
 }
 
-// The whole table.
-inline std::vector<OpCase> OpCases() {
-  std::vector<OpCase> cases;
-  AddLinearCases(&cases);
-  AddEmbeddingCases(&cases);
-  AddRmsNormCases(&cases);
-  AddAddRmsNormCases(&cases);
-  AddRopeCases(&cases);
-  AddQkvRopeCases(&cases);
-  AddAttentionCases(&cases);
-  AddSwigluCases(&cases);
-  AddCrossEntropyCases(&cases);
-  AddRouterCases(&cases);
-  AddDispatchCases(&cases);
-  AddOptimizerAndReduceCases(&cases);
-  AddWeightedSumOfSquaresCases(&cases);
-  AddVectorPathCases(&cases);
-  return cases;
-}
-
-}  // namespace tetra::testing
-
-#endif  // TETRA_TESTS_KERNELS_OP_CASES_H_
 inline void AddFillNormalCases(std::vector<OpCase>* cases) {
   // Philox is integer arithmetic, the same bits everywhere; the Box-Muller
   // log and cos in double may differ by an ulp or two between CUDA and glibc,
@@ -697,4 +674,27 @@ inline void AddFillNormalCases(std::vector<OpCase>* cases) {
   }
 }
 
+// The whole table.
+inline std::vector<OpCase> OpCases() {
+  std::vector<OpCase> cases;
+  AddLinearCases(&cases);
+  AddEmbeddingCases(&cases);
+  AddRmsNormCases(&cases);
+  AddAddRmsNormCases(&cases);
+  AddRopeCases(&cases);
+  AddQkvRopeCases(&cases);
+  AddAttentionCases(&cases);
+  AddSwigluCases(&cases);
+  AddCrossEntropyCases(&cases);
+  AddRouterCases(&cases);
+  AddDispatchCases(&cases);
+  AddOptimizerAndReduceCases(&cases);
+  AddWeightedSumOfSquaresCases(&cases);
+  AddVectorPathCases(&cases);
   AddFillNormalCases(&cases);
+  return cases;
+}
+
+}  // namespace tetra::testing
+
+#endif  // TETRA_TESTS_KERNELS_OP_CASES_H_
