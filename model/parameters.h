@@ -94,6 +94,9 @@ class ParameterStore {
   // Empty (0 elements) when the model has no routed experts.
   const Tensor& expert_flat_values() const { return expert_flat_values_; }
   const Tensor& expert_flat_grads() const { return expert_flat_grads_; }
+  // The bf16 compute copies of the flat values (undefined in fp32).
+  const Tensor& flat_compute() const { return flat_compute_; }
+  const Tensor& expert_flat_compute() const { return expert_flat_compute_; }
   // Rounds the values into the compute copies (after every change of the
   // values: optimizer step, weight load); nothing to do in fp32.
   void RefreshCompute();

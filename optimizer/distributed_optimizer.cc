@@ -18,10 +18,12 @@ AdamWSettings AdamWSettings::FromConfig(const OptimizerConfig& config) {
           .clip_grad = config.clip_grad()};
 }
 
-DistributedOptimizer::DistributedOptimizer(Tensor flat_values, std::vector<FlatSegment> segments,
+DistributedOptimizer::DistributedOptimizer(Tensor flat_values, Tensor flat_compute,
+                                           std::vector<FlatSegment> segments,
                                            const AdamWSettings& settings,
                                            const GradientReducer& reducer, Communicator& norm_group)
     : values_(std::move(flat_values)),
+      compute_(std::move(flat_compute)),
       grads_(reducer.flat_grads()),
       settings_(settings),
       reducer_(reducer),
@@ -30,6 +32,8 @@ DistributedOptimizer::DistributedOptimizer(Tensor flat_values, std::vector<FlatS
   TETRA_CHECK(values_.dtype() == DType::kF32 && values_.shape() == grads_.shape())
       << "flat values " << DTypeName(values_.dtype()) << " " << ShapeString(values_.shape())
       << " do not match the flat gradients " << ShapeString(grads_.shape());
+  TETRA_CHECK(!compute_.defined() || compute_.shape() == values_.shape())
+      << "compute copy " << ShapeString(compute_.shape()) << " of flat values " << ShapeString(values_.shape());
   std::sort(segments.begin(), segments.end(),
             [](const FlatSegment& a, const FlatSegment& b) { return a.offset < b.offset; });
   int64_t previous_end = 0;
@@ -103,33 +107,45 @@ void DistributedOptimizer::Clip(double norm) {
 
 void DistributedOptimizer::Step(double lr, int step) {
   const std::vector<FlatRange>& owned = reducer_.owned_ranges();
+  const AdamWHyper hyper{.lr = lr,
+                         .beta1 = settings_.beta1,
+                         .beta2 = settings_.beta2,
+                         .eps = settings_.eps,
+                         .weight_decay = settings_.weight_decay,  // on the pieces that decay
+                         .step = step};
+  auto range_of = [](const Tensor& flat, const FlatRange& r) { return flat.Slice(r.begin, r.end); };
   std::vector<CommHandle> gathers(zero1() ? owned.size() : 0);
   size_t gathered = 0;  // gathers [0, gathered) are known complete
   for (size_t k = 0; k < owned.size(); ++k) {
+    std::vector<AdamWTensors> pieces;
     for (size_t i = pieces_of_range_[k]; i < pieces_of_range_[k + 1]; ++i) {
       const Piece& p = pieces_[i];
-      const AdamWHyper hyper{.lr = lr,
-                             .beta1 = settings_.beta1,
-                             .beta2 = settings_.beta2,
-                             .eps = settings_.eps,
-                             .weight_decay = p.weight_decay ? settings_.weight_decay : 0.0,
-                             .step = step};
-      const int64_t m_end = p.moment_offset + p.range.size();
-      ops::AdamW(values_.Slice(p.range.begin, p.range.end),
-                 grads_.Slice(p.range.begin, p.range.end), m_.Slice(p.moment_offset, m_end),
-                 v_.Slice(p.moment_offset, m_end), hyper);
+      const FlatRange moments{p.moment_offset, p.moment_offset + p.range.size()};
+      pieces.push_back({.param = range_of(values_, p.range),
+                        .grad = range_of(grads_, p.range),
+                        .m = range_of(m_, moments),
+                        .v = range_of(v_, moments),
+                        .param_bf16 = compute_.defined() ? range_of(compute_, p.range) : Tensor(),
+                        .decay = p.weight_decay});
     }
+    ops::AdamWMultiTensor(pieces, hyper);
     if (!zero1()) continue;
     // Owned range k is this rank's block of bucket k: gathered in place.
     const FlatRange& bucket = reducer_.buckets()[k];
-    gathers[k] = reducer_.dp().AllGatherAsync(values_.Slice(owned[k].begin, owned[k].end),
-                                              values_.Slice(bucket.begin, bucket.end));
+    gathers[k] = reducer_.dp().AllGatherAsync(range_of(values_, owned[k]), range_of(values_, bucket));
     // MPI progresses every request inside any MPI call: testing the oldest suffices.
     while (gathered < k && gathers[gathered].Test()) ++gathered;
   }
   if (zero1()) {
     const ScopedSpan span(SpanKind::kCommDp, "parameter all_gather dp");
-    for (CommHandle& gather : gathers) gather.Wait();
+    for (size_t k = 0; k < gathers.size(); ++k) {
+      gathers[k].Wait();
+      if (!compute_.defined()) continue;
+      const FlatRange& bucket = reducer_.buckets()[k];
+      for (const FlatRange& others : {FlatRange{bucket.begin, owned[k].begin}, FlatRange{owned[k].end, bucket.end}}) {
+        if (others.size() > 0) ops::Cast(range_of(values_, others), range_of(compute_, others));
+      }
+    }
   }
 }
 

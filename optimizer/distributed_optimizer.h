@@ -39,13 +39,15 @@ struct AdamWSettings {
 class DistributedOptimizer {
  public:
   // `flat_values` (total) fp32, the same size and offsets as the reducer's
-  // gradients; `segments` the parameters inside them (disjoint, any order).
+  // gradients; `flat_compute` their bf16 compute copy, which Step keeps
+  // equal to them rounded (undefined in fp32); `segments` the parameters
+  // inside them (disjoint, any order).
   // `norm_group`: the ranks that hold different slices of one model replica
   // (tensor x pipeline: the mesh's model group; a group of one rank when
   // there is none). Sums of squares cross it, and under ZeRO-1 the dp group
   // too, as host doubles: both must be host-memory (MPI) communicators.
   // The tensors, `reducer` and `norm_group` must outlive this.
-  DistributedOptimizer(Tensor flat_values, std::vector<FlatSegment> segments,
+  DistributedOptimizer(Tensor flat_values, Tensor flat_compute, std::vector<FlatSegment> segments,
                        const AdamWSettings& settings, const GradientReducer& reducer,
                        Communicator& norm_group);
   DistributedOptimizer(const DistributedOptimizer&) = delete;
@@ -63,7 +65,9 @@ class DistributedOptimizer {
   // clip_grad / (norm + 1e-6) when that is below 1, as torch's clip_grad_norm_.
   void Clip(double norm);
   // One AdamW update with learning rate `lr`; `step` counts from 1 (bias
-  // correction). Under ZeRO-1, collective over dp: all ranks end with all values.
+  // correction), one multi-tensor pass per owned range that also writes the
+  // compute copy. Under ZeRO-1, collective over dp: all ranks end with all
+  // values, the others' blocks cast into the compute copy as they arrive.
   void Step(double lr, int step);
 
   // Bytes this rank holds: the fp32 moments m and v (of segment elements it
@@ -91,7 +95,7 @@ class DistributedOptimizer {
 
   bool zero1() const { return reducer_.reduce_scatter() && reducer_.dp().size() > 1; }
 
-  Tensor values_, grads_;
+  Tensor values_, compute_, grads_;
   AdamWSettings settings_;
   const GradientReducer& reducer_;
   Communicator& norm_group_;

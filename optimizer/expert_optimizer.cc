@@ -25,7 +25,8 @@ ExpertOptimizer::ExpertOptimizer(const ParameterStore& store, const TrainerConfi
     : ep_(parallel.expert()),
       reducer_(store.expert_flat_grads(), parallel.expert_data(), config.parallel().dp_bucket_mb(),
                /*reduce_scatter=*/config.optimizer().zero_stage() == 1),
-      optimizer_(store.expert_flat_values(), TrainableSegments(store, /*expert=*/true),
+      optimizer_(store.expert_flat_values(), store.expert_flat_compute(),
+                 TrainableSegments(store, /*expert=*/true),
                  AdamWSettings::FromConfig(config.optimizer()), reducer_, parallel.model()) {}
 
 double ExpertOptimizer::LocalGradSquaredSum() {

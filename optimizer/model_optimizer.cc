@@ -20,7 +20,8 @@ ModelOptimizer::ModelOptimizer(LanguageModel& model, const TrainerConfig& config
       reducer_(model.parameters().flat_grads(), parallel.grad(), config.parallel().dp_bucket_mb(),
                /*reduce_scatter=*/config.optimizer().zero_stage() == 1),
       // The gradient norm sums over the ranks of one model replica (tensor x pipeline).
-      dense_(model.parameters().flat_values(), TrainableSegments(model.parameters(), /*expert=*/false),
+      dense_(model.parameters().flat_values(), model.parameters().flat_compute(),
+             TrainableSegments(model.parameters(), /*expert=*/false),
              AdamWSettings::FromConfig(config.optimizer()), reducer_, parallel.model()),
       experts_(ExpertOptimizer::Create(model.parameters(), config, parallel)),
       partial_sums_(model.parameters(), reducer_.owned_ranges()) {}
@@ -66,7 +67,6 @@ void ModelOptimizer::Step(const FinalizedGradients& gradients, double lr, int64_
     experts_->Clip(gradients.grad_norm);
     experts_->Step(lr, step);
   }
-  model_.parameters().RefreshCompute();
   if (gradients.moe) UpdateMoeBiases(model_.moe_layers(), *gradients.moe, bias_update_speed_);
 #if TETRA_HAVE_CUDA
   if (model_.parameters().flat_values().device() == DeviceType::kCUDA) cuda::Synchronize();  // the step's kernels count in its time

@@ -168,17 +168,19 @@ Reference RunReference(const std::vector<FlatSegment>& segments, int64_t total, 
 struct Outcome {
   std::vector<double> norms = {};
   Tensor values;
+  Tensor compute;  // the bf16 compute copy Step keeps
   int64_t optimizer_bytes = 0, param_bytes = 0, grad_bytes = 0;
 };
 
 Outcome RunDistributed(const std::vector<FlatSegment>& segments, int64_t total, Grid& grid,
                        double clip_grad, bool zero1) {
-  Outcome run{.values = FlatTensor(segments, total, [&](int64_t i) { return Value(grid.t, i); })};
+  Outcome run{.values = FlatTensor(segments, total, [&](int64_t i) { return Value(grid.t, i); }),
+              .compute = Tensor::Zeros({total}, DType::kBF16)};
   const Tensor grads = Tensor::Zeros({total});
   GradientReducer reducer(grads, *grid.dp, kBucketMb, zero1);
   AdamWSettings settings = kSettings;
   settings.clip_grad = clip_grad;
-  DistributedOptimizer optimizer(run.values, segments, settings, reducer, *grid.tp);
+  DistributedOptimizer optimizer(run.values, run.compute, segments, settings, reducer, *grid.tp);
   for (int step = 1; step <= kSteps; ++step) {
     grads.CopyFrom(
         FlatTensor(segments, total, [&](int64_t i) { return Grad(grid.d, grid.t, step, i); }));
@@ -265,6 +267,15 @@ TEST_P(DistributedOptimizerTest, Zero0AndZero1MatchTheSingleProcessReference) {
   }
   ExpectSameValues(zero0.values, ref.values, "ZeRO-0 vs reference");
   ExpectSameValues(zero1.values, ref.values, "ZeRO-1 vs reference");
+  // The compute copy is the values rounded to bf16, written by the update
+  // itself (and, under ZeRO-1, cast from the other ranks' gathered blocks).
+  Tensor rounded = Tensor::Empty({total}, DType::kBF16);
+  ops::Cast(ref.values, rounded);
+  for (const Outcome* run : {&zero0, &zero1}) {
+    int64_t differ = 0;
+    for (int64_t i = 0; i < total; ++i) differ += run->compute.data<uint16_t>()[i] != rounded.data<uint16_t>()[i];
+    EXPECT_EQ(differ, 0) << (run == &zero0 ? "ZeRO-0" : "ZeRO-1") << " compute copy";
+  }
 
   // Moments: ZeRO-0 holds m and v for every segment element; ZeRO-1 splits
   // exactly those over the dp ranks, each at most its 1 / dp of the buffer.
