@@ -343,6 +343,40 @@ void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
   cpu::SwigluBackward(f32.In(dout), f32.In(gate), f32.In(up), gate.numel(), f32.Out(dgate), f32.Out(dup));
 }
 
+namespace {
+
+// rows x width of the packed ops' (rows, 2 x width) gate_up and (rows, width) out, checked.
+std::pair<int64_t, int64_t> SwigluPackedDims(const Tensor& gate_up, const Tensor& out) {
+  const int64_t width = out.rank() == 0 ? 0 : out.dim(-1);
+  const int64_t rows = width == 0 ? 0 : out.numel() / width;
+  TETRA_CHECK(gate_up.rank() >= 1 && gate_up.dim(-1) == 2 * width &&
+              gate_up.numel() == 2 * out.numel())
+      << "packed swiglu: gate_up " << ShapeString(gate_up.shape()) << " is not (rows, 2 x "
+      << width << ") for out " << ShapeString(out.shape());
+  return {rows, width};
+}
+
+}  // namespace
+
+void SwigluPacked(const Tensor& gate_up, const Tensor& out) {
+  const auto [rows, width] = SwigluPackedDims(gate_up, out);
+  TETRA_ON_DEVICE(gate_up, SwigluPacked(gate_up, out));
+  ExpectHost(gate_up);
+  HostF32 f32;
+  cpu::SwigluPackedForward(f32.In(gate_up), rows, width, f32.Out(out));
+}
+
+void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) {
+  const auto [rows, width] = SwigluPackedDims(gate_up, dout);
+  TETRA_CHECK(dgate_up.numel() == gate_up.numel())
+      << "packed swiglu backward: dgate_up " << ShapeString(dgate_up.shape()) << " for gate_up "
+      << ShapeString(gate_up.shape());
+  TETRA_ON_DEVICE(gate_up, SwigluPackedBackward(dout, gate_up, dgate_up));
+  ExpectHost(gate_up);
+  HostF32 f32;
+  cpu::SwigluPackedBackward(f32.In(dout), f32.In(gate_up), rows, width, f32.Out(dgate_up));
+}
+
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                     const Tensor& dlogits) {
   TETRA_ON_DEVICE(logits, CrossEntropy(logits, targets, grad_scale, dlogits));

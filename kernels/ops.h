@@ -75,6 +75,12 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
 void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                     const Tensor& dgate, const Tensor& dup);
+// The packed forms, on the fused gate/up projection's output: gate_up
+// (N, 2I) holds each row's gate, then its up; out and dout (N, I); dgate_up
+// (N, 2I) receives each row's dgate, then its dup, and may alias gate_up.
+// The same arithmetic per element as Swiglu and SwigluBackward.
+void SwigluPacked(const Tensor& gate_up, const Tensor& out);
+void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up);
 
 // Sum over rows of -log softmax(logits)[target]; when dlogits is defined it
 // receives grad_scale * (softmax - onehot), and may be logits itself.

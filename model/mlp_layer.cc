@@ -18,19 +18,30 @@ MlpLayer::MlpLayer(ParameterStore& store, const std::string& prefix, const Model
                          Init::kNormal, c.initializer_range(), parallelism.Column())),
       down_proj_(store.Add(prefix + ".down_proj.weight", {c.hidden_size(), intermediate_size},
                            Init::kNormal, OutputProjectionStd(c), parallelism.Row())),
+      store_(store),
       region_(*parallelism.tp, parallelism.sequence_parallel) {}
+
+std::optional<StackedParameters> MlpLayer::GateUp() const {
+  return store_.Stacked({&gate_proj_, &up_proj_});
+}
 
 Tensor MlpLayer::Forward(int slot, const Tensor& x) {
   Activations& a = slots_.ForForward(slot, region_);
   a.x = a.entry.Enter(x);
   const int64_t rows = a.x.numel() / a.x.dim(-1);
-  EnsureShape(&a.gate, {rows, intermediate_});
-  EnsureShape(&a.up, {rows, intermediate_});
   EnsureShape(&a.act, {rows, intermediate_});
   EnsureShape(&y_, a.x.shape());
-  ops::Linear(a.x, gate_proj_.compute, a.gate);
-  ops::Linear(a.x, up_proj_.compute, a.up);
-  ops::Swiglu(a.gate, a.up, a.act);
+  if (const std::optional<StackedParameters> gate_up = GateUp()) {
+    EnsureShape(&a.gate_up, {rows, 2 * intermediate_});
+    ops::Linear(a.x, gate_up->compute, a.gate_up);
+    ops::SwigluPacked(a.gate_up, a.act);
+  } else {
+    EnsureShape(&a.gate, {rows, intermediate_});
+    EnsureShape(&a.up, {rows, intermediate_});
+    ops::Linear(a.x, gate_proj_.compute, a.gate);
+    ops::Linear(a.x, up_proj_.compute, a.up);
+    ops::Swiglu(a.gate, a.up, a.act);
+  }
   ops::Linear(a.act, down_proj_.compute, y_);
   return region_.Exit(y_);
 }
@@ -38,13 +49,20 @@ Tensor MlpLayer::Forward(int slot, const Tensor& x) {
 Tensor MlpLayer::Backward(int slot, const Tensor& dy) {
   const Activations& a = slots_.ForBackward(slot);
   EnsureShape(&dact_, a.act.shape());
-  EnsureShape(&dgate_, a.gate.shape());
-  EnsureShape(&dup_, a.up.shape());
   EnsureShape(&dx_, a.x.shape());
   ops::LinearBackward(region_.ExitBackward(dy), a.act, down_proj_.compute, dact_, down_proj_.grad);
-  ops::SwigluBackward(dact_, a.gate, a.up, dgate_, dup_);
-  ops::LinearBackward(dgate_, a.x, gate_proj_.compute, dx_, gate_proj_.grad);
-  ops::LinearBackward(dup_, a.x, up_proj_.compute, dx_, up_proj_.grad, /*accumulate_dx=*/true);
+  if (const std::optional<StackedParameters> gate_up = GateUp()) {
+    // One dW GEMM into both gradients' slots, one dx GEMM summing over both.
+    EnsureShape(&dgate_up_, a.gate_up.shape());
+    ops::SwigluPackedBackward(dact_, a.gate_up, dgate_up_);
+    ops::LinearBackward(dgate_up_, a.x, gate_up->compute, dx_, gate_up->grad);
+  } else {
+    EnsureShape(&dgate_, a.gate.shape());
+    EnsureShape(&dup_, a.up.shape());
+    ops::SwigluBackward(dact_, a.gate, a.up, dgate_, dup_);
+    ops::LinearBackward(dgate_, a.x, gate_proj_.compute, dx_, gate_proj_.grad);
+    ops::LinearBackward(dup_, a.x, up_proj_.compute, dx_, up_proj_.grad, /*accumulate_dx=*/true);
+  }
   return region_.EnterBackward(dx_);
 }
 

@@ -2,9 +2,14 @@
 // Tensor-parallel: gate/up column-parallel and down row-parallel, so each
 // rank computes intermediate / tp features; the input enters and the output
 // leaves the tensor-parallel region through TensorParallelRegion.
+// When this rank's gate and up slices sit back to back in the flat parameter
+// buffers (ParameterStore::Stacked), they run as one (2I/tp, C) weight: one
+// GEMM into a packed (N, 2I/tp) [gate | up] buffer, and in the backward one
+// over the packed [dgate | dup], in place of two of each.
 #ifndef TETRA_MODEL_MLP_LAYER_H_
 #define TETRA_MODEL_MLP_LAYER_H_
 
+#include <optional>
 #include <string>
 
 #include "model/activation_slots.h"
@@ -38,15 +43,22 @@ class MlpLayer {
     explicit Activations(const TensorParallelRegion& like)
         : entry(like.tp(), like.sequence_parallel()) {}
     TensorParallelRegion entry;  // Enter's, one per slot (activation_slots.h)
-    Tensor x, gate, up, act;     // x (N, C), the rest (N, I/tp)
+    Tensor x, act;               // x (N, C), act (N, I/tp)
+    Tensor gate_up;              // (N, 2I/tp), fused
+    Tensor gate, up;             // (N, I/tp) each, not fused
   };
+
+  // gate_proj and up_proj stacked into one (2I/tp, C) weight, or nullopt
+  // when their slots do not touch (alignment padding between them).
+  std::optional<StackedParameters> GateUp() const;
 
   int64_t intermediate_;  // this rank's features
   Parameter &gate_proj_, &up_proj_, &down_proj_;
+  const ParameterStore& store_;
   TensorParallelRegion region_;  // Exit and the backward passes
   ActivationSlots<Activations> slots_;
-  Tensor y_;                        // forward scratch (N, C)
-  Tensor dact_, dgate_, dup_, dx_;  // backward scratch
+  Tensor y_;                                   // forward scratch (N, C)
+  Tensor dact_, dgate_up_, dgate_, dup_, dx_;  // backward scratch
 };
 
 }  // namespace tetra

@@ -135,6 +135,36 @@ Parameter* ParameterStore::Find(std::string_view name) {
   return it == by_name_.end() ? nullptr : it->second;
 }
 
+std::optional<StackedParameters> ParameterStore::Stacked(
+    std::initializer_list<const Parameter*> params) const {
+  if (!packed_ || storage_ == Storage::kShapesOnly || params.size() == 0) return std::nullopt;
+  const Parameter& first = **params.begin();
+  Shape shape = first.value.shape();
+  if (shape.empty()) return std::nullopt;
+  shape[0] = 0;
+  int64_t end = first.flat_offset;
+  for (const Parameter* p : params) {
+    auto it = by_name_.find(p->name);
+    TETRA_CHECK(it != by_name_.end() && it->second == p)
+        << "parameter " << p->name << " is not one of this store's";
+    const Shape& s = p->value.shape();
+    if (p->expert != first.expert || p->flat_offset != end || s.size() != shape.size() ||
+        !std::equal(s.begin() + 1, s.end(), shape.begin() + 1)) {
+      return std::nullopt;
+    }
+    shape[0] += s[0];
+    end += p->value.numel();
+  }
+  const auto view = [&](const Tensor& flat) {
+    return flat.Slice(first.flat_offset, end).Reshape(shape);
+  };
+  const Tensor& compute = first.expert ? expert_flat_compute_ : flat_compute_;
+  StackedParameters stacked{.value = view(first.expert ? expert_flat_values_ : flat_values_),
+                            .grad = view(first.expert ? expert_flat_grads_ : flat_grads_)};
+  stacked.compute = compute.defined() ? view(compute) : stacked.value;
+  return stacked;
+}
+
 const Parameter& ParameterStore::AtFlatOffset(int64_t offset, bool expert) const {
   const std::vector<const Parameter*>& slots = slots_[expert];
   auto it = std::upper_bound(slots.begin(), slots.end(), offset,

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +64,12 @@ struct Parameter {
   int64_t GlobalIndex(int64_t local) const;
 };
 
+// Several parameters' slots viewed as one tensor stacked along dim 0
+// (ParameterStore::Stacked): the value, gradient and compute views of them all.
+struct StackedParameters {
+  Tensor value, grad, compute;
+};
+
 enum class Init { kOnes, kNormal, kZeros };
 
 // kShapesOnly: the store records names, shapes and flat offsets but holds no
@@ -105,6 +113,12 @@ class ParameterStore {
   std::deque<Parameter>& all() { return parameters_; }
   const std::deque<Parameter>& all() const { return parameters_; }
   Parameter* Find(std::string_view name);
+  // `params` of this store as one tensor stacked along dim 0, when their
+  // slots follow one another with no alignment padding between them (each
+  // but the last a whole number of 64-byte slots) and their shapes agree past
+  // dim 0, so one GEMM runs over them all (the MLP's gate and up
+  // projections); nullopt otherwise, and before Pack() or under kShapesOnly.
+  std::optional<StackedParameters> Stacked(std::initializer_list<const Parameter*> params) const;
   // The parameter whose slot in the flat buffers (the expert ones when
   // `expert`) holds flat element `offset` (after Pack(); a checkpoint maps
   // optimizer ranges to names with it).

@@ -58,6 +58,8 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
 void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                     const Tensor& dgate, const Tensor& dup);
+void SwigluPacked(const Tensor& gate_up, const Tensor& out);
+void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up);
 
 // logits and dlogits (may alias) share a dtype; targets int32 on the device.
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,

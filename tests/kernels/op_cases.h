@@ -337,6 +337,44 @@ inline void AddSwigluCases(std::vector<OpCase>* cases) {
   }
 }
 
+// The packed swiglu ops on the fused gate/up projection's (rows, 2 x width)
+// output. Width 57: gate, up and out rows at different offsets modulo 16
+// bytes (all scalar on CUDA); width 64: every row whole vectors; width 64
+// with every operand one element in: a scalar head and tail around each row's vectors.
+inline void AddSwigluPackedCases(std::vector<OpCase>* cases) {
+  struct Layout {
+    int64_t width;
+    int64_t shift;  // elements every operand sits into its buffer
+  };
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const Layout layout : {Layout{57, 0}, Layout{64, 0}, Layout{64, 1}}) {
+      constexpr int64_t kRows = 13;
+      const int64_t width = layout.width, shift = layout.shift;
+      const std::string shape = absl::StrCat(kRows, "x2x", width, shift ? " one element in" : "");
+      cases->push_back({CaseName("swiglu_packed and backward", dtype, shape), [=](const Backend& b, Outputs* out) {
+                          const auto in = [&](const Shape& dims, uint64_t stream, float scale) {
+                            const int64_t n = NumElements(dims);
+                            return b.In(HostRandom({n + shift}, stream, scale), dtype).Slice(shift, n + shift).Reshape(dims);
+                          };
+                          const auto output = [&](const Shape& dims) {
+                            const int64_t n = NumElements(dims);
+                            return b.Out({n + shift}, dtype).Slice(shift, n + shift).Reshape(dims);
+                          };
+                          const Tensor gate_up = in({kRows, 2 * width}, 1, 3.0f);
+                          const Tensor y = output({kRows, width});
+                          ops::SwigluPacked(gate_up, y);
+                          out->Add("out", y, Elementwise(dtype));
+                          const Tensor dout = in({kRows, width}, 2, 1.0f);
+                          const Tensor dgate_up = output({kRows, 2 * width});
+                          ops::SwigluPackedBackward(dout, gate_up, dgate_up);
+                          out->Add("dgate_up", dgate_up, Elementwise(dtype));
+                          ops::SwigluPackedBackward(dout, gate_up, gate_up);
+                          out->Add("dgate_up in place", gate_up, Elementwise(dtype));
+                        }});
+    }
+  }
+}
+
 inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
   // Loss: both sides sum exps in double and rows' losses on the host in
   // double; the exps differ by CUDA's expf (2 ulp): ~1e-7 relative.
@@ -685,6 +723,7 @@ inline std::vector<OpCase> OpCases() {
   AddQkvRopeCases(&cases);
   AddAttentionCases(&cases);
   AddSwigluCases(&cases);
+  AddSwigluPackedCases(&cases);
   AddCrossEntropyCases(&cases);
   AddRouterCases(&cases);
   AddDispatchCases(&cases);

@@ -34,6 +34,10 @@ const GradCheckOptions kLayerTolerance{/*step=*/1e-2, /*rel_tol=*/2e-2, /*abs_to
 // The whole model stacks many layers: the same bounds, applied to the sum of
 // token losses (grad_scale 1), whose gradients are O(1).
 const GradCheckOptions kModelTolerance{/*step=*/1e-2, /*rel_tol=*/3e-2, /*abs_tol=*/5e-4};
+// The MLP's fused gate/up GEMMs against the separate ones: the same O(1)
+// products summed in fp32 in other orders (16 per gate/up output, 48 per
+// dx element), a few 1e-7 each.
+constexpr double kFusedGateUpTol = 1e-5;
 
 ModelConfig TinyConfig(bool tie) {
   ModelConfig c;
@@ -109,6 +113,59 @@ TEST(LayerGradientTest, Mlp) {
   ParameterStore store(1);
   MlpLayer layer(store, "mlp", TinyConfig(false));
   CheckLayer(layer, store, {2, 5, 16});
+}
+
+// Whether the MlpLayer "mlp" of `store` runs gate and up as one GEMM.
+bool GateUpStacked(ParameterStore& store) {
+  return store.Stacked({store.Find("mlp.gate_proj.weight"), store.Find("mlp.up_proj.weight")})
+      .has_value();
+}
+
+// After Pack() gate and up (24 x 16 each: whole 64-byte slots) sit back to
+// back: the fused gate/up GEMM, packed SwiGLU and one backward GEMM.
+TEST(LayerGradientTest, MlpWithFusedGateUp) {
+  ParameterStore store(1);
+  MlpLayer layer(store, "mlp", TinyConfig(false));
+  store.Pack();
+  ASSERT_TRUE(GateUpStacked(store));
+  CheckLayer(layer, store, {2, 5, 16});
+}
+
+// Gate and up of 6 x 10: 60 floats, padded to 64, so the two GEMMs stay.
+TEST(LayerGradientTest, MlpWithPaddingBetweenGateAndUp) {
+  ModelConfig c = TinyConfig(false);
+  c.set_hidden_size(10);
+  c.set_intermediate_size(6);
+  ParameterStore store(1);
+  MlpLayer layer(store, "mlp", c);
+  store.Pack();
+  ASSERT_FALSE(GateUpStacked(store));
+  CheckLayer(layer, store, {2, 5, 10});
+}
+
+// The fused path computes what the separate GEMMs do, up to the order of
+// fp32 sums: dx sums over gate's and up's features in one GEMM.
+TEST(MlpLayerTest, FusedGateUpMatchesSeparateGemms) {
+  ParameterStore separate_store(1), fused_store(1);
+  MlpLayer separate(separate_store, "mlp", TinyConfig(false));
+  MlpLayer fused(fused_store, "mlp", TinyConfig(false));
+  fused_store.Pack();  // same seed and names: the same initial weights
+  const Tensor x = RandomTensor({7, 16}, 1), dy = RandomTensor({7, 16}, 2);
+  const Tensor y_separate = separate.Forward(0, x).Clone();
+  const Tensor y_fused = fused.Forward(0, x).Clone();
+  const Tensor dx_separate = separate.Backward(0, dy).Clone();
+  const Tensor dx_fused = fused.Backward(0, dy).Clone();
+  const auto expect_near = [&](const std::string& what, const Tensor& a, const Tensor& b) {
+    ASSERT_EQ(a.numel(), b.numel()) << what;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      EXPECT_NEAR(a.f32()[i], b.f32()[i], kFusedGateUpTol) << what << " " << i;
+    }
+  };
+  expect_near("y", y_separate, y_fused);
+  expect_near("dx", dx_separate, dx_fused);
+  for (const char* name : {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+    expect_near(name, separate_store.Find(name)->grad, fused_store.Find(name)->grad);
+  }
 }
 
 TEST(LayerGradientTest, DecoderBlock) {

@@ -92,5 +92,46 @@ TEST(ParameterStoreTest, AtFlatOffsetSearchesTheExpertBufferApart) {
   EXPECT_EQ(store.AtFlatOffset(17, /*expert=*/true).name, "expert_b");
 }
 
+TEST(ParameterStoreTest, StackedViewsAdjacentSlotsAsOneTensor) {
+  ParameterStore store(3);
+  Parameter& gate = store.Add("gate", {3, 16}, Init::kNormal, 1.0);  // 48 floats: no padding
+  Parameter& up = store.Add("up", {2, 16}, Init::kNormal, 1.0);
+  Parameter& odd = store.Add("odd", {3, 5}, Init::kOnes);  // 15 floats, padded to 16
+  Parameter& after_odd = store.Add("after_odd", {1, 5}, Init::kOnes);
+  Parameter& wide = store.Add("wide", {1, 32}, Init::kOnes);  // adjacent to after_odd's padded slot
+  EXPECT_FALSE(store.Stacked({&gate, &up}).has_value()) << "before Pack()";
+  store.Pack();
+
+  const std::optional<StackedParameters> stacked = store.Stacked({&gate, &up});
+  ASSERT_TRUE(stacked.has_value());
+  EXPECT_EQ(stacked->value.shape(), (Shape{5, 16}));
+  EXPECT_EQ(stacked->value.raw(), gate.value.raw());
+  EXPECT_EQ(stacked->grad.raw(), gate.grad.raw());
+  EXPECT_EQ(stacked->compute.raw(), gate.compute.raw());
+  EXPECT_EQ(stacked->value.f32() + 3 * 16, up.value.f32());
+  stacked->grad.f32()[3 * 16] = 2.0f;  // up's first element
+  EXPECT_EQ(up.grad.f32()[0], 2.0f);
+
+  EXPECT_FALSE(store.Stacked({&odd, &after_odd}).has_value()) << "padding between the slots";
+  EXPECT_FALSE(store.Stacked({&up, &gate}).has_value()) << "not in registration order";
+  EXPECT_FALSE(store.Stacked({&gate, &odd}).has_value()) << "not adjacent, shapes differ";
+  EXPECT_TRUE(store.Stacked({&after_odd}).has_value());
+  EXPECT_FALSE(store.Stacked({&after_odd, &wide}).has_value()) << "padding, shapes differ";
+}
+
+TEST(ParameterStoreTest, StackedSharesTheBf16ComputeCopies) {
+  const ScopedPlacement bf16({DeviceType::kCPU, DType::kBF16});
+  ParameterStore store(3);
+  Parameter& gate = store.Add("gate", {4, 8}, Init::kNormal, 1.0);
+  Parameter& up = store.Add("up", {4, 8}, Init::kNormal, 1.0);
+  store.Pack();
+  const std::optional<StackedParameters> stacked = store.Stacked({&gate, &up});
+  ASSERT_TRUE(stacked.has_value());
+  EXPECT_EQ(stacked->compute.dtype(), DType::kBF16);
+  EXPECT_EQ(stacked->compute.shape(), (Shape{8, 8}));
+  EXPECT_EQ(stacked->compute.raw(), gate.compute.raw());
+  EXPECT_EQ(stacked->compute.data<uint16_t>() + 4 * 8, up.compute.data<uint16_t>());
+}
+
 }  // namespace
 }  // namespace tetra
