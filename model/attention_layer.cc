@@ -23,6 +23,7 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
       o_proj_(store.Add(prefix + ".o_proj.weight",
                         {c.hidden_size(), c.num_attention_heads() * head_dim_}, Init::kNormal,
                         OutputProjectionStd(c), parallelism.Row())),
+      store_(store),
       region_(*parallelism.tp, parallelism.sequence_parallel) {
   // A key-value head shared by several ranks gets a part of its gradient
   // from each rank's query heads.
@@ -46,6 +47,10 @@ const RopeTable& AttentionLayer::RopeTableFor(int64_t seq) {
   return rope_;
 }
 
+std::optional<StackedParameters> AttentionLayer::StackedQkv() const {
+  return store_.Stacked({&q_proj_, &k_proj_, &v_proj_});
+}
+
 Tensor AttentionLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t seq) {
   Activations& a = slots_.ForForward(slot, region_);
   const RopeTable& rope = RopeTableFor(seq);
@@ -59,11 +64,17 @@ Tensor AttentionLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t
   EnsureShape(&a.attn, a.q.shape());
   EnsureShape(&a.lse, {batch, q_heads_, seq}, DType::kF32);  // fp32 statistics
   EnsureShape(&y_, {batch * seq, a.x.dim(-1)});
-  ops::Linear(a.x, q_proj_.compute, a.q);
-  ops::Linear(a.x, k_proj_.compute, a.k);
-  ops::Linear(a.x, v_proj_.compute, a.v);
-  ops::Rope(a.q, rope);
-  ops::Rope(a.k, rope);
+  if (const std::optional<StackedParameters> qkv = StackedQkv()) {
+    EnsureShape(&qkv_, {batch * seq, qkv->compute.dim(0)});
+    ops::Linear(a.x, qkv->compute, qkv_);
+    ops::SplitQkvRope(qkv_, rope, a.q, a.k, a.v);
+  } else {
+    ops::Linear(a.x, q_proj_.compute, a.q);
+    ops::Linear(a.x, k_proj_.compute, a.k);
+    ops::Linear(a.x, v_proj_.compute, a.v);
+    ops::Rope(a.q, rope);
+    ops::Rope(a.k, rope);
+  }
   ops::Attention({batch, seq, q_heads_, kv_heads_, head_dim_}, a.q, a.k, a.v, a.attn, a.lse);
   ops::Linear(a.attn.Reshape({batch * seq, q_heads_ * head_dim_}), o_proj_.compute, y_);
   return region_.Exit(y_);
@@ -81,11 +92,19 @@ Tensor AttentionLayer::Backward(int slot, const Tensor& dy) {
   ops::LinearBackward(region_.ExitBackward(dy), a.attn, o_proj_.compute, dattn_, o_proj_.grad);
   ops::AttentionBackward({batch, seq, q_heads_, kv_heads_, head_dim_}, dattn_, a.q, a.k, a.v,
                          a.attn, a.lse, dq_, dk_, dv_);
-  ops::RopeBackward(dq_, rope);
-  ops::RopeBackward(dk_, rope);
-  ops::LinearBackward(dq_, a.x, q_proj_.compute, dx_, q_proj_.grad);
-  ops::LinearBackward(dk_, a.x, k_proj_.compute, dx_, k_proj_.grad, /*accumulate_dx=*/true);
-  ops::LinearBackward(dv_, a.x, v_proj_.compute, dx_, v_proj_.grad, /*accumulate_dx=*/true);
+  // The packed gradient view spans q, k and v's own gradient slices, so a
+  // kv_replicas partial sum (grad_partial_over) still finds k's and v's.
+  if (const std::optional<StackedParameters> qkv = StackedQkv()) {
+    EnsureShape(&qkv_, {batch * seq, qkv->compute.dim(0)});
+    ops::MergeQkvRopeBackward(dq_, dk_, dv_, rope, qkv_);
+    ops::LinearBackward(qkv_, a.x, qkv->compute, dx_, qkv->grad);
+  } else {
+    ops::RopeBackward(dq_, rope);
+    ops::RopeBackward(dk_, rope);
+    ops::LinearBackward(dq_, a.x, q_proj_.compute, dx_, q_proj_.grad);
+    ops::LinearBackward(dk_, a.x, k_proj_.compute, dx_, k_proj_.grad, /*accumulate_dx=*/true);
+    ops::LinearBackward(dv_, a.x, v_proj_.compute, dx_, v_proj_.grad, /*accumulate_dx=*/true);
+  }
   return region_.EnterBackward(dx_);
 }
 

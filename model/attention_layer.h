@@ -6,9 +6,17 @@
 // or one shared with kv_replicas when kv < tp), and o_proj is row-parallel;
 // the input enters and the output leaves the tensor-parallel region through
 // TensorParallelRegion (all-reduce, or under SP all-gather / reduce-scatter).
+//
+// Fused projections: when ParameterStore::Pack() laid this rank's q, k and v
+// slices back to back (registered in a row, no alignment padding between),
+// they are one ((Hq + 2 Hkv) D, C) weight: one GEMM writes packed [q | k | v]
+// rows, which SplitQkvRope splits and rotates in the same pass, and the
+// backward runs one dW and one dx GEMM on the packed gradient. Otherwise
+// three projections and Rope: the same math.
 #ifndef TETRA_MODEL_ATTENTION_LAYER_H_
 #define TETRA_MODEL_ATTENTION_LAYER_H_
 
+#include <optional>
 #include <string>
 
 #include "kernels/op_types.h"
@@ -44,16 +52,21 @@ class AttentionLayer {
   };
   // The table for `seq` positions, made when the length changes.
   const RopeTable& RopeTableFor(int64_t seq);
+  // q, k, v's weights as one ((Hq + 2 Hkv) D, C) matrix when their slots
+  // lie back to back (ParameterStore::Stacked); nullopt otherwise.
+  std::optional<StackedParameters> StackedQkv() const;
 
   int64_t q_heads_, kv_heads_, head_dim_;  // this rank's heads
   double rope_theta_;
   RopeScaling rope_scaling_;
   Parameter &q_proj_, &k_proj_, &v_proj_, &o_proj_;
+  const ParameterStore& store_;  // StackedQkv's views
   TensorParallelRegion region_;  // Exit and the backward passes
   RopeTable rope_;
   ActivationSlots<Activations> slots_;
   Tensor y_;                                        // forward scratch
   Tensor dattn_, dq_, dk_, dv_, dx_;  // backward scratch
+  Tensor qkv_;  // (B*T, (Hq + 2 Hkv) D): the fused projection's output, then its gradient
 };
 
 }  // namespace tetra

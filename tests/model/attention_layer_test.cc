@@ -1,0 +1,142 @@
+// The attention layer's two projection paths: with the parameters packed
+// (ParameterStore::Pack) so that q, k and v's slices lie back to back, one
+// fused GEMM split by SplitQkvRope; unpacked, or with alignment padding
+// between the slots, three GEMMs and Rope. Each against the other and
+// against finite differences.
+#include "model/attention_layer.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/gradient_check.h"
+
+namespace tetra {
+namespace {
+
+using testing::ExpectGradientMatches;
+using testing::ProbeLoss;
+using testing::RandomVector;
+
+constexpr int64_t kBatch = 2, kSeq = 5;
+
+struct Tolerances {
+  // Fused against three GEMMs: the same products of O(1) values, dx's summed
+  // over q, k and v's outputs in one GEMM instead of three accumulations, so
+  // a few fp32 ulps apart (a wrong head or rotation is off by O(0.1)).
+  double paths;
+  // Finite differences as tests/model/layers_test.cc's layer checks: fp32
+  // forwards differenced with h = 1e-2, about 1e-3 relative.
+  testing::GradCheckOptions grad;
+};
+constexpr Tolerances kTol = {.paths = 1e-5,
+                             .grad = {.step = 1e-2, .rel_tol = 2e-2, .abs_tol = 2e-4}};
+
+ModelConfig Config(int hidden, int heads, int kv_heads) {
+  ModelConfig c;
+  c.set_hidden_size(hidden);
+  c.set_num_attention_heads(heads);
+  c.set_num_key_value_heads(kv_heads);
+  c.set_initializer_range(0.3);  // gradients well above rounding noise
+  return c;
+}
+// Head dim 4: q (16, 16) and k, v (8, 16) fill whole 16-float slots.
+ModelConfig BackToBackConfig() { return Config(16, 4, 2); }
+// Head dim 6: k (6, 12) is 72 floats, so Pack() pads 8 after it, before v.
+ModelConfig PaddedConfig() { return Config(12, 2, 1); }
+
+Tensor RandomTensor(const Shape& shape, uint64_t stream) {
+  Tensor t = Tensor::Empty(shape);
+  const std::vector<float> v = RandomVector(t.numel(), stream);
+  std::memcpy(t.raw(), v.data(), t.nbytes());
+  return t;
+}
+
+// Whether the layer takes the fused path: q, k and v's slots back to back.
+bool QkvStacked(ParameterStore& store) {
+  return store
+      .Stacked({store.Find("attn.q_proj.weight"), store.Find("attn.k_proj.weight"),
+                store.Find("attn.v_proj.weight")})
+      .has_value();
+}
+
+// One forward and backward of fixed inputs in slot 0.
+struct Run {
+  Tensor y, dx;
+  std::vector<Tensor> grads;  // in registration order
+};
+
+Run ForwardBackward(AttentionLayer& layer, ParameterStore& store, int64_t hidden) {
+  const Tensor x = RandomTensor({kBatch * kSeq, hidden}, 100);
+  const Tensor dy = RandomTensor({kBatch * kSeq, hidden}, 200);
+  store.ZeroGrads();
+  Run run{layer.Forward(0, x, kBatch, kSeq).Clone(), Tensor(), {}};
+  run.dx = layer.Backward(0, dy).Clone();
+  for (const Parameter& p : store.all()) run.grads.push_back(p.grad.Clone());
+  return run;
+}
+
+void ExpectNear(const Tensor& got, const Tensor& want, double tol, const std::string& name) {
+  ASSERT_EQ(got.shape(), want.shape()) << name;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    ASSERT_NEAR(got.f32()[i], want.f32()[i], tol) << name << " element " << i;
+  }
+}
+
+// `packed` against `separate` (same config and seed, never packed).
+void ExpectSameLayer(const Run& packed, const Run& separate, double tol) {
+  ExpectNear(packed.y, separate.y, tol, "y");
+  ExpectNear(packed.dx, separate.dx, tol, "dx");
+  ASSERT_EQ(packed.grads.size(), separate.grads.size());
+  for (size_t i = 0; i < packed.grads.size(); ++i) {
+    ExpectNear(packed.grads[i], separate.grads[i], tol, "gradient " + std::to_string(i));
+  }
+}
+
+TEST(AttentionLayerTest, FusedProjectionMatchesThreeProjections) {
+  const ModelConfig c = BackToBackConfig();
+  ParameterStore packed_store(7), separate_store(7);
+  AttentionLayer packed(packed_store, "attn", c), separate(separate_store, "attn", c);
+  packed_store.Pack();
+  ASSERT_TRUE(QkvStacked(packed_store)) << "the fused path is not taken";
+  ExpectSameLayer(ForwardBackward(packed, packed_store, c.hidden_size()),
+                  ForwardBackward(separate, separate_store, c.hidden_size()), kTol.paths);
+}
+
+TEST(AttentionLayerTest, FusedProjectionMatchesFiniteDifferences) {
+  const ModelConfig c = BackToBackConfig();
+  ParameterStore store(3);
+  AttentionLayer layer(store, "attn", c);
+  store.Pack();
+  ASSERT_TRUE(QkvStacked(store));
+  Tensor x = RandomTensor({kBatch * kSeq, c.hidden_size()}, 100);
+  const std::vector<float> probe = RandomVector(x.numel(), 200);
+  Tensor dy = Tensor::Empty(x.shape());
+  std::memcpy(dy.raw(), probe.data(), dy.nbytes());
+  store.ZeroGrads();
+  layer.Forward(0, x, kBatch, kSeq);
+  const Tensor dx = layer.Backward(0, dy).Clone();
+  const auto loss = [&] { return ProbeLoss(layer.Forward(0, x, kBatch, kSeq).f32(), probe); };
+  ExpectGradientMatches("dx", x.f32(), x.numel(), dx.f32(), loss, kTol.grad);
+  for (Parameter& p : store.all()) {
+    const Tensor grad = p.grad.Clone();
+    ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), loss, kTol.grad);
+  }
+}
+
+// Padding between k and v: the three projections run, so packing changes
+// nothing, bit for bit.
+TEST(AttentionLayerTest, PaddedSlotsKeepThreeProjections) {
+  const ModelConfig c = PaddedConfig();
+  ParameterStore packed_store(7), separate_store(7);
+  AttentionLayer packed(packed_store, "attn", c), separate(separate_store, "attn", c);
+  packed_store.Pack();
+  ASSERT_FALSE(QkvStacked(packed_store));
+  ExpectSameLayer(ForwardBackward(packed, packed_store, c.hidden_size()),
+                  ForwardBackward(separate, separate_store, c.hidden_size()), /*tol=*/0);
+}
+
+}  // namespace
+}  // namespace tetra
