@@ -162,7 +162,6 @@ void Add(const Tensor& x, const Tensor& y);  // y += x; fp32 or bf16, or fp64 (s
 void Add(const Tensor& x, const Tensor& y, const Tensor& out);
 // dst = src in dst's dtype (fp32 <-> bf16, round to nearest even), same device.
 void Cast(const Tensor& src, const Tensor& dst);
-
 // x (fp32) = init's std x standard normal draws, element by element its
 // global index's (kernels/op_types.h): initial weights, drawn where they live.
 void FillNormal(const Tensor& x, const NormalInit& init);

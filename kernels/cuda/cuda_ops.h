@@ -107,7 +107,6 @@ void Scale(const Tensor& x, float factor);
 void Add(const Tensor& x, const Tensor& y, const Tensor& out);
 // dst = src converted (fp32 <-> bf16, or a plain copy for equal dtypes).
 void Cast(const Tensor& src, const Tensor& dst);
-
 // x fp32 = NormalInit's draws (kernels/cuda/normal_init.cu).
 void FillNormal(const Tensor& x, const NormalInit& init);
 

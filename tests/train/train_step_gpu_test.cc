@@ -22,8 +22,9 @@ namespace {
 // loss, grown a little by three AdamW steps.
 constexpr double kFp32RelTol = 1e-4;
 // bf16 weights and activations (8-bit mantissa, 2^-9 relative per rounding)
-// through two blocks move a loss of ~3.4 nats by up to ~1%; 3e-2 relative
-// still catches a wrong kernel (a wrong gradient shows by step 3).
+// through two blocks move a loss of ~3.4 nats by up to ~1% (on the CPU, bf16
+// against fp32: 1e-4 in the loss, 2e-3 in the gradient norm); 3e-2 relative
+// still catches a wrong kernel, whose gradient norm is off by more.
 constexpr double kBf16RelTol = 3e-2;
 
 constexpr char kConfig[] = R"pb(
@@ -43,10 +44,35 @@ constexpr char kConfig[] = R"pb(
   }
 )pb";
 
-std::vector<double> StepLosses(const std::string& device, const std::string& precision,
-                               int steps = 3) {
+// The same model with DeepSeek-V3-style MoE blocks: sigmoid group-limited
+// routing of 2 of 8 experts beside a shared one.
+constexpr char kMoe[] = R"pb(
+  model {
+    moe {
+      n_routed_experts: 8
+      num_experts_per_tok: 2
+      n_shared_experts: 1
+      moe_intermediate_size: 48
+      scoring_func: "sigmoid"
+      n_group: 2
+      topk_group: 1
+      aux_loss_alpha: 0.0001
+      bias_update_speed: 0.001
+    }
+  }
+)pb";
+
+// Each step's loss and gradient norm: the loss barely moves in three steps,
+// but a wrong gradient shows in its norm at once.
+struct Steps {
+  std::vector<double> loss, grad_norm;
+};
+
+Steps RunSteps(const std::string& device, const std::string& precision, int steps = 3,
+               bool moe = false) {
   TrainerConfig config;
   EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(kConfig, &config));
+  if (moe) EXPECT_TRUE(google::protobuf::TextFormat::MergeFromString(kMoe, &config));
   Device::Value device_value;
   Precision::Value precision_value;
   EXPECT_TRUE(Device::Value_Parse(device, &device_value));
@@ -61,25 +87,40 @@ std::vector<double> StepLosses(const std::string& device, const std::string& pre
   std::ostringstream progress;
   auto result = Train(config, *parallel, progress);
   EXPECT_TRUE(result.ok()) << result.status();
-  std::vector<double> losses;
+  Steps run;
   if (result.ok()) {
-    for (const StepMetrics& m : result->steps) losses.push_back(m.loss);
+    for (const StepMetrics& m : result->steps) {
+      run.loss.push_back(m.loss);
+      run.grad_norm.push_back(m.grad_norm);
+    }
   }
-  return losses;
+  return run;
+}
+
+void ExpectStepsMatch(const Steps& gpu, const Steps& cpu, double rel_tol) {
+  ASSERT_EQ(cpu.loss.size(), 3u);
+  ASSERT_EQ(gpu.loss.size(), cpu.loss.size());
+  for (size_t s = 0; s < cpu.loss.size(); ++s) {
+    EXPECT_NEAR(gpu.loss[s], cpu.loss[s], rel_tol * cpu.loss[s]) << "loss, step " << s + 1;
+    EXPECT_NEAR(gpu.grad_norm[s], cpu.grad_norm[s], rel_tol * cpu.grad_norm[s]) << "grad norm, step " << s + 1;
+  }
 }
 
 TEST(TrainStepGpuTest, GpuLossesMatchCpu) {
   TETRA_SKIP_WITHOUT_GPU();
-  const std::vector<double> cpu = StepLosses("CPU", "FP32");
-  ASSERT_EQ(cpu.size(), 3u);
+  const Steps cpu = RunSteps("CPU", "FP32");
   for (const auto& [precision, tol] : {std::pair{"FP32", kFp32RelTol}, std::pair{"BF16", kBf16RelTol}}) {
     SCOPED_TRACE(precision);
-    const std::vector<double> gpu = StepLosses("CUDA", precision);
-    ASSERT_EQ(gpu.size(), cpu.size());
-    for (size_t s = 0; s < cpu.size(); ++s) {
-      EXPECT_NEAR(gpu[s], cpu[s], tol * cpu[s]) << "step " << s + 1;
-    }
+    ExpectStepsMatch(RunSteps("CUDA", precision), cpu, tol);
   }
+}
+
+// The MoE path on the GPU (router, dispatch, expert GEMMs, balance loss)
+// against the CPU's, in bf16 mixed precision.
+TEST(TrainStepGpuTest, GpuMoeLossesMatchCpu) {
+  TETRA_SKIP_WITHOUT_GPU();
+  ExpectStepsMatch(RunSteps("CUDA", "BF16", 3, /*moe=*/true), RunSteps("CPU", "FP32", 3, /*moe=*/true),
+                   kBf16RelTol);
 }
 
 // Buffers are made in the first step and reused after it: a 3-step run makes
@@ -87,12 +128,12 @@ TEST(TrainStepGpuTest, GpuLossesMatchCpu) {
 // process-wide ones: cuBLASLt workspace, scratch).
 TEST(TrainStepGpuTest, NoDeviceAllocationAfterTheFirstStep) {
   TETRA_SKIP_WITHOUT_GPU();
-  StepLosses("CUDA", "BF16", 1);
+  RunSteps("CUDA", "BF16", 1);
   const int64_t before_one = cuda::DeviceMallocCount();
-  StepLosses("CUDA", "BF16", 1);
+  RunSteps("CUDA", "BF16", 1);
   const int64_t one_step = cuda::DeviceMallocCount() - before_one;
   const int64_t before_three = cuda::DeviceMallocCount();
-  StepLosses("CUDA", "BF16", 3);
+  RunSteps("CUDA", "BF16", 3);
   EXPECT_EQ(cuda::DeviceMallocCount() - before_three, one_step);
 }
 
