@@ -19,6 +19,7 @@
 #include <string>
 #include <unordered_map>
 
+#include <cuda_runtime_api.h>
 #include <cudnn_frontend.h>
 
 #include "core/cuda/stream.h"
@@ -60,6 +61,11 @@ cudnnHandle_t Load() {
     return nullptr;
   }
   const char* fallback = "attention runs on tetra's own CUDA kernel, several times slower";
+  // The frontend opens a CUDA runtime of its own, the first of several
+  // majors it finds: point it at the one tetra is linked against (unless the
+  // user already chose).
+  const std::string runtime = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+  setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", runtime.c_str(), /*overwrite=*/0);
   fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
   if (fe::cudnn_dlhandle == nullptr) {
     TETRA_LOG() << "warning: libcudnn.so.9 cannot be loaded (" << dlerror() << "): " << fallback
