@@ -48,15 +48,16 @@ done
 # NCCL and cuDNN are no part of the CUDA toolkit (and the bundle leaves them
 # out): where the loader still misses a library, look in the nvidia-* Python
 # wheels (PyTorch's nvidia-nccl-cu13, nvidia-cudnn-cu13, nvidia-cublas, ...).
-# tetra loads NCCL and cuDNN itself when first used, so ldd does not list
-# them: look for them too.
+# tetra loads NCCL and cuDNN itself when first used, and cuDNN compiles some
+# attention engines at run time with NVRTC, so ldd lists none of them: look
+# for them too.
 loadable() {
   ldconfig -p 2>/dev/null | grep "$1 " > /dev/null && return 0
   local dir
   for dir in ${LD_LIBRARY_PATH//:/ }; do [[ -e $dir/$1 ]] && return 0; done
   return 1
 }
-runtime_loaded="libnccl.so.2 libcudnn.so.9"
+runtime_loaded="libnccl.so.2 libcudnn.so.9 libnvrtc.so.13"
 missing=$(ldd "$bin/tetra" 2>/dev/null | awk '$3 == "not" {print $1}' | sort -u)
 for lib in $runtime_loaded; do loadable "$lib" || missing+=" $lib"; done
 if [[ -n $missing ]] && command -v python3 > /dev/null; then
