@@ -117,7 +117,10 @@ absl::Status CheckResumable(const TrainerConfig& config, const CheckpointManifes
     difference = FieldDifference{"train.seed", absl::StrCat(saved.train().seed()),
                                  absl::StrCat(config.train().seed())};
   }
-  if (!difference) difference = FirstDifference(saved.model(), config.model(), "model");
+  // Checkpoints hold the vocabulary unpadded: its padding may change like the layout.
+  if (!difference) {
+    difference = FirstDifference(saved.model(), config.model(), "model", {"model.make_vocab_size_divisible_by"});
+  }
   // The validation set is read only for evaluation: it may change.
   if (!difference) difference = FirstDifference(saved.data(), config.data(), "data", {"data.valid_path"});
   if (difference) {

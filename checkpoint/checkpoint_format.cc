@@ -1,5 +1,6 @@
 #include "checkpoint/checkpoint_format.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
@@ -73,9 +74,11 @@ std::vector<DimRange> ShardBox(const Shape& global_shape, const TensorShard& sha
   const Shape local = ShardShape(global_shape, shard);
   std::vector<DimRange> box(global_shape.size());
   for (size_t d = 0; d < global_shape.size(); ++d) {
-    const int64_t begin = static_cast<int>(d) == shard.dim ? shard.index * local[d] : 0;
+    // Clipped to the global extent: a padded slice's padding rows hold nothing.
+    const int64_t begin =
+        std::min(static_cast<int>(d) == shard.dim ? shard.index * local[d] : 0, global_shape[d]);
     box[d].set_begin(begin);
-    box[d].set_end(begin + local[d]);
+    box[d].set_end(std::min(begin + local[d], global_shape[d]));
   }
   return box;
 }

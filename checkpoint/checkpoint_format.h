@@ -41,7 +41,9 @@ std::string RankFileName(int rank);
 // "weight", "exp_avg", "exp_avg_sq", "buffer"
 std::string KindName(TensorRecord::Kind kind);
 
-// The box of the global tensor that a tensor-parallel `shard` of `global_shape` holds.
+// The box of the global tensor that a tensor-parallel `shard` of `global_shape`
+// holds: its real elements (padding rows hold none; a box may be empty), in
+// the slice's order, first.
 std::vector<DimRange> ShardBox(const Shape& global_shape, const TensorShard& shard);
 int64_t BoxNumElements(const std::vector<DimRange>& box);
 // "[0:8, 16:32]"

@@ -37,6 +37,16 @@ absl::StatusOr<const TensorRecord*> FindMatching(const CheckpointReader& reader,
   return tensor;
 }
 
+// `real`, the elements of p's slice a checkpoint holds (its ShardBox), as
+// the whole slice, flat: zeros for its padding rows.
+Tensor WithPadding(const Tensor& real, const Parameter& p) {
+  const Tensor flat = real.Reshape({real.numel()});
+  if (real.numel() == p.value.numel()) return flat;
+  Tensor slice = Tensor::Zeros({p.value.numel()});
+  slice.Slice(0, real.numel()).CopyFrom(flat);
+  return slice;
+}
+
 // Loads the moments `optimizer` holds: its pieces are flat ranges of the
 // (dense or expert) flat buffer, named through the parameters.
 absl::Status RestoreMoments(const CheckpointReader& reader, const ParameterStore& store,
@@ -53,8 +63,8 @@ absl::Status RestoreMoments(const CheckpointReader& reader, const ParameterStore
       ASSIGN_OR_RETURN(const TensorRecord* v, FindMatching(reader, p, TensorRecord::EXP_AVG_SQ));
       ASSIGN_OR_RETURN(exp_avg, reader.ReadBox(*m, box));
       ASSIGN_OR_RETURN(exp_avg_sq, reader.ReadBox(*v, box));
-      exp_avg = exp_avg.Reshape({exp_avg.numel()});  // pieces are flat ranges of the slice
-      exp_avg_sq = exp_avg_sq.Reshape({exp_avg_sq.numel()});
+      exp_avg = WithPadding(exp_avg, p);  // pieces are flat ranges of the slice
+      exp_avg_sq = WithPadding(exp_avg_sq, p);
       cached = &p;
     }
     const int64_t begin = view.range.begin - p.flat_offset, end = begin + view.range.size();
@@ -73,7 +83,7 @@ absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& s
     const TensorRecord::Kind kind = p.trainable ? TensorRecord::WEIGHT : TensorRecord::BUFFER;
     ASSIGN_OR_RETURN(const TensorRecord* tensor, FindMatching(reader, p, kind));
     ASSIGN_OR_RETURN(Tensor slice, reader.ReadBox(*tensor, ShardBox(p.global_shape, p.shard)));
-    p.value.CopyFrom(slice.Reshape(p.value.shape()));
+    p.value.CopyFrom(WithPadding(slice, p).Reshape(p.value.shape()));
   }
   store.RefreshCompute();  // a bf16 run computes with the copies of the restored weights
   RETURN_IF_ERROR(RestoreMoments(reader, store, optimizer, /*expert=*/false));

@@ -19,12 +19,17 @@ struct RankShards {
   CheckpointManifest records;  // only `tensors`, each with this rank's shards
   std::string data;
 
-  // `state` (fp32) on either device: a GPU run's is staged through page-locked memory.
+  // `state` (fp32, elements [flat_begin, flat_begin + its size) of p's
+  // slice) on either device: a GPU run's is staged through page-locked
+  // memory. Only its part in the slice's real elements is saved (padding rows
+  // of a padded vocabulary are not), nothing when that is empty.
   void Add(const Parameter& p, TensorRecord::Kind kind, const Tensor& state, int64_t flat_begin,
            const std::string& file, int rank) {
     TETRA_CHECK(state.dtype() == DType::kF32) << p.name << ": checkpoints save fp32 state, not "
                                               << DTypeName(state.dtype());
-    const Tensor values = OnHost(state);
+    const int64_t real = std::min(state.numel(), p.RealElements() - flat_begin);
+    if (real <= 0) return;
+    const Tensor values = OnHost(state.Reshape({state.numel()}).Slice(0, real));
     TensorRecord* tensor = records.add_tensors();
     tensor->set_name(p.name);
     tensor->set_kind(kind);

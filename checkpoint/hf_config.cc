@@ -331,12 +331,18 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
   if (recipe.has_num_key_value_heads() && recipe.num_key_value_heads() == 0) {
     recipe_view.set_num_key_value_heads(hf.num_attention_heads());
   }
+  // The vocabulary's padding is tetra's layout, not in config.json: the recipe's.
+  recipe_view.clear_make_vocab_size_divisible_by();
   const std::string disagreement = FirstDisagreement(recipe_view, hf, "model.", path);
   if (!disagreement.empty()) {
     return UserError(disagreement, "remove the field from the recipe's model section: with a Hugging Face "
                                    "directory as init_from, the model comes from its config.json");
   }
-  return hf;
+  ModelConfig merged = hf;
+  if (recipe.has_make_vocab_size_divisible_by()) {
+    merged.set_make_vocab_size_divisible_by(recipe.make_vocab_size_divisible_by());
+  }
+  return merged;
 }
 
 absl::Status CheckHfExportable(const ModelConfig& model) {

@@ -32,7 +32,8 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path);
 // The model of a run whose init_from is a Hugging Face directory: `hf` (from
 // its config.json at `path`), where every field `recipe` sets explicitly must
 // agree with hf's value (an error names the field and both values), and a
-// recipe field HF's class has no counterpart for (model.moe) is an error.
+// recipe field HF's class has no counterpart for (model.moe) is an error;
+// model.make_vocab_size_divisible_by, tetra's layout, comes from the recipe.
 absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const ModelConfig& hf,
                                               const std::string& path);
 

@@ -76,7 +76,10 @@ absl::Status LoadWeights(const std::string& path, const ModelConfig& model, Para
       }
     }
     Tensor slice = Tensor::Empty(p.value.shape());
-    for (int64_t i = 0; i < slice.numel(); ++i) slice.f32()[i] = global.f32()[p.GlobalIndex(i)];
+    for (int64_t i = 0; i < slice.numel(); ++i) {
+      const int64_t g = p.GlobalIndex(i);
+      slice.f32()[i] = g < 0 ? 0.0f : global.f32()[g];  // padding rows stay 0
+    }
     loaded.push_back(slice);
   }
   size_t i = 0;
@@ -101,7 +104,10 @@ Tensor GatherGlobal(const Parameter& p, Communicator& tp) {
     TensorShard shard = p.shard;
     shard.index = r / p.shard.replicas;
     const float* from = slices.f32() + r * local;
-    for (int64_t i = 0; i < local; ++i) global.f32()[ShardGlobalIndex(p.global_shape, shard, i)] = from[i];
+    for (int64_t i = 0; i < local; ++i) {
+      const int64_t g = ShardGlobalIndex(p.global_shape, shard, i);
+      if (g >= 0) global.f32()[g] = from[i];  // padding rows are left out
+    }
   }
   return global;
 }

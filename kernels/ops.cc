@@ -165,17 +165,18 @@ void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
 }
 
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
-                    const Tensor& dw, bool accumulate_dx) {
+                    const Tensor& dw, bool accumulate_dx, int64_t real_out) {
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
+  if (real_out < 0) real_out = out;
   TETRA_CHECK(x.numel() == rows * in && dy.numel() == rows * out && dw.numel() == w.numel() &&
-              (!dx.defined() || dx.numel() == x.numel()))
+              (!dx.defined() || dx.numel() == x.numel()) && real_out <= out)
       << "linear backward " << ShapeString(dy.shape()) << ", " << ShapeString(x.shape()) << ", "
-      << ShapeString(w.shape());
-  TETRA_ON_DEVICE(x, LinearBackward(dy, x, w, dx, dw, accumulate_dx));
+      << ShapeString(w.shape()) << ", " << real_out << " real outputs";
+  TETRA_ON_DEVICE(x, LinearBackward(dy, x, w, dx, dw, accumulate_dx, real_out));
   ExpectHost(dy);
   HostF32 f32;
-  cpu::LinearBackward(f32.In(dy), f32.In(x), f32.In(w), rows, in, out,
-                      f32.Out(dx), f32.Out(dw), accumulate_dx);
+  cpu::LinearBackward(f32.In(dy), f32.In(x), f32.In(w), rows, in, real_out, out, f32.Out(dx), f32.Out(dw),
+                      accumulate_dx);
 }
 
 void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
@@ -378,12 +379,15 @@ void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tenso
 }
 
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
-                    const Tensor& dlogits) {
-  TETRA_ON_DEVICE(logits, CrossEntropy(logits, targets, grad_scale, dlogits));
+                    const Tensor& dlogits, int64_t vocab_size) {
+  TETRA_CHECK(vocab_size > 0 && vocab_size <= logits.dim(-1))
+      << "cross-entropy over " << vocab_size << " of the " << logits.dim(-1) << " columns of logits "
+      << ShapeString(logits.shape());
+  TETRA_ON_DEVICE(logits, CrossEntropy(logits, targets, grad_scale, dlogits, vocab_size));
   ExpectHost(logits);
   HostF32 f32;
   return cpu::CrossEntropyForwardBackward(f32.In(logits), targets.data<int32_t>(), Rows(logits),
-                                          logits.dim(-1), grad_scale,
+                                          logits.dim(-1), vocab_size, grad_scale,
                                           f32.Out(dlogits), nullptr);
 }
 
@@ -392,8 +396,7 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
   const int64_t rows = Rows(logits);
   TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows && row_max.numel() == rows &&
               target_logit.numel() == rows && row_max.dtype() == DType::kF32 &&
-              target_logit.dtype() == DType::kF32 && vocab_begin >= 0 &&
-              vocab_begin + logits.dim(-1) <= vocab_size)
+              target_logit.dtype() == DType::kF32 && vocab_begin >= 0)
       << "cross-entropy row stats: logits " << ShapeString(logits.shape()) << " of ids from "
       << vocab_begin << " of " << vocab_size << ", targets " << ShapeString(targets.shape());
   TETRA_ON_DEVICE(logits, CrossEntropyRowStats(logits, targets, vocab_begin, vocab_size, row_max, target_logit));
@@ -403,16 +406,18 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
                             vocab_size, f32.Out(row_max), f32.Out(target_logit));
 }
 
-void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
+void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab_size,
+                        const Tensor& row_max, const Tensor& sum_exp) {
   const int64_t rows = Rows(logits);
   TETRA_CHECK(row_max.numel() == rows && row_max.dtype() == DType::kF32 && sum_exp.numel() == rows &&
-              sum_exp.dtype() == DType::kF64)
-      << "cross-entropy sum of exps: logits " << ShapeString(logits.shape()) << ", sums "
-      << DTypeName(sum_exp.dtype()) << ShapeString(sum_exp.shape());
-  TETRA_ON_DEVICE(logits, CrossEntropySumExp(logits, row_max, sum_exp));
+              sum_exp.dtype() == DType::kF64 && vocab_begin >= 0)
+      << "cross-entropy sum of exps: logits " << ShapeString(logits.shape()) << " of ids from "
+      << vocab_begin << ", sums " << DTypeName(sum_exp.dtype()) << ShapeString(sum_exp.shape());
+  TETRA_ON_DEVICE(logits, CrossEntropySumExp(logits, vocab_begin, vocab_size, row_max, sum_exp));
   ExpectHost(logits, row_max, sum_exp);
   HostF32 f32;
-  cpu::CrossEntropySumExp(f32.In(logits), f32.In(row_max), rows, logits.dim(-1), sum_exp.data<double>());
+  cpu::CrossEntropySumExp(f32.In(logits), f32.In(row_max), rows, logits.dim(-1), vocab_begin, vocab_size,
+                          sum_exp.data<double>());
 }
 
 double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp) {
@@ -426,19 +431,20 @@ double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const
 }
 
 void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
-                          const Tensor& row_max, const Tensor& sum_exp, float grad_scale,
-                          const Tensor& dlogits) {
+                          int64_t vocab_size, const Tensor& row_max, const Tensor& sum_exp,
+                          float grad_scale, const Tensor& dlogits) {
   const int64_t rows = Rows(logits);
   TETRA_CHECK(targets.numel() == rows && targets.dtype() == DType::kI32 && row_max.numel() == rows &&
               row_max.dtype() == DType::kF32 && sum_exp.numel() == rows && sum_exp.dtype() == DType::kF64 &&
-              dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype())
-      << "cross-entropy gradient: logits " << ShapeString(logits.shape()) << ", dlogits "
-      << ShapeString(dlogits.shape());
-  TETRA_ON_DEVICE(logits, CrossEntropyGradient(logits, targets, vocab_begin, row_max, sum_exp, grad_scale, dlogits));
+              dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype() && vocab_begin >= 0)
+      << "cross-entropy gradient: logits " << ShapeString(logits.shape()) << " of ids from " << vocab_begin
+      << ", dlogits " << ShapeString(dlogits.shape());
+  TETRA_ON_DEVICE(logits, CrossEntropyGradient(logits, targets, vocab_begin, vocab_size, row_max, sum_exp,
+                                               grad_scale, dlogits));
   ExpectHost(logits, targets, row_max, sum_exp, dlogits);
   HostF32 f32;
   cpu::CrossEntropyGradient(f32.In(logits), targets.data<int32_t>(), f32.In(row_max), sum_exp.data<double>(), rows,
-                            logits.dim(-1), vocab_begin, grad_scale, f32.Out(dlogits));
+                            logits.dim(-1), vocab_begin, vocab_size, grad_scale, f32.Out(dlogits));
 }
 
 namespace {

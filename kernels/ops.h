@@ -22,8 +22,11 @@ namespace tetra::ops {
 // y (N, out) = x (N, in) . w (out, in)^T   (Hugging Face weight layout)
 void Linear(const Tensor& x, const Tensor& w, const Tensor& y);
 // dw += dy^T x; dx = dy w (or dx += dy w when accumulate_dx). dx may be undefined.
+// With real_out in [0, out) only the first real_out outputs take part (a
+// padded vocabulary's LM head): dy's first real_out columns and w's and
+// dw's first real_out rows; dw's other rows are left as they are. -1: all.
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
-                    const Tensor& dw, bool accumulate_dx = false);
+                    const Tensor& dw, bool accumulate_dx = false, int64_t real_out = -1);
 
 // out (N, C) = table[tokens]; dtable[tokens] += dout. Ids outside
 // [0, table rows) are a bug (checked).
@@ -82,29 +85,35 @@ void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
 void SwigluPacked(const Tensor& gate_up, const Tensor& out);
 void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up);
 
-// Sum over rows of -log softmax(logits)[target]; when dlogits is defined it
+// Logits of a padded vocabulary (the LM head's width rounded up for GEMM
+// tiles): columns of ids >= vocab_size are padding, left out of the softmax,
+// gradient 0.
+// Sum over rows of -log softmax(logits)[target] over logits (N, W), ids
+// [0, vocab_size) real (vocab_size <= W); when dlogits is defined it
 // receives grad_scale * (softmax - onehot), and may be logits itself.
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
-                    const Tensor& dlogits);
+                    const Tensor& dlogits, int64_t vocab_size);
 
 // Vocabulary-parallel cross-entropy's local steps, which
 // parallel/vocab_parallel_cross_entropy.h runs around its collectives: logits
-// (N, V) hold ids [vocab_begin, vocab_begin + V) of a vocabulary of
-// vocab_size; targets (N) int32 in [0, vocab_size) (checked). The same
-// arithmetic as CrossEntropy, step by step.
+// (N, W) hold ids [vocab_begin, vocab_begin + W) of a vocabulary of
+// vocab_size (padding past it; a slice may be all padding); targets (N)
+// int32 in [0, vocab_size) (checked). The same arithmetic as CrossEntropy,
+// step by step.
 // row_max (N) fp32: each row's largest logit; target_logit (N) fp32: the
 // row's target's logit where this slice holds it, else 0.
 void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
                           int64_t vocab_size, const Tensor& row_max, const Tensor& target_logit);
 // sum_exp (N) fp64 = sum over the row of exp(logit - row_max).
-void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp);
+void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab_size,
+                        const Tensor& row_max, const Tensor& sum_exp);
 // Sum over rows of (row_max - target_logit) + log(sum_exp), in row order.
 double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp);
-// dlogits (N, V), may be logits: grad_scale x (softmax - onehot(target)) on
+// dlogits (N, W), may be logits: grad_scale x (softmax - onehot(target)) on
 // this slice, softmax = exp(logit - row_max) / sum_exp.
 void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
-                          const Tensor& row_max, const Tensor& sum_exp, float grad_scale,
-                          const Tensor& dlogits);
+                          int64_t vocab_size, const Tensor& row_max, const Tensor& sum_exp,
+                          float grad_scale, const Tensor& dlogits);
 
 // The DeepSeek-V3 router (kernels/cpu/router.h for the arithmetic), N tokens,
 // E experts, k choices, fp32 but for the int32 expert ids.

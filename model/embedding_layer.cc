@@ -1,6 +1,7 @@
 #include "model/embedding_layer.h"
 
 #include "kernels/ops.h"
+#include "model/model_dims.h"
 #include "parallel/tensor_parallel.h"
 
 namespace tetra {
@@ -8,7 +9,7 @@ namespace tetra {
 Parameter& AddEmbeddingTable(ParameterStore& store, const ModelConfig& c,
                              const LayerParallelism& parallelism) {
   return store.Add("model.embed_tokens.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
-                   c.initializer_range(), parallelism.Column());
+                   c.initializer_range(), parallelism.Vocabulary(PaddedVocabSize(c, parallelism.tp_size())));
 }
 
 EmbeddingLayer::EmbeddingLayer(ParameterStore& store, const ModelConfig& c,

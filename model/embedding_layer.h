@@ -1,8 +1,10 @@
-// The token embedding (model.embed_tokens), vocabulary-parallel: TP rank r
-// holds rows [r*V/tp, (r+1)*V/tp) of the table, looks up the tokens it owns
-// (zero rows for the others) and the partial rows are summed over the TP
-// group, ReduceFromTensorParallelRegion, or under sequence parallelism
-// ReduceScatterToSequenceParallelRegion so each rank keeps its own rows.
+// The token embedding (model.embed_tokens), vocabulary-parallel: with the
+// table padded to Vp rows (PaddedVocabSize; rows past V are padding no id
+// reaches), TP rank r holds rows [r*Vp/tp, (r+1)*Vp/tp), looks up the tokens
+// it owns (zero rows for the others) and the partial rows are summed over
+// the TP group, ReduceFromTensorParallelRegion, or under sequence
+// parallelism ReduceScatterToSequenceParallelRegion so each rank keeps its
+// own rows.
 #ifndef TETRA_MODEL_EMBEDDING_LAYER_H_
 #define TETRA_MODEL_EMBEDDING_LAYER_H_
 

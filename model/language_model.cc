@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "model/model_dims.h"
+
 namespace tetra {
 namespace {
 
@@ -58,7 +60,7 @@ LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelPar
     Parameter* head_weight = nullptr;
     if (!c.tie_word_embeddings()) {
       head_weight = &store_.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
-                                c.initializer_range(), layers.Column());
+                                c.initializer_range(), layers.Vocabulary(PaddedVocabSize(c, layers.tp_size())));
     } else if (has_embedding) {
       head_weight = &embedding_->weight();
     } else {

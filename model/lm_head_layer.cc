@@ -16,14 +16,17 @@ double LmHeadLayer::ForwardLoss(int slot, const Tensor& x, const Tensor& targets
   ops::Linear(a.x, weight_.compute, a.logits);
   // The fused cross-entropy overwrites the logits with their gradient.
   return VocabParallelCrossEntropy(a.logits, targets, grad_scale, with_grad ? a.logits : Tensor(),
-                                   region_.tp());
+                                   region_.tp(), weight_.global_shape[0]);
 }
 
 Tensor LmHeadLayer::Backward(int slot) {
   const Activations& a = slots_.ForBackward(slot);
   EnsureShape(&dx_, a.x.shape());
-  // logits = x . W^T: d x = dlogits . W, d W += dlogits^T x.
-  ops::LinearBackward(a.logits, a.x, weight_.compute, dx_, weight_.grad);
+  // logits = x . W^T: d x = dlogits . W, d W += dlogits^T x, over the real
+  // rows only: a sum over padding columns would round d x otherwise (their
+  // zeros change the GEMM's blocking), and the padding rows of d W stay 0.
+  ops::LinearBackward(a.logits, a.x, weight_.compute, dx_, weight_.grad, /*accumulate_dx=*/false,
+                      weight_.RealElements() / weight_.value.dim(1));
   return region_.EnterBackward(dx_);
 }
 

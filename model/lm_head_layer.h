@@ -1,9 +1,12 @@
-// The LM head and the token cross-entropy, vocabulary-parallel: TP rank r
-// holds rows [r*V/tp, (r+1)*V/tp) of lm_head.weight (the embedding's own
-// shard when tied), computes the logits of its vocabulary slice from the
-// whole (N, C) input, entering the tensor-parallel region (CopyTo..., or
-// under SP GatherFromSequenceParallelRegion), and the loss comes from the
-// vocab-parallel cross-entropy, which never gathers the (N, V) logits.
+// The LM head and the token cross-entropy, vocabulary-parallel: with the
+// vocabulary padded to Vp rows (PaddedVocabSize), TP rank r holds rows
+// [r*Vp/tp, (r+1)*Vp/tp) of lm_head.weight (the embedding's own shard when
+// tied), computes the logits of its vocabulary slice from the whole (N, C)
+// input, entering the tensor-parallel region (CopyTo..., or under SP
+// GatherFromSequenceParallelRegion), and the loss comes from the
+// vocab-parallel cross-entropy, which never gathers the (N, V) logits. The
+// forward GEMM keeps the padded width (a whole number of tensor-core tiles;
+// the loss leaves padding out), the backward's take only the real rows.
 #ifndef TETRA_MODEL_LM_HEAD_LAYER_H_
 #define TETRA_MODEL_LM_HEAD_LAYER_H_
 
@@ -16,7 +19,7 @@ namespace tetra {
 
 class LmHeadLayer {
  public:
-  // `weight` (V/tp, C) is lm_head.weight or, when tied, model.embed_tokens.weight.
+  // `weight` (Vp/tp, C) is lm_head.weight or, when tied, model.embed_tokens.weight.
   explicit LmHeadLayer(Parameter& weight,
                        const LayerParallelism& parallelism = SingleRankParallelism());
   // x (residual layout), targets (N) int32 -> the sum of the N token
@@ -35,7 +38,7 @@ class LmHeadLayer {
     explicit Activations(const TensorParallelRegion& like)
         : entry(like.tp(), like.sequence_parallel()) {}
     TensorParallelRegion entry;  // Enter's, one per slot (activation_slots.h)
-    Tensor x, logits;            // x (N, C), logits (N, V/tp)
+    Tensor x, logits;            // x (N, C), logits (N, Vp/tp)
   };
 
   Parameter& weight_;

@@ -53,8 +53,6 @@ absl::Status ValidateTensorParallel(const ModelConfig& c, int tp, bool sequence_
         absl::StrCat("set parallel.tensor to a divisor or a multiple of ", kv, " (e.g. ",
                      LargestDivisorUpTo(kv, tp), ")"));
   }
-  RETURN_IF_ERROR(CheckDivisible("model.vocab_size", c.vocab_size(),
-                                 "vocabulary (embedding and LM head rows)", tp));
   RETURN_IF_ERROR(CheckDivisible("model.intermediate_size", c.intermediate_size(),
                                  "MLP's intermediate features", tp));
   if (sequence_parallel && rows_per_micro_batch % tp != 0) {

@@ -33,6 +33,15 @@ inline double OutputProjectionStd(const ModelConfig& c) {
   return c.initializer_range() / std::sqrt(2.0 * c.num_hidden_layers());
 }
 
+// The rows of the embedding and LM head under tensor parallelism of size tp:
+// vocab_size rounded up to a multiple of make_vocab_size_divisible_by x tp,
+// each rank holding an equal slice; rows past vocab_size are padding
+// (TensorShard::padded_extent).
+inline int64_t PaddedVocabSize(const ModelConfig& c, int tp) {
+  const int64_t multiple = int64_t{c.make_vocab_size_divisible_by()} * tp;
+  return (c.vocab_size() + multiple - 1) / multiple * multiple;
+}
+
 // Under tensor parallelism of size tp (a layout ValidateTensorParallel
 // accepts): each rank holds heads / tp query heads, and kv / tp key-value
 // heads when kv >= tp, else one key-value head shared by tp / kv ranks (as
@@ -46,10 +55,11 @@ inline int LocalKeyValueHeads(const ModelConfig& c, int tp) {
 }
 
 // Whether `config` splits over a tensor-parallel group of `tp` ranks: query
-// heads, vocabulary and intermediate size divisible by tp, key-value heads a
-// multiple or a divisor of tp, and under sequence parallelism the
-// `rows_per_micro_batch` token rows (micro_batch_size x seq_length) too. A
-// user error, with the numbers and a "\nhint: " line, when not.
+// heads and intermediate size divisible by tp (the vocabulary is padded to
+// fit, PaddedVocabSize), key-value heads a multiple or a divisor of tp, and
+// under sequence parallelism the `rows_per_micro_batch` token rows
+// (micro_batch_size x seq_length) too. A user error, with the numbers and a
+// "\nhint: " line, when not.
 absl::Status ValidateTensorParallel(const ModelConfig& config, int tp, bool sequence_parallel,
                                     int64_t rows_per_micro_batch);
 

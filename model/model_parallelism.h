@@ -60,9 +60,11 @@ struct LayerParallelism {
 
   int tp_rank() const { return tp->rank(); }
   int tp_size() const { return tp->size(); }
-  // Weights (out, in) of column-parallel linears and vocabulary-parallel
-  // tables: dim 0 split over tp.
+  // Weights (out, in) of column-parallel linears: dim 0 split over tp.
   TensorShard Column() const;
+  // The embedding table and the LM head (vocab, hidden): dim 0 padded to
+  // `padded_vocab` rows (PaddedVocabSize) and split over tp, at tp = 1 too.
+  TensorShard Vocabulary(int64_t padded_vocab) const;
   // Weights (out, in) of row-parallel linears: dim 1 split over tp.
   TensorShard Row() const;
   // Held whole by every rank (norm weights).

@@ -7,17 +7,27 @@
 
 namespace tetra {
 namespace {
+
 constexpr int64_t kSlotAlignment = 16;  // floats: 64 bytes, one AVX-512 line
+
+// The extent `shard`'s dim is split into count equal slices of: the global
+// one, or the padded one.
+int64_t SplitExtent(const Shape& global_shape, const TensorShard& shard) {
+  return shard.padded_extent > 0 ? shard.padded_extent : global_shape[shard.dim];
+}
+
 }  // namespace
 
 Shape ShardShape(const Shape& global_shape, const TensorShard& shard) {
   Shape local = global_shape;
   if (shard.dim < 0) return local;
-  TETRA_CHECK(shard.dim < static_cast<int>(local.size()) && local[shard.dim] % shard.count == 0 &&
-              0 <= shard.index && shard.index < shard.count)
+  TETRA_CHECK(shard.dim < static_cast<int>(local.size()) &&
+              (shard.padded_extent == 0 || (shard.dim == 0 && shard.padded_extent >= local[0])) &&
+              SplitExtent(global_shape, shard) % shard.count == 0 && 0 <= shard.index &&
+              shard.index < shard.count)
       << "cannot take slice " << shard.index << " of " << shard.count << " along dim " << shard.dim
-      << " of " << ShapeString(global_shape);
-  local[shard.dim] /= shard.count;
+      << " of " << ShapeString(global_shape) << " padded to " << shard.padded_extent;
+  local[shard.dim] = SplitExtent(global_shape, shard) / shard.count;
   return local;
 }
 
@@ -26,19 +36,33 @@ int64_t ShardGlobalIndex(const Shape& global_shape, const TensorShard& shard, in
   // Row-major: split the local index around the shard dim, shift that coordinate.
   int64_t inner = 1;
   for (size_t d = shard.dim + 1; d < global_shape.size(); ++d) inner *= global_shape[d];
-  const int64_t local_extent = global_shape[shard.dim] / shard.count;
+  const int64_t local_extent = SplitExtent(global_shape, shard) / shard.count;
   const int64_t outer = local / (local_extent * inner);
   const int64_t coordinate = local / inner % local_extent + shard.index * local_extent;
+  if (coordinate >= global_shape[shard.dim]) return -1;  // a padding row
   return (outer * global_shape[shard.dim] + coordinate) * inner + local % inner;
+}
+
+int64_t ShardRealElements(const Shape& global_shape, const TensorShard& shard) {
+  const Shape local = ShardShape(global_shape, shard);
+  const int64_t n = NumElements(local);
+  if (shard.padded_extent == 0) return n;
+  // Padding is appended to dim 0 (checked in ShardShape): a prefix of rows is real.
+  const int64_t rows = local[0];
+  const int64_t real_rows = std::clamp<int64_t>(global_shape[0] - shard.index * rows, 0, rows);
+  return n / rows * real_rows;
 }
 
 int64_t Parameter::GlobalIndex(int64_t local) const {
   return ShardGlobalIndex(global_shape, shard, local);
 }
 
+int64_t Parameter::RealElements() const { return ShardRealElements(global_shape, shard); }
+
 namespace {
 
-// The draws of `p`'s slice of its global tensor.
+// The draws of `p`'s slice of its global tensor (its real elements: padding
+// rows draw nothing).
 NormalInit SliceInit(const Parameter& p, uint64_t seed, double std) {
   NormalInit init{.seed = seed, .stream = StableHash(p.name), .std = std};
   if (p.shard.dim < 0) {
@@ -47,18 +71,25 @@ NormalInit SliceInit(const Parameter& p, uint64_t seed, double std) {
   }
   for (size_t d = p.shard.dim + 1; d < p.global_shape.size(); ++d) init.inner *= p.global_shape[d];
   init.global_extent = p.global_shape[p.shard.dim];
-  init.local_extent = init.global_extent / p.shard.count;
-  init.offset = p.shard.index * init.local_extent;
+  const int64_t slice_extent = p.value.dim(p.shard.dim);
+  // Padding rows only ever follow the real ones along dim 0.
+  init.local_extent = p.shard.padded_extent > 0 ? p.RealElements() / init.inner : slice_extent;
+  init.offset = p.shard.index * slice_extent;
   return init;
 }
 
-// `value` (p's slice, fp32, on any device) initialised as `init` and `std` say.
+// `value` (p's slice, fp32, on any device) initialised as `init` and `std`
+// say; its padding (past p's real elements) 0.
 void Initialize(const Tensor& value, const Parameter& p, uint64_t seed, Init init, double std) {
+  const Tensor flat = value.Reshape({value.numel()});
+  const int64_t real = p.RealElements();
+  const Tensor held = flat.Slice(0, real);
   if (init == Init::kNormal) {
-    ops::FillNormal(value, SliceInit(p, seed, std));
+    ops::FillNormal(held, SliceInit(p, seed, std));
   } else {
-    value.Fill(init == Init::kOnes ? 1.0f : 0.0f);
+    held.Fill(init == Init::kOnes ? 1.0f : 0.0f);
   }
+  if (real < flat.numel()) flat.Slice(real, flat.numel()).SetZero();
 }
 
 }  // namespace

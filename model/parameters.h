@@ -30,6 +30,11 @@ struct TensorShard {
   int index = 0;     // this rank holds slice `index` of `count` equal slices
   int count = 1;
   int replicas = 1;  // ranks of the group holding this same slice (e.g. norm weights: tp)
+  // Dim 0 only: the extent the slices divide, above the global one when rows
+  // of padding are appended (a padded vocabulary); 0: none. Each slice then
+  // holds its real rows first (possibly none), then padding rows, which stay
+  // 0 and belong to no global element.
+  int64_t padded_extent = 0;
 };
 
 struct Parameter {
@@ -60,8 +65,10 @@ struct Parameter {
   // Null: this rank's gradient is whole.
   Communicator* grad_partial_over = nullptr;
 
-  // Flat index in the global tensor of element `local` of this slice.
+  // Flat index in the global tensor of element `local` of this slice; -1 for padding.
   int64_t GlobalIndex(int64_t local) const;
+  // The leading elements of this slice that are real (the rest is padding).
+  int64_t RealElements() const;
 };
 
 // Several parameters' slots viewed as one tensor stacked along dim 0
@@ -146,10 +153,13 @@ class ParameterStore {
   Tensor expert_flat_values_, expert_flat_grads_, expert_flat_compute_;
 };
 
-// The local shape of `shard` of a tensor of `global_shape`.
+// The local shape of `shard` of a tensor of `global_shape` (padding included).
 Shape ShardShape(const Shape& global_shape, const TensorShard& shard);
-// Flat index in the global tensor of element `local` of `shard`.
+// Flat index in the global tensor of element `local` of `shard`; -1 for padding.
 int64_t ShardGlobalIndex(const Shape& global_shape, const TensorShard& shard, int64_t local);
+// The leading elements of `shard`'s slice that hold global elements; the
+// rest (dim 0 padding) hold none.
+int64_t ShardRealElements(const Shape& global_shape, const TensorShard& shard);
 
 }  // namespace tetra
 

@@ -7,14 +7,16 @@
 namespace tetra {
 
 double VocabParallelCrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
-                                 const Tensor& dlogits, Communicator& tp) {
-  if (tp.size() == 1) return ops::CrossEntropy(logits, targets, grad_scale, dlogits);
-  const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
-  const int64_t begin = tp.rank() * vocab;
+                                 const Tensor& dlogits, Communicator& tp, int64_t vocab_size) {
+  if (tp.size() == 1) return ops::CrossEntropy(logits, targets, grad_scale, dlogits, vocab_size);
+  const int64_t width = logits.dim(-1), rows = logits.numel() / width;
+  const int64_t begin = tp.rank() * width;
+  TETRA_CHECK(vocab_size > 0 && vocab_size <= width * tp.size())
+      << "a vocabulary of " << vocab_size << " in " << tp.size() << " slices of " << width;
   const DeviceType device = logits.device();
   Tensor row_max = Tensor::Empty({rows}, DType::kF32, device);
   Tensor target_logit = Tensor::Empty({rows}, DType::kF32, device);
-  ops::CrossEntropyRowStats(logits, targets, begin, vocab * tp.size(), row_max, target_logit);
+  ops::CrossEntropyRowStats(logits, targets, begin, vocab_size, row_max, target_logit);
   CommHandle max_done = tp.AllReduceAsync(row_max, row_max, ReduceOp::kMax);
   CommHandle target_done = tp.AllReduceAsync(target_logit, target_logit, ReduceOp::kSum);
   {
@@ -26,7 +28,7 @@ double VocabParallelCrossEntropy(const Tensor& logits, const Tensor& targets, fl
   // Each rank's partial sums, gathered and added in rank order.
   Tensor gathered = Tensor::Empty({tp.size(), rows}, DType::kF64, device);
   Tensor partial = gathered.Slice(tp.rank(), tp.rank() + 1);
-  ops::CrossEntropySumExp(logits, row_max, partial);
+  ops::CrossEntropySumExp(logits, begin, vocab_size, row_max, partial);
   {
     const ScopedSpan span(SpanKind::kCommTp, "all_gather tp (cross-entropy)");
     tp.AllGather(partial, gathered);  // in place: partial is this rank's row
@@ -36,7 +38,7 @@ double VocabParallelCrossEntropy(const Tensor& logits, const Tensor& targets, fl
 
   const double loss = ops::CrossEntropyLoss(row_max, target_logit, sum_exp);
   if (dlogits.defined()) {
-    ops::CrossEntropyGradient(logits, targets, begin, row_max, sum_exp, grad_scale, dlogits);
+    ops::CrossEntropyGradient(logits, targets, begin, vocab_size, row_max, sum_exp, grad_scale, dlogits);
   }
   return loss;
 }

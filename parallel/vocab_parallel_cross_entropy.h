@@ -1,7 +1,8 @@
 // Token cross-entropy over logits split by vocabulary across the tensor-
-// parallel group (Megatron-LM's vocab_parallel_cross_entropy): rank r holds
-// the (N, V/tp) logits of vocabulary ids [r*V/tp, (r+1)*V/tp) and the full
-// (N, V) logits are never gathered. The local steps are the op API's
+// parallel group (Megatron-LM's vocab_parallel_cross_entropy): with the
+// vocabulary padded to Vp (a multiple of tp), rank r holds the (N, Vp/tp)
+// logits of ids [r*Vp/tp, (r+1)*Vp/tp), those from V on padding left out
+// of the softmax, and the full (N, V) logits are never gathered. The local steps are the op API's
 // cross-entropy pieces (kernels/ops.h), the arithmetic of the single-rank
 // cross-entropy; between them, three reductions over the group: the row max
 // (all-reduce max), the target logit from the rank that owns the target
@@ -16,14 +17,14 @@
 
 namespace tetra {
 
-// logits (N, V/tp): this rank's vocabulary slice; targets (N) int32 global ids
-// in [0, V), on the logits' device. Returns the sum over the N rows of
-// -log softmax(row)[target], the same on every rank of `tp`. dlogits (N,
-// V/tp), when defined, receives this rank's slice of grad_scale * (softmax -
-// onehot(target)); it may be logits itself. With a group of one rank this is
-// ops::CrossEntropy.
+// logits (N, Vp/tp): this rank's vocabulary slice; targets (N) int32 global
+// ids in [0, vocab_size), on the logits' device. Returns the sum over the N
+// rows of -log softmax(row)[target], the same on every rank of `tp`. dlogits
+// (N, Vp/tp), when defined, receives this rank's slice of grad_scale *
+// (softmax - onehot(target)), 0 for padding; it may be logits itself. With a
+// group of one rank this is ops::CrossEntropy.
 double VocabParallelCrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
-                                 const Tensor& dlogits, Communicator& tp);
+                                 const Tensor& dlogits, Communicator& tp, int64_t vocab_size);
 
 }  // namespace tetra
 

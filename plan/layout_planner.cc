@@ -15,6 +15,7 @@ namespace {
 // A model's shape, in parameters (observe/flops.h's counts) and activation elements.
 struct ModelShape {
   double c, q, kv, vocab;
+  ModelConfig model;  // for the padded vocabulary's rows under each tp (PaddedVocabSize)
   int layers, dense_layers;  // the first `dense_layers` have a dense MLP, the rest MoE
   bool moe;
   double attention;      // q, k, v, o projections
@@ -33,6 +34,7 @@ ModelShape ShapeOf(const ModelConfig& m) {
   s.q = double{1.0} * m.num_attention_heads() * HeadDim(m);
   s.kv = double{1.0} * KeyValueHeads(m) * HeadDim(m);
   s.vocab = m.vocab_size();
+  s.model = m;
   s.layers = p.layers;
   s.moe = p.moe_layers > 0;
   s.dense_layers = p.layers - p.moe_layers;
@@ -92,8 +94,10 @@ DeviceParameters StageParameters(const ModelShape& s, const StageLayers& st, con
   p.dense = layers * (s.attention / l.mesh.tp + s.norms) + st.dense * s.dense_mlp / l.mesh.tp +
             st.moe * (s.shared / l.mesh.tp + s.router);
   p.expert = st.moe * s.routed / (l.mesh.ep * l.mesh.tp);
-  if (st.embedding) p.dense += s.vocab * s.c / l.mesh.tp;
-  if (st.head) p.dense += s.vocab * s.c / l.mesh.tp + s.c;
+  // The embedding and the head hold the padded vocabulary's rows.
+  const double vocab_rows = static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp;
+  if (st.embedding) p.dense += vocab_rows * s.c;
+  if (st.head) p.dense += vocab_rows * s.c + s.c;
   return p;
 }
 
@@ -196,7 +200,9 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
                                                                      st.moe * LayerActivations(s, true);
     mem.activations = in_flight * tokens_mb * stored_per_token * bytes.activation / l.mesh.tp;
     if (l.recompute) mem.activations += tokens_mb * per_token_layer * bytes.activation / l.mesh.tp;
-    if (st.head) mem.activations += tokens_mb * s.vocab / l.mesh.tp * 4;  // fp32 logits and their gradient, in place
+    if (st.head) {  // fp32 logits of the padded vocabulary and their gradient, in place
+      mem.activations += tokens_mb * static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
+    }
     if (mem.total() > most.total()) most = mem;
   }
   return most;
@@ -296,7 +302,7 @@ std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const Clu
   const int64_t micro = config.train().micro_batch_size(), global = config.train().global_batch_size();
   std::vector<LayoutPrediction> plans;
   for (int tp = 1; tp <= std::min(world, cluster.devices_per_node()); ++tp) {
-    if (!Divides(tp, world) || !Divides(tp, m.num_attention_heads()) || !Divides(tp, m.vocab_size()) ||
+    if (!Divides(tp, world) || !Divides(tp, m.num_attention_heads()) ||
         (KeyValueHeads(m) % tp != 0 && tp % KeyValueHeads(m) != 0)) {
       continue;
     }

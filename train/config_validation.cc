@@ -136,6 +136,8 @@ absl::Status ValidateModel(const ModelConfig& m) {
   RETURN_IF_ERROR(CheckNumber("model.rope_theta", m.rope_theta(), false, "10000"));
   RETURN_IF_ERROR(CheckNumber("model.rms_norm_eps", m.rms_norm_eps(), false, "1e-5"));
   RETURN_IF_ERROR(CheckNumber("model.initializer_range", m.initializer_range(), false, "0.02"));
+  RETURN_IF_ERROR(CheckNumber("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by(), false,
+                              "128 (1: no padding beyond a multiple of parallel.tensor)"));
   if (m.hidden_size() % m.num_attention_heads() != 0) {
     return Invalid(absl::StrCat("model.hidden_size ", m.hidden_size(),
                                 " is not divisible by model.num_attention_heads ",

@@ -55,25 +55,26 @@ void CheckTarget(int32_t target, int64_t row, int64_t vocab_size) {
 }  // namespace
 
 double CrossEntropyForwardBackward(const float* logits, const int32_t* targets, int64_t rows,
-                                   int64_t vocab, float grad_scale, float* dlogits,
-                                   float* row_losses) {
-  TETRA_CHECK(vocab > 0) << "vocab " << vocab;
+                                   int64_t width, int64_t vocab_size, float grad_scale,
+                                   float* dlogits, float* row_losses) {
+  TETRA_CHECK(vocab_size > 0 && vocab_size <= width) << "vocab " << vocab_size << " of width " << width;
   std::vector<double> losses(rows);
-#pragma omp parallel for schedule(static) if (rows * vocab >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (rows * width >= kMinParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t target = targets[r];
-    CheckTarget(target, r, vocab);
-    const float* x = logits + r * vocab;
-    const float max = RowMax(x, vocab);
+    CheckTarget(target, r, vocab_size);
+    const float* x = logits + r * width;
+    const float max = RowMax(x, vocab_size);
     const float target_logit = x[target];  // read before an in-place gradient overwrites it
     // exp(x - max) goes to dlogits first, then is scaled into the softmax.
-    float* d = dlogits != nullptr ? dlogits + r * vocab : nullptr;
-    const double sum = SumExp(x, vocab, max, d);
+    float* d = dlogits != nullptr ? dlogits + r * width : nullptr;
+    const double sum = SumExp(x, vocab_size, max, d);
     if (d != nullptr) {
       const float scale = GradientScale(grad_scale, sum);
 #pragma omp simd
-      for (int64_t j = 0; j < vocab; ++j) d[j] *= scale;
+      for (int64_t j = 0; j < vocab_size; ++j) d[j] *= scale;
       d[target] -= grad_scale;
+      std::fill(d + vocab_size, d + width, 0.0f);
     }
     losses[r] = RowLoss(max, target_logit, sum);
     if (row_losses != nullptr) row_losses[r] = static_cast<float>(losses[r]);
@@ -83,24 +84,26 @@ double CrossEntropyForwardBackward(const float* logits, const int32_t* targets, 
   return total;
 }
 
-void CrossEntropyRowStats(const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+void CrossEntropyRowStats(const float* logits, const int32_t* targets, int64_t rows, int64_t width,
                           int64_t vocab_begin, int64_t vocab_size, float* row_max,
                           float* target_logit) {
-  TETRA_CHECK(vocab > 0) << "vocab " << vocab;
-#pragma omp parallel for schedule(static) if (rows * vocab >= kMinParallelWork)
+  TETRA_CHECK(width > 0) << "width " << width;
+  const int64_t real = RealColumns(width, vocab_begin, vocab_size);
+#pragma omp parallel for schedule(static) if (rows * width >= kMinParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     CheckTarget(targets[r], r, vocab_size);
-    const float* x = logits + r * vocab;
-    row_max[r] = RowMax(x, vocab);
+    const float* x = logits + r * width;
+    row_max[r] = RowMax(x, real);
     const int64_t local = targets[r] - vocab_begin;
-    target_logit[r] = local >= 0 && local < vocab ? x[local] : 0.0f;
+    target_logit[r] = local >= 0 && local < real ? x[local] : 0.0f;
   }
 }
 
-void CrossEntropySumExp(const float* logits, const float* row_max, int64_t rows, int64_t vocab,
-                        double* sum_exp) {
-#pragma omp parallel for schedule(static) if (rows * vocab >= kMinParallelWork)
-  for (int64_t r = 0; r < rows; ++r) sum_exp[r] = SumExp(logits + r * vocab, vocab, row_max[r], nullptr);
+void CrossEntropySumExp(const float* logits, const float* row_max, int64_t rows, int64_t width,
+                        int64_t vocab_begin, int64_t vocab_size, double* sum_exp) {
+  const int64_t real = RealColumns(width, vocab_begin, vocab_size);
+#pragma omp parallel for schedule(static) if (rows * width >= kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) sum_exp[r] = SumExp(logits + r * width, real, row_max[r], nullptr);
 }
 
 double CrossEntropyLoss(const float* row_max, const float* target_logit, const double* sum_exp,
@@ -111,17 +114,19 @@ double CrossEntropyLoss(const float* row_max, const float* target_logit, const d
 }
 
 void CrossEntropyGradient(const float* logits, const int32_t* targets, const float* row_max,
-                          const double* sum_exp, int64_t rows, int64_t vocab, int64_t vocab_begin,
-                          float grad_scale, float* dlogits) {
-#pragma omp parallel for schedule(static) if (rows * vocab >= kMinParallelWork)
+                          const double* sum_exp, int64_t rows, int64_t width, int64_t vocab_begin,
+                          int64_t vocab_size, float grad_scale, float* dlogits) {
+  const int64_t real = RealColumns(width, vocab_begin, vocab_size);
+#pragma omp parallel for schedule(static) if (rows * width >= kMinParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* x = logits + r * vocab;
-    float* d = dlogits + r * vocab;
+    const float* x = logits + r * width;
+    float* d = dlogits + r * width;
     const float max = row_max[r], scale = GradientScale(grad_scale, sum_exp[r]);
 #pragma omp simd
-    for (int64_t j = 0; j < vocab; ++j) d[j] = VecExp(x[j] - max) * scale;
+    for (int64_t j = 0; j < real; ++j) d[j] = VecExp(x[j] - max) * scale;
+    std::fill(d + real, d + width, 0.0f);
     const int64_t local = targets[r] - vocab_begin;
-    if (local >= 0 && local < vocab) d[local] -= grad_scale;
+    if (local >= 0 && local < real) d[local] -= grad_scale;
   }
 }
 

@@ -10,10 +10,11 @@
 namespace tetra::cpu {
 
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          const float* b, float beta, float* c) {
+          const float* b, float beta, float* c, int64_t lda) {
   constexpr int64_t kMaxDim = std::numeric_limits<blasint>::max();  // BLAS takes blasint
-  TETRA_CHECK(m >= 0 && n >= 0 && k >= 0 && m <= kMaxDim && n <= kMaxDim && k <= kMaxDim)
-      << "m=" << m << " n=" << n << " k=" << k;
+  TETRA_CHECK(m >= 0 && n >= 0 && k >= 0 && m <= kMaxDim && n <= kMaxDim && k <= kMaxDim &&
+              lda >= 0 && lda <= kMaxDim)
+      << "m=" << m << " n=" << n << " k=" << k << " lda=" << lda;
   if (m == 0 || n == 0) return;
   if (k == 0) {  // op(A) * op(B) is empty: only the beta * C term remains.
     if (beta == 0.0f) {
@@ -24,7 +25,7 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
     return;
   }
   // Leading dimensions of the matrices as stored (row-major: the row length).
-  const int64_t lda = trans_a ? m : k;
+  if (lda == 0) lda = trans_a ? m : k;
   const int64_t ldb = trans_b ? k : n;
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
@@ -38,12 +39,13 @@ void LinearForward(const float* x, const float* w, int64_t rows, int64_t in, int
 }
 
 void LinearBackward(const float* dy, const float* x, const float* w, int64_t rows, int64_t in,
-                    int64_t out, float* dx, float* dw, bool accumulate_dx) {
+                    int64_t out, int64_t dy_stride, float* dx, float* dw, bool accumulate_dx) {
+  TETRA_CHECK(dy_stride >= out) << "dy rows " << dy_stride << " apart hold " << out << " outputs";
   if (dx != nullptr) {
     Gemm(/*trans_a=*/false, /*trans_b=*/false, rows, in, out, 1.0f, dy, w,
-         accumulate_dx ? 1.0f : 0.0f, dx);
+         accumulate_dx ? 1.0f : 0.0f, dx, dy_stride);
   }
-  Gemm(/*trans_a=*/true, /*trans_b=*/false, out, in, rows, 1.0f, dy, x, 1.0f, dw);
+  Gemm(/*trans_a=*/true, /*trans_b=*/false, out, in, rows, 1.0f, dy, x, 1.0f, dw, dy_stride);
 }
 
 }  // namespace tetra::cpu

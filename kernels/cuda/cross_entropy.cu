@@ -4,7 +4,8 @@
 // CPU reference's row steps (kernels/cpu/cross_entropy.cc): the row max, the
 // sum of exp(x - max) in fp64, and the gradient exp(x - max) x
 // fp32(grad_scale / sum) - grad_scale x onehot, which may overwrite the
-// logits (no probabilities are stored). The fused kernel reads each row
+// logits (no probabilities are stored). A row of a padded vocabulary is
+// read over its real columns only; its padding columns get gradient 0. The fused kernel reads each row
 // twice: once for the max and the sum together (an online sum, rescaled as
 // the max grows), once to write the gradient. The rows' statistics go to the
 // host, where the CPU's own code sums the rows' losses in row order, so both
@@ -123,12 +124,14 @@ __device__ __forceinline__ float GradientScale(float grad_scale, double sum) {
   return static_cast<float>(grad_scale / sum);
 }
 
-// d (n) = exp(x - max) x scale, minus grad_scale at `onehot` (an index
-// outside [0, n): none); d may be x. 16-byte vectors when d and x share
-// their alignment (the same split then fits both), else scalar.
+// d (width) = exp(x - max) x scale over x's first n (the real columns),
+// minus grad_scale at `onehot` (an index outside [0, n): none), and 0 past
+// them (padding); d may be x. 16-byte vectors when d and x share their
+// alignment (the same split then fits both), else scalar.
 template <typename T>
-__device__ void RowGradient(const T* x, int64_t n, float max, float scale, int64_t onehot,
-                            float grad_scale, T* d) {
+__device__ void RowGradient(const T* x, int64_t n, int64_t width, float max, float scale,
+                            int64_t onehot, float grad_scale, T* d) {
+  for (int64_t j = n + threadIdx.x; j < width; j += blockDim.x) d[j] = FromFloat<T>(0.0f);
   const VectorSplit split = SplitForVectors(x, n, SameAlignment(x, d));
   ForEachPart<T>(split, threadIdx.x, blockDim.x, [&](int64_t j, auto width) {
     constexpr int kW = decltype(width)::value;
@@ -143,16 +146,17 @@ __device__ void RowGradient(const T* x, int64_t n, float max, float scale, int64
   });
 }
 
-// Per row of logits (rows, vocab): row_max, target_logit, sum_exp (rows);
-// dlogits (rows, vocab), when not null, = the gradient, possibly in place.
+// Per row of logits (rows, width), the first vocab columns real: row_max,
+// target_logit, sum_exp (rows); dlogits (rows, width), when not null, = the
+// gradient, possibly in place.
 template <typename T>
-__global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int64_t vocab,
-                                   float grad_scale, T* dlogits, float* row_max,
+__global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int64_t width,
+                                   int64_t vocab, float grad_scale, T* dlogits, float* row_max,
                                    float* target_logit, double* sum_exp) {
   __shared__ float shared[32];
   __shared__ double shared_double[32];
   const int64_t row = blockIdx.x;
-  const T* x = logits + row * vocab;
+  const T* x = logits + row * width;
   const int32_t target = RowTarget(targets, row, vocab);
   // Read before an in-place gradient overwrites it: no thread writes before
   // the block's reductions in RowMaxSumExp.
@@ -163,45 +167,47 @@ __global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int6
     sum_exp[row] = stats.sum;
   }
   if (dlogits == nullptr) return;
-  RowGradient(x, vocab, stats.max, GradientScale(grad_scale, stats.sum), target, grad_scale,
-              dlogits + row * vocab);
+  RowGradient(x, vocab, width, stats.max, GradientScale(grad_scale, stats.sum), target,
+              grad_scale, dlogits + row * width);
 }
 
-// logits (rows, vocab) hold ids [vocab_begin, vocab_begin + vocab) ->
-// row_max, target_logit (rows), 0 where another slice holds the target.
+// logits (rows, width) hold ids [vocab_begin, vocab_begin + width), the
+// first `real` of them real (cpu::RealColumns) -> row_max, target_logit
+// (rows), 0 where another slice holds the target.
 template <typename T>
-__global__ void RowStatsKernel(const T* logits, const int32_t* targets, int64_t vocab,
-                               int64_t vocab_begin, int64_t vocab_size, float* row_max,
-                               float* target_logit) {
+__global__ void RowStatsKernel(const T* logits, const int32_t* targets, int64_t width,
+                               int64_t real, int64_t vocab_begin, int64_t vocab_size,
+                               float* row_max, float* target_logit) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
-  const T* x = logits + row * vocab;
+  const T* x = logits + row * width;
   const int64_t local = RowTarget(targets, row, vocab_size) - vocab_begin;
-  const float max = RowMax(x, vocab, shared);
+  const float max = RowMax(x, real, shared);
   if (threadIdx.x == 0) {
     row_max[row] = max;
-    target_logit[row] = local >= 0 && local < vocab ? ToFloat(x[local]) : 0.0f;
+    target_logit[row] = local >= 0 && local < real ? ToFloat(x[local]) : 0.0f;
   }
 }
 
-// sum_exp (rows) of logits (rows, vocab) given row_max (rows).
+// sum_exp (rows) of the first `real` columns of logits (rows, width) given row_max (rows).
 template <typename T>
-__global__ void SumExpKernel(const T* logits, const float* row_max, int64_t vocab,
+__global__ void SumExpKernel(const T* logits, const float* row_max, int64_t width, int64_t real,
                              double* sum_exp) {
   __shared__ double shared[32];
   const int64_t row = blockIdx.x;
-  const double sum = RowSumExp(logits + row * vocab, vocab, row_max[row], shared);
+  const double sum = RowSumExp(logits + row * width, real, row_max[row], shared);
   if (threadIdx.x == 0) sum_exp[row] = sum;
 }
 
-// dlogits (rows, vocab), may be logits, from row_max and sum_exp (rows).
+// dlogits (rows, width), may be logits, from row_max and sum_exp (rows).
 template <typename T>
-__global__ void GradientKernel(const T* logits, const int32_t* targets, int64_t vocab,
-                               int64_t vocab_begin, const float* row_max, const double* sum_exp,
-                               float grad_scale, T* dlogits) {
+__global__ void GradientKernel(const T* logits, const int32_t* targets, int64_t width,
+                               int64_t real, int64_t vocab_begin, const float* row_max,
+                               const double* sum_exp, float grad_scale, T* dlogits) {
   const int64_t row = blockIdx.x;
-  RowGradient(logits + row * vocab, vocab, row_max[row], GradientScale(grad_scale, sum_exp[row]),
-              targets[row] - vocab_begin, grad_scale, dlogits + row * vocab);
+  RowGradient(logits + row * width, real, width, row_max[row],
+              GradientScale(grad_scale, sum_exp[row]), targets[row] - vocab_begin, grad_scale,
+              dlogits + row * width);
 }
 
 // The loss from the rows' statistics (rows each) on the device, summed on the
@@ -234,12 +240,13 @@ void CheckStats(const Tensor& row_max, const Tensor& sum_exp, int64_t rows, cons
 }  // namespace
 
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
-                    const Tensor& dlogits) {
+                    const Tensor& dlogits, int64_t vocab_size) {
   ExpectDevice(logits, "CrossEntropy", "logits");
   ExpectDevice(targets, "CrossEntropy", "targets");
   if (dlogits.defined()) ExpectDevice(dlogits, "CrossEntropy", "dlogits");
-  const int64_t vocab = logits.dim(-1), rows = Rows(logits, "CrossEntropy");
-  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows &&
+  const int64_t width = logits.dim(-1), rows = Rows(logits, "CrossEntropy");
+  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows && vocab_size > 0 &&
+              vocab_size <= width &&
               (!dlogits.defined() ||
                (dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype())))
       << "CrossEntropy: logits " << ShapeString(logits.shape()) << " targets "
@@ -252,7 +259,7 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
   DispatchFloat(logits.dtype(), "CrossEntropy", [&](auto tag) {
     using T = decltype(tag);
     CrossEntropyKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
-        logits.data<T>(), targets.data<int32_t>(), vocab, grad_scale,
+        logits.data<T>(), targets.data<int32_t>(), width, vocab_size, grad_scale,
         dlogits.defined() ? dlogits.data<T>() : nullptr, row_max, target_logit, sum_exp);
   });
   TETRA_CUDA_CHECK_LAUNCH();
@@ -264,7 +271,7 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
   for (const Tensor* t : {&logits, &targets, &row_max, &target_logit}) {
     ExpectDevice(*t, "CrossEntropyRowStats", "an operand");
   }
-  const int64_t vocab = logits.dim(-1), rows = Rows(logits, "CrossEntropyRowStats");
+  const int64_t width = logits.dim(-1), rows = Rows(logits, "CrossEntropyRowStats");
   TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows &&
               row_max.dtype() == DType::kF32 && row_max.numel() == rows &&
               target_logit.dtype() == DType::kF32 && target_logit.numel() == rows)
@@ -274,23 +281,26 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
   DispatchFloat(logits.dtype(), "CrossEntropyRowStats", [&](auto tag) {
     using T = decltype(tag);
     RowStatsKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
-        logits.data<T>(), targets.data<int32_t>(), vocab, vocab_begin, vocab_size, row_max.f32(),
+        logits.data<T>(), targets.data<int32_t>(), width,
+        cpu::RealColumns(width, vocab_begin, vocab_size), vocab_begin, vocab_size, row_max.f32(),
         target_logit.f32());
   });
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
-void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp) {
+void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab_size,
+                        const Tensor& row_max, const Tensor& sum_exp) {
   for (const Tensor* t : {&logits, &row_max, &sum_exp}) {
     ExpectDevice(*t, "CrossEntropySumExp", "an operand");
   }
-  const int64_t vocab = logits.dim(-1), rows = Rows(logits, "CrossEntropySumExp");
+  const int64_t width = logits.dim(-1), rows = Rows(logits, "CrossEntropySumExp");
   CheckStats(row_max, sum_exp, rows, "CrossEntropySumExp");
   if (rows == 0) return;
   DispatchFloat(logits.dtype(), "CrossEntropySumExp", [&](auto tag) {
     using T = decltype(tag);
-    SumExpKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(logits.data<T>(), row_max.f32(), vocab,
-                                                            sum_exp.data<double>());
+    SumExpKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
+        logits.data<T>(), row_max.f32(), width, cpu::RealColumns(width, vocab_begin, vocab_size),
+        sum_exp.data<double>());
   });
   TETRA_CUDA_CHECK_LAUNCH();
 }
@@ -308,12 +318,12 @@ double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const
 }
 
 void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
-                          const Tensor& row_max, const Tensor& sum_exp, float grad_scale,
-                          const Tensor& dlogits) {
+                          int64_t vocab_size, const Tensor& row_max, const Tensor& sum_exp,
+                          float grad_scale, const Tensor& dlogits) {
   for (const Tensor* t : {&logits, &targets, &row_max, &sum_exp, &dlogits}) {
     ExpectDevice(*t, "CrossEntropyGradient", "an operand");
   }
-  const int64_t vocab = logits.dim(-1), rows = Rows(logits, "CrossEntropyGradient");
+  const int64_t width = logits.dim(-1), rows = Rows(logits, "CrossEntropyGradient");
   CheckStats(row_max, sum_exp, rows, "CrossEntropyGradient");
   TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows &&
               dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype())
@@ -324,7 +334,8 @@ void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t v
   DispatchFloat(logits.dtype(), "CrossEntropyGradient", [&](auto tag) {
     using T = decltype(tag);
     GradientKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
-        logits.data<T>(), targets.data<int32_t>(), vocab, vocab_begin, row_max.f32(),
+        logits.data<T>(), targets.data<int32_t>(), width,
+        cpu::RealColumns(width, vocab_begin, vocab_size), vocab_begin, row_max.f32(),
         sum_exp.data<double>(), grad_scale, dlogits.data<T>());
   });
   TETRA_CUDA_CHECK_LAUNCH();

@@ -16,10 +16,11 @@
 namespace tetra::cuda {
 
 // cuBLASLt, fp32 accumulate. x, w: both fp32 or both bf16; y: fp32 or the
-// inputs' dtype; dw: fp32 (accumulated) or the inputs' dtype.
+// inputs' dtype; dw: fp32 (accumulated) or the inputs' dtype. The backward
+// takes the first real_out outputs only (0 <= real_out <= w's rows).
 void Linear(const Tensor& x, const Tensor& w, const Tensor& y);
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
-                    const Tensor& dw, bool accumulate_dx);
+                    const Tensor& dw, bool accumulate_dx, int64_t real_out);
 
 // table and out share a dtype; dtable fp32 (atomic adds). With `sharded`,
 // table rows are ids [vocab_begin, vocab_begin + rows) and other ids give zero
@@ -61,19 +62,21 @@ void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
 void SwigluPacked(const Tensor& gate_up, const Tensor& out);
 void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up);
 
-// logits and dlogits (may alias) share a dtype; targets int32 on the device.
+// logits and dlogits (may alias) share a dtype; targets int32 on the device;
+// columns from vocab_size on are padding.
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
-                    const Tensor& dlogits);
+                    const Tensor& dlogits, int64_t vocab_size);
 
 // The vocabulary-parallel cross-entropy's steps: logits share their dtype
 // with dlogits; row_max, target_logit fp32, sum_exp fp64, targets int32.
 void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
                           int64_t vocab_size, const Tensor& row_max, const Tensor& target_logit);
-void CrossEntropySumExp(const Tensor& logits, const Tensor& row_max, const Tensor& sum_exp);
+void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab_size,
+                        const Tensor& row_max, const Tensor& sum_exp);
 double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp);
 void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
-                          const Tensor& row_max, const Tensor& sum_exp, float grad_scale,
-                          const Tensor& dlogits);
+                          int64_t vocab_size, const Tensor& row_max, const Tensor& sum_exp,
+                          float grad_scale, const Tensor& dlogits);
 // The router, fp32 (the router runs in fp32 in every precision).
 void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& scores);
 void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias,

@@ -188,14 +188,15 @@ void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
 }
 
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
-                    const Tensor& dw, bool accumulate_dx) {
+                    const Tensor& dw, bool accumulate_dx, int64_t real_out) {
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
+  // Only the first real_out outputs: dy's rows keep their stride `out`.
   // dw (out, in) += dy^T x; column-major: dw^T (in, out) += x^T (in, rows) op_T(dy^T).
-  Matmul(CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, x, in, dy, out, 1.0f, dw, in);
+  Matmul(CUBLAS_OP_N, CUBLAS_OP_T, in, real_out, rows, x, in, dy, out, 1.0f, dw, in);
   // dx (rows, in) = dy w; column-major: dx^T (in, rows) = w^T (in, out) dy^T (out, rows).
   if (dx.defined()) {
-    Matmul(CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, w, in, dy, out, accumulate_dx ? 1.0f : 0.0f,
-           dx, in);
+    Matmul(CUBLAS_OP_N, CUBLAS_OP_N, in, rows, real_out, w, in, dy, out,
+           accumulate_dx ? 1.0f : 0.0f, dx, in);
   }
 }
 

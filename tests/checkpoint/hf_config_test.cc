@@ -163,6 +163,13 @@ TEST(HfConfigTest, RecipeFieldsMustAgreeWithConfigJson) {
   absl::StatusOr<ModelConfig> merged = MergeWithHfConfig(recipe, hf, "dir/config.json");
   ASSERT_TRUE(merged.ok()) << merged.status();
   EXPECT_EQ(merged->vocab_size(), 128256);  // from config.json
+  EXPECT_FALSE(merged->has_make_vocab_size_divisible_by());
+
+  // The vocabulary's padding is tetra's own (config.json has none): the recipe's.
+  recipe.set_make_vocab_size_divisible_by(64);
+  merged = MergeWithHfConfig(recipe, hf, "dir/config.json");
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->make_vocab_size_divisible_by(), 64);
 
   recipe.set_vocab_size(32000);
   merged = MergeWithHfConfig(recipe, hf, "dir/config.json");

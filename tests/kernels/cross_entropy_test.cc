@@ -39,7 +39,7 @@ double DirectRowLoss(const float* x, int64_t vocab, int32_t target) {
 TEST(CrossEntropyTest, LossMatchesDirectLogSumExp) {
   const std::vector<float> logits = RandomVector(kRows * kVocab, 1, 3.0f);
   std::vector<float> row_losses(kRows);
-  const double total = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+  const double total = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
                                                    1.0f, nullptr, row_losses.data());
   double expected_total = 0;
   for (int64_t r = 0; r < kRows; ++r) {
@@ -55,11 +55,11 @@ TEST(CrossEntropyTest, LargeLogitsAreStable) {
   std::vector<float> logits = RandomVector(kRows * kVocab, 2);
   std::vector<float> shifted = logits;
   for (float& x : shifted) x += 1000.0f;
-  const double loss = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+  const double loss = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
                                                   1.0f, nullptr, nullptr);
   std::vector<float> dlogits(kRows * kVocab);
   const double shifted_loss = CrossEntropyForwardBackward(shifted.data(), kTargets.data(), kRows,
-                                                          kVocab, 1.0f, dlogits.data(), nullptr);
+                                                          kVocab, kVocab, 1.0f, dlogits.data(), nullptr);
   ASSERT_TRUE(std::isfinite(shifted_loss));
   // fp32 logits near 1000 are spaced 6e-5 apart, so the shift itself rounds.
   EXPECT_NEAR(shifted_loss, loss, kRows * 1e-4);
@@ -69,11 +69,11 @@ TEST(CrossEntropyTest, LargeLogitsAreStable) {
 TEST(CrossEntropyTest, GradientMatchesFiniteDifferencesAndWorksInPlace) {
   std::vector<float> logits = RandomVector(kRows * kVocab, 3, 2.0f);
   auto loss = [&] {
-    return kGradScale * CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+    return kGradScale * CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
                                                     1.0f, nullptr, nullptr);
   };
   std::vector<float> dlogits(kRows * kVocab);
-  const double total = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+  const double total = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
                                                    kGradScale, dlogits.data(), nullptr);
   ExpectGradientMatches("dlogits", logits.data(), kRows * kVocab, dlogits.data(), loss, kTol.grad);
   // Each row of softmax - onehot sums to 0.
@@ -86,7 +86,7 @@ TEST(CrossEntropyTest, GradientMatchesFiniteDifferencesAndWorksInPlace) {
   // In place: the gradient overwrites the logits, with the same loss and values.
   std::vector<float> buffer = logits;
   const double in_place_total = CrossEntropyForwardBackward(
-      buffer.data(), kTargets.data(), kRows, kVocab, kGradScale, buffer.data(), nullptr);
+      buffer.data(), kTargets.data(), kRows, kVocab, kVocab, kGradScale, buffer.data(), nullptr);
   EXPECT_EQ(in_place_total, total);
   EXPECT_EQ(buffer, dlogits);
 }
@@ -99,16 +99,16 @@ TEST(CrossEntropyTest, GradientMatchesFiniteDifferencesAndWorksInPlace) {
 TEST(CrossEntropyTest, PiecesGiveTheFusedNumbers) {
   const std::vector<float> logits = RandomVector(kRows * kVocab, 2, 3.0f);
   std::vector<float> fused_grad(kRows * kVocab);
-  const double fused = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kGradScale,
-                                                   fused_grad.data(), nullptr);
+  const double fused = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
+                                                   kGradScale, fused_grad.data(), nullptr);
 
   std::vector<float> row_max(kRows), target_logit(kRows), grad(kRows * kVocab);
   std::vector<double> sums(kRows);
   CrossEntropyRowStats(logits.data(), kTargets.data(), kRows, kVocab, 0, kVocab, row_max.data(),
                        target_logit.data());
-  CrossEntropySumExp(logits.data(), row_max.data(), kRows, kVocab, sums.data());
+  CrossEntropySumExp(logits.data(), row_max.data(), kRows, kVocab, 0, kVocab, sums.data());
   EXPECT_EQ(CrossEntropyLoss(row_max.data(), target_logit.data(), sums.data(), kRows), fused);
-  CrossEntropyGradient(logits.data(), kTargets.data(), row_max.data(), sums.data(), kRows, kVocab, 0,
+  CrossEntropyGradient(logits.data(), kTargets.data(), row_max.data(), sums.data(), kRows, kVocab, 0, kVocab,
                        kGradScale, grad.data());
   EXPECT_EQ(grad, fused_grad);
 
@@ -130,17 +130,78 @@ TEST(CrossEntropyTest, PiecesGiveTheFusedNumbers) {
   std::vector<double> sum(kRows, 0.0);
   for (int s = 0; s < 2; ++s) {
     std::vector<double> part(kRows);
-    CrossEntropySumExp(slices[s].data(), max.data(), kRows, widths[s], part.data());
+    CrossEntropySumExp(slices[s].data(), max.data(), kRows, widths[s], s * kSplit, kVocab, part.data());
     for (int64_t r = 0; r < kRows; ++r) sum[r] += part[r];
   }
   EXPECT_NEAR(CrossEntropyLoss(max.data(), target.data(), sum.data(), kRows), fused, 1e-12 * std::fabs(fused));
   for (int s = 0; s < 2; ++s) {
     std::vector<float> d(slices[s].size());
     CrossEntropyGradient(slices[s].data(), kTargets.data(), max.data(), sum.data(), kRows, widths[s], s * kSplit,
-                         kGradScale, d.data());
+                         kVocab, kGradScale, d.data());
     for (int64_t r = 0; r < kRows; ++r) {
       for (int64_t j = 0; j < widths[s]; ++j) {
         EXPECT_NEAR(d[r * widths[s] + j], fused_grad[r * kVocab + s * kSplit + j], 1e-7f) << r << " " << j;
+      }
+    }
+  }
+}
+
+// A padded vocabulary: columns past vocab_size are left out of the softmax
+// (here they hold logits that would dominate it) and get gradient 0, and the
+// real columns' loss and gradient are the unpadded row's, bit for bit.
+TEST(CrossEntropyTest, PaddingColumnsAreLeftOut) {
+  constexpr int64_t kWidth = kVocab + 5;
+  const std::vector<float> logits = RandomVector(kRows * kVocab, 5, 3.0f);
+  std::vector<float> padded(kRows * kWidth, 50.0f);
+  for (int64_t r = 0; r < kRows; ++r) {
+    std::copy(logits.begin() + r * kVocab, logits.begin() + (r + 1) * kVocab, padded.begin() + r * kWidth);
+  }
+  std::vector<float> grad(kRows * kVocab), padded_grad(kRows * kWidth, NAN);
+  const double loss = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
+                                                  kGradScale, grad.data(), nullptr);
+  EXPECT_EQ(CrossEntropyForwardBackward(padded.data(), kTargets.data(), kRows, kWidth, kVocab, kGradScale,
+                                        padded_grad.data(), nullptr),
+            loss);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t j = 0; j < kWidth; ++j) {
+      EXPECT_EQ(padded_grad[r * kWidth + j], j < kVocab ? grad[r * kVocab + j] : 0.0f) << r << " " << j;
+    }
+  }
+
+  // Three slices of 6 (ids [0, 6), [6, 12), [12, 18)): the second holds 5
+  // real ids, the third none; combined as the tensor-parallel loss combines them.
+  constexpr int64_t kSlice = 6, kSlices = 3;
+  std::vector<float> max(kRows, -INFINITY), target(kRows, 0.0f);
+  std::vector<double> sum(kRows, 0.0);
+  std::vector<std::vector<float>> slices(kSlices);
+  for (int64_t s = 0; s < kSlices; ++s) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t j = s * kSlice; j < (s + 1) * kSlice; ++j) {
+        slices[s].push_back(j < kWidth ? padded[r * kWidth + j] : 50.0f);
+      }
+    }
+    std::vector<float> m(kRows), t(kRows);
+    CrossEntropyRowStats(slices[s].data(), kTargets.data(), kRows, kSlice, s * kSlice, kVocab, m.data(), t.data());
+    for (int64_t r = 0; r < kRows; ++r) max[r] = std::max(max[r], m[r]), target[r] += t[r];
+  }
+  for (int64_t s = 0; s < kSlices; ++s) {
+    std::vector<double> part(kRows);
+    CrossEntropySumExp(slices[s].data(), max.data(), kRows, kSlice, s * kSlice, kVocab, part.data());
+    for (int64_t r = 0; r < kRows; ++r) sum[r] += part[r];
+  }
+  EXPECT_NEAR(CrossEntropyLoss(max.data(), target.data(), sum.data(), kRows), loss, 1e-12 * std::fabs(loss));
+  for (int64_t s = 0; s < kSlices; ++s) {
+    std::vector<float> d(slices[s].size(), NAN);
+    CrossEntropyGradient(slices[s].data(), kTargets.data(), max.data(), sum.data(), kRows, kSlice, s * kSlice,
+                         kVocab, kGradScale, d.data());
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t j = 0; j < kSlice; ++j) {
+        const int64_t id = s * kSlice + j;
+        if (id < kVocab) {
+          EXPECT_NEAR(d[r * kSlice + j], grad[r * kVocab + id], 1e-7f) << r << " " << id;
+        } else {
+          EXPECT_EQ(d[r * kSlice + j], 0.0f) << r << " " << id;
+        }
       }
     }
   }
@@ -151,11 +212,11 @@ TEST(CrossEntropyDeathTest, TargetOutsideVocabularyIsABug) {
   const std::vector<float> logits = RandomVector(kRows * kVocab, 4);
   std::vector<int32_t> targets = kTargets;
   targets[2] = kVocab;
-  EXPECT_DEATH(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, 1.0f,
+  EXPECT_DEATH(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, kVocab, 1.0f,
                                            nullptr, nullptr),
                "target 11 of row 2");
   targets[2] = -1;
-  EXPECT_DEATH(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, 1.0f,
+  EXPECT_DEATH(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, kVocab, 1.0f,
                                            nullptr, nullptr),
                "target -1 of row 2");
 }

@@ -104,7 +104,7 @@ TEST(LinearTest, BackwardMatchesFiniteDifferencesOverwritingOrAccumulatingDx) {
                       : std::vector<float>(rows * in, std::numeric_limits<float>::quiet_NaN());
     std::vector<float> dx = dx_before;
     std::vector<float> dw = dw_before;
-    LinearBackward(probe.data(), x.data(), w.data(), rows, in, out, dx.data(), dw.data(),
+    LinearBackward(probe.data(), x.data(), w.data(), rows, in, out, out, dx.data(), dw.data(),
                    accumulate_dx);
     std::vector<float> dx_added = dx;
     if (accumulate_dx) {
@@ -117,7 +117,7 @@ TEST(LinearTest, BackwardMatchesFiniteDifferencesOverwritingOrAccumulatingDx) {
 
     // dx may be skipped (first layer); dw is then the same.
     std::vector<float> dw_only = dw_before;
-    LinearBackward(probe.data(), x.data(), w.data(), rows, in, out, nullptr, dw_only.data(),
+    LinearBackward(probe.data(), x.data(), w.data(), rows, in, out, out, nullptr, dw_only.data(),
                    accumulate_dx);
     EXPECT_EQ(dw_only, dw);
   }
@@ -131,7 +131,7 @@ TEST(LinearTest, AccumulatedDxMatchesDoubleReference) {
   const std::vector<float> dx_before = RandomVector(rows * in, 16);
   std::vector<float> dx = dx_before;
   std::vector<float> dw(out * in, 0.0f);
-  LinearBackward(dy.data(), x.data(), w.data(), rows, in, out, dx.data(), dw.data(),
+  LinearBackward(dy.data(), x.data(), w.data(), rows, in, out, out, dx.data(), dw.data(),
                  /*accumulate_dx=*/true);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t i = 0; i < in; ++i) {
@@ -140,6 +140,29 @@ TEST(LinearTest, AccumulatedDxMatchesDoubleReference) {
       EXPECT_NEAR(dx[r * in + i], sum, kGemmAbsTol) << "at (" << r << ", " << i << ")";
     }
   }
+}
+
+// A padded LM head: dy rows 8 floats apart of which the first 3 are real;
+// the backward over them gives the unpadded layer's bits (a leading
+// dimension changes no sum), and dw's padding rows are left alone.
+TEST(LinearTest, PaddedOutputsTakeNoPart) {
+  const int64_t rows = 7, in = 5, out = 3, padded = 8;
+  const std::vector<float> x = RandomVector(rows * in, 17);
+  const std::vector<float> w_padded = RandomVector(padded * in, 18);
+  const std::vector<float> dy_padded = RandomVector(rows * padded, 19);
+  std::vector<float> dy(rows * out);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(dy_padded.begin() + r * padded, dy_padded.begin() + r * padded + out, dy.begin() + r * out);
+  }
+  std::vector<float> dx(rows * in), dw(out * in, 0.0f);
+  LinearBackward(dy.data(), x.data(), w_padded.data(), rows, in, out, out, dx.data(), dw.data(), false);
+  std::vector<float> dx_padded(rows * in), dw_padded(padded * in, 7.0f);
+  std::fill(dw_padded.begin(), dw_padded.begin() + out * in, 0.0f);
+  LinearBackward(dy_padded.data(), x.data(), w_padded.data(), rows, in, out, padded, dx_padded.data(),
+                 dw_padded.data(), false);
+  EXPECT_EQ(dx_padded, dx);
+  EXPECT_EQ(std::vector<float>(dw_padded.begin(), dw_padded.begin() + out * in), dw);
+  for (int64_t i = out * in; i < padded * in; ++i) EXPECT_EQ(dw_padded[i], 7.0f) << i;
 }
 
 }  // namespace

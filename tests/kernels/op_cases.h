@@ -64,6 +64,19 @@ inline void AddLinearCases(std::vector<OpCase>* cases) {
              out->Add("dw", dw, kFp32Tol);
            }});
     }
+    // A padded LM head: only the first 20 of the 29 outputs take part, dw's
+    // other rows (here the earlier gradient) left as they are.
+    cases->push_back({CaseName("linear_backward 20 real outputs", dtype, "37x48, 29x48"),
+                      [=](const Backend& b, Outputs* out) {
+                        const Tensor x = b.In(HostRandom({kRows, kIn}, 1), dtype);
+                        const Tensor w = b.In(HostRandom({kOut, kIn}, 2), dtype);
+                        const Tensor dy = b.In(HostRandom({kRows, kOut}, 3), dtype);
+                        const Tensor dx = b.Out({kRows, kIn}, dtype);
+                        const Tensor dw = b.In(HostRandom({kOut, kIn}, 5));
+                        ops::LinearBackward(dy, x, w, dx, dw, /*accumulate_dx=*/false, /*real_out=*/20);
+                        out->Add("dx", dx, out_tol);
+                        out->Add("dw", dw, kFp32Tol);
+                      }});
   }
 }
 
@@ -393,8 +406,9 @@ inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
     cases->push_back({CaseName("cross_entropy", dtype, "23x1000, in place"), [=](const Backend& b, Outputs* out) {
                         const Tensor logits = b.In(HostRandom({kRows, kVocab}, 1, 3.0f), dtype);
                         const Tensor t = b.Exact(targets);
-                        out->Add("loss without gradient", ops::CrossEntropy(logits, t, kGradScale, Tensor()), kLossTol);
-                        out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, logits), kLossTol);
+                        out->Add("loss without gradient",
+                                 ops::CrossEntropy(logits, t, kGradScale, Tensor(), kVocab), kLossTol);
+                        out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, logits, kVocab), kLossTol);
                         out->Add("dlogits", logits, grad_tol);
                       }});
     // One tensor-parallel rank's pieces: ids [300, 800) of the 1000.
@@ -407,12 +421,62 @@ inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
            ops::CrossEntropyRowStats(logits, t, kBegin, kVocab, row_max, target_logit);
            out->Add("row_max", row_max, kExact);
            out->Add("target_logit", target_logit, kExact);
-           ops::CrossEntropySumExp(logits, row_max, sum_exp);
+           ops::CrossEntropySumExp(logits, kBegin, kVocab, row_max, sum_exp);
            out->Add("sum_exp", sum_exp, kSumTol);
            out->Add("loss", ops::CrossEntropyLoss(row_max, target_logit, sum_exp), kLossTol);
            const Tensor dlogits = b.Out({kRows, kSlice}, dtype);
-           ops::CrossEntropyGradient(logits, t, kBegin, row_max, sum_exp, kGradScale, dlogits);
+           ops::CrossEntropyGradient(logits, t, kBegin, kVocab, row_max, sum_exp, kGradScale, dlogits);
            out->Add("dlogits", dlogits, grad_tol);
+         }});
+    // A vocabulary padded to 1024 (columns 1000 on left out, gradient 0),
+    // the padding holding logits that would otherwise dominate.
+    const auto padded_logits = [](int64_t width, int64_t first_id, uint64_t seed) {
+      Tensor host = HostRandom({kRows, width}, seed, 3.0f);
+      for (int64_t r = 0; r < kRows; ++r) {
+        for (int64_t j = std::max<int64_t>(0, kVocab - first_id); j < width; ++j) {
+          host.f32()[r * width + j] = 40.0f;
+        }
+      }
+      return host;
+    };
+    cases->push_back({CaseName("cross_entropy padded", dtype, "23x1024 of 1000, in place"),
+                      [=](const Backend& b, Outputs* out) {
+                        const Tensor logits = b.In(padded_logits(1024, 0, 3), dtype);
+                        const Tensor t = b.Exact(targets);
+                        out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, logits, kVocab), kLossTol);
+                        out->Add("dlogits", logits, grad_tol);
+                      }});
+    // One rank's pieces of that vocabulary: ids [900, 1156), 100 of them real.
+    cases->push_back(
+        {CaseName("cross_entropy pieces padded", dtype, "23x256 slice from 900 of 1000"),
+         [=](const Backend& b, Outputs* out) {
+           constexpr int64_t kBegin = 900, kSlice = 256;
+           const Tensor logits = b.In(padded_logits(kSlice, kBegin, 4), dtype);
+           const Tensor t = b.Exact(targets);
+           const Tensor row_max = b.Out({kRows}), target_logit = b.Out({kRows});
+           const Tensor sum_exp = b.Out({kRows}, DType::kF64);
+           ops::CrossEntropyRowStats(logits, t, kBegin, kVocab, row_max, target_logit);
+           out->Add("row_max", row_max, kExact);
+           out->Add("target_logit", target_logit, kExact);
+           ops::CrossEntropySumExp(logits, kBegin, kVocab, row_max, sum_exp);
+           out->Add("sum_exp", sum_exp, kSumTol);
+           ops::CrossEntropyGradient(logits, t, kBegin, kVocab, row_max, sum_exp, kGradScale, logits);
+           out->Add("dlogits in place", logits, grad_tol);
+         }});
+    // A rank holding only padding (ids [1024, 1280) of 1000): nothing to the
+    // sums, gradient 0, given the other ranks' row maxima.
+    cases->push_back(
+        {CaseName("cross_entropy pieces all padding", dtype, "23x256 slice from 1024 of 1000"),
+         [=](const Backend& b, Outputs* out) {
+           constexpr int64_t kBegin = 1024, kSlice = 256;
+           const Tensor logits = b.In(padded_logits(kSlice, kBegin, 5), dtype);
+           const Tensor t = b.Exact(targets);
+           const Tensor row_max = b.In(HostRandom({kRows}, 6)), target_logit = b.Out({kRows});
+           const Tensor sum_exp = b.Out({kRows}, DType::kF64), dlogits = b.Out({kRows, kSlice}, dtype);
+           ops::CrossEntropySumExp(logits, kBegin, kVocab, row_max, sum_exp);
+           out->Add("sum_exp", sum_exp, kExact);
+           ops::CrossEntropyGradient(logits, t, kBegin, kVocab, row_max, sum_exp, kGradScale, dlogits);
+           out->Add("dlogits", dlogits, kExact);
          }});
   }
 }
@@ -666,9 +730,9 @@ inline void AddVectorPathCases(std::vector<OpCase>* cases) {
              for (int64_t r = 0; r < kRows; ++r) ids[r] = static_cast<int32_t>((r * 37 + 3) % vocab);
              const Tensor t = b.Exact(HostInts(ids, {kRows}));
              const Tensor logits = shifted_in(b, host, dtype), dlogits = b.Out({kRows, vocab}, dtype);
-             out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, dlogits), kLossTol);
+             out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, dlogits, vocab), kLossTol);
              out->Add("dlogits", dlogits, grad_tol);
-             out->Add("loss in place", ops::CrossEntropy(logits, t, kGradScale, logits), kLossTol);
+             out->Add("loss in place", ops::CrossEntropy(logits, t, kGradScale, logits, vocab), kLossTol);
              out->Add("dlogits in place", logits, grad_tol);
              // The vocabulary-parallel steps on the same rows: ids [100, 100 + vocab) of vocab + 200.
              const Tensor fresh = shifted_in(b, host, dtype);
@@ -678,10 +742,10 @@ inline void AddVectorPathCases(std::vector<OpCase>* cases) {
              ops::CrossEntropyRowStats(fresh, targets, 100, vocab + 200, row_max, target_logit);
              out->Add("row_max", row_max, kExact);
              out->Add("target_logit", target_logit, kExact);
-             ops::CrossEntropySumExp(fresh, row_max, sum_exp);
+             ops::CrossEntropySumExp(fresh, 100, vocab + 200, row_max, sum_exp);
              out->Add("sum_exp", sum_exp, kSumTol);
              const Tensor piece_grad = shifted_out(b, {kRows, vocab}, dtype);
-             ops::CrossEntropyGradient(fresh, targets, 100, row_max, sum_exp, kGradScale, piece_grad);
+             ops::CrossEntropyGradient(fresh, targets, 100, vocab + 200, row_max, sum_exp, kGradScale, piece_grad);
              out->Add("piece dlogits", piece_grad, grad_tol);
            }});
     }

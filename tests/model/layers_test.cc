@@ -345,7 +345,8 @@ TEST(ModelSlotDeathTest, BackwardNeedsItsOwnForward) {
 }
 
 // ValidateTensorParallel: each rule refused with its numbers and a hint line,
-// on the 4-head, 2-kv-head config with vocabulary 11 (so only tp 1 divides it).
+// on the 4-head, 2-kv-head config (vocabulary 64, though any vocabulary
+// splits: it is padded to a multiple of tp).
 ModelConfig DivisibleConfig() {
   ModelConfig c = TinyConfig(false);
   c.set_vocab_size(64);
@@ -368,10 +369,12 @@ TEST(TensorParallelValidationTest, AcceptsLayoutsThatSplitEvenly) {
   EXPECT_TRUE(ValidateTensorParallel(c, 2, /*sp=*/true, 12).ok());
   // kv 2 < tp 4: one kv head shared by 2 ranks.
   EXPECT_TRUE(ValidateTensorParallel(c, 4, /*sp=*/false, 7).ok());
+  // Vocabulary 11 at tp 2: padded to 128 x 2 = 256 rows, 128 per rank.
+  EXPECT_TRUE(ValidateTensorParallel(TinyConfig(false), 2, /*sp=*/false, 12).ok());
+  EXPECT_EQ(PaddedVocabSize(TinyConfig(false), 2), 256);
 }
 
 TEST(TensorParallelValidationTest, RefusesUnevenSplits) {
-  ExpectRefused(TinyConfig(false), 2, false, 12, {"model.vocab_size 11", "parallel.tensor 2"});
   ModelConfig c = DivisibleConfig();
   ExpectRefused(c, 8, false, 16, {"model.num_attention_heads 4", "parallel.tensor 8"});
   c.set_intermediate_size(26);

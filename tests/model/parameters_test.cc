@@ -30,6 +30,35 @@ TEST(ParameterStoreTest, ShardsDrawTheirSliceOfTheGlobalTensor) {
   }
 }
 
+// A padded dim 0 (a vocabulary padded for GEMM tiles): 5 rows padded to 8
+// over 2 slices of 4, or to 16; each slice holds its real rows first, drawn
+// as the unpadded tensor's, then padding rows of 0 that map to no global
+// element. The second slice of 16 holds padding only.
+TEST(ParameterStoreTest, PaddedSlicesHoldRealRowsThenZeros) {
+  const Shape global = {5, 3};
+  ParameterStore whole_store(11);
+  const Tensor whole = whole_store.Add("w", global, Init::kNormal, 0.02).value;
+  struct Case {
+    int64_t padded;
+    int index, count;
+    int64_t real_rows;
+  };
+  for (const Case& c : {Case{8, 0, 2, 4}, Case{8, 1, 2, 1}, Case{8, 0, 1, 5}, Case{16, 1, 2, 0}}) {
+    SCOPED_TRACE(::testing::Message() << "padded " << c.padded << " slice " << c.index << " of " << c.count);
+    ParameterStore store(11);
+    const Parameter& p = store.Add("w", global, Init::kNormal, 0.02,
+                                   {.dim = 0, .index = c.index, .count = c.count, .padded_extent = c.padded});
+    ASSERT_EQ(p.value.shape(), (Shape{c.padded / c.count, 3}));
+    EXPECT_EQ(p.RealElements(), c.real_rows * 3);
+    for (int64_t i = 0; i < p.value.numel(); ++i) {
+      const int64_t row = i / 3 + c.index * (c.padded / c.count);
+      const int64_t g = row < 5 ? row * 3 + i % 3 : -1;
+      EXPECT_EQ(p.GlobalIndex(i), g) << i;
+      EXPECT_EQ(p.value.f32()[i], g < 0 ? 0.0f : whole.f32()[g]) << i;
+    }
+  }
+}
+
 // Initialisation is split over threads (it is a minute of Box-Muller draws
 // for a 1B model on one core) without changing a bit: element i of a shard
 // is the named stream's draw for its global index, whatever the thread count.

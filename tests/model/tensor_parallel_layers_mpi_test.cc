@@ -100,6 +100,10 @@ Tensor IntegerTensor(const Shape& shape, int world_rank) {
 }
 
 std::vector<float> Values(const Tensor& t) { return {t.f32(), t.f32() + t.numel()}; }
+// The real elements (no padding rows) of `t`, p's value or gradient.
+std::vector<float> RealValues(const Parameter& p, const Tensor& t) {
+  return {t.f32(), t.f32() + p.RealElements()};
+}
 
 // Element `offset + i` summed over the group's world ranks, for i < count.
 std::vector<float> GroupSum(const Communicator& tp, int64_t offset, int64_t count) {
@@ -212,13 +216,14 @@ TEST_P(PairsTest, VocabParallelEmbeddingPiecesMakeTheWholeLookup) {
 TEST_P(PairsTest, VocabParallelCrossEntropyMatchesTheKernel) {
   SKIP_UNLESS_WORLD_DIVIDES(GetParam());
   Communicator& tp = TensorGroup(GetParam());
-  const int64_t rows = 9, local_vocab = 5, vocab = local_vocab * tp.size();
+  // The last slice ends in 3 columns of padding (a padded vocabulary).
+  const int64_t rows = 9, local_vocab = 5, vocab = local_vocab * tp.size(), real_vocab = vocab - 3;
   const float grad_scale = 0.25f;
   const std::vector<float> all = RandomVector(rows * vocab, 2, /*scale=*/3.0f);
   Tensor logits = Tensor::Empty({rows, vocab}), targets = Tensor::Empty({rows}, DType::kI32);
   std::memcpy(logits.raw(), all.data(), logits.nbytes());
   for (int64_t r = 0; r < rows; ++r) {
-    targets.data<int32_t>()[r] = static_cast<int32_t>((r * 7 + 3) % vocab);
+    targets.data<int32_t>()[r] = static_cast<int32_t>((r * 7 + 3) % real_vocab);
   }
   // This rank's columns of the logits.
   Tensor local = Tensor::Empty({rows, local_vocab});
@@ -227,10 +232,10 @@ TEST_P(PairsTest, VocabParallelCrossEntropyMatchesTheKernel) {
                 local_vocab * sizeof(float));
   }
   Tensor want_d = Tensor::Empty({rows, vocab});
-  const double want = ops::CrossEntropy(logits, targets, grad_scale, want_d);
+  const double want = ops::CrossEntropy(logits, targets, grad_scale, want_d, real_vocab);
 
   Tensor got_d = Tensor::Empty({rows, local_vocab});
-  double got = VocabParallelCrossEntropy(local, targets, grad_scale, got_d, tp);
+  double got = VocabParallelCrossEntropy(local, targets, grad_scale, got_d, tp, real_vocab);
   EXPECT_NEAR(got, want, kTol.cross_entropy_rel * std::fabs(want));
   float max_grad = 0;
   for (int64_t i = 0; i < want_d.numel(); ++i) {
@@ -250,8 +255,8 @@ TEST_P(PairsTest, VocabParallelCrossEntropyMatchesTheKernel) {
                Tensor::View(losses.data(), {tp.size()}, DType::kF64));
   for (double loss : losses) EXPECT_EQ(loss, got);
   // Loss only, and the gradient written over the logits: the same results.
-  EXPECT_EQ(VocabParallelCrossEntropy(local, targets, grad_scale, Tensor(), tp), got);
-  EXPECT_EQ(VocabParallelCrossEntropy(local, targets, grad_scale, local, tp), got);
+  EXPECT_EQ(VocabParallelCrossEntropy(local, targets, grad_scale, Tensor(), tp, real_vocab), got);
+  EXPECT_EQ(VocabParallelCrossEntropy(local, targets, grad_scale, local, tp, real_vocab), got);
   EXPECT_EQ(Values(local), Values(got_d));
 }
 
@@ -286,8 +291,9 @@ constexpr int kMicroBatches = 2;
 
 // A parameter's tensor (`local`: its value or grad) assembled from the group's
 // shards into the global shape. Checks that every global element is held by
-// exactly shard.replicas ranks, and returns in *replica_spread the largest
-// difference between two replicas of one element.
+// exactly shard.replicas ranks and that padding rows (a padded vocabulary)
+// hold 0, and returns in *replica_spread the largest difference between two
+// replicas of one element.
 std::vector<float> GatherGlobal(const Tensor& local, const Parameter& p, Communicator& tp,
                                 float* replica_spread) {
   const int n = tp.size();
@@ -311,6 +317,10 @@ std::vector<float> GatherGlobal(const Tensor& local, const Parameter& p, Communi
       shard.index = indices[k];
       const int64_t g = ShardGlobalIndex(p.global_shape, shard, i);
       const float v = shards[k * count + i];
+      if (g < 0) {
+        EXPECT_EQ(v, 0.0f) << p.name << ": padding of rank " << k << " at " << i;
+        continue;
+      }
       if (holders[g]++ > 0) *replica_spread = std::max(*replica_spread, std::fabs(global[g] - v));
       global[g] = v;
     }
@@ -348,13 +358,16 @@ struct ReadyRecorder {
   }
 };
 
-class ModelTest : public ::testing::TestWithParam<std::tuple<int, bool, bool>> {};
+// (tp, tie, sequence parallel, vocabulary): 64 (padded to 128 x tp rows, so
+// ranks past the first hold only padding) or 1001, which no tp divides.
+class ModelTest : public ::testing::TestWithParam<std::tuple<int, bool, bool, int>> {};
 
 TEST_P(ModelTest, LossAndGradientsMatchTheSingleRankModel) {
-  const auto [tp_size, tie, sequence_parallel] = GetParam();
+  const auto [tp_size, tie, sequence_parallel, vocab] = GetParam();
   SKIP_UNLESS_WORLD_DIVIDES(tp_size);
   Communicator& tp = TensorGroup(tp_size);
-  const ModelConfig config = testing::TinyGqaConfig(tie);
+  ModelConfig config = testing::TinyGqaConfig(tie);
+  config.set_vocab_size(vocab);
   ASSERT_TRUE(ValidateTensorParallel(config, tp_size, sequence_parallel, kBatch * kSeq).ok());
   LanguageModel reference(config, kSeed);
   LanguageModel model(config, kSeed, {.tp = &tp, .sequence_parallel = sequence_parallel});
@@ -397,14 +410,16 @@ TEST_P(ModelTest, LossAndGradientsMatchTheSingleRankModel) {
   for (const Parameter& p : model.parameters().all()) {
     const Parameter* want = reference.parameters().Find(p.name);
     ASSERT_NE(want, nullptr) << p.name;
-    ASSERT_EQ(p.global_shape, want->value.shape()) << p.name;
+    ASSERT_EQ(p.global_shape, want->global_shape) << p.name;
+    ASSERT_EQ(want->RealElements(), NumElements(p.global_shape)) << p.name;
     float spread = 0;
-    // Values: each shard drew exactly its slice of the global tensor.
-    EXPECT_TRUE(GatherGlobal(p.value, p, tp, &spread) == Values(want->value)) << p.name;
+    // Values: each shard drew exactly its slice of the global tensor (the
+    // single-rank model's real rows, its padding past them).
+    EXPECT_TRUE(GatherGlobal(p.value, p, tp, &spread) == RealValues(*want, want->value)) << p.name;
     EXPECT_EQ(spread, 0.0f) << p.name;
 
     const std::vector<float> grad = GatherGlobal(p.grad, p, tp, &spread);
-    const std::vector<float> want_grad = Values(want->grad);
+    const std::vector<float> want_grad = RealValues(*want, want->grad);
     float max_abs = 0, max_error = 0;
     for (size_t i = 0; i < grad.size(); ++i) {
       max_abs = std::max(max_abs, std::fabs(want_grad[i]));
@@ -418,13 +433,56 @@ TEST_P(ModelTest, LossAndGradientsMatchTheSingleRankModel) {
   }
 }
 
+// Padding changes no number: a model whose vocabulary is padded to 128 rows
+// (make_vocab_size_divisible_by 128) gives the unpadded model's
+// (make_vocab_size_divisible_by 1) loss and every gradient bit for bit, in
+// fp32 on the CPU: V 1000 and 1001 (1024 rows against 1000 and 1001),
+// untied and tied. Padding rows hold 0 (GatherGlobal checks). Under tp > 1
+// the padding moves the vocabulary's split between the ranks, which
+// regroups the head's partial sums: ModelTest checks those layouts against
+// the single rank within its tolerances, V 1001 included.
+class PaddedVocabularyTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(PaddedVocabularyTest, LossAndGradientsAreTheUnpaddedModelsBitForBit) {
+  const auto [vocab, tie] = GetParam();
+  Communicator& tp = TensorGroup(1);
+  ModelConfig config = testing::TinyGqaConfig(tie);
+  config.set_vocab_size(vocab);
+  ModelConfig unpadded = config;
+  unpadded.set_make_vocab_size_divisible_by(1);
+  LanguageModel model(config, kSeed, {.tp = &tp});
+  LanguageModel reference(unpadded, kSeed, {.tp = &tp});
+  ASSERT_EQ(model.parameters().Find("model.embed_tokens.weight")->value.dim(0), 1024);
+  ASSERT_EQ(reference.parameters().Find("model.embed_tokens.weight")->value.dim(0), vocab);
+  const float grad_scale = 1.0f / (kBatch * kSeq);
+  const std::vector<int32_t> inputs = Tokens(0, 3, vocab), targets = Tokens(0, 40, vocab);
+  EXPECT_EQ(testing::ForwardBackward(model, inputs.data(), targets.data(), kBatch, kSeq, grad_scale),
+            testing::ForwardBackward(reference, inputs.data(), targets.data(), kBatch, kSeq, grad_scale));
+  testing::SumPartialGradients(model);
+  testing::SumPartialGradients(reference);
+  for (const Parameter& p : model.parameters().all()) {
+    const Parameter* want = reference.parameters().Find(p.name);
+    ASSERT_NE(want, nullptr) << p.name;
+    float spread = 0;
+    EXPECT_TRUE(GatherGlobal(p.value, p, tp, &spread) == GatherGlobal(want->value, *want, tp, &spread)) << p.name;
+    EXPECT_TRUE(GatherGlobal(p.grad, p, tp, &spread) == GatherGlobal(want->grad, *want, tp, &spread)) << p.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, PaddedVocabularyTest,
+                         ::testing::Combine(::testing::Values(1000, 1001), ::testing::Bool()),
+                         [](const auto& info) {
+                           return "vocab" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_tied" : "_untied");
+                         });
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ModelTest,
-    ::testing::Combine(::testing::Values(2, 4), ::testing::Bool(), ::testing::Bool()),
+    ::testing::Combine(::testing::Values(2, 4), ::testing::Bool(), ::testing::Bool(), ::testing::Values(64, 1001)),
     [](const auto& info) {
       return "tp" + std::to_string(std::get<0>(info.param)) +
              (std::get<1>(info.param) ? "_tied" : "_untied") +
-             (std::get<2>(info.param) ? "_sp" : "");
+             (std::get<2>(info.param) ? "_sp" : "") + "_vocab" + std::to_string(std::get<3>(info.param));
     });
 
 }  // namespace

@@ -34,7 +34,7 @@ ClusterConfig Cluster(const std::string& name) {
 //   an expert  3 x 7168 x 2048                       =  44,040,192
 //   routed     256 experts                           = 11,274,289,152 per MoE layer
 //   router     256 x 7168                            =   1,835,008
-//   embedding  129280 x 7168                         = 926,679,040
+//   embedding  129280 x 7168 (1010 x 128 rows: no padding) = 926,679,040
 // 61 layers over 16 stages: 61 = 16 x 3 + 13, stages 0-12 hold 4 layers.
 // Stage 0 (layers 0-3: 3 dense, 1 MoE, and the embedding) holds most:
 //   dense  4 x (205,520,896 + 14,336) + 3 x 396,361,728 + (44,040,192 + 1,835,008)
@@ -95,28 +95,29 @@ TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
 //   MLP        3 x 8192 x 28672                  = 704,643,072  (/8 = 88,080,384)
 //   norms      2 x 8192                          =      16,384  (replicated)
 //   per layer per device                         = 106,971,136
-//   head       128256 x 8192 / 8 = 131,334,144, and the final norm 8192
-// The last stage: 20 x 106,971,136 + 131,334,144 + 8192 = 2,270,765,056.
+//   head       128256 padded to a multiple of 128 x 8 = 1024: 129024 rows,
+//              129024 x 8192 / 8 = 132,120,576, and the final norm 8192
+// The last stage: 20 x 106,971,136 + 132,120,576 + 8192 = 2,271,551,488.
 TEST(LayoutPlannerTest, Llama3_70BSizeMemoryOnA100s) {
   const TrainerConfig config = Recipe("llama3_70b_size.textproto");
   const ClusterConfig cluster = Cluster("a100_64.textproto");
   const PlanLayout layout{.mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = false};
   const DeviceParameters p = ParametersPerDevice(config.model(), layout);
-  EXPECT_EQ(p.dense, 2270765056.0);
+  EXPECT_EQ(p.dense, 2271551488.0);
   EXPECT_EQ(p.expert, 0.0);
-  // Stage 0 holds 2,270,756,864 parameters (the embedding, no final norm) but
+  // Stage 0 holds 2,271,543,296 parameters (the embedding, no final norm) but
   // 4 micro-batches of activations (1F1B: pp - 0); per token and layer
   // 4c + 2q + 2kv + 3 x 28672 = 137,216 elements, split over tp 8 (sequence
   // parallel): 4 x 8192 x 20 x 137,216 x 2 B / 8 = 22,481,469,440.
-  // The last stage holds 1 (5,620,367,360) plus fp32 logits 8192 x 128256 / 8
-  // x 4 B = 525,336,576: less. So stage 0 is the one reported:
-  //   weights   2 x 2,270,756,864  =  4,541,513,728
-  //   gradients 4 x                =  9,083,027,456
-  //   optimizer 12 x / 2           = 13,624,541,184
+  // The last stage holds 1 (5,620,367,360) plus fp32 logits 8192 x 129024 / 8
+  // x 4 B = 528,482,304: less. So stage 0 is the one reported:
+  //   weights   2 x 2,271,543,296  =  4,543,086,592
+  //   gradients 4 x                =  9,086,173,184
+  //   optimizer 12 x / 2           = 13,629,259,776
   const LayoutPrediction plan = PredictLayout(config, cluster, layout);
-  EXPECT_EQ(plan.memory.weights, 4541513728.0);
-  EXPECT_EQ(plan.memory.grads, 9083027456.0);
-  EXPECT_EQ(plan.memory.optimizer, 13624541184.0);
+  EXPECT_EQ(plan.memory.weights, 4543086592.0);
+  EXPECT_EQ(plan.memory.grads, 9086173184.0);
+  EXPECT_EQ(plan.memory.optimizer, 13629259776.0);
   EXPECT_EQ(plan.memory.activations, 22481469440.0);
   EXPECT_EQ(plan.micro_batches, 1024 / 2);
   EXPECT_TRUE(plan.fits);  // 49.7 GB of 72

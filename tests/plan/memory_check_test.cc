@@ -74,10 +74,12 @@ TEST(MemoryCheckTest, AbsurdSizesAreRefusedWithTheNumbersAndAFittingHint) {
 
 TEST(MemoryCheckTest, NamesEachPartInGiB) {
   // hidden c = 2^20, 2 heads: q, k, v, o are 4 c^2 parameters, the MLP
-  // 3 x 32 c, the embedding and head 2 x 32 c, the norms 3 c: 4,398,217,428,992
-  // parameters, 4 B of weights and of gradients each, 8 B of AdamW moments.
+  // 3 x 32 c, the embedding and head 2 x 128 c (the vocabulary of 32 padded
+  // to 128 rows), the norms 3 c: 4 c^2 + 355 c = 4,398,418,755,584
+  // parameters, 4 B of weights and of gradients each (16384 GiB + 355 x 4 MiB
+  // = 16385.39 GiB), 8 B of AdamW moments (32770.77 GiB).
   const absl::Status status = Check(Tiny({"model.hidden_size=1048576"}), Host(24));
-  EXPECT_THAT(Message(status), HasSubstr("weights 16384.6 GiB, gradients 16384.6 GiB, AdamW moments 32769.3 GiB"));
+  EXPECT_THAT(Message(status), HasSubstr("weights 16385.4 GiB, gradients 16385.4 GiB, AdamW moments 32770.8 GiB"));
 }
 
 TEST(MemoryCheckTest, RanksOnOneMachineShareIt) {

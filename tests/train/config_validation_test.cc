@@ -56,6 +56,17 @@ TEST(ConfigValidationTest, ReportsBrokenConstraintsWithNumbers) {
   config.mutable_data()->set_format(DataConfig::LLMC);
   EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("data.path is empty"));
 
+  config = TrainerConfig();
+  config.mutable_model()->set_make_vocab_size_divisible_by(0);
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("model.make_vocab_size_divisible_by is 0 but must be a finite number > 0"));
+
+  // A vocabulary no tensor size divides is padded (to a multiple of 128 x 4): accepted.
+  config = TrainerConfig();
+  config.mutable_model()->set_vocab_size(50257);
+  config.mutable_parallel()->set_tensor(4);
+  EXPECT_TRUE(ValidateConfig(config, 4).ok()) << ValidateConfig(config, 4);
+
   EXPECT_TRUE(ValidateConfig(TrainerConfig()).ok());
 }
 
