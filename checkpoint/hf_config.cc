@@ -161,6 +161,55 @@ JsonValue JsonString(std::string s) {
   return v;
 }
 
+// rope_scaling of type yarn (`scaling`), as transformers' _compute_yarn_parameters
+// reads it: factor required, beta_fast and beta_slow 32 and 1 when absent or
+// 0, mscale and mscale_all_dim unset when absent or 0. tetra also requires
+// original_max_position_embeddings, and max_position_embeddings (already in
+// `model`) to be factor times it: transformers computes with their ratio
+// where it differs from factor and warns that it uses factor, and takes
+// max_position_embeddings itself for the original context where that is
+// absent, so only then does the config mean one model.
+absl::Status ReadYarn(HfConfigReader& scaling, ModelConfig* model) {
+  RopeScalingConfig& s = *model->mutable_rope_scaling();
+  s.set_rope_type("yarn");
+  ASSIGN_OR_RETURN(const double factor, scaling.Double("factor", -1));
+  ASSIGN_OR_RETURN(const int32_t original, scaling.Int("original_max_position_embeddings", 0));
+  ASSIGN_OR_RETURN(const double beta_fast, scaling.Double("beta_fast", 0));
+  ASSIGN_OR_RETURN(const double beta_slow, scaling.Double("beta_slow", 0));
+  ASSIGN_OR_RETURN(const double mscale, scaling.Double("mscale", 0));
+  ASSIGN_OR_RETURN(const double mscale_all_dim, scaling.Double("mscale_all_dim", 0));
+  ASSIGN_OR_RETURN(const double attention_factor, scaling.Double("attention_factor", -1));
+  ASSIGN_OR_RETURN(const bool truncate, scaling.Bool("truncate", true));
+  if (factor < 0) return scaling.Error("factor", "is missing: yarn rope scaling needs it");
+  if (original == 0) {
+    return scaling.Error("original_max_position_embeddings",
+                         "is missing, so transformers would take max_position_embeddings for the context before "
+                         "YaRN, while it usually holds the one after",
+                         "add original_max_position_embeddings (the context the model was trained on before "
+                         "YaRN) and set max_position_embeddings to factor times it");
+  }
+  if (model->max_position_embeddings() != factor * original) {
+    return scaling.Error("factor", absl::StrCat("is ", factor, " but max_position_embeddings ",
+                                                model->max_position_embeddings(), " / original_max_position_embeddings ",
+                                                original, " is not: transformers computes YaRN with that ratio, yet "
+                                                "warns that it uses factor"),
+                         "set max_position_embeddings to factor times original_max_position_embeddings");
+  }
+  if (attention_factor == 0) {
+    return scaling.Error("attention_factor", "is 0, which would zero every rotated query and key",
+                         "remove it to derive it from factor, mscale and mscale_all_dim");
+  }
+  s.set_factor(factor);
+  s.set_original_max_position_embeddings(original);
+  s.set_beta_fast(beta_fast != 0 ? beta_fast : 32);
+  s.set_beta_slow(beta_slow != 0 ? beta_slow : 1);
+  s.set_mscale(mscale);
+  s.set_mscale_all_dim(mscale_all_dim);
+  s.set_attention_factor(attention_factor > 0 ? attention_factor : 0);
+  s.set_truncate(truncate);
+  return scaling.CheckAllKnown();
+}
+
 absl::Status ReadRopeScaling(HfConfigReader& config, const std::string& path, ModelConfig* model) {
   const JsonValue* value = config.Take("rope_scaling");
   if (value == nullptr) return absl::OkStatus();
@@ -173,9 +222,11 @@ absl::Status ReadRopeScaling(HfConfigReader& config, const std::string& path, Mo
   ASSIGN_OR_RETURN(std::string old_type, scaling.String("type", ""));
   if (type.empty()) type = old_type;
   if (type == "default") return scaling.CheckAllKnown();
+  if (type == "yarn") return ReadYarn(scaling, model);
   if (type != "llama3") {
     return scaling.Error("rope_type", absl::StrCat("is ", UserText(type), ", which tetra does not implement "
-                                                   "(it implements \"llama3\", Llama 3.1's scaling)"));
+                                                   "(it implements \"llama3\", Llama 3.1's scaling, and "
+                                                   "\"yarn\", DeepSeek-V3's)"));
   }
   RopeScalingConfig& s = *model->mutable_rope_scaling();
   s.set_rope_type(type);
@@ -358,7 +409,21 @@ absl::Status CheckHfExportable(const ModelConfig& model) {
 
 namespace {
 
+std::string YarnJson(const RopeScalingConfig& s) {
+  std::string json = absl::StrCat("{\"rope_type\": \"yarn\", \"factor\": ", Number(s.factor()),
+                                  ", \"original_max_position_embeddings\": ", s.original_max_position_embeddings(),
+                                  ", \"beta_fast\": ", Number(s.beta_fast()), ", \"beta_slow\": ", Number(s.beta_slow()));
+  // 0 is tetra's "absent"; transformers would take an attention_factor of 0 as it is.
+  for (const auto& [key, value] : {std::pair{"mscale", s.mscale()}, std::pair{"mscale_all_dim", s.mscale_all_dim()},
+                                   std::pair{"attention_factor", s.attention_factor()}}) {
+    if (value != 0) absl::StrAppend(&json, ", \"", key, "\": ", Number(value));
+  }
+  if (!s.truncate()) absl::StrAppend(&json, ", \"truncate\": false");
+  return json + "}";
+}
+
 std::string RopeScalingJson(const RopeScalingConfig& s) {
+  if (s.rope_type() == "yarn") return YarnJson(s);
   if (s.rope_type() != "llama3") return "null";
   return absl::StrCat("{\"rope_type\": \"llama3\", \"factor\": ", Number(s.factor()),
                       ", \"low_freq_factor\": ", Number(s.low_freq_factor()),

@@ -5,7 +5,7 @@
 // every key is accounted for. A key either maps to a ModelConfig field (with
 // LlamaConfig's default when absent, since that is what transformers
 // computes with), or must hold the value tetra implements (hidden_act
-// "silu", attention_bias false, rope_scaling null or llama3, ...), or is
+// "silu", attention_bias false, rope_scaling null, llama3 or yarn, ...), or is
 // metadata that does not change the math (transformers_version,
 // torch_dtype, ...). Any other key or value is an error naming it, so a
 // checkpoint tetra would compute differently is never trained silently.

@@ -19,12 +19,22 @@ inline int KeyValueHeads(const ModelConfig& c) {
 
 inline int HeadDim(const ModelConfig& c) { return c.hidden_size() / c.num_attention_heads(); }
 
-// model.rope_scaling as the RoPE table takes it (factor 0: none).
+// model.rope_scaling as the RoPE table takes it.
 inline RopeScaling RotaryScaling(const ModelConfig& c) {
   const RopeScalingConfig& s = c.rope_scaling();
-  if (s.rope_type() != "llama3") return {};
-  return {s.factor(), s.low_freq_factor(), s.high_freq_factor(),
-          static_cast<double>(s.original_max_position_embeddings())};
+  RopeScaling scaling{.factor = s.factor(),
+                      .original_max_position_embeddings = static_cast<double>(s.original_max_position_embeddings()),
+                      .low_freq_factor = s.low_freq_factor(),
+                      .high_freq_factor = s.high_freq_factor(),
+                      .beta_fast = s.beta_fast(),
+                      .beta_slow = s.beta_slow(),
+                      .mscale = s.mscale(),
+                      .mscale_all_dim = s.mscale_all_dim(),
+                      .attention_factor = s.attention_factor(),
+                      .truncate = s.truncate()};
+  if (s.rope_type() == "llama3") scaling.type = RopeScaling::Type::kLlama3;
+  if (s.rope_type() == "yarn") scaling.type = RopeScaling::Type::kYarn;
+  return scaling;
 }
 
 // Init std of the projections that write into the residual stream (o_proj,

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "kernels/cpu/threads.h"
@@ -105,14 +106,51 @@ absl::Status ValidateMoe(const ModelConfig& m) {
   return absl::OkStatus();
 }
 
+// YaRN's settings, and the context they stretch: factor x
+// original_max_position_embeddings must be max_position_embeddings, where
+// transformers' two readings of factor (RopeScalingConfig) agree.
+absl::Status ValidateYarn(const ModelConfig& m) {
+  const RopeScalingConfig& s = m.rope_scaling();
+  if (!std::isfinite(s.factor()) || s.factor() < 1) {
+    return Invalid(absl::StrCat("model.rope_scaling.factor is ", s.factor(),
+                                " but YaRN stretches the context, so it must be a finite number >= 1"),
+                   "DeepSeek-V3 uses factor 40 with original_max_position_embeddings 4096");
+  }
+  RETURN_IF_ERROR(CheckNumber("model.rope_scaling.original_max_position_embeddings",
+                              s.original_max_position_embeddings(), false, "4096"));
+  RETURN_IF_ERROR(CheckNumber("model.rope_scaling.beta_fast", s.beta_fast(), false, "32"));
+  RETURN_IF_ERROR(CheckNumber("model.rope_scaling.beta_slow", s.beta_slow(), false, "1"));
+  if (s.beta_fast() <= s.beta_slow()) {
+    return Invalid(absl::StrCat("model.rope_scaling.beta_fast ", s.beta_fast(), " is not above beta_slow ",
+                                s.beta_slow()),
+                   "YaRN and DeepSeek-V3 use beta_fast 32 and beta_slow 1");
+  }
+  RETURN_IF_ERROR(CheckNumber("model.rope_scaling.mscale", s.mscale(), true, "1 (0: absent)"));
+  RETURN_IF_ERROR(CheckNumber("model.rope_scaling.mscale_all_dim", s.mscale_all_dim(), true, "1 (0: absent)"));
+  RETURN_IF_ERROR(CheckNumber("model.rope_scaling.attention_factor", s.attention_factor(), true,
+                              "0 (derived from factor and mscale)"));
+  const double stretched = s.factor() * s.original_max_position_embeddings();
+  if (m.max_position_embeddings() != stretched) {
+    const std::string context = absl::StrFormat("%.17g", stretched);  // all digits, no exponent
+    return Invalid(absl::StrCat("model.max_position_embeddings is ", m.max_position_embeddings(),
+                                " but YaRN's factor ", s.factor(), " times original_max_position_embeddings ",
+                                s.original_max_position_embeddings(), " is ", context,
+                                ", and transformers computes YaRN with their ratio"),
+                   absl::StrCat("set model.max_position_embeddings to ", context,
+                                " (factor x original_max_position_embeddings)"));
+  }
+  return absl::OkStatus();
+}
+
 // rope_scaling as transformers validates it for the types tetra implements.
 absl::Status ValidateRopeScaling(const ModelConfig& m) {
   const RopeScalingConfig& s = m.rope_scaling();
   if (s.rope_type().empty() || s.rope_type() == "default") return absl::OkStatus();
+  if (s.rope_type() == "yarn") return ValidateYarn(m);
   if (s.rope_type() != "llama3") {
     return Invalid(absl::StrCat("model.rope_scaling.rope_type is ", UserText(s.rope_type()),
                                 ", which tetra does not implement"),
-                   "use \"llama3\" (Llama 3.1's scaling), or \"\" for none");
+                   "use \"llama3\" (Llama 3.1's scaling), \"yarn\" (DeepSeek-V3's), or \"\" for none");
   }
   RETURN_IF_ERROR(CheckNumber("model.rope_scaling.factor", s.factor(), false, "8"));
   RETURN_IF_ERROR(CheckNumber("model.rope_scaling.low_freq_factor", s.low_freq_factor(), false, "1"));

@@ -118,7 +118,19 @@ TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
       {"attention_dropout", "0.1", "\"attention_dropout\" is 0.1, but tetra trains without dropout"},
       {"sliding_window", "4096", "\"sliding_window\" is 4096, but tetra's attention is full causal"},
       {"head_dim", "64", "\"head_dim\" is 64, but tetra's head_dim is hidden_size / num_attention_heads"},
-      {"rope_scaling", R"({"rope_type": "yarn", "factor": 4.0})", "\"rope_scaling.rope_type\" is \"yarn\""},
+      {"rope_scaling", R"({"rope_type": "yarn", "factor": 4.0})",
+       "\"rope_scaling.original_max_position_embeddings\" is missing, so transformers would take"},
+      {"rope_scaling", R"({"rope_type": "yarn", "original_max_position_embeddings": 4096})",
+       "\"rope_scaling.factor\" is missing"},
+      {"rope_scaling", R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 2048})",
+       "\"rope_scaling.factor\" is 32 but max_position_embeddings 131072 / original_max_position_embeddings 2048 "
+       "is not"},
+      {"rope_scaling", R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                         "attention_factor": 0.0})",
+       "\"rope_scaling.attention_factor\" is 0"},
+      {"rope_scaling", R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                         "low_freq_factor": 1.0})",
+       "\"rope_scaling.low_freq_factor\" is not a setting tetra knows"},
       {"rope_scaling", R"({"type": "linear", "factor": 2.0})", "\"rope_scaling.rope_type\" is \"linear\""},
       {"rope_scaling", R"({"rope_type": "llama3", "factor": 8.0})", "\"rope_scaling.low_freq_factor\" is missing"},
       {"rope_scaling", R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -203,6 +215,72 @@ TEST(HfConfigTest, ExportWritesWhatItReads) {
   EXPECT_EQ(*generation.Find("bos_token_id")->integer, 128000);
   EXPECT_EQ(generation.Find("eos_token_id")->items.size(), 3u);
   EXPECT_EQ(HfGenerationConfigJson(ModelConfig()), "");  // no ids known: no file
+}
+
+// DeepSeek-V3's rope_scaling as its config.json spells it (the pre-4.43
+// "type"), on a Llama whose max_position_embeddings it stretches to.
+constexpr char kDeepSeekV3Yarn[] = R"({"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+    "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096, "type": "yarn"})";
+
+std::string WithYarn(const std::string& rope_scaling, const std::string& max_positions) {
+  std::string text = Edited("rope_scaling", rope_scaling);
+  const std::string from = "\"max_position_embeddings\": 131072";
+  text.replace(text.find(from), from.size(), "\"max_position_embeddings\": " + max_positions);
+  return text;
+}
+
+TEST(HfConfigTest, ReadsDeepSeekV3Yarn) {
+  absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("yarn", WithYarn(kDeepSeekV3Yarn, "163840")));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const RopeScalingConfig& s = m->rope_scaling();
+  EXPECT_EQ(s.rope_type(), "yarn");
+  EXPECT_EQ(s.factor(), 40);
+  EXPECT_EQ(s.original_max_position_embeddings(), 4096);
+  EXPECT_EQ(s.beta_fast(), 32);
+  EXPECT_EQ(s.beta_slow(), 1);
+  EXPECT_EQ(s.mscale(), 1);
+  EXPECT_EQ(s.mscale_all_dim(), 1);
+  EXPECT_EQ(s.attention_factor(), 0);  // derived
+  EXPECT_TRUE(s.truncate());
+  EXPECT_EQ(m->max_position_embeddings(), 163840);
+
+  // transformers reads an absent or 0 beta as YaRN's 32 and 1.
+  m = ReadHfConfigJson(WriteConfig(
+      "yarn_betas", WithYarn(R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                                 "beta_fast": 0})", "131072")));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->rope_scaling().beta_fast(), 32);
+  EXPECT_EQ(m->rope_scaling().beta_slow(), 1);
+}
+
+TEST(HfConfigTest, ExportWritesYarnAsItReadsIt) {
+  for (const auto& [rope_scaling, max_positions] :
+       {std::pair{kDeepSeekV3Yarn, "163840"},
+        std::pair{R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                      "beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 1.25, "truncate": false})",
+                  "131072"}}) {
+    const ModelConfig hf = *ReadHfConfigJson(WriteConfig("yarn_in", WithYarn(rope_scaling, max_positions)));
+    const std::string written = HfConfigJson(hf, /*seq_length=*/2048, DType::kF32);
+    absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("yarn_out", written));
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << written;
+    EXPECT_EQ(back->SerializeAsString(), hf.SerializeAsString()) << written;
+  }
+  // 0 is tetra's "absent": never written, since transformers would take it as a value.
+  ModelConfig plain;
+  plain.set_max_position_embeddings(8192);
+  plain.mutable_rope_scaling()->set_rope_type("yarn");
+  plain.mutable_rope_scaling()->set_factor(2);
+  plain.mutable_rope_scaling()->set_original_max_position_embeddings(4096);
+  const JsonValue root = *ParseJson(HfConfigJson(plain, 2048, DType::kF32));
+  const JsonValue& written = *root.Find("rope_scaling");
+  EXPECT_EQ(written.Find("rope_type")->string, "yarn");
+  EXPECT_EQ(written.Find("factor")->number, 2);
+  EXPECT_EQ(*written.Find("original_max_position_embeddings")->integer, 4096);
+  EXPECT_EQ(written.Find("beta_fast")->number, 32);
+  EXPECT_EQ(written.Find("beta_slow")->number, 1);
+  for (const char* absent : {"mscale", "mscale_all_dim", "attention_factor", "truncate"}) {
+    EXPECT_EQ(written.Find(absent), nullptr) << absent;
+  }
 }
 
 TEST(HfConfigTest, SoftmaxScoredMoeIsNotExportedAsDeepseekV3) {

@@ -83,8 +83,8 @@ TEST(RopeTest, ForwardMatchesClosedFormRotation) {
 // first is kept (below 64 / 4), the second blended (between 16 and 64), the
 // last two divided by the factor (above 64).
 TEST(RopeTest, Llama3ScalingKeepsBlendsAndDividesFrequencies) {
-  const RopeScaling scaling{.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
-                            .original_max_position_embeddings = 64};
+  const RopeScaling scaling{.type = RopeScaling::Type::kLlama3, .factor = 8, .original_max_position_embeddings = 64,
+                            .low_freq_factor = 1, .high_freq_factor = 4};
   const int64_t seq = 16;
   const RopeTable table = MakeRopeTable(seq, kHeadDim, kTheta, scaling);
   const double smooth = (64 / (2 * M_PI / 0.1) - 1) / (4 - 1);
@@ -95,7 +95,7 @@ TEST(RopeTest, Llama3ScalingKeepsBlendsAndDividesFrequencies) {
       EXPECT_NEAR(table.sin.f32()[p * 4 + i], std::sin(p * expected[i]), 4 * kTol.closed_form) << p << " " << i;
     }
   }
-  // factor 0 is no scaling: the plain table.
+  // The default RopeScaling is no scaling: the plain table.
   const RopeTable plain = MakeRopeTable(seq, kHeadDim, kTheta, RopeScaling{});
   const RopeTable unscaled = MakeRopeTable(seq, kHeadDim, kTheta);
   for (int64_t k = 0; k < plain.cos.numel(); ++k) EXPECT_EQ(plain.cos.f32()[k], unscaled.cos.f32()[k]);

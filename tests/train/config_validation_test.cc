@@ -223,6 +223,45 @@ TEST(ConfigValidationTest, BoundsLeaveRealSettingsAlone) {
   }
 }
 
+// DeepSeek-V3's YaRN settings, and the context they stretch to.
+const std::vector<std::string> kYarn = {
+    "model.rope_scaling.rope_type=yarn", "model.rope_scaling.factor=40",
+    "model.rope_scaling.original_max_position_embeddings=4096", "model.rope_scaling.mscale=1",
+    "model.rope_scaling.mscale_all_dim=1", "model.max_position_embeddings=163840"};
+
+TEST(ConfigValidationTest, YarnSettingsAreCheckedOneByOne) {
+  TrainerConfig config;
+  for (const std::string& set : kYarn) ASSERT_TRUE(ApplyOverride(set, &config).ok()) << set;
+  EXPECT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config);
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"model.rope_scaling.factor=0.5"},
+       "model.rope_scaling.factor is 0.5 but YaRN stretches the context, so it must be a finite number >= 1"},
+      {{"model.rope_scaling.original_max_position_embeddings=0"},
+       "model.rope_scaling.original_max_position_embeddings is 0 but must be a finite number > 0"},
+      {{"model.rope_scaling.beta_fast=0"}, "model.rope_scaling.beta_fast is 0 but must be a finite number > 0"},
+      {{"model.rope_scaling.beta_slow=-1"}, "model.rope_scaling.beta_slow is -1 but must be a finite number > 0"},
+      {{"model.rope_scaling.beta_fast=2", "model.rope_scaling.beta_slow=2"},
+       "model.rope_scaling.beta_fast 2 is not above beta_slow 2"},
+      {{"model.rope_scaling.mscale=-1"}, "model.rope_scaling.mscale is -1 but must be a finite number >= 0"},
+      {{"model.rope_scaling.mscale_all_dim=nan"}, "model.rope_scaling.mscale_all_dim is nan"},
+      {{"model.rope_scaling.attention_factor=inf"}, "model.rope_scaling.attention_factor is inf"},
+      {{"model.max_position_embeddings=4096"},
+       "model.max_position_embeddings is 4096 but YaRN's factor 40 times original_max_position_embeddings 4096 is "
+       "163840, and transformers computes YaRN with their ratio\nhint: set model.max_position_embeddings to 163840"},
+      {{"model.rope_scaling.factor=256", "model.rope_scaling.original_max_position_embeddings=65536"},
+       "set model.max_position_embeddings to 16777216"},
+      {{"model.rope_scaling.rope_type=longrope"}, "model.rope_scaling.rope_type is \"longrope\", which tetra does not"},
+  };
+  for (const auto& [sets, message] : cases) {
+    TrainerConfig bad = config;
+    for (const std::string& set : sets) ASSERT_TRUE(ApplyOverride(set, &bad).ok()) << set;
+    const absl::Status status = ValidateConfig(bad);
+    EXPECT_THAT(Message(status), HasSubstr(message)) << ::testing::PrintToString(sets);
+    EXPECT_THAT(Message(status), UserErrorShape()) << ::testing::PrintToString(sets);
+  }
+}
+
 TEST(ConfigValidationTest, PlannerInputsCheckOnlyWhatThePlannerReads) {
   TrainerConfig config;
   config.mutable_model()->set_num_attention_heads(0);  // the planner divides by it
