@@ -5,6 +5,7 @@
 #ifndef TETRA_KERNELS_OP_TYPES_H_
 #define TETRA_KERNELS_OP_TYPES_H_
 
+#include <cmath>
 #include <cstdint>
 
 #include "core/tensor.h"
@@ -12,9 +13,10 @@
 namespace tetra {
 
 // q, k: (B, T, H, D) with H = Hq or Hkv; v: (B, T, Hkv, Dv); out, dout:
-// (B, T, Hq, Dv); lse: (B, Hq, T). Scores are scaled by 1 / sqrt(D) whatever
-// Dv is. Dv differs from D in DeepSeek-V3's MLA (D = 192: 128 dims without
-// position plus 64 rotary ones; Dv = 128).
+// (B, T, Hq, Dv); lse: (B, Hq, T) of the scaled scores. Scores are scaled by
+// softmax_scale, by default 1 / sqrt(D) whatever Dv is. Dv differs from D in
+// DeepSeek-V3's MLA (D = 192: 128 dims without position plus 64 rotary ones;
+// Dv = 128), whose scale YaRN multiplies by mscale^2.
 struct AttentionShape {
   int64_t batch;           // B
   int64_t seq;             // T
@@ -22,8 +24,14 @@ struct AttentionShape {
   int64_t kv_heads;        // Hkv
   int64_t head_dim;        // D, of queries and keys
   int64_t v_head_dim = 0;  // Dv, of values and outputs; 0: the same as D
+  double softmax_scale = 0;  // 0: 1 / sqrt(D)
 
   int64_t value_dim() const { return v_head_dim == 0 ? head_dim : v_head_dim; }
+  // The scale the kernels multiply scores by, rounded to fp32 once.
+  float scale() const {
+    return static_cast<float>(softmax_scale != 0 ? softmax_scale
+                                                 : 1.0 / std::sqrt(static_cast<double>(head_dim)));
+  }
 };
 
 // Hyperparameters are double because torch's are Python floats: the scalar

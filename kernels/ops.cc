@@ -10,6 +10,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/mla_key_value.h"
 #include "kernels/cpu/moe_dispatch.h"
 #include "kernels/cpu/normal_init.h"
 #include "kernels/cpu/reduce.h"
@@ -348,6 +349,72 @@ void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
   HostF32 f32;
   cpu::MergeQkvRopeBackward(f32.In(dq), f32.In(dk), f32.In(dv), dq.dim(0), dq.dim(1), dq.dim(2),
                             dk.dim(2), dq.dim(3), table, f32.Out(dqkv));
+}
+
+void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved) {
+  TETRA_CHECK(x.rank() == 4 && x.dim(3) >= 2 * table.half_dim && x.dim(1) <= table.seq)
+      << "decoupled_rope: x " << ShapeString(x.shape()) << " vs table (" << table.seq << ", "
+      << table.half_dim << ")";
+  TETRA_ON_DEVICE(x, DecoupledRope(x, table, interleaved, /*backward=*/false));
+  ExpectHost(x);
+  HostF32 f32;
+  cpu::DecoupledRopeForward(f32.Out(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), table,
+                            interleaved);
+}
+
+void DecoupledRopeBackward(const Tensor& dx, const RopeTable& table, bool interleaved) {
+  TETRA_CHECK(dx.rank() == 4 && dx.dim(3) >= 2 * table.half_dim && dx.dim(1) <= table.seq)
+      << "decoupled_rope_backward: dx " << ShapeString(dx.shape()) << " vs table (" << table.seq
+      << ", " << table.half_dim << ")";
+  TETRA_ON_DEVICE(dx, DecoupledRope(dx, table, interleaved, /*backward=*/true));
+  ExpectHost(dx);
+  HostF32 f32;
+  cpu::DecoupledRopeBackward(f32.Out(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table,
+                             interleaved);
+}
+
+namespace {
+
+// The sizes of MLA's keys and values, checked against each other: kv (rows,
+// H (Dn + Dv)), k_pe (rows, R), key (B, T, H, Dn + R), value (B, T, H, Dv),
+// one dtype.
+cpu::MlaKeyValueDims MlaKeyValueShape(const char* op, const Tensor& kv, const Tensor& k_pe,
+                                      const Tensor& key, const Tensor& value) {
+  const bool ranks = key.rank() == 4 && value.rank() == 4 && key.dim(2) == value.dim(2);
+  const int64_t heads = ranks ? key.dim(2) : 1, rows = ranks ? key.dim(0) * key.dim(1) : 0;
+  const int64_t v_dim = ranks ? value.dim(3) : 0;
+  const int64_t nope = ranks ? kv.dim(-1) / heads - v_dim : -1;
+  const int64_t rope = ranks ? key.dim(3) - nope : -1;
+  TETRA_CHECK(ranks && nope >= 0 && rope >= 0 && value.numel() == rows * heads * v_dim &&
+              kv.numel() == rows * heads * (nope + v_dim) && kv.dim(-1) % heads == 0 &&
+              k_pe.numel() == rows * rope && kv.dtype() == key.dtype() &&
+              k_pe.dtype() == key.dtype() && value.dtype() == key.dtype())
+      << op << ": kv " << DTypeName(kv.dtype()) << ShapeString(kv.shape()) << ", k_pe "
+      << DTypeName(k_pe.dtype()) << ShapeString(k_pe.shape()) << ", key "
+      << DTypeName(key.dtype()) << ShapeString(key.shape()) << ", value "
+      << DTypeName(value.dtype()) << ShapeString(value.shape());
+  return {.rows = rows, .heads = heads, .nope = nope, .rope = rope, .value = v_dim};
+}
+
+}  // namespace
+
+void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key,
+                      const Tensor& value) {
+  const cpu::MlaKeyValueDims d = MlaKeyValueShape("mla_split_key_value", kv, k_pe, key, value);
+  TETRA_ON_DEVICE(key, MlaSplitKeyValue(kv, k_pe, d.nope, key, value));
+  ExpectHost(kv, k_pe, key, value);
+  HostF32 f32;
+  cpu::MlaSplitKeyValue(f32.In(kv), f32.In(k_pe), d, f32.Out(key), f32.Out(value));
+}
+
+void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Tensor& dkv,
+                              const Tensor& dk_pe) {
+  const cpu::MlaKeyValueDims d =
+      MlaKeyValueShape("mla_merge_key_value_backward", dkv, dk_pe, dkey, dvalue);
+  TETRA_ON_DEVICE(dkey, MlaMergeKeyValueBackward(dkey, dvalue, d.nope, dkv, dk_pe));
+  ExpectHost(dkey, dvalue, dkv, dk_pe);
+  HostF32 f32;
+  cpu::MlaMergeKeyValueBackward(f32.In(dkey), f32.In(dvalue), d, f32.Out(dkv), f32.Out(dk_pe));
 }
 
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,

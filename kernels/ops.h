@@ -66,6 +66,23 @@ void SplitQkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, co
 // written; dq, dk, dv unchanged.
 void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
                           const RopeTable& table, const Tensor& dqkv);
+// Multi-head latent attention's decoupled RoPE (DeepSeek-V3), in place on x
+// (B, T, H, D): only the last R = 2 table.half_dim dims of each head rotate,
+// as Rope rotates a whole head. `interleaved` (Hugging Face's
+// rope_interleave): those dims hold pairs (x[2i], x[2i+1]), moved to (i,
+// i + R/2) before the rotation, so the result is in the rotate-half layout.
+void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved);
+// The transpose, in place on dx.
+void DecoupledRopeBackward(const Tensor& dx, const RopeTable& table, bool interleaved);
+// MLA's per-head keys and values, one dtype: kv (B*T, H (Dn + Dv)), each
+// head's [k_nope | v] as kv_b_proj writes them, and the shared rotary key
+// k_pe (B*T, R) -> key (B, T, H, Dn + R) = [k_nope | k_pe], value (B, T, H, Dv).
+void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key,
+                      const Tensor& value);
+// Its adjoint: dkv = [dkey's first Dn | dvalue] per head and dk_pe = the sum
+// over heads of dkey's last R dims, both written.
+void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Tensor& dkv,
+                              const Tensor& dk_pe);
 
 // Causal grouped-query attention: q (B,T,Hq,D), k/v (B,T,Hkv,D) -> out (B,T,Hq,D), lse (B,Hq,T).
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -9,8 +9,6 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
     : q_heads_(LocalQueryHeads(c, parallelism.tp_size())),
       kv_heads_(LocalKeyValueHeads(c, parallelism.tp_size())),
       head_dim_(HeadDim(c)),
-      rope_theta_(c.rope_theta()),
-      rope_scaling_(RotaryScaling(c)),
       q_proj_(store.Add(prefix + ".q_proj.weight",
                         {c.num_attention_heads() * head_dim_, c.hidden_size()}, Init::kNormal,
                         c.initializer_range(), parallelism.Column())),
@@ -24,27 +22,13 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
                         {c.hidden_size(), c.num_attention_heads() * head_dim_}, Init::kNormal,
                         OutputProjectionStd(c), parallelism.Row())),
       store_(store),
-      region_(*parallelism.tp, parallelism.sequence_parallel) {
+      region_(*parallelism.tp, parallelism.sequence_parallel),
+      rope_(head_dim_, c.rope_theta(), RotaryScaling(c)) {
   // A key-value head shared by several ranks gets a part of its gradient
   // from each rank's query heads.
   if (parallelism.kv_replicas->size() > 1) {
     k_proj_.grad_partial_over = v_proj_.grad_partial_over = parallelism.kv_replicas;
   }
-}
-
-const RopeTable& AttentionLayer::RopeTableFor(int64_t seq) {
-  if (rope_.seq != seq) {
-    rope_ = MakeRopeTable(seq, head_dim_, rope_theta_, rope_scaling_);
-    // The kernels read the table where they run.
-    const DeviceType device = CurrentPlacement().device;
-    for (Tensor* t : {&rope_.cos, &rope_.sin}) {
-      if (device == DeviceType::kCPU) continue;
-      Tensor on_device = Tensor::Empty(t->shape(), DType::kF32, device);
-      on_device.CopyFrom(*t);
-      *t = on_device;
-    }
-  }
-  return rope_;
 }
 
 std::optional<StackedParameters> AttentionLayer::StackedQkv() const {
@@ -53,7 +37,7 @@ std::optional<StackedParameters> AttentionLayer::StackedQkv() const {
 
 Tensor AttentionLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t seq) {
   Activations& a = slots_.ForForward(slot, region_);
-  const RopeTable& rope = RopeTableFor(seq);
+  const RopeTable& rope = rope_.For(seq);
   a.x = a.entry.Enter(x);
   TETRA_CHECK(a.x.numel() / a.x.dim(-1) == batch * seq)
       << "attention input has " << a.x.numel() / a.x.dim(-1) << " rows, not " << batch << " x "
@@ -83,7 +67,7 @@ Tensor AttentionLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t
 Tensor AttentionLayer::Backward(int slot, const Tensor& dy) {
   const Activations& a = slots_.ForBackward(slot);
   const int64_t batch = a.q.dim(0), seq = a.q.dim(1);
-  const RopeTable& rope = RopeTableFor(seq);
+  const RopeTable& rope = rope_.For(seq);
   EnsureShape(&dattn_, a.attn.shape());
   EnsureShape(&dq_, a.q.shape());
   EnsureShape(&dk_, a.k.shape());

@@ -23,6 +23,7 @@
 #include "model/activation_slots.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
+#include "model/rotary_table.h"
 #include "parallel/tensor_parallel.h"
 #include "proto/config.pb.h"
 
@@ -50,19 +51,15 @@ class AttentionLayer {
     TensorParallelRegion entry;    // Enter's, one per slot (activation_slots.h)
     Tensor x, q, k, v, attn, lse;  // x (B*T, C); q, attn (B, T, H/tp, D); lse (B, H/tp, T)
   };
-  // The table for `seq` positions, made when the length changes.
-  const RopeTable& RopeTableFor(int64_t seq);
   // q, k, v's weights as one ((Hq + 2 Hkv) D, C) matrix when their slots
   // lie back to back (ParameterStore::Stacked); nullopt otherwise.
   std::optional<StackedParameters> StackedQkv() const;
 
   int64_t q_heads_, kv_heads_, head_dim_;  // this rank's heads
-  double rope_theta_;
-  RopeScaling rope_scaling_;
   Parameter &q_proj_, &k_proj_, &v_proj_, &o_proj_;
   const ParameterStore& store_;  // StackedQkv's views
   TensorParallelRegion region_;  // Exit and the backward passes
-  RopeTable rope_;
+  RotaryTable rope_;
   ActivationSlots<Activations> slots_;
   Tensor y_;                                        // forward scratch
   Tensor dattn_, dq_, dk_, dv_, dx_;  // backward scratch

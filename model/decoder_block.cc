@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kernels/ops.h"
+#include "model/model_dims.h"
 
 namespace tetra {
 namespace {
@@ -17,7 +18,12 @@ DecoderBlock::DecoderBlock(ParameterStore& store, int layer, const ModelConfig& 
                            const LayerParallelism& parallelism)
     : input_norm_(store, LayerPrefix(layer) + ".input_layernorm.weight", c.hidden_size(),
                   c.rms_norm_eps(), parallelism),
-      attention_(store, LayerPrefix(layer) + ".self_attn", c, parallelism),
+      attention_(UsesMla(c) ? nullptr
+                            : std::make_unique<AttentionLayer>(
+                                  store, LayerPrefix(layer) + ".self_attn", c, parallelism)),
+      mla_(UsesMla(c) ? std::make_unique<MlaAttentionLayer>(
+                            store, LayerPrefix(layer) + ".self_attn", c, parallelism)
+                      : nullptr),
       post_attention_norm_(store, LayerPrefix(layer) + ".post_attention_layernorm.weight",
                            c.hidden_size(), c.rms_norm_eps(), parallelism) {
   if (IsMoeLayer(c, layer)) {
@@ -27,6 +33,14 @@ DecoderBlock::DecoderBlock(ParameterStore& store, int layer, const ModelConfig& 
   }
 }
 
+Tensor DecoderBlock::AttentionForward(int slot, const Tensor& x, int64_t batch, int64_t seq) {
+  return mla_ ? mla_->Forward(slot, x, batch, seq) : attention_->Forward(slot, x, batch, seq);
+}
+
+Tensor DecoderBlock::AttentionBackward(int slot, const Tensor& dy) {
+  return mla_ ? mla_->Backward(slot, dy) : attention_->Backward(slot, dy);
+}
+
 const Tensor& DecoderBlock::Forward(int slot, const Tensor& x, int64_t batch, int64_t seq,
                                     float grad_scale) {
   Activations& a = slots_.ForForward(slot);
@@ -34,7 +48,7 @@ const Tensor& DecoderBlock::Forward(int slot, const Tensor& x, int64_t batch, in
   EnsureShape(&a.out, x.shape());
   // r = x + attn(norm1(x)) written as norm2 reads it: one pass for both.
   const Tensor& h = post_attention_norm_.ForwardSum(
-      slot, x, attention_.Forward(slot, input_norm_.Forward(slot, x), batch, seq), a.residual);
+      slot, x, AttentionForward(slot, input_norm_.Forward(slot, x), batch, seq), a.residual);
   // out = r + mlp(h), written once.
   ops::Add(a.residual,
            moe_ ? moe_->Forward(slot, h, batch, seq, grad_scale) : mlp_->Forward(slot, h), a.out);
@@ -46,12 +60,13 @@ const Tensor& DecoderBlock::Backward(int slot, const Tensor& dout) {
   const Tensor& dresidual = post_attention_norm_.Backward(
       slot, moe_ ? moe_->Backward(slot, dout) : mlp_->Backward(slot, dout), /*dx_add=*/dout);
   // d x = d r + norm1'(attn'(d r))
-  return input_norm_.Backward(slot, attention_.Backward(slot, dresidual), /*dx_add=*/dresidual);
+  return input_norm_.Backward(slot, AttentionBackward(slot, dresidual), /*dx_add=*/dresidual);
 }
 
 void DecoderBlock::ReleaseSlots() {
   input_norm_.ReleaseSlots();
-  attention_.ReleaseSlots();
+  if (attention_) attention_->ReleaseSlots();
+  if (mla_) mla_->ReleaseSlots();
   post_attention_norm_.ReleaseSlots();
   if (mlp_) mlp_->ReleaseSlots();
   if (moe_) moe_->ReleaseSlots();

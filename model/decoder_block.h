@@ -1,7 +1,8 @@
 // One Llama decoder block (pre-norm):
 //   r = x + attn(input_layernorm(x));  out = r + mlp(post_attention_layernorm(r))
-// where mlp is the dense SwiGLU MLP, or with model.moe the mixture-of-experts
-// MLP from layer first_k_dense_replace on (DeepSeek-V3).
+// where attn is Llama's attention, or with model.kv_lora_rank multi-head
+// latent attention, and mlp the dense SwiGLU MLP, or with model.moe the
+// mixture-of-experts MLP from layer first_k_dense_replace on (DeepSeek-V3).
 // Activations between the attention and the MLP are in the residual layout:
 // all B*T token rows on every tensor-parallel rank, or under sequence
 // parallelism this rank's B*T/tp (model_parallelism.h).
@@ -10,6 +11,7 @@
 
 #include "model/activation_slots.h"
 #include "model/attention_layer.h"
+#include "model/mla_attention_layer.h"
 #include "model/mlp_layer.h"
 #include "model/model_parallelism.h"
 #include "model/moe_mlp_layer.h"
@@ -39,8 +41,13 @@ class DecoderBlock {
     Tensor residual, out;  // r and out
   };
 
+  // The attention's forward and backward, whichever layer it is.
+  Tensor AttentionForward(int slot, const Tensor& x, int64_t batch, int64_t seq);
+  Tensor AttentionBackward(int slot, const Tensor& dy);
+
   RmsNormLayer input_norm_;
-  AttentionLayer attention_;
+  std::unique_ptr<AttentionLayer> attention_;   // Llama attention
+  std::unique_ptr<MlaAttentionLayer> mla_;      // multi-head latent attention
   RmsNormLayer post_attention_norm_;
   std::unique_ptr<MlpLayer> mlp_;     // dense blocks
   std::unique_ptr<MoeMlpLayer> moe_;  // MoE blocks

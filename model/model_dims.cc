@@ -44,7 +44,8 @@ absl::Status ValidateTensorParallel(const ModelConfig& c, int tp, bool sequence_
   RETURN_IF_ERROR(
       CheckDivisible("model.num_attention_heads", c.num_attention_heads(), "query heads", tp));
   const int kv = KeyValueHeads(c);
-  if (kv % tp != 0 && tp % kv != 0) {
+  // MLA's keys and values are per query head, split with them.
+  if (!UsesMla(c) && kv % tp != 0 && tp % kv != 0) {
     return UserError(
         absl::StrCat("model.num_key_value_heads ", kv, " and parallel.tensor ", tp,
                      " do not divide one another: each tensor-parallel rank holds kv / tp "

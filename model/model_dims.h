@@ -37,6 +37,23 @@ inline RopeScaling RotaryScaling(const ModelConfig& c) {
   return scaling;
 }
 
+// Multi-head latent attention (DeepSeek-V3) instead of Llama's attention.
+inline bool UsesMla(const ModelConfig& c) { return c.kv_lora_rank() > 0; }
+// MLA's query and key head dim: dims without position, then rotary ones.
+inline int QkHeadDim(const ModelConfig& c) { return c.qk_nope_head_dim() + c.qk_rope_head_dim(); }
+
+// MLA's softmax scale (Hugging Face DeepseekV3Attention.scaling): 1 /
+// sqrt(qk_nope_head_dim + qk_rope_head_dim), times YaRN's mscale^2 where
+// rope_scaling asks for it.
+inline double MlaSoftmaxScale(const ModelConfig& c) {
+  return YarnSoftmaxScaleMultiplier(RotaryScaling(c)) /
+         std::sqrt(static_cast<double>(QkHeadDim(c)));
+}
+
+// MLA's q_a_layernorm and kv_a_layernorm epsilon: Hugging Face's
+// DeepseekV3RMSNorm default and DeepSeek-V3's own, whatever rms_norm_eps is.
+constexpr float kMlaLatentNormEps = 1e-6f;
+
 // Init std of the projections that write into the residual stream (o_proj,
 // down_proj): scaled by 1/sqrt(2 x layers) as in GPT-2 and Megatron-LM.
 inline double OutputProjectionStd(const ModelConfig& c) {

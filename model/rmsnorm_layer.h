@@ -32,6 +32,7 @@ class RmsNormLayer {
   void ReleaseSlots() { slots_.Clear(); }
 
   const Parameter& weight() const { return weight_; }
+  Parameter& weight() { return weight_; }
 
  private:
   struct Activations {

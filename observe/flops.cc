@@ -5,16 +5,39 @@
 #include "model/model_dims.h"
 
 namespace tetra {
+namespace {
+
+// One layer's attention weights: Llama's q, k, v and o projections, or MLA's
+// projections and latent norms.
+double AttentionParameters(const ModelConfig& m) {
+  const double c = m.hidden_size(), heads = m.num_attention_heads();
+  if (!UsesMla(m)) {
+    const double q = heads * HeadDim(m), kv = double{1.0} * KeyValueHeads(m) * HeadDim(m);
+    return 2 * c * q + 2 * c * kv;
+  }
+  const double q_rank = m.q_lora_rank(), kv_rank = m.kv_lora_rank(), qk = heads * QkHeadDim(m);
+  const double query = q_rank > 0 ? c * q_rank + q_rank + q_rank * qk : c * qk;
+  return query + c * (kv_rank + m.qk_rope_head_dim()) + kv_rank +
+         kv_rank * heads * (m.qk_nope_head_dim() + m.v_head_dim()) + heads * m.v_head_dim() * c;
+}
+
+// Per token and key position, the head dims causal attention multiplies
+// through, averaged over scores (query/key dims) and values (value dims).
+double AttentionWidth(const ModelConfig& m) {
+  const double heads = m.num_attention_heads();
+  return UsesMla(m) ? heads * (QkHeadDim(m) + m.v_head_dim()) / 2 : heads * HeadDim(m);
+}
+
+}  // namespace
 
 ParameterCounts CountParameters(const ModelConfig& m) {
   ParameterCounts p;
-  const double c = m.hidden_size(), q = double{1.0} * m.num_attention_heads() * HeadDim(m),
-               kv = double{1.0} * KeyValueHeads(m) * HeadDim(m);
+  const double c = m.hidden_size();
   p.layers = m.num_hidden_layers();
   const MoeConfig& moe = m.moe();
   // Sizes ValidateConfig bounds; MoE layers follow the first first_k_dense_replace.
   p.moe_layers = moe.n_routed_experts() > 0 ? std::max(0, p.layers - moe.first_k_dense_replace()) : 0;
-  p.attention = 2 * c * q + 2 * c * kv;
+  p.attention = AttentionParameters(m);
   p.norms = 2 * c;
   p.dense_mlp = 3 * c * m.intermediate_size();
   if (p.moe_layers > 0) {
@@ -36,8 +59,7 @@ int64_t ActiveParameters(const ModelConfig& m) {
 }
 
 double TrainingFlopsPerToken(const ModelConfig& m, int64_t seq_length) {
-  return 6.0 * ActiveParameters(m) + 6.0 * m.num_hidden_layers() * seq_length *
-                                         (double{1.0} * m.num_attention_heads() * HeadDim(m));
+  return 6.0 * ActiveParameters(m) + 6.0 * m.num_hidden_layers() * seq_length * AttentionWidth(m);
 }
 
 }  // namespace tetra

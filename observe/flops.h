@@ -3,7 +3,9 @@
 // parameter a token passes through except the input embedding, LM head
 // included (the second term is causal attention's scores and values, forward
 // and backward). An MoE layer counts its router, shared experts and the
-// num_experts_per_tok routed experts each token passes through.
+// num_experts_per_tok routed experts each token passes through. Under
+// multi-head latent attention head_dim is the mean of the query/key head dim
+// (qk_nope + qk_rope, the scores') and v_head_dim (the values').
 //
 // The parameter counts behind it are the one count of a model's pieces: the
 // layout planner (plan/) sizes memory and time from the same numbers.
@@ -20,7 +22,7 @@ namespace tetra {
 // planner divides them).
 struct ParameterCounts {
   int layers = 0, moe_layers = 0;  // the first layers - moe_layers are dense
-  double attention = 0;            // per layer: q, k, v, o projections
+  double attention = 0;            // per layer: q, k, v, o projections (MLA: its projections and latent norms)
   double norms = 0;                // per layer: the two RMSNorm weights
   double dense_mlp = 0;            // per dense layer: gate, up, down
   double router = 0;               // per MoE layer: the gate over the routed experts

@@ -165,6 +165,34 @@ absl::Status ValidateRopeScaling(const ModelConfig& m) {
   return absl::OkStatus();
 }
 
+// Multi-head latent attention's sizes (DeepSeek-V3's names), or none of
+// them when kv_lora_rank is 0.
+absl::Status ValidateMla(const ModelConfig& m) {
+  if (m.kv_lora_rank() < 0) {
+    return Invalid(absl::StrCat("model.kv_lora_rank is ", m.kv_lora_rank(), " but cannot be negative"),
+                   "set it > 0 (DeepSeek-V3: 512) for multi-head latent attention, or 0 for Llama attention");
+  }
+  if (!UsesMla(m)) {
+    if (m.q_lora_rank() != 0 || m.qk_nope_head_dim() != 0 || m.qk_rope_head_dim() != 0 ||
+        m.v_head_dim() != 0) {
+      return Invalid("model.q_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim are set, but "
+                     "model.kv_lora_rank is 0, which turns multi-head latent attention off",
+                     "set model.kv_lora_rank (DeepSeek-V3: 512), or remove the other MLA fields");
+    }
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(CheckNumber("model.q_lora_rank", m.q_lora_rank(), true, "1536 (0: a plain q_proj)"));
+  RETURN_IF_ERROR(CheckNumber("model.qk_nope_head_dim", m.qk_nope_head_dim(), false, "128"));
+  RETURN_IF_ERROR(CheckNumber("model.qk_rope_head_dim", m.qk_rope_head_dim(), false, "64"));
+  RETURN_IF_ERROR(CheckNumber("model.v_head_dim", m.v_head_dim(), false, "128"));
+  if (m.qk_rope_head_dim() % 2 != 0) {
+    return Invalid(absl::StrCat("model.qk_rope_head_dim ", m.qk_rope_head_dim(),
+                                " is odd, but rotary embeddings rotate pairs of dims"),
+                   "use an even number, e.g. 64");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateModel(const ModelConfig& m) {
   RETURN_IF_ERROR(CheckNumber("model.vocab_size", m.vocab_size(), false, "32000"));
   RETURN_IF_ERROR(CheckNumber("model.hidden_size", m.hidden_size(), false, "512"));
@@ -176,20 +204,22 @@ absl::Status ValidateModel(const ModelConfig& m) {
   RETURN_IF_ERROR(CheckNumber("model.initializer_range", m.initializer_range(), false, "0.02"));
   RETURN_IF_ERROR(CheckNumber("model.make_vocab_size_divisible_by", m.make_vocab_size_divisible_by(), false,
                               "128 (1: no padding beyond a multiple of parallel.tensor)"));
-  if (m.hidden_size() % m.num_attention_heads() != 0) {
+  RETURN_IF_ERROR(ValidateMla(m));
+  // Llama attention's head dim and key-value heads (MLA has its own).
+  if (!UsesMla(m) && m.hidden_size() % m.num_attention_heads() != 0) {
     return Invalid(absl::StrCat("model.hidden_size ", m.hidden_size(),
                                 " is not divisible by model.num_attention_heads ",
                                 m.num_attention_heads()),
                    "choose hidden_size = num_attention_heads x head_dim");
   }
   int head_dim = m.hidden_size() / m.num_attention_heads();
-  if (head_dim % 2 != 0) {
+  if (!UsesMla(m) && head_dim % 2 != 0) {
     return Invalid(absl::StrCat("head_dim ", head_dim, " (hidden_size ", m.hidden_size(), " / ",
                                 m.num_attention_heads(), " heads) is odd, but rotary embeddings pair dims"),
                    "choose hidden_size and num_attention_heads so that head_dim is even");
   }
   int kv = KeyValueHeads(m);
-  if (kv < 0 || kv > m.num_attention_heads() || m.num_attention_heads() % kv != 0) {
+  if (!UsesMla(m) && (kv < 0 || kv > m.num_attention_heads() || m.num_attention_heads() % kv != 0)) {
     return Invalid(absl::StrCat("model.num_key_value_heads ", m.num_key_value_heads(),
                                 " must divide model.num_attention_heads ", m.num_attention_heads()),
                    "use a divisor of num_attention_heads, or 0 for one KV head per attention head");

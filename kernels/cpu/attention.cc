@@ -135,7 +135,7 @@ struct Layout {
         out_row(s.q_heads * value_dim),
         group(s.q_heads / s.kv_heads),
         tiles((s.seq + kTileRows - 1) / kTileRows),
-        scale(static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)))) {}
+        scale(s.scale()) {}
   int64_t QOffset(int64_t b, int64_t t, int64_t h) const { return Row(b, t) * q_row + h * dim; }
   int64_t KOffset(int64_t b, int64_t t, int64_t g) const { return Row(b, t) * k_row + g * dim; }
   int64_t VOffset(int64_t b, int64_t t, int64_t g) const {
@@ -158,7 +158,7 @@ struct Layout {
   const int64_t out_row;  // out, dout
   const int64_t group;    // query heads per kv head
   const int64_t tiles;    // query tiles per sequence
-  const float scale;      // 1 / sqrt(D)
+  const float scale;      // AttentionShape::scale()
 };
 
 // One thread's scratch, (2 T + D + Dv + 2) * kTileRows floats, left

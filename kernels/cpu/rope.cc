@@ -1,6 +1,7 @@
 #include "kernels/cpu/rope.h"
 
 #include <cstring>
+#include <vector>
 
 #include "absl/base/attributes.h"
 #include "core/logging.h"
@@ -9,9 +10,10 @@
 namespace tetra::cpu {
 namespace {
 
-void CheckTable(int64_t seq, int64_t head_dim, const RopeTable& table) {
-  TETRA_CHECK(head_dim == 2 * table.half_dim)
-      << "head_dim " << head_dim << " vs table half_dim " << table.half_dim;
+// The table for `seq` positions rotating `rotary_dim` dims.
+void CheckTable(int64_t seq, int64_t rotary_dim, const RopeTable& table) {
+  TETRA_CHECK(rotary_dim == 2 * table.half_dim)
+      << "rotary dims " << rotary_dim << " vs table half_dim " << table.half_dim;
   TETRA_CHECK(seq <= table.seq) << "seq " << seq << " > table seq " << table.seq;
   TETRA_CHECK(table.cos.device() == DeviceType::kCPU && table.sin.device() == DeviceType::kCPU)
       << "RoPE table is not on the host";
@@ -96,7 +98,54 @@ QkvPieces<T> Separate(T* q, T* k, T* v, int64_t q_heads, int64_t kv_heads, int64
   return {{q, k, v}, {q_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim}};
 }
 
+// Each head's last 2 half_dim dims rotated (sin_sign as RotateHeads), the
+// interleaved pairs moved to rotate-half places before a forward rotation and
+// back after a backward one.
+void RotateTails(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                 const RopeTable& table, bool interleaved, float sin_sign) {
+  TETRA_CHECK(head_dim >= 2 * table.half_dim)
+      << "head_dim " << head_dim << " has fewer than the table's " << 2 * table.half_dim
+      << " rotary dims";
+  CheckTable(seq, 2 * table.half_dim, table);
+  const int64_t half = table.half_dim, rows = batch * seq;
+#pragma omp parallel for schedule(static) if (rows * heads * 2 * half >= kMinParallelWork)
+  for (int64_t bt = 0; bt < rows; ++bt) {
+    const int64_t pos = bt % seq;
+    const float* cos = table.cos.f32() + pos * half;
+    const float* sin = table.sin.f32() + pos * half;
+    std::vector<float> pairs(2 * half);  // the rotate-half layout of interleaved pairs
+    for (int64_t h = 0; h < heads; ++h) {
+      float* tail = x + (bt * heads + h) * head_dim + head_dim - 2 * half;
+      if (!interleaved) {
+        RotateHeads(tail, tail, 1, half, cos, sin, sin_sign);
+      } else if (sin_sign > 0) {
+        for (int64_t i = 0; i < half; ++i) {
+          pairs[i] = tail[2 * i];
+          pairs[half + i] = tail[2 * i + 1];
+        }
+        RotateHeads(pairs.data(), tail, 1, half, cos, sin, sin_sign);
+      } else {
+        RotateHeads(tail, pairs.data(), 1, half, cos, sin, sin_sign);
+        for (int64_t i = 0; i < half; ++i) {
+          tail[2 * i] = pairs[i];
+          tail[2 * i + 1] = pairs[half + i];
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void DecoupledRopeForward(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                          const RopeTable& table, bool interleaved) {
+  RotateTails(x, batch, seq, heads, head_dim, table, interleaved, 1.0f);
+}
+
+void DecoupledRopeBackward(float* dx, int64_t batch, int64_t seq, int64_t heads,
+                           int64_t head_dim, const RopeTable& table, bool interleaved) {
+  RotateTails(dx, batch, seq, heads, head_dim, table, interleaved, -1.0f);
+}
 
 void RopeForward(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                  const RopeTable& table) {

@@ -37,6 +37,19 @@ void MergeQkvRopeBackward(const float* dq, const float* dk, const float* dv, int
                           int64_t seq, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                           const RopeTable& table, float* dqkv);
 
+// MLA's decoupled RoPE, in place on x (batch, seq, heads, head_dim): only the
+// last R = 2 half_dim dims of each head rotate, as RopeForward rotates a
+// whole head. With `interleaved` (Hugging Face's rope_interleave) those dims
+// hold pairs (x[2i], x[2i+1]), which first move to (i, i + R/2), so the
+// result is in the rotate-half layout: out[i] = x[2i] cos - x[2i+1] sin,
+// out[i + R/2] = x[2i+1] cos + x[2i] sin.
+void DecoupledRopeForward(float* x, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                          const RopeTable& table, bool interleaved);
+// Its transpose, in place on dx: rotated back, then (interleaved) the pairs
+// moved back to their places.
+void DecoupledRopeBackward(float* dx, int64_t batch, int64_t seq, int64_t heads,
+                           int64_t head_dim, const RopeTable& table, bool interleaved);
+
 }  // namespace tetra::cpu
 
 #endif  // TETRA_KERNELS_CPU_ROPE_H_

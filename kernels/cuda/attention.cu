@@ -332,8 +332,7 @@ Dims CheckedDims(const AttentionShape& s, const char* op, const Tensor& q, const
               v.dtype() == q.dtype())
       << op << ": q " << ShapeString(q.shape()) << " k " << ShapeString(k.shape()) << " v "
       << ShapeString(v.shape());
-  return Dims{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, dv,
-              static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))};
+  return Dims{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, dv, s.scale()};
 }
 
 // Launches `kernel` with `smem_bytes` of dynamic shared memory, raising the

@@ -46,6 +46,15 @@ void Rope(const Tensor& x, const RopeTable& table, bool backward);
 // rotated; backward: dq, dk rotated back and dv into dqkv. One dtype.
 void QkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
              const Tensor& v, bool backward);
+// In place on x (B, T, H, D): each head's last 2 half_dim dims (the op API
+// checked the shapes); interleaved pairs as ops::DecoupledRope.
+void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved, bool backward);
+// ops::MlaSplitKeyValue and its adjoint (shapes checked by the op API), one
+// dtype; `nope` key dims without position per head.
+void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, int64_t nope, const Tensor& key,
+                      const Tensor& value);
+void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, int64_t nope,
+                              const Tensor& dkv, const Tensor& dk_pe);
 
 // Our own attention kernel: q, k, v, out, dout, dq, dk, dv share a dtype;
 // lse fp32 (B, Hq, T). The op API runs cuDNN's fused attention first where

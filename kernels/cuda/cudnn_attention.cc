@@ -8,7 +8,6 @@
 
 #include <dlfcn.h>
 
-#include <cmath>
 #include <compare>
 #include <cstdint>
 #include <cstdlib>
@@ -43,6 +42,7 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
 struct GraphKey {
   int64_t batch, seq, q_heads, kv_heads, qk_dim, v_dim;
+  float scale;  // AttentionShape::scale()
   bool backward;
   auto operator<=>(const GraphKey&) const = default;
 };
@@ -125,7 +125,6 @@ std::shared_ptr<fe::graph::Graph> Describe(const GraphKey& k) {
   graph->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(k.qk_dim)));
   const TensorAttr q = graph->tensor(Bthd("q", kQ, k.batch, k.seq, k.q_heads, k.qk_dim));
   const TensorAttr key = graph->tensor(Bthd("k", kK, k.batch, k.seq, k.kv_heads, k.qk_dim));
   const TensorAttr v = graph->tensor(Bthd("v", kV, k.batch, k.seq, k.kv_heads, k.v_dim));
@@ -135,7 +134,7 @@ std::shared_ptr<fe::graph::Graph> Describe(const GraphKey& k) {
                        .set_name("attention")
                        .set_generate_stats(true)
                        .set_causal_mask(true)
-                       .set_attn_scale(scale);
+                       .set_attn_scale(k.scale);
     auto [out, stats] = graph->sdpa(q, key, v, options);
     MarkOutput(out, out_like);
     const auto stats_like = Stats(k);
@@ -152,7 +151,7 @@ std::shared_ptr<fe::graph::Graph> Describe(const GraphKey& k) {
   auto options = fe::graph::SDPA_backward_attributes()
                      .set_name("attention_backward")
                      .set_causal_mask(true)
-                     .set_attn_scale(scale)
+                     .set_attn_scale(k.scale)
                      .set_deterministic_algorithm(true);
   auto [dq, dk, dv] = graph->sdpa_backward(q, key, v, out, dout, stats, options);
   MarkOutput(dq, Bthd("dq", kDQ, k.batch, k.seq, k.q_heads, k.qk_dim));
@@ -220,6 +219,7 @@ const CachedGraph* Usable(const AttentionShape& s, bool backward, const Tensor& 
                                     .kv_heads = s.kv_heads,
                                     .qk_dim = s.head_dim,
                                     .v_dim = v_dim,
+                                    .scale = s.scale(),
                                     .backward = backward});
   return graph.graph == nullptr ? nullptr : &graph;
 }

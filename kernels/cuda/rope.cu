@@ -89,6 +89,36 @@ __global__ void QkvRopeKernel(T* packed, T* q, T* k, T* v, int64_t rows, int64_t
   }
 }
 
+// MLA's decoupled RoPE: one block per (row, head) at a time, one thread per
+// pair of the head's last 2 half dims. Interleaved pairs change places in
+// the rotation, so each thread reads its pair, the block waits, then writes.
+template <typename T>
+__global__ void DecoupledRopeKernel(T* x, int64_t row_heads, int64_t seq, int64_t heads,
+                                    int64_t head_dim, int64_t half, const float* cos_table,
+                                    const float* sin_table, bool interleaved, float sin_sign) {
+  const int64_t i = threadIdx.x;
+  // Interleaved: the forward reads pair (2i, 2i+1) and writes (i, i + half);
+  // the backward the reverse.
+  const bool read_side_by_side = interleaved && sin_sign > 0;
+  const bool write_side_by_side = interleaved && sin_sign < 0;
+  for (int64_t rh = blockIdx.x; rh < row_heads; rh += gridDim.x) {
+    T* tail = x + rh * head_dim + head_dim - 2 * half;
+    float a = 0, b = 0;
+    if (i < half) {
+      a = ToFloat(tail[read_side_by_side ? 2 * i : i]);
+      b = ToFloat(tail[read_side_by_side ? 2 * i + 1 : i + half]);
+    }
+    __syncthreads();
+    if (i < half) {
+      const int64_t at = (rh / heads) % seq * half + i;
+      const float c = cos_table[at], s = sin_sign * sin_table[at];
+      tail[write_side_by_side ? 2 * i : i] = FromFloat<T>(a * c - b * s);
+      tail[write_side_by_side ? 2 * i + 1 : i + half] = FromFloat<T>(b * c + a * s);
+    }
+    __syncthreads();  // this row's writes land before the block reads the next
+  }
+}
+
 void ExpectTable(const RopeTable& table, const char* op) {
   ExpectDevice(table.cos, op, "the cos table");
   ExpectDevice(table.sin, op, "the sin table");
@@ -159,6 +189,23 @@ void QkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const T
     } else {
       launch(QkvRopeKernel<1, T>, 1);
     }
+  });
+  TETRA_CUDA_CHECK_LAUNCH();
+}
+
+void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved, bool backward) {
+  ExpectDevice(x, "DecoupledRope", "x");
+  ExpectTable(table, "DecoupledRope");
+  TETRA_CHECK(table.half_dim <= 1024)
+      << "DecoupledRope: " << 2 * table.half_dim << " rotary dims, above the kernel's 2048";
+  const int64_t row_heads = x.dim(0) * x.dim(1) * x.dim(2);
+  if (row_heads == 0 || table.half_dim == 0) return;
+  const int threads = static_cast<int>(CeilDiv(table.half_dim, 32) * 32);
+  DispatchFloat(x.dtype(), "DecoupledRope", [&](auto tag) {
+    using T = decltype(tag);
+    DecoupledRopeKernel<T><<<GridFor(row_heads, 1), threads, 0, CurrentStream()>>>(
+        x.data<T>(), row_heads, x.dim(1), x.dim(2), x.dim(3), table.half_dim, table.cos.f32(),
+        table.sin.f32(), interleaved, backward ? -1.0f : 1.0f);
   });
   TETRA_CUDA_CHECK_LAUNCH();
 }

@@ -69,10 +69,11 @@ struct Result {
 // the causal mask, softmax, repeat_kv, and its analytic backward for
 // dout = probe (with the softmax backward written as p * (dp - sum(p * dp))).
 // Scores are scaled by 1 / sqrt(D), the query/key head dim, also where the
-// value head dim Dv differs.
+// value head dim Dv differs, or by softmax_scale where it is given.
 Result NaiveAttention(const AttentionShape& s, const Inputs& in) {
   const int64_t T = s.seq, D = s.head_dim, Dv = s.value_dim(), group = s.q_heads / s.kv_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const double scale =
+      s.softmax_scale != 0 ? s.softmax_scale : 1.0 / std::sqrt(static_cast<double>(D));
   auto qi = [&](int64_t b, int64_t t, int64_t h) { return ((b * T + t) * s.q_heads + h) * D; };
   auto ki = [&](int64_t b, int64_t t, int64_t g) { return ((b * T + t) * s.kv_heads + g) * D; };
   auto vi = [&](int64_t b, int64_t t, int64_t g) { return ((b * T + t) * s.kv_heads + g) * Dv; };
@@ -175,7 +176,9 @@ INSTANTIATE_TEST_SUITE_P(Tiny, AttentionTest,
                                            AttentionShape{2, 7, 4, 2, 8},
                                            AttentionShape{2, 9, 4, 1, 8},
                                            AttentionShape{2, 7, 4, 2, 12, 8},
-                                           AttentionShape{2, 6, 2, 1, 4, 12}),
+                                           AttentionShape{2, 6, 2, 1, 4, 12},
+                                           // MLA's heads with YaRN's larger scale
+                                           AttentionShape{2, 7, 2, 2, 12, 8, 0.45}),
                          [](const auto& info) {
                            std::ostringstream name;
                            name << info.param;

@@ -282,6 +282,49 @@ inline void AddQkvRopeCases(std::vector<OpCase>* cases) {
   }
 }
 
+// MLA's decoupled RoPE on the last 6 of each head's 10 dims (rotate-half
+// and interleaved pairs), and its key/value split and merge (Dn 4, R 6, Dv 5,
+// 3 heads): copies, and a sum over 3 heads.
+inline void AddMlaCases(std::vector<OpCase>* cases) {
+  constexpr Tolerance kFp32Tol{1e-6, 1e-6, "two products and a sum with the same table; FMA contraction"};
+  constexpr Tolerance kSumTol{1e-6, 1e-6, "a sum of 3 terms in fp32"};
+  constexpr int64_t kBatch = 2, kSeq = 11, kHeads = 3, kNope = 4, kRope = 6, kValue = 5;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Tolerance rotated_tol = dtype == DType::kF32 ? kFp32Tol : kBf16ElementwiseTol;
+    for (bool interleaved : {false, true}) {
+      for (bool backward : {false, true}) {
+        cases->push_back({CaseName(backward ? "decoupled_rope_backward" : "decoupled_rope", dtype,
+                                   absl::StrCat("2x11x3x10, 6 rotary dims", interleaved ? ", interleaved" : "")),
+                          [=](const Backend& b, Outputs* out) {
+                            RopeTable table = MakeRopeTable(16, kRope, 10000.0);
+                            table.cos = b.In(table.cos);
+                            table.sin = b.In(table.sin);
+                            const Tensor x = b.In(HostRandom({kBatch, kSeq, kHeads, kNope + kRope}, 1), dtype);
+                            backward ? ops::DecoupledRopeBackward(x, table, interleaved)
+                                     : ops::DecoupledRope(x, table, interleaved);
+                            out->Add("x", x, rotated_tol);
+                          }});
+      }
+    }
+    cases->push_back(
+        {CaseName("mla_split_key_value and mla_merge_key_value_backward", dtype, "B2 T11 H3 Dn4 R6 Dv5"),
+         [=](const Backend& b, Outputs* out) {
+           const Shape kv_shape = {kBatch * kSeq, kHeads * (kNope + kValue)}, pe_shape = {kBatch * kSeq, kRope};
+           const Shape key_shape = {kBatch, kSeq, kHeads, kNope + kRope}, value_shape = {kBatch, kSeq, kHeads, kValue};
+           const Tensor key = b.Out(key_shape, dtype), value = b.Out(value_shape, dtype);
+           ops::MlaSplitKeyValue(b.In(HostRandom(kv_shape, 1), dtype), b.In(HostRandom(pe_shape, 2), dtype), key,
+                                 value);
+           out->Add("key", key, kExact);
+           out->Add("value", value, kExact);
+           const Tensor dkv = b.Out(kv_shape, dtype), dk_pe = b.Out(pe_shape, dtype);
+           ops::MlaMergeKeyValueBackward(b.In(HostRandom(key_shape, 3), dtype), b.In(HostRandom(value_shape, 4), dtype),
+                                         dkv, dk_pe);
+           out->Add("dkv", dkv, kExact);
+           out->Add("dk_pe", dk_pe, dtype == DType::kF32 ? kSumTol : kBf16ElementwiseTol);
+         }});
+  }
+}
+
 // One attention case: forward and backward of `s` in `dtype`.
 inline OpCase AttentionCase(const AttentionShape& s, DType dtype) {
   // fp32: dot products of D <= 192 terms and softmax sums over the keys in
@@ -299,7 +342,8 @@ inline OpCase AttentionCase(const AttentionShape& s, DType dtype) {
   const bool fp32 = dtype == DType::kF32;
   return {CaseName("attention", dtype,
                    absl::StrCat("B", s.batch, " T", s.seq, " Hq", s.q_heads, " Hkv", s.kv_heads, " D", s.head_dim,
-                                s.v_head_dim == 0 ? "" : absl::StrCat(" Dv", s.v_head_dim))),
+                                s.v_head_dim == 0 ? "" : absl::StrCat(" Dv", s.v_head_dim),
+                                s.softmax_scale == 0 ? "" : absl::StrCat(" scale ", s.softmax_scale))),
           [=](const Backend& b, Outputs* out) {
             const Shape q_shape = {s.batch, s.seq, s.q_heads, s.head_dim};
             const Shape k_shape = {s.batch, s.seq, s.kv_heads, s.head_dim};
@@ -328,6 +372,9 @@ inline void AddAttentionCases(std::vector<OpCase>* cases) {
       {.batch = 1, .seq = 33, .q_heads = 2, .kv_heads = 2, .head_dim = 128},
       // MLA's value head dim below the query/key one (D 192, Dv 128), scaled down.
       {.batch = 2, .seq = 40, .q_heads = 4, .kv_heads = 2, .head_dim = 48, .v_head_dim = 32},
+      // MLA's heads (Hkv = Hq) with a softmax scale other than 1 / sqrt(D), as YaRN's mscale^2 makes.
+      {.batch = 1, .seq = 37, .q_heads = 2, .kv_heads = 2, .head_dim = 24, .v_head_dim = 16,
+       .softmax_scale = 0.3},
   };
   for (const AttentionShape& s : shapes) {
     for (DType dtype : {DType::kF32, DType::kBF16}) cases->push_back(AttentionCase(s, dtype));
@@ -785,6 +832,7 @@ inline std::vector<OpCase> OpCases() {
   AddAddRmsNormCases(&cases);
   AddRopeCases(&cases);
   AddQkvRopeCases(&cases);
+  AddMlaCases(&cases);
   AddAttentionCases(&cases);
   AddSwigluCases(&cases);
   AddSwigluPackedCases(&cases);

@@ -362,12 +362,12 @@ struct ReadyRecorder {
 // ranks past the first hold only padding) or 1001, which no tp divides.
 class ModelTest : public ::testing::TestWithParam<std::tuple<int, bool, bool, int>> {};
 
-TEST_P(ModelTest, LossAndGradientsMatchTheSingleRankModel) {
-  const auto [tp_size, tie, sequence_parallel, vocab] = GetParam();
-  SKIP_UNLESS_WORLD_DIVIDES(tp_size);
+// The model of `config` under tensor parallelism of tp_size (a divisor of the
+// world size) against the single-rank model: loss, gradient-ready offsets,
+// values and gradients.
+void ExpectModelMatchesTheSingleRankModel(const ModelConfig& config, int tp_size,
+                                          bool sequence_parallel) {
   Communicator& tp = TensorGroup(tp_size);
-  ModelConfig config = testing::TinyGqaConfig(tie);
-  config.set_vocab_size(vocab);
   ASSERT_TRUE(ValidateTensorParallel(config, tp_size, sequence_parallel, kBatch * kSeq).ok());
   LanguageModel reference(config, kSeed);
   LanguageModel model(config, kSeed, {.tp = &tp, .sequence_parallel = sequence_parallel});
@@ -432,6 +432,35 @@ TEST_P(ModelTest, LossAndGradientsMatchTheSingleRankModel) {
     EXPECT_LE(spread, kTol.grad_rel_to_max * max_abs) << p.name << ": replicas disagree";
   }
 }
+
+TEST_P(ModelTest, LossAndGradientsMatchTheSingleRankModel) {
+  const auto [tp_size, tie, sequence_parallel, vocab] = GetParam();
+  SKIP_UNLESS_WORLD_DIVIDES(tp_size);
+  ModelConfig config = testing::TinyGqaConfig(tie);
+  config.set_vocab_size(vocab);
+  ExpectModelMatchesTheSingleRankModel(config, tp_size, sequence_parallel);
+}
+
+// Multi-head latent attention (tp, sequence parallel, q_lora_rank): heads
+// split, the down projections and latent norms whole on every rank with
+// their gradients summed over the group.
+class MlaModelTest : public ::testing::TestWithParam<std::tuple<int, bool, int>> {};
+
+TEST_P(MlaModelTest, LossAndGradientsMatchTheSingleRankModel) {
+  const auto [tp_size, sequence_parallel, q_lora_rank] = GetParam();
+  SKIP_UNLESS_WORLD_DIVIDES(tp_size);
+  ExpectModelMatchesTheSingleRankModel(testing::TinyMlaConfig(/*tie=*/false, q_lora_rank), tp_size,
+                                       sequence_parallel);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MlaModelTest,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Bool(),
+                                            ::testing::Values(0, 5)),
+                         [](const auto& info) {
+                           return "tp" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_sp" : "") + "_q_lora" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
 
 // Padding changes no number: a model whose vocabulary is padded to 128 rows
 // (make_vocab_size_divisible_by 128) gives the unpadded model's

@@ -59,5 +59,31 @@ TEST(FlopsTest, TrainingFlopsFollowTheMetricsContract) {
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(Small(false), 8), 34656.0);
 }
 
+// DeepSeek-V3's multi-head latent attention, counted by hand from its weight
+// shapes (C 7168, H 128, q_lora 1536, kv_lora 512, Dn 128, R 64, Dv 128):
+// q_a_proj 7168 x 1536, q_a_layernorm 1536, q_b_proj 1536 x 128 x 192,
+// kv_a_proj_with_mqa 7168 x 576, kv_a_layernorm 512, kv_b_proj 512 x 128 x
+// 256, o_proj 128 x 128 x 7168.
+TEST(FlopsTest, MlaCountsItsProjectionsAndLatentNorms) {
+  ModelConfig c;
+  c.set_hidden_size(7168);
+  c.set_num_attention_heads(128);
+  c.set_q_lora_rank(1536);
+  c.set_kv_lora_rank(512);
+  c.set_qk_nope_head_dim(128);
+  c.set_qk_rope_head_dim(64);
+  c.set_v_head_dim(128);
+  const double attention = 7168.0 * 1536 + 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512 +
+                           512.0 * 128 * 256 + 128.0 * 128 * 7168;
+  EXPECT_DOUBLE_EQ(CountParameters(c).attention, attention);
+  // Without q_lora_rank, q_proj 7168 x 128 x 192 instead of the three.
+  c.set_q_lora_rank(0);
+  EXPECT_DOUBLE_EQ(CountParameters(c).attention,
+                   attention - (7168.0 * 1536 + 1536 + 1536.0 * 128 * 192) + 7168.0 * 128 * 192);
+  // Attention's term: heads x (scores' 192 + values' 128) / 2 per position.
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(c, 8) - 6.0 * ActiveParameters(c),
+                   6.0 * c.num_hidden_layers() * 8 * 128 * (192 + 128) / 2);
+}
+
 }  // namespace
 }  // namespace tetra

@@ -22,6 +22,20 @@ inline ModelConfig TinyGqaConfig(bool tie_word_embeddings, int layers = 2) {
   return c;
 }
 
+// The same with DeepSeek-V3's multi-head latent attention: latents of 6
+// (keys and values) and q_lora_rank (0: a plain q_proj), head dims 4 + 4
+// rotary for queries and keys, 6 for values (unequal, as DeepSeek-V3's).
+inline ModelConfig TinyMlaConfig(bool tie_word_embeddings, int q_lora_rank, int layers = 2) {
+  ModelConfig c = TinyGqaConfig(tie_word_embeddings, layers);
+  c.clear_num_key_value_heads();
+  c.set_kv_lora_rank(6);
+  c.set_q_lora_rank(q_lora_rank);
+  c.set_qk_nope_head_dim(4);
+  c.set_qk_rope_head_dim(4);
+  c.set_v_head_dim(6);
+  return c;
+}
+
 }  // namespace tetra::testing
 
 #endif  // TETRA_TESTS_TESTING_TINY_MODELS_H_

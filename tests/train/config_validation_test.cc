@@ -107,6 +107,33 @@ TEST(ConfigValidationTest, BadMixtureOfExpertsConfigsNameTheNumbers) {
               HasSubstr("model.moe.n_routed_experts 8 is not divisible by parallel.expert 3"));
 }
 
+// Multi-head latent attention: DeepSeek-V3's head dims over a hidden size
+// that 4 heads do not divide (MLA's heads need not), each bad value named.
+TEST(ConfigValidationTest, MlaSizesAreCheckedOneByOne) {
+  TrainerConfig config;
+  for (const std::string& set :
+       {"model.hidden_size=70", "model.kv_lora_rank=32", "model.q_lora_rank=48",
+        "model.qk_nope_head_dim=16", "model.qk_rope_head_dim=8", "model.v_head_dim=16"}) {
+    ASSERT_TRUE(ApplyOverride(set, &config).ok()) << set;
+  }
+  ASSERT_TRUE(ValidateConfig(config).ok()) << ValidateConfig(config);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model.kv_lora_rank=-1", "model.kv_lora_rank is -1 but cannot be negative"},
+      {"model.q_lora_rank=-2", "model.q_lora_rank is -2 but must be a finite number >= 0"},
+      {"model.qk_nope_head_dim=0", "model.qk_nope_head_dim is 0 but must be a finite number > 0"},
+      {"model.qk_rope_head_dim=7", "model.qk_rope_head_dim 7 is odd"},
+      {"model.v_head_dim=0", "model.v_head_dim is 0 but must be a finite number > 0"},
+      {"model.kv_lora_rank=0", "model.kv_lora_rank is 0, which turns multi-head latent attention off"},
+  };
+  for (const auto& [set, message] : cases) {
+    TrainerConfig bad = config;
+    ASSERT_TRUE(ApplyOverride(set, &bad).ok()) << set;
+    const absl::Status status = ValidateConfig(bad);
+    EXPECT_THAT(Message(status), HasSubstr(message)) << set;
+    EXPECT_THAT(Message(status), UserErrorShape()) << set;
+  }
+}
+
 // A MoE block that routes: 8 experts, 2 per token.
 const std::vector<std::string> kMoe = {"model.moe.n_routed_experts=8", "model.moe.num_experts_per_tok=2",
                                        "model.moe.moe_intermediate_size=16"};
