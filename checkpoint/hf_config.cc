@@ -397,6 +397,12 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
 }
 
 absl::Status CheckHfExportable(const ModelConfig& model) {
+  if (model.kv_lora_rank() > 0) {
+    return UserError(
+        "this model uses multi-head latent attention (model.kv_lora_rank > 0), whose Hugging Face export "
+        "(DeepseekV3ForCausalLM's config and weight names) tetra does not write yet",
+        "keep the run's checkpoint (tetra checkpoint) and leave export_path unset");
+  }
   if (model.moe().n_routed_experts() > 0 && model.moe().scoring_func() != "sigmoid") {
     return UserError(
         absl::StrCat("this model scores its experts with model.moe.scoring_func ", UserText(model.moe().scoring_func()),

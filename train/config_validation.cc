@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/hf_config.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "kernels/cpu/threads.h"
@@ -482,6 +483,8 @@ absl::Status ValidateConfig(const TrainerConfig& config, int world_size) {
   RETURN_IF_ERROR(ValidateParallel(config, world_size));
   RETURN_IF_ERROR(ValidateLog(config.log(), config.checkpoint(), config.data()));
   RETURN_IF_ERROR(ParseTraceSteps(config.log().trace_steps(), config.train().steps()).status());
+  // Said at launch, not after the training the export would end.
+  if (!config.export_path().empty()) RETURN_IF_ERROR(CheckHfExportable(config.model()));
   return absl::OkStatus();
 }
 

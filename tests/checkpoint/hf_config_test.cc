@@ -283,6 +283,15 @@ TEST(HfConfigTest, ExportWritesYarnAsItReadsIt) {
   }
 }
 
+TEST(HfConfigTest, MultiHeadLatentAttentionIsNotExportedYet) {
+  ModelConfig mla;
+  EXPECT_TRUE(CheckHfExportable(mla).ok());
+  mla.set_kv_lora_rank(16);
+  const absl::Status status = CheckHfExportable(mla);
+  EXPECT_THAT(Message(status), HasSubstr("multi-head latent attention (model.kv_lora_rank > 0)"));
+  EXPECT_THAT(Message(status), UserErrorShape());
+}
+
 TEST(HfConfigTest, SoftmaxScoredMoeIsNotExportedAsDeepseekV3) {
   ModelConfig moe;
   moe.mutable_moe()->set_n_routed_experts(8);
