@@ -7,7 +7,18 @@ add_test(NAME reference.llama_untied_gqa
 add_test(NAME reference.llama_tied
          COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>
                  --tie --kv-heads 4 --seed 3)
-set_tests_properties(reference.llama_untied_gqa reference.llama_tied PROPERTIES LABELS unit TIMEOUT 300)
+# MLA (DeepseekV3Attention) dense blocks, with a query latent and without; lr 1e-2
+# and 8 rotary dims make a wrong rope_interleave fail (losses differ by ~3e-4).
+add_test(NAME reference.mla_dense_q_lora
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>
+                 --kv-lora-rank 16 --q-lora-rank 24 --qk-nope-dim 8 --qk-rope-dim 8
+                 --v-head-dim 6 --kv-heads 4 --lr 1e-2 --rope-interleave true)
+add_test(NAME reference.mla_dense_no_q_lora
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>
+                 --kv-lora-rank 16 --q-lora-rank 0 --qk-nope-dim 8 --qk-rope-dim 8
+                 --v-head-dim 6 --kv-heads 4 --lr 1e-2 --rope-interleave true --tie --seed 5)
+set_tests_properties(reference.llama_untied_gqa reference.llama_tied reference.mla_dense_q_lora
+                     reference.mla_dense_no_q_lora PROPERTIES LABELS unit TIMEOUT 300)
 add_test(NAME recipes.tiny_dense_reaches_floor
          COMMAND ${PROJECT_SOURCE_DIR}/tests/recipes/check_default_recipe.sh $<TARGET_FILE:tetra>)
 set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIMEOUT 400)

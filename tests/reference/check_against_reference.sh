@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trains the same tiny Llama (GQA, untied head, AdamW with decay 0.1, clip 1.0,
+# Trains the same tiny Llama (GQA, or MLA with --kv-lora-rank; untied head, AdamW with decay 0.1, clip 1.0,
 # warmup + cosine, 2 micro-batches per step, no shuffle) in the independent
 # PyTorch reference and in tetra from the same safetensors weights and llm.c
 # shard, then requires tetra's loss at every step to match within 1e-4 relative.

@@ -37,6 +37,9 @@ INIT_STD = 0.02
 # The data stream comes from its own generator, so changing the model size
 # does not change the tokens.
 DATA_SEED_OFFSET = 1_000_003
+# DeepseekV3Attention builds q_a_layernorm and kv_a_layernorm with DeepseekV3RMSNorm's
+# default eps, not config.rms_norm_eps.
+MLA_LATENT_NORM_EPS = 1e-6
 
 
 # ----------------------------------------------------------------------------
@@ -50,10 +53,14 @@ def param_shapes(a):
         p = f"model.layers.{i}."
         shapes += [
             (p + "input_layernorm.weight", (a.hidden,)),
+        ]
+        shapes += mla_param_shapes(a, p + "self_attn.") if is_mla(a) else [
             (p + "self_attn.q_proj.weight", (a.heads * head_dim, a.hidden)),
             (p + "self_attn.k_proj.weight", (a.kv_heads * head_dim, a.hidden)),
             (p + "self_attn.v_proj.weight", (a.kv_heads * head_dim, a.hidden)),
             (p + "self_attn.o_proj.weight", (a.hidden, a.heads * head_dim)),
+        ]
+        shapes += [
             (p + "post_attention_layernorm.weight", (a.hidden,)),
             (p + "mlp.gate_proj.weight", (a.intermediate, a.hidden)),
             (p + "mlp.up_proj.weight", (a.intermediate, a.hidden)),
@@ -63,6 +70,27 @@ def param_shapes(a):
     if not a.tie:
         shapes.append(("lm_head.weight", (a.vocab, a.hidden)))
     return shapes
+
+
+def is_mla(a):
+    return a.kv_lora_rank > 0
+
+
+def mla_param_shapes(a, p):
+    """DeepseekV3Attention's weights (attention_bias false), in its module order."""
+    qk_dim = a.qk_nope_dim + a.qk_rope_dim
+    if a.q_lora_rank > 0:
+        shapes = [(p + "q_a_proj.weight", (a.q_lora_rank, a.hidden)),
+                  (p + "q_a_layernorm.weight", (a.q_lora_rank,)),
+                  (p + "q_b_proj.weight", (a.heads * qk_dim, a.q_lora_rank))]
+    else:
+        shapes = [(p + "q_proj.weight", (a.heads * qk_dim, a.hidden))]
+    return shapes + [
+        (p + "kv_a_proj_with_mqa.weight", (a.kv_lora_rank + a.qk_rope_dim, a.hidden)),
+        (p + "kv_a_layernorm.weight", (a.kv_lora_rank,)),
+        (p + "kv_b_proj.weight", (a.heads * (a.qk_nope_dim + a.v_head_dim), a.kv_lora_rank)),
+        (p + "o_proj.weight", (a.hidden, a.heads * a.v_head_dim)),
+    ]
 
 
 def init_params(a):
@@ -113,30 +141,80 @@ def forward(params, a, idx):
     bsz, seq = idx.shape
     head_dim = a.hidden // a.heads
     dtype = params["model.embed_tokens.weight"].dtype
-    cos, sin = rope_cos_sin(seq, head_dim, a.rope_theta, dtype)
+    cos, sin = rope_cos_sin(seq, head_dim, a.rope_theta, dtype)  # Llama's; MLA makes its own
     future = torch.ones(seq, seq, dtype=torch.bool).triu(1)  # (T, T): key after query
     h = params["model.embed_tokens.weight"][idx]  # (B, T, C)
     for i in range(a.layers):
         p = f"model.layers.{i}."
         x = rms_norm(h, params[p + "input_layernorm.weight"], a.rms_eps)
-        q = (x @ params[p + "self_attn.q_proj.weight"].T).view(bsz, seq, a.heads, head_dim)
-        k = (x @ params[p + "self_attn.k_proj.weight"].T).view(bsz, seq, a.kv_heads, head_dim)
-        v = (x @ params[p + "self_attn.v_proj.weight"].T).view(bsz, seq, a.kv_heads, head_dim)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = repeat_kv(k, a.heads // a.kv_heads)
-        v = repeat_kv(v, a.heads // a.kv_heads)
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)  # (B, H, T, T)
-        probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-        y = (probs @ v).transpose(1, 2).reshape(bsz, seq, a.heads * head_dim)
-        h = h + y @ params[p + "self_attn.o_proj.weight"].T
+        if is_mla(a):
+            h = h + mla_attention(params, a, p + "self_attn.", x, future)
+        else:
+            h = h + gqa_attention(params, a, p + "self_attn.", x, cos, sin, future)
         x = rms_norm(h, params[p + "post_attention_layernorm.weight"], a.rms_eps)
         gate = x @ params[p + "mlp.gate_proj.weight"].T
         up = x @ params[p + "mlp.up_proj.weight"].T
         h = h + (F.silu(gate) * up) @ params[p + "mlp.down_proj.weight"].T
     h = rms_norm(h, params["model.norm.weight"], a.rms_eps)
     return h @ output_weight(params, a).T
+
+
+def gqa_attention(params, a, p, x, cos, sin, future):
+    """LlamaAttention: (B, T, C) normed input -> (B, T, C) o_proj output."""
+    bsz, seq, _ = x.shape
+    head_dim = a.hidden // a.heads
+    q = (x @ params[p + "q_proj.weight"].T).view(bsz, seq, a.heads, head_dim)
+    k = (x @ params[p + "k_proj.weight"].T).view(bsz, seq, a.kv_heads, head_dim)
+    v = (x @ params[p + "v_proj.weight"].T).view(bsz, seq, a.kv_heads, head_dim)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    k = repeat_kv(k, a.heads // a.kv_heads)
+    v = repeat_kv(v, a.heads // a.kv_heads)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(head_dim)  # (B, H, T, T)
+    probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    y = (probs @ v).transpose(1, 2).reshape(bsz, seq, a.heads * head_dim)
+    return y @ params[p + "o_proj.weight"].T
+
+
+def interleave_to_halves(x):
+    """HF's rope_interleave permutation of the last dim: (x0, x1, x2, x3, ...) ->
+    (x0, x2, ..., x1, x3, ...), after which rotate-half RoPE rotates the pairs
+    (x_2i, x_2i+1) by frequency i. The result stays in the permuted order (q and k
+    alike, so their dot products are those of the unpermuted rotated pairs)."""
+    *lead, d = x.shape
+    return x.reshape(*lead, d // 2, 2).transpose(-1, -2).reshape(*lead, d)
+
+
+def mla_attention(params, a, p, x, future):
+    """DeepseekV3Attention (multi-head latent attention) on (B, T, C) normed input."""
+    bsz, seq, _ = x.shape
+    nope, rope, vdim = a.qk_nope_dim, a.qk_rope_dim, a.v_head_dim
+    if a.q_lora_rank > 0:
+        q_latent = rms_norm(x @ params[p + "q_a_proj.weight"].T,
+                            params[p + "q_a_layernorm.weight"], MLA_LATENT_NORM_EPS)
+        q = q_latent @ params[p + "q_b_proj.weight"].T
+    else:
+        q = x @ params[p + "q_proj.weight"].T
+    q = q.view(bsz, seq, a.heads, nope + rope).transpose(1, 2)  # (B, H, T, nope + rope)
+    q_pass, q_rot = q.split([nope, rope], dim=-1)
+    compressed = x @ params[p + "kv_a_proj_with_mqa.weight"].T  # (B, T, L + rope)
+    kv_latent, k_rot = compressed.split([a.kv_lora_rank, rope], dim=-1)
+    kv = rms_norm(kv_latent, params[p + "kv_a_layernorm.weight"], MLA_LATENT_NORM_EPS)
+    kv = (kv @ params[p + "kv_b_proj.weight"].T).view(bsz, seq, a.heads, nope + vdim)
+    k_pass, v = kv.transpose(1, 2).split([nope, vdim], dim=-1)  # (B, H, T, .)
+    k_rot = k_rot.view(bsz, 1, seq, rope)  # one rotary key shared by every head
+    cos, sin = rope_cos_sin(seq, rope, a.rope_theta, x.dtype)
+    if a.rope_interleave:
+        q_rot, k_rot = interleave_to_halves(q_rot), interleave_to_halves(k_rot)
+    q_rot = q_rot * cos + rotate_half(q_rot) * sin
+    k_rot = k_rot * cos + rotate_half(k_rot) * sin
+    q = torch.cat((q_pass, q_rot), dim=-1)
+    k = torch.cat((k_pass, k_rot.expand(bsz, a.heads, seq, rope)), dim=-1)
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(nope + rope)  # (B, H, T, T)
+    probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    y = (probs @ v).transpose(1, 2).reshape(bsz, seq, a.heads * vdim)
+    return y @ params[p + "o_proj.weight"].T
 
 
 def token_ce_sum(params, a, batch):
@@ -279,6 +357,17 @@ def write_textproto(path, a, out_dir):
         f"  rope_theta: {a.rope_theta!r}",
         f"  rms_norm_eps: {a.rms_eps!r}",
         f"  tie_word_embeddings: {'true' if a.tie else 'false'}",
+    ]
+    if is_mla(a):
+        lines += [
+            f"  kv_lora_rank: {a.kv_lora_rank}",
+            f"  q_lora_rank: {a.q_lora_rank}",
+            f"  qk_nope_head_dim: {a.qk_nope_dim}",
+            f"  qk_rope_head_dim: {a.qk_rope_dim}",
+            f"  v_head_dim: {a.v_head_dim}",
+            f"  rope_interleave: {'true' if a.rope_interleave else 'false'}",
+        ]
+    lines += [
         "}",
         "train {",
         f"  steps: {a.steps}",
@@ -340,20 +429,12 @@ def run(a):
 
 def forward_by_loops(params, a, idx):
     """forward() again, one token and one head at a time: RMSNorm as x / rms,
-    RoPE as a complex rotation of the pairs (i, i + D/2), softmax by hand."""
+    RoPE as a complex rotation of pairs, softmax by hand; MLA as the report's
+    per-head equations (no interleave permutation, no rotate-half)."""
     bsz, seq = idx.shape
-    d = a.hidden // a.heads
-    group = a.heads // a.kv_heads
-    angle_rate = torch.exp(-(torch.arange(d // 2, dtype=torch.float64) * 2 / d)
-                           * math.log(a.rope_theta))
 
     def norm(x, w):
         return x / torch.sqrt((x * x).sum() / x.numel() + a.rms_eps) * w
-
-    def rope(x, pos):
-        z = torch.complex(x[:d // 2], x[d // 2:]) * torch.polar(
-            torch.ones(d // 2, dtype=torch.float64), pos * angle_rate)
-        return torch.cat((z.real, z.imag))
 
     out = []
     for b in range(bsz):
@@ -361,22 +442,12 @@ def forward_by_loops(params, a, idx):
         for i in range(a.layers):
             p = f"model.layers.{i}."
             xs = [norm(h, params[p + "input_layernorm.weight"]) for h in hs]
-            qs = [params[p + "self_attn.q_proj.weight"] @ x for x in xs]
-            ks = [params[p + "self_attn.k_proj.weight"] @ x for x in xs]
-            vs = [params[p + "self_attn.v_proj.weight"] @ x for x in xs]
+            if is_mla(a):
+                hs = [h + y for h, y in zip(hs, mla_by_loops(params, a, p + "self_attn.", xs))]
+            else:
+                hs = [h + y for h, y in zip(hs, gqa_by_loops(params, a, p + "self_attn.", xs))]
             new_hs = []
-            for t in range(seq):
-                heads = []
-                for hq in range(a.heads):
-                    kv = hq // group
-                    qv = rope(qs[t][hq * d:(hq + 1) * d], t)
-                    scores = torch.stack([qv @ rope(ks[j][kv * d:(kv + 1) * d], j)
-                                          for j in range(t + 1)]) / math.sqrt(d)
-                    weights = torch.exp(scores - scores.max())
-                    weights = weights / weights.sum()
-                    heads.append(sum(weights[j] * vs[j][kv * d:(kv + 1) * d]
-                                     for j in range(t + 1)))
-                h = hs[t] + params[p + "self_attn.o_proj.weight"] @ torch.cat(heads)
+            for h in hs:
                 x = norm(h, params[p + "post_attention_layernorm.weight"])
                 gate = params[p + "mlp.gate_proj.weight"] @ x
                 up = params[p + "mlp.up_proj.weight"] @ x
@@ -386,6 +457,78 @@ def forward_by_loops(params, a, idx):
         w_out = output_weight(params, a)
         out.append(torch.stack([w_out @ norm(h, params["model.norm.weight"]) for h in hs]))
     return torch.stack(out)
+
+
+def rope_by_complex(x, pos, theta, interleave):
+    """x (D,) rotated at position pos: pair i is (x_2i, x_2i+1) when interleaved, else
+    (x_i, x_i+D/2), turned by the complex phase pos * theta^(-2i/D). Interleaved
+    outputs stay in pair order (dot products are what matter)."""
+    d = x.numel()
+    rate = torch.exp(-(torch.arange(d // 2, dtype=torch.float64) * 2 / d) * math.log(theta))
+    re, im = (x[0::2], x[1::2]) if interleave else (x[:d // 2], x[d // 2:])
+    z = torch.complex(re, im) * torch.polar(torch.ones(d // 2, dtype=torch.float64), pos * rate)
+    return torch.cat((z.real, z.imag))
+
+
+def softmax_attend(scores, values):
+    weights = torch.exp(scores - scores.max())
+    weights = weights / weights.sum()
+    return sum(weights[j] * values[j] for j in range(len(values)))
+
+
+def mla_by_loops(params, a, p, xs):
+    """DeepSeek-V3's MLA (report, eqs. 1-11) one token and one head at a time."""
+    nope, rope, vd = a.qk_nope_dim, a.qk_rope_dim, a.v_head_dim
+
+    def norm(x, w):
+        return x / torch.sqrt((x * x).sum() / x.numel() + MLA_LATENT_NORM_EPS) * w
+
+    if a.q_lora_rank > 0:
+        qs = [params[p + "q_b_proj.weight"] @ norm(params[p + "q_a_proj.weight"] @ x,
+                                                   params[p + "q_a_layernorm.weight"])
+              for x in xs]
+    else:
+        qs = [params[p + "q_proj.weight"] @ x for x in xs]
+    c = [params[p + "kv_a_proj_with_mqa.weight"] @ x for x in xs]
+    kvs = [params[p + "kv_b_proj.weight"] @ norm(ct[:a.kv_lora_rank],
+                                                 params[p + "kv_a_layernorm.weight"]) for ct in c]
+    k_pe = [rope_by_complex(ct[a.kv_lora_rank:], j, a.rope_theta, a.rope_interleave)
+            for j, ct in enumerate(c)]
+    out = []
+    for t in range(len(xs)):
+        heads = []
+        for hq in range(a.heads):
+            qh = qs[t][hq * (nope + rope):(hq + 1) * (nope + rope)]
+            q_pe = rope_by_complex(qh[nope:], t, a.rope_theta, a.rope_interleave)
+            kv = [kvs[j][hq * (nope + vd):(hq + 1) * (nope + vd)] for j in range(t + 1)]
+            scores = torch.stack([qh[:nope] @ kv[j][:nope] + q_pe @ k_pe[j]
+                                  for j in range(t + 1)]) / math.sqrt(nope + rope)
+            heads.append(softmax_attend(scores, [kvj[nope:] for kvj in kv]))
+        out.append(params[p + "o_proj.weight"] @ torch.cat(heads))
+    return out
+
+
+def gqa_by_loops(params, a, p, xs):
+    """Llama attention one token and one head at a time."""
+    seq = len(xs)
+    d = a.hidden // a.heads
+    group = a.heads // a.kv_heads
+    qs = [params[p + "q_proj.weight"] @ x for x in xs]
+    ks = [params[p + "k_proj.weight"] @ x for x in xs]
+    vs = [params[p + "v_proj.weight"] @ x for x in xs]
+    out = []
+    for t in range(seq):
+        heads = []
+        for hq in range(a.heads):
+            kv = hq // group
+            qv = rope_by_complex(qs[t][hq * d:(hq + 1) * d], t, a.rope_theta, False)
+            scores = torch.stack([qv @ rope_by_complex(ks[j][kv * d:(kv + 1) * d], j,
+                                                       a.rope_theta, False)
+                                  for j in range(t + 1)]) / math.sqrt(d)
+            heads.append(softmax_attend(scores, [vs[j][kv * d:(kv + 1) * d]
+                                                 for j in range(t + 1)]))
+        out.append(params[p + "o_proj.weight"] @ torch.cat(heads))
+    return out
 
 
 def adamw_by_hand(params, grads, state, a, step, lr):
@@ -423,15 +566,21 @@ def self_test():
                        "--warmup", "1", "--clip", "0.05", "--rope-theta", "7.0"])
     idx = torch.randint(tiny.vocab, (2, tiny.seq + 1), generator=torch.Generator().manual_seed(3))
 
-    for tie in (False, True):
+    mla_cases = [  # (kv_lora_rank, q_lora_rank, rope_interleave); v_head_dim != qk dims
+        (6, 5, True), (6, 0, True), (6, 5, False)]
+    for tie, mla in [(False, None), (True, None)] + [(False, m) for m in mla_cases]:
         tiny.tie = tie
+        tiny.kv_lora_rank, tiny.q_lora_rank, tiny.rope_interleave = mla or (0, 0, True)
+        tiny.qk_nope_dim, tiny.qk_rope_dim, tiny.v_head_dim = 3, 4, 5
+        what = f"tie={tie}" + (f", MLA kv_lora {mla[0]} q_lora {mla[1]} interleave {mla[2]}"
+                               if mla else "")
         # Bigger than the N(0, 0.02) init so attention, RoPE and norms are far from trivial.
         params = {n: w.double() * (1.0 if w.dim() == 1 else 25.0) +
                   (0.3 * torch.randn(w.shape, dtype=torch.float64) if w.dim() == 1 else 0)
                   for n, w in init_params(tiny).items()}
         diff = (forward(params, tiny, idx[:, :-1]) -
                 forward_by_loops(params, tiny, idx[:, :-1])).abs().max().item()
-        t.check(diff < 1e-12, f"forward == per-token loop formulation (tie={tie}): "
+        t.check(diff < 1e-12, f"forward == per-token loop formulation ({what}): "
                               f"max |diff| {diff:.2e} < 1e-12")
 
         names = list(params)
@@ -440,7 +589,8 @@ def self_test():
         inputs = tuple(params[n].clone().requires_grad_() for n in names)
         ok = torch.autograd.gradcheck(loss_of, inputs, eps=1e-6, atol=1e-7, rtol=1e-5,
                                       raise_exception=False)
-        t.check(ok, f"autograd gradients == central differences, float64 (tie={tie})")
+        t.check(ok, f"autograd gradients == central differences, float64 ({what})")
+    tiny.kv_lora_rank = tiny.q_lora_rank = 0
 
     # Cross-entropy by hand: logsumexp - target logit.
     tiny.tie = False
@@ -540,6 +690,14 @@ def parse_args(argv):
     ap.add_argument("--rms-eps", type=float, default=1e-5)
     ap.add_argument("--tie", action="store_true", help="tie lm_head to embed_tokens")
     ap.add_argument("--seed", type=int, default=0)
+    mla = ap.add_argument_group("multi-head latent attention (DeepseekV3Attention); on when "
+                                "--kv-lora-rank > 0, and --kv-heads is then unused")
+    mla.add_argument("--kv-lora-rank", type=int, default=0)
+    mla.add_argument("--q-lora-rank", type=int, default=0, help="0: a plain q_proj")
+    mla.add_argument("--qk-nope-dim", type=int, default=8)
+    mla.add_argument("--qk-rope-dim", type=int, default=4)
+    mla.add_argument("--v-head-dim", type=int, default=8)
+    mla.add_argument("--rope-interleave", choices=("true", "false"), default="true")
     a = ap.parse_args(argv)
     if not a.self_test and not a.out:
         ap.error("--out DIR is required")
@@ -549,7 +707,7 @@ def parse_args(argv):
         problems.append("sizes, batch sizes and steps must be positive")
     if a.vocab > 65536:
         problems.append(f"--vocab {a.vocab} does not fit the llm.c uint16 shard (max 65536)")
-    if a.hidden % a.heads or (a.hidden // a.heads) % 2:
+    if a.kv_lora_rank <= 0 and (a.hidden % a.heads or (a.hidden // a.heads) % 2):
         problems.append(f"--hidden {a.hidden} must split into {a.heads} heads of even size")
     if a.heads % a.kv_heads:
         problems.append(f"--heads {a.heads} must be a multiple of --kv-heads {a.kv_heads}")
@@ -558,6 +716,15 @@ def parse_args(argv):
                         f"--micro-batch {a.micro_batch}")
     if a.warmup < 0 or a.seed < 0:
         problems.append("--warmup and --seed must be non-negative")
+    a.rope_interleave = a.rope_interleave == "true"
+    if min(a.kv_lora_rank, a.q_lora_rank) < 0:
+        problems.append("--kv-lora-rank and --q-lora-rank must be non-negative")
+    if a.kv_lora_rank > 0:
+        if a.qk_nope_dim < 0 or a.qk_rope_dim <= 0 or a.qk_rope_dim % 2 or a.v_head_dim <= 0:
+            problems.append("MLA needs --qk-nope-dim >= 0, an even --qk-rope-dim > 0 and "
+                            "--v-head-dim > 0")
+    elif a.q_lora_rank > 0:
+        problems.append("--q-lora-rank needs --kv-lora-rank > 0 (MLA)")
     if problems:
         ap.error("; ".join(problems))
     return a
