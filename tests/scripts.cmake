@@ -37,6 +37,9 @@ set_tests_properties(checkpoints.resume_and_reshard_under_mpirun PROPERTIES LABE
 add_test(NAME layouts.moe_layouts_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_moe_layouts.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.moe_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)
+add_test(NAME layouts.mla_layouts_match_single_rank
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_mla_layouts.py $<TARGET_FILE:tetra>)
+set_tests_properties(layouts.mla_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL ON)
 add_test(NAME readme.commands_run_as_written
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_readme_commands.py $<TARGET_FILE:tetra>)
 set_tests_properties(readme.commands_run_as_written PROPERTIES LABELS mpi TIMEOUT 900)
