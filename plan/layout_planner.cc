@@ -18,7 +18,14 @@ struct ModelShape {
   ModelConfig model;  // for the padded vocabulary's rows under each tp (PaddedVocabSize)
   int layers, dense_layers;  // the first `dense_layers` have a dense MLP, the rest MoE
   bool moe;
-  double attention;      // q, k, v, o projections
+  double attention;      // q, k, v, o projections (MLA: all its projections and latent norms)
+  // Of `attention`, what every tensor-parallel rank holds whole: MLA's down
+  // projections (q_a_proj, kv_a_proj_with_mqa) and latent norms; 0 for Llama.
+  double attention_whole;
+  // Activation elements per token the attention keeps for its backward, split
+  // over tp (heads) and whole on every rank (MLA's latents and their norms).
+  double attention_saved, attention_saved_whole;
+  double attention_width;  // head dims of the scores' and values' products (observe/flops.cc)
   double norms;          // two RMSNorm weights
   double dense_mlp;      // gate, up, down
   double router, routed, shared;  // per MoE layer: all routed experts, the shared ones
@@ -39,6 +46,21 @@ ModelShape ShapeOf(const ModelConfig& m) {
   s.moe = p.moe_layers > 0;
   s.dense_layers = p.layers - p.moe_layers;
   s.attention = p.attention;
+  s.attention_whole = 0;
+  s.attention_saved = 2 * s.q + 2 * s.kv;  // q, attention output; k, v
+  s.attention_saved_whole = 0;
+  s.attention_width = s.q;
+  if (UsesMla(m)) {
+    // MlaAttentionLayer: H heads of D = qk_nope + qk_rope (q, k) and Dv (v,
+    // the attention output), latents of Rq (0: a plain q_proj) and L.
+    const double h = m.num_attention_heads(), d = QkHeadDim(m), dv = m.v_head_dim();
+    const double rq = m.q_lora_rank(), l = m.kv_lora_rank();
+    s.attention_whole = (rq > 0 ? s.c * rq + rq : 0) + s.c * (l + m.qk_rope_head_dim()) + l;
+    // q_latent, q_normed, kv_latent, kv_normed; q, k, v, attention output and lse.
+    s.attention_saved_whole = 2 * rq + 2 * l;
+    s.attention_saved = 2 * h * d + 2 * h * dv + h;
+    s.attention_width = h * (d + dv) / 2;
+  }
   s.norms = p.norms;
   s.dense_mlp = p.dense_mlp;
   s.experts = s.moe ? m.moe().n_routed_experts() : 0;
@@ -51,16 +73,24 @@ ModelShape ShapeOf(const ModelConfig& m) {
   return s;
 }
 
-// Activation elements per token of one layer that its backward reads: the two
-// norm inputs, the attention input, q/k/v and the attention output, the MLP
-// input and its hidden products (SwiGLU: gate, up, their product); an MoE
-// layer's experts see each token k times plus the shared experts, and its
-// dispatch keeps the permuted tokens (in and out) and the router scores.
-double LayerActivations(const ModelShape& s, bool moe_layer) {
-  const double common = 4 * s.c + 2 * s.q + 2 * s.kv;
-  if (!moe_layer) return common + 3 * s.dense_mlp / (3 * s.c);
-  const double shared_experts = s.shared / (3 * s.c * std::max(1.0, s.moe_intermediate));
-  return common + (s.k + shared_experts) * 3 * s.moe_intermediate + 2 * s.k * s.c + s.experts;
+// Activation elements per token of one layer that its backward reads, on one
+// of tp ranks: the two norm inputs, the attention input, q/k/v and the
+// attention output (MLA: also its latents and lse), the MLP input and its
+// hidden products (SwiGLU: gate, up, their product); an MoE layer's experts
+// see each token k times plus the shared experts, and its dispatch keeps the
+// permuted tokens (in and out) and the router scores. Sequence parallelism
+// (tp > 1) splits all of it over tp but MLA's latents, which every rank
+// computes whole from the gathered input.
+double LayerActivations(const ModelShape& s, bool moe_layer, int tp) {
+  const double common = 4 * s.c + s.attention_saved;
+  double split;
+  if (!moe_layer) {
+    split = common + 3 * s.dense_mlp / (3 * s.c);
+  } else {
+    const double shared_experts = s.shared / (3 * s.c * std::max(1.0, s.moe_intermediate));
+    split = common + (s.k + shared_experts) * 3 * s.moe_intermediate + 2 * s.k * s.c + s.experts;
+  }
+  return split / tp + s.attention_saved_whole;
 }
 
 struct StageLayers {
@@ -90,8 +120,9 @@ std::vector<StageLayers> Stages(const ModelShape& s, int pp) {
 DeviceParameters StageParameters(const ModelShape& s, const StageLayers& st, const PlanLayout& l) {
   DeviceParameters p;
   const int layers = st.dense + st.moe;
-  // Matrices split over tp; norms and the router replicated.
-  p.dense = layers * (s.attention / l.mesh.tp + s.norms) + st.dense * s.dense_mlp / l.mesh.tp +
+  // Matrices split over tp; norms, the router and MLA's down projections replicated.
+  const double attention = (s.attention - s.attention_whole) / l.mesh.tp + s.attention_whole;
+  p.dense = layers * (attention + s.norms) + st.dense * s.dense_mlp / l.mesh.tp +
             st.moe * (s.shared / l.mesh.tp + s.router);
   p.expert = st.moe * s.routed / (l.mesh.ep * l.mesh.tp);
   // The embedding and the head hold the padded vocabulary's rows.
@@ -193,13 +224,14 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
     mem.grads = (p.dense + p.expert) * bytes.grad;
     mem.optimizer = (l.zero_stage >= 1 ? p.dense / l.mesh.dp + p.expert / edp : p.dense + p.expert) * bytes.optimizer;
     const double in_flight = static_cast<double>(gpipe ? m : std::min<int64_t>(m, l.mesh.pp - r));
-    // Sequence parallelism (tp > 1) splits every activation over tp.
-    const double per_token_layer =
-        std::max(st.dense ? LayerActivations(s, false) : 0.0, st.moe ? LayerActivations(s, true) : 0.0);
-    const double stored_per_token = l.recompute ? layers * s.c : st.dense * LayerActivations(s, false) +
-                                                                     st.moe * LayerActivations(s, true);
-    mem.activations = in_flight * tokens_mb * stored_per_token * bytes.activation / l.mesh.tp;
-    if (l.recompute) mem.activations += tokens_mb * per_token_layer * bytes.activation / l.mesh.tp;
+    // Per rank; sequence parallelism (tp > 1) splits a recomputed layer's input over tp.
+    const int tp = l.mesh.tp;
+    const double dense_layer = LayerActivations(s, false, tp), moe_layer = LayerActivations(s, true, tp);
+    const double per_token_layer = std::max(st.dense ? dense_layer : 0.0, st.moe ? moe_layer : 0.0);
+    const double stored_per_token =
+        l.recompute ? layers * s.c / tp : st.dense * dense_layer + st.moe * moe_layer;
+    mem.activations = in_flight * tokens_mb * stored_per_token * bytes.activation;
+    if (l.recompute) mem.activations += tokens_mb * per_token_layer * bytes.activation;
     if (st.head) {  // fp32 logits of the padded vocabulary and their gradient, in place
       mem.activations += tokens_mb * static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
     }
@@ -237,9 +269,12 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
     // Time of one micro-batch on this stage.
     const double layer_flops = st.dense * (s.attention + s.norms + s.dense_mlp) +
                                st.moe * (s.attention + s.norms + s.active_moe_mlp);
-    double flops = 6 * tokens_mb * layer_flops + 6.0 * layers * tokens_mb * train.seq_length() * s.q;
+    double flops =
+        6 * tokens_mb * layer_flops + 6.0 * layers * tokens_mb * train.seq_length() * s.attention_width;
     if (st.head) flops += 6 * tokens_mb * s.vocab * s.c;
     flops /= l.mesh.tp;
+    // MLA's down projections and latent norms run whole on every rank.
+    flops += 6 * tokens_mb * layers * s.attention_whole * (1 - 1.0 / l.mesh.tp);
     const double recompute_flops = l.recompute ? flops / 3 : 0;  // one more forward
     const double compute = (flops + recompute_flops) / flops_rate;
     // TP: per layer 2 collectives forward (+2 recomputed) and 2 backward of

@@ -24,11 +24,17 @@ ClusterConfig Cluster(const std::string& name) {
   return *cluster;
 }
 
-// DeepSeek-V3 size: 61 layers (3 dense), hidden c = 7168, 128 heads of 56
-// (q = kv = 7168), dense MLP 18432, 256 routed experts (k = 8) + 1 shared of
-// width 2048, vocabulary 129280, 4096 tokens per micro-batch of 1 sequence.
+// DeepSeek-V3 size: 61 layers (3 dense), hidden c = 7168, multi-head latent
+// attention of H = 128 heads (query latent Rq = 1536, key/value latent
+// L = 512, query/key heads D = 128 + 64 rotary, value heads Dv = 128), dense
+// MLP 18432, 256 routed experts (k = 8) + 1 shared of width 2048, vocabulary
+// 129280, 4096 tokens per micro-batch of 1 sequence.
 // On 2048 H800s: tp 1, pp 16, dp 128, ep 64 (experts' data-parallel 2), ZeRO-1.
-//   attention  2 c q + 2 c kv = 4 x 7168^2          = 205,520,896
+//   attention  q_a_proj c Rq + q_a_layernorm Rq + kv_a_proj_with_mqa c (L + 64)
+//              + kv_a_layernorm L                    =  15,140,864 (whole on each tp rank)
+//              + q_b_proj Rq H D + kv_b_proj L H (128 + Dv) + o_proj H Dv c
+//              = 37,748,736 + 16,777,216 + 117,440,512 = 171,966,464 (split over tp)
+//                                                    = 187,107,328
 //   norms      2 c                                   =      14,336
 //   dense MLP  3 x 7168 x 18432                      = 396,361,728
 //   an expert  3 x 7168 x 2048                       =  44,040,192
@@ -37,42 +43,45 @@ ClusterConfig Cluster(const std::string& name) {
 //   embedding  129280 x 7168 (1010 x 128 rows: no padding) = 926,679,040
 // 61 layers over 16 stages: 61 = 16 x 3 + 13, stages 0-12 hold 4 layers.
 // Stage 0 (layers 0-3: 3 dense, 1 MoE, and the embedding) holds most:
-//   dense  4 x (205,520,896 + 14,336) + 3 x 396,361,728 + (44,040,192 + 1,835,008)
-//          + 926,679,040                              = 2,983,780,352
+//   dense  4 x (187,107,328 + 14,336) + 3 x 396,361,728 + (44,040,192 + 1,835,008)
+//          + 926,679,040                              = 2,910,126,080
 //   expert 11,274,289,152 / 64                        =   176,160,768
+// (MTP is not modelled.)
 TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   const TrainerConfig config = Recipe("deepseek_v3_size.textproto");
   const ClusterConfig cluster = Cluster("h800_2048.textproto");
   PlanLayout layout{.mesh = MeshShape::Of(1, 16, 128, 64), .zero_stage = 1, .recompute = true};
   const DeviceParameters p = ParametersPerDevice(config.model(), layout);
-  EXPECT_EQ(p.dense, 2983780352.0);
+  EXPECT_EQ(p.dense, 2910126080.0);
   EXPECT_EQ(p.expert, 176160768.0);
 
   const LayoutPrediction with_recompute = PredictLayout(config, cluster, layout);
-  // 3,159,941,120 parameters: bf16 weights 2 B, fp32 gradients 4 B; optimizer
+  // 3,086,286,848 parameters: bf16 weights 2 B, fp32 gradients 4 B; optimizer
   // 12 B of dense / 128 + experts / 2 (ZeRO-1 over dp, and over edp = 2):
-  //   weights    6,319,882,240   gradients 12,639,764,480
-  //   optimizer  12 x (23,310,784 + 88,080,384) = 1,336,694,016
-  EXPECT_EQ(with_recompute.memory.weights, 6319882240.0);
-  EXPECT_EQ(with_recompute.memory.grads, 12639764480.0);
-  EXPECT_EQ(with_recompute.memory.optimizer, 1336694016.0);
+  //   weights    6,172,573,696   gradients 12,345,147,392
+  //   optimizer  12 x (22,735,360 + 88,080,384) = 1,329,788,928
+  EXPECT_EQ(with_recompute.memory.weights, 6172573696.0);
+  EXPECT_EQ(with_recompute.memory.grads, 12345147392.0);
+  EXPECT_EQ(with_recompute.memory.optimizer, 1329788928.0);
   // Full recompute keeps each layer's input, c = 7168 per token, for the 16
   // micro-batches 1F1B holds on stage 0 (16 x 4096 tokens x 4 layers x 7168
-  // x 2 B = 3,758,096,384) plus one layer's working set, the MoE layer's
-  // 4c + 2q + 2kv + (8 + 1) x 3 x 2048 + 2 x 8 x 7168 + 256 = 227,584 per
-  // token (the dense layer's 4c + 2q + 2kv + 3 x 18432 = 112,640 is smaller):
-  // 4096 x 227,584 x 2 B = 1,864,368,128.
-  EXPECT_EQ(with_recompute.memory.activations, 3758096384.0 + 1864368128.0);
-  // 25.9 GB of 72 usable.
+  // x 2 B = 3,758,096,384) plus one layer's working set. MLA keeps per token
+  // its latents and their norms 2 Rq + 2 L = 4,096, q and k 2 H D = 49,152,
+  // v and the attention output 2 H Dv = 32,768 and lse H = 128: 86,144. The
+  // MoE layer's 4c + 86,144 + (8 + 1) x 3 x 2048 + 2 x 8 x 7168 + 256 =
+  // 285,056 per token (the dense layer's 4c + 86,144 + 3 x 18432 = 170,112
+  // is smaller): 4096 x 285,056 x 2 B = 2,335,178,752.
+  EXPECT_EQ(with_recompute.memory.activations, 3758096384.0 + 2335178752.0);
+  // 27.6 GB of 72 usable.
   EXPECT_TRUE(with_recompute.fits);
   EXPECT_EQ(with_recompute.micro_batches, 15360 / 128);
 
   // Without recompute every layer keeps its activations; stage 1 (4 MoE
   // layers, 15 micro-batches in flight) then needs most:
-  // 15 x 4096 x 4 x 227,584 x 2 B = 111,862,087,680 bytes: too much.
+  // 15 x 4096 x 4 x 285,056 x 2 B = 140,110,725,120 bytes: too much.
   layout.recompute = false;
   const LayoutPrediction without = PredictLayout(config, cluster, layout);
-  EXPECT_EQ(without.memory.activations, 111862087680.0);
+  EXPECT_EQ(without.memory.activations, 140110725120.0);
   EXPECT_FALSE(without.fits);
 
   // The search lists it among the layouts that fit.
@@ -124,6 +133,69 @@ TEST(LayoutPlannerTest, Llama3_70BSizeMemoryOnA100s) {
   // One device cannot hold it: 70.55e9 parameters x 18 B alone is 1.27 TB.
   const PlanLayout alone{.mesh = MeshShape{}, .zero_stage = 0, .recompute = true};
   EXPECT_FALSE(PredictLayout(config, cluster, alone).fits);
+}
+
+// A small model, c = 64, 4 heads, 2 layers, MLP 176, vocabulary 256, one
+// sequence of 32 tokens per micro-batch, on tp 2 (sequence parallel) without
+// recompute, its attention either GQA (heads of 16, 2 KV heads: q = 64,
+// kv = 32) or MLA (Rq = 48, L = 32, D = 16 + 8 rotary, Dv = 16).
+// Weights per device:
+//   GQA attention 2 c q + 2 c kv = 8,192 + 4,096 = 12,288, split: 6,144
+//   MLA attention whole c Rq + Rq + c (L + 8) + L = 3,072 + 48 + 2,560 + 32 = 5,712
+//                 split Rq 4 D + L 4 (16 + Dv) + 4 Dv c = 4,608 + 4,096 + 4,096
+//                       = 12,800: 6,400 per rank; with the whole part 12,112
+//   per layer also norms 2c = 128 and the MLP 3 x 64 x 176 / 2 = 16,896
+//   vocabulary 256 (a multiple of 128 x 2): embedding and head 128 rows of 64
+//   each, 8,192 + 8,192, and the final norm 64: 16,448
+//   GQA 2 x (6,144 + 128 + 16,896) + 16,448 = 62,784
+//   MLA 2 x (12,112 + 128 + 16,896) + 16,448 = 74,720
+// Activations per token and layer on one rank (sequence parallel splits all
+// but MLA's latents):
+//   GQA (4c + 2q + 2kv + 3 x 176) / 2 = (256 + 128 + 64 + 528) / 2 = 488
+//   MLA (4c + 2 x 4 D + 2 x 4 Dv + 4 (lse) + 528) / 2 + 2 Rq + 2 L
+//       = (256 + 192 + 128 + 4 + 528) / 2 + 160 = 554 + 160 = 714
+// One stage holds one micro-batch: 32 tokens x 2 layers x 2 B, plus the
+// fp32 logits 32 x 128 x 4 B = 16,384:
+//   GQA 32 x 2 x 488 x 2 = 62,464 + 16,384 = 78,848
+//   MLA 32 x 2 x 714 x 2 = 91,392 + 16,384 = 107,776
+TEST(LayoutPlannerTest, MlaEstimatesUseItsWidthsAndTensorParallelSplit) {
+  TrainerConfig gqa;
+  ModelConfig& m = *gqa.mutable_model();
+  m.set_vocab_size(256);
+  m.set_hidden_size(64);
+  m.set_num_hidden_layers(2);
+  m.set_num_attention_heads(4);
+  m.set_num_key_value_heads(2);
+  m.set_intermediate_size(176);
+  gqa.mutable_train()->set_global_batch_size(4);
+  gqa.mutable_train()->set_micro_batch_size(1);
+  gqa.mutable_train()->set_seq_length(32);
+  TrainerConfig mla = gqa;
+  ModelConfig& l = *mla.mutable_model();
+  l.set_q_lora_rank(48);
+  l.set_kv_lora_rank(32);
+  l.set_qk_nope_head_dim(16);
+  l.set_qk_rope_head_dim(8);
+  l.set_v_head_dim(16);
+  const ClusterConfig cluster = Cluster("a100_64.textproto");
+  const PlanLayout tp2{.mesh = MeshShape::Of(2, 1, 1), .zero_stage = 0, .recompute = false};
+
+  EXPECT_EQ(ParametersPerDevice(gqa.model(), tp2).dense, 62784.0);
+  EXPECT_EQ(ParametersPerDevice(mla.model(), tp2).dense, 74720.0);
+  const LayoutPrediction gqa_plan = PredictLayout(gqa, cluster, tp2);
+  const LayoutPrediction mla_plan = PredictLayout(mla, cluster, tp2);
+  EXPECT_EQ(gqa_plan.memory.activations, 78848.0);
+  EXPECT_EQ(mla_plan.memory.activations, 107776.0);
+  EXPECT_EQ(mla_plan.memory.weights, 2 * 74720.0);
+  // MLA's wider heads and latents keep more, and take more compute.
+  EXPECT_GT(mla_plan.memory.total(), gqa_plan.memory.total());
+  EXPECT_GT(mla_plan.time.compute_s, gqa_plan.time.compute_s);
+
+  // On one rank the whole part is no longer extra: MLA per layer
+  // 18,512 + 128 + 33,792, with 2 x 16,384 + 64 for vocabulary and norm:
+  // 2 x 52,432 + 32,832 = 137,696.
+  const PlanLayout tp1{.mesh = MeshShape{}, .zero_stage = 0, .recompute = false};
+  EXPECT_EQ(ParametersPerDevice(mla.model(), tp1).dense, 137696.0);
 }
 
 TEST(LayoutPlannerTest, BubbleAndStepTimeFollowTheSchedule) {
