@@ -6,19 +6,17 @@
 #include "model/attention_layer.h"
 
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/layer_gradient_check.h"
 
 namespace tetra {
 namespace {
 
-using testing::ExpectGradientMatches;
-using testing::ProbeLoss;
-using testing::RandomVector;
+using testing::RandomTensor;
 
 constexpr int64_t kBatch = 2, kSeq = 5;
 
@@ -46,13 +44,6 @@ ModelConfig Config(int hidden, int heads, int kv_heads) {
 ModelConfig BackToBackConfig() { return Config(16, 4, 2); }
 // Head dim 6: k (6, 12) is 72 floats, so Pack() pads 8 after it, before v.
 ModelConfig PaddedConfig() { return Config(12, 2, 1); }
-
-Tensor RandomTensor(const Shape& shape, uint64_t stream) {
-  Tensor t = Tensor::Empty(shape);
-  const std::vector<float> v = RandomVector(t.numel(), stream);
-  std::memcpy(t.raw(), v.data(), t.nbytes());
-  return t;
-}
 
 // Whether the layer takes the fused path: q, k and v's slots back to back.
 bool QkvStacked(ParameterStore& store) {
@@ -111,19 +102,9 @@ TEST(AttentionLayerTest, FusedProjectionMatchesFiniteDifferences) {
   AttentionLayer layer(store, "attn", c);
   store.Pack();
   ASSERT_TRUE(QkvStacked(store));
-  Tensor x = RandomTensor({kBatch * kSeq, c.hidden_size()}, 100);
-  const std::vector<float> probe = RandomVector(x.numel(), 200);
-  Tensor dy = Tensor::Empty(x.shape());
-  std::memcpy(dy.raw(), probe.data(), dy.nbytes());
-  store.ZeroGrads();
-  layer.Forward(0, x, kBatch, kSeq);
-  const Tensor dx = layer.Backward(0, dy).Clone();
-  const auto loss = [&] { return ProbeLoss(layer.Forward(0, x, kBatch, kSeq).f32(), probe); };
-  ExpectGradientMatches("dx", x.f32(), x.numel(), dx.f32(), loss, kTol.grad);
-  for (Parameter& p : store.all()) {
-    const Tensor grad = p.grad.Clone();
-    ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), loss, kTol.grad);
-  }
+  testing::ExpectLayerGradients(
+      layer, store, {kBatch * kSeq, c.hidden_size()},
+      [&](const Tensor& x) { return layer.Forward(0, x, kBatch, kSeq); }, kTol.grad);
 }
 
 // Padding between k and v: the three projections run, so packing changes

@@ -16,6 +16,7 @@
 #include "model/model_dims.h"
 #include "model/rmsnorm_layer.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/layer_gradient_check.h"
 #include "tests/testing/whole_model.h"
 
 namespace tetra {
@@ -23,7 +24,7 @@ namespace {
 
 using testing::ExpectGradientMatches;
 using testing::GradCheckOptions;
-using testing::ProbeLoss;
+using testing::RandomTensor;
 using testing::RandomVector;
 
 // Tolerances: fp32 forward passes differenced with h = 1e-2; the truncation
@@ -52,46 +53,19 @@ ModelConfig TinyConfig(bool tie) {
   return c;
 }
 
-Tensor RandomTensor(const Shape& shape, uint64_t stream) {
-  Tensor t = Tensor::Empty(shape);
-  std::vector<float> v = RandomVector(t.numel(), stream);
-  std::memcpy(t.raw(), v.data(), t.nbytes());
-  return t;
-}
-
-// Checks a layer in slot 0: y = forward(x), loss = sum(y * probe), backward(probe) -> dx,
-// against finite differences in x and in every parameter of `store`.
-template <typename Layer>
-void CheckLayer(Layer& layer, ParameterStore& store, const Shape& x_shape,
-                const std::function<Tensor(const Tensor&)>& forward) {
-  Tensor x = RandomTensor(x_shape, 100);
-  std::vector<float> probe = RandomVector(x.numel(), 200);
-  Tensor dy = Tensor::Empty(x_shape);
-  std::memcpy(dy.raw(), probe.data(), dy.nbytes());
-  store.ZeroGrads();
-  forward(x);
-  Tensor dx = Tensor(layer.Backward(/*slot=*/0, dy)).Clone();
-  auto loss = [&] { return ProbeLoss(forward(x).f32(), probe); };
-  ExpectGradientMatches("dx", x.f32(), x.numel(), dx.f32(), loss, kLayerTolerance);
-  for (Parameter& p : store.all()) {
-    Tensor grad = p.grad.Clone();
-    ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), loss,
-                          kLayerTolerance);
-  }
-}
-
-// Token-wise layers take (rows, C); the others also the (B, T) grid.
 template <typename Layer>
 void CheckLayer(Layer& layer, ParameterStore& store, const Shape& x_shape) {
-  CheckLayer(layer, store, x_shape,
-             [&](const Tensor& x) { return Tensor(layer.Forward(/*slot=*/0, x)); });
+  testing::ExpectLayerGradients(
+      layer, store, x_shape, [&](const Tensor& x) { return Tensor(layer.Forward(/*slot=*/0, x)); },
+      kLayerTolerance);
 }
 
 template <typename Layer>
 void CheckSequenceLayer(Layer& layer, ParameterStore& store, int64_t batch, int64_t seq,
                         int64_t dim) {
-  CheckLayer(layer, store, {batch, seq, dim},
-             [&](const Tensor& x) { return Tensor(layer.Forward(/*slot=*/0, x, batch, seq)); });
+  testing::ExpectLayerGradients(
+      layer, store, {batch, seq, dim},
+      [&](const Tensor& x) { return Tensor(layer.Forward(/*slot=*/0, x, batch, seq)); }, kLayerTolerance);
 }
 
 TEST(LayerGradientTest, RmsNorm) {

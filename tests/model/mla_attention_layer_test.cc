@@ -5,18 +5,17 @@
 #include "model/mla_attention_layer.h"
 
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/layer_gradient_check.h"
 
 namespace tetra {
 namespace {
 
-using testing::ExpectGradientMatches;
-using testing::ProbeLoss;
+using testing::RandomTensor;
 using testing::RandomVector;
 
 constexpr int64_t kBatch = 2, kSeq = 5, kHidden = 16;
@@ -51,13 +50,6 @@ ModelConfig MlaConfig(const Variant& v) {
   c.set_rope_theta(100.0);  // angles of several radians within 5 positions
   c.set_initializer_range(0.3);  // gradients well above rounding noise
   return c;
-}
-
-Tensor RandomTensor(const Shape& shape, uint64_t stream, float scale = 1.0f) {
-  Tensor t = Tensor::Empty(shape);
-  const std::vector<float> v = RandomVector(t.numel(), stream, scale);
-  std::memcpy(t.raw(), v.data(), t.nbytes());
-  return t;
 }
 
 // Norm weights away from 1, so a norm applied to the wrong tensor shows.
@@ -201,19 +193,9 @@ TEST_P(MlaAttentionLayerTest, GradientsMatchFiniteDifferences) {
   ParameterStore store(1);
   MlaAttentionLayer layer(store, "attn", MlaConfig(GetParam()));
   RandomizeNorms(store);
-  Tensor x = RandomTensor({kBatch * kSeq, kHidden}, 100);
-  const std::vector<float> probe = RandomVector(x.numel(), 200);
-  Tensor dy = Tensor::Empty(x.shape());
-  std::memcpy(dy.raw(), probe.data(), dy.nbytes());
-  store.ZeroGrads();
-  layer.Forward(0, x, kBatch, kSeq);
-  const Tensor dx = layer.Backward(0, dy).Clone();
-  auto loss = [&] { return ProbeLoss(layer.Forward(0, x, kBatch, kSeq).f32(), probe); };
-  ExpectGradientMatches("dx", x.f32(), x.numel(), dx.f32(), loss, kTol.grad);
-  for (Parameter& p : store.all()) {
-    const Tensor grad = p.grad.Clone();
-    ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), loss, kTol.grad);
-  }
+  testing::ExpectLayerGradients(
+      layer, store, {kBatch * kSeq, kHidden},
+      [&](const Tensor& x) { return layer.Forward(0, x, kBatch, kSeq); }, kTol.grad);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, MlaAttentionLayerTest,
