@@ -12,6 +12,11 @@
 
 namespace tetra {
 
+// A cross-entropy target below 0 leaves its row out: it adds no loss and its
+// logits' gradient is 0 (Megatron's loss mask, PyTorch's ignore_index), as
+// multi-token prediction's rows past the end of their sequence are.
+inline constexpr int32_t kIgnoredTarget = -1;
+
 // q, k: (B, T, H, D) with H = Hq or Hkv; v: (B, T, Hkv, Dv); out, dout:
 // (B, T, Hq, Dv); lse: (B, Hq, T) of the scaled scores. Scores are scaled by
 // softmax_scale, by default 1 / sqrt(D) whatever Dv is. Dv differs from D in

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -398,6 +399,48 @@ cpu::MlaKeyValueDims MlaKeyValueShape(const char* op, const Tensor& kv, const Te
 
 }  // namespace
 
+namespace {
+
+// wide (N, Ca + Cb) and its blocks a (N, Ca), b (N, Cb), one dtype.
+void CheckColumnBlocks(const char* op, const Tensor& wide, const Tensor& a, const Tensor& b) {
+  TETRA_CHECK(wide.rank() == 2 && a.rank() == 2 && b.rank() == 2 && a.dim(0) == wide.dim(0) &&
+              b.dim(0) == wide.dim(0) && a.dim(1) + b.dim(1) == wide.dim(1) && a.dtype() == wide.dtype() &&
+              b.dtype() == wide.dtype())
+      << op << ": " << ShapeString(wide.shape()) << " of " << ShapeString(a.shape()) << " and "
+      << ShapeString(b.shape());
+}
+
+// `columns` columns of every row from src's column src_column to dst's
+// column dst_column.
+void CopyColumns(const Tensor& src, int64_t src_column, const Tensor& dst, int64_t dst_column, int64_t columns) {
+  if (OnDevice(dst)) {
+#if TETRA_HAVE_CUDA
+    return cuda::CopyColumns(src, src_column, dst, dst_column, columns);
+#endif
+  }
+  ExpectHost(src, dst);
+  const size_t element = DTypeSize(src.dtype());
+  const auto* from = static_cast<const char*>(src.raw()) + src_column * element;
+  auto* to = static_cast<char*>(dst.raw()) + dst_column * element;
+  for (int64_t r = 0; r < src.dim(0); ++r) {
+    std::memcpy(to + r * dst.dim(1) * element, from + r * src.dim(1) * element, columns * element);
+  }
+}
+
+}  // namespace
+
+void ConcatColumns(const Tensor& a, const Tensor& b, const Tensor& out) {
+  CheckColumnBlocks("concat_columns", out, a, b);
+  CopyColumns(a, 0, out, 0, a.dim(1));
+  CopyColumns(b, 0, out, a.dim(1), b.dim(1));
+}
+
+void SplitColumns(const Tensor& in, const Tensor& a, const Tensor& b) {
+  CheckColumnBlocks("split_columns", in, a, b);
+  CopyColumns(in, 0, a, 0, a.dim(1));
+  CopyColumns(in, a.dim(1), b, 0, b.dim(1));
+}
+
 void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key,
                       const Tensor& value) {
   const cpu::MlaKeyValueDims d = MlaKeyValueShape("mla_split_key_value", kv, k_pe, key, value);
@@ -541,14 +584,17 @@ void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab
                           sum_exp.data<double>());
 }
 
-double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp) {
-  TETRA_CHECK(target_logit.numel() == row_max.numel() && sum_exp.numel() == row_max.numel() &&
+double CrossEntropyLoss(const Tensor& targets, const Tensor& row_max, const Tensor& target_logit,
+                        const Tensor& sum_exp) {
+  TETRA_CHECK(targets.numel() == row_max.numel() && targets.dtype() == DType::kI32 &&
+              target_logit.numel() == row_max.numel() && sum_exp.numel() == row_max.numel() &&
               row_max.dtype() == DType::kF32 && target_logit.dtype() == DType::kF32 && sum_exp.dtype() == DType::kF64)
       << "cross-entropy loss of " << row_max.numel() << " rows";
-  TETRA_ON_DEVICE(row_max, CrossEntropyLoss(row_max, target_logit, sum_exp));
-  ExpectHost(row_max, target_logit, sum_exp);
+  TETRA_ON_DEVICE(row_max, CrossEntropyLoss(targets, row_max, target_logit, sum_exp));
+  ExpectHost(targets, row_max, target_logit, sum_exp);
   HostF32 f32;
-  return cpu::CrossEntropyLoss(f32.In(row_max), f32.In(target_logit), sum_exp.data<double>(), row_max.numel());
+  return cpu::CrossEntropyLoss(targets.data<int32_t>(), f32.In(row_max), f32.In(target_logit),
+                               sum_exp.data<double>(), row_max.numel());
 }
 
 void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,

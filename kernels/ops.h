@@ -74,6 +74,12 @@ void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
 void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved);
 // The transpose, in place on dx.
 void DecoupledRopeBackward(const Tensor& dx, const RopeTable& table, bool interleaved);
+// Column blocks of row-major matrices, one dtype, exact copies:
+// out (N, Ca + Cb) = [a (N, Ca) | b (N, Cb)] (multi-token prediction joins a
+// token's embedding and hidden state so), and its adjoint, a and b = in's
+// first Ca and last Cb columns.
+void ConcatColumns(const Tensor& a, const Tensor& b, const Tensor& out);
+void SplitColumns(const Tensor& in, const Tensor& a, const Tensor& b);
 // MLA's per-head keys and values, one dtype: kv (B*T, H (Dn + Dv)), each
 // head's [k_nope | v] as kv_b_proj writes them, and the shared rotary key
 // k_pe (B*T, R) -> key (B, T, H, Dn + R) = [k_nope | k_pe], value (B, T, H, Dv).
@@ -105,6 +111,8 @@ void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tenso
 // Logits of a padded vocabulary (the LM head's width rounded up for GEMM
 // tiles): columns of ids >= vocab_size are padding, left out of the softmax,
 // gradient 0.
+// A negative target (kIgnoredTarget) leaves its row out: no loss,
+// gradient 0.
 // Sum over rows of -log softmax(logits)[target] over logits (N, W), ids
 // [0, vocab_size) real (vocab_size <= W); when dlogits is defined it
 // receives grad_scale * (softmax - onehot), and may be logits itself.
@@ -115,7 +123,7 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
 // parallel/vocab_parallel_cross_entropy.h runs around its collectives: logits
 // (N, W) hold ids [vocab_begin, vocab_begin + W) of a vocabulary of
 // vocab_size (padding past it; a slice may be all padding); targets (N)
-// int32 in [0, vocab_size) (checked). The same arithmetic as CrossEntropy,
+// int32 in [0, vocab_size) or ignored (checked). The same arithmetic as CrossEntropy,
 // step by step.
 // row_max (N) fp32: each row's largest logit; target_logit (N) fp32: the
 // row's target's logit where this slice holds it, else 0.
@@ -124,8 +132,10 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
 // sum_exp (N) fp64 = sum over the row of exp(logit - row_max).
 void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab_size,
                         const Tensor& row_max, const Tensor& sum_exp);
-// Sum over rows of (row_max - target_logit) + log(sum_exp), in row order.
-double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp);
+// Sum over rows not ignored of (row_max - target_logit) + log(sum_exp), in
+// row order.
+double CrossEntropyLoss(const Tensor& targets, const Tensor& row_max, const Tensor& target_logit,
+                        const Tensor& sum_exp);
 // dlogits (N, W), may be logits: grad_scale x (softmax - onehot(target)) on
 // this slice, softmax = exp(logit - row_max) / sum_exp.
 void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,

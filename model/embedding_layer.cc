@@ -1,5 +1,7 @@
 #include "model/embedding_layer.h"
 
+#include <cstring>
+
 #include "kernels/ops.h"
 #include "model/model_dims.h"
 #include "parallel/tensor_parallel.h"
@@ -12,9 +14,23 @@ Parameter& AddEmbeddingTable(ParameterStore& store, const ModelConfig& c,
                    c.initializer_range(), parallelism.Vocabulary(PaddedVocabSize(c, parallelism.tp_size())));
 }
 
+void CopyTokenIds(const int32_t* ids, int64_t n, Tensor* dst) {
+  EnsureShape(dst, {n}, DType::kI32);
+  if (dst->device() == DeviceType::kCPU) {
+    std::memcpy(dst->raw(), ids, n * sizeof(int32_t));
+    return;
+  }
+  Tensor host = Tensor::Empty({n}, DType::kI32);
+  std::memcpy(host.raw(), ids, n * sizeof(int32_t));
+  dst->CopyFrom(host);
+}
+
 EmbeddingLayer::EmbeddingLayer(ParameterStore& store, const ModelConfig& c,
                                const LayerParallelism& parallelism)
-    : weight_(AddEmbeddingTable(store, c, parallelism)),
+    : EmbeddingLayer(AddEmbeddingTable(store, c, parallelism), parallelism) {}
+
+EmbeddingLayer::EmbeddingLayer(Parameter& table, const LayerParallelism& parallelism)
+    : weight_(table),
       tp_(*parallelism.tp),
       sequence_parallel_(parallelism.sequence_parallel),
       vocab_begin_(int64_t{tp_.rank()} * weight_.value.dim(0)) {}

@@ -21,10 +21,16 @@ namespace tetra {
 Parameter& AddEmbeddingTable(ParameterStore& store, const ModelConfig& config,
                              const LayerParallelism& parallelism);
 
+// dst (n) int32 = ids (n, host memory), on the placement's device.
+void CopyTokenIds(const int32_t* ids, int64_t n, Tensor* dst);
+
 class EmbeddingLayer {
  public:
   EmbeddingLayer(ParameterStore& store, const ModelConfig& config,
                  const LayerParallelism& parallelism = SingleRankParallelism());
+  // A second lookup of an already registered `table` (multi-token
+  // prediction's), with its own activations.
+  EmbeddingLayer(Parameter& table, const LayerParallelism& parallelism = SingleRankParallelism());
   // tokens (N) int32 ids -> (rows, C) in the residual layout: all N rows, or
   // under SP this rank's N/tp. Keeps `tokens` (the caller's) and the output
   // in `slot` (activation_slots.h).

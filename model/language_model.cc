@@ -2,24 +2,11 @@
 
 #include <cstring>
 
+#include "kernels/ops.h"
 #include "model/model_dims.h"
 
 namespace tetra {
-namespace {
 
-// dst (n) = ids (n, host memory), on the placement's device.
-void CopyTokens(const int32_t* ids, int64_t n, Tensor* dst) {
-  EnsureShape(dst, {n}, DType::kI32);
-  if (dst->device() == DeviceType::kCPU) {
-    std::memcpy(dst->raw(), ids, n * sizeof(int32_t));
-    return;
-  }
-  Tensor host = Tensor::Empty({n}, DType::kI32);
-  std::memcpy(host.raw(), ids, n * sizeof(int32_t));
-  dst->CopyFrom(host);
-}
-
-}  // namespace
 LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelParallelism& parallelism,
                        Storage storage)
     : config_(c), store_(seed, storage), groups_(c, parallelism) {
@@ -43,8 +30,8 @@ LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelPar
   const bool has_head = chunks_.back().stage.has_head;
   const LayerParallelism& layers = groups_.layers();
   // Registration order is the Hugging Face order: embedding, blocks, norm,
-  // head; Pack() lays the flat buffers out in it, which BackwardStage's
-  // readiness offsets rely on.
+  // (the last stage's table copy,) head, prediction depths; Pack() lays the
+  // flat buffers out in it, which BackwardStage's readiness offsets rely on.
   if (has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(store_, c, layers);
   for (Chunk& chunk : chunks_) {
     for (int i = 0; i < chunk.stage.num_layers; ++i) {
@@ -54,25 +41,30 @@ LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelPar
       chunk.block_first_parameter.push_back(&store_.all()[first]);
     }
   }
+  const bool mtp = c.num_nextn_predict_layers() > 0;
+  // A stage without the embedding needs the table for a tied LM head or for
+  // the prediction depths' lookups.
+  const bool table_on_last_stage = c.tie_word_embeddings() || mtp;
   if (has_head) {
     final_norm_ = std::make_unique<RmsNormLayer>(store_, "model.norm.weight", c.hidden_size(),
                                                  c.rms_norm_eps(), layers);
-    Parameter* head_weight = nullptr;
+    // Drawn from the same (seed, name, index) as the first stage's table, so
+    // the two copies start equal.
+    if (table_on_last_stage && !has_embedding) embedding_copy_ = &AddEmbeddingTable(store_, c, layers);
+    Parameter* table = has_embedding ? &embedding_->weight() : embedding_copy_;
+    Parameter* head_weight = table;
     if (!c.tie_word_embeddings()) {
       head_weight = &store_.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
                                 c.initializer_range(), layers.Vocabulary(PaddedVocabSize(c, layers.tp_size())));
-    } else if (has_embedding) {
-      head_weight = &embedding_->weight();
-    } else {
-      // Drawn from the same (seed, name, index) as the first stage's table,
-      // so the two copies start equal.
-      head_weight = tied_embedding_copy_ = &AddEmbeddingTable(store_, c, layers);
     }
     head_ = std::make_unique<LmHeadLayer>(*head_weight, layers);
-  } else if (c.tie_word_embeddings() && has_embedding) {
-    tied_embedding_copy_ = &embedding_->weight();
+    for (int depth = 1; depth <= c.num_nextn_predict_layers(); ++depth) {
+      mtp_.push_back(std::make_unique<MultiTokenPredictionLayer>(store_, depth, c, *table, *head_weight, layers));
+    }
+  } else if (table_on_last_stage && has_embedding) {
+    embedding_copy_ = &embedding_->weight();
   }
-  if (tied_embedding_copy_) tied_embedding_copy_->stage_copies = 2;
+  if (embedding_copy_) embedding_copy_->stage_copies = 2;
   store_.Pack(parallelism.flat_multiple, parallelism.expert_flat_multiple);
 }
 
@@ -88,7 +80,7 @@ Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
   Tensor x;
   if (c.stage.has_embedding) {
     TETRA_CHECK(inputs != nullptr) << "the first pipeline stage needs the input tokens";
-    CopyTokens(inputs, rows, &micro_batch.tokens);
+    CopyTokenIds(inputs, rows, &micro_batch.tokens);
     x = embedding_->Forward(slot, micro_batch.tokens);
   } else {
     TETRA_CHECK(hidden_in.rank() == 2 && hidden_in.dim(1) == config_.hidden_size())
@@ -105,9 +97,21 @@ Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
   if (!c.stage.has_head) return x;
   TETRA_CHECK(targets != nullptr && loss_sum != nullptr)
       << "the last pipeline stage needs the targets and somewhere to put the loss";
-  CopyTokens(targets, rows, &targets_);
-  *loss_sum =
-      head_->ForwardLoss(slot, final_norm_->Forward(slot, x), targets_, grad_scale, with_grad);
+  CopyTokenIds(targets, rows, &targets_);
+  const Tensor& normed = final_norm_->Forward(slot, x);
+  *loss_sum = head_->ForwardLoss(slot, normed, targets_, grad_scale, with_grad);
+  // Evaluation reports the main loss only: the depths run in training.
+  if (!with_grad || mtp_.empty()) return Tensor();
+  const double depths = static_cast<double>(mtp_.size());
+  const float mtp_scale = static_cast<float>(grad_scale * mtp_loss_scaling_factor_);
+  const Tensor* h = &normed;
+  for (size_t k = 1; k <= mtp_.size(); ++k) {
+    const double weight = static_cast<double>(seq) / static_cast<double>(seq - k) / depths;
+    double depth_sum = 0;
+    h = &mtp_[k - 1]->Forward(slot, *h, targets, batch, seq, grad_scale,
+                              static_cast<float>(mtp_scale * weight), &depth_sum);
+    mtp_loss_sum_ += weight * depth_sum;
+  }
   return Tensor();
 }
 
@@ -142,7 +146,13 @@ Tensor LanguageModel::BackwardStage(int slot, int chunk, const Tensor& d_hidden_
   // suffix, which it is not part of.
   Tensor d = d_hidden_out;
   if (c.stage.has_head) {
-    d = final_norm_->Backward(slot, head_->Backward(slot));
+    // The depths, last first: each gives its input's gradient to the one
+    // before it, depth 1 to model.norm's output beside the main head's.
+    Tensor d_normed;
+    for (auto depth = mtp_.rbegin(); depth != mtp_.rend(); ++depth) d_normed = (*depth)->Backward(slot, d_normed);
+    d = head_->Backward(slot);
+    if (d_normed.defined()) ops::Add(d_normed, d);
+    d = final_norm_->Backward(slot, d);
     ready_from(final_norm_->weight().flat_offset);
   } else {
     TETRA_CHECK(d.defined()) << "pipeline stage backward without the gradient of its output";
@@ -164,6 +174,7 @@ void LanguageModel::ReleaseSlots() {
   }
   if (final_norm_) final_norm_->ReleaseSlots();
   if (head_) head_->ReleaseSlots();
+  for (auto& depth : mtp_) depth->ReleaseSlots();
   micro_batches_.Clear();
 }
 
@@ -174,7 +185,16 @@ std::vector<MoeMlpLayer*> LanguageModel::moe_layers() const {
       if (block->moe() != nullptr) layers.push_back(block->moe());
     }
   }
+  for (const auto& depth : mtp_) {
+    if (depth->block().moe() != nullptr) layers.push_back(depth->block().moe());
+  }
   return layers;
+}
+
+double LanguageModel::TakeMtpLossSum() {
+  const double sum = mtp_loss_sum_;
+  mtp_loss_sum_ = 0;
+  return sum;
 }
 
 std::vector<ModelTensor> WholeModelTensors(const ModelConfig& config) {

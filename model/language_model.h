@@ -1,7 +1,8 @@
 // A decoder-only causal language model, dense (LlamaForCausalLM) or mixture
 // of experts (DeepSeek-V3's MoE MLPs after the first first_k_dense_replace
 // layers): token embedding, N decoder blocks, final RMSNorm, LM head (tied to
-// the embedding when tie_word_embeddings) and the token cross-entropy.
+// the embedding when tie_word_embeddings), the token cross-entropy, and
+// optionally multi-token prediction.
 // Parameters carry Hugging Face names.
 //
 // Tensor-parallel when given a TP group (model_parallelism.h): every rank of
@@ -16,8 +17,16 @@
 // micro-batch through one chunk, taking the previous virtual stage's hidden
 // states and giving back their gradient; the pipeline executor
 // (pipeline/executor.h) drives them, also for the whole model, which is a
-// one-stage pipeline. With tied embeddings split over stages, the last stage
-// holds its own copy of the table for the LM head (tied_embedding_copy()).
+// one-stage pipeline. With tied embeddings or multi-token prediction split
+// over stages, the last stage holds its own copy of the table, for the LM
+// head or the prediction depths' lookups (embedding_copy()).
+//
+// With model.num_nextn_predict_layers D > 0 the last stage also runs the D
+// multi-token prediction depths (multi_token_prediction_layer.h) after the
+// main LM head, in training (evaluation reports the main loss only): the
+// objective adds mtp_loss_scaling_factor / D times each depth's mean token
+// cross-entropy over the global batch, its B x (T - k) valid tokens at
+// depth k (the main loss's grad_scale x T / (T - k) per token).
 #ifndef TETRA_MODEL_LANGUAGE_MODEL_H_
 #define TETRA_MODEL_LANGUAGE_MODEL_H_
 
@@ -32,6 +41,7 @@
 #include "model/embedding_layer.h"
 #include "model/lm_head_layer.h"
 #include "model/model_parallelism.h"
+#include "model/multi_token_prediction_layer.h"
 #include "model/parameters.h"
 #include "model/rmsnorm_layer.h"
 #include "proto/config.pb.h"
@@ -99,11 +109,21 @@ class LanguageModel {
   // The chunks this model holds, in model order (num_layers resolved).
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   const PipelineStage& chunk(int c) const { return chunks_[c].stage; }
-  // The tied embedding table when this rank holds only one of its two uses
-  // (the embedding on the first stage, the LM head on the last): the two
-  // copies start equal and stay equal when their gradients are summed over
-  // the embedding group before the update. Null otherwise.
-  Parameter* tied_embedding_copy() const { return tied_embedding_copy_; }
+  // The embedding table when this rank holds only some of its uses (the
+  // embedding on the first stage; a tied LM head or the multi-token
+  // prediction depths on the last): the two stages' copies start equal and
+  // stay equal when their gradients are summed over the embedding group
+  // before the update. Null otherwise.
+  Parameter* embedding_copy() const { return embedding_copy_; }
+  // The multi-token prediction loss of the forwards with gradients since the
+  // last call, on this rank: the sum over micro-batches of (1 / D) x the
+  // sum over depths k of the depth's token cross-entropy sum x T / (T - k),
+  // so that over the global batch's token count it is the mean over depths
+  // of each depth's mean. Resets it.
+  double TakeMtpLossSum();
+  // train.mtp_loss_scaling_factor, the weight of the prediction depths' mean
+  // loss in the objective (the trainer sets the run's).
+  void set_mtp_loss_scaling_factor(double factor) { mtp_loss_scaling_factor_ = factor; }
 
  private:
   struct MicroBatch {
@@ -130,7 +150,10 @@ class LanguageModel {
   std::unique_ptr<EmbeddingLayer> embedding_;  // first stage only (chunk 0)
   std::unique_ptr<RmsNormLayer> final_norm_;   // last stage only (last chunk), as head_
   std::unique_ptr<LmHeadLayer> head_;
-  Parameter* tied_embedding_copy_ = nullptr;
+  std::vector<std::unique_ptr<MultiTokenPredictionLayer>> mtp_;  // last stage only, depth 1 first
+  Parameter* embedding_copy_ = nullptr;
+  double mtp_loss_sum_ = 0;
+  double mtp_loss_scaling_factor_ = TrainConfig::default_instance().mtp_loss_scaling_factor();
   ActivationSlots<MicroBatch> micro_batches_;
   Tensor targets_;  // (B*T), read only by the forward
 };

@@ -37,10 +37,13 @@ ParameterCounts CountParameters(const ModelConfig& m) {
   const MoeConfig& moe = m.moe();
   // Sizes ValidateConfig bounds; MoE layers follow the first first_k_dense_replace.
   p.moe_layers = moe.n_routed_experts() > 0 ? std::max(0, p.layers - moe.first_k_dense_replace()) : 0;
+  p.mtp_depths = m.num_nextn_predict_layers();
+  p.mtp_moe = moe.n_routed_experts() > 0;
+  p.mtp_join = 2 * c * c + 3 * c;
   p.attention = AttentionParameters(m);
   p.norms = 2 * c;
   p.dense_mlp = 3 * c * m.intermediate_size();
-  if (p.moe_layers > 0) {
+  if (p.moe_layers > 0 || (p.mtp_depths > 0 && p.mtp_moe)) {
     const double expert = 3 * c * moe.moe_intermediate_size();
     p.router = moe.n_routed_experts() * c;
     p.routed_experts = moe.n_routed_experts() * expert;
@@ -59,7 +62,11 @@ int64_t ActiveParameters(const ModelConfig& m) {
 }
 
 double TrainingFlopsPerToken(const ModelConfig& m, int64_t seq_length) {
-  return 6.0 * ActiveParameters(m) + 6.0 * m.num_hidden_layers() * seq_length * AttentionWidth(m);
+  const ParameterCounts p = CountParameters(m);
+  const double depth = p.mtp_join + p.attention + p.norms + (p.mtp_moe ? p.active_moe_mlp : p.dense_mlp) +
+                       p.embedding /*LM head*/;
+  const double layers = m.num_hidden_layers() + p.mtp_depths;
+  return 6.0 * (ActiveParameters(m) + p.mtp_depths * depth) + 6.0 * layers * seq_length * AttentionWidth(m);
 }
 
 }  // namespace tetra

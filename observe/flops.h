@@ -5,7 +5,11 @@
 // and backward). An MoE layer counts its router, shared experts and the
 // num_experts_per_tok routed experts each token passes through. Under
 // multi-head latent attention head_dim is the mean of the query/key head dim
-// (qk_nope + qk_rope, the scores') and v_head_dim (the values').
+// (qk_nope + qk_rope, the scores') and v_head_dim (the values'). Multi-token
+// prediction's D depths add, per token, what each runs: eh_proj, its three
+// norms, one more layer (MoE in an MoE model) with its attention, and
+// another pass through the LM head (as Megatron-LM counts MTP layers);
+// ActiveParameters stays the main model's, as DeepSeek-V3's 37B does.
 //
 // The parameter counts behind it are the one count of a model's pieces: the
 // layout planner (plan/) sizes memory and time from the same numbers.
@@ -31,6 +35,9 @@ struct ParameterCounts {
   double active_moe_mlp = 0;       // per token of an MoE layer: router, shared and k routed experts
   double embedding = 0;            // vocab x hidden: the input table, and the LM head's
   double final_norm = 0;
+  int mtp_depths = 0;               // multi-token prediction depths
+  bool mtp_moe = false;             // whether their layers are MoE (any routed experts: their index is past the dense ones)
+  double mtp_join = 0;              // per depth: eh_proj (2C -> C) and the enorm, hnorm and shared_head norms
 };
 
 ParameterCounts CountParameters(const ModelConfig& model);

@@ -63,6 +63,7 @@ std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m) {
   add("moe_load_imbalance", m.moe_load_imbalance);
   add("dropped_tokens", m.dropped_tokens);
   add("all_to_all_bytes", m.all_to_all_bytes);
+  add("mtp_loss", m.mtp_loss);
   return fields;
 }
 
@@ -85,6 +86,7 @@ std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s) {
   std::string line = absl::StrFormat("step %d/%d | loss %.4f", m.step, total_steps, m.loss);
   if (m.loss_floor) absl::StrAppendFormat(&line, " (floor %.4f)", *m.loss_floor);
   if (m.val_loss) absl::StrAppendFormat(&line, " | val loss %.4f", *m.val_loss);
+  if (m.mtp_loss) absl::StrAppendFormat(&line, " | mtp loss %.4f", *m.mtp_loss);
   absl::StrAppendFormat(&line, " | lr %.2e | grad norm %.3f | %.0f tok/s | %.2f GFLOP/s", m.lr,
                         m.grad_norm, m.tokens_per_s, m.tflops * 1e3);
   if (m.mfu) absl::StrAppendFormat(&line, " | MFU %.1f%%", *m.mfu * 100);

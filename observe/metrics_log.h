@@ -52,6 +52,9 @@ struct StepMetrics {
   // rank sent and the seconds the step waited on them.
   std::optional<double> aux_loss, moe_load_imbalance, dropped_tokens;
   std::optional<double> all_to_all_bytes;  // the wait on them is comm_exposed_s_ep
+  // Multi-token prediction: the mean over depths of each depth's mean
+  // cross-entropy (the objective adds train.mtp_loss_scaling_factor times it).
+  std::optional<double> mtp_loss;
 };
 
 // Every per-step number of `m` (its optional fields when present) by its

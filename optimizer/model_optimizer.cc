@@ -32,17 +32,17 @@ void ModelOptimizer::StartStep() {
 }
 
 void ModelOptimizer::GradientsReadyFrom(int64_t offset) {
-  // Buckets holding a tied embedding copy wait until it is summed with the
+  // Buckets holding an embedding table copy wait until it is summed with the
   // other stage's copy, after the pipeline has drained.
-  if (const Parameter* tied = model_.tied_embedding_copy()) {
-    offset = std::max(offset, tied->flat_offset + tied->grad.numel());
+  if (const Parameter* copy = model_.embedding_copy()) {
+    offset = std::max(offset, copy->flat_offset + copy->grad.numel());
   }
   reducer_.ReadyFrom(offset);
 }
 
 FinalizedGradients ModelOptimizer::FinalizeGradients() {
-  if (const Parameter* tied = model_.tied_embedding_copy()) {
-    parallel_.embedding().AllReduce(tied->grad, tied->grad, ReduceOp::kSum);
+  if (const Parameter* copy = model_.embedding_copy()) {
+    parallel_.embedding().AllReduce(copy->grad, copy->grad, ReduceOp::kSum);
   }
   reducer_.Finish();
   if (experts_) experts_->Finish();

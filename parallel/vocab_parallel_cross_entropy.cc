@@ -36,7 +36,7 @@ double VocabParallelCrossEntropy(const Tensor& logits, const Tensor& targets, fl
   Tensor sum_exp = gathered.Slice(0, 1).Reshape({rows});
   for (int r = 1; r < tp.size(); ++r) ops::Add(gathered.Slice(r, r + 1).Reshape({rows}), sum_exp);
 
-  const double loss = ops::CrossEntropyLoss(row_max, target_logit, sum_exp);
+  const double loss = ops::CrossEntropyLoss(targets, row_max, target_logit, sum_exp);
   if (dlogits.defined()) {
     ops::CrossEntropyGradient(logits, targets, begin, vocab_size, row_max, sum_exp, grad_scale, dlogits);
   }

@@ -32,6 +32,12 @@ struct ModelShape {
   double active_moe_mlp;          // per token: router + shared + k routed experts
   int k, experts;
   double moe_intermediate;
+  // Multi-token prediction on the last stage: depths, each a layer of the
+  // MoE kind in an MoE model, and eh_proj with the three norms (whole on
+  // every tensor-parallel rank, as norms are).
+  int mtp;
+  bool mtp_moe;
+  double mtp_join;
 };
 
 ModelShape ShapeOf(const ModelConfig& m) {
@@ -63,13 +69,17 @@ ModelShape ShapeOf(const ModelConfig& m) {
   }
   s.norms = p.norms;
   s.dense_mlp = p.dense_mlp;
-  s.experts = s.moe ? m.moe().n_routed_experts() : 0;
-  s.k = s.moe ? m.moe().num_experts_per_tok() : 0;
-  s.moe_intermediate = s.moe ? m.moe().moe_intermediate_size() : 0;
+  const bool any_moe = s.moe || (p.mtp_depths > 0 && p.mtp_moe);
+  s.experts = any_moe ? m.moe().n_routed_experts() : 0;
+  s.k = any_moe ? m.moe().num_experts_per_tok() : 0;
+  s.moe_intermediate = any_moe ? m.moe().moe_intermediate_size() : 0;
   s.router = p.router;
   s.routed = p.routed_experts;
   s.shared = p.shared_experts;
   s.active_moe_mlp = p.active_moe_mlp;
+  s.mtp = p.mtp_depths;
+  s.mtp_moe = p.mtp_moe;
+  s.mtp_join = p.mtp_join;
   return s;
 }
 
@@ -128,7 +138,15 @@ DeviceParameters StageParameters(const ModelShape& s, const StageLayers& st, con
   // The embedding and the head hold the padded vocabulary's rows.
   const double vocab_rows = static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp;
   if (st.embedding) p.dense += vocab_rows * s.c;
-  if (st.head) p.dense += vocab_rows * s.c + s.c;
+  if (st.head) {
+    p.dense += vocab_rows * s.c + s.c;
+    // The prediction depths, and their own copy of the input table where it
+    // lives on another stage and is not the head's already.
+    p.dense += s.mtp * (attention + s.norms + s.mtp_join +
+                        (s.mtp_moe ? s.shared / l.mesh.tp + s.router : s.dense_mlp / l.mesh.tp));
+    p.expert += s.mtp_moe ? s.mtp * s.routed / (l.mesh.ep * l.mesh.tp) : 0;
+    if (s.mtp > 0 && !st.embedding && !s.model.tie_word_embeddings()) p.dense += vocab_rows * s.c;
+  }
   return p;
 }
 
@@ -232,8 +250,16 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
         l.recompute ? layers * s.c / tp : st.dense * dense_layer + st.moe * moe_layer;
     mem.activations = in_flight * tokens_mb * stored_per_token * bytes.activation;
     if (l.recompute) mem.activations += tokens_mb * per_token_layer * bytes.activation;
-    if (st.head) {  // fp32 logits of the padded vocabulary and their gradient, in place
-      mem.activations += tokens_mb * static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
+    if (st.head) {
+      // Each prediction depth keeps its layer's activations and its join
+      // (the two norm inputs, [e | h], the projection and the shared norm's
+      // input) for each micro-batch in flight.
+      const double depth = (s.mtp_moe ? moe_layer : dense_layer) + 6 * s.c / tp;
+      mem.activations += in_flight * tokens_mb * s.mtp * depth * bytes.activation;
+      // fp32 logits of the padded vocabulary and their gradient, in place:
+      // the main head's and each depth's.
+      mem.activations +=
+          (1 + s.mtp) * tokens_mb * static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
     }
     if (mem.total() > most.total()) most = mem;
   }
@@ -271,19 +297,27 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
                                st.moe * (s.attention + s.norms + s.active_moe_mlp);
     double flops =
         6 * tokens_mb * layer_flops + 6.0 * layers * tokens_mb * train.seq_length() * s.attention_width;
+    // The head, and each prediction depth's layer, attention and head.
+    const int depths = st.head ? s.mtp : 0;
     if (st.head) flops += 6 * tokens_mb * s.vocab * s.c;
+    flops += 6 * tokens_mb * depths *
+             (s.attention + s.norms + (s.mtp_moe ? s.active_moe_mlp : s.dense_mlp) + s.vocab * s.c +
+              train.seq_length() * s.attention_width);
     flops /= l.mesh.tp;
-    // MLA's down projections and latent norms run whole on every rank.
-    flops += 6 * tokens_mb * layers * s.attention_whole * (1 - 1.0 / l.mesh.tp);
+    // MLA's down projections and latent norms run whole on every rank, as do
+    // the depths' joins.
+    flops += 6 * tokens_mb * (layers + depths) * s.attention_whole * (1 - 1.0 / l.mesh.tp);
+    flops += 6 * tokens_mb * depths * s.mtp_join;
     const double recompute_flops = l.recompute ? flops / 3 : 0;  // one more forward
     const double compute = (flops + recompute_flops) / flops_rate;
     // TP: per layer 2 collectives forward (+2 recomputed) and 2 backward of
-    // the (tokens, c) activation; the embedding and the loss add two.
-    const double tp_count = layers * (l.recompute ? 6 : 4) + 2;
+    // the (tokens, c) activation; the embedding and the loss add two, and
+    // each prediction depth its layer's four, a lookup's and a loss's.
+    const double tp_count = layers * (l.recompute ? 6 : 4) + 2 + 6 * depths;
     const double tp_time =
         tp_count * AllReduceSeconds(tokens_mb * s.c * act_bytes, l.mesh.tp, tp_link.gbps, tp_link.latency_us);
     // EP: dispatch and combine, forward and backward, of the k copies of each token.
-    const double ep_time = st.moe * 4 *
+    const double ep_time = (st.moe + (s.mtp_moe ? depths : 0)) * 4 *
                            AllToAllSeconds(tokens_mb * s.k * s.c * act_bytes / l.mesh.tp, l.mesh.ep, ep_link.gbps,
                                            ep_link.latency_us) *
                            (1 - cluster.ep_overlap());

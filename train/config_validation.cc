@@ -25,6 +25,9 @@ namespace {
 // Far above any model trained (DeepSeek-V3: 6.7e11), and low enough that the
 // parameter counts (observe/flops.cc) cannot overflow.
 constexpr double kMaxParameters = 1e15;
+// Multi-token prediction depths: DeepSeek-V3 uses 1; each one is a whole
+// decoder block and LM head more.
+constexpr int kMaxPredictionDepths = 64;
 // Threads per rank beyond this many per core only add contention.
 constexpr int kMaxThreadsPerCore = 4;
 // The watchdog's deadline: a longer one never fires in practice, which would
@@ -242,6 +245,11 @@ absl::Status ValidateModel(const ModelConfig& m) {
     }
   }
   if (m.has_moe()) RETURN_IF_ERROR(ValidateMoe(m));
+  if (m.num_nextn_predict_layers() < 0 || m.num_nextn_predict_layers() > kMaxPredictionDepths) {
+    return Invalid(absl::StrCat("model.num_nextn_predict_layers is ", m.num_nextn_predict_layers(),
+                                " but must be in [0, ", kMaxPredictionDepths, "]"),
+                   "use 0 (no multi-token prediction) or a few depths (DeepSeek-V3: 1)");
+  }
   // The planner's count (the embedding and the LM head both counted).
   const DeviceParameters whole = ParametersPerDevice(m, PlanLayout{});
   if (whole.dense + whole.expert > kMaxParameters) {
@@ -471,11 +479,26 @@ absl::Status ValidateLog(const LogConfig& log, const CheckpointConfig& checkpoin
   return absl::OkStatus();
 }
 
+// Multi-token prediction's depths against the sequence, and its loss weight.
+absl::Status ValidateMultiTokenPrediction(const ModelConfig& m, const TrainConfig& t) {
+  if (m.num_nextn_predict_layers() == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckNumber("train.mtp_loss_scaling_factor", t.mtp_loss_scaling_factor(), true, "0.1"));
+  if (m.num_nextn_predict_layers() >= t.seq_length()) {
+    return Invalid(absl::StrCat("model.num_nextn_predict_layers ", m.num_nextn_predict_layers(),
+                                " is not below train.seq_length ", t.seq_length(),
+                                ": depth k predicts token i + k + 1, so no position of a sequence has a target at "
+                                "the last depth"),
+                   "use fewer prediction depths or longer sequences");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateConfig(const TrainerConfig& config, int world_size) {
   RETURN_IF_ERROR(ValidateModel(config.model()));
   RETURN_IF_ERROR(ValidateTrain(config.train()));
+  RETURN_IF_ERROR(ValidateMultiTokenPrediction(config.model(), config.train()));
   RETURN_IF_ERROR(ValidateDevice(config));
   RETURN_IF_ERROR(ValidateOptimizer(config.optimizer()));
   RETURN_IF_ERROR(ValidateData(config.data(), config.model(), config.train()));

@@ -50,6 +50,9 @@ absl::Status TrainStep::Run(int64_t step, StepMetrics& m) {
   RETURN_IF_ERROR(AgreeOnStatus(parallel_.world(), loss_sum.status()));
   // After the gradient buckets, which share the loss group's communicator.
   m.loss = StepLoss(parallel_, *loss_sum, static_cast<double>(tokens_per_step()));
+  if (config_.model().num_nextn_predict_layers() > 0) {
+    m.mtp_loss = StepLoss(parallel_, model_.TakeMtpLossSum(), static_cast<double>(tokens_per_step()));
+  }
 
   const ScopedSpan optimizer_span(SpanKind::kOptimizer);
   m.grad_norm = gradients.grad_norm;

@@ -120,6 +120,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
                        /*flat_multiple=*/GradientReducer::PaddedSize(1, parallel.grad().size()),
                        partition.Chunks(pipeline_rank), &parallel.expert(),
                        /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, parallel.expert_data().size())});
+  model.set_mtp_loss_scaling_factor(train.mtp_loss_scaling_factor());
   ParameterStore& store = model.parameters();
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), store));
   ModelOptimizer optimizer(model, config, parallel);
@@ -130,13 +131,13 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
   const double flops_per_step =
       TrainingFlopsPerToken(config.model(), train.seq_length()) * train_step.tokens_per_step();
   // Each stage holds its own layers: the parameter count sums over the
-  // pipeline, leaving out the last stage's copy of a tied embedding. Each
+  // pipeline, leaving out the last stage's copy of the embedding table. Each
   // expert-parallel rank holds 1 / ep of the routed experts.
-  const Parameter* tied_copy = model.tied_embedding_copy();
-  const int64_t head_copy =
-      tied_copy && !model.chunk(0).has_embedding ? tetra::NumElements(tied_copy->global_shape) : 0;
+  const Parameter* table_copy = model.embedding_copy();
+  const int64_t copied =
+      table_copy && !model.chunk(0).has_embedding ? tetra::NumElements(table_copy->global_shape) : 0;
   const double num_parameters =
-      SumOverRanks(parallel.pipeline(), store.GlobalNumElements() - head_copy +
+      SumOverRanks(parallel.pipeline(), store.GlobalNumElements() - copied +
                                             (mesh.ep - 1) * store.ExpertGlobalNumElements());
 
   progress << absl::StrFormat(

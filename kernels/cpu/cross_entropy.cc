@@ -47,9 +47,12 @@ double RowLoss(float max, float target_logit, double sum) {
 
 float GradientScale(float grad_scale, double sum) { return static_cast<float>(grad_scale / sum); }
 
-void CheckTarget(int32_t target, int64_t row, int64_t vocab_size) {
-  TETRA_CHECK(target >= 0 && target < vocab_size)
+// A target below 0 marks a row left out (kIgnoredTarget); one at or past
+// vocab_size is a bug. Returns whether the row counts.
+bool CheckTarget(int32_t target, int64_t row, int64_t vocab_size) {
+  TETRA_CHECK(target < vocab_size)
       << "target " << target << " of row " << row << " outside [0, " << vocab_size << ")";
+  return target >= 0;
 }
 
 }  // namespace
@@ -62,12 +65,17 @@ double CrossEntropyForwardBackward(const float* logits, const int32_t* targets, 
 #pragma omp parallel for schedule(static) if (rows * width >= kMinParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t target = targets[r];
-    CheckTarget(target, r, vocab_size);
+    float* d = dlogits != nullptr ? dlogits + r * width : nullptr;
+    if (!CheckTarget(target, r, vocab_size)) {
+      if (d != nullptr) std::fill(d, d + width, 0.0f);
+      losses[r] = 0;
+      if (row_losses != nullptr) row_losses[r] = 0;
+      continue;
+    }
     const float* x = logits + r * width;
     const float max = RowMax(x, vocab_size);
     const float target_logit = x[target];  // read before an in-place gradient overwrites it
     // exp(x - max) goes to dlogits first, then is scaled into the softmax.
-    float* d = dlogits != nullptr ? dlogits + r * width : nullptr;
     const double sum = SumExp(x, vocab_size, max, d);
     if (d != nullptr) {
       const float scale = GradientScale(grad_scale, sum);
@@ -106,10 +114,12 @@ void CrossEntropySumExp(const float* logits, const float* row_max, int64_t rows,
   for (int64_t r = 0; r < rows; ++r) sum_exp[r] = SumExp(logits + r * width, real, row_max[r], nullptr);
 }
 
-double CrossEntropyLoss(const float* row_max, const float* target_logit, const double* sum_exp,
-                        int64_t rows) {
+double CrossEntropyLoss(const int32_t* targets, const float* row_max, const float* target_logit,
+                        const double* sum_exp, int64_t rows) {
   double total = 0;
-  for (int64_t r = 0; r < rows; ++r) total += RowLoss(row_max[r], target_logit[r], sum_exp[r]);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] >= 0) total += RowLoss(row_max[r], target_logit[r], sum_exp[r]);
+  }
   return total;
 }
 
@@ -121,12 +131,13 @@ void CrossEntropyGradient(const float* logits, const int32_t* targets, const flo
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * width;
     float* d = dlogits + r * width;
-    const float max = row_max[r], scale = GradientScale(grad_scale, sum_exp[r]);
+    const bool ignored = targets[r] < 0;
+    const float max = row_max[r], scale = ignored ? 0.0f : GradientScale(grad_scale, sum_exp[r]);
 #pragma omp simd
     for (int64_t j = 0; j < real; ++j) d[j] = VecExp(x[j] - max) * scale;
     std::fill(d + real, d + width, 0.0f);
     const int64_t local = targets[r] - vocab_begin;
-    if (local >= 0 && local < real) d[local] -= grad_scale;
+    if (!ignored && local >= 0 && local < real) d[local] -= grad_scale;
   }
 }
 

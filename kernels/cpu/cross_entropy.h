@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/op_types.h"
+
 namespace tetra::cpu {
 
 // Logits rows may be padded (a vocabulary padded for tensor-core tiles):
@@ -24,8 +26,9 @@ inline int64_t RealColumns(int64_t width, int64_t vocab_begin, int64_t vocab_siz
 }
 
 // logits (rows, width), columns [0, vocab_size) real (vocab_size <= width),
-// targets (rows) in [0, vocab_size) (checked: ids are validated when data is
-// read, so a bad one here is a bug).
+// targets (rows) in [0, vocab_size) or ignored (negative, kIgnoredTarget;
+// checked: ids are validated
+// when data is read, so a bad one here is a bug).
 // Returns sum over rows of -log softmax(logits[r])[targets[r]], accumulated
 // in double in row order (deterministic).
 // dlogits (rows, width), when not null, is written with
@@ -36,7 +39,8 @@ double CrossEntropyForwardBackward(const float* logits, const int32_t* targets, 
                                    float* dlogits, float* row_losses);
 
 // The pieces, on logits (rows, width) holding ids [vocab_begin, vocab_begin +
-// width), padding past vocab_size, targets (rows) in [0, vocab_size) (checked).
+// width), padding past vocab_size, targets (rows) in [0, vocab_size) or
+// ignored (checked).
 // row_max (rows): each row's largest logit (-inf on a slice of padding only);
 // target_logit (rows): the row's target's logit where this slice holds it, else 0.
 void CrossEntropyRowStats(const float* logits, const int32_t* targets, int64_t rows, int64_t width,
@@ -45,11 +49,12 @@ void CrossEntropyRowStats(const float* logits, const int32_t* targets, int64_t r
 // sum_exp (rows) = sum over the row of exp(logit - row_max), in double.
 void CrossEntropySumExp(const float* logits, const float* row_max, int64_t rows, int64_t width,
                         int64_t vocab_begin, int64_t vocab_size, double* sum_exp);
-// Sum over rows of (row_max - target_logit) + log(sum_exp), in row order.
-double CrossEntropyLoss(const float* row_max, const float* target_logit, const double* sum_exp,
-                        int64_t rows);
+// Sum over rows not ignored of (row_max - target_logit) + log(sum_exp), in
+// row order.
+double CrossEntropyLoss(const int32_t* targets, const float* row_max, const float* target_logit,
+                        const double* sum_exp, int64_t rows);
 // dlogits (rows, width), may be logits: grad_scale x (exp(logit - row_max) x
-// fp32(1 / sum_exp) - onehot(target)) on this slice.
+// fp32(1 / sum_exp) - onehot(target)) on this slice; 0 on ignored rows.
 void CrossEntropyGradient(const float* logits, const int32_t* targets, const float* row_max,
                           const double* sum_exp, int64_t rows, int64_t width, int64_t vocab_begin,
                           int64_t vocab_size, float grad_scale, float* dlogits);

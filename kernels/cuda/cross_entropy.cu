@@ -31,13 +31,14 @@ constexpr int kThreads = 512;
 // The row steps; every kernel below is made of these, each called by the
 // whole block of one row.
 
-// targets[row], which thread 0 checks against [0, vocab_size): ids are
-// validated when data is read, so a bad one is a bug and traps. The other
-// threads only compare it with in-range indices.
+// targets[row], which thread 0 checks is below vocab_size (a negative one
+// marks an ignored row, kIgnoredTarget): ids are validated when data is
+// read, so a bad one is a bug and traps. The other threads only compare it
+// with in-range indices.
 __device__ __forceinline__ int32_t RowTarget(const int32_t* targets, int64_t row,
                                              int64_t vocab_size) {
   const int32_t target = targets[row];
-  if (threadIdx.x == 0 && (target < 0 || target >= vocab_size)) {
+  if (threadIdx.x == 0 && target >= vocab_size) {
     printf("tetra cross-entropy: target %d of row %lld outside [0, %lld)\n", target,
            static_cast<long long>(row), static_cast<long long>(vocab_size));
     __trap();
@@ -120,8 +121,10 @@ __device__ MaxSumExp RowMaxSumExp(const T* x, int64_t n, float* shared, double* 
   return {row_max, BlockSumDouble(scaled, shared_double)};
 }
 
-__device__ __forceinline__ float GradientScale(float grad_scale, double sum) {
-  return static_cast<float>(grad_scale / sum);
+// The softmax's factor grad_scale / sum; 0 on an ignored row (target < 0),
+// whose gradient is 0.
+__device__ __forceinline__ float GradientScale(float grad_scale, double sum, int32_t target) {
+  return target < 0 ? 0.0f : static_cast<float>(grad_scale / sum);
 }
 
 // d (width) = exp(x - max) x scale over x's first n (the real columns),
@@ -160,14 +163,14 @@ __global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int6
   const int32_t target = RowTarget(targets, row, vocab);
   // Read before an in-place gradient overwrites it: no thread writes before
   // the block's reductions in RowMaxSumExp.
-  if (threadIdx.x == 0) target_logit[row] = ToFloat(x[target]);
+  if (threadIdx.x == 0) target_logit[row] = target >= 0 ? ToFloat(x[target]) : 0.0f;
   const MaxSumExp stats = RowMaxSumExp(x, vocab, shared, shared_double);
   if (threadIdx.x == 0) {
     row_max[row] = stats.max;
     sum_exp[row] = stats.sum;
   }
   if (dlogits == nullptr) return;
-  RowGradient(x, vocab, width, stats.max, GradientScale(grad_scale, stats.sum), target,
+  RowGradient(x, vocab, width, stats.max, GradientScale(grad_scale, stats.sum, target), target,
               grad_scale, dlogits + row * width);
 }
 
@@ -205,21 +208,25 @@ __global__ void GradientKernel(const T* logits, const int32_t* targets, int64_t 
                                int64_t real, int64_t vocab_begin, const float* row_max,
                                const double* sum_exp, float grad_scale, T* dlogits) {
   const int64_t row = blockIdx.x;
+  const int32_t target = targets[row];
+  // An ignored row's onehot index is negative: none.
   RowGradient(logits + row * width, real, width, row_max[row],
-              GradientScale(grad_scale, sum_exp[row]), targets[row] - vocab_begin, grad_scale,
-              dlogits + row * width);
+              GradientScale(grad_scale, sum_exp[row], target),
+              target < 0 ? -1 : target - vocab_begin, grad_scale, dlogits + row * width);
 }
 
-// The loss from the rows' statistics (rows each) on the device, summed on the
-// host by the CPU reference; waits for the stream.
-double LossOnHost(const float* row_max, const float* target_logit, const double* sum_exp,
-                  int64_t rows) {
+// The loss from the rows' targets and statistics (rows each) on the device,
+// summed on the host by the CPU reference; waits for the stream.
+double LossOnHost(const int32_t* targets, const float* row_max, const float* target_logit,
+                  const double* sum_exp, int64_t rows) {
+  std::vector<int32_t> ids(rows);
   std::vector<float> max(rows), target(rows);
   std::vector<double> sum(rows);
+  CopyBytes(ids.data(), targets, rows * sizeof(int32_t), /*wait=*/false);
   CopyBytes(max.data(), row_max, rows * sizeof(float), /*wait=*/false);
   CopyBytes(target.data(), target_logit, rows * sizeof(float), /*wait=*/false);
-  CopyBytes(sum.data(), sum_exp, rows * sizeof(double));  // waits for all three
-  return cpu::CrossEntropyLoss(max.data(), target.data(), sum.data(), rows);
+  CopyBytes(sum.data(), sum_exp, rows * sizeof(double));  // waits for all four
+  return cpu::CrossEntropyLoss(ids.data(), max.data(), target.data(), sum.data(), rows);
 }
 
 // Rows of logits (rows, vocab), vocab > 0 (checked).
@@ -263,7 +270,7 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
         dlogits.defined() ? dlogits.data<T>() : nullptr, row_max, target_logit, sum_exp);
   });
   TETRA_CUDA_CHECK_LAUNCH();
-  return LossOnHost(row_max, target_logit, sum_exp, rows);
+  return LossOnHost(targets.data<int32_t>(), row_max, target_logit, sum_exp, rows);
 }
 
 void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
@@ -305,8 +312,9 @@ void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
-double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp) {
-  for (const Tensor* t : {&row_max, &target_logit, &sum_exp}) {
+double CrossEntropyLoss(const Tensor& targets, const Tensor& row_max, const Tensor& target_logit,
+                        const Tensor& sum_exp) {
+  for (const Tensor* t : {&targets, &row_max, &target_logit, &sum_exp}) {
     ExpectDevice(*t, "CrossEntropyLoss", "an operand");
   }
   const int64_t rows = row_max.numel();
@@ -314,7 +322,10 @@ double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const
   TETRA_CHECK(target_logit.dtype() == DType::kF32 && target_logit.numel() == rows)
       << "CrossEntropyLoss: target logits " << DTypeName(target_logit.dtype())
       << ShapeString(target_logit.shape()) << " for " << rows << " rows";
-  return LossOnHost(row_max.f32(), target_logit.f32(), sum_exp.data<double>(), rows);
+  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows)
+      << "CrossEntropyLoss: targets " << DTypeName(targets.dtype()) << ShapeString(targets.shape());
+  return LossOnHost(targets.data<int32_t>(), row_max.f32(), target_logit.f32(), sum_exp.data<double>(),
+                    rows);
 }
 
 void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,

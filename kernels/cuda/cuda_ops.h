@@ -49,6 +49,11 @@ void QkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const T
 // In place on x (B, T, H, D): each head's last 2 half_dim dims (the op API
 // checked the shapes); interleaved pairs as ops::DecoupledRope.
 void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved, bool backward);
+// Copies `columns` columns of every row, from column src_column of src (rows,
+// Cs) to column dst_column of dst (rows, Cd), one dtype: ops::ConcatColumns
+// and ops::SplitColumns.
+void CopyColumns(const Tensor& src, int64_t src_column, const Tensor& dst, int64_t dst_column,
+                 int64_t columns);
 // ops::MlaSplitKeyValue and its adjoint (shapes checked by the op API), one
 // dtype; `nope` key dims without position per head.
 void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, int64_t nope, const Tensor& key,
@@ -82,7 +87,8 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
                           int64_t vocab_size, const Tensor& row_max, const Tensor& target_logit);
 void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab_size,
                         const Tensor& row_max, const Tensor& sum_exp);
-double CrossEntropyLoss(const Tensor& row_max, const Tensor& target_logit, const Tensor& sum_exp);
+double CrossEntropyLoss(const Tensor& targets, const Tensor& row_max, const Tensor& target_logit,
+                        const Tensor& sum_exp);
 void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
                           int64_t vocab_size, const Tensor& row_max, const Tensor& sum_exp,
                           float grad_scale, const Tensor& dlogits);

@@ -107,7 +107,7 @@ TEST(CrossEntropyTest, PiecesGiveTheFusedNumbers) {
   CrossEntropyRowStats(logits.data(), kTargets.data(), kRows, kVocab, 0, kVocab, row_max.data(),
                        target_logit.data());
   CrossEntropySumExp(logits.data(), row_max.data(), kRows, kVocab, 0, kVocab, sums.data());
-  EXPECT_EQ(CrossEntropyLoss(row_max.data(), target_logit.data(), sums.data(), kRows), fused);
+  EXPECT_EQ(CrossEntropyLoss(kTargets.data(), row_max.data(), target_logit.data(), sums.data(), kRows), fused);
   CrossEntropyGradient(logits.data(), kTargets.data(), row_max.data(), sums.data(), kRows, kVocab, 0, kVocab,
                        kGradScale, grad.data());
   EXPECT_EQ(grad, fused_grad);
@@ -133,7 +133,7 @@ TEST(CrossEntropyTest, PiecesGiveTheFusedNumbers) {
     CrossEntropySumExp(slices[s].data(), max.data(), kRows, widths[s], s * kSplit, kVocab, part.data());
     for (int64_t r = 0; r < kRows; ++r) sum[r] += part[r];
   }
-  EXPECT_NEAR(CrossEntropyLoss(max.data(), target.data(), sum.data(), kRows), fused, 1e-12 * std::fabs(fused));
+  EXPECT_NEAR(CrossEntropyLoss(kTargets.data(), max.data(), target.data(), sum.data(), kRows), fused, 1e-12 * std::fabs(fused));
   for (int s = 0; s < 2; ++s) {
     std::vector<float> d(slices[s].size());
     CrossEntropyGradient(slices[s].data(), kTargets.data(), max.data(), sum.data(), kRows, widths[s], s * kSplit,
@@ -189,7 +189,7 @@ TEST(CrossEntropyTest, PaddingColumnsAreLeftOut) {
     CrossEntropySumExp(slices[s].data(), max.data(), kRows, kSlice, s * kSlice, kVocab, part.data());
     for (int64_t r = 0; r < kRows; ++r) sum[r] += part[r];
   }
-  EXPECT_NEAR(CrossEntropyLoss(max.data(), target.data(), sum.data(), kRows), loss, 1e-12 * std::fabs(loss));
+  EXPECT_NEAR(CrossEntropyLoss(kTargets.data(), max.data(), target.data(), sum.data(), kRows), loss, 1e-12 * std::fabs(loss));
   for (int64_t s = 0; s < kSlices; ++s) {
     std::vector<float> d(slices[s].size(), NAN);
     CrossEntropyGradient(slices[s].data(), kTargets.data(), max.data(), sum.data(), kRows, kSlice, s * kSlice,
@@ -215,10 +215,49 @@ TEST(CrossEntropyDeathTest, TargetOutsideVocabularyIsABug) {
   EXPECT_DEATH(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, kVocab, 1.0f,
                                            nullptr, nullptr),
                "target 11 of row 2");
-  targets[2] = -1;
-  EXPECT_DEATH(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, kVocab, 1.0f,
-                                           nullptr, nullptr),
-               "target -1 of row 2");
+}
+
+// Ignored rows (negative targets) add no loss and get zero gradient; the
+// other rows' numbers are those of a run without the ignored ones, fused
+// and in pieces alike.
+TEST(CrossEntropyTest, IgnoredRowsAreLeftOut) {
+  const std::vector<float> logits = RandomVector(kRows * kVocab, 5, 3.0f);
+  std::vector<int32_t> targets = kTargets;
+  targets[1] = kIgnoredTarget;
+  targets[4] = -100;  // PyTorch's ignore_index: any negative id
+  const std::vector<int64_t> kept = {0, 2, 3};
+  std::vector<float> kept_logits, kept_grad(kept.size() * kVocab);
+  std::vector<int32_t> kept_targets;
+  for (int64_t r : kept) {
+    kept_logits.insert(kept_logits.end(), logits.begin() + r * kVocab, logits.begin() + (r + 1) * kVocab);
+    kept_targets.push_back(targets[r]);
+  }
+  const double expected = CrossEntropyForwardBackward(kept_logits.data(), kept_targets.data(), kept.size(), kVocab,
+                                                      kVocab, kGradScale, kept_grad.data(), nullptr);
+  std::vector<float> grad(kRows * kVocab, NAN), row_losses(kRows, NAN);
+  EXPECT_EQ(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, kVocab, kGradScale,
+                                        grad.data(), row_losses.data()),
+            expected);
+  std::vector<float> row_max(kRows), target_logit(kRows), pieces_grad(kRows * kVocab, NAN);
+  std::vector<double> sums(kRows);
+  CrossEntropyRowStats(logits.data(), targets.data(), kRows, kVocab, 0, kVocab, row_max.data(), target_logit.data());
+  CrossEntropySumExp(logits.data(), row_max.data(), kRows, kVocab, 0, kVocab, sums.data());
+  EXPECT_EQ(CrossEntropyLoss(targets.data(), row_max.data(), target_logit.data(), sums.data(), kRows), expected);
+  CrossEntropyGradient(logits.data(), targets.data(), row_max.data(), sums.data(), kRows, kVocab, 0, kVocab,
+                       kGradScale, pieces_grad.data());
+  size_t next_kept = 0;
+  for (int64_t r = 0; r < kRows; ++r) {
+    const bool ignored = targets[r] < 0;
+    if (ignored) {
+      EXPECT_EQ(row_losses[r], 0.0f) << "row " << r;
+    }
+    for (int64_t j = 0; j < kVocab; ++j) {
+      const float want = ignored ? 0.0f : kept_grad[next_kept * kVocab + j];
+      EXPECT_EQ(grad[r * kVocab + j], want) << "row " << r << " id " << j;
+      EXPECT_EQ(pieces_grad[r * kVocab + j], want) << "row " << r << " id " << j;
+    }
+    if (!ignored) ++next_kept;
+  }
 }
 
 }  // namespace

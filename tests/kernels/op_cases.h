@@ -325,6 +325,25 @@ inline void AddMlaCases(std::vector<OpCase>* cases) {
   }
 }
 
+// Multi-token prediction's join of embedding and hidden state, and its
+// adjoint: copies, exact; odd widths so no row starts on a vector boundary.
+inline void AddColumnCases(std::vector<OpCase>* cases) {
+  constexpr int64_t kRows = 7, kA = 5, kB = 9;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    cases->push_back({CaseName("concat_columns and split_columns", dtype, "7x5 | 7x9"),
+                      [=](const Backend& b, Outputs* out) {
+                        const Tensor joined = b.Out({kRows, kA + kB}, dtype);
+                        ops::ConcatColumns(b.In(HostRandom({kRows, kA}, 1), dtype),
+                                           b.In(HostRandom({kRows, kB}, 2), dtype), joined);
+                        out->Add("joined", joined, kExact);
+                        const Tensor left = b.Out({kRows, kA}, dtype), right = b.Out({kRows, kB}, dtype);
+                        ops::SplitColumns(b.In(HostRandom({kRows, kA + kB}, 3), dtype), left, right);
+                        out->Add("left", left, kExact);
+                        out->Add("right", right, kExact);
+                      }});
+  }
+}
+
 // One attention case: forward and backward of `s` in `dtype`.
 inline OpCase AttentionCase(const AttentionShape& s, DType dtype) {
   // fp32: dot products of D <= 192 terms and softmax sums over the keys in
@@ -451,6 +470,8 @@ inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
   constexpr int64_t kRows = 23, kVocab = 1000;
   std::vector<int32_t> ids(kRows);
   for (int64_t r = 0; r < kRows; ++r) ids[r] = static_cast<int32_t>(r * 41 % kVocab);
+  // Two rows left out (multi-token prediction's rows past their sequence's end).
+  ids[5] = ids[17] = kIgnoredTarget;
   const Tensor targets = HostInts(ids, {kRows});
   constexpr float kGradScale = 1.0f / 64;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
@@ -475,7 +496,7 @@ inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
            out->Add("target_logit", target_logit, kExact);
            ops::CrossEntropySumExp(logits, kBegin, kVocab, row_max, sum_exp);
            out->Add("sum_exp", sum_exp, kSumTol);
-           out->Add("loss", ops::CrossEntropyLoss(row_max, target_logit, sum_exp), kLossTol);
+           out->Add("loss", ops::CrossEntropyLoss(t, row_max, target_logit, sum_exp), kLossTol);
            const Tensor dlogits = b.Out({kRows, kSlice}, dtype);
            ops::CrossEntropyGradient(logits, t, kBegin, kVocab, row_max, sum_exp, kGradScale, dlogits);
            out->Add("dlogits", dlogits, grad_tol);
@@ -838,6 +859,7 @@ inline std::vector<OpCase> OpCases() {
   AddRopeCases(&cases);
   AddQkvRopeCases(&cases);
   AddMlaCases(&cases);
+  AddColumnCases(&cases);
   AddAttentionCases(&cases);
   AddSwigluCases(&cases);
   AddSwigluPackedCases(&cases);

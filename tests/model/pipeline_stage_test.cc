@@ -190,13 +190,13 @@ TEST(PipelineStageTest, TiedEmbeddingCopiesStartEqual) {
   LanguageModel last(config, kSeed,
                   ModelParallelism{.chunks = {{.first_layer = 2, .has_embedding = false}}});
   LanguageModel whole(config, kSeed);
-  ASSERT_NE(first.tied_embedding_copy(), nullptr);
-  ASSERT_NE(last.tied_embedding_copy(), nullptr);
-  EXPECT_EQ(whole.tied_embedding_copy(), nullptr);
-  EXPECT_EQ(last.tied_embedding_copy()->name, "model.embed_tokens.weight");
-  EXPECT_EQ(last.tied_embedding_copy()->stage_copies, 2);
-  ExpectSameTensor(last.tied_embedding_copy()->value, first.tied_embedding_copy()->value, "copies");
-  ExpectSameTensor(first.tied_embedding_copy()->value,
+  ASSERT_NE(first.embedding_copy(), nullptr);
+  ASSERT_NE(last.embedding_copy(), nullptr);
+  EXPECT_EQ(whole.embedding_copy(), nullptr);
+  EXPECT_EQ(last.embedding_copy()->name, "model.embed_tokens.weight");
+  EXPECT_EQ(last.embedding_copy()->stage_copies, 2);
+  ExpectSameTensor(last.embedding_copy()->value, first.embedding_copy()->value, "copies");
+  ExpectSameTensor(first.embedding_copy()->value,
                    whole.parameters().Find("model.embed_tokens.weight")->value, "whole");
 }
 

@@ -59,6 +59,17 @@ TEST(FlopsTest, TrainingFlopsFollowTheMetricsContract) {
   EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(Small(false), 8), 34656.0);
 }
 
+// One multi-token prediction depth runs, per token, eh_proj 16 x 32 = 512
+// and three norms 48, one more layer 1952 and the LM head 1600: 4112, and
+// attention over a third layer: 6 x (5520 + 4112) + 6 x 3 x 8 x 16 = 60096.
+// The active parameters stay the main model's.
+TEST(FlopsTest, MultiTokenPredictionAddsItsDepthsWork) {
+  ModelConfig c = Small(false);
+  c.set_num_nextn_predict_layers(1);
+  EXPECT_EQ(ActiveParameters(c), 5520);
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(c, 8), 60096.0);
+}
+
 // DeepSeek-V3's multi-head latent attention, counted by hand from its weight
 // shapes (C 7168, H 128, q_lora 1536, kv_lora 512, Dn 128, R 64, Dv 128):
 // q_a_proj 7168 x 1536, q_a_layernorm 1536, q_b_proj 1536 x 128 x 192,

@@ -156,7 +156,7 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
   ExpectReplayHasTheTablesBubble(spec, *tables, executor.executed());
 
   // The tied table's copies on the first and last stage sum their gradients.
-  Parameter* tied = stage.tied_embedding_copy();
+  Parameter* tied = stage.embedding_copy();
   EXPECT_EQ(tied != nullptr, tie && (rank == 0 || rank == stages - 1)) << "rank " << rank;
   std::vector<int> embedding_group = {0, stages - 1};
   if (rank != 0 && rank != stages - 1) embedding_group = {rank};

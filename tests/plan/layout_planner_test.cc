@@ -41,38 +41,47 @@ ClusterConfig Cluster(const std::string& name) {
 //   routed     256 experts                           = 11,274,289,152 per MoE layer
 //   router     256 x 7168                            =   1,835,008
 //   embedding  129280 x 7168 (1010 x 128 rows: no padding) = 926,679,040
-// 61 layers over 16 stages: 61 = 16 x 3 + 13, stages 0-12 hold 4 layers.
-// Stage 0 (layers 0-3: 3 dense, 1 MoE, and the embedding) holds most:
-//   dense  4 x (187,107,328 + 14,336) + 3 x 396,361,728 + (44,040,192 + 1,835,008)
-//          + 926,679,040                              = 2,910,126,080
-//   expert 11,274,289,152 / 64                        =   176,160,768
-// (MTP is not modelled.)
+// One multi-token prediction depth on the last stage: an MoE layer, eh_proj
+// 2 c^2 = 102,760,448 and three norms 3c = 21,504 (102,781,952), and, the
+// embedding living on stage 0, its own copy of the table.
+// 61 layers over 16 stages: 61 = 16 x 3 + 13, stages 0-12 hold 4 layers,
+// 13-15 hold 3. Stage 0 (3 dense, 1 MoE, the embedding) holds 3,086,286,848;
+// the last stage (3 MoE layers, the final norm and head, the depth and the
+// table copy) holds most:
+//   dense  3 x (187,107,328 + 14,336) + 3 x (44,040,192 + 1,835,008)
+//          + 926,679,040 + 7,168 (head, final norm)
+//          + 187,121,664 + 102,781,952 + 45,875,200 (the depth)
+//          + 926,679,040 (table copy)                 = 2,888,134,656
+//   expert 4 x 11,274,289,152 / 64                    =   704,643,072
 TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   const TrainerConfig config = Recipe("deepseek_v3_size.textproto");
   const ClusterConfig cluster = Cluster("h800_2048.textproto");
   PlanLayout layout{.mesh = MeshShape::Of(1, 16, 128, 64), .zero_stage = 1, .recompute = true};
   const DeviceParameters p = ParametersPerDevice(config.model(), layout);
-  EXPECT_EQ(p.dense, 2910126080.0);
-  EXPECT_EQ(p.expert, 176160768.0);
+  EXPECT_EQ(p.dense, 2888134656.0);
+  EXPECT_EQ(p.expert, 704643072.0);
 
   const LayoutPrediction with_recompute = PredictLayout(config, cluster, layout);
-  // 3,086,286,848 parameters: bf16 weights 2 B, fp32 gradients 4 B; optimizer
-  // 12 B of dense / 128 + experts / 2 (ZeRO-1 over dp, and over edp = 2):
-  //   weights    6,172,573,696   gradients 12,345,147,392
-  //   optimizer  12 x (22,735,360 + 88,080,384) = 1,329,788,928
-  EXPECT_EQ(with_recompute.memory.weights, 6172573696.0);
-  EXPECT_EQ(with_recompute.memory.grads, 12345147392.0);
-  EXPECT_EQ(with_recompute.memory.optimizer, 1329788928.0);
-  // Full recompute keeps each layer's input, c = 7168 per token, for the 16
-  // micro-batches 1F1B holds on stage 0 (16 x 4096 tokens x 4 layers x 7168
-  // x 2 B = 3,758,096,384) plus one layer's working set. MLA keeps per token
+  // The last stage needs most. 3,592,777,728 parameters: bf16 weights 2 B,
+  // fp32 gradients 4 B; optimizer 12 B of dense / 128 + experts / 2 (ZeRO-1
+  // over dp, and over edp = 2):
+  //   weights    7,185,555,456   gradients 14,371,110,912
+  //   optimizer  12 x (22,563,552 + 352,321,536) = 4,498,621,056
+  EXPECT_EQ(with_recompute.memory.weights, 7185555456.0);
+  EXPECT_EQ(with_recompute.memory.grads, 14371110912.0);
+  EXPECT_EQ(with_recompute.memory.optimizer, 4498621056.0);
+  // Full recompute keeps each layer's input, c = 7168 per token, for the one
+  // micro-batch 1F1B holds on the last stage (4096 tokens x 3 layers x 7168
+  // x 2 B = 176,160,768) plus one layer's working set. MLA keeps per token
   // its latents and their norms 2 Rq + 2 L = 4,096, q and k 2 H D = 49,152,
   // v and the attention output 2 H Dv = 32,768 and lse H = 128: 86,144. The
   // MoE layer's 4c + 86,144 + (8 + 1) x 3 x 2048 + 2 x 8 x 7168 + 256 =
-  // 285,056 per token (the dense layer's 4c + 86,144 + 3 x 18432 = 170,112
-  // is smaller): 4096 x 285,056 x 2 B = 2,335,178,752.
-  EXPECT_EQ(with_recompute.memory.activations, 3758096384.0 + 2335178752.0);
-  // 27.6 GB of 72 usable.
+  // 285,056 per token: 4096 x 285,056 x 2 B = 2,335,178,752. The depth keeps
+  // its MoE layer's and its join's 6c: 4096 x 328,064 x 2 B = 2,687,500,288;
+  // the fp32 logits of the main head and the depth's, 2 x 4096 x 129280 x
+  // 4 B = 4,236,247,040.
+  EXPECT_EQ(with_recompute.memory.activations, 176160768.0 + 2335178752.0 + 2687500288.0 + 4236247040.0);
+  // 35.5 GB of 72 usable.
   EXPECT_TRUE(with_recompute.fits);
   EXPECT_EQ(with_recompute.micro_batches, 15360 / 128);
 

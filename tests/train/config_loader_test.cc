@@ -69,7 +69,7 @@ TEST(ConfigLoaderTest, NearestNameAlsoMatchesPrefixesAndSubstrings) {
   // A field name that begins the typed one.
   EXPECT_EQ(hint("optimizer { lr_max: 0.1 }"), "hint: did you mean \"lr\"?");
   // Inside exactly one field.
-  EXPECT_EQ(hint("model { layers: 2 }"), "hint: did you mean \"num_hidden_layers\"?");
+  EXPECT_EQ(hint("model { nope_head_dim: 2 }"), "hint: did you mean \"qk_nope_head_dim\"?");
   // Inside several: all of them.
   EXPECT_EQ(hint("train { batch_size: 2 }"),
             "hint: did you mean one of \"global_batch_size\", \"micro_batch_size\"?");
