@@ -17,8 +17,33 @@ add_test(NAME reference.mla_dense_no_q_lora
          COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>
                  --kv-lora-rank 16 --q-lora-rank 0 --qk-nope-dim 8 --qk-rope-dim 8
                  --v-head-dim 6 --kv-heads 4 --lr 1e-2 --rope-interleave true --tie --seed 5)
+# MLA with YaRN (frequencies kept, blended and interpolated, an attention
+# factor other than 1, the softmax's mscale^2) and two chained multi-token
+# prediction depths, 20 steps; each deliberate error tried in the reference
+# (a missing mscale, a wrong ramp, the join's order, the shift, h_0 before the
+# norm, the depth's token count) moves the losses by 6e-4 or more.
+add_test(NAME reference.mla_yarn_mtp
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>
+                 --kv-lora-rank 8 --q-lora-rank 8 --qk-rope-dim 8 --yarn-factor 16
+                 --yarn-original-max-pos 64 --yarn-mscale 2 --yarn-mscale-all-dim 1 --mtp-depth 2
+                 --mtp-scale 0.3 --lr 1e-2 --steps 20)
+# DeepSeek-V3's shape: MLA, a dense first layer, then MoE (group-limited
+# top-2 of 8, a shared expert, balance loss, bias updates) and an MoE
+# prediction depth; step 1 within 1e-5, 10 steps within 5e-4 (a near-tied
+# router choice may flip under round-off; seed 1's smallest margin is 4.8e-5).
+add_test(NAME reference.mla_moe_mtp
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>
+                 --layers 2 --first-k-dense 1 --moe-experts 8 --moe-topk 2 --moe-shared 1
+                 --moe-intermediate 16 --n-group 2 --topk-group 1 --routed-scaling 2.5
+                 --aux-loss-alpha 0.1 --bias-update-speed 0.01 --kv-lora-rank 8 --q-lora-rank 8
+                 --mtp-depth 1 --mtp-scale 0.3 --seed 1 -- --rtol 5e-4 --step1-rtol 1e-5)
+# The reference's own checks (against per-token loops, enumeration, finite
+# differences and formulas written out; about 80 s of CPU).
+add_test(NAME reference.self_test COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/reference/llama_reference.py --self-test)
+set_tests_properties(reference.self_test PROPERTIES LABELS unit TIMEOUT 900)
 set_tests_properties(reference.llama_untied_gqa reference.llama_tied reference.mla_dense_q_lora
-                     reference.mla_dense_no_q_lora PROPERTIES LABELS unit TIMEOUT 300)
+                     reference.mla_dense_no_q_lora reference.mla_yarn_mtp reference.mla_moe_mtp
+                     PROPERTIES LABELS unit TIMEOUT 300)
 add_test(NAME recipes.tiny_dense_reaches_floor
          COMMAND ${PROJECT_SOURCE_DIR}/tests/recipes/check_default_recipe.sh $<TARGET_FILE:tetra>)
 set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIMEOUT 400)

@@ -2,11 +2,16 @@
 """Compares tetra's metrics JSONL with a reference.json from llama_reference.py.
 
   compare_losses.py REFERENCE_JSON METRICS_JSONL [--rtol 1e-4] [--grad-rtol 1e-3]
+                    [--step1-rtol RTOL]
 
 Every reference step must appear in the metrics (one JSON object per line with
 "step", "loss", "grad_norm", "lr"); loss and lr must agree within --rtol and
-grad_norm within --grad-rtol, all relative to the reference value. Prints a
-table; exits 0 when all agree, 1 on a mismatch, 2 when a file is unusable.
+grad_norm within --grad-rtol, all relative to the reference value, and so must
+mtp_loss and aux_loss (within --rtol) where the reference has them. Step 1's
+loss, mtp_loss and aux_loss must agree within --step1-rtol (default --rtol): a
+mixture of experts matches step 1 closely, while later steps may see a
+near-tied router choice flip under round-off. Prints a table; exits 0 when all
+agree, 1 on a mismatch, 2 when a file is unusable.
 """
 
 import argparse
@@ -65,7 +70,10 @@ def main(argv):
     ap.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of loss and lr")
     ap.add_argument("--grad-rtol", type=float, default=1e-3,
                     help="relative tolerance of grad_norm (looser: a norm of fp32 gradients)")
+    ap.add_argument("--step1-rtol", type=float, default=None,
+                    help="relative tolerance of step 1's losses (default: --rtol)")
     a = ap.parse_args(argv)
+    step1_rtol = a.rtol if a.step1_rtol is None else a.step1_rtol
     try:
         ref = load_reference(a.reference_json)
         metrics = load_metrics(a.metrics_jsonl)
@@ -84,14 +92,18 @@ def main(argv):
     print(f"{'step':>4}  {'ref loss':>11} {'tetra loss':>11} {'rel':>8}  "
           f"{'ref gnorm':>10} {'tetra gnorm':>11} {'rel':>8}  {'ref lr':>10} {'tetra lr':>10}")
     failures = []
+    # The objective's other terms, where the reference trains them.
+    extra = [k for k in ("mtp_loss", "aux_loss") if k in ref]
     for s in range(1, steps + 1):
         m = metrics[s]
-        want = {k: ref[k][s - 1] for k in ("loss", "grad_norm", "lr")}
+        want = {k: ref[k][s - 1] for k in ("loss", "grad_norm", "lr", *extra)}
         got = {k: m.get(k) for k in want}
-        bad = [k for k, ok in (("loss", close(got["loss"], want["loss"], a.rtol)),
+        loss_rtol = step1_rtol if s == 1 else a.rtol
+        bad = [k for k, ok in (("loss", close(got["loss"], want["loss"], loss_rtol)),
                                ("grad_norm", close(got["grad_norm"], want["grad_norm"],
                                                    a.grad_rtol)),
-                               ("lr", close(got["lr"], want["lr"], a.rtol, LR_ATOL))) if not ok]
+                               ("lr", close(got["lr"], want["lr"], a.rtol, LR_ATOL)),
+                               *((k, close(got[k], want[k], loss_rtol)) for k in extra)) if not ok]
         fmt = lambda v, spec: "missing" if v is None else format(v, spec)
         print(f"{s:>4}  {want['loss']:>11.6f} {fmt(got['loss'], '>11.6f')} "
               f"{rel(got['loss'], want['loss']):>8.1e}  "
@@ -103,13 +115,14 @@ def main(argv):
 
     if failures:
         s, k, got, want = failures[0]
-        tol = a.grad_rtol if k == "grad_norm" else a.rtol
+        tol = a.grad_rtol if k == "grad_norm" else step1_rtol if s == 1 and k != "lr" else a.rtol
         print(f"FAIL: {len(failures)} value(s) outside tolerance; first at step {s}: {k} "
               f"{got} vs reference {want} (relative error {rel(got, want):.2e} > {tol:g})",
               file=sys.stderr)
         return 1
-    print(f"OK: {steps} steps agree (loss and lr within {a.rtol:g}, grad_norm within "
-          f"{a.grad_rtol:g})")
+    terms = ", ".join(["loss", *extra, "lr"])
+    print(f"OK: {steps} steps agree ({terms} within {a.rtol:g}, step 1's within {step1_rtol:g}, "
+          f"grad_norm within {a.grad_rtol:g})")
     return 0
 
 
