@@ -20,13 +20,13 @@ namespace tetra {
 namespace {
 
 constexpr char kReadHint[] =
-    "tetra trains LlamaForCausalLM checkpoints; give init_from a directory whose config.json "
-    "describes one, or a .safetensors file with a model section in the recipe";
+    "tetra trains LlamaForCausalLM, DeepseekV3ForCausalLM and Glm4MoeForCausalLM checkpoints; give init_from a "
+    "directory whose config.json describes one, or a .safetensors file with a model section in the recipe";
 
 // Keys that change nothing tetra computes: bookkeeping, inference options and
 // the padding id.
 const std::set<std::string_view> kMetadataKeys = {
-    "_name_or_path", "transformers_version", "torch_dtype", "use_cache", "pad_token_id",
+    "_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache", "pad_token_id",
     "pretraining_tp",  // transformers splits the projections into slices: the same math
     "output_attentions", "output_hidden_states", "return_dict", "tokenizer_class",
     "task_specific_params", "_attn_implementation_autoset", "_from_model_config"};
@@ -57,6 +57,12 @@ class HfConfigReader {
     taken_.insert(std::string(key));
     const JsonValue* value = object_.Find(key);
     return value != nullptr && value->kind == JsonValue::Kind::kNull ? nullptr : value;
+  }
+
+  // Whether `key` is present and null (transformers' None).
+  bool IsNull(std::string_view key) const {
+    const JsonValue* value = object_.Find(key);
+    return value != nullptr && value->kind == JsonValue::Kind::kNull;
   }
 
   absl::Status Error(std::string_view key, const std::string& problem,
@@ -107,7 +113,7 @@ class HfConfigReader {
     for (const std::string& key : object_.keys) {
       if (taken_.count(key) || (prefix_.empty() && kMetadataKeys.count(key))) continue;
       return Error(key, "is not a setting tetra knows, so it cannot tell whether it changes the model's math",
-                   "tetra trains LlamaForCausalLM; if the key is only metadata, remove it from config.json");
+                   "if the key is only metadata, remove it from config.json");
     }
     return absl::OkStatus();
   }
@@ -250,53 +256,72 @@ absl::Status ReadRopeScaling(HfConfigReader& config, const std::string& path, Mo
 
 }  // namespace
 
-absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
-  constexpr char kFileHint[] = "config.json must be the file Hugging Face's save_pretrained writes";
-  ASSIGN_OR_RETURN(const JsonValue root, ReadJsonFile(path, size_t{16} << 20, kFileHint));
-  if (root.kind != JsonValue::Kind::kObject) {
-    return UserError(absl::StrCat(path, " holds ", JsonKindName(root.kind), ", not a JSON object"), kFileHint);
-  }
-  HfConfigReader config(root, path);
-  ASSIGN_OR_RETURN(const std::string model_type, config.String("model_type", ""));
-  if (model_type != "llama") {
-    return config.Error("model_type", absl::StrCat("is ", model_type.empty() ? "missing" : UserText(model_type),
-                                                   ", but tetra reads Llama checkpoints (\"llama\") from a "
-                                                   "directory so far"),
-                        absl::StrCat(kReadHint, "; a DeepSeek-V3 checkpoint needs multi-head latent attention, "
-                                                "which tetra does not implement yet"));
-  }
-  if (const JsonValue* architectures = config.Take("architectures")) {
-    const bool causal_lm = architectures->kind == JsonValue::Kind::kArray && architectures->items.size() == 1 &&
-                           architectures->items[0].kind == JsonValue::Kind::kString &&
-                           architectures->items[0].string == "LlamaForCausalLM";
-    if (!causal_lm) return config.Error("architectures", "is not [\"LlamaForCausalLM\"]");
-  }
-  ModelConfig m;
-  // Absent keys take LlamaConfig's defaults (transformers 4.44).
-  ASSIGN_OR_RETURN(const int32_t vocab, config.Int("vocab_size", 32000));
-  ASSIGN_OR_RETURN(const int32_t hidden, config.Int("hidden_size", 4096));
-  ASSIGN_OR_RETURN(const int32_t intermediate, config.Int("intermediate_size", 11008));
-  ASSIGN_OR_RETURN(const int32_t layers, config.Int("num_hidden_layers", 32));
-  ASSIGN_OR_RETURN(const int32_t heads, config.Int("num_attention_heads", 32));
-  ASSIGN_OR_RETURN(const int32_t kv_heads, config.Int("num_key_value_heads", heads));
-  ASSIGN_OR_RETURN(const double eps, config.Double("rms_norm_eps", 1e-6));
+namespace {
+
+// The Hugging Face classes tetra reads and writes, and the defaults their
+// configs give absent keys (transformers 4.57). DeepseekV3ForCausalLM has
+// multi-head latent attention (dense or MoE); Glm4MoeForCausalLM has
+// Llama's grouped-query attention with DeepSeek-V3's router, experts and
+// weight names (transformers' code for them is the same), so it holds a
+// tetra MoE model without MLA.
+enum class HfClass { kLlama, kDeepseekV3, kGlm4Moe };
+
+struct HfClassInfo {
+  HfClass id;
+  const char* model_type;
+  const char* architecture;
+  int32_t vocab, hidden, intermediate, layers, heads;
+  int32_t kv_heads;  // 0: one per attention head
+  double rms_norm_eps;
+  int32_t max_positions, bos, eos;  // -1: none
+};
+
+constexpr HfClassInfo kHfClasses[] = {
+    {HfClass::kLlama, "llama", "LlamaForCausalLM", 32000, 4096, 11008, 32, 32, 0, 1e-6, 2048, 1, 2},
+    {HfClass::kDeepseekV3, "deepseek_v3", "DeepseekV3ForCausalLM", 129280, 7168, 18432, 61, 128, 0, 1e-6, 4096, 0, 1},
+    {HfClass::kGlm4Moe, "glm4_moe", "Glm4MoeForCausalLM", 151552, 4096, 10944, 46, 96, 8, 1e-5, 131072, -1, -1},
+};
+
+// MoeConfig's fields a class's config.json holds, with its defaults.
+struct MoeDefaults {
+  int32_t routed, per_token, shared, intermediate, first_dense, groups, top_groups;
+  double scaling;
+};
+constexpr MoeDefaults kDeepseekV3Moe = {256, 8, 1, 2048, 3, 8, 4, 2.5};
+constexpr MoeDefaults kGlm4MoeMoe = {128, 8, 1, 1408, 1, 1, 1, 1.0};
+
+// The keys every class shares, with `cls`'s defaults.
+absl::Status ReadCommonKeys(HfConfigReader& config, const HfClassInfo& cls, ModelConfig* m) {
+  ASSIGN_OR_RETURN(const int32_t vocab, config.Int("vocab_size", cls.vocab));
+  ASSIGN_OR_RETURN(const int32_t hidden, config.Int("hidden_size", cls.hidden));
+  ASSIGN_OR_RETURN(const int32_t intermediate, config.Int("intermediate_size", cls.intermediate));
+  ASSIGN_OR_RETURN(const int32_t layers, config.Int("num_hidden_layers", cls.layers));
+  ASSIGN_OR_RETURN(const int32_t heads, config.Int("num_attention_heads", cls.heads));
+  ASSIGN_OR_RETURN(const int32_t kv_heads, config.Int("num_key_value_heads", cls.kv_heads > 0 ? cls.kv_heads : heads));
+  ASSIGN_OR_RETURN(const double eps, config.Double("rms_norm_eps", cls.rms_norm_eps));
   ASSIGN_OR_RETURN(const double theta, config.Double("rope_theta", 10000.0));
   ASSIGN_OR_RETURN(const bool tied, config.Bool("tie_word_embeddings", false));
   ASSIGN_OR_RETURN(const double init_range, config.Double("initializer_range", 0.02));
-  ASSIGN_OR_RETURN(const int32_t max_positions, config.Int("max_position_embeddings", 2048));
-  ASSIGN_OR_RETURN(const int32_t bos, config.Int("bos_token_id", 1));
-  m.set_vocab_size(vocab);
-  m.set_hidden_size(hidden);
-  m.set_intermediate_size(intermediate);
-  m.set_num_hidden_layers(layers);
-  m.set_num_attention_heads(heads);
-  m.set_num_key_value_heads(kv_heads);
-  m.set_rms_norm_eps(eps);
-  m.set_rope_theta(theta);
-  m.set_tie_word_embeddings(tied);
-  m.set_initializer_range(init_range);
-  m.set_max_position_embeddings(max_positions);
-  m.set_bos_token_id(bos);
+  ASSIGN_OR_RETURN(const int32_t max_positions, config.Int("max_position_embeddings", cls.max_positions));
+  ASSIGN_OR_RETURN(const int32_t depths, config.Int("num_nextn_predict_layers", 0));
+  m->set_vocab_size(vocab);
+  m->set_hidden_size(hidden);
+  m->set_intermediate_size(intermediate);
+  m->set_num_hidden_layers(layers);
+  m->set_num_attention_heads(heads);
+  m->set_num_key_value_heads(kv_heads);
+  m->set_rms_norm_eps(eps);
+  m->set_rope_theta(theta);
+  m->set_tie_word_embeddings(tied);
+  m->set_initializer_range(init_range);
+  m->set_max_position_embeddings(max_positions);
+  if (depths > 0) m->set_num_nextn_predict_layers(depths);
+  if (config.IsNull("bos_token_id")) {
+    config.Take("bos_token_id");
+  } else {
+    ASSIGN_OR_RETURN(const int32_t bos, config.Int("bos_token_id", cls.bos));
+    if (bos >= 0) m->set_bos_token_id(bos);
+  }
   // eos_token_id: one id or a list of them (Llama 3.1 stops on several).
   if (const JsonValue* eos = config.Take("eos_token_id")) {
     std::vector<const JsonValue*> ids;
@@ -310,21 +335,147 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
           *id->integer > std::numeric_limits<int32_t>::max()) {
         return config.Error("eos_token_id", "is not a token id or a list of them");
       }
-      m.add_eos_token_id(static_cast<int32_t>(*id->integer));
+      m->add_eos_token_id(static_cast<int32_t>(*id->integer));
     }
-  } else {
-    m.add_eos_token_id(2);
-  }
-  if (heads > 0 && hidden % heads == 0) {
-    RETURN_IF_ERROR(config.Require("head_dim", JsonNumber(hidden / heads),
-                                   "tetra's head_dim is hidden_size / num_attention_heads"));
+  } else if (cls.eos >= 0 && !config.IsNull("eos_token_id")) {
+    m->add_eos_token_id(cls.eos);
   }
   RETURN_IF_ERROR(config.Require("hidden_act", JsonString("silu"), "tetra's MLP is SwiGLU (\"silu\")"));
   RETURN_IF_ERROR(config.Require("attention_bias", JsonBool(false), "tetra's projections have no bias"));
-  RETURN_IF_ERROR(config.Require("mlp_bias", JsonBool(false), "tetra's projections have no bias"));
   RETURN_IF_ERROR(config.Require("attention_dropout", JsonNumber(0), "tetra trains without dropout"));
-  RETURN_IF_ERROR(config.Require("sliding_window", JsonValue(), "tetra's attention is full causal attention"));
-  RETURN_IF_ERROR(config.Require("use_sliding_window", JsonBool(false), "tetra's attention is full causal attention"));
+  return absl::OkStatus();
+}
+
+// DeepSeek-V3's mixture-of-experts keys (DeepseekV3Config's and
+// Glm4MoeConfig's names), with `d` for absent ones; n_routed_experts 0: a
+// dense model. Both classes score experts with sigmoid.
+absl::Status ReadMoeKeys(HfConfigReader& config, const MoeDefaults& d, ModelConfig* m) {
+  ASSIGN_OR_RETURN(const int32_t routed, config.Int("n_routed_experts", d.routed));
+  ASSIGN_OR_RETURN(const int32_t per_token, config.Int("num_experts_per_tok", d.per_token));
+  ASSIGN_OR_RETURN(const int32_t shared, config.Int("n_shared_experts", d.shared));
+  ASSIGN_OR_RETURN(const int32_t intermediate, config.Int("moe_intermediate_size", d.intermediate));
+  ASSIGN_OR_RETURN(const int32_t first_dense, config.Int("first_k_dense_replace", d.first_dense));
+  ASSIGN_OR_RETURN(const int32_t groups, config.Int("n_group", d.groups));
+  ASSIGN_OR_RETURN(const int32_t top_groups, config.Int("topk_group", d.top_groups));
+  ASSIGN_OR_RETURN(const double scaling, config.Double("routed_scaling_factor", d.scaling));
+  ASSIGN_OR_RETURN(const bool norm_topk, config.Bool("norm_topk_prob", true));
+  if (routed == 0) return absl::OkStatus();
+  MoeConfig& moe = *m->mutable_moe();
+  moe.set_n_routed_experts(routed);
+  moe.set_num_experts_per_tok(per_token);
+  moe.set_n_shared_experts(shared);
+  moe.set_moe_intermediate_size(intermediate);
+  moe.set_first_k_dense_replace(first_dense);
+  moe.set_n_group(groups);
+  moe.set_topk_group(top_groups);
+  moe.set_routed_scaling_factor(scaling);
+  moe.set_norm_topk_prob(norm_topk);
+  return absl::OkStatus();
+}
+
+// DeepseekV3Config's attention: multi-head latent attention, its derived
+// head_dim (the rotary dims) and qk_head_dim, and the keys DeepSeek's own
+// config.json (its remote code) adds for the router.
+absl::Status ReadDeepseekV3Keys(HfConfigReader& config, ModelConfig* m) {
+  // MLA has no key-value heads: num_key_value_heads is unused.
+  m->clear_num_key_value_heads();
+  ASSIGN_OR_RETURN(const int32_t kv_rank, config.Int("kv_lora_rank", 512));
+  // null: a plain q_proj.
+  int32_t q_rank = 0;
+  if (config.IsNull("q_lora_rank")) {
+    config.Take("q_lora_rank");
+  } else {
+    ASSIGN_OR_RETURN(q_rank, config.Int("q_lora_rank", 1536));
+  }
+  ASSIGN_OR_RETURN(const int32_t rope, config.Int("qk_rope_head_dim", 64));
+  ASSIGN_OR_RETURN(const int32_t nope, config.Int("qk_nope_head_dim", 128));
+  ASSIGN_OR_RETURN(const int32_t v_dim, config.Int("v_head_dim", 128));
+  ASSIGN_OR_RETURN(const bool interleave, config.Bool("rope_interleave", true));
+  m->set_kv_lora_rank(kv_rank);
+  m->set_q_lora_rank(q_rank);
+  m->set_qk_rope_head_dim(rope);
+  m->set_qk_nope_head_dim(nope);
+  m->set_v_head_dim(v_dim);
+  m->set_rope_interleave(interleave);
+  RETURN_IF_ERROR(config.Require("head_dim", JsonNumber(rope), "DeepseekV3's head_dim is qk_rope_head_dim"));
+  RETURN_IF_ERROR(config.Require("qk_head_dim", JsonNumber(nope + rope),
+                                 "DeepseekV3's qk_head_dim is qk_nope_head_dim + qk_rope_head_dim"));
+  RETURN_IF_ERROR(ReadMoeKeys(config, kDeepseekV3Moe, m));
+  constexpr char kRouter[] = "DeepseekV3ForCausalLM's router is sigmoid-scored, group-limited (noaux_tc) on every "
+                             "layer from first_k_dense_replace on";
+  RETURN_IF_ERROR(config.Require("scoring_func", JsonString("sigmoid"), kRouter));
+  RETURN_IF_ERROR(config.Require("topk_method", JsonString("noaux_tc"), kRouter));
+  RETURN_IF_ERROR(config.Require("moe_layer_freq", JsonNumber(1), kRouter));
+  RETURN_IF_ERROR(config.Require("seq_aux", JsonBool(true), "tetra's balance loss is sequence-wise"));
+  // Training and launch settings of DeepSeek's remote code, not the model's
+  // math: tetra takes them from the recipe (model.moe.aux_loss_alpha,
+  // parallel.expert).
+  for (const char* key : {"aux_loss_alpha", "ep_size", "auto_map"}) config.Take(key);
+  return absl::OkStatus();
+}
+
+// Glm4MoeConfig's attention is Llama's with all head dims rotated
+// (partial_rotary_factor 1) and no query/key norms.
+absl::Status ReadGlm4MoeKeys(HfConfigReader& config, ModelConfig* m) {
+  if (m->num_attention_heads() > 0 && m->hidden_size() % m->num_attention_heads() == 0) {
+    RETURN_IF_ERROR(config.Require("head_dim", JsonNumber(m->hidden_size() / m->num_attention_heads()),
+                                   "tetra's head_dim is hidden_size / num_attention_heads"));
+  }
+  // Absent, Glm4MoeConfig's default rotates half the head dims.
+  if (config.Take("partial_rotary_factor") == nullptr) {
+    return config.Error("partial_rotary_factor", "is missing, so transformers would rotate half of each head's dims "
+                                                 "(Glm4MoeConfig's default 0.5), but tetra rotates all of them");
+  }
+  RETURN_IF_ERROR(config.Require("partial_rotary_factor", JsonNumber(1), "tetra rotates every head dim"));
+  RETURN_IF_ERROR(config.Require("use_qk_norm", JsonBool(false), "tetra's attention has no query/key norms"));
+  return ReadMoeKeys(config, kGlm4MoeMoe, m);
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
+  constexpr char kFileHint[] = "config.json must be the file Hugging Face's save_pretrained writes";
+  ASSIGN_OR_RETURN(const JsonValue root, ReadJsonFile(path, size_t{16} << 20, kFileHint));
+  if (root.kind != JsonValue::Kind::kObject) {
+    return UserError(absl::StrCat(path, " holds ", JsonKindName(root.kind), ", not a JSON object"), kFileHint);
+  }
+  HfConfigReader config(root, path);
+  ASSIGN_OR_RETURN(const std::string model_type, config.String("model_type", ""));
+  const HfClassInfo* cls = nullptr;
+  for (const HfClassInfo& c : kHfClasses) {
+    if (model_type == c.model_type) cls = &c;
+  }
+  if (cls == nullptr) {
+    return config.Error("model_type", absl::StrCat("is ", model_type.empty() ? "missing" : UserText(model_type),
+                                                   ", but tetra reads \"llama\", \"deepseek_v3\" and "
+                                                   "\"glm4_moe\" checkpoints"));
+  }
+  if (const JsonValue* architectures = config.Take("architectures")) {
+    const bool causal_lm = architectures->kind == JsonValue::Kind::kArray && architectures->items.size() == 1 &&
+                           architectures->items[0].kind == JsonValue::Kind::kString &&
+                           architectures->items[0].string == cls->architecture;
+    if (!causal_lm) return config.Error("architectures", absl::StrCat("is not [\"", cls->architecture, "\"]"));
+  }
+  ModelConfig m;
+  RETURN_IF_ERROR(ReadCommonKeys(config, *cls, &m));
+  switch (cls->id) {
+    case HfClass::kLlama:
+      if (m.num_attention_heads() > 0 && m.hidden_size() % m.num_attention_heads() == 0) {
+        RETURN_IF_ERROR(config.Require("head_dim", JsonNumber(m.hidden_size() / m.num_attention_heads()),
+                                       "tetra's head_dim is hidden_size / num_attention_heads"));
+      }
+      RETURN_IF_ERROR(config.Require("mlp_bias", JsonBool(false), "tetra's projections have no bias"));
+      RETURN_IF_ERROR(config.Require("sliding_window", JsonValue(), "tetra's attention is full causal attention"));
+      RETURN_IF_ERROR(
+          config.Require("use_sliding_window", JsonBool(false), "tetra's attention is full causal attention"));
+      break;
+    case HfClass::kDeepseekV3:
+      RETURN_IF_ERROR(ReadDeepseekV3Keys(config, &m));
+      break;
+    case HfClass::kGlm4Moe:
+      RETURN_IF_ERROR(ReadGlm4MoeKeys(config, &m));
+      break;
+  }
   RETURN_IF_ERROR(ReadRopeScaling(config, path, &m));
   RETURN_IF_ERROR(config.CheckAllKnown());
   return m;
@@ -371,10 +522,10 @@ std::string FirstDisagreement(const google::protobuf::Message& recipe, const goo
 
 absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const ModelConfig& hf,
                                               const std::string& path) {
-  if (recipe.has_moe()) {
+  if (recipe.has_moe() && !hf.has_moe()) {
     return UserError(absl::StrCat("the recipe's model.moe section describes a mixture of experts, but ", path,
-                                  " describes a dense LlamaForCausalLM"),
-                     "remove model.moe from the recipe, or start from a .safetensors file of an MoE model");
+                                  " describes a dense model"),
+                     "remove model.moe from the recipe, or start from a mixture-of-experts checkpoint");
   }
   // 0 key-value heads means one per attention head (of the model, hf's):
   // compare what it means.
@@ -382,8 +533,15 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
   if (recipe.has_num_key_value_heads() && recipe.num_key_value_heads() == 0) {
     recipe_view.set_num_key_value_heads(hf.num_attention_heads());
   }
-  // The vocabulary's padding is tetra's layout, not in config.json: the recipe's.
+  // Multi-head latent attention has no key-value heads to disagree on.
+  if (UsesMla(hf)) recipe_view.clear_num_key_value_heads();
+  // tetra's layout and training settings, not in config.json: the recipe's.
   recipe_view.clear_make_vocab_size_divisible_by();
+  MoeConfig* moe_view = recipe_view.mutable_moe();
+  moe_view->clear_aux_loss_alpha();
+  moe_view->clear_bias_update_speed();
+  moe_view->clear_capacity_factor();
+  if (!recipe.has_moe()) recipe_view.clear_moe();
   const std::string disagreement = FirstDisagreement(recipe_view, hf, "model.", path);
   if (!disagreement.empty()) {
     return UserError(disagreement, "remove the field from the recipe's model section: with a Hugging Face "
@@ -393,21 +551,19 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
   if (recipe.has_make_vocab_size_divisible_by()) {
     merged.set_make_vocab_size_divisible_by(recipe.make_vocab_size_divisible_by());
   }
+  const MoeConfig& moe = recipe.moe();
+  if (moe.has_aux_loss_alpha()) merged.mutable_moe()->set_aux_loss_alpha(moe.aux_loss_alpha());
+  if (moe.has_bias_update_speed()) merged.mutable_moe()->set_bias_update_speed(moe.bias_update_speed());
+  if (moe.has_capacity_factor()) merged.mutable_moe()->set_capacity_factor(moe.capacity_factor());
   return merged;
 }
 
 absl::Status CheckHfExportable(const ModelConfig& model) {
-  if (model.kv_lora_rank() > 0) {
-    return UserError(
-        "this model uses multi-head latent attention (model.kv_lora_rank > 0), whose Hugging Face export "
-        "(DeepseekV3ForCausalLM's config and weight names) tetra does not write yet",
-        "keep the run's checkpoint (tetra checkpoint) and leave export_path unset");
-  }
   if (model.moe().n_routed_experts() > 0 && model.moe().scoring_func() != "sigmoid") {
     return UserError(
         absl::StrCat("this model scores its experts with model.moe.scoring_func ", UserText(model.moe().scoring_func()),
-                     ", but Hugging Face's DeepseekV3ForCausalLM, the class its export would name, scores them "
-                     "with sigmoid: transformers would compute another model"),
+                     ", but Hugging Face's DeepseekV3ForCausalLM and Glm4MoeForCausalLM, the classes its export would "
+                     "name, score them with sigmoid: transformers would compute another model"),
         "export only sigmoid-routed MoE models, or keep the run's checkpoint (tetra checkpoint) instead");
   }
   return absl::OkStatus();
@@ -439,18 +595,75 @@ std::string RopeScalingJson(const RopeScalingConfig& s) {
 
 }  // namespace
 
+namespace {
+
+// The class an export names: DeepseekV3 for multi-head latent attention,
+// Glm4Moe for Llama attention with DeepSeek-V3's experts, else Llama.
+const HfClassInfo& ExportClass(const ModelConfig& m) {
+  const HfClass id = UsesMla(m)                         ? HfClass::kDeepseekV3
+                     : m.moe().n_routed_experts() > 0 ? HfClass::kGlm4Moe
+                                                        : HfClass::kLlama;
+  for (const HfClassInfo& c : kHfClasses) {
+    if (c.id == id) return c;
+  }
+  return kHfClasses[0];
+}
+
+using JsonKeys = std::vector<std::pair<std::string, std::string>>;
+
+// The mixture-of-experts keys; a dense DeepseekV3 has no routed experts and
+// all its layers dense.
+void AddMoeKeys(const ModelConfig& m, JsonKeys* keys) {
+  const MoeConfig& e = m.moe();
+  if (e.n_routed_experts() == 0) {
+    keys->insert(keys->end(), {{"n_routed_experts", "0"},
+                               {"first_k_dense_replace", absl::StrCat(m.num_hidden_layers())}});
+    return;
+  }
+  keys->insert(keys->end(), {{"n_routed_experts", absl::StrCat(e.n_routed_experts())},
+                             {"num_experts_per_tok", absl::StrCat(e.num_experts_per_tok())},
+                             {"n_shared_experts", absl::StrCat(e.n_shared_experts())},
+                             {"moe_intermediate_size", absl::StrCat(e.moe_intermediate_size())},
+                             {"first_k_dense_replace", absl::StrCat(e.first_k_dense_replace())},
+                             {"norm_topk_prob", e.norm_topk_prob() ? "true" : "false"},
+                             {"routed_scaling_factor", Number(e.routed_scaling_factor())},
+                             {"n_group", absl::StrCat(e.n_group())},
+                             {"topk_group", absl::StrCat(e.topk_group())}});
+}
+
+}  // namespace
+
 std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) {
-  const bool moe = m.moe().n_routed_experts() > 0;
-  std::vector<std::pair<std::string, std::string>> keys = {
-      {"architectures", absl::StrCat("[", Quoted(moe ? "DeepseekV3ForCausalLM" : "LlamaForCausalLM"), "]")},
-      {"model_type", Quoted(moe ? "deepseek_v3" : "llama")},
+  const HfClassInfo& cls = ExportClass(m);
+  JsonKeys keys = {
+      {"architectures", absl::StrCat("[", Quoted(cls.architecture), "]")},
+      {"model_type", Quoted(cls.model_type)},
       {"vocab_size", absl::StrCat(m.vocab_size())},
       {"hidden_size", absl::StrCat(m.hidden_size())},
       {"intermediate_size", absl::StrCat(m.intermediate_size())},
       {"num_hidden_layers", absl::StrCat(m.num_hidden_layers())},
       {"num_attention_heads", absl::StrCat(m.num_attention_heads())},
-      {"num_key_value_heads", absl::StrCat(KeyValueHeads(m))},
-      {"head_dim", absl::StrCat(HeadDim(m))},
+  };
+  if (cls.id == HfClass::kDeepseekV3) {
+    // DeepseekV3Config's own values of its derived keys; num_key_value_heads
+    // is unused by MLA (its default: the heads).
+    keys.insert(keys.end(), {{"num_key_value_heads", absl::StrCat(m.num_attention_heads())},
+                             {"head_dim", absl::StrCat(m.qk_rope_head_dim())},
+                             {"kv_lora_rank", absl::StrCat(m.kv_lora_rank())},
+                             {"q_lora_rank", m.q_lora_rank() > 0 ? absl::StrCat(m.q_lora_rank()) : "null"},
+                             {"qk_nope_head_dim", absl::StrCat(m.qk_nope_head_dim())},
+                             {"qk_rope_head_dim", absl::StrCat(m.qk_rope_head_dim())},
+                             {"qk_head_dim", absl::StrCat(QkHeadDim(m))},
+                             {"v_head_dim", absl::StrCat(m.v_head_dim())},
+                             {"rope_interleave", m.rope_interleave() ? "true" : "false"}});
+  } else {
+    keys.insert(keys.end(), {{"num_key_value_heads", absl::StrCat(KeyValueHeads(m))},
+                             {"head_dim", absl::StrCat(HeadDim(m))}});
+  }
+  if (cls.id == HfClass::kGlm4Moe) {
+    keys.insert(keys.end(), {{"partial_rotary_factor", "1.0"}, {"use_qk_norm", "false"}});
+  }
+  keys.insert(keys.end(), {
       {"hidden_act", Quoted("silu")},
       {"max_position_embeddings",
        absl::StrCat(m.max_position_embeddings() > 0 ? m.max_position_embeddings() : seq_length)},
@@ -460,28 +673,25 @@ std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) 
       {"tie_word_embeddings", m.tie_word_embeddings() ? "true" : "false"},
       {"attention_bias", "false"},
       {"attention_dropout", "0.0"},
-      {"mlp_bias", "false"},
       {"initializer_range", Number(m.initializer_range())},
-  };
-  if (m.bos_token_id() >= 0) keys.emplace_back("bos_token_id", absl::StrCat(m.bos_token_id()));
+  });
+  if (cls.id == HfClass::kLlama) keys.emplace_back("mlp_bias", "false");
+  if (cls.id != HfClass::kLlama) AddMoeKeys(m, &keys);
+  // The remote-code readers of DeepSeek-V3 checkpoints (vLLM, SGLang) read the router's kind here.
+  if (cls.id == HfClass::kDeepseekV3 && m.moe().n_routed_experts() > 0) {
+    keys.insert(keys.end(), {{"scoring_func", Quoted("sigmoid")}, {"topk_method", Quoted("noaux_tc")}});
+  }
+  // DeepSeek-V3's name; transformers keeps it as an attribute.
+  if (m.num_nextn_predict_layers() > 0) {
+    keys.emplace_back("num_nextn_predict_layers", absl::StrCat(m.num_nextn_predict_layers()));
+  }
+  // An absent id would take the class's default; null says "none".
+  keys.emplace_back("bos_token_id", m.bos_token_id() >= 0 ? absl::StrCat(m.bos_token_id()) : "null");
   if (m.eos_token_id_size() == 1) keys.emplace_back("eos_token_id", absl::StrCat(m.eos_token_id(0)));
   if (m.eos_token_id_size() > 1) {
     keys.emplace_back("eos_token_id", absl::StrCat("[", absl::StrJoin(m.eos_token_id(), ", "), "]"));
   }
-  if (moe) {  // DeepSeek-V3's mixture-of-experts keys
-    const MoeConfig& e = m.moe();
-    keys.insert(keys.end(), {{"n_routed_experts", absl::StrCat(e.n_routed_experts())},
-                             {"num_experts_per_tok", absl::StrCat(e.num_experts_per_tok())},
-                             {"n_shared_experts", absl::StrCat(e.n_shared_experts())},
-                             {"moe_intermediate_size", absl::StrCat(e.moe_intermediate_size())},
-                             {"first_k_dense_replace", absl::StrCat(e.first_k_dense_replace())},
-                             {"scoring_func", Quoted(e.scoring_func())},
-                             {"norm_topk_prob", e.norm_topk_prob() ? "true" : "false"},
-                             {"routed_scaling_factor", Number(e.routed_scaling_factor())},
-                             {"n_group", absl::StrCat(e.n_group())},
-                             {"topk_group", absl::StrCat(e.topk_group())},
-                             {"topk_method", Quoted("noaux_tc")}});
-  }
+  if (m.eos_token_id_size() == 0) keys.emplace_back("eos_token_id", "null");
   keys.emplace_back("torch_dtype", Quoted(dtype == DType::kBF16 ? "bfloat16" : "float32"));
   std::vector<std::string> lines;
   for (const auto& [key, value] : keys) lines.push_back(absl::StrCat("  ", Quoted(key), ": ", value));

@@ -138,7 +138,7 @@ TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
        "\"rope_scaling.beta_fast\" is not a setting tetra knows"},
       {"model_type", "\"qwen2\"", "\"model_type\" is \"qwen2\""},
       {"model_type", "", "\"model_type\" is missing"},
-      {"model_type", "\"deepseek_v3\"", "multi-head latent attention"},
+      {"model_type", "\"deepseek_v3\"", "\"architectures\" is not [\"DeepseekV3ForCausalLM\"]"},
       {"architectures", "[\"LanguageModel\"]", "\"architectures\" is not [\"LlamaForCausalLM\"]"},
       {"quantization_config", "{}", "\"quantization_config\" is not a setting tetra knows"},
       {"auto_map", "{}", "\"auto_map\" is not a setting tetra knows"},
@@ -283,22 +283,160 @@ TEST(HfConfigTest, ExportWritesYarnAsItReadsIt) {
   }
 }
 
-TEST(HfConfigTest, MultiHeadLatentAttentionIsNotExportedYet) {
-  ModelConfig mla;
-  EXPECT_TRUE(CheckHfExportable(mla).ok());
-  mla.set_kv_lora_rank(16);
-  const absl::Status status = CheckHfExportable(mla);
-  EXPECT_THAT(Message(status), HasSubstr("multi-head latent attention (model.kv_lora_rank > 0)"));
-  EXPECT_THAT(Message(status), UserErrorShape());
+// A tiny DeepseekV3ForCausalLM's config.json as transformers 4.57.6's
+// save_pretrained wrote it (q_lora_rank None: a plain q_proj; YaRN; DeepSeek's
+// num_nextn_predict_layers kept as an attribute).
+constexpr char kDeepseekV3[] = R"({"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
+  "attention_dropout": 0.0, "bos_token_id": 0, "dtype": "float32", "eos_token_id": 1, "first_k_dense_replace": 1,
+  "head_dim": 4, "hidden_act": "silu", "hidden_size": 32, "initializer_range": 0.02, "intermediate_size": 48,
+  "kv_lora_rank": 16, "max_position_embeddings": 64, "model_type": "deepseek_v3", "moe_intermediate_size": 16,
+  "n_group": 2, "n_routed_experts": 4, "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 4,
+  "num_experts_per_tok": 2, "num_hidden_layers": 2, "num_key_value_heads": 4, "num_nextn_predict_layers": 1,
+  "pretraining_tp": 1, "q_lora_rank": null, "qk_head_dim": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+  "rms_norm_eps": 1e-06, "rope_interleave": true, "rope_scaling": {"factor": 4.0, "mscale": 1.0,
+  "mscale_all_dim": 1.0, "original_max_position_embeddings": 16, "rope_type": "yarn"}, "rope_theta": 10000.0,
+  "routed_scaling_factor": 2.5, "tie_word_embeddings": false, "topk_group": 1, "transformers_version": "4.57.6",
+  "use_cache": true, "v_head_dim": 8, "vocab_size": 64})";
+
+// A tiny Glm4MoeForCausalLM's, with what tetra computes: every head dim
+// rotated, no query/key norms.
+constexpr char kGlm4Moe[] = R"({"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe",
+  "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "head_dim": 8, "partial_rotary_factor": 1.0, "use_qk_norm": false,
+  "hidden_act": "silu", "max_position_embeddings": 64, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+  "rope_scaling": null, "tie_word_embeddings": false, "attention_bias": false, "attention_dropout": 0.0,
+  "initializer_range": 0.02, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+  "moe_intermediate_size": 16, "first_k_dense_replace": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+  "n_group": 2, "topk_group": 1, "dtype": "float32", "transformers_version": "4.57.6", "use_cache": true})";
+
+TEST(HfConfigTest, ReadsDeepseekV3AsTransformersSavesIt) {
+  absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("deepseek_v3", kDeepseekV3));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->kv_lora_rank(), 16);
+  EXPECT_EQ(m->q_lora_rank(), 0);  // null: a plain q_proj
+  EXPECT_EQ(m->qk_nope_head_dim(), 8);
+  EXPECT_EQ(m->qk_rope_head_dim(), 4);
+  EXPECT_EQ(m->v_head_dim(), 8);
+  EXPECT_TRUE(m->rope_interleave());
+  EXPECT_FALSE(m->has_num_key_value_heads());  // unused by MLA
+  EXPECT_EQ(m->num_nextn_predict_layers(), 1);
+  EXPECT_EQ(m->rope_scaling().rope_type(), "yarn");
+  EXPECT_EQ(m->max_position_embeddings(), 64);
+  EXPECT_EQ(m->rms_norm_eps(), 1e-6);
+  EXPECT_EQ(m->bos_token_id(), 0);
+  EXPECT_THAT(m->eos_token_id(), ::testing::ElementsAre(1));
+  const MoeConfig& moe = m->moe();
+  EXPECT_EQ(moe.n_routed_experts(), 4);
+  EXPECT_EQ(moe.num_experts_per_tok(), 2);
+  EXPECT_EQ(moe.n_shared_experts(), 1);
+  EXPECT_EQ(moe.moe_intermediate_size(), 16);
+  EXPECT_EQ(moe.first_k_dense_replace(), 1);
+  EXPECT_EQ(moe.n_group(), 2);
+  EXPECT_EQ(moe.topk_group(), 1);
+  EXPECT_EQ(moe.routed_scaling_factor(), 2.5);
+  EXPECT_TRUE(moe.norm_topk_prob());
+  EXPECT_EQ(moe.scoring_func(), "sigmoid");
 }
 
-TEST(HfConfigTest, SoftmaxScoredMoeIsNotExportedAsDeepseekV3) {
+TEST(HfConfigTest, AbsentKeysTakeEachClassDefaults) {
+  absl::StatusOr<ModelConfig> v3 = ReadHfConfigJson(WriteConfig("v3_minimal", R"({"model_type": "deepseek_v3"})"));
+  ASSERT_TRUE(v3.ok()) << v3.status();
+  EXPECT_EQ(v3->vocab_size(), 129280);
+  EXPECT_EQ(v3->num_hidden_layers(), 61);
+  EXPECT_EQ(v3->q_lora_rank(), 1536);
+  EXPECT_EQ(v3->kv_lora_rank(), 512);
+  EXPECT_EQ(v3->qk_nope_head_dim(), 128);
+  EXPECT_EQ(v3->moe().n_routed_experts(), 256);
+  EXPECT_EQ(v3->moe().first_k_dense_replace(), 3);
+  EXPECT_EQ(v3->moe().topk_group(), 4);
+  EXPECT_EQ(v3->num_nextn_predict_layers(), 0);
+  absl::StatusOr<ModelConfig> glm = ReadHfConfigJson(
+      WriteConfig("glm_minimal", R"({"model_type": "glm4_moe", "partial_rotary_factor": 1.0})"));
+  ASSERT_TRUE(glm.ok()) << glm.status();
+  EXPECT_EQ(glm->num_key_value_heads(), 8);
+  EXPECT_EQ(glm->rms_norm_eps(), 1e-5);
+  EXPECT_EQ(glm->moe().n_routed_experts(), 128);
+  EXPECT_EQ(glm->moe().moe_intermediate_size(), 1408);
+  EXPECT_EQ(glm->bos_token_id(), -1);  // Glm4MoeConfig has none
+  EXPECT_EQ(glm->eos_token_id_size(), 0);
+}
+
+TEST(HfConfigTest, WhatDeepseekV3AndGlm4MoeComputeOtherwiseIsAnError) {
+  const struct {
+    const char* base;
+    std::string from, to, message;
+  } cases[] = {
+      {kDeepseekV3, "\"head_dim\": 4", "\"head_dim\": 12", "\"head_dim\" is 12, but DeepseekV3's head_dim is"},
+      {kDeepseekV3, "\"qk_head_dim\": 12", "\"qk_head_dim\": 16", "\"qk_head_dim\" is 16"},
+      {kDeepseekV3, "\"use_cache\": true", "\"scoring_func\": \"softmax\"", "\"scoring_func\" is \"softmax\""},
+      {kDeepseekV3, "\"use_cache\": true", "\"topk_method\": \"greedy\"", "\"topk_method\" is \"greedy\""},
+      {kDeepseekV3, "\"use_cache\": true", "\"quantization_config\": {}", "\"quantization_config\" is not a setting"},
+      {kDeepseekV3, "\"q_lora_rank\": null", "\"q_lora_rank\": 1.5", "\"q_lora_rank\" is 1.5, not an integer"},
+      {kGlm4Moe, "\"partial_rotary_factor\": 1.0, ", "", "\"partial_rotary_factor\" is missing"},
+      {kGlm4Moe, "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.5", "\"partial_rotary_factor\" is 0.5"},
+      {kGlm4Moe, "\"use_qk_norm\": false", "\"use_qk_norm\": true", "\"use_qk_norm\" is true"},
+      {kGlm4Moe, "\"head_dim\": 8", "\"head_dim\": 16", "\"head_dim\" is 16"},
+  };
+  for (const auto& c : cases) {
+    std::string text = c.base;
+    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("refused", text));
+    ASSERT_FALSE(m.ok()) << c.to;
+    EXPECT_THAT(Message(m.status()), HasSubstr(c.message)) << c.to;
+    EXPECT_THAT(Message(m.status()), UserErrorShape());
+  }
+}
+
+// Each class's config.json, read, written and read again: the same model;
+// the export names the class that computes it.
+TEST(HfConfigTest, ExportWritesDeepseekV3AndGlm4MoeAsItReadsThem) {
+  for (const auto& [text, architecture] : {std::pair{kDeepseekV3, "DeepseekV3ForCausalLM"},
+                                           std::pair{kGlm4Moe, "Glm4MoeForCausalLM"}}) {
+    const ModelConfig hf = *ReadHfConfigJson(WriteConfig("class_in", text));
+    const std::string written = HfConfigJson(hf, /*seq_length=*/16, DType::kF32);
+    EXPECT_EQ(ParseJson(written)->Find("architectures")->items[0].string, architecture);
+    absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("class_out", written));
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << written;
+    EXPECT_EQ(back->SerializeAsString(), hf.SerializeAsString()) << written;
+  }
+  // A query latent, and a dense MLA model: a DeepseekV3 with every layer dense.
+  ModelConfig mla = *ReadHfConfigJson(WriteConfig("mla_in", kDeepseekV3));
+  mla.set_q_lora_rank(24);
+  mla.clear_moe();
+  const std::string written = HfConfigJson(mla, 16, DType::kF32);
+  const JsonValue root = *ParseJson(written);
+  EXPECT_EQ(*root.Find("n_routed_experts")->integer, 0);
+  EXPECT_EQ(*root.Find("first_k_dense_replace")->integer, 2);
+  EXPECT_EQ(*root.Find("q_lora_rank")->integer, 24);
+  absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("mla_out", written));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->SerializeAsString(), mla.SerializeAsString()) << written;
+}
+
+TEST(HfConfigTest, RecipeTrainingSettingsJoinAnMoeCheckpointsModel) {
+  const ModelConfig hf = *ReadHfConfigJson(WriteConfig("moe_merge", kDeepseekV3));
+  ModelConfig recipe;
+  recipe.mutable_moe()->set_aux_loss_alpha(0.01);
+  recipe.mutable_moe()->set_bias_update_speed(0.002);
+  recipe.mutable_moe()->set_n_routed_experts(4);  // agrees
+  absl::StatusOr<ModelConfig> merged = MergeWithHfConfig(recipe, hf, "c.json");
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->moe().aux_loss_alpha(), 0.01);
+  EXPECT_EQ(merged->moe().bias_update_speed(), 0.002);
+  EXPECT_EQ(merged->moe().n_group(), 2);  // from config.json
+  recipe.mutable_moe()->set_n_group(4);
+  EXPECT_THAT(Message(MergeWithHfConfig(recipe, hf, "c.json").status()),
+              HasSubstr("model.moe.n_group is 4 in the recipe but 2 in c.json"));
+}
+
+TEST(HfConfigTest, SoftmaxScoredMoeIsNotExported) {
   ModelConfig moe;
   moe.mutable_moe()->set_n_routed_experts(8);
   EXPECT_TRUE(CheckHfExportable(moe).ok());  // sigmoid, DeepSeek-V3's
   moe.mutable_moe()->set_scoring_func("softmax");
   const absl::Status status = CheckHfExportable(moe);
-  EXPECT_THAT(Message(status), HasSubstr("scores them with sigmoid"));
+  EXPECT_THAT(Message(status), HasSubstr("score them with sigmoid"));
   EXPECT_THAT(Message(status), UserErrorShape());
 }
 

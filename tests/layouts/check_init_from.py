@@ -31,6 +31,8 @@ DENSE = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layers
 MOE = DENSE + ["model.moe.n_routed_experts=8", "model.moe.num_experts_per_tok=2",
                "model.moe.n_shared_experts=1", "model.moe.moe_intermediate_size=16",
                "model.moe.first_k_dense_replace=1", "model.moe.n_group=2", "model.moe.topk_group=1"]
+MLA_MOE_MTP = MOE + ["model.kv_lora_rank=6", "model.q_lora_rank=8", "model.qk_nope_head_dim=4",
+                     "model.qk_rope_head_dim=4", "model.v_head_dim=6", "model.num_nextn_predict_layers=1"]
 # The layouts sum the same terms in other orders: round-off only (~1e-7). A
 # tensor loaded into the wrong stage, slice or expert changes the loss by far
 # more than this.
@@ -62,19 +64,25 @@ with tempfile.TemporaryDirectory() as tmp:
                   ("pp2_v2", 2, ["parallel.pipeline=2", "parallel.virtual_stages=2"])]),
         "moe": (MOE, [("pp2_dp2_ep2", 4, ["parallel.pipeline=2", "parallel.expert=2"]),
                       ("tp2_pp2_dp2_ep2", 8, ["parallel.tensor=2", "parallel.pipeline=2", "parallel.expert=2"])]),
+        "mla_moe_mtp": (MLA_MOE_MTP, [("tp2", 2, ["parallel.tensor=2"]),
+                                      ("pp2", 2, ["parallel.pipeline=2"]),
+                                      ("pp2_v2", 2, ["parallel.pipeline=2", "parallel.virtual_stages=2"]),
+                                      ("dp2_zero1", 2, ["optimizer.zero_stage=1"]),
+                                      ("dp2_ep2", 2, ["parallel.expert=2"]),
+                                      ("tp2_pp2_dp2_ep2", 8, ["parallel.tensor=2", "parallel.pipeline=2",
+                                                              "parallel.expert=2"])]),
     }
     for model_name, (model, layouts) in cases.items():
         weights = fresh(f"weights_{model_name}")
         export(weights, model)
-        init_from = f"{weights}/model.safetensors" if model_name == "moe" else weights
-        start = model + ["train.steps=1", f"init_from={init_from}"]
+        start = model + ["train.steps=1", f"init_from={weights}"]
         drawn = train(TETRA, fresh(f"drawn_{model_name}"), 1, model + ["train.steps=1"])[0]
         ref = train(TETRA, fresh(f"ref_{model_name}"), 1, start)[0]
         check(rel(ref["loss"], drawn["loss"]) > 10 * STEP1_RTOL,
               f"{model_name}: init_from changes the step-1 loss ({ref['loss']:.6f} vs drawn {drawn['loss']:.6f})")
         for name, ranks, sets in layouts:
             got = train(TETRA, fresh(f"{model_name}_{name}"), ranks, start + sets)[0]
-            for field in ("loss", "grad_norm"):
+            for field in ("loss", "grad_norm") + (("mtp_loss",) if "mtp" in model_name else ()):
                 check(rel(got[field], ref[field]) <= STEP1_RTOL,
                       f"{model_name} {name}: step-1 {field} {got[field]:.9g} vs single rank {ref[field]:.9g}")
 

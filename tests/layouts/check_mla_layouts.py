@@ -18,7 +18,10 @@ relative of the single rank and the loss at every one of 20 steps within 1e-4:
     same aux loss and expert loads.
 Both train multi-token prediction (two depths on the dense model, one MoE
 depth on the MoE model, on the last pipeline stage with its own copy of the
-embedding table), and step 1's mtp_loss is checked too.
+embedding table), and step 1's mtp_loss is checked too. The MoE model's
+export (DeepseekV3ForCausalLM) after 5 steps under tensor 2 x pipeline 2 x
+dp 2 with expert 2 and under interleaved pipeline 2 equals the single rank's
+within 1e-5.
 Under tensor parallelism the heads split and the down projections
 (q_a_proj, kv_a_proj_with_mqa) and latent norms (q_a_layernorm,
 kv_a_layernorm) stay whole on every tensor rank, their gradients summed over
@@ -38,7 +41,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
-from tetra_runs import Checker, rel, train  # noqa: E402
+from tetra_runs import Checker, max_abs_difference, read_safetensors, rel, train  # noqa: E402
 
 TETRA = sys.argv[1]
 # 4 layers (pipeline 2 interleaved needs 2 x 2 chunks), 16 samples of 2 per
@@ -74,6 +77,10 @@ MOE = COMMON + ["model.q_lora_rank=0", "model.num_nextn_predict_layers=1", "trai
 # let it grow a little. A gradient summed over the wrong group (or not at all)
 # changes the gradient norm by a whole factor.
 STEP1_RTOL, CURVE_RTOL = 1e-5, 1e-4
+# Exported weights after 5 steps at lr 3e-4: AdamW moves each by up to lr per
+# step whatever its gradient's size, so a gradient at round-off level may move
+# by a different fraction of lr under each layout; check_moe_layouts.py's bound.
+EXPORT_ATOL = 1e-5
 
 # MoE layers under sequence parallelism are refused at launch (not
 # implemented yet), so the MoE model runs its tensor-parallel layouts with
@@ -122,5 +129,25 @@ with tempfile.TemporaryDirectory() as tmp:
             worst = max(rel(g["loss"], r["loss"]) for g, r in zip(got, ref))
             check(len(got) == 20 and worst <= CURVE_RTOL,
                   f"{label}: 20-step loss curve, worst relative difference {worst:.2e}")
+
+    # The MoE model's export (DeepseekV3ForCausalLM's names, the prediction
+    # depth's model.layers.4.* among them) after 5 steps: each rank writes
+    # what it holds, and the files are the single rank's to round-off.
+    def exported(name, ranks, sets):
+        out = os.path.join(tmp, f"export_{name}")
+        os.makedirs(out)
+        train(TETRA, out, ranks, MOE + ["train.steps=5", "optimizer.lr=3e-4", f"export_path={out}/weights"] + sets)
+        return read_safetensors(f"{out}/weights/model.safetensors")
+
+    ref = exported("ref", 1, [])
+    for name, ranks, sets in (("tp2_pp2_dp2_ep2", 8, ["parallel.tensor=2", "parallel.pipeline=2", "parallel.expert=2",
+                                                      "parallel.sequence_parallel=false"]),
+                              ("pp2_v2", 2, ["parallel.pipeline=2", "parallel.virtual_stages=2"])):
+        got = exported(name, ranks, sets)
+        depth = "model.layers.4.eh_proj.weight"
+        check(got.keys() == ref.keys() and depth in got,
+              f"MLA moe {name} export names: {len(got)} tensors, the single rank's {len(ref)}, {depth} among them")
+        worst = max_abs_difference(ref, got)
+        check(worst <= EXPORT_ATOL, f"MLA moe {name} export after 5 steps: max abs difference {worst:.2e}")
 
 check.exit("all MLA layouts match the single-rank run")
