@@ -612,19 +612,16 @@ const HfClassInfo& ExportClass(const ModelConfig& m) {
 using JsonKeys = std::vector<std::pair<std::string, std::string>>;
 
 // The mixture-of-experts keys; a dense DeepseekV3 has no routed experts and
-// all its layers dense.
+// every layer dense.
 void AddMoeKeys(const ModelConfig& m, JsonKeys* keys) {
   const MoeConfig& e = m.moe();
-  if (e.n_routed_experts() == 0) {
-    keys->insert(keys->end(), {{"n_routed_experts", "0"},
-                               {"first_k_dense_replace", absl::StrCat(m.num_hidden_layers())}});
-    return;
-  }
+  const bool dense = e.n_routed_experts() == 0;
   keys->insert(keys->end(), {{"n_routed_experts", absl::StrCat(e.n_routed_experts())},
                              {"num_experts_per_tok", absl::StrCat(e.num_experts_per_tok())},
                              {"n_shared_experts", absl::StrCat(e.n_shared_experts())},
                              {"moe_intermediate_size", absl::StrCat(e.moe_intermediate_size())},
-                             {"first_k_dense_replace", absl::StrCat(e.first_k_dense_replace())},
+                             {"first_k_dense_replace",
+                              absl::StrCat(dense ? m.num_hidden_layers() : e.first_k_dense_replace())},
                              {"norm_topk_prob", e.norm_topk_prob() ? "true" : "false"},
                              {"routed_scaling_factor", Number(e.routed_scaling_factor())},
                              {"n_group", absl::StrCat(e.n_group())},
@@ -692,6 +689,8 @@ std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) 
     keys.emplace_back("eos_token_id", absl::StrCat("[", absl::StrJoin(m.eos_token_id(), ", "), "]"));
   }
   if (m.eos_token_id_size() == 0) keys.emplace_back("eos_token_id", "null");
+  // The rest of the class's config fields, at the values tetra's math has.
+  keys.insert(keys.end(), {{"pad_token_id", "null"}, {"pretraining_tp", "1"}, {"use_cache", "true"}});
   keys.emplace_back("torch_dtype", Quoted(dtype == DType::kBF16 ? "bfloat16" : "float32"));
   std::vector<std::string> lines;
   for (const auto& [key, value] : keys) lines.push_back(absl::StrCat("  ", Quoted(key), ": ", value));

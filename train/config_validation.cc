@@ -1,5 +1,6 @@
 #include "train/config_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -28,6 +29,9 @@ constexpr double kMaxParameters = 1e15;
 // Multi-token prediction depths: DeepSeek-V3 uses 1; each one is a whole
 // decoder block and LM head more.
 constexpr int kMaxPredictionDepths = 64;
+// The largest head dim of tetra's own CUDA attention kernel
+// (kernels/cuda/attention.cu), which fp32 runs use.
+constexpr int kMaxFp32AttentionDim = 128;
 // Threads per rank beyond this many per core only add contention.
 constexpr int kMaxThreadsPerCore = 4;
 // The watchdog's deadline: a longer one never fires in practice, which would
@@ -325,6 +329,16 @@ absl::Status ValidateDevice(const TrainerConfig& c) {
   return Invalid("train.device is CUDA, but this build of tetra has no CUDA path",
                  "rebuild where nvcc is found, or set train.device to CPU or AUTO");
 #else
+  // fp32 attention on the device is tetra's own kernel (cuDNN's fused
+  // attention takes bf16), which holds head dims up to kMaxFp32AttentionDim.
+  const ModelConfig& m = c.model();
+  const int qk_dim = UsesMla(m) ? QkHeadDim(m) : HeadDim(m), v_dim = UsesMla(m) ? m.v_head_dim() : qk_dim;
+  if (t.precision() == Precision::FP32 && std::max(qk_dim, v_dim) > kMaxFp32AttentionDim) {
+    return Invalid(absl::StrCat("train.precision is FP32 on CUDA, whose attention kernel takes head dims up to ",
+                                kMaxFp32AttentionDim, ", but this model's query/key heads have ", qk_dim,
+                                " dims and its value heads ", v_dim),
+                   "train in BF16 (cuDNN's fused attention), or on the CPU in FP32");
+  }
   return absl::OkStatus();
 #endif
 }

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "model/language_model.h"
 #include "tests/testing/gradient_check.h"
+#include "tests/testing/tiny_models.h"
 #include "tests/testing/whole_model.h"
 
 namespace tetra {
@@ -37,17 +38,7 @@ ModelConfig TinyMoeConfig() {
   c.set_num_attention_heads(2);
   c.set_intermediate_size(12);
   c.set_initializer_range(0.5);
-  MoeConfig* moe = c.mutable_moe();
-  moe->set_n_routed_experts(4);
-  moe->set_num_experts_per_tok(2);
-  moe->set_n_shared_experts(1);
-  moe->set_moe_intermediate_size(6);
-  moe->set_first_k_dense_replace(1);
-  moe->set_n_group(2);
-  moe->set_topk_group(1);
-  moe->set_routed_scaling_factor(2.0);
-  moe->set_aux_loss_alpha(0.3);  // large, so a wrong balance-loss gradient shows
-  return c;
+  return testing::WithTinyMoe(c, /*aux_loss_alpha=*/0.3);
 }
 
 TEST(MoeMlpLayerTest, Gradients) {

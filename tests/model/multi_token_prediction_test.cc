@@ -117,15 +117,9 @@ TEST(MultiTokenPredictionTest, TiedEmbeddingsObjectiveGradients) {
 // DeepSeek-V3's shape: MLA, a dense first layer, MoE after it and in the
 // prediction depth, whose router and balance term count too.
 TEST(MultiTokenPredictionTest, MlaMoeObjectiveGradients) {
-  ModelConfig c = WithMtp(testing::TinyMlaConfig(/*tie_word_embeddings=*/false, /*q_lora_rank=*/6), 1);
+  ModelConfig c = testing::WithTinyMoe(
+      WithMtp(testing::TinyMlaConfig(/*tie_word_embeddings=*/false, /*q_lora_rank=*/6), 1), /*aux_loss_alpha=*/0.1);
   c.set_vocab_size(11);
-  MoeConfig* moe = c.mutable_moe();
-  moe->set_n_routed_experts(4);
-  moe->set_num_experts_per_tok(2);
-  moe->set_n_shared_experts(1);
-  moe->set_moe_intermediate_size(6);
-  moe->set_first_k_dense_replace(1);
-  moe->set_aux_loss_alpha(0.1);
   LanguageModel probe(c, 5);
   ASSERT_EQ(probe.moe_layers().size(), 2u) << "layer 1 and the prediction depth's block";
   CheckObjectiveGradients(c, kMoeTolerance);

@@ -36,6 +36,24 @@ inline ModelConfig TinyMlaConfig(bool tie_word_embeddings, int q_lora_rank, int 
   return c;
 }
 
+// DeepSeek-V3's mixture of experts in small on `c`: a dense first layer,
+// then 4 routed experts of width 6 in 2 groups (top-1 group, top-2 experts)
+// beside one shared expert, routed_scaling_factor 2, and a balance loss of
+// `aux_loss_alpha` (large, so a wrong balance-loss gradient shows).
+inline ModelConfig WithTinyMoe(ModelConfig c, double aux_loss_alpha) {
+  MoeConfig* moe = c.mutable_moe();
+  moe->set_n_routed_experts(4);
+  moe->set_num_experts_per_tok(2);
+  moe->set_n_shared_experts(1);
+  moe->set_moe_intermediate_size(6);
+  moe->set_first_k_dense_replace(1);
+  moe->set_n_group(2);
+  moe->set_topk_group(1);
+  moe->set_routed_scaling_factor(2.0);
+  moe->set_aux_loss_alpha(aux_loss_alpha);
+  return c;
+}
+
 }  // namespace tetra::testing
 
 #endif  // TETRA_TESTS_TESTING_TINY_MODELS_H_
