@@ -6,6 +6,8 @@
 // after (their buffers resized as needed), so a run that only ever uses slot 0
 // holds one set, as a layer without slots would.
 //
+// A layer's ReleaseActivations frees its slots and its shared scratch.
+//
 // Under sequence parallelism TensorParallelRegion::Enter gathers a layer's
 // input into the region's own buffer, which the backward reads: a layer keeps
 // one region per slot for Enter and shares one for Exit and the backward.
@@ -13,8 +15,10 @@
 #define TETRA_MODEL_ACTIVATION_SLOTS_H_
 
 #include <deque>
+#include <initializer_list>
 
 #include "core/logging.h"
+#include "core/tensor.h"
 
 namespace tetra {
 
@@ -42,6 +46,12 @@ class ActivationSlots {
  private:
   std::deque<State> slots_;  // a deque keeps references to slots valid as more are made
 };
+
+// Frees a layer's shared scratch (ReleaseActivations: activation recompute
+// frees a block's memory between its uses; the next use allocates anew).
+inline void ReleaseTensors(std::initializer_list<Tensor*> tensors) {
+  for (Tensor* t : tensors) *t = Tensor();
+}
 
 }  // namespace tetra
 

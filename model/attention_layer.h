@@ -42,7 +42,11 @@ class AttentionLayer {
   // dy (rows of y) of the forward of `slot` -> dx (rows of x), written;
   // accumulates weight gradients.
   Tensor Backward(int slot, const Tensor& dy);
-  void ReleaseSlots() { slots_.Clear(); }
+  void ReleaseActivations() {
+    slots_.Clear();
+    region_.Release();
+    ReleaseTensors({&y_, &dattn_, &dq_, &dk_, &dv_, &dx_, &qkv_});
+  }
 
  private:
   struct Activations {

@@ -42,7 +42,7 @@ Tensor DecoderBlock::AttentionBackward(int slot, const Tensor& dy) {
 }
 
 const Tensor& DecoderBlock::Forward(int slot, const Tensor& x, int64_t batch, int64_t seq,
-                                    float grad_scale) {
+                                    float grad_scale, bool recompute) {
   Activations& a = slots_.ForForward(slot);
   EnsureShape(&a.residual, x.shape());
   EnsureShape(&a.out, x.shape());
@@ -51,7 +51,7 @@ const Tensor& DecoderBlock::Forward(int slot, const Tensor& x, int64_t batch, in
       slot, x, AttentionForward(slot, input_norm_.Forward(slot, x), batch, seq), a.residual);
   // out = r + mlp(h), written once.
   ops::Add(a.residual,
-           moe_ ? moe_->Forward(slot, h, batch, seq, grad_scale) : mlp_->Forward(slot, h), a.out);
+           moe_ ? moe_->Forward(slot, h, batch, seq, grad_scale, recompute) : mlp_->Forward(slot, h), a.out);
   return a.out;
 }
 
@@ -63,13 +63,13 @@ const Tensor& DecoderBlock::Backward(int slot, const Tensor& dout) {
   return input_norm_.Backward(slot, AttentionBackward(slot, dresidual), /*dx_add=*/dresidual);
 }
 
-void DecoderBlock::ReleaseSlots() {
-  input_norm_.ReleaseSlots();
-  if (attention_) attention_->ReleaseSlots();
-  if (mla_) mla_->ReleaseSlots();
-  post_attention_norm_.ReleaseSlots();
-  if (mlp_) mlp_->ReleaseSlots();
-  if (moe_) moe_->ReleaseSlots();
+void DecoderBlock::ReleaseActivations() {
+  input_norm_.ReleaseActivations();
+  if (attention_) attention_->ReleaseActivations();
+  if (mla_) mla_->ReleaseActivations();
+  post_attention_norm_.ReleaseActivations();
+  if (mlp_) mlp_->ReleaseActivations();
+  if (moe_) moe_->ReleaseActivations();
   slots_.Clear();
 }
 

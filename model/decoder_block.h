@@ -26,13 +26,16 @@ class DecoderBlock {
   // x (rows, C) of B = `batch` sequences of T = `seq` tokens -> out (rows, C).
   // Keeps r and out, which the norms keep as their inputs, in `slot`
   // (activation_slots.h). grad_scale: the weight of the cross-entropy sum in
-  // the objective, which an MoE MLP's balance loss shares.
+  // the objective, which an MoE MLP's balance loss shares. `recompute`: the
+  // second forward of activation recompute, which counts no MoE stats.
   const Tensor& Forward(int slot, const Tensor& x, int64_t batch, int64_t seq,
-                        float grad_scale = 0.0f);
+                        float grad_scale = 0.0f, bool recompute = false);
   // dout (rows, C) of the forward of `slot` -> dx (rows, C), written; valid
   // until this block's next backward.
   const Tensor& Backward(int slot, const Tensor& dout);
-  void ReleaseSlots();
+  // Frees every slot's activations and the layers' scratch; the next forward
+  // allocates anew.
+  void ReleaseActivations();
   // The mixture-of-experts MLP; null in a dense block.
   MoeMlpLayer* moe() { return moe_.get(); }
 

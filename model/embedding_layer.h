@@ -38,7 +38,10 @@ class EmbeddingLayer {
   // d of the output (residual layout) of the forward of `slot`: accumulates
   // the table gradient.
   void Backward(int slot, const Tensor& dout);
-  void ReleaseSlots() { slots_.Clear(); }
+  void ReleaseActivations() {
+    slots_.Clear();
+    ReleaseTensors({&lookup_, &dlookup_});
+  }
 
   Parameter& weight() { return weight_; }
 

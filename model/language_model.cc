@@ -1,5 +1,6 @@
 #include "model/language_model.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/ops.h"
@@ -92,7 +93,35 @@ Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
     micro_batch.hidden_in.CopyFrom(hidden_in);
     x = micro_batch.hidden_in;
   }
-  for (auto& block : c.blocks) x = block->Forward(slot, x, batch, seq, grad_scale);
+  const int recomputed = std::min<int>(recomputed_blocks_, c.blocks.size());
+  micro_batch.block_inputs.resize(with_grad ? recomputed : 0);
+  micro_batch.batch = batch;
+  micro_batch.seq = seq;
+  micro_batch.grad_scale = grad_scale;
+  for (int i = 0; i < static_cast<int>(c.blocks.size()); ++i) {
+    if (i >= recomputed) {
+      x = c.blocks[i]->Forward(slot, x, batch, seq, grad_scale);
+      continue;
+    }
+    // The chunk's input is this slot's already (the embedding's output or
+    // hidden_in); a later block's is slot 0's, overwritten by the next.
+    if (with_grad && i == 0) micro_batch.block_inputs[i] = x;
+    if (with_grad && i > 0) {
+      EnsureShape(&micro_batch.block_inputs[i], x.shape());
+      micro_batch.block_inputs[i].CopyFrom(x);
+    }
+    x = c.blocks[i]->Forward(/*slot=*/0, x, batch, seq, grad_scale);
+    // Its memory goes back until the backward recomputes it; x keeps the
+    // output alive for the next block.
+    c.blocks[i]->ReleaseActivations();
+    // Slot 0 is every micro-batch's: what leaves the recomputed blocks is
+    // kept as this slot's own.
+    if (i + 1 == recomputed) {
+      EnsureShape(&micro_batch.recomputed_out, x.shape());
+      micro_batch.recomputed_out.CopyFrom(x);
+      x = micro_batch.recomputed_out;
+    }
+  }
   micro_batch.awaiting_backward = with_grad;
   if (!c.stage.has_head) return x;
   TETRA_CHECK(targets != nullptr && loss_sum != nullptr)
@@ -157,8 +186,14 @@ Tensor LanguageModel::BackwardStage(int slot, int chunk, const Tensor& d_hidden_
   } else {
     TETRA_CHECK(d.defined()) << "pipeline stage backward without the gradient of its output";
   }
+  const int recomputed = static_cast<int>(micro_batch.block_inputs.size());
   for (int i = static_cast<int>(c.blocks.size()) - 1; i >= 0; --i) {
-    d = c.blocks[i]->Backward(slot, d);
+    if (i < recomputed) {
+      c.blocks[i]->Forward(/*slot=*/0, micro_batch.block_inputs[i], micro_batch.batch, micro_batch.seq,
+                           micro_batch.grad_scale, /*recompute=*/true);
+    }
+    d = c.blocks[i]->Backward(i < recomputed ? 0 : slot, d);
+    if (i < recomputed) c.blocks[i]->ReleaseActivations();
     ready_from(c.block_first_parameter[i]->flat_offset);
   }
   if (!c.stage.has_embedding) return d;
@@ -167,14 +202,14 @@ Tensor LanguageModel::BackwardStage(int slot, int chunk, const Tensor& d_hidden_
   return Tensor();
 }
 
-void LanguageModel::ReleaseSlots() {
-  if (embedding_) embedding_->ReleaseSlots();
+void LanguageModel::ReleaseActivations() {
+  if (embedding_) embedding_->ReleaseActivations();
   for (Chunk& chunk : chunks_) {
-    for (auto& block : chunk.blocks) block->ReleaseSlots();
+    for (auto& block : chunk.blocks) block->ReleaseActivations();
   }
-  if (final_norm_) final_norm_->ReleaseSlots();
-  if (head_) head_->ReleaseSlots();
-  for (auto& depth : mtp_) depth->ReleaseSlots();
+  if (final_norm_) final_norm_->ReleaseActivations();
+  if (head_) head_->ReleaseActivations();
+  for (auto& depth : mtp_) depth->ReleaseActivations();
   micro_batches_.Clear();
 }
 
@@ -189,6 +224,12 @@ std::vector<MoeMlpLayer*> LanguageModel::moe_layers() const {
     if (depth->block().moe() != nullptr) layers.push_back(depth->block().moe());
   }
   return layers;
+}
+
+void LanguageModel::set_full_recompute(int layers) {
+  int most = 0;
+  for (const Chunk& chunk : chunks_) most = std::max<int>(most, chunk.blocks.size());
+  recomputed_blocks_ = layers == 0 ? most : layers;
 }
 
 double LanguageModel::TakeMtpLossSum() {

@@ -97,9 +97,9 @@ class LanguageModel {
   // Slots holding activations: one more than the highest used since the last
   // release.
   int num_slots() const { return micro_batches_.size(); }
-  // Frees the activations of every slot, forgetting any forward whose
-  // backward has not run.
-  void ReleaseSlots();
+  // Frees the activations of every slot and the layers' scratch, forgetting
+  // any forward whose backward has not run.
+  void ReleaseActivations();
 
   ParameterStore& parameters() { return store_; }
   // The mixture-of-experts MLPs of this stage's blocks, in layer order.
@@ -124,12 +124,26 @@ class LanguageModel {
   // train.mtp_loss_scaling_factor, the weight of the prediction depths' mean
   // loss in the objective (the trainer sets the run's).
   void set_mtp_loss_scaling_factor(double factor) { mtp_loss_scaling_factor_ = factor; }
+  // Full activation recompute (train.recompute FULL) of the first `layers`
+  // decoder blocks of each chunk (0: all): such a block runs every forward
+  // in its activation slot 0 (one set of activations whatever the
+  // micro-batches in flight), the chunk keeps only its input per slot, and
+  // its backward first runs its forward again from that input: the same ops
+  // in the same order, so the gradients are bit-identical.
+  void set_full_recompute(int layers);
 
  private:
   struct MicroBatch {
     Tensor tokens;     // (B*T) inputs, kept for the embedding's backward (first stage)
     Tensor hidden_in;  // (rows, C) the stage's input, kept for the first block's backward
     bool awaiting_backward = false;
+    // Activation recompute: each recomputed block's input (rows, C), the
+    // output of the last one (the next block's input, or the chunk's), and
+    // what its second forward takes.
+    std::vector<Tensor> block_inputs;
+    Tensor recomputed_out;
+    int64_t batch = 0, seq = 0;
+    float grad_scale = 0;
   };
 
   struct Chunk {
@@ -154,6 +168,7 @@ class LanguageModel {
   Parameter* embedding_copy_ = nullptr;
   double mtp_loss_sum_ = 0;
   double mtp_loss_scaling_factor_ = TrainConfig::default_instance().mtp_loss_scaling_factor();
+  int recomputed_blocks_ = 0;  // per chunk, its first ones
   ActivationSlots<MicroBatch> micro_batches_;
   Tensor targets_;  // (B*T), read only by the forward
 };

@@ -31,7 +31,11 @@ class LmHeadLayer {
   // -> d x (residual layout) of the forward of `slot`; accumulates the
   // weight gradient.
   Tensor Backward(int slot);
-  void ReleaseSlots() { slots_.Clear(); }
+  void ReleaseActivations() {
+    slots_.Clear();
+    region_.Release();
+    ReleaseTensors({&dx_});
+  }
 
  private:
   struct Activations {

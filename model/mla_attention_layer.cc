@@ -149,10 +149,12 @@ Tensor MlaAttentionLayer::Backward(int slot, const Tensor& dy) {
   return region_.EnterBackward(dx_);
 }
 
-void MlaAttentionLayer::ReleaseSlots() {
-  if (q_a_norm_) q_a_norm_->ReleaseSlots();
-  kv_a_norm_.ReleaseSlots();
+void MlaAttentionLayer::ReleaseActivations() {
+  if (q_a_norm_) q_a_norm_->ReleaseActivations();
+  kv_a_norm_.ReleaseActivations();
   slots_.Clear();
+  region_.Release();
+  ReleaseTensors({&kv_, &k_pe_, &y_, &dattn_, &dq_, &dk_, &dv_, &dkv_, &dk_pe_, &dkv_normed_, &dq_normed_, &dx_});
 }
 
 }  // namespace tetra

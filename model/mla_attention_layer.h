@@ -45,7 +45,7 @@ class MlaAttentionLayer {
   Tensor Forward(int slot, const Tensor& x, int64_t batch, int64_t seq);
   // dy of the forward of `slot` -> dx, written; accumulates weight gradients.
   Tensor Backward(int slot, const Tensor& dy);
-  void ReleaseSlots();
+  void ReleaseActivations();
 
  private:
   struct Activations {

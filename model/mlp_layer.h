@@ -36,7 +36,11 @@ class MlpLayer {
   // dy (rows of y) of the forward of `slot` -> dx (rows of x), written;
   // accumulates weight gradients.
   Tensor Backward(int slot, const Tensor& dy);
-  void ReleaseSlots() { slots_.Clear(); }
+  void ReleaseActivations() {
+    slots_.Clear();
+    region_.Release();
+    ReleaseTensors({&y_, &dact_, &dgate_up_, &dgate_, &dup_, &dx_});
+  }
 
  private:
   struct Activations {

@@ -50,25 +50,26 @@ const std::vector<ExpertWeights>& MoeMlpLayer::Experts() {
 }
 
 Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t seq,
-                            float grad_scale) {
+                            float grad_scale, bool recompute) {
   Activations& a = slots_.ForForward(slot);
   a.x = x;
   const int64_t n = x.dim(0), e = router_.num_experts;
   EnsureShape(&logits_, {n, e}, DType::kF32);  // the router runs in fp32
   ops::Linear(x, gate_.value, logits_);
   Route(router_, logits_, bias_.value, &a.routing);
-  ops::CountExpertLoads(router_, a.routing.expert, loads_);
+  if (!recompute) ops::CountExpertLoads(router_, a.routing.expert, loads_);
   // The balance term of each sequence enters the objective with weight 1 /
   // (global sequences) = grad_scale x seq.
   EnsureShape(&a.daux, {n, e}, DType::kF32);
   a.daux.SetZero();
   if (aux_loss_alpha_ > 0) {
     const float aux_scale = static_cast<float>(aux_loss_alpha_ * grad_scale * seq);
-    aux_loss_sum_ += aux_loss_alpha_ * ops::SequenceBalanceLoss(router_, a.routing.scores, a.routing.expert,
-                                                                batch, seq, aux_scale, a.daux);
+    const double aux = aux_loss_alpha_ * ops::SequenceBalanceLoss(router_, a.routing.scores, a.routing.expert,
+                                                                  batch, seq, aux_scale, a.daux);
+    if (!recompute) aux_loss_sum_ += aux;
   }
   dispatcher_.Plan(a.routing, &a.plan);
-  dropped_ += a.plan.dropped;
+  if (!recompute) dropped_ += a.plan.dropped;
   dispatcher_.Permute(a.plan, x, &send_);
   dispatcher_.ToExperts(a.plan, send_, &a.grouped);
   GroupedSwigluForward(Experts(), a.plan.expert_rows, a.grouped, &a.experts, &y_grouped_);
@@ -101,9 +102,12 @@ Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
   return dx_;
 }
 
-void MoeMlpLayer::ReleaseSlots() {
+void MoeMlpLayer::ReleaseActivations() {
   slots_.Clear();
-  if (shared_) shared_->ReleaseSlots();
+  experts_region_.Release();
+  ReleaseTensors({&logits_, &send_, &y_grouped_, &out_, &dy_send_, &dy_grouped_, &dx_grouped_, &dx_send_, &dx_,
+                  &dweights_, &dscores_, &dlogits_, &dact_, &dgate_, &dup_});
+  if (shared_) shared_->ReleaseActivations();
 }
 
 void MoeMlpLayer::ResetStats() {

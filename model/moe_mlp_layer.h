@@ -40,12 +40,14 @@ class MoeMlpLayer {
               const LayerParallelism& parallelism = SingleRankParallelism());
   // x (N, C), N = batch x seq token rows -> y (N, C). grad_scale weights the
   // balance loss in the gradient as it weights the cross-entropy sum.
-  // Collective over the expert-parallel group.
-  Tensor Forward(int slot, const Tensor& x, int64_t batch, int64_t seq, float grad_scale);
+  // Collective over the expert-parallel group. A recompute (activation
+  // recompute's second forward of the same tokens) adds nothing to the stats.
+  Tensor Forward(int slot, const Tensor& x, int64_t batch, int64_t seq, float grad_scale,
+                 bool recompute = false);
   // dy (N, C) of the forward of `slot` -> dx (N, C), written; accumulates
   // the weight gradients. Collective over the expert-parallel group.
   Tensor Backward(int slot, const Tensor& dy);
-  void ReleaseSlots();
+  void ReleaseActivations();
 
   // Since the last ResetStats: tokens that chose each expert (E, int32, on
   // the layer's device), the sum over sequences of aux_loss_alpha x their

@@ -77,12 +77,13 @@ const Tensor& MultiTokenPredictionLayer::Backward(int slot, const Tensor& d_next
   return hnorm_.Backward(slot, dhidden_);
 }
 
-void MultiTokenPredictionLayer::ReleaseSlots() {
-  for (RmsNormLayer* norm : {&enorm_, &hnorm_, &shared_head_norm_}) norm->ReleaseSlots();
-  block_.ReleaseSlots();
-  embedding_.ReleaseSlots();
-  head_.ReleaseSlots();
+void MultiTokenPredictionLayer::ReleaseActivations() {
+  for (RmsNormLayer* norm : {&enorm_, &hnorm_, &shared_head_norm_}) norm->ReleaseActivations();
+  block_.ReleaseActivations();
+  embedding_.ReleaseActivations();
+  head_.ReleaseActivations();
   slots_.Clear();
+  ReleaseTensors({&targets_, &djoined_, &dembedded_, &dhidden_});
 }
 
 }  // namespace tetra

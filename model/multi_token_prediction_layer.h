@@ -51,7 +51,7 @@ class MultiTokenPredictionLayer {
   // last depth). Accumulates the parameter gradients (the shared table's and
   // head's included) and returns d h_prev, valid until the next backward.
   const Tensor& Backward(int slot, const Tensor& d_next);
-  void ReleaseSlots();
+  void ReleaseActivations();
 
   DecoderBlock& block() { return block_; }
   // The lowest flat offset of this depth's own parameters.

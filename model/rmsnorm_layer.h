@@ -29,7 +29,10 @@ class RmsNormLayer {
   // weight gradient. With dx_add (N, C), dx = dx_add + the norm's gradient:
   // a residual's gradient added in the same pass.
   const Tensor& Backward(int slot, const Tensor& dy, const Tensor& dx_add = Tensor());
-  void ReleaseSlots() { slots_.Clear(); }
+  void ReleaseActivations() {
+    slots_.Clear();
+    ReleaseTensors({&dx_});
+  }
 
   const Parameter& weight() const { return weight_; }
   Parameter& weight() { return weight_; }

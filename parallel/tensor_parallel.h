@@ -80,6 +80,8 @@ class TensorParallelRegion {
 
   Communicator& tp() const { return tp_; }
   bool sequence_parallel() const { return sequence_parallel_; }
+  // Frees the buffers (activation recompute between a layer's uses).
+  void Release() { input_ = dx_ = output_ = dy_ = Tensor(); }
 
  private:
   Communicator& tp_;

@@ -294,7 +294,7 @@ TEST(ModelSlotTest, ReleasedSlotsAreMadeAgain) {
   testing::Forward(model, 2, m.inputs.data(), m.targets.data(), m.batch, m.seq, 1.0f);
   testing::Backward(model, 2);
   EXPECT_EQ(model.num_slots(), 3);
-  model.ReleaseSlots();
+  model.ReleaseActivations();
   EXPECT_EQ(model.num_slots(), 0);
   model.parameters().ZeroGrads();
   fresh.parameters().ZeroGrads();

@@ -52,7 +52,7 @@ double Objective(LanguageModel& model, const Batch& b) {
   for (MoeMlpLayer* moe : model.moe_layers()) moe->ResetStats();
   double ce = 0;
   model.ForwardStage(0, 0, b.inputs.data(), Tensor(), b.targets.data(), kBatch, kSeq, 1.0f, &ce);
-  model.ReleaseSlots();  // no backward follows
+  model.ReleaseActivations();  // no backward follows
   double objective = ce + kMtpScale * model.TakeMtpLossSum();
   for (MoeMlpLayer* moe : model.moe_layers()) objective += kSeq * moe->aux_loss_sum();
   return objective;
