@@ -42,10 +42,15 @@ class AttentionLayer {
   // dy (rows of y) of the forward of `slot` -> dx (rows of x), written;
   // accumulates weight gradients.
   Tensor Backward(int slot, const Tensor& dy);
-  void ReleaseActivations() {
-    slots_.Clear();
+  // Frees the scratch shared by the slots (what one forward or backward
+  // uses and the next overwrites); ReleaseActivations the slots too.
+  void ReleaseScratch() {
     region_.Release();
     ReleaseTensors({&y_, &dattn_, &dq_, &dk_, &dv_, &dx_, &qkv_});
+  }
+  void ReleaseActivations() {
+    slots_.Clear();
+    ReleaseScratch();
   }
 
  private:

@@ -63,6 +63,11 @@ const Tensor& DecoderBlock::Backward(int slot, const Tensor& dout) {
   return input_norm_.Backward(slot, AttentionBackward(slot, dresidual), /*dx_add=*/dresidual);
 }
 
+void DecoderBlock::set_recompute_activations(bool recompute) {
+  if (mlp_) mlp_->set_recompute_activation(recompute);
+  if (moe_) moe_->set_recompute_activation(recompute);
+}
+
 void DecoderBlock::ReleaseActivations() {
   input_norm_.ReleaseActivations();
   if (attention_) attention_->ReleaseActivations();
@@ -71,6 +76,15 @@ void DecoderBlock::ReleaseActivations() {
   if (mlp_) mlp_->ReleaseActivations();
   if (moe_) moe_->ReleaseActivations();
   slots_.Clear();
+}
+
+void DecoderBlock::ReleaseScratch() {
+  input_norm_.ReleaseScratch();
+  if (attention_) attention_->ReleaseScratch();
+  if (mla_) mla_->ReleaseScratch();
+  post_attention_norm_.ReleaseScratch();
+  if (mlp_) mlp_->ReleaseScratch();
+  if (moe_) moe_->ReleaseScratch();
 }
 
 }  // namespace tetra

@@ -36,6 +36,12 @@ class DecoderBlock {
   // Frees every slot's activations and the layers' scratch; the next forward
   // allocates anew.
   void ReleaseActivations();
+  // Frees only the scratch its sublayers share between slots (selective
+  // recompute, after each backward: one block's at a time).
+  void ReleaseScratch();
+  // Selective recompute of the MLP's SwiGLU activations (dense, shared and
+  // routed experts).
+  void set_recompute_activations(bool recompute);
   // The mixture-of-experts MLP; null in a dense block.
   MoeMlpLayer* moe() { return moe_.get(); }
 

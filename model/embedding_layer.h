@@ -38,9 +38,14 @@ class EmbeddingLayer {
   // d of the output (residual layout) of the forward of `slot`: accumulates
   // the table gradient.
   void Backward(int slot, const Tensor& dout);
+  // Frees the scratch shared by the slots (what one forward or backward
+  // uses and the next overwrites); ReleaseActivations the slots too.
+  void ReleaseScratch() {
+    ReleaseTensors({&lookup_, &dlookup_});
+  }
   void ReleaseActivations() {
     slots_.Clear();
-    ReleaseTensors({&lookup_, &dlookup_});
+    ReleaseScratch();
   }
 
   Parameter& weight() { return weight_; }

@@ -194,6 +194,7 @@ Tensor LanguageModel::BackwardStage(int slot, int chunk, const Tensor& d_hidden_
     }
     d = c.blocks[i]->Backward(i < recomputed ? 0 : slot, d);
     if (i < recomputed) c.blocks[i]->ReleaseActivations();
+    if (selective_recompute_) c.blocks[i]->ReleaseScratch();
     ready_from(c.block_first_parameter[i]->flat_offset);
   }
   if (!c.stage.has_embedding) return d;
@@ -230,6 +231,14 @@ void LanguageModel::set_full_recompute(int layers) {
   int most = 0;
   for (const Chunk& chunk : chunks_) most = std::max<int>(most, chunk.blocks.size());
   recomputed_blocks_ = layers == 0 ? most : layers;
+}
+
+void LanguageModel::set_selective_recompute() {
+  selective_recompute_ = true;
+  for (Chunk& chunk : chunks_) {
+    for (auto& block : chunk.blocks) block->set_recompute_activations(true);
+  }
+  for (auto& depth : mtp_) depth->block().set_recompute_activations(true);
 }
 
 double LanguageModel::TakeMtpLossSum() {

@@ -131,6 +131,13 @@ class LanguageModel {
   // its backward first runs its forward again from that input: the same ops
   // in the same order, so the gradients are bit-identical.
   void set_full_recompute(int layers);
+  // Selective activation recompute (train.recompute SELECTIVE): every
+  // block's MLP (dense, shared and routed experts) keeps gate and up but not
+  // their SwiGLU activation, which its backward computes again (the same op:
+  // bit-identical gradients), the prediction depths' blocks included; and
+  // each block hands back its scratch after its backward, so the blocks'
+  // backwards take one block's scratch at a time, not one per block.
+  void set_selective_recompute();
 
  private:
   struct MicroBatch {
@@ -169,6 +176,7 @@ class LanguageModel {
   double mtp_loss_sum_ = 0;
   double mtp_loss_scaling_factor_ = TrainConfig::default_instance().mtp_loss_scaling_factor();
   int recomputed_blocks_ = 0;  // per chunk, its first ones
+  bool selective_recompute_ = false;
   ActivationSlots<MicroBatch> micro_batches_;
   Tensor targets_;  // (B*T), read only by the forward
 };

@@ -31,10 +31,15 @@ class LmHeadLayer {
   // -> d x (residual layout) of the forward of `slot`; accumulates the
   // weight gradient.
   Tensor Backward(int slot);
-  void ReleaseActivations() {
-    slots_.Clear();
+  // Frees the scratch shared by the slots (what one forward or backward
+  // uses and the next overwrites); ReleaseActivations the slots too.
+  void ReleaseScratch() {
     region_.Release();
     ReleaseTensors({&dx_});
+  }
+  void ReleaseActivations() {
+    slots_.Clear();
+    ReleaseScratch();
   }
 
  private:

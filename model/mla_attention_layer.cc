@@ -153,6 +153,12 @@ void MlaAttentionLayer::ReleaseActivations() {
   if (q_a_norm_) q_a_norm_->ReleaseActivations();
   kv_a_norm_.ReleaseActivations();
   slots_.Clear();
+  ReleaseScratch();
+}
+
+void MlaAttentionLayer::ReleaseScratch() {
+  if (q_a_norm_) q_a_norm_->ReleaseScratch();
+  kv_a_norm_.ReleaseScratch();
   region_.Release();
   ReleaseTensors({&kv_, &k_pe_, &y_, &dattn_, &dq_, &dk_, &dv_, &dkv_, &dk_pe_, &dkv_normed_, &dq_normed_, &dx_});
 }

@@ -46,6 +46,7 @@ class MlaAttentionLayer {
   // dy of the forward of `slot` -> dx, written; accumulates weight gradients.
   Tensor Backward(int slot, const Tensor& dy);
   void ReleaseActivations();
+  void ReleaseScratch();  // the scratch the slots share
 
  private:
   struct Activations {

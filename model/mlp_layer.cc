@@ -29,28 +29,40 @@ Tensor MlpLayer::Forward(int slot, const Tensor& x) {
   Activations& a = slots_.ForForward(slot, region_);
   a.x = a.entry.Enter(x);
   const int64_t rows = a.x.numel() / a.x.dim(-1);
-  EnsureShape(&a.act, {rows, intermediate_});
   EnsureShape(&y_, a.x.shape());
   if (const std::optional<StackedParameters> gate_up = GateUp()) {
     EnsureShape(&a.gate_up, {rows, 2 * intermediate_});
     ops::Linear(a.x, gate_up->compute, a.gate_up);
-    ops::SwigluPacked(a.gate_up, a.act);
   } else {
     EnsureShape(&a.gate, {rows, intermediate_});
     EnsureShape(&a.up, {rows, intermediate_});
     ops::Linear(a.x, gate_proj_.compute, a.gate);
     ops::Linear(a.x, up_proj_.compute, a.up);
-    ops::Swiglu(a.gate, a.up, a.act);
   }
-  ops::Linear(a.act, down_proj_.compute, y_);
+  ops::Linear(Activation(a), down_proj_.compute, y_);
+  if (recompute_activation_) act_ = Tensor();  // until the backward
   return region_.Exit(y_);
 }
 
+const Tensor& MlpLayer::Activation(Activations& a) {
+  Tensor& act = recompute_activation_ ? act_ : a.act;
+  EnsureShape(&act, {a.x.numel() / a.x.dim(-1), intermediate_});
+  if (a.gate_up.defined()) {
+    ops::SwigluPacked(a.gate_up, act);
+  } else {
+    ops::Swiglu(a.gate, a.up, act);
+  }
+  return act;
+}
+
 Tensor MlpLayer::Backward(int slot, const Tensor& dy) {
-  const Activations& a = slots_.ForBackward(slot);
-  EnsureShape(&dact_, a.act.shape());
+  Activations& a = slots_.ForBackward(slot);
+  // Kept by the forward, or under selective recompute computed again.
+  const Tensor& act = recompute_activation_ ? Activation(a) : a.act;
+  EnsureShape(&dact_, act.shape());
   EnsureShape(&dx_, a.x.shape());
-  ops::LinearBackward(region_.ExitBackward(dy), a.act, down_proj_.compute, dact_, down_proj_.grad);
+  ops::LinearBackward(region_.ExitBackward(dy), act, down_proj_.compute, dact_, down_proj_.grad);
+  if (recompute_activation_) act_ = Tensor();
   if (const std::optional<StackedParameters> gate_up = GateUp()) {
     // One dW GEMM into both gradients' slots, one dx GEMM summing over both.
     EnsureShape(&dgate_up_, a.gate_up.shape());

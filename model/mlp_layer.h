@@ -36,10 +36,18 @@ class MlpLayer {
   // dy (rows of y) of the forward of `slot` -> dx (rows of x), written;
   // accumulates weight gradients.
   Tensor Backward(int slot, const Tensor& dy);
+  // Selective recompute: the SwiGLU activation is not kept but computed
+  // again from gate and up in the backward (the same op: bit-identical).
+  void set_recompute_activation(bool recompute) { recompute_activation_ = recompute; }
+  // Frees the scratch shared by the slots (what one forward or backward
+  // uses and the next overwrites); ReleaseActivations the slots too.
+  void ReleaseScratch() {
+    region_.Release();
+    ReleaseTensors({&y_, &act_, &dact_, &dgate_up_, &dgate_, &dup_, &dx_});
+  }
   void ReleaseActivations() {
     slots_.Clear();
-    region_.Release();
-    ReleaseTensors({&y_, &dact_, &dgate_up_, &dgate_, &dup_, &dx_});
+    ReleaseScratch();
   }
 
  private:
@@ -55,13 +63,18 @@ class MlpLayer {
   // gate_proj and up_proj stacked into one (2I/tp, C) weight, or nullopt
   // when their slots do not touch (alignment padding between them).
   std::optional<StackedParameters> GateUp() const;
+  // SwiGLU of the slot's gate and up (fused or not), into the slot's act or,
+  // under selective recompute, the shared act_.
+  const Tensor& Activation(Activations& a);
 
   int64_t intermediate_;  // this rank's features
   Parameter &gate_proj_, &up_proj_, &down_proj_;
   const ParameterStore& store_;
   TensorParallelRegion region_;  // Exit and the backward passes
   ActivationSlots<Activations> slots_;
+  bool recompute_activation_ = false;
   Tensor y_;                                   // forward scratch (N, C)
+  Tensor act_;  // the activation while it is in use, under selective recompute
   Tensor dact_, dgate_up_, dgate_, dup_, dx_;  // backward scratch
 };
 

@@ -72,7 +72,8 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   if (!recompute) dropped_ += a.plan.dropped;
   dispatcher_.Permute(a.plan, x, &send_);
   dispatcher_.ToExperts(a.plan, send_, &a.grouped);
-  GroupedSwigluForward(Experts(), a.plan.expert_rows, a.grouped, &a.experts, &y_grouped_);
+  GroupedSwigluForward(Experts(), a.plan.expert_rows, a.grouped, &a.experts, &y_grouped_,
+                       /*keep_activation=*/!recompute_activation_);
   dispatcher_.FromExperts(a.plan, experts_region_.Exit(y_grouped_), &a.y_send);
   EnsureShape(&out_, x.shape());
   dispatcher_.Combine(a.plan, a.routing.weights, a.y_send, out_);
@@ -102,12 +103,22 @@ Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
   return dx_;
 }
 
+void MoeMlpLayer::set_recompute_activation(bool recompute) {
+  recompute_activation_ = recompute;
+  if (shared_) shared_->set_recompute_activation(recompute);
+}
+
 void MoeMlpLayer::ReleaseActivations() {
   slots_.Clear();
+  if (shared_) shared_->ReleaseActivations();
+  ReleaseScratch();
+}
+
+void MoeMlpLayer::ReleaseScratch() {
   experts_region_.Release();
   ReleaseTensors({&logits_, &send_, &y_grouped_, &out_, &dy_send_, &dy_grouped_, &dx_grouped_, &dx_send_, &dx_,
                   &dweights_, &dscores_, &dlogits_, &dact_, &dgate_, &dup_});
-  if (shared_) shared_->ReleaseActivations();
+  if (shared_) shared_->ReleaseScratch();
 }
 
 void MoeMlpLayer::ResetStats() {

@@ -47,7 +47,11 @@ class MoeMlpLayer {
   // dy (N, C) of the forward of `slot` -> dx (N, C), written; accumulates
   // the weight gradients. Collective over the expert-parallel group.
   Tensor Backward(int slot, const Tensor& dy);
+  // Selective recompute: the experts' SwiGLU activations (routed and shared)
+  // are computed again in the backward instead of kept.
+  void set_recompute_activation(bool recompute);
   void ReleaseActivations();
+  void ReleaseScratch();  // the scratch the slots share
 
   // Since the last ResetStats: tokens that chose each expert (E, int32, on
   // the layer's device), the sum over sequences of aux_loss_alpha x their
@@ -90,6 +94,7 @@ class MoeMlpLayer {
   TensorParallelRegion experts_region_;  // the experts' sums over tp
   ActivationSlots<Activations> slots_;
   Tensor loads_;
+  bool recompute_activation_ = false;
   double aux_loss_sum_ = 0;
   int64_t dropped_ = 0;
   // Scratch.

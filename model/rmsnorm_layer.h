@@ -29,9 +29,14 @@ class RmsNormLayer {
   // weight gradient. With dx_add (N, C), dx = dx_add + the norm's gradient:
   // a residual's gradient added in the same pass.
   const Tensor& Backward(int slot, const Tensor& dy, const Tensor& dx_add = Tensor());
+  // Frees the scratch shared by the slots (what one forward or backward
+  // uses and the next overwrites); ReleaseActivations the slots too.
+  void ReleaseScratch() {
+    ReleaseTensors({&dx_});
+  }
   void ReleaseActivations() {
     slots_.Clear();
-    ReleaseTensors({&dx_});
+    ReleaseScratch();
   }
 
   const Parameter& weight() const { return weight_; }

@@ -7,7 +7,7 @@ namespace tetra {
 
 void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
                           const std::vector<int64_t>& rows, const Tensor& x,
-                          GroupedActivations* a, Tensor* y) {
+                          GroupedActivations* a, Tensor* y, bool keep_activation) {
   TETRA_CHECK(rows.size() == experts.size()) << rows.size() << " row counts for "
                                              << experts.size() << " experts";
   const int64_t total = x.dim(0), width = experts.empty() ? 0 : experts[0].gate_proj.dim(0);
@@ -32,13 +32,17 @@ void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
     begin = end;
   }
   TETRA_CHECK(begin == total) << "expert row counts sum to " << begin << ", not " << total;
+  if (!keep_activation) a->act = Tensor();
 }
 
 void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,
                            const GroupedActivations& a, const Tensor& dy, Tensor* dx,
                            Tensor* dact, Tensor* dgate, Tensor* dup) {
   EnsureShape(dx, a.x.shape());
-  EnsureShape(dact, a.act.shape());
+  EnsureShape(dact, a.gate.shape());
+  // Recomputed (selective recompute) with the forward's op, so bit for bit.
+  Tensor recomputed;
+  if (!a.act.defined()) recomputed = Tensor::Empty(a.gate.shape(), a.gate.dtype(), a.gate.device());
   EnsureShape(dgate, a.gate.shape());
   EnsureShape(dup, a.up.shape());
   int64_t begin = 0;
@@ -46,8 +50,9 @@ void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,
     const int64_t end = begin + a.rows[e];
     if (end > begin) {
       const ExpertWeights& w = experts[e];
-      const Tensor x = a.x.Slice(begin, end), gate = a.gate.Slice(begin, end),
-                   up = a.up.Slice(begin, end), act = a.act.Slice(begin, end);
+      const Tensor x = a.x.Slice(begin, end), gate = a.gate.Slice(begin, end), up = a.up.Slice(begin, end);
+      const Tensor act = (a.act.defined() ? a.act : recomputed).Slice(begin, end);
+      if (!a.act.defined()) ops::Swiglu(gate, up, act);
       const Tensor da = dact->Slice(begin, end), dg = dgate->Slice(begin, end),
                    du = dup->Slice(begin, end), d_in = dx->Slice(begin, end);
       ops::LinearBackward(dy.Slice(begin, end), act, w.down_proj, da, w.down_grad);

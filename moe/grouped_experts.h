@@ -22,16 +22,19 @@ struct ExpertWeights {
 // What the backward needs.
 struct GroupedActivations {
   Tensor x;               // (R, C) the input rows (shared with the caller's)
-  Tensor gate, up, act;   // (R, I)
+  Tensor gate, up;        // (R, I)
+  Tensor act;             // (R, I); undefined when the backward recomputes it
   std::vector<int64_t> rows;  // rows of each expert, in order
 };
 
 // x (R, C), rows[e] rows for experts[e] in turn -> y (R, C), written; saves
-// what the backward needs in *a. x is kept, not copied: leave it unchanged
-// until the backward.
+// what the backward needs in *a: with `keep_activation` false (selective
+// recompute) not the SwiGLU activations, which the backward computes again
+// from gate and up. x is kept, not copied: leave it unchanged until the
+// backward.
 void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
                           const std::vector<int64_t>& rows, const Tensor& x,
-                          GroupedActivations* a, Tensor* y);
+                          GroupedActivations* a, Tensor* y, bool keep_activation = true);
 
 // dy (R, C) -> *dx (R, C), written; accumulates the experts' weight gradients.
 void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,

@@ -305,10 +305,6 @@ absl::Status ValidateTrain(const TrainConfig& t) {
                                 " x seq_length ", t.seq_length(), " tokens overflow a 64-bit count"),
                    "train fewer steps or smaller batches");
   }
-  if (t.recompute() == Recompute::SELECTIVE) {
-    return Invalid("train.recompute is SELECTIVE, which tetra does not implement yet",
-                   "use FULL (each recomputed block keeps only its input) or NONE");
-  }
   if (t.recompute_layers() < 0) {
     return Invalid(absl::StrCat("train.recompute_layers is ", t.recompute_layers(), " but cannot be negative"),
                    "give how many blocks of each model chunk recompute, or 0 for all of them");

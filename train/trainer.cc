@@ -122,6 +122,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
                        /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, parallel.expert_data().size())});
   model.set_mtp_loss_scaling_factor(train.mtp_loss_scaling_factor());
   if (train.recompute() == Recompute::FULL) model.set_full_recompute(train.recompute_layers());
+  if (train.recompute() == Recompute::SELECTIVE) model.set_selective_recompute();
   ParameterStore& store = model.parameters();
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), store));
   ModelOptimizer optimizer(model, config, parallel);

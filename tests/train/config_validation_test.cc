@@ -223,7 +223,6 @@ TEST(ConfigValidationTest, HostileValuesAreUserErrorsNamingTheField) {
       {{"train.threads=2147483647"}, 1, "train.threads is 2147483647"},
       {{"train.threads=" + too_many_threads}, 1, "train.threads is " + too_many_threads},
       {{"train.threads=-1"}, 1, "train.threads is -1"},
-      {{"train.recompute=SELECTIVE"}, 1, "train.recompute is SELECTIVE, which tetra does not implement yet"},
       {{"train.recompute=FULL", "train.recompute_layers=-1"}, 1, "train.recompute_layers is -1"},
       // Gradient buckets and the watchdog: no fatal checks, no silent "never".
       {{"parallel.dp_bucket_mb=0"}, 1, "parallel.dp_bucket_mb is 0"},
