@@ -86,19 +86,21 @@ ModelShape ShapeOf(const ModelConfig& m) {
 // Activation elements per token of one layer that its backward reads, on one
 // of tp ranks: the two norm inputs, the attention input, q/k/v and the
 // attention output (MLA: also its latents and lse), the MLP input and its
-// hidden products (SwiGLU: gate, up, their product); an MoE layer's experts
-// see each token k times plus the shared experts, and its dispatch keeps the
-// permuted tokens (in and out) and the router scores. Sequence parallelism
-// (tp > 1) splits all of it over tp but MLA's latents, which every rank
-// computes whole from the gathered input.
-double LayerActivations(const ModelShape& s, bool moe_layer, int tp) {
+// hidden products (SwiGLU: gate, up, their product, which selective
+// recompute does not keep); an MoE layer's experts see each token k times
+// plus the shared experts, and its dispatch keeps the permuted tokens (in and
+// out) and the router scores. Sequence parallelism (tp > 1) splits all of it
+// over tp but MLA's latents, which every rank computes whole from the
+// gathered input.
+double LayerActivations(const ModelShape& s, bool moe_layer, int tp, bool selective) {
   const double common = 4 * s.c + s.attention_saved;
+  const double products = selective ? 2 : 3;  // per MLP feature: gate, up (, act)
   double split;
   if (!moe_layer) {
-    split = common + 3 * s.dense_mlp / (3 * s.c);
+    split = common + products * s.dense_mlp / (3 * s.c);
   } else {
     const double shared_experts = s.shared / (3 * s.c * std::max(1.0, s.moe_intermediate));
-    split = common + (s.k + shared_experts) * 3 * s.moe_intermediate + 2 * s.k * s.c + s.experts;
+    split = common + (s.k + shared_experts) * products * s.moe_intermediate + 2 * s.k * s.c + s.experts;
   }
   return split / tp + s.attention_saved_whole;
 }
@@ -244,12 +246,13 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
     const double in_flight = static_cast<double>(gpipe ? m : std::min<int64_t>(m, l.mesh.pp - r));
     // Per rank; sequence parallelism (tp > 1) splits a recomputed layer's input over tp.
     const int tp = l.mesh.tp;
-    const double dense_layer = LayerActivations(s, false, tp), moe_layer = LayerActivations(s, true, tp);
+    const bool full = l.recompute == Recompute::FULL, selective = l.recompute == Recompute::SELECTIVE;
+    const double dense_layer = LayerActivations(s, false, tp, selective),
+                 moe_layer = LayerActivations(s, true, tp, selective);
     const double per_token_layer = std::max(st.dense ? dense_layer : 0.0, st.moe ? moe_layer : 0.0);
-    const double stored_per_token =
-        l.recompute ? layers * s.c / tp : st.dense * dense_layer + st.moe * moe_layer;
+    const double stored_per_token = full ? layers * s.c / tp : st.dense * dense_layer + st.moe * moe_layer;
     mem.activations = in_flight * tokens_mb * stored_per_token * bytes.activation;
-    if (l.recompute) mem.activations += tokens_mb * per_token_layer * bytes.activation;
+    if (full) mem.activations += tokens_mb * per_token_layer * bytes.activation;
     if (st.head) {
       // Each prediction depth keeps its layer's activations and its join
       // (the two norm inputs, [e | h], the projection and the shared norm's
@@ -308,12 +311,13 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
     // the depths' joins.
     flops += 6 * tokens_mb * (layers + depths) * s.attention_whole * (1 - 1.0 / l.mesh.tp);
     flops += 6 * tokens_mb * depths * s.mtp_join;
-    const double recompute_flops = l.recompute ? flops / 3 : 0;  // one more forward
+    const bool full = l.recompute == Recompute::FULL;
+    const double recompute_flops = full ? flops / 3 : 0;  // one more forward
     const double compute = (flops + recompute_flops) / flops_rate;
     // TP: per layer 2 collectives forward (+2 recomputed) and 2 backward of
     // the (tokens, c) activation; the embedding and the loss add two, and
     // each prediction depth its layer's four, a lookup's and a loss's.
-    const double tp_count = layers * (l.recompute ? 6 : 4) + 2 + 6 * depths;
+    const double tp_count = layers * (full ? 6 : 4) + 2 + 6 * depths;
     const double tp_time =
         tp_count * AllReduceSeconds(tokens_mb * s.c * act_bytes, l.mesh.tp, tp_link.gbps, tp_link.latency_us);
     // EP: dispatch and combine, forward and backward, of the k copies of each token.
@@ -382,7 +386,7 @@ std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const Clu
       for (int ep = 1; ep <= (s.moe ? dp : 1); ++ep) {
         if (!Divides(ep, dp) || (s.moe && !Divides(ep, s.experts))) continue;
         for (int zero : {0, 1}) {
-          for (bool recompute : {false, true}) {
+          for (Recompute::Value recompute : {Recompute::NONE, Recompute::SELECTIVE, Recompute::FULL}) {
             plans.push_back(PredictLayout(config, cluster, {MeshShape::Of(tp, pp, dp, ep), zero, recompute}));
           }
         }
@@ -400,7 +404,8 @@ std::string LayoutName(const PlanLayout& l) {
   std::string name = absl::StrFormat("tp %d x pp %d x dp %d", l.mesh.tp, l.mesh.pp, l.mesh.dp);
   if (l.mesh.ep > 1) absl::StrAppendFormat(&name, " (ep %d)", l.mesh.ep);
   if (l.zero_stage >= 1) absl::StrAppend(&name, ", ZeRO-1");
-  if (l.recompute) absl::StrAppend(&name, ", recompute");
+  if (l.recompute == Recompute::FULL) absl::StrAppend(&name, ", recompute");
+  if (l.recompute == Recompute::SELECTIVE) absl::StrAppend(&name, ", selective recompute");
   return name;
 }
 

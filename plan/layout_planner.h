@@ -7,8 +7,11 @@
 // optimizer state (sharded over data-parallel ranks with ZeRO-1; expert
 // weights' over the expert-data-parallel ranks), activations of the
 // micro-batches the schedule keeps in flight (1F1B: pp - stage, GPipe: all),
-// per layer either everything the backward reads or, with full recompute,
-// only the layer input plus one layer's working set.
+// per layer everything the backward reads, or with selective recompute all
+// but the MLPs' SwiGLU activations (train.recompute SELECTIVE, computed again
+// in the backward at a cost the model neglects), or with full recompute only
+// the layer input plus one layer's working set (one more forward of compute
+// and of tensor collectives).
 //
 // Step time: the pipeline runs (m + pp - 1) slots of one micro-batch's
 // forward + backward on the slowest stage (compute at peak x efficiency, the
@@ -33,7 +36,7 @@ namespace tetra {
 struct PlanLayout {
   MeshShape mesh;
   int zero_stage = 0;
-  bool recompute = false;  // full activation recompute
+  Recompute::Value recompute = Recompute::NONE;  // train.recompute
 };
 
 // Bytes per device on the stage that needs most.
@@ -95,7 +98,8 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
 std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const ClusterConfig& cluster,
                                           int world);
 
-std::string LayoutName(const PlanLayout& layout);  // "tp 1 x pp 16 x dp 128 (ep 64), ZeRO-1, recompute"
+// "tp 1 x pp 16 x dp 128 (ep 64), ZeRO-1, recompute" (full; "selective recompute")
+std::string LayoutName(const PlanLayout& layout);
 // The ranked table (up to `top` rows) and why the best wins.
 std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top);
 

@@ -103,12 +103,12 @@ std::string PredictionsJson(const std::vector<LayoutPrediction>& plans) {
     const TimeEstimate& t = p.time;
     const MemoryEstimate& m = p.memory;
     rows.push_back(absl::StrFormat(
-        R"j(  {"tp": %d, "pp": %d, "dp": %d, "ep": %d, "zero_stage": %d, "recompute": %s, "micro_batches": %d, )j"
+        R"j(  {"tp": %d, "pp": %d, "dp": %d, "ep": %d, "zero_stage": %d, "recompute": "%s", "micro_batches": %d, )j"
         R"j("step_s": %.9g, "compute_s": %.9g, "tp_s": %.9g, "ep_s": %.9g, "bubble_s": %.9g, "pp_s": %.9g, )j"
         R"j("dp_s": %.9g, "optimizer_s": %.9g, "overhead_s": %.9g, "bubble_fraction": %.9g, "mfu": %.9g, )j"
         R"j("weights_bytes": %.9g, "grads_bytes": %.9g, "optimizer_bytes": %.9g, "activations_bytes": %.9g, )j"
         R"j("memory_bytes": %.9g, "fits": %s})j",
-        l.mesh.tp, l.mesh.pp, l.mesh.dp, l.mesh.ep, l.zero_stage, l.recompute ? "true" : "false", p.micro_batches, t.step_s(),
+        l.mesh.tp, l.mesh.pp, l.mesh.dp, l.mesh.ep, l.zero_stage, Recompute::Value_Name(l.recompute), p.micro_batches, t.step_s(),
         t.compute_s, t.tp_s, t.ep_s, t.bubble_s, t.pp_s, t.dp_s, t.optimizer_s, t.overhead_s, p.bubble_fraction, p.mfu, m.weights,
         m.grads, m.optimizer, m.activations, m.total(), p.fits ? "true" : "false"));
   }

@@ -227,7 +227,7 @@ absl::StatusOr<std::vector<Row>> BuildRows(const ReportOptions& o) {
       c.mutable_train()->set_global_batch_size(l.global_batch_size);
       c.mutable_train()->set_micro_batch_size(l.micro_batch_size);
       c.mutable_train()->set_seq_length(l.seq_length);
-      r.predicted = PredictLayout(c, *cluster, {l.mesh, l.zero_stage, /*recompute=*/false});
+      r.predicted = PredictLayout(c, *cluster, {l.mesh, l.zero_stage, c.train().recompute()});
     }
   }
   return rows;

@@ -56,7 +56,7 @@ ClusterConfig Cluster(const std::string& name) {
 TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   const TrainerConfig config = Recipe("deepseek_v3_size.textproto");
   const ClusterConfig cluster = Cluster("h800_2048.textproto");
-  PlanLayout layout{.mesh = MeshShape::Of(1, 16, 128, 64), .zero_stage = 1, .recompute = true};
+  PlanLayout layout{.mesh = MeshShape::Of(1, 16, 128, 64), .zero_stage = 1, .recompute = Recompute::FULL};
   const DeviceParameters p = ParametersPerDevice(config.model(), layout);
   EXPECT_EQ(p.dense, 2888134656.0);
   EXPECT_EQ(p.expert, 704643072.0);
@@ -88,16 +88,24 @@ TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   // Without recompute every layer keeps its activations; stage 1 (4 MoE
   // layers, 15 micro-batches in flight) then needs most:
   // 15 x 4096 x 4 x 285,056 x 2 B = 140,110,725,120 bytes: too much.
-  layout.recompute = false;
+  layout.recompute = Recompute::NONE;
   const LayoutPrediction without = PredictLayout(config, cluster, layout);
   EXPECT_EQ(without.memory.activations, 140110725120.0);
   EXPECT_FALSE(without.fits);
+  // Selective recompute drops the experts' SwiGLU activations, (8 + 1) x
+  // 2048 per token: 266,624 per MoE layer, 15 x 4096 x 4 x 266,624 x 2 B =
+  // 131,051,028,480 bytes, at the same step time (the model neglects the
+  // SwiGLU's cost).
+  layout.recompute = Recompute::SELECTIVE;
+  const LayoutPrediction selective = PredictLayout(config, cluster, layout);
+  EXPECT_EQ(selective.memory.activations, 131051028480.0);
+  EXPECT_EQ(selective.time.step_s(), without.time.step_s());
 
   // The search lists it among the layouts that fit.
   const std::vector<LayoutPrediction> plans = PlanLayouts(config, cluster, 2048);
   const auto found = std::find_if(plans.begin(), plans.end(), [](const LayoutPrediction& p) {
     const PlanLayout& l = p.layout;
-    return l.mesh.tp == 1 && l.mesh.pp == 16 && l.mesh.dp == 128 && l.mesh.ep == 64 && l.zero_stage == 1 && l.recompute;
+    return l.mesh.tp == 1 && l.mesh.pp == 16 && l.mesh.dp == 128 && l.mesh.ep == 64 && l.zero_stage == 1 && l.recompute == Recompute::FULL;
   });
   ASSERT_NE(found, plans.end());
   EXPECT_TRUE(found->fits);
@@ -119,7 +127,7 @@ TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
 TEST(LayoutPlannerTest, Llama3_70BSizeMemoryOnA100s) {
   const TrainerConfig config = Recipe("llama3_70b_size.textproto");
   const ClusterConfig cluster = Cluster("a100_64.textproto");
-  const PlanLayout layout{.mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = false};
+  const PlanLayout layout{.mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = Recompute::NONE};
   const DeviceParameters p = ParametersPerDevice(config.model(), layout);
   EXPECT_EQ(p.dense, 2271551488.0);
   EXPECT_EQ(p.expert, 0.0);
@@ -140,7 +148,7 @@ TEST(LayoutPlannerTest, Llama3_70BSizeMemoryOnA100s) {
   EXPECT_EQ(plan.micro_batches, 1024 / 2);
   EXPECT_TRUE(plan.fits);  // 49.7 GB of 72
   // One device cannot hold it: 70.55e9 parameters x 18 B alone is 1.27 TB.
-  const PlanLayout alone{.mesh = MeshShape{}, .zero_stage = 0, .recompute = true};
+  const PlanLayout alone{.mesh = MeshShape{}, .zero_stage = 0, .recompute = Recompute::FULL};
   EXPECT_FALSE(PredictLayout(config, cluster, alone).fits);
 }
 
@@ -187,7 +195,7 @@ TEST(LayoutPlannerTest, MlaEstimatesUseItsWidthsAndTensorParallelSplit) {
   l.set_qk_rope_head_dim(8);
   l.set_v_head_dim(16);
   const ClusterConfig cluster = Cluster("a100_64.textproto");
-  const PlanLayout tp2{.mesh = MeshShape::Of(2, 1, 1), .zero_stage = 0, .recompute = false};
+  const PlanLayout tp2{.mesh = MeshShape::Of(2, 1, 1), .zero_stage = 0, .recompute = Recompute::NONE};
 
   EXPECT_EQ(ParametersPerDevice(gqa.model(), tp2).dense, 62784.0);
   EXPECT_EQ(ParametersPerDevice(mla.model(), tp2).dense, 74720.0);
@@ -203,7 +211,7 @@ TEST(LayoutPlannerTest, MlaEstimatesUseItsWidthsAndTensorParallelSplit) {
   // On one rank the whole part is no longer extra: MLA per layer
   // 18,512 + 128 + 33,792, with 2 x 16,384 + 64 for vocabulary and norm:
   // 2 x 52,432 + 32,832 = 137,696.
-  const PlanLayout tp1{.mesh = MeshShape{}, .zero_stage = 0, .recompute = false};
+  const PlanLayout tp1{.mesh = MeshShape{}, .zero_stage = 0, .recompute = Recompute::NONE};
   EXPECT_EQ(ParametersPerDevice(mla.model(), tp1).dense, 137696.0);
 }
 
@@ -214,7 +222,7 @@ TEST(LayoutPlannerTest, BubbleAndStepTimeFollowTheSchedule) {
   config.mutable_train()->set_global_batch_size(16);
   config.mutable_model()->set_vocab_size(8);  // near-equal stages: the head is negligible
   const LayoutPrediction plan =
-      PredictLayout(config, cluster, {.mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = true});
+      PredictLayout(config, cluster, {.mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = Recompute::FULL});
   ASSERT_EQ(plan.micro_batches, 8);
   const TimeEstimate& t = plan.time;
   const double slot = (t.compute_s + t.tp_s + t.ep_s) / 8;

@@ -65,7 +65,7 @@ def predict(tetra, cluster, ranks, sets, layout):
     plans = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)["layouts"]
     tp, pp, dp = layout
     for p in plans:
-        if (p["tp"], p["pp"], p["dp"], p["ep"], p["zero_stage"], p["recompute"]) == (tp, pp, dp, 1, 0, False):
+        if (p["tp"], p["pp"], p["dp"], p["ep"], p["zero_stage"], p["recompute"]) == (tp, pp, dp, 1, 0, "NONE"):
             return p
     raise LookupError(f"tetra plan lists no layout tp {tp} x pp {pp} x dp {dp}")
 
