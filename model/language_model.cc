@@ -1,7 +1,6 @@
 #include "model/language_model.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "kernels/ops.h"
 #include "model/model_dims.h"
