@@ -8,6 +8,7 @@
 #include "model/model_dims.h"
 #include "observe/flops.h"
 #include "parallel/gradient_reducer.h"
+#include "plan/layout_rules.h"
 
 namespace tetra {
 namespace {
@@ -104,6 +105,24 @@ double LayerActivations(const ModelShape& s, bool moe_layer, int tp, bool select
   }
   return split / tp + s.attention_saved_whole;
 }
+
+// Key and value elements per token on one of tp ranks, what the ring of
+// context-parallel attention passes: its key-value heads' (MLA: its query
+// heads' keys of qk_nope + qk_rope dims and values of v_head_dim).
+double KeyValueWidth(const ModelShape& s, int tp) {
+  const ModelConfig& m = s.model;
+  if (UsesMla(m)) return double{1.0} * LocalQueryHeads(m, tp) * (QkHeadDim(m) + m.v_head_dim());
+  return 2.0 * LocalKeyValueHeads(m, tp) * HeadDim(m);
+}
+
+// A micro-batch's tokens on one rank: T / cp of each of its sequences.
+double RankTokens(const TrainConfig& train, const MeshShape& mesh) {
+  return double{1.0} * train.micro_batch_size() * train.seq_length() / mesh.cp;
+}
+
+// The ranks holding the same dense weights, whose gradients are reduced
+// (and, under ZeRO-1, whose optimizer state is sharded) together.
+int DenseReplicas(const MeshShape& mesh) { return mesh.dp * mesh.cp; }
 
 struct StageLayers {
   int dense = 0, moe = 0;
@@ -203,14 +222,46 @@ Link LinkFor(const ClusterConfig& c, int span) {
   if (span <= c.devices_per_node()) return {c.nvlink_gbps(), c.nvlink_latency_us()};
   return {c.ib_gbps(), c.ib_latency_us()};
 }
+// One send to a neighbour (pipeline stages, the context-parallel ring).
+double SendSeconds(double bytes, const Link& link) { return bytes / (link.gbps * 1e9) + link.latency_us * 1e-6; }
 
-bool Divides(int a, int b) { return a > 0 && b % a == 0; }
+// n's divisors, ascending.
+std::vector<int> Divisors(int n) {
+  std::vector<int> low, high;
+  for (int d = 1; int64_t{d} * d <= n; ++d) {
+    if (n % d != 0) continue;
+    low.push_back(d);
+    if (d != n / d) high.push_back(n / d);
+  }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
 
 ElementBytes ClusterElementBytes(const ClusterConfig& cluster) {
   return {.weight = double{1.0} * cluster.weight_bytes(),
           .grad = double{1.0} * cluster.grad_bytes(),
           .optimizer = double{1.0} * cluster.optimizer_bytes(),
           .activation = double{1.0} * cluster.activation_bytes()};
+}
+
+// Why the best layout splits sequences: the best layout without context
+// parallelism and its step, or the leanest one and the memory it lacks.
+// `plans` ranked as PlanLayouts ranks them.
+std::string WithoutContextParallelism(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster) {
+  std::vector<const LayoutPrediction*> whole;  // each sequence on one rank
+  for (const LayoutPrediction& p : plans) {
+    if (p.layout.mesh.cp == 1) whole.push_back(&p);
+  }
+  if (whole.empty()) return "Without context parallelism no layout runs this model and batch.\n";
+  if (whole.front()->fits) {
+    return absl::StrFormat("Without context parallelism the best is %s: step %.4g s, MFU %.1f%%.\n",
+                           LayoutName(whole.front()->layout), whole.front()->time.step_s(), whole.front()->mfu * 100);
+  }
+  const LayoutPrediction& leanest = **std::min_element(whole.begin(), whole.end(), [](auto* a, auto* b) {
+    return a->memory.total() < b->memory.total();
+  });
+  return absl::StrFormat("Without context parallelism no layout fits: the leanest, %s, needs %s.\n",
+                         LayoutName(leanest.layout), MemoryText(leanest.memory, cluster));
 }
 
 }  // namespace
@@ -228,7 +279,7 @@ DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout&
 MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, const ElementBytes& bytes) {
   const ModelShape s = ShapeOf(config.model());
   const TrainConfig& train = config.train();
-  const double tokens_mb = double{1.0} * train.micro_batch_size() * train.seq_length();
+  const double tokens = RankTokens(train, l.mesh);
   const int64_t m = train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.mesh.dp);
   // One stage runs 1F1B whatever parallel.schedule says (ScheduleSpecFromConfig).
   const bool gpipe = config.parallel().schedule() == ParallelConfig::GPIPE && l.mesh.pp > 1;
@@ -242,7 +293,8 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
     MemoryEstimate mem;
     mem.weights = (p.dense + p.expert) * bytes.weight;
     mem.grads = (p.dense + p.expert) * bytes.grad;
-    mem.optimizer = (l.zero_stage >= 1 ? p.dense / l.mesh.dp + p.expert / edp : p.dense + p.expert) * bytes.optimizer;
+    mem.optimizer =
+        (l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert) * bytes.optimizer;
     const double in_flight = static_cast<double>(gpipe ? m : std::min<int64_t>(m, l.mesh.pp - r));
     // Per rank; sequence parallelism (tp > 1) splits a recomputed layer's input over tp.
     const int tp = l.mesh.tp;
@@ -251,18 +303,21 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
                  moe_layer = LayerActivations(s, true, tp, selective);
     const double per_token_layer = std::max(st.dense ? dense_layer : 0.0, st.moe ? moe_layer : 0.0);
     const double stored_per_token = full ? layers * s.c / tp : st.dense * dense_layer + st.moe * moe_layer;
-    mem.activations = in_flight * tokens_mb * stored_per_token * bytes.activation;
-    if (full) mem.activations += tokens_mb * per_token_layer * bytes.activation;
+    mem.activations = in_flight * tokens * stored_per_token * bytes.activation;
+    if (full) mem.activations += tokens * per_token_layer * bytes.activation;
+    // The ring's receive buffers while a layer's attention runs: a second
+    // K/V block, and in the backward a dK/dV block.
+    if (l.mesh.cp > 1) mem.activations += tokens * 2 * KeyValueWidth(s, tp) * bytes.activation;
     if (st.head) {
       // Each prediction depth keeps its layer's activations and its join
       // (the two norm inputs, [e | h], the projection and the shared norm's
       // input) for each micro-batch in flight.
       const double depth = (s.mtp_moe ? moe_layer : dense_layer) + 6 * s.c / tp;
-      mem.activations += in_flight * tokens_mb * s.mtp * depth * bytes.activation;
+      mem.activations += in_flight * tokens * s.mtp * depth * bytes.activation;
       // fp32 logits of the padded vocabulary and their gradient, in place:
       // the main head's and each depth's.
       mem.activations +=
-          (1 + s.mtp) * tokens_mb * static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
+          (1 + s.mtp) * tokens * static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
     }
     if (mem.total() > most.total()) most = mem;
   }
@@ -273,8 +328,8 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
                                const PlanLayout& l) {
   const ModelShape s = ShapeOf(config.model());
   const TrainConfig& train = config.train();
-  const double tokens_mb = double{1.0} * train.micro_batch_size() * train.seq_length();
-  const int world = l.mesh.world;
+  const double tokens = RankTokens(train, l.mesh), seq = train.seq_length();
+  const int world = l.mesh.world, tp = l.mesh.tp, cp = l.mesh.cp;
   LayoutPrediction out;
   out.layout = l;
   out.micro_batches = static_cast<int>(train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.mesh.dp));
@@ -284,33 +339,35 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   const double flops_rate = cluster.peak_tflops() * 1e12 * cluster.compute_efficiency() * node.compute_share;
   const double memory_rate = cluster.memory_gbps() * 1e9 * node.memory_share;
   const double act_bytes = cluster.activation_bytes();
-  const Link tp_link = LinkFor(cluster, l.mesh.tp);
-  const Link dp_link = LinkFor(cluster, l.mesh.tp * l.mesh.dp);
-  const Link ep_link = LinkFor(cluster, l.mesh.tp * l.mesh.ep);
+  const Link tp_link = LinkFor(cluster, tp);
+  const Link cp_link = LinkFor(cluster, tp * cp);
+  const Link dp_link = LinkFor(cluster, tp * cp * l.mesh.dp);
+  const Link ep_link = LinkFor(cluster, tp * l.mesh.ep);
   const Link pp_link = LinkFor(cluster, world);
   const double edp = l.mesh.edp;
 
   const std::vector<StageLayers> stages = Stages(s, l.mesh.pp);
-  double slowest_mb = 0, slowest_compute = 0, slowest_tp = 0, slowest_ep = 0, slowest_bwd = 0;
+  double slowest_mb = 0, slowest_compute = 0, slowest_tp = 0, slowest_ep = 0, slowest_cp = 0, slowest_bwd = 0;
   for (int r = 0; r < l.mesh.pp; ++r) {
     const StageLayers& st = stages[r];
     const int layers = st.dense + st.moe;
     // Time of one micro-batch on this stage.
     const double layer_flops = st.dense * (s.attention + s.norms + s.dense_mlp) +
                                st.moe * (s.attention + s.norms + s.active_moe_mlp);
-    double flops =
-        6 * tokens_mb * layer_flops + 6.0 * layers * tokens_mb * train.seq_length() * s.attention_width;
+    // Attention: a rank's T / cp queries, load-balanced, see as many keys
+    // as the average query of the sequence.
+    double flops = 6 * tokens * layer_flops + 6.0 * layers * tokens * seq * s.attention_width;
     // The head, and each prediction depth's layer, attention and head.
     const int depths = st.head ? s.mtp : 0;
-    if (st.head) flops += 6 * tokens_mb * s.vocab * s.c;
-    flops += 6 * tokens_mb * depths *
+    if (st.head) flops += 6 * tokens * s.vocab * s.c;
+    flops += 6 * tokens * depths *
              (s.attention + s.norms + (s.mtp_moe ? s.active_moe_mlp : s.dense_mlp) + s.vocab * s.c +
-              train.seq_length() * s.attention_width);
-    flops /= l.mesh.tp;
+              seq * s.attention_width);
+    flops /= tp;
     // MLA's down projections and latent norms run whole on every rank, as do
     // the depths' joins.
-    flops += 6 * tokens_mb * (layers + depths) * s.attention_whole * (1 - 1.0 / l.mesh.tp);
-    flops += 6 * tokens_mb * depths * s.mtp_join;
+    flops += 6 * tokens * (layers + depths) * s.attention_whole * (1 - 1.0 / tp);
+    flops += 6 * tokens * depths * s.mtp_join;
     const bool full = l.recompute == Recompute::FULL;
     const double recompute_flops = full ? flops / 3 : 0;  // one more forward
     const double compute = (flops + recompute_flops) / flops_rate;
@@ -318,19 +375,34 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
     // the (tokens, c) activation; the embedding and the loss add two, and
     // each prediction depth its layer's four, a lookup's and a loss's.
     const double tp_count = layers * (full ? 6 : 4) + 2 + 6 * depths;
-    const double tp_time =
-        tp_count * AllReduceSeconds(tokens_mb * s.c * act_bytes, l.mesh.tp, tp_link.gbps, tp_link.latency_us);
+    const double tp_time = tp_count * AllReduceSeconds(tokens * s.c * act_bytes, tp, tp_link.gbps, tp_link.latency_us);
     // EP: dispatch and combine, forward and backward, of the k copies of each token.
     const double ep_time = (st.moe + (s.mtp_moe ? depths : 0)) * 4 *
-                           AllToAllSeconds(tokens_mb * s.k * s.c * act_bytes / l.mesh.tp, l.mesh.ep, ep_link.gbps,
+                           AllToAllSeconds(tokens * s.k * s.c * act_bytes / tp, l.mesh.ep, ep_link.gbps,
                                            ep_link.latency_us) *
                            (1 - cluster.ep_overlap());
-    const double total = compute + tp_time + ep_time;
+    // CP: each attention's ring. The forward computes cp blocks (each 1 / cp
+    // of the rank's attention) while passing its K/V block on cp - 1 times;
+    // the backward's cp blocks (twice the work) pass K/V and dK/dV, the last
+    // only dK/dV. A transfer waits only for what its block does not hide;
+    // full recompute runs the forward's ring again.
+    double cp_time = 0;
+    if (cp > 1) {
+      const double block = SendSeconds(tokens * KeyValueWidth(s, tp) * act_bytes, cp_link);
+      const double forward_block = 2 * tokens * seq * s.attention_width / tp / cp / flops_rate;
+      const double backward_block = 2 * forward_block;
+      const double forward = (cp - 1) * std::max(0.0, block - forward_block);
+      const double backward =
+          (cp - 1) * std::max(0.0, 2 * block - backward_block) + std::max(0.0, block - backward_block);
+      cp_time = (layers + depths) * ((full ? 2 : 1) * forward + backward);
+    }
+    const double total = compute + tp_time + ep_time + cp_time;
     if (total > slowest_mb) {
       slowest_mb = total;
       slowest_compute = compute;
       slowest_tp = tp_time;
       slowest_ep = ep_time;
+      slowest_cp = cp_time;
       slowest_bwd = compute * 2 / 3;
     }
   }
@@ -338,14 +410,14 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   t.compute_s = m * slowest_compute;
   t.tp_s = m * slowest_tp;
   t.ep_s = m * slowest_ep;
+  t.cp_s = m * slowest_cp;
   t.bubble_s = (l.mesh.pp - 1) * slowest_mb * node.idle_in_bubble(l.mesh.pp);
   // Each slot's activation (forward) and gradient (backward) send to the next stage.
   if (l.mesh.pp > 1) {
-    const double p2p = tokens_mb * s.c * act_bytes / l.mesh.tp / (pp_link.gbps * 1e9) + pp_link.latency_us * 1e-6;
-    t.pp_s = 2 * (m + l.mesh.pp - 1) * p2p;
+    t.pp_s = 2 * (m + l.mesh.pp - 1) * SendSeconds(tokens * s.c * act_bytes / tp, pp_link);
   }
   const DeviceParameters p = ParametersPerDevice(config.model(), l);
-  // Gradient reduction in dp_bucket_mb buckets (dense over dp, experts over edp);
+  // Gradient reduction in dp_bucket_mb buckets (dense over dp x cp, experts over edp);
   // ZeRO-1 reduce-scatters then all-gathers the weights: the same volume.
   auto reduce = [&](double params, int n) {
     if (n <= 1 || params == 0) return 0.0;
@@ -353,16 +425,16 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
     const double buckets = std::ceil(bytes / (config.parallel().dp_bucket_mb() * GradientReducer::kBytesPerMb));
     return AllReduceSeconds(bytes, n, dp_link.gbps, 0) + buckets * 2.0 * (n - 1) * dp_link.latency_us * 1e-6;
   };
-  const double dp_time = reduce(p.dense, l.mesh.dp) + reduce(p.expert, static_cast<int>(edp));
+  const double dp_time = reduce(p.dense, DenseReplicas(l.mesh)) + reduce(p.expert, static_cast<int>(edp));
   t.dp_s = std::max(0.0, dp_time - cluster.dp_overlap() * slowest_bwd);
   // AdamW reads and writes weights, gradient and state of the parameters it owns.
-  const double owned = l.zero_stage >= 1 ? p.dense / l.mesh.dp + p.expert / edp : p.dense + p.expert;
+  const double owned = l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert;
   t.optimizer_s = 2 * owned * (cluster.weight_bytes() + cluster.grad_bytes() + cluster.optimizer_bytes()) /
                   memory_rate;
   t.overhead_s = cluster.step_overhead_s();
 
   const double model_flops = TrainingFlopsPerToken(config.model(), train.seq_length()) *
-                             train.global_batch_size() * train.seq_length() / world;
+                             train.global_batch_size() * seq / world;
   out.mfu = model_flops / t.step_s() / (cluster.peak_tflops() * 1e12 * node.peak_share);
   out.bubble_fraction = t.bubble_s / t.step_s();
   out.fits = out.memory.total() <= cluster.hbm_bytes() * cluster.usable_memory_fraction();
@@ -371,23 +443,22 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
 
 std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const ClusterConfig& cluster, int world) {
   const ModelConfig& m = config.model();
-  const ModelShape s = ShapeOf(m);
-  const int64_t micro = config.train().micro_batch_size(), global = config.train().global_batch_size();
+  const bool experts = m.has_moe() && m.moe().n_routed_experts() > 0;
   std::vector<LayoutPrediction> plans;
-  for (int tp = 1; tp <= std::min(world, cluster.devices_per_node()); ++tp) {
-    if (!Divides(tp, world) || !Divides(tp, m.num_attention_heads()) ||
-        (KeyValueHeads(m) % tp != 0 && tp % KeyValueHeads(m) != 0)) {
-      continue;
-    }
-    for (int pp = 1; pp <= std::min(world / tp, s.layers); ++pp) {
-      if (!Divides(pp, world / tp)) continue;
-      const int dp = world / tp / pp;
-      if (global % (micro * dp) != 0) continue;
-      for (int ep = 1; ep <= (s.moe ? dp : 1); ++ep) {
-        if (!Divides(ep, dp) || (s.moe && !Divides(ep, s.experts))) continue;
-        for (int zero : {0, 1}) {
-          for (Recompute::Value recompute : {Recompute::NONE, Recompute::SELECTIVE, Recompute::FULL}) {
-            plans.push_back(PredictLayout(config, cluster, {MeshShape::Of(tp, pp, dp, ep), zero, recompute}));
+  // Each axis a divisor of what the axes before it leave; the rules keep the
+  // layouts the trainer runs.
+  for (int tp : Divisors(world)) {
+    if (tp > cluster.devices_per_node()) break;
+    for (int cp : Divisors(world / tp)) {
+      for (int pp : Divisors(world / tp / cp)) {
+        const int dp = world / tp / cp / pp;
+        for (int ep : experts ? Divisors(dp * cp) : std::vector<int>{1}) {
+          const MeshShape mesh = MeshShape::Of(tp, pp, dp, ep, cp);
+          if (!CheckLayoutRuns(config, mesh).ok()) continue;
+          for (int zero : {0, 1}) {
+            for (Recompute::Value recompute : {Recompute::NONE, Recompute::SELECTIVE, Recompute::FULL}) {
+              plans.push_back(PredictLayout(config, cluster, {mesh, zero, recompute}));
+            }
           }
         }
       }
@@ -401,7 +472,7 @@ std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const Clu
 }
 
 std::string LayoutName(const PlanLayout& l) {
-  std::string name = absl::StrFormat("tp %d x pp %d x dp %d", l.mesh.tp, l.mesh.pp, l.mesh.dp);
+  std::string name = absl::StrFormat("tp %d x cp %d x pp %d x dp %d", l.mesh.tp, l.mesh.cp, l.mesh.pp, l.mesh.dp);
   if (l.mesh.ep > 1) absl::StrAppendFormat(&name, " (ep %d)", l.mesh.ep);
   if (l.zero_stage >= 1) absl::StrAppend(&name, ", ZeRO-1");
   if (l.recompute == Recompute::FULL) absl::StrAppend(&name, ", recompute");
@@ -409,21 +480,31 @@ std::string LayoutName(const PlanLayout& l) {
   return name;
 }
 
+std::string MemoryText(const MemoryEstimate& memory, const ClusterConfig& cluster) {
+  return absl::StrFormat(
+      "%.1f GB per device (weights %.1f, gradients %.1f, optimizer %.1f, activations %.1f) of %.1f usable",
+      memory.total() / 1e9, memory.weights / 1e9, memory.grads / 1e9, memory.optimizer / 1e9,
+      memory.activations / 1e9, cluster.hbm_bytes() * cluster.usable_memory_fraction() / 1e9);
+}
+
 std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top) {
   const double usable = cluster.hbm_bytes() * cluster.usable_memory_fraction();
+  const int rows = std::min<int>(top, static_cast<int>(plans.size()));
+  size_t width = std::string("layout").size();
+  for (int i = 0; i < rows; ++i) width = std::max(width, LayoutName(plans[i].layout).size());
   std::string text = absl::StrFormat(
       "cluster %s: %d nodes x %d devices, %.4g TFLOP/s peak %s (%.0f%% achieved), %.1f GB usable of %.1f GB\n"
-      "%-44s %9s %10s %8s %7s %8s %8s %8s %8s %7s\n",
+      "%-*s %9s %10s %8s %7s %8s %7s %8s %8s %8s %7s\n",
       cluster.name(), cluster.nodes(), cluster.devices_per_node(), cluster.peak_tflops(),
-      cluster.shared_compute() ? "per node, shared" : "each", cluster.compute_efficiency() * 100, usable / 1e9, cluster.hbm_bytes() / 1e9, "layout", "memory GB",
-      "step s", "compute", "tp", "ep", "bubble", "dp+pp", "opt", "MFU");
-  int shown = 0;
-  for (const LayoutPrediction& p : plans) {
-    if (shown++ == top) break;
+      cluster.shared_compute() ? "per node, shared" : "each", cluster.compute_efficiency() * 100, usable / 1e9,
+      cluster.hbm_bytes() / 1e9, width, "layout", "memory GB", "step s", "compute", "tp", "ep", "cp", "bubble",
+      "dp+pp", "opt", "MFU");
+  for (int i = 0; i < rows; ++i) {
+    const LayoutPrediction& p = plans[i];
     const TimeEstimate& t = p.time;
-    absl::StrAppendFormat(&text, "%-44s %9.1f %10.4g %8.3g %7.3g %8.3g %8.3g %8.3g %8.3g %6.1f%%%s\n",
-                          LayoutName(p.layout), p.memory.total() / 1e9, t.step_s(), t.compute_s, t.tp_s,
-                          t.ep_s, t.bubble_s, t.dp_s + t.pp_s, t.optimizer_s, p.mfu * 100,
+    absl::StrAppendFormat(&text, "%-*s %9.1f %10.4g %8.3g %7.3g %8.3g %7.3g %8.3g %8.3g %8.3g %6.1f%%%s\n", width,
+                          LayoutName(p.layout), p.memory.total() / 1e9, t.step_s(), t.compute_s, t.tp_s, t.ep_s,
+                          t.cp_s, t.bubble_s, t.dp_s + t.pp_s, t.optimizer_s, p.mfu * 100,
                           p.fits ? "" : "  (does not fit)");
   }
   const int fitting = static_cast<int>(std::count_if(plans.begin(), plans.end(), [](auto& p) { return p.fits; }));
@@ -432,17 +513,16 @@ std::string PlanReport(const std::vector<LayoutPrediction>& plans, const Cluster
     return text + "No layout fits: add devices, enable recompute, or shrink the micro-batch.\n";
   }
   const LayoutPrediction& best = plans.front();
-  const MemoryEstimate& mem = best.memory;
   const TimeEstimate& t = best.time;
   absl::StrAppendFormat(
       &text,
-      "best: %s, %d micro-batches per step. Memory %.1f GB per device (weights %.1f, gradients %.1f, "
-      "optimizer %.1f, activations %.1f) of %.1f usable. Step %.4g s: compute %.0f%%, TP %.0f%%, EP %.0f%%, "
-      "bubble %.0f%%, DP+PP %.0f%%, optimizer %.0f%%; MFU %.1f%%.\n",
-      LayoutName(best.layout), best.micro_batches, mem.total() / 1e9, mem.weights / 1e9, mem.grads / 1e9,
-      mem.optimizer / 1e9, mem.activations / 1e9, usable / 1e9, t.step_s(), 100 * t.compute_s / t.step_s(),
-      100 * t.tp_s / t.step_s(), 100 * t.ep_s / t.step_s(), 100 * t.bubble_s / t.step_s(),
-      100 * (t.dp_s + t.pp_s) / t.step_s(), 100 * t.optimizer_s / t.step_s(), best.mfu * 100);
+      "best: %s, %d micro-batches per step. Memory %s. Step %.4g s: compute %.0f%%, TP %.0f%%, EP %.0f%%, "
+      "CP %.0f%%, bubble %.0f%%, DP+PP %.0f%%, optimizer %.0f%%; MFU %.1f%%.\n",
+      LayoutName(best.layout), best.micro_batches, MemoryText(best.memory, cluster), t.step_s(),
+      100 * t.compute_s / t.step_s(), 100 * t.tp_s / t.step_s(), 100 * t.ep_s / t.step_s(),
+      100 * t.cp_s / t.step_s(), 100 * t.bubble_s / t.step_s(), 100 * (t.dp_s + t.pp_s) / t.step_s(),
+      100 * t.optimizer_s / t.step_s(), best.mfu * 100);
+  if (best.layout.mesh.cp > 1) absl::StrAppend(&text, WithoutContextParallelism(plans, cluster));
   return text;
 }
 

@@ -3,24 +3,32 @@
 // (proto/cluster.proto), each layout's memory per device, step time and MFU,
 // and ranks the layouts that fit.
 //
+// Context parallelism (cp) gives each rank T / cp tokens of every sequence
+// (2 chunks of T / 2cp, the causal load balance), so every per-token cost
+// below is for a micro-batch's B x T / cp tokens on one rank.
+//
 // Memory per device, for the stage that needs most: weights, gradients and
-// optimizer state (sharded over data-parallel ranks with ZeRO-1; expert
-// weights' over the expert-data-parallel ranks), activations of the
-// micro-batches the schedule keeps in flight (1F1B: pp - stage, GPipe: all),
-// per layer everything the backward reads, or with selective recompute all
-// but the MLPs' SwiGLU activations (train.recompute SELECTIVE, computed again
-// in the backward at a cost the model neglects), or with full recompute only
-// the layer input plus one layer's working set (one more forward of compute
-// and of tensor collectives).
+// optimizer state (sharded over the dp x cp ranks that share the dense
+// weights with ZeRO-1; expert weights' over the expert-data-parallel ranks),
+// activations of the micro-batches the schedule keeps in flight (1F1B:
+// pp - stage, GPipe: all), per layer everything the backward reads, or with
+// selective recompute all but the MLPs' SwiGLU activations (train.recompute
+// SELECTIVE, computed again in the backward at a cost the model neglects), or
+// with full recompute only the layer input plus one layer's working set (one
+// more forward of compute and of tensor collectives). Under cp > 1 the ring
+// attention adds its receive buffers: a second K/V block, and in the backward
+// a dK/dV block.
 //
 // Step time: the pipeline runs (m + pp - 1) slots of one micro-batch's
 // forward + backward on the slowest stage (compute at peak x efficiency, the
-// blocking TP collectives, the exposed share of EP all-to-alls); the pp - 1
-// extra slots are the bubble. Then the exposed pipeline sends, the data-
-// parallel gradient reduction the last backward did not hide, the optimizer
-// (memory bound) and a fixed overhead. Collectives are rings: all-reduce
-// 2(n-1)/n x bytes / bandwidth + 2(n-1) x latency, on NVLink while the group
-// fits in a node, else InfiniBand.
+// blocking TP collectives, the exposed share of EP all-to-alls and of the
+// ring's K/V exchanges); the pp - 1 extra slots are the bubble. Then the
+// exposed pipeline sends, the gradient reduction over dp x cp that the last
+// backward did not hide, the optimizer (memory bound) and a fixed overhead.
+// Collectives are rings: all-reduce 2(n-1)/n x bytes / bandwidth + 2(n-1) x
+// latency, on NVLink while the group fits in a node, else InfiniBand. Ranks
+// are laid out tp fastest, then cp, dp, pp (Megatron's "tp-cp-ep-dp-pp"), so
+// a group of an axis spans the product of the sizes up to and including it.
 #ifndef TETRA_PLAN_LAYOUT_PLANNER_H_
 #define TETRA_PLAN_LAYOUT_PLANNER_H_
 
@@ -49,10 +57,13 @@ struct MemoryEstimate {
 struct TimeEstimate {
   double compute_s = 0;  // m micro-batches' forward + backward (+ recompute) on the slowest stage
   double tp_s = 0, ep_s = 0;  // exposed TP collectives and EP all-to-alls over the m micro-batches
+  double cp_s = 0;            // exposed ring attention exchanges over the m micro-batches
   double bubble_s = 0;        // pp - 1 idle slots
   double pp_s = 0, dp_s = 0;  // exposed pipeline sends and data-parallel reduction
   double optimizer_s = 0, overhead_s = 0;
-  double step_s() const { return compute_s + tp_s + ep_s + bubble_s + pp_s + dp_s + optimizer_s + overhead_s; }
+  double step_s() const {
+    return compute_s + tp_s + ep_s + cp_s + bubble_s + pp_s + dp_s + optimizer_s + overhead_s;
+  }
 };
 
 struct LayoutPrediction {
@@ -91,16 +102,20 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& lay
 LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig& cluster,
                                const PlanLayout& layout);
 
-// Every valid layout for `world` devices (tp within a node and dividing the
-// heads, pp dividing nothing but at most the layers, ep dividing dp and the
-// experts, whole micro-batches per data-parallel rank; ZeRO 0/1, recompute
-// off/on), fitting ones first, each group fastest first.
+// Every layout of `world` devices the trainer runs (plan/layout_rules.h),
+// with tp within a node, each of ZeRO 0/1 and the three recompute modes,
+// fitting ones first, each group fastest first.
 std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const ClusterConfig& cluster,
                                           int world);
 
-// "tp 1 x pp 16 x dp 128 (ep 64), ZeRO-1, recompute" (full; "selective recompute")
+// "tp 1 x cp 1 x pp 16 x dp 128 (ep 64), ZeRO-1, recompute" (full; "selective recompute")
 std::string LayoutName(const PlanLayout& layout);
-// The ranked table (up to `top` rows) and why the best wins.
+// "95.3 GB per device (weights 8.8, gradients 17.6, optimizer 1.1,
+// activations 67.8) of 72.0 usable"
+std::string MemoryText(const MemoryEstimate& memory, const ClusterConfig& cluster);
+// The ranked table (up to `top` rows), why the best wins and, where it uses
+// context parallelism, what the best layout without it would be or why none
+// fits.
 std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top);
 
 }  // namespace tetra

@@ -186,8 +186,9 @@ absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layo
     model_hint = "tetra export builds the whole model in one process: run it where there is more memory, or "
                  "export a smaller model";
   } else if (model.activations > model.weights + model.grads + model.optimizer) {
-    model_hint = "shorten train.seq_length or train.micro_batch_size, or split the layers over more ranks "
-                 "(parallel.pipeline, or parallel.tensor with sequence_parallel)";
+    model_hint = "shorten train.seq_length or train.micro_batch_size, split each sequence over more ranks "
+                 "(parallel.context), or split the layers over more ranks (parallel.pipeline, or "
+                 "parallel.tensor with sequence_parallel)";
   } else {
     model_hint = "split the model over more ranks (parallel.tensor, parallel.pipeline; optimizer.zero_stage 1 "
                  "shards the AdamW moments over the data-parallel ranks), or use a smaller model";

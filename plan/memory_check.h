@@ -42,8 +42,8 @@ struct MachineMemory {
 MachineMemory ReadMachineMemory(int host_ranks, bool gpu);
 
 // A UserError when this rank's share of `config` under `layout` (sizes of the
-// tensor, pipeline, data and expert axes; ZeRO stage) needs more than
-// `machine` has.
+// tensor, context, pipeline, data and expert axes; ZeRO stage) needs more
+// than `machine` has.
 absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layout, MemoryUse use,
                              const MachineMemory& machine);
 

@@ -95,7 +95,7 @@ absl::StatusOr<PlanOptions> ParseOptions(int argc, char** argv) {
   return options;
 }
 
-// {"layouts": [{"tp": 1, ..., "step_s": 0.5, "memory_bytes": ..., "fits": true}, ...]}, best first.
+// {"layouts": [{"tp": 1, "cp": 1, ..., "step_s": 0.5, "memory_bytes": ..., "fits": true}, ...]}, best first.
 std::string PredictionsJson(const std::vector<LayoutPrediction>& plans) {
   std::vector<std::string> rows;
   for (const LayoutPrediction& p : plans) {
@@ -103,14 +103,16 @@ std::string PredictionsJson(const std::vector<LayoutPrediction>& plans) {
     const TimeEstimate& t = p.time;
     const MemoryEstimate& m = p.memory;
     rows.push_back(absl::StrFormat(
-        R"j(  {"tp": %d, "pp": %d, "dp": %d, "ep": %d, "zero_stage": %d, "recompute": "%s", "micro_batches": %d, )j"
-        R"j("step_s": %.9g, "compute_s": %.9g, "tp_s": %.9g, "ep_s": %.9g, "bubble_s": %.9g, "pp_s": %.9g, )j"
+        R"j(  {"tp": %d, "cp": %d, "pp": %d, "dp": %d, "ep": %d, "zero_stage": %d, "recompute": "%s", )j"
+        R"j("micro_batches": %d, "step_s": %.9g, "compute_s": %.9g, "tp_s": %.9g, "ep_s": %.9g, "cp_s": %.9g, )j"
+        R"j("bubble_s": %.9g, "pp_s": %.9g, )j"
         R"j("dp_s": %.9g, "optimizer_s": %.9g, "overhead_s": %.9g, "bubble_fraction": %.9g, "mfu": %.9g, )j"
         R"j("weights_bytes": %.9g, "grads_bytes": %.9g, "optimizer_bytes": %.9g, "activations_bytes": %.9g, )j"
         R"j("memory_bytes": %.9g, "fits": %s})j",
-        l.mesh.tp, l.mesh.pp, l.mesh.dp, l.mesh.ep, l.zero_stage, Recompute::Value_Name(l.recompute), p.micro_batches, t.step_s(),
-        t.compute_s, t.tp_s, t.ep_s, t.bubble_s, t.pp_s, t.dp_s, t.optimizer_s, t.overhead_s, p.bubble_fraction, p.mfu, m.weights,
-        m.grads, m.optimizer, m.activations, m.total(), p.fits ? "true" : "false"));
+        l.mesh.tp, l.mesh.cp, l.mesh.pp, l.mesh.dp, l.mesh.ep, l.zero_stage, Recompute::Value_Name(l.recompute),
+        p.micro_batches, t.step_s(), t.compute_s, t.tp_s, t.ep_s, t.cp_s, t.bubble_s, t.pp_s, t.dp_s, t.optimizer_s,
+        t.overhead_s, p.bubble_fraction, p.mfu, m.weights, m.grads, m.optimizer, m.activations, m.total(),
+        p.fits ? "true" : "false"));
   }
   return absl::StrCat("{\"layouts\": [\n", absl::StrJoin(rows, ",\n"), "\n]}\n");
 }
@@ -238,7 +240,10 @@ struct SpanCheck {
 constexpr SpanCheck kSpanChecks[] = {
     {GroupKind::kTensor, "warning", "their all-reduces run in every layer and need the bandwidth inside a node",
      "make parallel.tensor a divisor of the GPUs per node"},
-    {GroupKind::kContext, "warning", "their exchanges run in every attention layer", ""},
+    {GroupKind::kContext, "warning",
+     "their ring passes keys and values in every attention layer, hidden only while a block's attention takes "
+     "longer",
+     "tetra plan --cluster predicts how much of the ring a layout hides"},
     {GroupKind::kExpert, "note", "their token all-to-all crosses the network", ""},
 };
 

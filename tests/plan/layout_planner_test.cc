@@ -3,18 +3,27 @@
 #include "plan/layout_planner.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "plan/cluster_config.h"
+#include "plan/layout_rules.h"
 #include "tests/testing/configs.h"
 
 namespace tetra {
 namespace {
 
+using ::testing::HasSubstr;
+
 // Tolerances: parameter counts and bytes are sums of integers below 2^53,
-// exact in double; divisions by tp, ep and dp are of exact multiples except
-// ZeRO's dense / dp (a power of two: exact too). So comparisons are exact.
+// exact in double; divisions by tp, cp, ep and dp are of exact multiples
+// except ZeRO's dense / (dp x cp) (a power of two: exact too). So memory
+// comparisons are exact. Times are sums of products the test groups
+// differently from the planner: equal within kTimeRelative of their size.
+constexpr double kTimeRelative = 1e-12;
 
 TrainerConfig Recipe(const std::string& name) { return testing::RecipeConfig(name); }
 
@@ -112,6 +121,15 @@ TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   EXPECT_TRUE(plans.front().fits);
   EXPECT_GT(found->mfu, 0.05);
   EXPECT_LT(found->mfu, 0.55);  // below the cluster's compute efficiency
+
+  // Multi-token prediction does not run under context parallelism, so no
+  // layout splits sequences; without the depth some do.
+  const auto splits_sequences = [](const LayoutPrediction& p) { return p.layout.mesh.cp > 1; };
+  EXPECT_TRUE(std::none_of(plans.begin(), plans.end(), splits_sequences));
+  TrainerConfig without_mtp = config;
+  without_mtp.mutable_model()->set_num_nextn_predict_layers(0);
+  const std::vector<LayoutPrediction> without_mtp_plans = PlanLayouts(without_mtp, cluster, 2048);
+  EXPECT_TRUE(std::any_of(without_mtp_plans.begin(), without_mtp_plans.end(), splits_sequences));
 }
 
 // Llama-3-70B size: 80 layers, c = 8192, 64 heads of 128 (q = 8192), 8 KV
@@ -213,6 +231,159 @@ TEST(LayoutPlannerTest, MlaEstimatesUseItsWidthsAndTensorParallelSplit) {
   // 2 x 52,432 + 32,832 = 137,696.
   const PlanLayout tp1{.mesh = MeshShape{}, .zero_stage = 0, .recompute = Recompute::NONE};
   EXPECT_EQ(ParametersPerDevice(mla.model(), tp1).dense, 137696.0);
+}
+
+// Llama-3-70B size at long sequences, on 1024 of the H800s (8 per node),
+// each step the recipe's 1024 x 8192 = 8,388,608 tokens: 256 sequences of
+// 32768 or 64 of 131072. Per device under tp 4: attention 150,994,944 / 4 =
+// 37,748,736, MLP 704,643,072 / 4 = 176,160,768, norms 16,384: 213,925,888
+// per layer; the embedding's 128256 rows padded to a multiple of 128 x 4 =
+// 128512, 128512 / 4 x 8192 = 263,192,576.
+TrainerConfig LlamaAt(int seq_length) {
+  TrainerConfig config = Recipe("llama3_70b_size.textproto");
+  config.mutable_train()->set_seq_length(seq_length);
+  config.mutable_train()->set_global_batch_size(int64_t{1024} * 8192 / seq_length);
+  return config;
+}
+
+// At 128k the best layout splits sequences. tp 4 x cp 32 x pp 8 x dp 1
+// (ZeRO-1, no recompute): each rank holds 131072 / 32 = 4096 tokens of a
+// sequence, 64 / 1 = 64 micro-batches a step.
+//   Stage 0: 10 layers and the embedding, 2,139,258,880 + 263,192,576 =
+//   2,402,451,456 parameters: weights 2 B = 4,804,902,912, gradients 4 B =
+//   9,609,805,824, optimizer 12 B sharded over the dp x cp = 32 ranks that
+//   share the dense weights = 900,919,296.
+//   Activations: 1F1B keeps min(64, pp 8) = 8 micro-batches; per token and
+//   layer (4c + 2q + 2kv + 3 x 28672) / tp = 137,216 / 4 = 34,304, so
+//   8 x 4096 x 10 x 34,304 x 2 B = 22,481,469,440. The ring's receive
+//   buffers: a K/V block and a dK/dV block of the rank's 8 / 4 = 2 key-value
+//   heads of 128, 4096 x 2 x (2 x 2 x 128) x 2 B = 8,388,608.
+//   The last stage keeps 1 micro-batch (2,810,183,680), the buffers and
+//   fp32 logits 4096 x 32128 x 4 B = 526,385,152: less, so stage 0 it is,
+//   37,805,486,080 bytes of 72e9 usable.
+TEST(LayoutPlannerTest, Llama3_70BAt128kSplitsSequencesOverContextParallelRanks) {
+  const TrainerConfig config = LlamaAt(131072);
+  const ClusterConfig cluster = Cluster("h800_2048.textproto");
+  const PlanLayout layout{.mesh = MeshShape::Of(4, 8, 1, 1, 32), .zero_stage = 1, .recompute = Recompute::NONE};
+  const LayoutPrediction plan = PredictLayout(config, cluster, layout);
+  EXPECT_EQ(plan.micro_batches, 64);
+  EXPECT_EQ(plan.memory.weights, 4804902912.0);
+  EXPECT_EQ(plan.memory.grads, 9609805824.0);
+  EXPECT_EQ(plan.memory.optimizer, 900919296.0);
+  EXPECT_EQ(plan.memory.activations, 22481469440.0 + 8388608.0);
+  EXPECT_TRUE(plan.fits);
+  // One replica per 32 ranks still reduces its gradients, over the cp axis.
+  EXPECT_GT(plan.time.dp_s, 0);
+
+  const std::vector<LayoutPrediction> plans = PlanLayouts(config, cluster, 1024);
+  const LayoutPrediction& best = plans.front();
+  EXPECT_TRUE(best.fits);
+  EXPECT_GT(best.layout.mesh.cp, 1);
+  EXPECT_LE(best.time.step_s(), plan.time.step_s());
+  // Without context parallelism only full recompute fits: 1F1B keeps
+  // min(m, pp) micro-batches of 80 / pp layers on stage 0, and with at most
+  // 64 / dp = pp x tp / 16 micro-batches that is at least 40 layers' worth
+  // at tp 8 (more at smaller tp). Selective recompute keeps (137,216 -
+  // 28,672) / 8 = 13,568 per token and layer: 40 x 131072 x 13,568 x 2 B =
+  // 142,270,791,680 bytes, twice the usable memory.
+  const LayoutPrediction* best_without = nullptr;
+  for (const LayoutPrediction& p : plans) {
+    if (p.layout.mesh.cp > 1) continue;
+    if (best_without == nullptr) best_without = &p;
+    if (p.layout.recompute == Recompute::FULL) continue;
+    EXPECT_FALSE(p.fits) << LayoutName(p.layout);
+    EXPECT_GE(p.memory.activations, 142270791680.0) << LayoutName(p.layout);
+  }
+  ASSERT_NE(best_without, nullptr);
+  EXPECT_EQ(best_without->layout.recompute, Recompute::FULL);
+  EXPECT_GT(best_without->time.step_s(), best.time.step_s());
+  EXPECT_THAT(PlanReport(plans, cluster, 5),
+              HasSubstr("Without context parallelism the best is " + LayoutName(best_without->layout) + ": step "));
+}
+
+// At a million tokens no layout without context parallelism fits, and the
+// report says why. Its last stage holds the fp32 logits of every token,
+// 1,048,576 x 129024 / 8 x 4 B = 67,645,734,912 at tp 8 (more at smaller
+// tp), and at least one layer of the micro-batch (selective: 13,568 per
+// token, 28,454,158,336 bytes; full recompute's working set is more):
+// 96,099,893,248 bytes, above the 72e9 usable.
+TEST(LayoutPlannerTest, Llama3_70BAtAMillionTokensFitsOnlySplitOverContextParallelRanks) {
+  const TrainerConfig config = LlamaAt(1048576);
+  const ClusterConfig cluster = Cluster("h800_2048.textproto");
+  const std::vector<LayoutPrediction> plans = PlanLayouts(config, cluster, 1024);
+  EXPECT_TRUE(plans.front().fits);
+  for (const LayoutPrediction& p : plans) {
+    if (p.layout.mesh.cp > 1) continue;
+    EXPECT_FALSE(p.fits) << LayoutName(p.layout);
+    EXPECT_GE(p.memory.total(), 96099893248.0) << LayoutName(p.layout);
+  }
+  const std::string report = PlanReport(plans, cluster, 5);
+  EXPECT_THAT(report, HasSubstr("Without context parallelism no layout fits: the leanest, tp 8 x cp 1 x "));
+  EXPECT_THAT(report, HasSubstr(" GB per device (weights "));
+}
+
+// The ring's exposed time at 32k, tp 4 x cp 16 x pp 8 x dp 2: per rank
+// 32768 / 16 = 2048 tokens, a K/V block of 2048 x 512 x 2 B = 2,097,152
+// bytes; the cp group spans tp x cp = 64 GPUs, so InfiniBand: 2,097,152 /
+// 40e9 + 8e-6 = 60.4 us a transfer. A block's forward attention is 1 / 16 of
+// the rank's 2 x 2048 queries x 32768 keys x 8192 / 4 head dims, at 989e12 x
+// 0.55 FLOP/s: 31.6 us; its backward twice that, 63.2 us. Per layer the
+// forward waits 15 x (60.4 - 31.6) us, the backward 15 x (2 x 60.4 - 63.2)
+// us (K/V with dK/dV) and nothing for the last dK/dV (60.4 < 63.2); 10
+// layers a stage, 256 / 2 = 128 micro-batches.
+TEST(LayoutPlannerTest, RingExchangesWaitOnlyForWhatTheBlocksAttentionDoesNotHide) {
+  const TrainerConfig config = LlamaAt(32768);
+  const ClusterConfig cluster = Cluster("h800_2048.textproto");
+  const PlanLayout layout{.mesh = MeshShape::Of(4, 8, 2, 1, 16), .zero_stage = 1, .recompute = Recompute::NONE};
+  const LayoutPrediction plan = PredictLayout(config, cluster, layout);
+  const double transfer = 2097152 / 40e9 + 8e-6;
+  const double forward_block = 2.0 * 2048 * 32768 * 2048 / 16 / (989e12 * 0.55);
+  const double per_layer = 15 * (transfer - forward_block) + 15 * (2 * transfer - 2 * forward_block);
+  EXPECT_NEAR(plan.time.cp_s, 128 * 10 * per_layer, kTimeRelative * plan.time.cp_s);
+  EXPECT_GT(plan.time.cp_s, 1.0);  // 1.66 s: tiny blocks over the network do not hide
+  // Within a node (tp 4 x cp 2 = 8 GPUs), with blocks of 8 times the tokens
+  // and 64 times the attention, the ring hides entirely.
+  const LayoutPrediction in_node =
+      PredictLayout(config, cluster, {.mesh = MeshShape::Of(4, 8, 16, 1, 2), .zero_stage = 1});
+  EXPECT_EQ(in_node.time.cp_s, 0);
+}
+
+// Splitting each sequence over cp ranks instead of splitting the batch over
+// cp times more data-parallel ranks does the same work: twice the
+// micro-batches of half the tokens (attention balanced over the ring), the
+// same model FLOPs (MFU's meaning unchanged).
+TEST(LayoutPlannerTest, ContextParallelRanksShareTheComputeOfTheirSequences) {
+  const TrainerConfig config = LlamaAt(32768);
+  const ClusterConfig cluster = Cluster("h800_2048.textproto");
+  const LayoutPrediction cp2 =
+      PredictLayout(config, cluster, {.mesh = MeshShape::Of(8, 4, 8, 1, 2), .zero_stage = 1});
+  const LayoutPrediction dp16 = PredictLayout(config, cluster, {.mesh = MeshShape::Of(8, 4, 16), .zero_stage = 1});
+  EXPECT_EQ(cp2.micro_batches, 2 * dp16.micro_batches);
+  EXPECT_NEAR(cp2.time.compute_s, dp16.time.compute_s, kTimeRelative * dp16.time.compute_s);
+  EXPECT_NEAR(cp2.mfu * cp2.time.step_s(), dp16.mfu * dp16.time.step_s(),
+              kTimeRelative * dp16.mfu * dp16.time.step_s());
+}
+
+// 32776 = 8 x 4097 cuts into 2 x cp chunks for cp 1, 2 and 4 only (of the
+// powers of two a 1024-GPU world offers), and sequence parallelism then
+// leaves 32776 / cp rows to split over tp: 8 of cp 1's, 4 of cp 2's, 2 of
+// cp 4's. The planner proposes nothing else, and says why cp 8 does not run.
+TEST(LayoutPlannerTest, ProposesOnlyContextSizesTheSequenceCutsInto) {
+  const TrainerConfig config = LlamaAt(32768);
+  TrainerConfig odd = config;
+  odd.mutable_train()->set_seq_length(32776);
+  const std::vector<LayoutPrediction> plans = PlanLayouts(odd, Cluster("h800_2048.textproto"), 1024);
+  ASSERT_FALSE(plans.empty());
+  int largest_cp = 0;
+  for (const LayoutPrediction& p : plans) {
+    const MeshShape& mesh = p.layout.mesh;
+    largest_cp = std::max(largest_cp, mesh.cp);
+    EXPECT_LE(mesh.tp * mesh.cp, 8) << LayoutName(p.layout);
+  }
+  EXPECT_EQ(largest_cp, 4);
+  const absl::Status cp8 = CheckLayoutRuns(odd, MeshShape::Of(1, 8, 16, 1, 8));
+  EXPECT_THAT(cp8.message(), HasSubstr("train.seq_length 32776 is not a multiple of 2 x context = 16"));
+  EXPECT_TRUE(CheckLayoutRuns(config, MeshShape::Of(1, 8, 16, 1, 8)).ok());
 }
 
 TEST(LayoutPlannerTest, BubbleAndStepTimeFollowTheSchedule) {

@@ -1,0 +1,83 @@
+#include "plan/layout_rules.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "core/user_error.h"
+#include "model/model_dims.h"
+
+namespace tetra {
+namespace {
+
+int RoutedExperts(const ModelConfig& m) { return m.has_moe() ? m.moe().n_routed_experts() : 0; }
+
+// Context parallelism cuts each sequence into 2 x cp equal chunks (rank r
+// holds chunks r and 2cp - 1 - r); multi-token prediction does not run under
+// it yet.
+absl::Status CheckContextParallel(const TrainerConfig& config, int cp) {
+  if (cp == 1) return absl::OkStatus();
+  const int64_t seq = config.train().seq_length();
+  if (seq % (2 * cp) != 0) {
+    return UserError(absl::StrCat("context ", cp, ": train.seq_length ", seq, " is not a multiple of 2 x context = ",
+                                  2 * cp, ", the chunks context parallelism cuts each sequence into"),
+                     absl::StrCat("use a context size whose double divides ", seq,
+                                  ", or a seq_length that is a multiple of ", 2 * cp));
+  }
+  if (const int depths = config.model().num_nextn_predict_layers(); depths > 0) {
+    return UserError(absl::StrCat("context ", cp, ": model.num_nextn_predict_layers is ", depths,
+                                  ", and multi-token prediction does not run under context parallelism yet"),
+                     "plan with context 1 for this model");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckExperts(const ModelConfig& m, const MeshShape& mesh) {
+  const int experts = RoutedExperts(m);
+  if (experts == 0) {
+    if (mesh.ep == 1) return absl::OkStatus();
+    return UserError(absl::StrCat("expert ", mesh.ep, ": the model has no routed experts"), "plan with expert 1");
+  }
+  if (experts % mesh.ep != 0) {
+    return UserError(absl::StrCat("expert ", mesh.ep, " does not divide model.moe.n_routed_experts ", experts),
+                     "use an expert size dividing the number of routed experts");
+  }
+  // Expert-parallel groups are carved out of the data x context ranks.
+  if ((mesh.dp * mesh.cp) % mesh.ep != 0) {
+    return UserError(absl::StrCat("expert ", mesh.ep, " does not divide data ", mesh.dp, " x context ", mesh.cp),
+                     "use an expert size dividing data x context");
+  }
+  const int features = m.moe().moe_intermediate_size();
+  if (features % mesh.tp != 0) {
+    return UserError(absl::StrCat("tensor ", mesh.tp, " does not divide model.moe.moe_intermediate_size ", features,
+                                  ": tensor-parallel experts split their features evenly"),
+                     "use a tensor size dividing the experts' width");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckLayoutRuns(const TrainerConfig& config, const MeshShape& mesh) {
+  const ModelConfig& m = config.model();
+  const TrainConfig& t = config.train();
+  if (mesh.pp > m.num_hidden_layers()) {
+    return UserError(absl::StrCat("pipeline ", mesh.pp, " exceeds model.num_hidden_layers ", m.num_hidden_layers(),
+                                  ": every stage holds at least one layer"),
+                     "use fewer pipeline stages");
+  }
+  if (const int64_t per_round = int64_t{t.micro_batch_size()} * mesh.dp; t.global_batch_size() % per_round != 0) {
+    return UserError(absl::StrCat("data ", mesh.dp, ": train.global_batch_size ", t.global_batch_size(),
+                                  " is not a multiple of train.micro_batch_size ", t.micro_batch_size(), " x data ",
+                                  mesh.dp, ", so data-parallel ranks would not take whole micro-batches"),
+                     "use a data size dividing global_batch_size / micro_batch_size");
+  }
+  RETURN_IF_ERROR(CheckExperts(m, mesh));
+  RETURN_IF_ERROR(CheckContextParallel(config, mesh.cp));
+  // Sequence parallelism splits a micro-batch's rows on this rank, T / cp of each sequence, over tp.
+  const bool sequence_parallel = mesh.tp > 1 && RoutedExperts(m) == 0;
+  return ValidateTensorParallel(m, mesh.tp, sequence_parallel,
+                                int64_t{t.micro_batch_size()} * t.seq_length() / mesh.cp);
+}
+
+}  // namespace tetra
