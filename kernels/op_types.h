@@ -17,21 +17,28 @@ namespace tetra {
 // multi-token prediction's rows past the end of their sequence are.
 inline constexpr int32_t kIgnoredTarget = -1;
 
-// q, k: (B, T, H, D) with H = Hq or Hkv; v: (B, T, Hkv, Dv); out, dout:
+// q: (B, T, Hq, D); k: (B, Tk, Hkv, D); v: (B, Tk, Hkv, Dv); out, dout:
 // (B, T, Hq, Dv); lse: (B, Hq, T) of the scaled scores. Scores are scaled by
 // softmax_scale, by default 1 / sqrt(D) whatever Dv is. Dv differs from D in
 // DeepSeek-V3's MLA (D = 192: 128 dims without position plus 64 rotary ones;
-// Dv = 128), whose scale YaRN multiplies by mscale^2.
+// Dv = 128), whose scale YaRN multiplies by mscale^2. A model's attention is
+// causal over its own sequence (Tk = T); context parallelism's ring attention
+// also runs blocks of queries against another rank's keys, all of them
+// visible (causal false, Tk of its own), and merges the blocks by their lse
+// (ops::AttentionMerge).
 struct AttentionShape {
   int64_t batch;           // B
-  int64_t seq;             // T
+  int64_t seq;             // T, queries per sequence
   int64_t q_heads;         // Hq, a multiple of kv_heads
   int64_t kv_heads;        // Hkv
   int64_t head_dim;        // D, of queries and keys
   int64_t v_head_dim = 0;  // Dv, of values and outputs; 0: the same as D
   double softmax_scale = 0;  // 0: 1 / sqrt(D)
+  int64_t kv_seq = 0;   // keys (and values) per sequence; 0: the same as seq
+  bool causal = true;   // query t sees keys 0..t (needs kv_seq == seq); false: every key
 
   int64_t value_dim() const { return v_head_dim == 0 ? head_dim : v_head_dim; }
+  int64_t keys() const { return kv_seq == 0 ? seq : kv_seq; }
   // The scale the kernels multiply scores by, rounded to fp32 once.
   float scale() const {
     return static_cast<float>(softmax_scale != 0 ? softmax_scale

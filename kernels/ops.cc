@@ -460,8 +460,39 @@ void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Te
   cpu::MlaMergeKeyValueBackward(f32.In(dkey), f32.In(dvalue), d, f32.Out(dkv), f32.Out(dk_pe));
 }
 
+namespace {
+
+// The tensors of an attention call against its shape (kernels/op_types.h),
+// on either device; `dout` and the gradients, when given, as out and q, k, v.
+void CheckAttention(const char* op, const AttentionShape& s, const Tensor& q, const Tensor& k,
+                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                    const Tensor& dout = Tensor(), const Tensor& dq = Tensor(),
+                    const Tensor& dk = Tensor(), const Tensor& dv = Tensor()) {
+  TETRA_CHECK(!s.causal || s.keys() == s.seq)
+      << op << ": causal attention of " << s.seq << " queries over " << s.keys()
+      << " keys; the causal mask needs as many keys as queries"
+      << "\nhint: set kv_seq to 0 (or " << s.seq << "), or causal to false";
+  const int64_t keys = s.keys(), dv_dim = s.value_dim();
+  const bool backward = dout.defined();
+  TETRA_CHECK(q.numel() == s.batch * s.seq * s.q_heads * s.head_dim &&
+              k.numel() == s.batch * keys * s.kv_heads * s.head_dim &&
+              v.numel() == s.batch * keys * s.kv_heads * dv_dim &&
+              out.numel() == s.batch * s.seq * s.q_heads * dv_dim &&
+              lse.numel() == s.batch * s.q_heads * s.seq && lse.dtype() == DType::kF32 &&
+              (!backward || (dout.numel() == out.numel() && dq.numel() == q.numel() &&
+                             dk.numel() == k.numel() && dv.numel() == v.numel())))
+      << op << ": tensors q " << ShapeString(q.shape()) << ", k " << ShapeString(k.shape())
+      << ", v " << ShapeString(v.shape()) << ", out " << ShapeString(out.shape()) << ", lse "
+      << DTypeName(lse.dtype()) << ShapeString(lse.shape()) << " do not fit (B " << s.batch
+      << ", T " << s.seq << ", Tk " << keys << ", Hq " << s.q_heads << ", Hkv " << s.kv_heads
+      << ", D " << s.head_dim << ", Dv " << dv_dim << ")";
+}
+
+}  // namespace
+
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse) {
+  CheckAttention("attention", shape, q, k, v, out, lse);
   if (OnDevice(q)) {
 #if TETRA_HAVE_CUDA
     const cuda::OpTimer op_timer(__func__);
@@ -478,6 +509,7 @@ void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, co
 void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  CheckAttention("attention_backward", shape, q, k, v, out, lse, dout, dq, dk, dv);
   if (OnDevice(q)) {
 #if TETRA_HAVE_CUDA
     const cuda::OpTimer op_timer(__func__);
@@ -491,6 +523,27 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
   HostF32 f32;
   cpu::AttentionBackward(shape, f32.In(dout), f32.In(q), f32.In(k), f32.In(v), f32.In(out), f32.In(lse),
                          f32.Out(dq), f32.Out(dk), f32.Out(dv));
+}
+
+void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor& out,
+                    const Tensor& lse) {
+  const bool fits = out.rank() == 4 && part_out.numel() == out.numel() &&
+                    lse.numel() == out.dim(0) * out.dim(1) * out.dim(2) &&
+                    part_lse.numel() == lse.numel();
+  TETRA_CHECK(fits && out.dtype() == DType::kF32 && lse.dtype() == DType::kF32 &&
+              part_lse.dtype() == DType::kF32 &&
+              (part_out.dtype() == DType::kF32 || part_out.dtype() == DType::kBF16))
+      << "attention_merge: part_out " << DTypeName(part_out.dtype())
+      << ShapeString(part_out.shape()) << ", part_lse " << DTypeName(part_lse.dtype())
+      << ShapeString(part_lse.shape()) << " into out " << DTypeName(out.dtype())
+      << ShapeString(out.shape()) << ", lse " << DTypeName(lse.dtype())
+      << ShapeString(lse.shape()) << ": out (B, T, H, Dv) and the lse (B, H, T) fp32, part_out "
+      << "as out in fp32 or bf16";
+  TETRA_ON_DEVICE(out, AttentionMerge(part_out, part_lse, out, lse));
+  ExpectHost(part_out, part_lse, out, lse);
+  HostF32 f32;
+  cpu::AttentionMerge(out.dim(0), out.dim(1), out.dim(2), out.dim(3), f32.In(part_out),
+                      part_lse.f32(), out.f32(), lse.f32());
 }
 
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {

@@ -90,12 +90,29 @@ void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key,
 void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Tensor& dkv,
                               const Tensor& dk_pe);
 
-// Causal grouped-query attention: q (B,T,Hq,D), k/v (B,T,Hkv,D) -> out (B,T,Hq,D), lse (B,Hq,T).
+// Grouped-query attention (kernels/op_types.h's AttentionShape): q (B,T,Hq,D),
+// k (B,Tk,Hkv,D), v (B,Tk,Hkv,Dv) -> out (B,T,Hq,Dv), lse (B,Hq,T) fp32, Tk =
+// shape.keys(). Causal (query t sees keys 0..t; Tk must be T, checked) or,
+// with shape.causal false, every query sees every key (no mask).
+// The backward writes dq, dk, dv (shaped as q, k, v) from dout (B,T,Hq,Dv)
+// and the given out and lse, never recomputing the lse: P = exp(scale s -
+// lse), delta = rowsum(dout * out). So out and lse may be those of a larger
+// attention whose keys include these (ring attention's merged out and lse),
+// and the result is this block's share of that attention's gradients.
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse);
 void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv);
+// Merges two attentions of the same queries over disjoint key sets by their
+// log-sum-exps (ring attention): out (B,T,H,Dv) fp32 and lse (B,H,T) fp32 hold one,
+// part_out (B,T,H,Dv, fp32 or bf16) and part_lse (B,H,T) fp32 the other; afterwards
+// out and lse hold the attention over both: lse' = log(exp(lse) + exp(part_lse)),
+// out' = exp(lse - lse') out + exp(part_lse - lse') part_out.
+// A side whose lse is -inf (no keys) adds nothing, whatever its out holds; a
+// row with both -inf keeps its out and its lse -inf.
+void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor& out,
+                    const Tensor& lse);
 
 // out = silu(gate) * up, elementwise.
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);

@@ -122,11 +122,13 @@ void RunGemm(const Gemm& g) {
   }
 }
 
-// Addressing of the (B, T, H, D) q, k, the (B, T, H, Dv) v, out and the
-// (B, Hq, T) lse; gradients share their tensor's layout.
+// Addressing of the (B, T, Hq, D) q, (B, Tk, Hkv, D) k, (B, Tk, Hkv, Dv) v,
+// (B, T, Hq, Dv) out and the (B, Hq, T) lse; gradients share their tensor's
+// layout.
 struct Layout {
   explicit Layout(const AttentionShape& s)
       : shape(s),
+        keys(s.keys()),
         dim(s.head_dim),
         value_dim(s.value_dim()),
         q_row(s.q_heads * dim),
@@ -136,19 +138,23 @@ struct Layout {
         group(s.q_heads / s.kv_heads),
         tiles((s.seq + kTileRows - 1) / kTileRows),
         scale(s.scale()) {}
-  int64_t QOffset(int64_t b, int64_t t, int64_t h) const { return Row(b, t) * q_row + h * dim; }
-  int64_t KOffset(int64_t b, int64_t t, int64_t g) const { return Row(b, t) * k_row + g * dim; }
-  int64_t VOffset(int64_t b, int64_t t, int64_t g) const {
-    return Row(b, t) * v_row + g * value_dim;
+  int64_t QOffset(int64_t b, int64_t t, int64_t h) const { return QRow(b, t) * q_row + h * dim; }
+  int64_t KOffset(int64_t b, int64_t j, int64_t g) const { return KRow(b, j) * k_row + g * dim; }
+  int64_t VOffset(int64_t b, int64_t j, int64_t g) const {
+    return KRow(b, j) * v_row + g * value_dim;
   }
   int64_t OutOffset(int64_t b, int64_t t, int64_t h) const {
-    return Row(b, t) * out_row + h * value_dim;
+    return QRow(b, t) * out_row + h * value_dim;
   }
   int64_t LseOffset(int64_t b, int64_t h, int64_t t) const {
     return (b * shape.q_heads + h) * shape.seq + t;
   }
-  int64_t Row(int64_t b, int64_t t) const { return b * shape.seq + t; }
+  int64_t QRow(int64_t b, int64_t t) const { return b * shape.seq + t; }  // query t's row
+  int64_t KRow(int64_t b, int64_t j) const { return b * keys + j; }        // key j's row
+  // Keys that query tile [t0, t0 + rows) sees: a prefix of the key sequence.
+  int64_t TileKeys(int64_t t0, int64_t rows) const { return shape.causal ? t0 + rows : keys; }
   const AttentionShape shape;
+  const int64_t keys;       // Tk
   const int64_t dim;        // D
   const int64_t value_dim;  // Dv
   // Strides between time steps.
@@ -161,15 +167,15 @@ struct Layout {
   const float scale;      // AttentionShape::scale()
 };
 
-// One thread's scratch, (2 T + D + Dv + 2) * kTileRows floats, left
+// One thread's scratch, (2 Tk + D + Dv + 2) * kTileRows floats, left
 // uninitialised: every step writes its part before reading it.
 struct TileScratch {
   explicit TileScratch(const Layout& l)
       : buffer(std::make_unique_for_overwrite<float[]>(
-            (2 * l.shape.seq + l.dim + l.value_dim + 2) * kTileRows)),
+            (2 * l.keys + l.dim + l.value_dim + 2) * kTileRows)),
         scores(buffer.get()),
-        grad_scores(scores + l.shape.seq * kTileRows),
-        q_t(grad_scores + l.shape.seq * kTileRows),
+        grad_scores(scores + l.keys * kTileRows),
+        q_t(grad_scores + l.keys * kTileRows),
         dout_t(q_t + l.dim * kTileRows),
         row_stat(dout_t + l.value_dim * kTileRows),
         row_sum(row_stat + kTileRows) {}
@@ -200,14 +206,16 @@ float Dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-// Scores of query tile [t0, t0 + rows) against keys [0, t0 + rows), as S^T
-// (keys, kTileRows) in `scores`, raw q.k with the causal mask as -inf.
+// Scores of query tile [t0, t0 + rows) against its keys [0, l.TileKeys(t0,
+// rows)), as S^T (keys, kTileRows) in `scores`: raw q.k, with the causal
+// mask as -inf when the attention is causal.
 void TileScores(const Layout& l, const float* q_t, const float* k_head, int64_t t0,
                 int64_t rows, float* scores) {
-  const int64_t keys = t0 + rows;
+  const int64_t keys = l.TileKeys(t0, rows);
   RunGemm({.m = keys, .n = rows, .depth = l.dim, .a = k_head, .a_row = l.k_row,
            .a_col = 1, .b = q_t, .ldb = kTileRows, .c = scores, .ldc = kTileRows,
            .accumulate = false});
+  if (!l.shape.causal) return;
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int64_t j = t0 + 1; j < keys; ++j) {
     std::fill(scores + j * kTileRows, scores + j * kTileRows + (j - t0), kMasked);
@@ -219,7 +227,7 @@ void ForwardTile(const Layout& l, const float* q, const float* k, const float* v
   const AttentionShape& s = l.shape;
   const int64_t t0 = tile * kTileRows;
   const int64_t rows = std::min(kTileRows, s.seq - t0);
-  const int64_t keys = t0 + rows;
+  const int64_t keys = l.TileKeys(t0, rows);
   const int64_t g = h / l.group;
   float* scores = scratch.scores;
   float* max_scaled = scratch.row_stat;
@@ -233,7 +241,7 @@ void ForwardTile(const Layout& l, const float* q, const float* k, const float* v
     const float* row = scores + j * kTileRows;
     for (int64_t i = 0; i < rows; ++i) max_scaled[i] = std::max(max_scaled[i], row[i]);
   }
-  // Every query sees key 0, so each max is finite.
+  // Every query sees key 0 (causal or not), so each max is finite.
   for (int64_t i = 0; i < rows; ++i) max_scaled[i] *= l.scale;
   std::fill(denom, denom + rows, 0.0f);
   for (int64_t j = 0; j < keys; ++j) {
@@ -261,7 +269,8 @@ void ForwardTile(const Layout& l, const float* q, const float* k, const float* v
 
 // Writes the rows of dq of query tile `tile` of head h and adds the tile's
 // share to dk and dv of its kv head; with `first` it overwrites dk and dv
-// instead, which covers them all only for the last tile (it sees every key).
+// instead, which covers them all only for a tile that sees every key (the
+// last one; without the causal mask, any).
 void BackwardTile(const Layout& l, const float* dout, const float* q, const float* k,
                   const float* v, const float* out, const float* lse, float* dq, float* dk,
                   float* dv, int64_t b, int64_t h, int64_t tile, bool first,
@@ -269,7 +278,7 @@ void BackwardTile(const Layout& l, const float* dout, const float* q, const floa
   const AttentionShape& s = l.shape;
   const int64_t t0 = tile * kTileRows;
   const int64_t rows = std::min(kTileRows, s.seq - t0);
-  const int64_t keys = t0 + rows;
+  const int64_t keys = l.TileKeys(t0, rows);
   const int64_t g = h / l.group;
   float* probs = scratch.scores;
   float* grad_scores = scratch.grad_scores;
@@ -319,13 +328,16 @@ void BackwardTile(const Layout& l, const float* dout, const float* q, const floa
 }
 
 void CheckShape(const AttentionShape& s) {
-  TETRA_CHECK(s.batch > 0 && s.seq > 0 && s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0 &&
-              s.value_dim() > 0)
-      << "attention shape (B " << s.batch << ", T " << s.seq << ", Hq " << s.q_heads
-      << ", Hkv " << s.kv_heads << ", D " << s.head_dim << ", Dv " << s.value_dim()
+  TETRA_CHECK(s.batch > 0 && s.seq > 0 && s.keys() > 0 && s.q_heads > 0 && s.kv_heads > 0 &&
+              s.head_dim > 0 && s.value_dim() > 0)
+      << "attention shape (B " << s.batch << ", T " << s.seq << ", Tk " << s.keys() << ", Hq "
+      << s.q_heads << ", Hkv " << s.kv_heads << ", D " << s.head_dim << ", Dv " << s.value_dim()
       << ") has a non-positive dim";
   TETRA_CHECK(s.q_heads % s.kv_heads == 0)
       << "q_heads " << s.q_heads << " is not a multiple of kv_heads " << s.kv_heads;
+  TETRA_CHECK(!s.causal || s.keys() == s.seq)
+      << "causal attention of " << s.seq << " queries over " << s.keys()
+      << " keys: the causal mask needs as many keys as queries (kv_seq 0 or " << s.seq << ")";
 }
 
 }  // namespace
@@ -372,6 +384,32 @@ void AttentionBackward(const AttentionShape& s, const float* dout, const float* 
         }
       }
     }
+  }
+}
+
+void AttentionMerge(int64_t batch, int64_t seq, int64_t heads, int64_t value_dim,
+                    const float* part_out, const float* part_lse, float* out, float* lse) {
+  constexpr float kNoKeys = -std::numeric_limits<float>::infinity();
+  const int64_t rows = batch * seq * heads;  // (b, t, h), out's row order
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = r % heads, t = r / heads % seq, b = r / heads / seq;
+    float& row_lse = lse[(b * heads + h) * seq + t];
+    const float a = row_lse, p = part_lse[(b * heads + h) * seq + t];
+    const float m = std::max(a, p);
+    if (m == kNoKeys) continue;  // neither side has keys
+    // log(e^a + e^p) = m + log1p(e^-|a - p|): no overflow, exact where one
+    // side dominates.
+    const float merged = m + std::log1p(std::exp(std::min(a, p) - m));
+    const float wa = std::exp(a - merged), wp = std::exp(p - merged);
+    float* o = out + r * value_dim;
+    const float* po = part_out + r * value_dim;
+    for (int64_t c = 0; c < value_dim; ++c) {
+      // A side without keys (weight 0 from lse -inf) adds nothing, even
+      // where its out holds no number.
+      o[c] = (a == kNoKeys ? 0.0f : wa * o[c]) + (p == kNoKeys ? 0.0f : wp * po[c]);
+    }
+    row_lse = merged;
   }
 }
 

@@ -1,4 +1,4 @@
-// Causal grouped-query attention on the device, FlashAttention-2 style: the
+// Grouped-query attention on the device, FlashAttention-2 style: the
 // forward streams key/value tiles through shared memory with an online softmax
 // in fp32 registers and saves only each query row's log-sum-exp; the backward
 // recomputes the probabilities from it. Inputs fp32 or bf16, fp32 accumulate.
@@ -8,10 +8,13 @@
 //    per key tile, lane j scores key j against each of its warp's rows, then
 //    each lane accumulates the dims d = lane + 32 c of the output row.
 //  - dK/dV: a block takes kBlockRows keys of one (batch, kv head) and loops
-//    over the query heads of its group and the query tiles at or after its
-//    keys; lane i scores query i, then lanes accumulate dims. dK and dV of a
-//    kv head sum its query heads in registers: no atomics, deterministic.
-// Layouts: q (B, T, Hq, D); k (B, T, Hkv, D); v (B, T, Hkv, Dv); out, dout
+//    over the query heads of its group and the query tiles that see its keys
+//    (causal: those at or after them; else all); lane i scores query i, then
+//    lanes accumulate dims. dK and dV of a kv head sum its query heads in
+//    registers: no atomics, deterministic.
+// Causal (query t sees keys 0..t, Tk = T) or not (every query sees all Tk
+// keys: a block of ring attention), as kernels/cpu/attention.cc.
+// Layouts: q (B, T, Hq, D); k (B, Tk, Hkv, D); v (B, Tk, Hkv, Dv); out, dout
 // (B, T, Hq, Dv); lse (B, Hq, T). D and Dv are each at most kMaxDim.
 #include <cmath>
 
@@ -33,20 +36,32 @@ constexpr int kDimChunks = kMaxDim / 32;  // dims per lane
 
 struct Dims {
   int64_t batch, seq, q_heads, kv_heads;
+  int64_t keys;  // Tk, of k and v
   int64_t dim;   // D, of q and k
   int64_t vdim;  // Dv, of v, out and dout
   float scale;
+  bool causal;
 };
 
-// Copies rows [t0, t0 + rows) of head h, batch b of x (B, T, H, width) into
-// shared s (rows, ld) as fp32; rows past the sequence are zero.
+// Whether query t (< T) sees key j.
+__device__ __forceinline__ bool Visible(const Dims& d, int64_t t, int64_t j) {
+  return j < d.keys && (!d.causal || j <= t);
+}
+
+// The end of the keys query rows [t0, t0 + rows) see: a prefix of the keys.
+__device__ __forceinline__ int64_t KeyEnd(const Dims& d, int64_t t0, int rows) {
+  return d.causal ? min(t0 + rows, d.seq) : d.keys;
+}
+
+// Copies rows [t0, t0 + rows) of head h, batch b of x (B, len, H, width)
+// into shared s (rows, ld) as fp32; rows past len are zero.
 template <typename T>
-__device__ void LoadRows(const T* x, const Dims& d, int64_t heads, int64_t width, int64_t b,
+__device__ void LoadRows(const T* x, int64_t len, int64_t heads, int64_t width, int64_t b,
                          int64_t h, int64_t t0, int rows, float* s, int ld) {
   for (int idx = threadIdx.x; idx < rows * width; idx += blockDim.x) {
     const int r = idx / width, c = idx % width;
     const int64_t t = t0 + r;
-    s[r * ld + c] = t < d.seq ? ToFloat(x[((b * d.seq + t) * heads + h) * width + c]) : 0.0f;
+    s[r * ld + c] = t < len ? ToFloat(x[((b * len + t) * heads + h) * width + c]) : 0.0f;
   }
 }
 
@@ -75,7 +90,7 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
   const int64_t b = blockIdx.z, h = blockIdx.y, t0 = int64_t{blockIdx.x} * kBlockRows;
   const int64_t hkv = h / (d.q_heads / d.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  LoadRows(q, d, d.q_heads, d.dim, b, h, t0, kBlockRows, q_s, d.dim);
+  LoadRows(q, d.seq, d.q_heads, d.dim, b, h, t0, kBlockRows, q_s, d.dim);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
   #pragma unroll
@@ -85,11 +100,11 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
     #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) acc[i][c] = 0.0f;
   }
-  const int64_t last_row = min(t0 + kBlockRows, d.seq) - 1;
-  for (int64_t k0 = 0; k0 <= last_row; k0 += kTile) {
+  const int64_t key_end = KeyEnd(d, t0, kBlockRows);
+  for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();  // the previous tile is consumed (and q_s is loaded)
-    LoadRows(k, d, d.kv_heads, d.dim, b, hkv, k0, kTile, k_s, ldk);
-    LoadRows(v, d, d.kv_heads, d.vdim, b, hkv, k0, kTile, v_s, d.vdim);
+    LoadRows(k, d.keys, d.kv_heads, d.dim, b, hkv, k0, kTile, k_s, ldk);
+    LoadRows(v, d.keys, d.kv_heads, d.vdim, b, hkv, k0, kTile, v_s, d.vdim);
     __syncthreads();
     // Scores of key k0 + lane against every row of the warp.
     const int64_t key = k0 + lane;
@@ -99,9 +114,11 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int64_t t = t0 + warp * kRowsPerWarp + i;
       p[i] = 0.0f;
-      if (t >= d.seq || k0 > t) continue;  // warp-uniform: the row takes nothing from this tile
-      const float scaled = key <= t ? score[i] * d.scale : -INFINITY;
-      const float new_m = fmaxf(m[i], WarpMax(scaled));  // finite: key k0 <= t is in the tile
+      // Warp-uniform: the row takes nothing from this tile.
+      if (t >= d.seq || (d.causal && k0 > t)) continue;
+      const float scaled = Visible(d, t, key) ? score[i] * d.scale : -INFINITY;
+      // Finite: the row sees key k0 (k0 <= t when causal, k0 < Tk always).
+      const float new_m = fmaxf(m[i], WarpMax(scaled));
       p[i] = expf(scaled - new_m);
       const float correction = expf(m[i] - new_m);
       l[i] = l[i] * correction + WarpSum(p[i]);
@@ -152,8 +169,8 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
   const int64_t b = blockIdx.z, h = blockIdx.y, t0 = int64_t{blockIdx.x} * kBlockRows;
   const int64_t hkv = h / (d.q_heads / d.kv_heads);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  LoadRows(q, d, d.q_heads, d.dim, b, h, t0, kBlockRows, q_s, d.dim);
-  LoadRows(dout, d, d.q_heads, d.vdim, b, h, t0, kBlockRows, do_s, d.vdim);
+  LoadRows(q, d.seq, d.q_heads, d.dim, b, h, t0, kBlockRows, q_s, d.dim);
+  LoadRows(dout, d.seq, d.q_heads, d.vdim, b, h, t0, kBlockRows, do_s, d.vdim);
   __syncthreads();
 
   float row_lse[kRowsPerWarp], row_delta[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
@@ -177,11 +194,11 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
     row_lse[i] = lse[(b * d.q_heads + h) * d.seq + t];
     if (lane == 0) delta[(b * d.q_heads + h) * d.seq + t] = row_delta[i];
   }
-  const int64_t last_row = min(t0 + kBlockRows, d.seq) - 1;
-  for (int64_t k0 = 0; k0 <= last_row; k0 += kTile) {
+  const int64_t key_end = KeyEnd(d, t0, kBlockRows);
+  for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();
-    LoadRows(k, d, d.kv_heads, d.dim, b, hkv, k0, kTile, k_s, ldk);
-    LoadRows(v, d, d.kv_heads, d.vdim, b, hkv, k0, kTile, v_s, ldv);
+    LoadRows(k, d.keys, d.kv_heads, d.dim, b, hkv, k0, kTile, k_s, ldk);
+    LoadRows(v, d.keys, d.kv_heads, d.vdim, b, hkv, k0, kTile, v_s, ldv);
     __syncthreads();
     // dS of key k0 + lane for every row of the warp (0 where masked).
     const int64_t key = k0 + lane;
@@ -192,7 +209,7 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int64_t t = t0 + warp * kRowsPerWarp + i;
       ds[i] = 0.0f;
-      if (t < d.seq && key <= t) {
+      if (t < d.seq && Visible(d, t, key)) {
         const float p = expf(score[i] * d.scale - row_lse[i]);
         ds[i] = p * (dp[i] - row_delta[i]) * d.scale;
       }
@@ -226,7 +243,7 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
 }
 
 // dV_s = sum_i P_is dO_i and dK_s = scale * sum_i dS_is Q_i over the queries
-// i >= s of every query head sharing kv head hkv.
+// i that see key s (causal: i >= s) of every query head sharing kv head hkv.
 template <typename T>
 __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, const T* k,
                                    const T* v, const float* lse, const float* delta, T* dk,
@@ -242,8 +259,8 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
   const int64_t b = blockIdx.z, hkv = blockIdx.y, s0 = int64_t{blockIdx.x} * kBlockRows;
   const int64_t group = d.q_heads / d.kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  LoadRows(k, d, d.kv_heads, d.dim, b, hkv, s0, kBlockRows, k_s, d.dim);
-  LoadRows(v, d, d.kv_heads, d.vdim, b, hkv, s0, kBlockRows, v_s, d.vdim);
+  LoadRows(k, d.keys, d.kv_heads, d.dim, b, hkv, s0, kBlockRows, k_s, d.dim);
+  LoadRows(v, d.keys, d.kv_heads, d.vdim, b, hkv, s0, kBlockRows, v_s, d.vdim);
 
   float dk_acc[kRowsPerWarp][kDimChunks], dv_acc[kRowsPerWarp][kDimChunks];
   #pragma unroll
@@ -252,10 +269,11 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
     for (int c = 0; c < kDimChunks; ++c) dk_acc[i][c] = dv_acc[i][c] = 0.0f;
   }
   for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
-    for (int64_t q0 = s0 / kTile * kTile; q0 < d.seq; q0 += kTile) {
+    // Causal: queries before the tile holding query s0 see none of these keys.
+    for (int64_t q0 = d.causal ? s0 / kTile * kTile : 0; q0 < d.seq; q0 += kTile) {
       __syncthreads();  // the previous tile is consumed (and k_s, v_s are loaded)
-      LoadRows(q, d, d.q_heads, d.dim, b, h, q0, kTile, q_s, ldq);
-      LoadRows(dout, d, d.q_heads, d.vdim, b, h, q0, kTile, do_s, ldo);
+      LoadRows(q, d.seq, d.q_heads, d.dim, b, h, q0, kTile, q_s, ldq);
+      LoadRows(dout, d.seq, d.q_heads, d.vdim, b, h, q0, kTile, do_s, ldo);
       if (threadIdx.x < kTile) {
         const int64_t t = q0 + threadIdx.x;
         lse_s[threadIdx.x] = t < d.seq ? lse[(b * d.q_heads + h) * d.seq + t] : 0.0f;
@@ -271,7 +289,7 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const int64_t s = s0 + warp * kRowsPerWarp + i;
         p[i] = ds[i] = 0.0f;
-        if (s < d.seq && t < d.seq && t >= s) {
+        if (t < d.seq && Visible(d, t, s)) {
           p[i] = expf(score[i] * d.scale - lse_s[lane]);
           ds[i] = p[i] * (dp[i] - delta_s[lane]) * d.scale;
         }
@@ -305,8 +323,8 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
   #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int64_t s = s0 + warp * kRowsPerWarp + i;
-    if (s >= d.seq) continue;
-    const int64_t row = (b * d.seq + s) * d.kv_heads + hkv;
+    if (s >= d.keys) continue;
+    const int64_t row = (b * d.keys + s) * d.kv_heads + hkv;
     #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
@@ -321,18 +339,21 @@ Dims CheckedDims(const AttentionShape& s, const char* op, const Tensor& q, const
   ExpectDevice(q, op, "q");
   ExpectDevice(k, op, "k");
   ExpectDevice(v, op, "v");
-  const int64_t dv = s.value_dim();
+  const int64_t dv = s.value_dim(), keys = s.keys();
   TETRA_CHECK(s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0 &&
               s.head_dim <= kMaxDim && dv > 0 && dv <= kMaxDim)
       << op << ": Hq " << s.q_heads << " Hkv " << s.kv_heads << " D " << s.head_dim << " Dv "
       << dv << " (the kernel takes D, Dv <= " << kMaxDim << ")";
+  TETRA_CHECK(keys > 0 && (!s.causal || keys == s.seq))
+      << op << ": " << s.seq << " queries over " << keys << " keys"
+      << (s.causal ? " with the causal mask, which needs as many keys as queries" : "");
   TETRA_CHECK(q.numel() == s.batch * s.seq * s.q_heads * s.head_dim &&
-              k.numel() == s.batch * s.seq * s.kv_heads * s.head_dim &&
-              v.numel() == s.batch * s.seq * s.kv_heads * dv && k.dtype() == q.dtype() &&
+              k.numel() == s.batch * keys * s.kv_heads * s.head_dim &&
+              v.numel() == s.batch * keys * s.kv_heads * dv && k.dtype() == q.dtype() &&
               v.dtype() == q.dtype())
       << op << ": q " << ShapeString(q.shape()) << " k " << ShapeString(k.shape()) << " v "
       << ShapeString(v.shape());
-  return Dims{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, dv, s.scale()};
+  return Dims{s.batch, s.seq, s.q_heads, s.kv_heads, keys, s.head_dim, dv, s.scale(), s.causal};
 }
 
 // Launches `kernel` with `smem_bytes` of dynamic shared memory, raising the
@@ -392,7 +413,7 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
     Launch(QueryGradKernel<T>, dim3(CeilDiv(d.seq, kBlockRows), d.q_heads, d.batch), q_smem, d,
            dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.f32(),
            delta, dq.data<T>());
-    Launch(KeyValueGradKernel<T>, dim3(CeilDiv(d.seq, kBlockRows), d.kv_heads, d.batch),
+    Launch(KeyValueGradKernel<T>, dim3(CeilDiv(d.keys, kBlockRows), d.kv_heads, d.batch),
            kv_smem, d, dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), lse.f32(), delta,
            dk.data<T>(), dv.data<T>());
   });

@@ -61,14 +61,19 @@ void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, int64_t nope, const 
 void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, int64_t nope,
                               const Tensor& dkv, const Tensor& dk_pe);
 
-// Our own attention kernel: q, k, v, out, dout, dq, dk, dv share a dtype;
-// lse fp32 (B, Hq, T). The op API runs cuDNN's fused attention first where
-// it takes the call (kernels/cuda/cudnn_attention.h).
+// Our own attention kernel, causal or not, k and v of shape.keys() steps:
+// q, k, v, out, dout, dq, dk, dv share a dtype; lse fp32 (B, Hq, T). The op
+// API runs cuDNN's fused attention first where it takes the call
+// (kernels/cuda/cudnn_attention.h).
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse);
 void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv);
+// ops::AttentionMerge (the op API checked shapes and dtypes): out (B,T,H,Dv)
+// and lse (B,H,T) fp32, part_out as out in fp32 or bf16, part_lse as lse.
+void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor& out,
+                    const Tensor& lse);
 
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
 void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,

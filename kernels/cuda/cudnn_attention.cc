@@ -41,8 +41,9 @@ using TensorAttr = std::shared_ptr<fe::graph::Tensor_attributes>;
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
 struct GraphKey {
-  int64_t batch, seq, q_heads, kv_heads, qk_dim, v_dim;
+  int64_t batch, seq, kv_seq, q_heads, kv_heads, qk_dim, v_dim;  // kv_seq: AttentionShape::keys()
   float scale;  // AttentionShape::scale()
+  bool causal;
   bool backward;
   auto operator<=>(const GraphKey&) const = default;
 };
@@ -126,14 +127,14 @@ std::shared_ptr<fe::graph::Graph> Describe(const GraphKey& k) {
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   const TensorAttr q = graph->tensor(Bthd("q", kQ, k.batch, k.seq, k.q_heads, k.qk_dim));
-  const TensorAttr key = graph->tensor(Bthd("k", kK, k.batch, k.seq, k.kv_heads, k.qk_dim));
-  const TensorAttr v = graph->tensor(Bthd("v", kV, k.batch, k.seq, k.kv_heads, k.v_dim));
+  const TensorAttr key = graph->tensor(Bthd("k", kK, k.batch, k.kv_seq, k.kv_heads, k.qk_dim));
+  const TensorAttr v = graph->tensor(Bthd("v", kV, k.batch, k.kv_seq, k.kv_heads, k.v_dim));
   const auto out_like = Bthd("out", kO, k.batch, k.seq, k.q_heads, k.v_dim);
   if (!k.backward) {
     auto options = fe::graph::SDPA_attributes()
                        .set_name("attention")
                        .set_generate_stats(true)
-                       .set_causal_mask(true)
+                       .set_causal_mask(k.causal)
                        .set_attn_scale(k.scale);
     auto [out, stats] = graph->sdpa(q, key, v, options);
     MarkOutput(out, out_like);
@@ -150,13 +151,13 @@ std::shared_ptr<fe::graph::Graph> Describe(const GraphKey& k) {
   const TensorAttr stats = graph->tensor(Stats(k));
   auto options = fe::graph::SDPA_backward_attributes()
                      .set_name("attention_backward")
-                     .set_causal_mask(true)
+                     .set_causal_mask(k.causal)
                      .set_attn_scale(k.scale)
                      .set_deterministic_algorithm(true);
   auto [dq, dk, dv] = graph->sdpa_backward(q, key, v, out, dout, stats, options);
   MarkOutput(dq, Bthd("dq", kDQ, k.batch, k.seq, k.q_heads, k.qk_dim));
-  MarkOutput(dk, Bthd("dk", kDK, k.batch, k.seq, k.kv_heads, k.qk_dim));
-  MarkOutput(dv, Bthd("dv", kDV, k.batch, k.seq, k.kv_heads, k.v_dim));
+  MarkOutput(dk, Bthd("dk", kDK, k.batch, k.kv_seq, k.kv_heads, k.qk_dim));
+  MarkOutput(dv, Bthd("dv", kDV, k.batch, k.kv_seq, k.kv_heads, k.v_dim));
   return graph;
 }
 
@@ -191,8 +192,9 @@ const CachedGraph& Graph(const GraphKey& key) {
   it = graphs.emplace(key, Build(key, &why)).first;
   if (it->second.graph == nullptr) {
     TETRA_LOG() << "warning: cuDNN has no fused attention " << (key.backward ? "backward" : "forward")
-                << " for B " << key.batch << " T " << key.seq << " Hq " << key.q_heads << " Hkv "
-                << key.kv_heads << " D " << key.qk_dim << "/" << key.v_dim << " (" << why
+                << " for B " << key.batch << " T " << key.seq << " Tk " << key.kv_seq << " Hq "
+                << key.q_heads << " Hkv " << key.kv_heads << " D " << key.qk_dim << "/" << key.v_dim
+                << (key.causal ? " causal" : " unmasked") << " (" << why
                 << "): that shape runs on tetra's own kernel";
   }
   return it->second;
@@ -215,11 +217,13 @@ const CachedGraph* Usable(const AttentionShape& s, bool backward, const Tensor& 
   if (s.head_dim % 8 != 0 || v_dim % 8 != 0) return nullptr;
   const CachedGraph& graph = Graph({.batch = s.batch,
                                     .seq = s.seq,
+                                    .kv_seq = s.keys(),
                                     .q_heads = s.q_heads,
                                     .kv_heads = s.kv_heads,
                                     .qk_dim = s.head_dim,
                                     .v_dim = v_dim,
                                     .scale = s.scale(),
+                                    .causal = s.causal,
                                     .backward = backward});
   return graph.graph == nullptr ? nullptr : &graph;
 }

@@ -1,12 +1,14 @@
-// Causal grouped-query attention through cuDNN's fused flash attention (the
-// frontend's scaled dot-product attention graphs): tensor-core kernels for
-// bf16, fp32 softmax statistics (the same log-sum-exp as our kernels), a
-// deterministic backward, query/key head dims that may differ from the
-// values' (MLA). One graph per shape and direction, built on first use and
-// cached. libcudnn is loaded at run time: where it is missing, turned off
-// (TETRA_CUDNN_ATTENTION=0), or has no engine for a shape, these return
-// false having done nothing and the caller runs tetra's own kernel
-// (kernels/cuda/attention.cu), which also stays the fp32 path.
+// Grouped-query attention through cuDNN's fused flash attention (the
+// frontend's scaled dot-product attention graphs), causal or, for ring
+// attention's blocks, unmasked over keys of their own length (cuDNN's s_kv
+// apart from s_q): tensor-core kernels for bf16, fp32 softmax statistics (the
+// same log-sum-exp as our kernels), a deterministic backward, query/key head
+// dims that may differ from the values' (MLA). One graph per shape, mask and
+// direction, built on first use and cached. libcudnn is loaded at run time:
+// where it is missing, turned off (TETRA_CUDNN_ATTENTION=0), or has no engine
+// for a shape, these return false having done nothing and the caller runs
+// tetra's own kernel (kernels/cuda/attention.cu), which also stays the fp32
+// path.
 #ifndef TETRA_KERNELS_CUDA_CUDNN_ATTENTION_H_
 #define TETRA_KERNELS_CUDA_CUDNN_ATTENTION_H_
 

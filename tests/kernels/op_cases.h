@@ -7,6 +7,7 @@
 #ifndef TETRA_TESTS_KERNELS_OP_CASES_H_
 #define TETRA_TESTS_KERNELS_OP_CASES_H_
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -344,8 +345,11 @@ inline void AddColumnCases(std::vector<OpCase>* cases) {
   }
 }
 
-// One attention case: forward and backward of `s` in `dtype`.
-inline OpCase AttentionCase(const AttentionShape& s, DType dtype) {
+// Attention's tolerances on backend `b` in `dtype`.
+struct AttentionTolerances {
+  Tolerance out, lse, grad;
+};
+inline AttentionTolerances AttentionTol(const Backend& b, DType dtype) {
   // fp32: dot products of D <= 192 terms and softmax sums over the keys in
   // different orders, and CUDA's expf against the CPU's polynomial: a few
   // 1e-7; gradients sum P (dP - delta) over keys and query heads.
@@ -361,31 +365,82 @@ inline OpCase AttentionCase(const AttentionShape& s, DType dtype) {
   // mapping is off by 0.1 and more).
   constexpr Tolerance kDeviceBf16Tol{5e-3, kBf16Rounding, "bf16 inputs and outputs; P and dS rounded to bf16 for tensor cores"};
   constexpr Tolerance kDeviceLseTol{1e-4, 1e-5, "fp32 statistics of the same inputs; exp2/log2 with log2(e) in the scale"};
-  const bool fp32 = dtype == DType::kF32;
-  return {CaseName("attention", dtype,
-                   absl::StrCat("B", s.batch, " T", s.seq, " Hq", s.q_heads, " Hkv", s.kv_heads, " D", s.head_dim,
+  if (dtype == DType::kF32) return {kForwardTol, kForwardTol, kBackwardTol};
+  if (b.device() == DeviceType::kCPU) return {kBf16Tol, kForwardTol, kBf16Tol};
+  return {kDeviceBf16Tol, kDeviceLseTol, kDeviceBf16Tol};
+}
+
+// One attention case: forward and backward of `s` in `dtype`.
+inline OpCase AttentionCase(const AttentionShape& s, DType dtype) {
+  return {CaseName(s.causal ? "attention" : "attention unmasked", dtype,
+                   absl::StrCat("B", s.batch, " T", s.seq, s.kv_seq == 0 ? "" : absl::StrCat(" Tk", s.kv_seq),
+                                " Hq", s.q_heads, " Hkv", s.kv_heads, " D", s.head_dim,
                                 s.v_head_dim == 0 ? "" : absl::StrCat(" Dv", s.v_head_dim),
                                 s.softmax_scale == 0 ? "" : absl::StrCat(" scale ", s.softmax_scale))),
           [=](const Backend& b, Outputs* out) {
             const Shape q_shape = {s.batch, s.seq, s.q_heads, s.head_dim};
-            const Shape k_shape = {s.batch, s.seq, s.kv_heads, s.head_dim};
-            const Shape v_shape = {s.batch, s.seq, s.kv_heads, s.value_dim()};
+            const Shape k_shape = {s.batch, s.keys(), s.kv_heads, s.head_dim};
+            const Shape v_shape = {s.batch, s.keys(), s.kv_heads, s.value_dim()};
             const Shape out_shape = {s.batch, s.seq, s.q_heads, s.value_dim()};
             const Tensor q = b.In(HostRandom(q_shape, 1), dtype), k = b.In(HostRandom(k_shape, 2), dtype),
                          v = b.In(HostRandom(v_shape, 3), dtype);
             const Tensor y = b.Out(out_shape, dtype), lse = b.Out({s.batch, s.q_heads, s.seq});
             ops::Attention(s, q, k, v, y, lse);
             b.Round(y, dtype);  // the backward reads the stored output
-            const bool device = b.device() != DeviceType::kCPU;
-            const Tolerance bf16_tol = device ? kDeviceBf16Tol : kBf16Tol;
-            out->Add("out", y, fp32 ? kForwardTol : bf16_tol);
-            out->Add("lse", lse, fp32 || !device ? kForwardTol : kDeviceLseTol);
+            const AttentionTolerances tol = AttentionTol(b, dtype);
+            out->Add("out", y, tol.out);
+            out->Add("lse", lse, tol.lse);
             const Tensor dq = b.Out(q_shape, dtype), dk = b.Out(k_shape, dtype), dv = b.Out(v_shape, dtype);
             ops::AttentionBackward(s, b.In(HostRandom(out_shape, 4), dtype), q, k, v, y, lse, dq, dk, dv);
-            const Tolerance tol = fp32 ? kBackwardTol : bf16_tol;
-            out->Add("dq", dq, tol);
-            out->Add("dk", dk, tol);
-            out->Add("dv", dv, tol);
+            out->Add("dq", dq, tol.grad);
+            out->Add("dk", dk, tol.grad);
+            out->Add("dv", dv, tol.grad);
+          }};
+}
+
+// Ring attention's steps on one rank (context parallelism): the queries'
+// attention over an earlier chunk of 56 keys (unmasked) and over their own
+// 40 (causal), merged into an fp32 out and lse; then each block's backward
+// from the merged out (stored in the case's dtype) and lse, which gives that
+// block's share of the gradients only where the backward takes the lse as
+// given (cuDNN's and our kernel's).
+inline OpCase AttentionRingBlocksCase(DType dtype) {
+  const AttentionShape own{.batch = 2, .seq = 40, .q_heads = 4, .kv_heads = 2, .head_dim = 32};
+  AttentionShape earlier = own;
+  earlier.kv_seq = 56;
+  earlier.causal = false;
+  return {CaseName("attention ring blocks", dtype, "B2 T40 over Tk56 and itself, Hq4 Hkv2 D32"),
+          [=](const Backend& b, Outputs* out) {
+            const Shape q_shape = {2, 40, 4, 32}, lse_shape = {2, 4, 40};
+            const Shape own_kv = {2, 40, 2, 32}, earlier_kv = {2, 56, 2, 32};
+            const Tensor q = b.In(HostRandom(q_shape, 1), dtype);
+            const Tensor k1 = b.In(HostRandom(earlier_kv, 2), dtype), v1 = b.In(HostRandom(earlier_kv, 3), dtype);
+            const Tensor k2 = b.In(HostRandom(own_kv, 4), dtype), v2 = b.In(HostRandom(own_kv, 5), dtype);
+            const Tensor y1 = b.Out(q_shape, dtype), y2 = b.Out(q_shape, dtype);
+            const Tensor lse = b.Out(lse_shape), lse2 = b.Out(lse_shape);
+            ops::Attention(earlier, q, k1, v1, y1, lse);
+            ops::Attention(own, q, k2, v2, y2, lse2);
+            b.Round(y1, dtype);
+            b.Round(y2, dtype);
+            const Tensor merged = b.Out(q_shape);  // fp32
+            ops::Cast(y1, merged);
+            ops::AttentionMerge(y2, lse2, merged, lse);
+            const AttentionTolerances tol = AttentionTol(b, dtype);
+            out->Add("out", merged, tol.out);
+            out->Add("lse", lse, tol.lse);
+            const Tensor y = b.Out(q_shape, dtype);
+            ops::Cast(merged, y);
+            b.Round(y, dtype);
+            const Tensor dout = b.In(HostRandom(q_shape, 6), dtype);
+            for (int block = 1; block <= 2; ++block) {
+              const Shape& kv_shape = block == 1 ? earlier_kv : own_kv;
+              const Tensor dq = b.Out(q_shape, dtype), dk = b.Out(kv_shape, dtype), dv = b.Out(kv_shape, dtype);
+              ops::AttentionBackward(block == 1 ? earlier : own, dout, q, block == 1 ? k1 : k2,
+                                     block == 1 ? v1 : v2, y, lse, dq, dk, dv);
+              out->Add(absl::StrCat("dq of block ", block), dq, tol.grad);
+              out->Add(absl::StrCat("dk of block ", block), dk, tol.grad);
+              out->Add(absl::StrCat("dv of block ", block), dv, tol.grad);
+            }
           }};
 }
 
@@ -399,9 +454,44 @@ inline void AddAttentionCases(std::vector<OpCase>* cases) {
       // MLA's heads (Hkv = Hq) with a softmax scale other than 1 / sqrt(D), as YaRN's mscale^2 makes.
       {.batch = 1, .seq = 37, .q_heads = 2, .kv_heads = 2, .head_dim = 24, .v_head_dim = 16,
        .softmax_scale = 0.3},
+      // Ring attention's blocks: every key visible, keys of a length of their
+      // own: more keys than queries (past a 64-row tile, not a multiple of
+      // one) with GQA, fewer with Dv != D, and as many (the ring's equal
+      // chunks) with multi-query heads.
+      {.batch = 2, .seq = 45, .q_heads = 4, .kv_heads = 2, .head_dim = 16, .kv_seq = 70, .causal = false},
+      {.batch = 1, .seq = 70, .q_heads = 4, .kv_heads = 2, .head_dim = 48, .v_head_dim = 32, .kv_seq = 33,
+       .causal = false},
+      {.batch = 2, .seq = 40, .q_heads = 3, .kv_heads = 1, .head_dim = 64, .causal = false},
   };
   for (const AttentionShape& s : shapes) {
     for (DType dtype : {DType::kF32, DType::kBF16}) cases->push_back(AttentionCase(s, dtype));
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) cases->push_back(AttentionRingBlocksCase(dtype));
+}
+
+// Ring attention's merge of two partial attentions of the same queries, out
+// and lse fp32, the part's out in `dtype`. The lse's spread of 3 weights the
+// two sides anywhere from even to one-sided; a row of each side has no keys
+// (lse -inf), so the other side passes through.
+inline void AddAttentionMergeCases(std::vector<OpCase>* cases) {
+  // fp32 out and lse from the same (rounded) inputs: a max, exp, log1p and
+  // two multiply-adds per element; CUDA's expf and log1pf (1-2 ulp) against
+  // glibc's (within 1 ulp) move the lse by ~1e-7 of its magnitude and the
+  // weights by as much.
+  constexpr Tolerance kMergeTol{1e-6, 4e-6, "exp, log1p and two products per element; CUDA's "
+                                            "expf/log1pf against glibc's"};
+  constexpr int64_t kB = 2, kT = 37, kH = 3, kDv = 20;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    cases->push_back({CaseName("attention_merge", dtype, "B2 T37 H3 Dv20"), [=](const Backend& b, Outputs* out) {
+                        const Shape out_shape = {kB, kT, kH, kDv}, lse_shape = {kB, kH, kT};
+                        Tensor lse_host = HostRandom(lse_shape, 3, 3.0f), part_lse_host = HostRandom(lse_shape, 4, 3.0f);
+                        lse_host.f32()[5] = -INFINITY;            // out has no keys: (b 0, h 0, t 5)
+                        part_lse_host.f32()[kT + 2] = -INFINITY;  // part has none: (b 0, h 1, t 2)
+                        const Tensor y = b.In(HostRandom(out_shape, 1)), lse = b.In(lse_host);
+                        ops::AttentionMerge(b.In(HostRandom(out_shape, 2), dtype), b.In(part_lse_host), y, lse);
+                        out->Add("out", y, kMergeTol);
+                        out->Add("lse", lse, kMergeTol);
+                      }});
   }
 }
 
@@ -861,6 +951,7 @@ inline std::vector<OpCase> OpCases() {
   AddMlaCases(&cases);
   AddColumnCases(&cases);
   AddAttentionCases(&cases);
+  AddAttentionMergeCases(&cases);
   AddSwigluCases(&cases);
   AddSwigluPackedCases(&cases);
   AddCrossEntropyCases(&cases);

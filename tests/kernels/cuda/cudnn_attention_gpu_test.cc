@@ -25,8 +25,8 @@ void ExpectCudnnRuns(const AttentionShape& s) {
   const Backend gpu = Backend::InCaseDtype(DeviceType::kCUDA);
   const DType bf16 = DType::kBF16;
   const Shape q_shape = {s.batch, s.seq, s.q_heads, s.head_dim};
-  const Shape k_shape = {s.batch, s.seq, s.kv_heads, s.head_dim};
-  const Shape v_shape = {s.batch, s.seq, s.kv_heads, s.value_dim()};
+  const Shape k_shape = {s.batch, s.keys(), s.kv_heads, s.head_dim};
+  const Shape v_shape = {s.batch, s.keys(), s.kv_heads, s.value_dim()};
   const Shape out_shape = {s.batch, s.seq, s.q_heads, s.value_dim()};
   const Tensor q = gpu.In(HostRandom(q_shape, 1), bf16), k = gpu.In(HostRandom(k_shape, 2), bf16),
                v = gpu.In(HostRandom(v_shape, 3), bf16), dout = gpu.In(HostRandom(out_shape, 4), bf16);
@@ -63,6 +63,16 @@ TEST(CudnnAttentionGpuTest, RunsMlaHeadDims) {
   // past what our own kernel takes (128).
   ExpectMatchesTheCpu(
       {.batch = 1, .seq = 256, .q_heads = 4, .kv_heads = 4, .head_dim = 192, .v_head_dim = 128});
+}
+
+TEST(CudnnAttentionGpuTest, RunsRingAttentionBlocks) {
+  TETRA_SKIP_WITHOUT_CUDNN();
+  // Context parallelism's blocks: a chunk's queries over another rank's
+  // chunk of keys, all visible; chunks of one length, and of two.
+  ExpectMatchesTheCpu({.batch = 1, .seq = 512, .q_heads = 8, .kv_heads = 2, .head_dim = 64,
+                       .causal = false});
+  ExpectMatchesTheCpu({.batch = 2, .seq = 256, .q_heads = 4, .kv_heads = 4, .head_dim = 128,
+                       .kv_seq = 384, .causal = false});
 }
 
 TEST(CudnnAttentionGpuTest, BackwardIsDeterministic) {
