@@ -23,7 +23,8 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
                         OutputProjectionStd(c), parallelism.Row())),
       store_(store),
       region_(*parallelism.tp, parallelism.sequence_parallel),
-      rope_(head_dim_, c.rope_theta(), RotaryScaling(c)) {
+      rope_(head_dim_, c.rope_theta(), RotaryScaling(c), parallelism.context()),
+      attention_(*parallelism.cp) {
   // A key-value head shared by several ranks gets a part of its gradient
   // from each rank's query heads.
   if (parallelism.kv_replicas->size() > 1) {
@@ -59,7 +60,7 @@ Tensor AttentionLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t
     ops::Rope(a.q, rope);
     ops::Rope(a.k, rope);
   }
-  ops::Attention({batch, seq, q_heads_, kv_heads_, head_dim_}, a.q, a.k, a.v, a.attn, a.lse);
+  attention_.Forward({batch, seq, q_heads_, kv_heads_, head_dim_}, a.q, a.k, a.v, a.attn, a.lse);
   ops::Linear(a.attn.Reshape({batch * seq, q_heads_ * head_dim_}), o_proj_.compute, y_);
   return region_.Exit(y_);
 }
@@ -74,8 +75,8 @@ Tensor AttentionLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dv_, a.v.shape());
   EnsureShape(&dx_, a.x.shape());
   ops::LinearBackward(region_.ExitBackward(dy), a.attn, o_proj_.compute, dattn_, o_proj_.grad);
-  ops::AttentionBackward({batch, seq, q_heads_, kv_heads_, head_dim_}, dattn_, a.q, a.k, a.v,
-                         a.attn, a.lse, dq_, dk_, dv_);
+  attention_.Backward({batch, seq, q_heads_, kv_heads_, head_dim_}, dattn_, a.q, a.k, a.v, a.attn, a.lse, dq_,
+                      dk_, dv_);
   // The packed gradient view spans q, k and v's own gradient slices, so a
   // kv_replicas partial sum (grad_partial_over) still finds k's and v's.
   if (const std::optional<StackedParameters> qkv = StackedQkv()) {

@@ -1,5 +1,8 @@
 // Self-attention of a Llama block: q/k/v projections, rotary embeddings,
-// causal grouped-query attention, output projection (no biases).
+// causal grouped-query attention, output projection (no biases). Under
+// context parallelism the rows are this rank's chunks of each sequence,
+// rotated at their positions, and attention is the ring over the context
+// group (parallel/context_parallel_attention.h).
 //
 // Tensor-parallel (model_parallelism.h): q/k/v are column-parallel, so each
 // rank computes its own query heads (heads / tp) and key-value heads (kv / tp,
@@ -24,6 +27,7 @@
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
 #include "model/rotary_table.h"
+#include "parallel/context_parallel_attention.h"
 #include "parallel/tensor_parallel.h"
 #include "proto/config.pb.h"
 
@@ -46,6 +50,7 @@ class AttentionLayer {
   // uses and the next overwrites); ReleaseActivations the slots too.
   void ReleaseScratch() {
     region_.Release();
+    attention_.ReleaseScratch();
     ReleaseTensors({&y_, &dattn_, &dq_, &dk_, &dv_, &dx_, &qkv_});
   }
   void ReleaseActivations() {
@@ -69,6 +74,7 @@ class AttentionLayer {
   const ParameterStore& store_;  // StackedQkv's views
   TensorParallelRegion region_;  // Exit and the backward passes
   RotaryTable rope_;
+  ContextParallelAttention attention_;  // plain attention without context parallelism
   ActivationSlots<Activations> slots_;
   Tensor y_;                                        // forward scratch
   Tensor dattn_, dq_, dk_, dv_, dx_;  // backward scratch

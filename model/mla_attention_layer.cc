@@ -44,7 +44,8 @@ MlaAttentionLayer::MlaAttentionLayer(ParameterStore& store, const std::string& p
                         {c.hidden_size(), int64_t{c.num_attention_heads()} * v_dim_},
                         Init::kNormal, OutputProjectionStd(c), parallelism.Row())),
       region_(*parallelism.tp, parallelism.sequence_parallel),
-      rope_(rope_dim_, c.rope_theta(), RotaryScaling(c)) {
+      rope_(rope_dim_, c.rope_theta(), RotaryScaling(c), parallelism.context()),
+      attention_(*parallelism.cp) {
   // Every rank holds the down projections and latent norms whole, but its
   // gradients of them flow back from its own heads only.
   if (parallelism.tp_size() > 1) {
@@ -103,7 +104,7 @@ Tensor MlaAttentionLayer::Forward(int slot, const Tensor& x, int64_t batch, int6
   ops::DecoupledRope(k_pe_, rope, interleaved_);
   ops::MlaSplitKeyValue(kv_, k_pe_, a.k, a.v);
 
-  ops::Attention(Shape(batch, seq), a.q, a.k, a.v, a.attn, a.lse);
+  attention_.Forward(Shape(batch, seq), a.q, a.k, a.v, a.attn, a.lse);
   ops::Linear(a.attn.Reshape({rows, heads_ * v_dim_}), o_proj_.compute, y_);
   return region_.Exit(y_);
 }
@@ -122,7 +123,7 @@ Tensor MlaAttentionLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dx_, a.x.shape());
   ops::LinearBackward(region_.ExitBackward(dy), a.attn.Reshape({rows, heads_ * v_dim_}),
                       o_proj_.compute, dattn_, o_proj_.grad);
-  ops::AttentionBackward(Shape(batch, seq), dattn_, a.q, a.k, a.v, a.attn, a.lse, dq_, dk_, dv_);
+  attention_.Backward(Shape(batch, seq), dattn_, a.q, a.k, a.v, a.attn, a.lse, dq_, dk_, dv_);
 
   // Keys and values back to the latent and the rotary key.
   ops::MlaMergeKeyValueBackward(dk_, dv_, dkv_, dk_pe_);
@@ -160,6 +161,7 @@ void MlaAttentionLayer::ReleaseScratch() {
   if (q_a_norm_) q_a_norm_->ReleaseScratch();
   kv_a_norm_.ReleaseScratch();
   region_.Release();
+  attention_.ReleaseScratch();
   ReleaseTensors({&kv_, &k_pe_, &y_, &dattn_, &dq_, &dk_, &dv_, &dkv_, &dk_pe_, &dkv_normed_, &dq_normed_, &dx_});
 }
 

@@ -29,6 +29,7 @@
 #include "model/parameters.h"
 #include "model/rmsnorm_layer.h"
 #include "model/rotary_table.h"
+#include "parallel/context_parallel_attention.h"
 #include "parallel/tensor_parallel.h"
 #include "proto/config.pb.h"
 
@@ -73,6 +74,7 @@ class MlaAttentionLayer {
   Parameter &kv_b_proj_, &o_proj_;
   TensorParallelRegion region_;
   RotaryTable rope_;
+  ContextParallelAttention attention_;  // plain attention without context parallelism
   ActivationSlots<Activations> slots_;
   Tensor kv_, k_pe_, y_;  // forward scratch: kv_b_proj's output, the rotary key, o_proj's
   Tensor dattn_, dq_, dk_, dv_, dkv_, dk_pe_, dkv_normed_, dq_normed_, dx_;  // backward scratch

@@ -22,6 +22,7 @@
 
 #include "comm/communicator.h"
 #include "model/parameters.h"
+#include "parallel/context_shard.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
@@ -48,6 +49,9 @@ struct ModelParallelism {
   Communicator* ep = nullptr;
   // The same for the routed experts' flat buffers (expert-data-parallel shards).
   int64_t expert_flat_multiple = 1;
+  // The context-parallel group, over which each sequence is split
+  // (parallel/context_shard.h; outlives the model); null: this process alone.
+  Communicator* cp = nullptr;
 };
 
 struct LayerParallelism {
@@ -57,7 +61,10 @@ struct LayerParallelism {
   Communicator* kv_replicas = nullptr;
   bool sequence_parallel = false;
   Communicator* ep = nullptr;  // MoE layers' expert-parallel group
+  Communicator* cp = nullptr;  // the context-parallel group (attention's ring)
 
+  // The tokens of each sequence this rank holds.
+  ContextShard context() const { return {.size = cp->size(), .rank = cp->rank()}; }
   int tp_rank() const { return tp->rank(); }
   int tp_size() const { return tp->size(); }
   // Weights (out, in) of column-parallel linears: dim 0 split over tp.
@@ -78,7 +85,7 @@ struct LayerParallelism {
 // One process alone: the layers' default, so single-rank code never names a group.
 const LayerParallelism& SingleRankParallelism();
 
-// The groups of one model: the TP and EP groups (SelfCommunicators when
+// The groups of one model: the TP, EP and CP groups (SelfCommunicators when
 // ModelParallelism's are null) and the key-value replica group, split from
 // it when kv < tp (collective over tp: every TP rank builds its model at the
 // same point).
@@ -88,7 +95,7 @@ class TensorParallelGroups {
   const LayerParallelism& layers() const { return layers_; }
 
  private:
-  std::unique_ptr<Communicator> own_tp_, own_ep_, kv_replicas_;
+  std::unique_ptr<Communicator> own_tp_, own_ep_, own_cp_, kv_replicas_;
   LayerParallelism layers_;
 };
 

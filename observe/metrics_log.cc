@@ -73,7 +73,7 @@ std::string MetricsJson(const StepMetrics& m) {
   if (m.run) {
     const RunLayout& r = *m.run;
     absl::StrAppend(&json, ", \"world_size\": ", r.mesh.world, ", \"tensor\": ", r.mesh.tp,
-                    ", \"pipeline\": ", r.mesh.pp, ", \"data\": ", r.mesh.dp, ", \"expert\": ", r.mesh.ep,
+                    ", \"context\": ", r.mesh.cp, ", \"pipeline\": ", r.mesh.pp, ", \"data\": ", r.mesh.dp, ", \"expert\": ", r.mesh.ep,
                     ", \"global_batch_size\": ", r.global_batch_size, ", \"micro_batch_size\": ",
                     r.micro_batch_size, ", \"seq_length\": ", r.seq_length, ", \"zero_stage\": ",
                     r.zero_stage);

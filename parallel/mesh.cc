@@ -100,8 +100,8 @@ absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) 
     return UserError(absl::StrCat("the world size is ", world_size, ", but a run needs at least 1 rank"),
                      "launch 1 or more ranks");
   }
-  for (auto [name, size] : {std::pair{"tensor", config.tensor()}, std::pair{"pipeline", config.pipeline()},
-                            std::pair{"expert", config.expert()}}) {
+  for (auto [name, size] : {std::pair{"tensor", config.tensor()}, std::pair{"context", config.context()},
+                            std::pair{"pipeline", config.pipeline()}, std::pair{"expert", config.expert()}}) {
     if (size < 1) {
       return UserError(absl::StrCat("parallel.", name, " is ", size, ", but every parallel size must be at least 1"),
                        absl::StrCat("set parallel.", name, " to 1 or more"));
@@ -115,7 +115,7 @@ absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) 
   MeshShape shape;
   shape.world = world_size;
   shape.tp = config.tensor();
-  shape.cp = 1;  // reserved: context parallelism has no config field yet
+  shape.cp = config.context();
   shape.pp = config.pipeline();
   shape.ep = config.expert();
   const std::string model_factors =
@@ -168,6 +168,8 @@ const char* GroupKindName(GroupKind kind) {
       return "cp";
     case GroupKind::kData:
       return "dp";
+    case GroupKind::kDataContext:
+      return "dpcp";
     case GroupKind::kPipeline:
       return "pp";
     case GroupKind::kExpert:
@@ -225,6 +227,7 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
   set(GroupKind::kTensor) = Partition(mesh.dense_, s.world, {kTp});
   set(GroupKind::kContext) = Partition(mesh.dense_, s.world, {kCp});
   set(GroupKind::kData) = Partition(mesh.dense_, s.world, {kDp});
+  set(GroupKind::kDataContext) = Partition(mesh.dense_, s.world, {kCp, kDp});
   set(GroupKind::kPipeline) = Partition(mesh.dense_, s.world, {kPp});
   set(GroupKind::kModel) = Partition(mesh.dense_, s.world, {kTp, kPp});
   set(GroupKind::kExpert) = Partition(mesh.expert_, s.world, {kEp});

@@ -24,7 +24,6 @@
 // rank = tp + TP dp + TP DP pp and expert rank = tp + TP ep + TP EP edp +
 // TP DP pp; "tp-cp-dp-ep-pp" the same dense ranks and expert rank = tp +
 // TP edp + TP EDP ep + TP DP pp.
-// Context parallelism is reserved: cp is 1 until a config field sets it.
 #ifndef TETRA_PARALLEL_MESH_H_
 #define TETRA_PARALLEL_MESH_H_
 
@@ -58,16 +57,20 @@ struct RankCoords {
   bool operator==(const RankCoords&) const = default;
 };
 
-// The kinds of groups. kModel is tp x pp (the ranks holding one full replica of
+// The kinds of groups. kDataContext is dp x cp (the ranks holding the same
+// dense weights, whose token losses and gradients add up); kModel is tp x pp (the ranks holding one full replica of
 // the dense weights); kEmbedding holds the first and last stage of each
 // pipeline group (the ranks whose tied embedding gradients are summed), so
 // middle stages belong to no embedding group.
-enum class GroupKind { kTensor, kContext, kData, kPipeline, kExpert, kExpertData, kModel, kEmbedding };
-inline constexpr std::array<GroupKind, 8> kGroupKinds = {
-    GroupKind::kTensor, GroupKind::kContext,    GroupKind::kData,  GroupKind::kPipeline,
-    GroupKind::kExpert, GroupKind::kExpertData, GroupKind::kModel, GroupKind::kEmbedding};
+enum class GroupKind {
+  kTensor, kContext, kData, kDataContext, kPipeline, kExpert, kExpertData, kModel, kEmbedding
+};
+inline constexpr std::array<GroupKind, 9> kGroupKinds = {
+    GroupKind::kTensor,   GroupKind::kContext, GroupKind::kData,       GroupKind::kDataContext,
+    GroupKind::kPipeline, GroupKind::kExpert,  GroupKind::kExpertData, GroupKind::kModel,
+    GroupKind::kEmbedding};
 
-// "tp", "cp", "dp", "pp", "ep", "edp", "mp", "embd".
+// "tp", "cp", "dp", "dpcp", "pp", "ep", "edp", "mp", "embd".
 const char* GroupKindName(GroupKind kind);
 
 class Mesh {

@@ -10,8 +10,6 @@ namespace tetra {
 absl::StatusOr<ParallelState> ParallelState::Create(const ParallelConfig& parallel,
                                                     std::unique_ptr<Communicator> world) {
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(parallel, world->size()));
-  // loss() and grad() are the data group while the context axis is 1.
-  TETRA_CHECK(mesh.shape().cp == 1) << "context parallelism needs its own loss and grad groups";
   const int rank = world->rank();
   ParallelState state(std::move(mesh), std::move(world));
   const Mesh& m = state.mesh_;
@@ -27,6 +25,8 @@ absl::StatusOr<ParallelState> ParallelState::Create(const ParallelConfig& parall
   state.tensor_ = split(m.Group(GroupKind::kTensor, rank), "tp");
   state.context_ = split(m.Group(GroupKind::kContext, rank), "cp");
   state.batch_ = split(m.Group(GroupKind::kData, rank), "dp");
+  if (m.shape().cp > 1) state.own_data_context_ = split(m.Group(GroupKind::kDataContext, rank), "dpcp");
+  state.data_context_ = state.own_data_context_ ? state.own_data_context_.get() : state.batch_.get();
   state.pipeline_ = split(m.Group(GroupKind::kPipeline, rank), "pp");
   state.model_ = split(m.Group(GroupKind::kModel, rank), "mp");
   state.expert_ = split(m.Group(GroupKind::kExpert, rank), "ep");

@@ -6,8 +6,8 @@
 //   role          ranks                        what it is for
 //   world         all                          start-up checks, metrics
 //   tensor        tp                           a layer's weight shards (TP, SP)
-//   context       cp                           a sequence's chunks (one rank
-//                                              until context parallelism lands)
+//   context       cp                           a sequence's chunks (the ring
+//                                              of context-parallel attention)
 //   pipeline      pp, in stage order           activations between stages
 //   batch         dp                           which samples a rank reads
 //   loss          dp x cp                      token losses that add up
@@ -45,8 +45,8 @@ class ParallelState {
   Communicator& context() const { return *context_; }
   Communicator& pipeline() const { return *pipeline_; }
   Communicator& batch() const { return *batch_; }
-  Communicator& loss() const { return *batch_; }  // dp x cp: dp while cp is 1
-  Communicator& grad() const { return *batch_; }  // dp x cp: dp while cp is 1
+  Communicator& loss() const { return *data_context_; }  // dp x cp
+  Communicator& grad() const { return *data_context_; }  // dp x cp
   Communicator& model() const { return *model_; }
   Communicator& expert() const { return *expert_; }
   Communicator& expert_data() const { return *expert_data_; }
@@ -66,6 +66,9 @@ class ParallelState {
   RankCoords coords_;
   std::unique_ptr<Communicator> world_, tensor_, context_, pipeline_, batch_, model_, expert_,
       expert_data_, embedding_;
+  // dp x cp; with cp = 1 the batch communicator itself.
+  std::unique_ptr<Communicator> own_data_context_;
+  Communicator* data_context_ = nullptr;
 };
 
 }  // namespace tetra

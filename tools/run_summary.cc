@@ -79,14 +79,20 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
     }
   }
   const int tensor = integer("tensor"), pipeline = integer("pipeline"), data = integer("data");
-  if (int64_t{tensor} * pipeline * data != integer("world_size") || data % integer("expert") != 0) {
+  // Runs from before context parallelism wrote no "context": 1.
+  const double context_value = first.count("context") ? first.at("context") : 1;
+  const int context = context_value >= 1 && context_value <= 1 << 20 && context_value == std::floor(context_value)
+                          ? static_cast<int>(context_value)
+                          : 0;
+  if (context == 0 || int64_t{tensor} * context * pipeline * data != integer("world_size") ||
+      (int64_t{data} * context) % integer("expert") != 0) {
     return UserError(absl::StrCat(path, ": the first line's layout (world_size ", integer("world_size"), ", tensor ",
-                                  tensor, ", pipeline ", pipeline, ", data ", data, ", expert ", integer("expert"),
-                                  ") is not one a run can have"),
+                                  tensor, ", context ", context_value, ", pipeline ", pipeline, ", data ", data,
+                                  ", expert ", integer("expert"), ") is not one a run can have"),
                      "pass the metrics of a run written by tetra train");
   }
   RunLayout& layout = run.layout;
-  layout.mesh = MeshShape::Of(tensor, pipeline, data, integer("expert"));
+  layout.mesh = MeshShape::Of(tensor, pipeline, data, integer("expert"), context);
   layout.global_batch_size = integer("global_batch_size");
   layout.micro_batch_size = integer("micro_batch_size");
   layout.seq_length = integer("seq_length");

@@ -32,16 +32,28 @@ TrainStep::TrainStep(const TrainerConfig& config, const ParallelState& parallel,
       seq_(config.train().seq_length()),
       micro_(config.train().micro_batch_size()),
       global_batch_(config.train().global_batch_size()),
-      rank_batch_(global_batch_ / parallel.batch().size()) {}
+      rank_batch_(global_batch_ / parallel.batch().size()),
+      context_{.size = parallel.context().size(), .rank = parallel.context().rank()} {}
+
+absl::Status TrainStep::LoadMicroBatch(SampleSource& source, int64_t first, int32_t* inputs, int32_t* targets) {
+  if (context_.size == 1) return source.Load(first, micro_, inputs, targets);
+  whole_inputs_.resize(micro_ * seq_);
+  whole_targets_.resize(micro_ * seq_);
+  RETURN_IF_ERROR(source.Load(first, micro_, whole_inputs_.data(), whole_targets_.data()));
+  context_.SelectTokens(whole_inputs_.data(), micro_, seq_, inputs);
+  context_.SelectTokens(whole_targets_.data(), micro_, seq_, targets);
+  return absl::OkStatus();
+}
 
 absl::Status TrainStep::Run(int64_t step, StepMetrics& m) {
   optimizer_.StartStep();
   // Batch-group rank r takes samples r*B/dp .. (r+1)*B/dp - 1 of the step,
-  // micro-batch k the k-th run of micro_ of them.
+  // micro-batch k the k-th run of micro_ of them (the ranks of a context
+  // group read the same samples and keep their own chunks).
   const int64_t first_sample = (step - 1) * global_batch_ + parallel_.batch().rank() * rank_batch_;
   const absl::StatusOr<double> loss_sum = executor_.Step(
       [&](int k, int32_t* inputs, int32_t* targets) {
-        return data_.Load(first_sample + k * micro_, micro_, inputs, targets);
+        return LoadMicroBatch(data_, first_sample + k * micro_, inputs, targets);
       },
       1.0f / static_cast<float>(tokens_per_step()), [&](int64_t ready) { optimizer_.GradientsReadyFrom(ready); });
   // Gradients finish on every rank, failed or not, so that a failed load ends
@@ -97,7 +109,7 @@ absl::StatusOr<double> TrainStep::Evaluate(SampleSource& validation) {
   const int64_t mine = (micro_batches - batch.rank() + batch.size() - 1) / batch.size();
   const absl::StatusOr<double> loss_sum = executor_.EvaluateLoss(
       [&](int k, int32_t* inputs, int32_t* targets) {
-        return validation.Load((batch.rank() + k * batch.size()) * micro_, micro_, inputs, targets);
+        return LoadMicroBatch(validation, (batch.rank() + k * batch.size()) * micro_, inputs, targets);
       },
       static_cast<int>(mine));
   RETURN_IF_ERROR(AgreeOnStatus(parallel_.world(), loss_sum.status()));

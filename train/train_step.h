@@ -14,6 +14,7 @@
 #define TETRA_TRAIN_TRAIN_STEP_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,6 +22,7 @@
 #include "model/language_model.h"
 #include "observe/metrics_log.h"
 #include "optimizer/model_optimizer.h"
+#include "parallel/context_shard.h"
 #include "parallel/parallel_state.h"
 #include "pipeline/executor.h"
 #include "proto/config.pb.h"
@@ -50,6 +52,10 @@ class TrainStep {
   absl::StatusOr<double> Evaluate(SampleSource& validation);
 
  private:
+  // Samples first .. first + micro_ - 1 of `source` into the executor's
+  // buffers: this rank's chunks of each under context parallelism.
+  absl::Status LoadMicroBatch(SampleSource& source, int64_t first, int32_t* inputs, int32_t* targets);
+
   const TrainerConfig& config_;
   const ParallelState& parallel_;
   SampleSource& data_;
@@ -57,6 +63,8 @@ class TrainStep {
   ModelOptimizer& optimizer_;
   PipelineExecutor& executor_;
   const int64_t seq_, micro_, global_batch_, rank_batch_;
+  const ContextShard context_;
+  std::vector<int32_t> whole_inputs_, whole_targets_;  // whole sequences, before ContextShard picks
 };
 
 }  // namespace tetra

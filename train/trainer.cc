@@ -119,7 +119,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
                       {&parallel.tensor(), config.parallel().sequence_parallel(),
                        /*flat_multiple=*/GradientReducer::PaddedSize(1, parallel.grad().size()),
                        partition.Chunks(pipeline_rank), &parallel.expert(),
-                       /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, parallel.expert_data().size())});
+                       /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, parallel.expert_data().size()),
+                       &parallel.context()});
   model.set_mtp_loss_scaling_factor(train.mtp_loss_scaling_factor());
   if (train.recompute() == Recompute::FULL) model.set_full_recompute(train.recompute_layers());
   if (train.recompute() == Recompute::SELECTIVE) model.set_selective_recompute();
@@ -127,8 +128,9 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
   if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), store));
   ModelOptimizer optimizer(model, config, parallel);
   ASSIGN_OR_RETURN(std::vector<Action> schedule, MakeSchedule(config, parallel.batch().size(), pipeline_rank));
+  // Under context parallelism each rank runs its chunks of every sequence.
   PipelineExecutor executor(model, parallel.pipeline(), std::move(schedule), train.micro_batch_size(),
-                            train.seq_length());
+                            train.seq_length() / parallel.context().size());
   TrainStep train_step(config, parallel, *data.loader, model, optimizer, executor);
   const double flops_per_step =
       TrainingFlopsPerToken(config.model(), train.seq_length()) * train_step.tokens_per_step();
@@ -143,9 +145,10 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
                                             (mesh.ep - 1) * store.ExpertGlobalNumElements());
 
   progress << absl::StrFormat(
-      "tetra: %d-layer model, %.0f parameters | %d ranks (tensor %d x pipeline %d x data %d%s), %d threads each | "
+      "tetra: %d-layer model, %.0f parameters | %d ranks (tensor %d x context %d x pipeline %d x data %d%s), %d threads "
+      "each | "
       "data: %s | %d steps of %d tokens\n",
-      config.model().num_hidden_layers(), num_parameters, mesh.world, mesh.tp, mesh.pp, mesh.dp,
+      config.model().num_hidden_layers(), num_parameters, mesh.world, mesh.tp, mesh.cp, mesh.pp, mesh.dp,
       config.optimizer().zero_stage() == 1 ? ", ZeRO-1" : "", cpu::CpuThreads(), data.description,
       train.steps(), train_step.tokens_per_step())
            << std::flush;

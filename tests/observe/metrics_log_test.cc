@@ -47,7 +47,7 @@ TEST(MetricsLogTest, BreakdownAndRunLayoutFollowTheStepTime) {
   EXPECT_THAT(MetricsJson(m), HasSubstr("\"loss_floor\": 1.5, \"peak_memory_bytes\": 1024, \"step_time_s\": 0.25, "
                                         "\"fwd_s\": 0.125, \"bwd_s\": 0.0625, \"comm_exposed_s\": 0.03125, "
                                         "\"comm_exposed_s_tp\": 0.03125, \"world_size\": 8, \"tensor\": 2, "
-                                        "\"pipeline\": 2, \"data\": 2, \"expert\": 1, \"global_batch_size\": 16, "
+                                        "\"context\": 1, \"pipeline\": 2, \"data\": 2, \"expert\": 1, \"global_batch_size\": 16, "
                                         "\"micro_batch_size\": 2, \"seq_length\": 128, \"zero_stage\": 1}"));
 }
 

@@ -100,6 +100,32 @@ TEST(MeshTest, MoeExampleByHand) {
   EXPECT_EQ(mesh.Coords(6), (RankCoords{.tp = 0, .cp = 0, .ep = 1, .dp = 3, .edp = 1, .pp = 0}));
 }
 
+TEST(MeshTest, ContextParallelExampleByHand) {
+  // tensor 2, context 2, data 2, pipeline 2, expert 2 on 16 ranks, Megatron's
+  // order: dense rank = tp + 2 cp + 4 dp + 8 pp; expert rank = tp + 2 ep + 4
+  // edp + 8 pp with edp = dp x cp / ep = 2.
+  ParallelConfig config = Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/2, /*ep=*/2);
+  config.set_context(2);
+  const Mesh mesh = MustCreate(config, 16);
+  EXPECT_EQ(mesh.shape(), MeshShape::Of(2, 2, 2, 2, 2));
+  EXPECT_EQ(mesh.shape().edp, 2);
+  EXPECT_EQ(mesh.Groups(GroupKind::kContext),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kData),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  // Loss and dense gradients add up over data x context: the four ranks of
+  // each (tp, pp) holding the same dense weights.
+  EXPECT_EQ(mesh.Groups(GroupKind::kDataContext), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  // Experts are sharded over ep out of those same four ranks.
+  EXPECT_EQ(mesh.Groups(GroupKind::kExpert),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kExpertData),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kModel), (Groups{{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}));
+  // 11 = 1 + 2*1 + 4*0 + 8*1 (dense) = 1 + 2*1 + 4*0 + 8*1 (expert).
+  EXPECT_EQ(mesh.Coords(11), (RankCoords{.tp = 1, .cp = 1, .ep = 1, .dp = 0, .edp = 0, .pp = 1}));
+}
+
 TEST(MeshTest, DenseTpPpDpOrderByHand) {
   // Megatron-LM's --use-tp-pp-dp-mapping order "tp-cp-ep-pp-dp" for a dense
   // model: world 16, tensor 2, pipeline 2, data 4. Its RankGenerator orders

@@ -1,0 +1,33 @@
+// Which tokens of each sequence a rank of the context-parallel group holds
+// (Megatron-LM's causal load balancing): a sequence of T tokens is cut into
+// 2 cp chunks of S = T / (2 cp), and rank r holds chunks r and 2 cp - 1 - r,
+// in that order. Under a causal mask the first chunk's queries see few keys
+// and the second's many, so every rank does the same attention work, and
+// the local tokens stay in sequence order (a causal mask over them is the
+// right one within the rank).
+#ifndef TETRA_PARALLEL_CONTEXT_SHARD_H_
+#define TETRA_PARALLEL_CONTEXT_SHARD_H_
+
+#include <cstdint>
+
+namespace tetra {
+
+struct ContextShard {
+  int size = 1;  // cp
+  int rank = 0;  // in the context group
+
+  // Tokens of a sequence of `seq` this rank holds.
+  int64_t LocalSeq(int64_t seq) const { return seq / size; }
+  // The position in its sequence of local token `local` (RoPE's position).
+  int64_t GlobalPosition(int64_t local, int64_t seq) const;
+  // The first position of local chunk `chunk` (0 or 1) and the chunk's length.
+  int64_t ChunkStart(int chunk, int64_t seq) const;
+  int64_t ChunkLength(int64_t seq) const { return seq / (2 * size); }
+  // local (batch, LocalSeq(seq)) ids = this rank's chunks of each of the
+  // batch sequences in full (batch, seq).
+  void SelectTokens(const int32_t* full, int64_t batch, int64_t seq, int32_t* local) const;
+};
+
+}  // namespace tetra
+
+#endif  // TETRA_PARALLEL_CONTEXT_SHARD_H_
