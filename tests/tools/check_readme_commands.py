@@ -17,6 +17,8 @@ into its parts. Each part meets the first rule that matches:
     figures, with nothing to pass or fail: skipped; `tools/fuzz/run.sh`: a
     libFuzzer campaign of minutes per parser with a clang build of its own
     (CI runs the same targets' deterministic corpus in tests/fuzz/): skipped;
+    `bash tools/sanitizer/run_tests.sh`: the unit tests in a sanitizer
+    build of their own, about 15 minutes: skipped;
   - `tetra ...`, `build/tetra ...`, `mpirun ... tetra ...`: run with bash in
     a scratch directory holding configs/ and build/tetra, `tetra` on PATH,
     both the binary under test; `tetra train` shortened to 2 steps with 1
@@ -82,6 +84,8 @@ def classify(part):
         return "skip", "a benchmark: long, prints figures, nothing to pass or fail"
     if words[0] == "tools/fuzz/run.sh":
         return "skip", "a libFuzzer campaign (minutes per parser, its own clang build); tests/fuzz/ runs in CI"
+    if part == "bash tools/sanitizer/run_tests.sh":
+        return "skip", "the unit tests in a sanitizer build of their own (about 15 minutes)"
     if words[0] in ("tetra", "build/tetra") or (words[0] == "mpirun" and
                                                  {"tetra", "build/tetra"} & set(words)):
         return "run", ""
