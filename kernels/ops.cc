@@ -726,15 +726,45 @@ void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Te
   cpu::RouterScoresBackward(spec, f32.In(scores), f32.In(dscores), scores.dim(0), f32.Out(dlogits));
 }
 
-double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
-                           int64_t batch, int64_t seq, float grad_scale, const Tensor& dscores) {
-  CheckRouterShapes(spec, scores, expert, "sequence balance loss");
-  TETRA_CHECK(scores.dim(0) == batch * seq && (!dscores.defined() || dscores.shape() == scores.shape()))
-      << "balance loss over " << scores.dim(0) << " tokens, not " << batch << " x " << seq;
-  TETRA_ON_DEVICE(scores, SequenceBalanceLoss(spec, scores, expert, batch, seq, grad_scale, dscores));
-  ExpectHost(scores, expert, dscores);
+namespace {
+
+// `batch` sequences of `seq` tokens here, of `whole_seq` in all, in (N, E)
+// scores, and (batch, 2E) fp64 statistics.
+void CheckBalanceShapes(const RouterSpec& spec, const Tensor& scores, int64_t batch, int64_t seq,
+                        int64_t whole_seq, const Tensor& stats, const char* op) {
+  TETRA_CHECK(batch >= 0 && seq >= 0 && whole_seq >= seq && scores.dim(0) == batch * seq)
+      << op << " over " << scores.dim(0) << " tokens, not " << batch << " x " << seq << " of sequences of "
+      << whole_seq;
+  TETRA_CHECK(stats.dtype() == DType::kF64 && stats.rank() == 2 && stats.dim(0) == batch &&
+              stats.dim(1) == 2 * spec.num_experts)
+      << op << ": stats " << DTypeName(stats.dtype()) << ShapeString(stats.shape()) << ", not fp64 (" << batch
+      << ", " << 2 * spec.num_experts << ")";
+}
+
+}  // namespace
+
+void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Tensor& expert, int64_t batch,
+                          int64_t seq, int64_t whole_seq, const Tensor& stats) {
+  CheckRouterShapes(spec, scores, expert, "sequence balance stats");
+  CheckBalanceShapes(spec, scores, batch, seq, whole_seq, stats, "sequence balance stats");
+  TETRA_ON_DEVICE(scores, SequenceBalanceStats(spec, scores, expert, batch, seq, whole_seq, stats));
+  ExpectHost(scores, expert, stats);
   HostF32 f32;
-  return cpu::SequenceBalanceLoss(spec, f32.In(scores), expert.data<int32_t>(), batch, seq, grad_scale,
+  cpu::SequenceBalanceStats(spec, f32.In(scores), expert.data<int32_t>(), batch, seq, whole_seq,
+                            stats.data<double>());
+}
+
+double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& stats, int64_t batch,
+                           int64_t seq, int64_t whole_seq, float grad_scale, const Tensor& dscores) {
+  CheckRouterShapes(spec, scores, Tensor(), "sequence balance loss");
+  CheckBalanceShapes(spec, scores, batch, seq, whole_seq, stats, "sequence balance loss");
+  TETRA_CHECK(!dscores.defined() || dscores.shape() == scores.shape())
+      << "sequence balance loss: dscores " << ShapeString(dscores.shape()) << " for scores "
+      << ShapeString(scores.shape());
+  TETRA_ON_DEVICE(scores, SequenceBalanceLoss(spec, scores, stats, batch, seq, whole_seq, grad_scale, dscores));
+  ExpectHost(scores, stats, dscores);
+  HostF32 f32;
+  return cpu::SequenceBalanceLoss(spec, f32.In(scores), stats.data<double>(), batch, seq, whole_seq, grad_scale,
                                   f32.Out(dscores));
 }
 

@@ -172,10 +172,20 @@ void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const T
 // dlogits (N, E) = the scores' Jacobian applied to dscores (N, E).
 void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
                           const Tensor& dlogits);
-// The sequence-wise balance loss of the batch x seq tokens (summed over the
-// sequences); dscores, when defined, += grad_scale x its gradient.
-double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
-                           int64_t batch, int64_t seq, float grad_scale, const Tensor& dscores);
+// DeepSeek-V3's sequence-wise balance loss in two steps, so that under
+// context parallelism each sequence's statistics can be summed over the ranks
+// holding its chunks in between. Here are `seq` tokens of each of `batch`
+// sequences of `whole_seq` tokens (seq == whole_seq without context parallelism).
+// stats (batch, 2E) fp64: per sequence f_i = E / (k whole_seq) x its choices of
+// expert i (E values), then P_i = sum over its tokens here of s_i / sum_j s_j / whole_seq (E values).
+void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
+                          int64_t batch, int64_t seq, int64_t whole_seq, const Tensor& stats);
+// sum over sequences and experts of f_i P_i from `stats` (summed over the
+// sequences' ranks); dscores (N, E), when defined, += grad_scale x its
+// gradient with respect to these tokens' scores (f held constant).
+double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& stats,
+                           int64_t batch, int64_t seq, int64_t whole_seq, float grad_scale,
+                           const Tensor& dscores);
 // loads (E) int32 += the choices of each expert.
 void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor& loads);
 // bias (E) += speed x sign(mean load - load), loads (E) int32.

@@ -64,8 +64,10 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   a.daux.SetZero();
   if (aux_loss_alpha_ > 0) {
     const float aux_scale = static_cast<float>(aux_loss_alpha_ * grad_scale * seq);
-    const double aux = aux_loss_alpha_ * ops::SequenceBalanceLoss(router_, a.routing.scores, a.routing.expert,
-                                                                  batch, seq, aux_scale, a.daux);
+    EnsureShape(&balance_stats_, {batch, 2 * e}, DType::kF64);
+    ops::SequenceBalanceStats(router_, a.routing.scores, a.routing.expert, batch, seq, seq, balance_stats_);
+    const double aux = aux_loss_alpha_ * ops::SequenceBalanceLoss(router_, a.routing.scores, balance_stats_,
+                                                                  batch, seq, seq, aux_scale, a.daux);
     if (!recompute) aux_loss_sum_ += aux;
   }
   dispatcher_.Plan(a.routing, &a.plan);
@@ -117,7 +119,7 @@ void MoeMlpLayer::ReleaseActivations() {
 void MoeMlpLayer::ReleaseScratch() {
   experts_region_.Release();
   ReleaseTensors({&logits_, &send_, &y_grouped_, &out_, &dy_send_, &dy_grouped_, &dx_grouped_, &dx_send_, &dx_,
-                  &dweights_, &dscores_, &dlogits_, &dact_, &dgate_, &dup_});
+                  &dweights_, &dscores_, &dlogits_, &dact_, &dgate_, &dup_, &balance_stats_});
   if (shared_) shared_->ReleaseScratch();
 }
 

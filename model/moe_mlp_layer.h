@@ -99,6 +99,7 @@ class MoeMlpLayer {
   int64_t dropped_ = 0;
   // Scratch.
   Tensor logits_, send_, y_grouped_, out_;
+  Tensor balance_stats_;  // (batch, 2E) fp64: the balance loss's per-sequence f and P
   Tensor dy_send_, dy_grouped_, dx_grouped_, dx_send_, dx_, dweights_, dscores_, dlogits_;
   Tensor dact_, dgate_, dup_;
 };

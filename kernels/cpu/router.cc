@@ -117,20 +117,30 @@ void RouterScoresBackward(const RouterSpec& spec, const float* scores, const flo
   }
 }
 
-double SequenceBalanceLoss(const RouterSpec& spec, const float* scores, const int32_t* expert,
-                           int64_t batch, int64_t seq, float grad_scale, float* dscores) {
+void SequenceBalanceStats(const RouterSpec& spec, const float* scores, const int32_t* expert,
+                          int64_t batch, int64_t seq, int64_t whole_seq, double* stats) {
   const int e = spec.num_experts, k = spec.top_k;
-  double total = 0;
-  std::vector<double> f(e), p(e);
   for (int64_t b = 0; b < batch; ++b) {
-    std::fill(f.begin(), f.end(), 0.0);
-    std::fill(p.begin(), p.end(), 0.0);
+    double* f = stats + b * 2 * e;
+    double* p = f + e;
+    std::fill(f, f + 2 * e, 0.0);
     for (int64_t t = b * seq; t < (b + 1) * seq; ++t) {
-      for (int j = 0; j < k; ++j) f[expert[t * k + j]] += double{1.0} * e / (k * seq);
+      for (int j = 0; j < k; ++j) f[expert[t * k + j]] += double{1.0} * e / (k * whole_seq);
       const float* s = scores + t * e;
       const double sum = std::accumulate(s, s + e, 0.0);
-      for (int i = 0; i < e; ++i) p[i] += s[i] / sum / seq;
+      for (int i = 0; i < e; ++i) p[i] += s[i] / sum / whole_seq;
     }
+  }
+}
+
+double SequenceBalanceLoss(const RouterSpec& spec, const float* scores, const double* stats,
+                           int64_t batch, int64_t seq, int64_t whole_seq, float grad_scale,
+                           float* dscores) {
+  const int e = spec.num_experts;
+  double total = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const double* f = stats + b * 2 * e;
+    const double* p = f + e;
     for (int i = 0; i < e; ++i) total += f[i] * p[i];
     if (dscores == nullptr) continue;
     // d/ds'_{t,i} = g f_i / T; s' = s / S: ds_j = (ds'_j - sum_i ds'_i s'_i) / S.
@@ -139,8 +149,8 @@ double SequenceBalanceLoss(const RouterSpec& spec, const float* scores, const in
       float* ds = dscores + t * e;
       const double sum = std::accumulate(s, s + e, 0.0);
       double dot = 0;
-      for (int i = 0; i < e; ++i) dot += grad_scale * f[i] / seq * s[i] / sum;
-      for (int i = 0; i < e; ++i) ds[i] += static_cast<float>((grad_scale * f[i] / seq - dot) / sum);
+      for (int i = 0; i < e; ++i) dot += grad_scale * f[i] / whole_seq * s[i] / sum;
+      for (int i = 0; i < e; ++i) ds[i] += static_cast<float>((grad_scale * f[i] / whole_seq - dot) / sum);
     }
   }
   return total;

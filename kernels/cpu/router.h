@@ -30,14 +30,22 @@ void RouterWeightsBackward(const RouterSpec& spec, const float* scores, const in
 // dlogits (n, E) = the Jacobian of sigmoid or softmax applied to dscores (n, E), written.
 void RouterScoresBackward(const RouterSpec& spec, const float* scores, const float* dscores,
                           int64_t n, float* dlogits);
-// The sequence-wise balance loss (DeepSeek-V3 report eqs. 17-20) of the
-// batch x seq tokens: returns the sum over the batch's sequences of
-// sum_i f_i P_i, with f_i = E / (k T) x (tokens of the sequence choosing i)
-// and P_i = the sequence's mean of s_i / sum_j s_j. When dscores is not null,
-// adds grad_scale x the gradient of that sum (f held constant, as it counts
-// discrete choices).
-double SequenceBalanceLoss(const RouterSpec& spec, const float* scores, const int32_t* expert,
-                           int64_t batch, int64_t seq, float grad_scale, float* dscores);
+// The sequence-wise balance loss (DeepSeek-V3 report eqs. 17-20) in two
+// steps, so that under context parallelism the statistics of each sequence
+// can be summed over the ranks holding its chunks in between. Here are seq
+// tokens of each of the batch sequences of whole_seq tokens (rows b seq + t).
+// stats (batch, 2E): per sequence f_i = E / (k whole_seq) x (its tokens here
+// choosing i), added once per choice, then P_i = the sum over its tokens here,
+// in order, of s_i / sum_j s_j / whole_seq.
+void SequenceBalanceStats(const RouterSpec& spec, const float* scores, const int32_t* expert,
+                          int64_t batch, int64_t seq, int64_t whole_seq, double* stats);
+// Returns the sum over the sequences, then the experts, of f_i P_i from stats
+// (summed over the ranks). When dscores is not null, adds grad_scale x the
+// gradient of that sum with respect to these tokens' scores (f held constant,
+// as it counts discrete choices).
+double SequenceBalanceLoss(const RouterSpec& spec, const float* scores, const double* stats,
+                           int64_t batch, int64_t seq, int64_t whole_seq, float grad_scale,
+                           float* dscores);
 // loads (E) += how many of the n x k choices went to each expert.
 void CountExpertLoads(const RouterSpec& spec, const int32_t* expert, int64_t n, int32_t* loads);
 // The aux-loss-free update: bias_i += speed * sign(mean load - load_i).

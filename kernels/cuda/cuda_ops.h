@@ -105,8 +105,12 @@ void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const T
                            const Tensor& dweights, const Tensor& dscores);
 void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
                           const Tensor& dlogits);
-double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
-                           int64_t batch, int64_t seq, float grad_scale, const Tensor& dscores);
+// The balance loss's statistics (batch, 2E) fp64 on the device.
+void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
+                          int64_t batch, int64_t seq, int64_t whole_seq, const Tensor& stats);
+double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& stats,
+                           int64_t batch, int64_t seq, int64_t whole_seq, float grad_scale,
+                           const Tensor& dscores);
 void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor& loads);
 void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias);
 // Token dispatch: rows in the activations' dtype (src, dst, ddst, dsrc share

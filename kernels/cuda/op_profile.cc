@@ -33,6 +33,7 @@ const char* Kind(const std::string& op) {
       {"WeightedSumOfSquares", "optimizer"},
       {"Scale", "optimizer"},  // gradient clipping
       {"Router", "MoE routing and dispatch"},
+      {"SequenceBalanceStats", "MoE routing and dispatch"},
       {"SequenceBalanceLoss", "MoE routing and dispatch"},
       {"CountExpertLoads", "MoE routing and dispatch"},
       {"UpdateRouterBias", "MoE routing and dispatch"},

@@ -17,7 +17,7 @@ namespace {
 
 constexpr int kThreads = 128;
 // The most experts of RouterTopK (bit sets in each thread's local memory)
-// and SequenceBalanceLoss (a count per expert in shared memory).
+// and SequenceBalanceStats (a count per expert in shared memory).
 constexpr int kMaxExperts = 1024;
 // HF's DeepSeek-V3 adds this to the sum of the chosen scores before dividing.
 constexpr float kNormEpsilon = 1e-20f;
@@ -155,8 +155,8 @@ __global__ void ScoresBackwardKernel(const float* scores, const float* dscores, 
   }
 }
 
-// The balance loss in three passes. score_sum (n) = each token's sum of its
-// E scores, in fp64 in expert order.
+// The balance loss: statistics, then the gradient. score_sum (n) = each
+// token's sum of its E scores, in fp64 in expert order.
 __global__ void ScoreSumKernel(const float* scores, int64_t n, int e, double* score_sum) {
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n;
        t += int64_t{gridDim.x} * blockDim.x) {
@@ -166,13 +166,13 @@ __global__ void ScoreSumKernel(const float* scores, int64_t n, int e, double* sc
   }
 }
 
-// A block per sequence b of seq tokens: f, term (batch, E) with f_i = E / (k
-// seq) x the sequence's choices of i (added once per choice, as the CPU
-// counts), and term_i = f_i x P_i, P_i summed over the tokens in order.
-// Shared memory: E int32 counts.
-__global__ void SequenceTermsKernel(const float* scores, const int32_t* expert,
-                                    const double* score_sum, int64_t seq, int e, int k, double* f,
-                                    double* term) {
+// A block per sequence b of seq tokens here, of whole_seq in all: stats
+// (batch, 2E) row b = f then P, f_i = E / (k whole_seq) x the choices of i
+// here (added once per choice, as the CPU counts), P_i = sum over the tokens
+// in order of s_i / S / whole_seq. Shared memory: E int32 counts.
+__global__ void SequenceStatsKernel(const float* scores, const int32_t* expert,
+                                    const double* score_sum, int64_t seq, int64_t whole_seq, int e,
+                                    int k, double* stats) {
   extern __shared__ int32_t choices[];
   const int64_t b = blockIdx.x, first = b * seq;
   for (int i = threadIdx.x; i < e; i += blockDim.x) choices[i] = 0;
@@ -181,30 +181,35 @@ __global__ void SequenceTermsKernel(const float* scores, const int32_t* expert,
     atomicAdd(&choices[CheckedIndex(expert, p, e, "expert")], 1);  // integer: deterministic
   }
   __syncthreads();
-  const double per_choice = double{1.0} * e / (k * seq);
+  const double per_choice = double{1.0} * e / (k * whole_seq);
   for (int i = threadIdx.x; i < e; i += blockDim.x) {
     double fi = 0.0, pi = 0.0;
     for (int32_t c = 0; c < choices[i]; ++c) fi += per_choice;
-    for (int64_t t = first; t < first + seq; ++t) pi += scores[t * e + i] / score_sum[t] / seq;
-    f[b * e + i] = fi;
-    term[b * e + i] = fi * pi;
+    for (int64_t t = first; t < first + seq; ++t) {
+      pi += scores[t * e + i] / score_sum[t] / whole_seq;
+    }
+    stats[b * 2 * e + i] = fi;
+    stats[b * 2 * e + e + i] = pi;
   }
 }
 
 // dscores (n, E) += grad_scale x the gradient of sum_i f_i P_i, a thread per
-// token: d/ds'_{t,i} = g f_i / seq; s' = s / S: ds_i = (ds'_i - sum_l ds'_l s'_l) / S.
-__global__ void BalanceGradientKernel(const float* scores, const double* score_sum, const double* f,
-                                      int64_t n, int64_t seq, int e, float grad_scale,
-                                      float* dscores) {
+// token, f_i from stats (batch, 2E) row t / seq: d/ds'_{t,i} = g f_i / whole_seq;
+// s' = s / S: ds_i = (ds'_i - sum_l ds'_l s'_l) / S.
+__global__ void BalanceGradientKernel(const float* scores, const double* score_sum,
+                                      const double* stats, int64_t n, int64_t seq,
+                                      int64_t whole_seq, int e, float grad_scale, float* dscores) {
   for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < n;
        t += int64_t{gridDim.x} * blockDim.x) {
     const float* s = scores + t * e;
-    const double* fb = f + t / seq * e;
+    const double* fb = stats + t / seq * 2 * e;
     const double sum = score_sum[t];
     float* ds = dscores + t * e;
     double dot = 0.0;
-    for (int i = 0; i < e; ++i) dot += grad_scale * fb[i] / seq * s[i] / sum;
-    for (int i = 0; i < e; ++i) ds[i] += static_cast<float>((grad_scale * fb[i] / seq - dot) / sum);
+    for (int i = 0; i < e; ++i) dot += grad_scale * fb[i] / whole_seq * s[i] / sum;
+    for (int i = 0; i < e; ++i) {
+      ds[i] += static_cast<float>((grad_scale * fb[i] / whole_seq - dot) / sum);
+    }
   }
 }
 
@@ -257,6 +262,20 @@ void CheckF32(const Tensor& t, int64_t numel, const char* op, const char* name) 
 void CheckExpertLimit(int num_experts, const char* op) {
   TETRA_CHECK(num_experts <= kMaxExperts)
       << op << ": " << num_experts << " experts, more than the CUDA kernel's " << kMaxExperts;
+}
+
+// batch sequences of seq tokens here, of whole_seq in all, in scores (n, E);
+// stats (batch, 2E) fp64 on the device.
+void CheckBalance(const RouterSpec& spec, const Tensor& scores, int64_t batch, int64_t seq,
+                  int64_t whole_seq, const Tensor& stats, const char* op) {
+  ExpectDevice(stats, op, "stats");
+  TETRA_CHECK(batch >= 0 && seq >= 0 && whole_seq >= seq && scores.dim(0) == batch * seq)
+      << op << " over " << scores.dim(0) << " tokens, not " << batch << " x " << seq
+      << " of sequences of " << whole_seq;
+  TETRA_CHECK(stats.dtype() == DType::kF64 && stats.rank() == 2 && stats.dim(0) == batch &&
+              stats.dim(1) == 2 * spec.num_experts)
+      << op << ": stats " << DTypeName(stats.dtype()) << ShapeString(stats.shape())
+      << ", not fp64 (" << batch << ", " << 2 * spec.num_experts << ")";
 }
 
 }  // namespace
@@ -313,34 +332,55 @@ void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Te
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
-double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
-                           int64_t batch, int64_t seq, float grad_scale, const Tensor& dscores) {
+void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
+                          int64_t batch, int64_t seq, int64_t whole_seq, const Tensor& stats) {
   const int e = spec.num_experts;
-  CheckRouter(spec, scores, expert, "SequenceBalanceLoss");
-  if (dscores.defined()) CheckF32(dscores, scores.numel(), "SequenceBalanceLoss", "dscores");
-  CheckExpertLimit(e, "SequenceBalanceLoss");
+  CheckRouter(spec, scores, expert, "SequenceBalanceStats");
+  CheckExpertLimit(e, "SequenceBalanceStats");
+  CheckBalance(spec, scores, batch, seq, whole_seq, stats, "SequenceBalanceStats");
+  if (batch == 0) return;
   const int64_t n = scores.dim(0);
-  TETRA_CHECK(batch >= 0 && seq >= 0 && n == batch * seq)
-      << "SequenceBalanceLoss over " << n << " tokens, not " << batch << " x " << seq;
-  if (n == 0) return 0.0;
-  // Scratch: score_sum (n), f and term (batch, E), fp64.
-  double* score_sum = static_cast<double*>(Scratch((n + 2 * batch * e) * sizeof(double)));
-  double* f = score_sum + n;
-  double* term = f + batch * e;
-  ScoreSumKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(scores.f32(), n, e,
-                                                                         score_sum);
-  SequenceTermsKernel<<<batch, kThreads, e * sizeof(int32_t), CurrentStream()>>>(
-      scores.f32(), expert.data<int32_t>(), score_sum, seq, e, spec.top_k, f, term);
-  if (dscores.defined()) {
-    BalanceGradientKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-        scores.f32(), score_sum, f, n, seq, e, grad_scale, dscores.f32());
+  // Scratch: score_sum (n) fp64; without tokens, none (the stats are zeros).
+  double* score_sum = nullptr;
+  if (n > 0) {
+    score_sum = static_cast<double*>(Scratch(n * sizeof(double)));
+    ScoreSumKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(scores.f32(), n, e,
+                                                                           score_sum);
   }
+  SequenceStatsKernel<<<batch, kThreads, e * sizeof(int32_t), CurrentStream()>>>(
+      scores.f32(), expert.data<int32_t>(), score_sum, seq, whole_seq, e, spec.top_k,
+      stats.data<double>());
   TETRA_CUDA_CHECK_LAUNCH();
+}
+
+double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& stats,
+                           int64_t batch, int64_t seq, int64_t whole_seq, float grad_scale,
+                           const Tensor& dscores) {
+  const int e = spec.num_experts;
+  CheckRouter(spec, scores, Tensor(), "SequenceBalanceLoss");
+  if (dscores.defined()) CheckF32(dscores, scores.numel(), "SequenceBalanceLoss", "dscores");
+  CheckBalance(spec, scores, batch, seq, whole_seq, stats, "SequenceBalanceLoss");
+  const int64_t n = scores.dim(0);
+  if (dscores.defined() && n > 0) {
+    // Scratch: score_sum (n) fp64.
+    double* score_sum = static_cast<double*>(Scratch(n * sizeof(double)));
+    ScoreSumKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(scores.f32(), n, e,
+                                                                           score_sum);
+    BalanceGradientKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
+        scores.f32(), score_sum, stats.data<double>(), n, seq, whole_seq, e, grad_scale,
+        dscores.f32());
+    TETRA_CUDA_CHECK_LAUNCH();
+  }
+  if (batch == 0) return 0.0;
   // Summed on the host in the CPU's order: sequence by sequence, expert by expert.
-  std::vector<double> terms(batch * e);
-  CopyBytes(terms.data(), term, terms.size() * sizeof(double));
+  std::vector<double> host(batch * 2 * e);
+  CopyBytes(host.data(), stats.data<double>(), host.size() * sizeof(double));
   double total = 0.0;
-  for (const double x : terms) total += x;
+  for (int64_t b = 0; b < batch; ++b) {
+    const double* f = host.data() + b * 2 * e;
+    const double* p = f + e;
+    for (int i = 0; i < e; ++i) total += f[i] * p[i];
+  }
   return total;
 }
 

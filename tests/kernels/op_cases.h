@@ -649,7 +649,11 @@ inline void AddRouterCases(std::vector<OpCase>* cases) {
   constexpr Tolerance kScoreTol{1e-7, 2e-6, "sigmoid or softmax: expf vs the CPU's exp, a division"};
   constexpr Tolerance kGradTol{1e-7, 1e-5, "a few fp32 products and sums per score, FMA contraction"};
   constexpr Tolerance kLossTol{0, 1e-6, "sums of products of fp32 scores in double"};
+  constexpr Tolerance kStatsTol{1e-7, 4e-6, "f counted alike; P sums ratios of scores (kScoreTol) in double"};
   constexpr int64_t kBatch = 3, kSeq = 7, kTokens = kBatch * kSeq;
+  // Under context parallelism: this rank's kSeq tokens of each sequence of
+  // kWholeSeq, another's kOtherSeq.
+  constexpr int64_t kOtherSeq = 5, kWholeSeq = kSeq + kOtherSeq;
   const RouterSpec specs[] = {
       {.num_experts = 16, .top_k = 3, .n_group = 4, .topk_group = 2, .routed_scaling_factor = 2.5f},
       {.num_experts = 9, .top_k = 2, .softmax = true, .norm_topk_prob = false},
@@ -671,8 +675,11 @@ inline void AddRouterCases(std::vector<OpCase>* cases) {
            out->Add("expert", expert, kExact);
            out->Add("weights", weights, kScoreTol);
            const Tensor dscores = b.In(HostRandom({kTokens, e}, 3, 0.1f)), dlogits = b.Out({kTokens, e});
+           const Tensor stats = b.Out({kBatch, 2 * e}, DType::kF64);
+           ops::SequenceBalanceStats(spec, scores, expert, kBatch, kSeq, kSeq, stats);
+           out->Add("balance stats", stats, kStatsTol);
            out->Add("balance loss",
-                    ops::SequenceBalanceLoss(spec, scores, expert, kBatch, kSeq, 0.5f, dscores), kLossTol);
+                    ops::SequenceBalanceLoss(spec, scores, stats, kBatch, kSeq, kSeq, 0.5f, dscores), kLossTol);
            ops::RouterWeightsBackward(spec, scores, expert, b.In(HostRandom({kTokens, k}, 4)), dscores);
            ops::RouterScoresBackward(spec, scores, dscores, dlogits);
            out->Add("dscores", dscores, kGradTol);
@@ -683,6 +690,40 @@ inline void AddRouterCases(std::vector<OpCase>* cases) {
            const Tensor moved = b.In(HostRandom({e}, 5));
            ops::UpdateRouterBias(loads, 0.125, moved);
            out->Add("bias", moved, kExact);
+         }});
+    // The balance loss in two steps over two ranks' parts of the sequences:
+    // each part's statistics (whole_seq > seq), summed (the caller's
+    // all-reduce, here on the host), then this rank's loss and gradient.
+    cases->push_back(
+        {CaseName("router balance split", DType::kF32,
+                  absl::StrCat(kBatch, " sequences of ", kWholeSeq, " as ", kSeq, " + ", kOtherSeq, " tokens, top ", k,
+                               " of ", e)),
+         [=](const Backend& b, Outputs* out) {
+           const Tensor bias = b.In(RoundTo(HostRandom({e}, 2, 0.05f), DType::kBF16));
+           Tensor scores[2], stats[2];
+           for (int part = 0; part < 2; ++part) {
+             const int64_t n = kBatch * (part == 0 ? kSeq : kOtherSeq);
+             const Tensor logits = b.In(HostRandom({n, e}, 6 + part, 2.0f));
+             const Tensor expert = b.Out({n, k}, DType::kI32), weights = b.Out({n, k});
+             scores[part] = b.Out({n, e});
+             ops::RouterScores(spec, logits, scores[part]);
+             ops::RouterTopK(spec, scores[part], bias, expert, weights);
+             out->Add(absl::StrCat("expert ", part), expert, kExact);
+             stats[part] = b.Out({kBatch, 2 * e}, DType::kF64);
+             ops::SequenceBalanceStats(spec, scores[part], expert, kBatch, part == 0 ? kSeq : kOtherSeq, kWholeSeq,
+                                       stats[part]);
+             out->Add(absl::StrCat("stats ", part), stats[part], kStatsTol);
+           }
+           const Tensor summed = Tensor::Empty({kBatch, 2 * e}, DType::kF64),
+                        other = Tensor::Empty({kBatch, 2 * e}, DType::kF64);
+           summed.CopyFrom(stats[0]);
+           other.CopyFrom(stats[1]);
+           for (int64_t i = 0; i < summed.numel(); ++i) summed.data<double>()[i] += other.data<double>()[i];
+           const Tensor dscores = b.In(HostRandom({kTokens, e}, 8, 0.1f));
+           out->Add("loss", ops::SequenceBalanceLoss(spec, scores[0], b.Exact(summed), kBatch, kSeq, kWholeSeq, 0.5f,
+                                                     dscores),
+                    kLossTol);
+           out->Add("dscores", dscores, kGradTol);
          }});
   }
 }

@@ -1,9 +1,12 @@
 // The DeepSeek-V3 router's ops (kernels/ops.h) on the CPU: hand-checked
 // choices and weights (top-k, group limiting, normalisation and scaling, the
-// bias steering the choice but not the weights), balance-loss values, loads
-// and the bias update, and finite-difference checks of the backward.
+// bias steering the choice but not the weights), balance-loss values (and
+// the two-step loss split over context-parallel ranks), loads and the bias
+// update, and finite-difference checks of the backward.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -44,9 +47,13 @@ void Route(const RouterSpec& spec, const Tensor& logits, const Tensor& bias, Rou
   ops::RouterTopK(spec, r->scores, bias, r->expert, r->weights);
 }
 
+// The balance loss of batch whole sequences of seq tokens: both steps, the
+// statistics summed over no ranks.
 double BalanceLoss(const RouterSpec& c, const Routing& r, int64_t batch, int64_t seq, float grad_scale,
                    const Tensor& dscores) {
-  return ops::SequenceBalanceLoss(c, r.scores, r.expert, batch, seq, grad_scale, dscores);
+  Tensor stats = Tensor::Empty({batch, 2 * c.num_experts}, DType::kF64);
+  ops::SequenceBalanceStats(c, r.scores, r.expert, batch, seq, seq, stats);
+  return ops::SequenceBalanceLoss(c, r.scores, stats, batch, seq, seq, grad_scale, dscores);
 }
 
 float Logit(float p) { return std::log(p / (1 - p)); }
@@ -114,6 +121,101 @@ TEST(RouterTest, SequenceBalanceLossHandCases) {
   EXPECT_NEAR(BalanceLoss(c, r, 1, 2, 0, Tensor()), 1.2317357963, kFp32Tol);
   // As two sequences of one token: f = (0, 2) each; P_1 per token.
   EXPECT_NEAR(BalanceLoss(c, r, 2, 1, 0, Tensor()), 1.2317357963 * 2, kFp32Tol);
+}
+
+// Rows `rows` of an (N, width) fp32 or int32 tensor, in that order.
+Tensor TakeRows(const Tensor& t, const std::vector<int64_t>& rows) {
+  Tensor out = Tensor::Empty({static_cast<int64_t>(rows.size()), t.dim(1)}, t.dtype());
+  const size_t row_bytes = t.nbytes() / t.dim(0);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::memcpy(static_cast<char*>(out.raw()) + r * row_bytes, static_cast<const char*>(t.raw()) + rows[r] * row_bytes,
+                row_bytes);
+  }
+  return out;
+}
+
+// Context parallelism's balance loss: each of the batch sequences of `whole`
+// tokens split over two "ranks", rank 0 holding its tokens `part0` (in
+// order) and rank 1 the others; each rank's statistics (computed with
+// whole_seq = whole), summed, give each rank the whole batch's loss and its
+// tokens' gradients. Returns the loss rank 0 computes; dscores (batch whole,
+// E) += each rank's gradient, scattered back to the whole rows.
+double SplitBalanceLoss(const RouterSpec& c, const Tensor& scores, const Tensor& expert, int64_t batch,
+                        int64_t whole, const std::vector<int64_t>& part0, float grad_scale, const Tensor& dscores) {
+  const int64_t e = c.num_experts;
+  std::vector<int64_t> tokens[2];
+  for (int64_t t = 0; t < whole; ++t) {
+    const bool on_rank0 = std::find(part0.begin(), part0.end(), t) != part0.end();
+    tokens[on_rank0 ? 0 : 1].push_back(t);
+  }
+  std::vector<int64_t> rows[2];
+  Tensor stats[2], summed = Tensor::Zeros({batch, 2 * e}, DType::kF64);
+  for (int r = 0; r < 2; ++r) {
+    for (int64_t b = 0; b < batch; ++b) {
+      for (const int64_t t : tokens[r]) rows[r].push_back(b * whole + t);
+    }
+    const int64_t seq = static_cast<int64_t>(tokens[r].size());
+    stats[r] = Tensor::Empty({batch, 2 * e}, DType::kF64);
+    ops::SequenceBalanceStats(c, TakeRows(scores, rows[r]), TakeRows(expert, rows[r]), batch, seq, whole, stats[r]);
+    for (int64_t i = 0; i < batch * 2 * e; ++i) summed.data<double>()[i] += stats[r].data<double>()[i];  // all-reduce
+  }
+  double losses[2];
+  for (int r = 0; r < 2; ++r) {
+    const int64_t seq = static_cast<int64_t>(tokens[r].size());
+    const Tensor part_scores = TakeRows(scores, rows[r]);
+    Tensor part_dscores;
+    if (dscores.defined()) part_dscores = TakeRows(dscores, rows[r]);
+    losses[r] = ops::SequenceBalanceLoss(c, part_scores, summed, batch, seq, whole, grad_scale, part_dscores);
+    if (!dscores.defined()) continue;
+    for (size_t i = 0; i < rows[r].size(); ++i) {
+      std::memcpy(dscores.f32() + rows[r][i] * e, part_dscores.f32() + i * e, e * sizeof(float));
+    }
+  }
+  EXPECT_EQ(losses[0], losses[1]) << "the ranks' losses from the same summed statistics";
+  return losses[0];
+}
+
+TEST(RouterTest, SequenceBalanceLossSplitOverRanks) {
+  RouterSpec c = Sigmoid(8, 3);
+  c.n_group = 4;
+  c.topk_group = 2;
+  constexpr int64_t kBatch = 2, kWhole = 12, kN = kBatch * kWhole;
+  const int64_t e = c.num_experts;
+  Tensor logits = FromVector(testing::RandomVector(kN * e, 21, 2.0f), {kN, e});
+  Routing r;
+  Route(c, logits, FromVector(testing::RandomVector(e, 22, 0.1f), {e}), &r);
+  const float g = 0.8f;
+  const Tensor initial = FromVector(testing::RandomVector(kN * e, 23, 0.01f), {kN, e});
+  Tensor whole_dscores = initial.Clone();
+  const double whole_loss = BalanceLoss(c, r, kBatch, kWhole, g, whole_dscores);
+  // Rows 0-4 and 5-11; and context parallelism's halves of 4 chunks of 3,
+  // chunks 0 and 3 on rank 0.
+  const std::vector<int64_t> splits[] = {{0, 1, 2, 3, 4}, {0, 1, 2, 9, 10, 11}};
+  for (const std::vector<int64_t>& part0 : splits) {
+    SCOPED_TRACE(::testing::Message() << "rank 0 holds " << part0.size() << " tokens from " << part0.front());
+    Tensor dscores = initial.Clone();
+    const double loss = SplitBalanceLoss(c, r.scores, r.expert, kBatch, kWhole, part0, g, dscores);
+    EXPECT_NEAR(loss, whole_loss, 1e-12 * whole_loss);
+    EXPECT_NEAR(SplitBalanceLoss(c, r.scores, r.expert, kBatch, kWhole, part0, 0, Tensor()), whole_loss,
+                1e-12 * whole_loss);
+    for (int64_t i = 0; i < kN * e; ++i) {
+      ASSERT_NEAR(dscores.f32()[i], whole_dscores.f32()[i], 1e-6) << "dscores[" << i << "]";
+    }
+  }
+  // The split loss's gradient, the choices held (f counts them): through the
+  // scores to the logits, by finite differences.
+  const std::vector<int64_t> part0 = {0, 1, 2, 9, 10, 11};
+  const float g_fd = 10.0f;
+  Tensor scores = Tensor::Empty({kN, e});
+  auto loss = [&] {
+    ops::RouterScores(c, logits, scores);
+    return g_fd * SplitBalanceLoss(c, scores, r.expert, kBatch, kWhole, part0, 0, Tensor());
+  };
+  loss();
+  Tensor dscores = Tensor::Zeros({kN, e}), dlogits = Tensor::Empty({kN, e});
+  SplitBalanceLoss(c, scores, r.expert, kBatch, kWhole, part0, g_fd, dscores);
+  ops::RouterScoresBackward(c, scores, dscores, dlogits);
+  testing::ExpectGradientMatches("dlogits", logits.f32(), kN * e, dlogits.f32(), loss, kGradCheck);
 }
 
 TEST(RouterTest, LoadsAndBiasUpdate) {
