@@ -15,7 +15,8 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
                       Init::kZeros, 0.0, parallelism.Replicated(), /*trainable=*/false)),
       dispatcher_(c.moe().n_routed_experts(), c.moe().num_experts_per_tok(),
                   c.moe().capacity_factor(), *parallelism.ep),
-      experts_region_(*parallelism.tp, /*sequence_parallel=*/false) {
+      experts_region_(*parallelism.tp, /*sequence_parallel=*/false),
+      cp_(*parallelism.cp) {
   TETRA_CHECK(!parallelism.sequence_parallel)
       << "MoE layers under sequence parallelism are not implemented";
   const int64_t width = c.moe().moe_intermediate_size(), hidden = c.hidden_size();
@@ -59,16 +60,21 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   Route(router_, logits_, bias_.value, &a.routing);
   if (!recompute) ops::CountExpertLoads(router_, a.routing.expert, loads_);
   // The balance term of each sequence enters the objective with weight 1 /
-  // (global sequences) = grad_scale x seq.
+  // (global sequences) = grad_scale x its whole length. Under context
+  // parallelism this rank holds seq of those tokens: the sequences'
+  // statistics add up over the context group, whose ranks then all hold the
+  // same loss, counted once in the loss group's sum.
   EnsureShape(&a.daux, {n, e}, DType::kF32);
   a.daux.SetZero();
   if (aux_loss_alpha_ > 0) {
-    const float aux_scale = static_cast<float>(aux_loss_alpha_ * grad_scale * seq);
+    const int64_t whole_seq = seq * cp_.size();
+    const float aux_scale = static_cast<float>(aux_loss_alpha_ * grad_scale * whole_seq);
     EnsureShape(&balance_stats_, {batch, 2 * e}, DType::kF64);
-    ops::SequenceBalanceStats(router_, a.routing.scores, a.routing.expert, batch, seq, seq, balance_stats_);
+    ops::SequenceBalanceStats(router_, a.routing.scores, a.routing.expert, batch, seq, whole_seq, balance_stats_);
+    if (cp_.size() > 1) SumOverContext(balance_stats_);
     const double aux = aux_loss_alpha_ * ops::SequenceBalanceLoss(router_, a.routing.scores, balance_stats_,
-                                                                  batch, seq, seq, aux_scale, a.daux);
-    if (!recompute) aux_loss_sum_ += aux;
+                                                                  batch, seq, whole_seq, aux_scale, a.daux);
+    if (!recompute) aux_loss_sum_ += aux / cp_.size();
   }
   dispatcher_.Plan(a.routing, &a.plan);
   if (!recompute) dropped_ += a.plan.dropped;
@@ -119,7 +125,7 @@ void MoeMlpLayer::ReleaseActivations() {
 void MoeMlpLayer::ReleaseScratch() {
   experts_region_.Release();
   ReleaseTensors({&logits_, &send_, &y_grouped_, &out_, &dy_send_, &dy_grouped_, &dx_grouped_, &dx_send_, &dx_,
-                  &dweights_, &dscores_, &dlogits_, &dact_, &dgate_, &dup_, &balance_stats_});
+                  &dweights_, &dscores_, &dlogits_, &dact_, &dgate_, &dup_, &balance_stats_, &gathered_stats_});
   if (shared_) shared_->ReleaseScratch();
 }
 
@@ -129,6 +135,15 @@ void MoeMlpLayer::ResetStats() {
   aux_loss_sum_ = 0;
   dropped_ = 0;
   dispatcher_.ResetCounters();
+}
+
+void MoeMlpLayer::SumOverContext(const Tensor& stats) {
+  // Gathered and added in rank order (fp64: backends gather it, not all reduce it).
+  EnsureShape(&gathered_stats_, {cp_.size(), stats.numel()}, DType::kF64, stats.device());
+  cp_.AllGather(stats, gathered_stats_);
+  const Tensor flat = stats.Reshape({stats.numel()});
+  flat.CopyFrom(gathered_stats_.Slice(0, 1).Reshape({stats.numel()}));
+  for (int r = 1; r < cp_.size(); ++r) ops::Add(gathered_stats_.Slice(r, r + 1).Reshape({stats.numel()}), flat);
 }
 
 void MoeMlpLayer::UpdateBias(const Tensor& loads, double speed) {

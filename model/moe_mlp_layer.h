@@ -83,6 +83,8 @@ class MoeMlpLayer {
   // Views of this rank's experts' parameters, in expert order (made after
   // ParameterStore::Pack has moved them).
   const std::vector<ExpertWeights>& Experts();
+  // stats = the sum over the context group of every rank's stats.
+  void SumOverContext(const Tensor& stats);
 
   struct ExpertParameters {
     Parameter *gate, *up, *down;
@@ -92,6 +94,7 @@ class MoeMlpLayer {
   std::unique_ptr<MlpLayer> shared_;    // absent when n_shared_experts is 0
   TokenDispatcher dispatcher_;
   TensorParallelRegion experts_region_;  // the experts' sums over tp
+  Communicator& cp_;  // the context group: sequences' balance statistics add up over it
   ActivationSlots<Activations> slots_;
   Tensor loads_;
   bool recompute_activation_ = false;
@@ -100,6 +103,7 @@ class MoeMlpLayer {
   // Scratch.
   Tensor logits_, send_, y_grouped_, out_;
   Tensor balance_stats_;  // (batch, 2E) fp64: the balance loss's per-sequence f and P
+  Tensor gathered_stats_;  // (cp, batch x 2E) fp64: every context rank's
   Tensor dy_send_, dy_grouped_, dx_grouped_, dx_send_, dx_, dweights_, dscores_, dlogits_;
   Tensor dact_, dgate_, dup_;
 };
