@@ -24,7 +24,7 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
       store_(store),
       region_(*parallelism.tp, parallelism.sequence_parallel),
       rope_(head_dim_, c.rope_theta(), RotaryScaling(c), parallelism.context()),
-      attention_(*parallelism.cp) {
+      attention_(parallelism.context_group()) {
   // A key-value head shared by several ranks gets a part of its gradient
   // from each rank's query heads.
   if (parallelism.kv_replicas->size() > 1) {

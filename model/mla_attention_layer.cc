@@ -45,7 +45,7 @@ MlaAttentionLayer::MlaAttentionLayer(ParameterStore& store, const std::string& p
                         Init::kNormal, OutputProjectionStd(c), parallelism.Row())),
       region_(*parallelism.tp, parallelism.sequence_parallel),
       rope_(rope_dim_, c.rope_theta(), RotaryScaling(c), parallelism.context()),
-      attention_(*parallelism.cp) {
+      attention_(parallelism.context_group()) {
   // Every rank holds the down projections and latent norms whole, but its
   // gradients of them flow back from its own heads only.
   if (parallelism.tp_size() > 1) {

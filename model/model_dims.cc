@@ -59,10 +59,11 @@ absl::Status ValidateTensorParallel(const ModelConfig& c, int tp, bool sequence_
   if (sequence_parallel && rows_per_micro_batch % tp != 0) {
     return UserError(
         absl::StrCat("parallel.sequence_parallel splits the ", rows_per_micro_batch,
-                     " token rows of a micro-batch (train.micro_batch_size x train.seq_length) "
+                     " token rows a rank holds of a micro-batch (train.micro_batch_size x train.seq_length "
+                     "/ parallel.context) "
                      "over parallel.tensor ", tp, " ranks, but ", rows_per_micro_batch,
                      " is not a multiple of ", tp),
-        absl::StrCat("set train.seq_length or train.micro_batch_size so that their product is a "
+        absl::StrCat("set train.seq_length or train.micro_batch_size so that those rows are a "
                      "multiple of ", tp, ", or set parallel.sequence_parallel to false"));
   }
   return absl::OkStatus();

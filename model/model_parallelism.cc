@@ -47,12 +47,16 @@ TensorShard LayerParallelism::KeyValueColumn(int kv_heads) const {
   return Slice(0, tp_rank() / replicas, kv_heads, replicas);
 }
 
+Communicator& LayerParallelism::context_group() const {
+  static SelfCommunicator* const alone = new SelfCommunicator(0, "cp");  // never destroyed
+  return cp != nullptr ? *cp : *alone;
+}
+
 const LayerParallelism& SingleRankParallelism() {
   static SelfCommunicator* const self = new SelfCommunicator(0, "tp");
   static SelfCommunicator* const self_ep = new SelfCommunicator(0, "ep");
-  static SelfCommunicator* const self_cp = new SelfCommunicator(0, "cp");
   static const LayerParallelism single{
-      .tp = self, .kv_replicas = self, .sequence_parallel = false, .ep = self_ep, .cp = self_cp};
+      .tp = self, .kv_replicas = self, .sequence_parallel = false, .ep = self_ep};
   return single;
 }
 
@@ -68,17 +72,12 @@ TensorParallelGroups::TensorParallelGroups(const ModelConfig& config,
     own_ep_ = std::make_unique<SelfCommunicator>(tp->ranks()[tp->rank()], "ep");
     ep = own_ep_.get();
   }
-  Communicator* cp = parallelism.cp;
-  if (cp == nullptr) {
-    own_cp_ = std::make_unique<SelfCommunicator>(tp->ranks()[tp->rank()], "cp");
-    cp = own_cp_.get();
-  }
   kv_replicas_ = SplitKeyValueReplicas(*tp, KeyValueReplicas(config, tp->size()));
   layers_ = LayerParallelism{.tp = tp,
                              .kv_replicas = kv_replicas_.get(),
                              .sequence_parallel = parallelism.sequence_parallel,
                              .ep = ep,
-                             .cp = cp};
+                             .cp = parallelism.cp};
 }
 
 }  // namespace tetra

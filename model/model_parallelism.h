@@ -61,10 +61,12 @@ struct LayerParallelism {
   Communicator* kv_replicas = nullptr;
   bool sequence_parallel = false;
   Communicator* ep = nullptr;  // MoE layers' expert-parallel group
-  Communicator* cp = nullptr;  // the context-parallel group (attention's ring)
+  Communicator* cp = nullptr;  // the context-parallel group (attention's ring); null: none
 
+  // cp, or a group of this rank alone.
+  Communicator& context_group() const;
   // The tokens of each sequence this rank holds.
-  ContextShard context() const { return {.size = cp->size(), .rank = cp->rank()}; }
+  ContextShard context() const { return {.size = context_group().size(), .rank = context_group().rank()}; }
   int tp_rank() const { return tp->rank(); }
   int tp_size() const { return tp->size(); }
   // Weights (out, in) of column-parallel linears: dim 0 split over tp.
@@ -85,7 +87,7 @@ struct LayerParallelism {
 // One process alone: the layers' default, so single-rank code never names a group.
 const LayerParallelism& SingleRankParallelism();
 
-// The groups of one model: the TP, EP and CP groups (SelfCommunicators when
+// The groups of one model: the TP and EP groups (SelfCommunicators when
 // ModelParallelism's are null) and the key-value replica group, split from
 // it when kv < tp (collective over tp: every TP rank builds its model at the
 // same point).
@@ -95,7 +97,7 @@ class TensorParallelGroups {
   const LayerParallelism& layers() const { return layers_; }
 
  private:
-  std::unique_ptr<Communicator> own_tp_, own_ep_, own_cp_, kv_replicas_;
+  std::unique_ptr<Communicator> own_tp_, own_ep_, kv_replicas_;
   LayerParallelism layers_;
 };
 

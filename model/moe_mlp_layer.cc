@@ -16,7 +16,7 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
       dispatcher_(c.moe().n_routed_experts(), c.moe().num_experts_per_tok(),
                   c.moe().capacity_factor(), *parallelism.ep),
       experts_region_(*parallelism.tp, /*sequence_parallel=*/false),
-      cp_(*parallelism.cp) {
+      cp_(parallelism.context_group()) {
   TETRA_CHECK(!parallelism.sequence_parallel)
       << "MoE layers under sequence parallelism are not implemented";
   const int64_t width = c.moe().moe_intermediate_size(), hidden = c.hidden_size();

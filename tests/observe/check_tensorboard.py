@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
 from tetra_runs import Checker, train  # noqa: E402
 
 TETRA = sys.argv[1]
-PER_RUN = {"step", "world_size", "tensor", "pipeline", "data", "expert", "global_batch_size",
+PER_RUN = {"step", "world_size", "tensor", "context", "pipeline", "data", "expert", "global_batch_size",
            "micro_batch_size", "seq_length", "zero_stage"}
 check = Checker()
 

@@ -137,7 +137,7 @@ TEST(TensorBoardWriterTest, EveryPerStepMetricIsAScalar) {
 
   absl::StatusOr<JsonValue> line = ParseJson(MetricsJson(m));
   ASSERT_TRUE(line.ok()) << line.status();
-  const std::set<std::string> per_run = {"step",  "world_size", "tensor", "pipeline", "data", "expert",
+  const std::set<std::string> per_run = {"step", "world_size", "tensor", "context", "pipeline", "data", "expert",
                                          "global_batch_size", "micro_batch_size", "seq_length", "zero_stage"};
   std::set<std::string> per_step;
   for (size_t i = 0; i < line->keys.size(); ++i) {
