@@ -10,7 +10,16 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "proto/config.pb.h"
+
 namespace tetra {
+
+// Whether the trainer runs `config` with a context group of `cp` ranks:
+// train.seq_length a multiple of 2 x cp, and no multi-token prediction
+// (not implemented under context parallelism yet). Else a user error naming
+// the numbers, with a hint. The config's checks and the planner's both ask.
+absl::Status CheckContextParallel(const TrainerConfig& config, int cp);
 
 struct ContextShard {
   int size = 1;  // cp

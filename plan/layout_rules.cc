@@ -6,31 +6,12 @@
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "model/model_dims.h"
+#include "parallel/context_shard.h"
 
 namespace tetra {
 namespace {
 
 int RoutedExperts(const ModelConfig& m) { return m.has_moe() ? m.moe().n_routed_experts() : 0; }
-
-// Context parallelism cuts each sequence into 2 x cp equal chunks (rank r
-// holds chunks r and 2cp - 1 - r); multi-token prediction does not run under
-// it yet.
-absl::Status CheckContextParallel(const TrainerConfig& config, int cp) {
-  if (cp == 1) return absl::OkStatus();
-  const int64_t seq = config.train().seq_length();
-  if (seq % (2 * cp) != 0) {
-    return UserError(absl::StrCat("context ", cp, ": train.seq_length ", seq, " is not a multiple of 2 x context = ",
-                                  2 * cp, ", the chunks context parallelism cuts each sequence into"),
-                     absl::StrCat("use a context size whose double divides ", seq,
-                                  ", or a seq_length that is a multiple of ", 2 * cp));
-  }
-  if (const int depths = config.model().num_nextn_predict_layers(); depths > 0) {
-    return UserError(absl::StrCat("context ", cp, ": model.num_nextn_predict_layers is ", depths,
-                                  ", and multi-token prediction does not run under context parallelism yet"),
-                     "plan with context 1 for this model");
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CheckExperts(const ModelConfig& m, const MeshShape& mesh) {
   const int experts = RoutedExperts(m);

@@ -15,6 +15,7 @@
 #include "kernels/cpu/threads.h"
 #include "model/model_dims.h"
 #include "observe/trace_writer.h"
+#include "parallel/context_shard.h"
 #include "parallel/mesh.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_partition.h"
@@ -432,24 +433,6 @@ absl::Status ValidateParallelNumbers(const ParallelConfig& p) {
   return absl::OkStatus();
 }
 
-// Context parallelism's split of each sequence into 2 x cp equal chunks.
-absl::Status ValidateContextParallel(const TrainerConfig& c, int cp) {
-  if (cp == 1) return absl::OkStatus();
-  const int64_t seq = c.train().seq_length();
-  if (seq % (2 * cp) != 0) {
-    return Invalid(absl::StrCat("train.seq_length ", seq, " is not a multiple of 2 x parallel.context ", cp,
-                                ": context parallelism cuts each sequence into 2 x context equal chunks"),
-                   absl::StrCat("use a seq_length that is a multiple of ", 2 * cp, ", or a smaller parallel.context"));
-  }
-  if (c.model().num_nextn_predict_layers() > 0) {
-    return Invalid(absl::StrCat("model.num_nextn_predict_layers ", c.model().num_nextn_predict_layers(),
-                                " with parallel.context ", cp,
-                                ": multi-token prediction under context parallelism is not implemented yet"),
-                   "set parallel.context to 1, or model.num_nextn_predict_layers to 0");
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
   const ParallelConfig& p = c.parallel();
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(p, world_size));  // layout arithmetic and order string
@@ -489,7 +472,7 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
                    absl::StrCat("each data-parallel rank takes whole micro-batches: ",
                                 BatchSplitHint(t.global_batch_size(), t.micro_batch_size(), s.dp)));
   }
-  RETURN_IF_ERROR(ValidateContextParallel(c, s.cp));
+  RETURN_IF_ERROR(CheckContextParallel(c, s.cp));
   return ValidateTensorParallel(c.model(), s.tp, p.sequence_parallel(),
                                 int64_t{t.micro_batch_size()} * t.seq_length() / s.cp);
 }

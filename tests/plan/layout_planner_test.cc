@@ -382,7 +382,7 @@ TEST(LayoutPlannerTest, ProposesOnlyContextSizesTheSequenceCutsInto) {
   }
   EXPECT_EQ(largest_cp, 4);
   const absl::Status cp8 = CheckLayoutRuns(odd, MeshShape::Of(1, 8, 16, 1, 8));
-  EXPECT_THAT(cp8.message(), HasSubstr("train.seq_length 32776 is not a multiple of 2 x context = 16"));
+  EXPECT_THAT(cp8.message(), HasSubstr("train.seq_length 32776 is not a multiple of 2 x parallel.context 8 = 16"));
   EXPECT_TRUE(CheckLayoutRuns(config, MeshShape::Of(1, 8, 16, 1, 8)).ok());
 }
 

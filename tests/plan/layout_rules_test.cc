@@ -46,7 +46,7 @@ TEST(LayoutRulesTest, EachRuleRefusesWithItsNumbersAndTheNeighbouringLayoutRuns)
   const std::vector<Case> cases = {
       {"2 x cp chunks: 32768 = 2^15 cuts into 8, not into 6",
        Llama({"train.seq_length=32768"}), MeshShape::Of(8, 1, 4, 1, 3), MeshShape::Of(8, 1, 4, 1, 4),
-       "context 3: train.seq_length 32768 is not a multiple of 2 x context = 6"},
+       "train.seq_length 32768 is not a multiple of 2 x parallel.context 3 = 6"},
       {"sequence parallelism splits the 8200 / cp 2 = 4100 rows a rank holds over tp: 4 divides them, 8 not",
        Llama({"train.seq_length=8200"}), MeshShape::Of(8, 1, 4, 1, 2), MeshShape::Of(4, 1, 8, 1, 2),
        "parallel.sequence_parallel splits the 4100 token rows"},
@@ -55,8 +55,8 @@ TEST(LayoutRulesTest, EachRuleRefusesWithItsNumbersAndTheNeighbouringLayoutRuns)
        "parallel.sequence_parallel splits the 2050 token rows"},
       {"multi-token prediction runs only without context parallelism", DeepSeek(), MeshShape::Of(1, 16, 64, 64, 2),
        MeshShape::Of(1, 16, 128, 64, 1),
-       "context 2: model.num_nextn_predict_layers is 1, and multi-token prediction does not run under context "
-       "parallelism yet"},
+       "model.num_nextn_predict_layers 1 with parallel.context 2: multi-token prediction under context "
+       "parallelism is not implemented yet"},
       {"expert groups come out of data x context: 64 divides 32 x 2, not 16 x 2", DeepSeek(no_mtp),
        MeshShape::Of(1, 16, 16, 64, 2), MeshShape::Of(1, 16, 32, 64, 2),
        "expert 64 does not divide data 16 x context 2"},

@@ -109,6 +109,32 @@ TEST(ConfigValidationTest, BadMixtureOfExpertsConfigsNameTheNumbers) {
 
 // Multi-head latent attention: DeepSeek-V3's head dims over a hidden size
 // that 4 heads do not divide (MLA's heads need not), each bad value named.
+TEST(ConfigValidationTest, ContextParallelismNeedsEqualChunksAndNoMultiTokenPrediction) {
+  TrainerConfig config;
+  config.mutable_parallel()->set_context(2);
+  config.mutable_train()->set_seq_length(64);
+  EXPECT_TRUE(ValidateConfig(config, 2).ok()) << ValidateConfig(config, 2);
+  config.mutable_train()->set_seq_length(66);  // 2 x 2 chunks of 16.5 tokens
+  EXPECT_THAT(ValidateConfig(config, 2).message(),
+              HasSubstr("train.seq_length 66 is not a multiple of 2 x parallel.context 2 = 4"));
+  config.mutable_train()->set_seq_length(64);
+  config.mutable_model()->set_num_nextn_predict_layers(1);
+  EXPECT_THAT(ValidateConfig(config, 2).message(),
+              HasSubstr("model.num_nextn_predict_layers 1 with parallel.context 2"));
+  // Sequence parallelism splits this rank's 64 / 2 = 32 rows per sequence.
+  config = TrainerConfig();
+  config.mutable_parallel()->set_context(2);
+  config.mutable_parallel()->set_tensor(2);
+  config.mutable_parallel()->set_sequence_parallel(true);
+  config.mutable_train()->set_micro_batch_size(1);
+  config.mutable_train()->set_global_batch_size(1);
+  config.mutable_train()->set_seq_length(12);  // 6 rows a rank: fine for tp 2
+  EXPECT_TRUE(ValidateConfig(config, 4).ok()) << ValidateConfig(config, 4);
+  config.mutable_parallel()->set_tensor(4);  // 6 rows over 4 ranks
+  config.mutable_model()->set_num_key_value_heads(4);
+  EXPECT_THAT(ValidateConfig(config, 8).message(), HasSubstr("splits the 6 token rows a rank holds"));
+}
+
 TEST(ConfigValidationTest, MlaSizesAreCheckedOneByOne) {
   TrainerConfig config;
   for (const char* set :
