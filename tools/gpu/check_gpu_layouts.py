@@ -5,8 +5,9 @@ layouts: every layout family trains on CUDA in bf16, its ranks sharing the
   GPU through the staged backend (parallel.comm_backend MPI, which keeps
   NCCL's rules), and is compared with the CPU fp32 single-rank run of the
   same model and data: tp 2 with sequence parallelism, pp 2 under 1F1B and
-  interleaved (2 virtual stages), dp 2 with ZeRO-1, and for the MoE model
-  dp 2 x ep 2 and tp 2 x pp 2 x dp 2 x ep 2 on 8 processes. Tolerance: bf16
+  interleaved (2 virtual stages), dp 2 with ZeRO-1, cp 2 (ring attention),
+  and for the MoE model dp 2 x ep 2, cp 2 x ep 2 and tp 2 x pp 2 x dp 2 x ep
+  2 on 8 processes. Tolerance: bf16
   activations (2^-8 relative per rounding) move these tiny models' step-1
   loss by ~3e-5, their gradient norm by ~2e-4 and the 8-step curve by ~1e-3
   (measured with this script on CPU ranks, which compute bf16 as the GPU
@@ -56,8 +57,10 @@ def layouts():
     dense = [("tp2_sp", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
              ("pp2_1f1b", 2, ["parallel.pipeline=2"]),
              ("pp2_interleaved", 2, ["parallel.pipeline=2", "parallel.virtual_stages=2"]),
-             ("dp2_zero1", 2, ["parallel.data=2", "optimizer.zero_stage=1"])]
+             ("dp2_zero1", 2, ["parallel.data=2", "optimizer.zero_stage=1"]),
+             ("cp2_ring", 2, ["parallel.context=2"])]
     moe = [("moe_dp2_ep2", 2, ["parallel.expert=2"]),
+           ("moe_cp2_ep2", 2, ["parallel.context=2", "parallel.expert=2"]),
            ("moe_tp2_pp2_dp2_ep2", 8, ["parallel.tensor=2", "parallel.pipeline=2", "parallel.expert=2"])]
     for model, cases in (([], dense), (MOE, moe)):
         ref, _ = run("cpu_ref" + ("_moe" if model else ""), 1, model + CPU + [f"train.steps={STEPS}"])

@@ -9,9 +9,9 @@
 #      the attention cases again on our own kernel (TETRA_CUDNN_ATTENTION=0;
 #      own_attention.log);
 #   2. the layout matrix on this one GPU through the staged backend (tp 2
-#      with SP, pp 2 1F1B and interleaved, dp 2 ZeRO-1, dp 2 x ep 2 and
-#      tp 2 x pp 2 x dp 2 x ep 2 on 8 processes), each against the CPU fp32
-#      single-rank run, and checkpoints moved GPU -> CPU and CPU -> GPU
+#      with SP, pp 2 1F1B and interleaved, dp 2 ZeRO-1, cp 2 (ring
+#      attention), dp 2 x ep 2, cp 2 x ep 2 and tp 2 x pp 2 x dp 2 x ep 2 on
+#      8 processes), each against the CPU fp32 single-rank run, and checkpoints moved GPU -> CPU and CPU -> GPU
 #      (layouts.log; tools/gpu/check_gpu_layouts.py);
 #   3. NCCL at world size 1 through `tetra commbench` (comm.log);
 #   4. the benchmarks, dense (configs/bench_h200_1b.textproto; bench.log)
