@@ -190,25 +190,28 @@ void ContextParallelAttention::Backward(const AttentionShape& local, const Tenso
     }
   }
 
-  // The own block first; its dK/dV accumulator then leaves with it.
+  // The next block's K/V travel while a block is computed on; its dK/dV
+  // accumulator follows once that computation has added to it.
+  std::vector<CommHandle> kv_shift = RingShift(cp_, {k, v}, {ring_k_[1], ring_v_[1]});
+  // The own block first.
   ops::AttentionBackward(local, dout, q, k, v, out, lse, block_dq_, block_dk_, block_dv_);
   int held = 0;  // which of dk_acc_/dv_acc_ belongs to the block held
   AccumulateHalves(block_dq_, dq_acc_, /*first=*/true);
   AccumulateHalves(block_dk_, dk_acc_[held], /*first=*/true);
   AccumulateHalves(block_dv_, dv_acc_[held], /*first=*/true);
-  auto pass_on = [&](std::vector<Tensor> send, std::vector<Tensor> recv) {
-    std::vector<Tensor> with_grads = std::move(send), into = std::move(recv);
-    for (const Halves* acc : {&dk_acc_[held], &dv_acc_[held]}) with_grads.insert(with_grads.end(), acc->begin(), acc->end());
-    for (const Halves* acc : {&dk_acc_[1 - held], &dv_acc_[1 - held]}) into.insert(into.end(), acc->begin(), acc->end());
-    std::vector<CommHandle> shift = RingShift(cp_, with_grads, into);
+  auto pass_grads_on = [&] {
+    std::vector<Tensor> send, recv;
+    for (const Halves* acc : {&dk_acc_[held], &dv_acc_[held]}) send.insert(send.end(), acc->begin(), acc->end());
+    for (const Halves* acc : {&dk_acc_[1 - held], &dv_acc_[1 - held]}) recv.insert(recv.end(), acc->begin(), acc->end());
+    std::vector<CommHandle> shift = RingShift(cp_, send, recv);
     WaitAll(shift);
     held = 1 - held;
   };
-  Tensor held_k = k, held_v = v;
   for (int i = 1; i < n; ++i) {
-    pass_on({held_k, held_v}, {ring_k_[i % 2], ring_v_[i % 2]});
-    held_k = ring_k_[i % 2];
-    held_v = ring_v_[i % 2];
+    pass_grads_on();
+    WaitAll(kv_shift);
+    const Tensor held_k = ring_k_[i % 2], held_v = ring_v_[i % 2];
+    if (i + 1 < n) kv_shift = RingShift(cp_, {held_k, held_v}, {ring_k_[(i + 1) % 2], ring_v_[(i + 1) % 2]});
     const int j = (r - i + n) % n;
     if (j < r) {
       Split(held_k, 1, k_halves_);
@@ -227,7 +230,7 @@ void ContextParallelAttention::Backward(const AttentionShape& local, const Tenso
     }
   }
   // One more hop takes each accumulator home.
-  pass_on({}, {});
+  pass_grads_on();
   for (auto [halves, grad] : {std::pair{&dq_acc_, &dq}, std::pair{&dk_acc_[held], &dk}, std::pair{&dv_acc_[held], &dv}}) {
     EnsureShape(&joined_, grad->shape(), DType::kF32, grad->device());
     Join(*halves, 1, joined_);

@@ -15,7 +15,8 @@
 // partial results merge by their log-sum-exps (ops::AttentionMerge) into
 // fp32 accumulators, rounded to the activations' dtype once at the end.
 //
-// The backward sends the blocks round again, each with its fp32 dK/dV
+// The backward sends the blocks round again (the next one travelling while
+// the current one is computed on), each followed by its fp32 dK/dV
 // accumulator, which every rank adds its share to (with the final out and
 // lse, the blocks' gradients are exact shares of the whole's); after cp
 // steps and one more hop each accumulator is back at its owner.
