@@ -1,5 +1,6 @@
 #include "parallel/context_parallel_attention.h"
 
+#include <utility>
 #include <vector>
 
 #include "core/logging.h"
@@ -75,6 +76,20 @@ std::vector<CommHandle> RingShift(Communicator& ring, const std::vector<Tensor>&
   return handles;
 }
 
+// The unmasked blocks of a step that holds another rank's K/V (header):
+// every query against the block's first chunk, and the second chunk's
+// queries against the whole block.
+std::pair<AttentionShape, AttentionShape> BlockShapes(const AttentionShape& local) {
+  AttentionShape first_keys = local;
+  first_keys.kv_seq = local.seq / 2;
+  first_keys.causal = false;
+  AttentionShape last_queries = local;
+  last_queries.seq = local.seq / 2;
+  last_queries.kv_seq = local.seq;
+  last_queries.causal = false;
+  return {first_keys, last_queries};
+}
+
 void WaitAll(std::vector<CommHandle>& handles) {
   for (CommHandle& handle : handles) handle.Wait();
 }
@@ -91,13 +106,7 @@ void ContextParallelAttention::Forward(const AttentionShape& local, const Tensor
   TETRA_CHECK(local.causal && local.keys() == local.seq && local.seq % 2 == 0)
       << "context-parallel attention takes causal attention over two local chunks, not seq "
       << local.seq << " keys " << local.keys();
-  AttentionShape first_keys = local;  // every query, the block's first chunk
-  first_keys.kv_seq = local.seq / 2;
-  first_keys.causal = false;
-  AttentionShape last_queries = local;  // the second chunk's queries, every key
-  last_queries.seq = local.seq / 2;
-  last_queries.kv_seq = local.seq;
-  last_queries.causal = false;
+  const auto [first_keys, last_queries] = BlockShapes(local);
 
   EnsureShape(&block_out_, out.shape(), q.dtype(), q.device());
   EnsureShape(&block_lse_, lse.shape(), DType::kF32, lse.device());
@@ -163,13 +172,7 @@ void ContextParallelAttention::Backward(const AttentionShape& local, const Tenso
     ops::AttentionBackward(local, dout, q, k, v, out, lse, dq, dk, dv);
     return;
   }
-  AttentionShape first_keys = local;
-  first_keys.kv_seq = local.seq / 2;
-  first_keys.causal = false;
-  AttentionShape last_queries = local;
-  last_queries.seq = local.seq / 2;
-  last_queries.kv_seq = local.seq;
-  last_queries.causal = false;
+  const auto [first_keys, last_queries] = BlockShapes(local);
 
   EnsureShape(&block_dq_, q.shape(), q.dtype(), q.device());
   EnsureShape(&block_dk_, k.shape(), k.dtype(), k.device());

@@ -27,8 +27,6 @@ struct ContextShard {
 
   // Tokens of a sequence of `seq` this rank holds.
   int64_t LocalSeq(int64_t seq) const { return seq / size; }
-  // The position in its sequence of local token `local` (RoPE's position).
-  int64_t GlobalPosition(int64_t local, int64_t seq) const;
   // The first position of local chunk `chunk` (0 or 1) and the chunk's length.
   int64_t ChunkStart(int chunk, int64_t seq) const;
   int64_t ChunkLength(int64_t seq) const { return seq / (2 * size); }
