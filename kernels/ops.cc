@@ -224,7 +224,7 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
                     const Tensor& dw, bool accumulate_dx, int64_t real_out) {
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
   if (real_out < 0) real_out = out;
-  TETRA_CHECK(x.numel() == rows * in && dy.numel() == rows * out && dw.numel() == w.numel() &&
+  TETRA_CHECK(x.numel() == rows * in && dy.numel() == rows * out && (!dw.defined() || dw.numel() == w.numel()) &&
               (!dx.defined() || dx.numel() == x.numel()) && real_out <= out)
       << "linear backward " << ShapeString(dy.shape()) << ", " << ShapeString(x.shape()) << ", "
       << ShapeString(w.shape()) << ", " << real_out << " real outputs";
@@ -292,14 +292,14 @@ void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps
 
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                      const Tensor& dx, const Tensor& dw, const Tensor& dx_add) {
-  TETRA_CHECK(!dx_add.defined() || (dx_add.numel() == dx.numel() && dx_add.dtype() == dx.dtype()))
+  TETRA_CHECK(!dx_add.defined() || (dx.defined() && dx_add.numel() == dx.numel() && dx_add.dtype() == dx.dtype()))
       << "rmsnorm backward: dx " << DTypeName(dx.dtype()) << ShapeString(dx.shape()) << " plus "
       << DTypeName(dx_add.dtype()) << ShapeString(dx_add.shape());
   TETRA_ON_DEVICE(x, RmsNormBackward(dy, x, w, rstd, dx, dw, dx_add));
   ExpectHost(x, dx_add);
   HostF32 f32;
   cpu::RmsNormBackward(f32.In(dy), f32.In(x), f32.In(w), f32.In(rstd), Rows(x), x.dim(-1), f32.Out(dx),
-                       f32.Out(dw), f32.In(dx_add), dx.dtype() == DType::kBF16);
+                       f32.Out(dw), f32.In(dx_add), dx.defined() && dx.dtype() == DType::kBF16);
 }
 
 void Rope(const Tensor& x, const RopeTable& table) {

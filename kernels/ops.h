@@ -21,7 +21,9 @@ namespace tetra::ops {
 
 // y (N, out) = x (N, in) . w (out, in)^T   (Hugging Face weight layout)
 void Linear(const Tensor& x, const Tensor& w, const Tensor& y);
-// dw += dy^T x; dx = dy w (or dx += dy w when accumulate_dx). dx may be undefined.
+// dw += dy^T x; dx = dy w (or dx += dy w when accumulate_dx). Either of dx and
+// dw may be undefined: the input and weight halves of a split backward are
+// the same two GEMMs as the whole one, so their results are bit-identical.
 // With real_out in [0, out) only the first real_out outputs take part (a
 // padded vocabulary's LM head): dy's first real_out columns and w's and
 // dw's first real_out rows; dw's other rows are left as they are. -1: all.
@@ -50,6 +52,8 @@ void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps
 // dx = the input gradient, or with dx_add defined dx = dx_add + it (the
 // residual's gradient; dx_add may be dx itself), with the numbers of a
 // separate backward into a tensor of dx's dtype and an Add. dx may alias dy.
+// Either of dx (with no dx_add) and dw may be undefined: the halves of a
+// split backward, each computed exactly as in the whole one.
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                      const Tensor& dx, const Tensor& dw, const Tensor& dx_add = Tensor());
 

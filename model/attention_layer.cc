@@ -22,6 +22,7 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
                         {c.hidden_size(), c.num_attention_heads() * head_dim_}, Init::kNormal,
                         OutputProjectionStd(c), parallelism.Row())),
       store_(store),
+      weight_gradients_(store.weight_gradients()),
       region_(*parallelism.tp, parallelism.sequence_parallel),
       rope_(head_dim_, c.rope_theta(), RotaryScaling(c), parallelism.context()),
       attention_(parallelism.context_group()) {
@@ -74,7 +75,8 @@ Tensor AttentionLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dk_, a.k.shape());
   EnsureShape(&dv_, a.v.shape());
   EnsureShape(&dx_, a.x.shape());
-  ops::LinearBackward(region_.ExitBackward(dy), a.attn, o_proj_.compute, dattn_, o_proj_.grad);
+  WeightGradients& w = weight_gradients_;
+  w.LinearBackward(w.Keep(region_.ExitBackward(dy)), a.attn, o_proj_.compute, dattn_, o_proj_.grad);
   attention_.Backward({batch, seq, q_heads_, kv_heads_, head_dim_}, dattn_, a.q, a.k, a.v, a.attn, a.lse, dq_,
                       dk_, dv_);
   // The packed gradient view spans q, k and v's own gradient slices, so a
@@ -82,13 +84,13 @@ Tensor AttentionLayer::Backward(int slot, const Tensor& dy) {
   if (const std::optional<StackedParameters> qkv = StackedQkv()) {
     EnsureShape(&qkv_, {batch * seq, qkv->compute.dim(0)});
     ops::MergeQkvRopeBackward(dq_, dk_, dv_, rope, qkv_);
-    ops::LinearBackward(qkv_, a.x, qkv->compute, dx_, qkv->grad);
+    w.LinearBackward(w.Keep(qkv_), a.x, qkv->compute, dx_, qkv->grad);
   } else {
     ops::RopeBackward(dq_, rope);
     ops::RopeBackward(dk_, rope);
-    ops::LinearBackward(dq_, a.x, q_proj_.compute, dx_, q_proj_.grad);
-    ops::LinearBackward(dk_, a.x, k_proj_.compute, dx_, k_proj_.grad, /*accumulate_dx=*/true);
-    ops::LinearBackward(dv_, a.x, v_proj_.compute, dx_, v_proj_.grad, /*accumulate_dx=*/true);
+    w.LinearBackward(w.Keep(dq_), a.x, q_proj_.compute, dx_, q_proj_.grad);
+    w.LinearBackward(w.Keep(dk_), a.x, k_proj_.compute, dx_, k_proj_.grad, /*accumulate_dx=*/true);
+    w.LinearBackward(w.Keep(dv_), a.x, v_proj_.compute, dx_, v_proj_.grad, /*accumulate_dx=*/true);
   }
   return region_.EnterBackward(dx_);
 }

@@ -72,6 +72,7 @@ class AttentionLayer {
   int64_t q_heads_, kv_heads_, head_dim_;  // this rank's heads
   Parameter &q_proj_, &k_proj_, &v_proj_, &o_proj_;
   const ParameterStore& store_;  // StackedQkv's views
+  WeightGradients& weight_gradients_;
   TensorParallelRegion region_;  // Exit and the backward passes
   RotaryTable rope_;
   ContextParallelAttention attention_;  // plain attention without context parallelism

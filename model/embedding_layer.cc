@@ -27,10 +27,12 @@ void CopyTokenIds(const int32_t* ids, int64_t n, Tensor* dst) {
 
 EmbeddingLayer::EmbeddingLayer(ParameterStore& store, const ModelConfig& c,
                                const LayerParallelism& parallelism)
-    : EmbeddingLayer(AddEmbeddingTable(store, c, parallelism), parallelism) {}
+    : EmbeddingLayer(AddEmbeddingTable(store, c, parallelism), store.weight_gradients(), parallelism) {}
 
-EmbeddingLayer::EmbeddingLayer(Parameter& table, const LayerParallelism& parallelism)
+EmbeddingLayer::EmbeddingLayer(Parameter& table, WeightGradients& weight_gradients,
+                               const LayerParallelism& parallelism)
     : weight_(table),
+      weight_gradients_(weight_gradients),
       tp_(*parallelism.tp),
       sequence_parallel_(parallelism.sequence_parallel),
       vocab_begin_(int64_t{tp_.rank()} * weight_.value.dim(0)) {}
@@ -57,11 +59,14 @@ void EmbeddingLayer::Backward(int slot, const Tensor& dout) {
   const Tensor dlookup =
       sequence_parallel_ ? ReduceScatterToSequenceParallelRegionBackward(dout, tp_, &dlookup_)
                          : ReduceFromTensorParallelRegionBackward(dout, tp_);
-  if (tp_.size() == 1) {
-    ops::EmbeddingBackward(tokens, dlookup, weight_.grad);
-  } else {
-    ops::EmbeddingShardBackward(tokens, dlookup, vocab_begin_, weight_.grad);
-  }
+  // The table's gradient is all of this backward's arithmetic: all W.
+  weight_gradients_.Add([=, this, kept = weight_gradients_.Keep(dlookup)] {
+    if (tp_.size() == 1) {
+      ops::EmbeddingBackward(tokens, kept, weight_.grad);
+    } else {
+      ops::EmbeddingShardBackward(tokens, kept, vocab_begin_, weight_.grad);
+    }
+  });
 }
 
 }  // namespace tetra

@@ -29,8 +29,10 @@ class EmbeddingLayer {
   EmbeddingLayer(ParameterStore& store, const ModelConfig& config,
                  const LayerParallelism& parallelism = SingleRankParallelism());
   // A second lookup of an already registered `table` (multi-token
-  // prediction's), with its own activations.
-  EmbeddingLayer(Parameter& table, const LayerParallelism& parallelism = SingleRankParallelism());
+  // prediction's), with its own activations; its gradient goes through
+  // `weight_gradients` (its store's).
+  EmbeddingLayer(Parameter& table, WeightGradients& weight_gradients,
+                 const LayerParallelism& parallelism = SingleRankParallelism());
   // tokens (N) int32 ids -> (rows, C) in the residual layout: all N rows, or
   // under SP this rank's N/tp. Keeps `tokens` (the caller's) and the output
   // in `slot` (activation_slots.h).
@@ -57,6 +59,7 @@ class EmbeddingLayer {
   };
 
   Parameter& weight_;
+  WeightGradients& weight_gradients_;
   Communicator& tp_;
   bool sequence_parallel_;
   int64_t vocab_begin_;  // first id of this rank's rows

@@ -57,7 +57,7 @@ LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelPar
       head_weight = &store_.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
                                 c.initializer_range(), layers.Vocabulary(PaddedVocabSize(c, layers.tp_size())));
     }
-    head_ = std::make_unique<LmHeadLayer>(*head_weight, layers);
+    head_ = std::make_unique<LmHeadLayer>(*head_weight, store_.weight_gradients(), layers);
     for (int depth = 1; depth <= c.num_nextn_predict_layers(); ++depth) {
       mtp_.push_back(std::make_unique<MultiTokenPredictionLayer>(store_, depth, c, *table, *head_weight, layers));
     }
@@ -74,7 +74,7 @@ Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
   TETRA_CHECK(chunk >= 0 && chunk < num_chunks()) << "chunk " << chunk << " of " << num_chunks();
   const Chunk& c = chunks_[chunk];
   MicroBatch& micro_batch = micro_batches_.ForForward(slot);
-  TETRA_CHECK(!micro_batch.awaiting_backward)
+  TETRA_CHECK(!micro_batch.awaiting_backward && !micro_batch.awaiting_weights)
       << "forward in activation slot " << slot << " before the backward of its last forward";
   const int64_t rows = batch * seq;
   Tensor x;
@@ -158,16 +158,58 @@ Tensor LanguageModel::EvaluateStage(int slot, int chunk, const int32_t* inputs,
 }
 
 Tensor LanguageModel::BackwardStage(int slot, int chunk, const Tensor& d_hidden_out,
-                                 const GradientReadyCallback& on_ready) {
+                                    const GradientReadyCallback& on_ready) {
+  return RunBackward(slot, chunk, d_hidden_out, on_ready, /*split=*/false);
+}
+
+Tensor LanguageModel::BackwardInputStage(int slot, int chunk, const Tensor& d_hidden_out) {
+  return RunBackward(slot, chunk, d_hidden_out, nullptr, /*split=*/true);
+}
+
+void LanguageModel::BackwardWeightStage(int slot, int chunk, const GradientReadyCallback& on_ready) {
+  MicroBatch& micro_batch = micro_batches_.ForBackward(slot);
+  TETRA_CHECK(micro_batch.awaiting_weights && micro_batch.weight_chunk == chunk)
+      << "weight gradients of chunk " << chunk << " in activation slot " << slot
+      << " without the input-gradient half of its backward before them";
+  micro_batch.awaiting_weights = false;
+  weight_ready_ = on_ready ? &on_ready : nullptr;
+  RunWeightGradients(micro_batch.weight_work);
+  weight_ready_ = nullptr;
+}
+
+Tensor LanguageModel::RunBackward(int slot, int chunk, const Tensor& d_hidden_out,
+                                  const GradientReadyCallback& on_ready, bool split) {
   TETRA_CHECK(chunk >= 0 && chunk < num_chunks()) << "chunk " << chunk << " of " << num_chunks();
   const Chunk& c = chunks_[chunk];
   MicroBatch& micro_batch = micro_batches_.ForBackward(slot);
   TETRA_CHECK(micro_batch.awaiting_backward)
       << "backward in activation slot " << slot << " without a forward with gradients before it";
+  TETRA_CHECK(!split || micro_batch.block_inputs.empty())
+      << "a split backward under full activation recompute: the recomputed blocks share one slot";
   micro_batch.awaiting_backward = false;
+  WeightGradients& weight_gradients = store_.weight_gradients();
+  // Deferred, each readiness point follows the weight gradients before it.
   auto ready_from = [&](int64_t offset) {
-    if (on_ready) on_ready(offset);
+    if (!split) {
+      if (on_ready) on_ready(offset);
+      return;
+    }
+    weight_gradients.Add([this, offset] {
+      if (weight_ready_ != nullptr) (*weight_ready_)(offset);
+    });
   };
+  if (split) {
+    micro_batch.awaiting_weights = true;
+    micro_batch.weight_chunk = chunk;
+    weight_gradients.DeferInto(&micro_batch.weight_work);
+  }
+  const Tensor d_input = RunBlocksBackward(slot, c, micro_batch, d_hidden_out, ready_from);
+  weight_gradients.StopDeferring();
+  return d_input;
+}
+
+Tensor LanguageModel::RunBlocksBackward(int slot, const Chunk& c, MicroBatch& micro_batch, const Tensor& d_hidden_out,
+                                        const std::function<void(int64_t)>& ready_from) {
   // The first chunk's first registered parameter is at offset 0, so its last
   // call below is ready_from(0). A tied head writes the embedding's gradient
   // (offset 0) here already; the readiness offsets only ever promise a

@@ -93,6 +93,15 @@ class LanguageModel {
   // after which the later chunks receive no more gradient.
   Tensor BackwardStage(int slot, int chunk, const Tensor& d_hidden_out,
                        const GradientReadyCallback& on_ready = nullptr);
+  // BackwardStage split in two (zero-bubble schedules: pipeline/schedule.h):
+  // BackwardInputStage, B, returns d hidden_in as BackwardStage does and
+  // keeps every weight-gradient computation in the slot (kernels/
+  // weight_gradients.h); BackwardWeightStage, W, runs them in order, calling
+  // on_ready as BackwardStage would, and frees the slot for a new forward.
+  // The gradients are bit-identical to BackwardStage's. Not under full
+  // activation recompute (its blocks share one slot: checked).
+  Tensor BackwardInputStage(int slot, int chunk, const Tensor& d_hidden_out);
+  void BackwardWeightStage(int slot, int chunk, const GradientReadyCallback& on_ready = nullptr);
 
   // Slots holding activations: one more than the highest used since the last
   // release.
@@ -144,6 +153,10 @@ class LanguageModel {
     Tensor tokens;     // (B*T) inputs, kept for the embedding's backward (first stage)
     Tensor hidden_in;  // (rows, C) the stage's input, kept for the first block's backward
     bool awaiting_backward = false;
+    // A split backward's W, kept by its B (BackwardInputStage).
+    std::vector<WeightGradients::Work> weight_work;
+    bool awaiting_weights = false;
+    int weight_chunk = -1;
     // Activation recompute: each recomputed block's input (rows, C), the
     // output of the last one (the next block's input, or the chunk's), and
     // what its second forward takes.
@@ -159,6 +172,13 @@ class LanguageModel {
     std::vector<const Parameter*> block_first_parameter;  // the lowest flat offset of each block
   };
 
+  // BackwardStage, or with `split` its B half (the W half kept in the slot).
+  Tensor RunBackward(int slot, int chunk, const Tensor& d_hidden_out, const GradientReadyCallback& on_ready,
+                     bool split);
+  // The layers' backward of chunk `c` from d_hidden_out, calling ready_from
+  // at each readiness point (GradientReadyCallback).
+  Tensor RunBlocksBackward(int slot, const Chunk& c, MicroBatch& micro_batch, const Tensor& d_hidden_out,
+                           const std::function<void(int64_t)>& ready_from);
   // ForwardStage; when !with_grad (EvaluateStage) the slot awaits no backward.
   Tensor RunForward(int slot, int chunk, const int32_t* inputs, const Tensor& hidden_in,
                     const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
@@ -178,6 +198,8 @@ class LanguageModel {
   int recomputed_blocks_ = 0;  // per chunk, its first ones
   bool selective_recompute_ = false;
   ActivationSlots<MicroBatch> micro_batches_;
+  // BackwardWeightStage's on_ready, for the readiness points its B kept.
+  const GradientReadyCallback* weight_ready_ = nullptr;
   Tensor targets_;  // (B*T), read only by the forward
 };
 

@@ -19,9 +19,10 @@ namespace tetra {
 
 class LmHeadLayer {
  public:
-  // `weight` (Vp/tp, C) is lm_head.weight or, when tied, model.embed_tokens.weight.
-  explicit LmHeadLayer(Parameter& weight,
-                       const LayerParallelism& parallelism = SingleRankParallelism());
+  // `weight` (Vp/tp, C) is lm_head.weight or, when tied, model.embed_tokens.weight;
+  // its gradient goes through `weight_gradients` (its store's).
+  LmHeadLayer(Parameter& weight, WeightGradients& weight_gradients,
+              const LayerParallelism& parallelism = SingleRankParallelism());
   // x (residual layout), targets (N) int32 -> the sum of the N token
   // cross-entropies (the same on every TP rank). With `with_grad` the logits
   // are overwritten by grad_scale x their gradient, kept for Backward in
@@ -51,6 +52,7 @@ class LmHeadLayer {
   };
 
   Parameter& weight_;
+  WeightGradients& weight_gradients_;
   TensorParallelRegion region_;  // the backward pass
   ActivationSlots<Activations> slots_;
   Tensor dx_;

@@ -43,6 +43,7 @@ MlaAttentionLayer::MlaAttentionLayer(ParameterStore& store, const std::string& p
       o_proj_(store.Add(prefix + ".o_proj.weight",
                         {c.hidden_size(), int64_t{c.num_attention_heads()} * v_dim_},
                         Init::kNormal, OutputProjectionStd(c), parallelism.Row())),
+      weight_gradients_(store.weight_gradients()),
       region_(*parallelism.tp, parallelism.sequence_parallel),
       rope_(rope_dim_, c.rope_theta(), RotaryScaling(c), parallelism.context()),
       attention_(parallelism.context_group()) {
@@ -121,31 +122,30 @@ Tensor MlaAttentionLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dk_pe_, {batch, seq, 1, rope_dim_});
   EnsureShape(&dkv_normed_, a.kv_latent.shape());
   EnsureShape(&dx_, a.x.shape());
-  ops::LinearBackward(region_.ExitBackward(dy), a.attn.Reshape({rows, heads_ * v_dim_}),
-                      o_proj_.compute, dattn_, o_proj_.grad);
+  WeightGradients& w = weight_gradients_;
+  w.LinearBackward(w.Keep(region_.ExitBackward(dy)), a.attn.Reshape({rows, heads_ * v_dim_}), o_proj_.compute,
+                   dattn_, o_proj_.grad);
   attention_.Backward(Shape(batch, seq), dattn_, a.q, a.k, a.v, a.attn, a.lse, dq_, dk_, dv_);
 
   // Keys and values back to the latent and the rotary key.
   ops::MlaMergeKeyValueBackward(dk_, dv_, dkv_, dk_pe_);
   ops::DecoupledRopeBackward(dk_pe_, rope, interleaved_);
-  ops::LinearBackward(dkv_, a.kv_normed, kv_b_proj_.compute, dkv_normed_, kv_b_proj_.grad);
+  w.LinearBackward(w.Keep(dkv_), a.kv_normed, kv_b_proj_.compute, dkv_normed_, kv_b_proj_.grad);
   const Tensor& dkv_latent = kv_a_norm_.Backward(slot, dkv_normed_);
-  ops::LinearBackward(dkv_latent, a.x, kv_a_proj_.compute.Slice(0, kv_rank_), dx_,
-                      kv_a_proj_.grad.Slice(0, kv_rank_));
-  ops::LinearBackward(dk_pe_, a.x, kv_a_proj_.compute.Slice(kv_rank_, kv_rank_ + rope_dim_), dx_,
-                      kv_a_proj_.grad.Slice(kv_rank_, kv_rank_ + rope_dim_),
-                      /*accumulate_dx=*/true);
+  w.LinearBackward(w.Keep(dkv_latent), a.x, kv_a_proj_.compute.Slice(0, kv_rank_), dx_,
+                   kv_a_proj_.grad.Slice(0, kv_rank_));
+  w.LinearBackward(w.Keep(dk_pe_), a.x, kv_a_proj_.compute.Slice(kv_rank_, kv_rank_ + rope_dim_), dx_,
+                   kv_a_proj_.grad.Slice(kv_rank_, kv_rank_ + rope_dim_), /*accumulate_dx=*/true);
 
   // Queries.
   ops::DecoupledRopeBackward(dq_, rope, interleaved_);
   if (q_a_proj_ != nullptr) {
     EnsureShape(&dq_normed_, a.q_latent.shape());
-    ops::LinearBackward(dq_, a.q_normed, q_proj_.compute, dq_normed_, q_proj_.grad);
+    w.LinearBackward(w.Keep(dq_), a.q_normed, q_proj_.compute, dq_normed_, q_proj_.grad);
     const Tensor& dq_latent = q_a_norm_->Backward(slot, dq_normed_);
-    ops::LinearBackward(dq_latent, a.x, q_a_proj_->compute, dx_, q_a_proj_->grad,
-                        /*accumulate_dx=*/true);
+    w.LinearBackward(w.Keep(dq_latent), a.x, q_a_proj_->compute, dx_, q_a_proj_->grad, /*accumulate_dx=*/true);
   } else {
-    ops::LinearBackward(dq_, a.x, q_proj_.compute, dx_, q_proj_.grad, /*accumulate_dx=*/true);
+    w.LinearBackward(w.Keep(dq_), a.x, q_proj_.compute, dx_, q_proj_.grad, /*accumulate_dx=*/true);
   }
   return region_.EnterBackward(dx_);
 }

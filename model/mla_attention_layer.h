@@ -72,6 +72,7 @@ class MlaAttentionLayer {
   Parameter& kv_a_proj_;
   RmsNormLayer kv_a_norm_;
   Parameter &kv_b_proj_, &o_proj_;
+  WeightGradients& weight_gradients_;
   TensorParallelRegion region_;
   RotaryTable rope_;
   ContextParallelAttention attention_;  // plain attention without context parallelism

@@ -19,6 +19,7 @@ MlpLayer::MlpLayer(ParameterStore& store, const std::string& prefix, const Model
       down_proj_(store.Add(prefix + ".down_proj.weight", {c.hidden_size(), intermediate_size},
                            Init::kNormal, OutputProjectionStd(c), parallelism.Row())),
       store_(store),
+      weight_gradients_(store.weight_gradients()),
       region_(*parallelism.tp, parallelism.sequence_parallel) {}
 
 std::optional<StackedParameters> MlpLayer::GateUp() const {
@@ -58,22 +59,24 @@ const Tensor& MlpLayer::Activation(Activations& a) {
 Tensor MlpLayer::Backward(int slot, const Tensor& dy) {
   Activations& a = slots_.ForBackward(slot);
   // Kept by the forward, or under selective recompute computed again.
-  const Tensor& act = recompute_activation_ ? Activation(a) : a.act;
+  // A recomputed activation is scratch: a deferred W keeps its own copy.
+  const Tensor act = recompute_activation_ ? weight_gradients_.Keep(Activation(a)) : a.act;
   EnsureShape(&dact_, act.shape());
   EnsureShape(&dx_, a.x.shape());
-  ops::LinearBackward(region_.ExitBackward(dy), act, down_proj_.compute, dact_, down_proj_.grad);
+  WeightGradients& w = weight_gradients_;
+  w.LinearBackward(w.Keep(region_.ExitBackward(dy)), act, down_proj_.compute, dact_, down_proj_.grad);
   if (recompute_activation_) act_ = Tensor();
   if (const std::optional<StackedParameters> gate_up = GateUp()) {
     // One dW GEMM into both gradients' slots, one dx GEMM summing over both.
     EnsureShape(&dgate_up_, a.gate_up.shape());
     ops::SwigluPackedBackward(dact_, a.gate_up, dgate_up_);
-    ops::LinearBackward(dgate_up_, a.x, gate_up->compute, dx_, gate_up->grad);
+    w.LinearBackward(w.Keep(dgate_up_), a.x, gate_up->compute, dx_, gate_up->grad);
   } else {
     EnsureShape(&dgate_, a.gate.shape());
     EnsureShape(&dup_, a.up.shape());
     ops::SwigluBackward(dact_, a.gate, a.up, dgate_, dup_);
-    ops::LinearBackward(dgate_, a.x, gate_proj_.compute, dx_, gate_proj_.grad);
-    ops::LinearBackward(dup_, a.x, up_proj_.compute, dx_, up_proj_.grad, /*accumulate_dx=*/true);
+    w.LinearBackward(w.Keep(dgate_), a.x, gate_proj_.compute, dx_, gate_proj_.grad);
+    w.LinearBackward(w.Keep(dup_), a.x, up_proj_.compute, dx_, up_proj_.grad, /*accumulate_dx=*/true);
   }
   return region_.EnterBackward(dx_);
 }

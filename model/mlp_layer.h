@@ -70,6 +70,7 @@ class MlpLayer {
   int64_t intermediate_;  // this rank's features
   Parameter &gate_proj_, &up_proj_, &down_proj_;
   const ParameterStore& store_;
+  WeightGradients& weight_gradients_;
   TensorParallelRegion region_;  // Exit and the backward passes
   ActivationSlots<Activations> slots_;
   bool recompute_activation_ = false;

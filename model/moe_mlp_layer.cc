@@ -13,6 +13,7 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
                       Init::kNormal, c.initializer_range(), parallelism.Replicated())),
       bias_(store.Add(prefix + ".gate.e_score_correction_bias", {c.moe().n_routed_experts()},
                       Init::kZeros, 0.0, parallelism.Replicated(), /*trainable=*/false)),
+      weight_gradients_(store.weight_gradients()),
       dispatcher_(c.moe().n_routed_experts(), c.moe().num_experts_per_tok(),
                   c.moe().capacity_factor(), *parallelism.ep),
       experts_region_(*parallelism.tp, /*sequence_parallel=*/false),
@@ -96,7 +97,7 @@ Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
   dispatcher_.CombineBackward(a.plan, a.routing.weights, a.y_send, dy, &dy_send_, dweights_);
   dispatcher_.ToExperts(a.plan, dy_send_, &dy_grouped_);
   GroupedSwigluBackward(Experts(), a.experts, experts_region_.ExitBackward(dy_grouped_),
-                        &dx_grouped_, &dact_, &dgate_, &dup_);
+                        &dx_grouped_, &dact_, &dgate_, &dup_, weight_gradients_);
   dispatcher_.FromExperts(a.plan, experts_region_.EnterBackward(dx_grouped_), &dx_send_);
   EnsureShape(&dx_, a.x.shape());
   dispatcher_.Unpermute(a.plan, dx_send_, dx_);
@@ -106,7 +107,8 @@ Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
   ops::RouterWeightsBackward(router_, a.routing.scores, a.routing.expert, dweights_, dscores_);
   EnsureShape(&dlogits_, a.routing.scores.shape(), DType::kF32);
   ops::RouterScoresBackward(router_, a.routing.scores, dscores_, dlogits_);
-  ops::LinearBackward(dlogits_, a.x, gate_.value, dx_, gate_.grad, /*accumulate_dx=*/true);
+  weight_gradients_.LinearBackward(weight_gradients_.Keep(dlogits_), a.x, gate_.value, dx_, gate_.grad,
+                                   /*accumulate_dx=*/true);
   if (shared_) ops::Add(shared_->Backward(slot, dy), dx_);
   return dx_;
 }

@@ -80,6 +80,7 @@ class MoeMlpLayer {
   double aux_loss_alpha_;
   Parameter& gate_;
   Parameter& bias_;
+  WeightGradients& weight_gradients_;
   // Views of this rank's experts' parameters, in expert order (made after
   // ParameterStore::Pack has moved them).
   const std::vector<ExpertWeights>& Experts();

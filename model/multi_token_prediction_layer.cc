@@ -25,8 +25,9 @@ MultiTokenPredictionLayer::MultiTokenPredictionLayer(ParameterStore& store, int 
       block_(store, c.num_hidden_layers() + depth - 1, c, parallelism),
       shared_head_norm_(store, DepthPrefix(c, depth) + ".shared_head.norm.weight", c.hidden_size(),
                         c.rms_norm_eps(), parallelism),
-      embedding_(embedding_table, parallelism),
-      head_(head_weight, parallelism) {
+      weight_gradients_(store.weight_gradients()),
+      embedding_(embedding_table, store.weight_gradients(), parallelism),
+      head_(head_weight, store.weight_gradients(), parallelism) {
   // Under sequence parallelism each rank projects its own rows only.
   if (parallelism.sequence_parallel) eh_proj_.grad_partial_over = parallelism.tp;
 }
@@ -68,7 +69,8 @@ const Tensor& MultiTokenPredictionLayer::Backward(int slot, const Tensor& d_next
   if (d_next.defined()) ops::Add(d_next, dout);
   const Tensor& dprojected = block_.Backward(slot, shared_head_norm_.Backward(slot, dout));
   EnsureShape(&djoined_, a.joined.shape());
-  ops::LinearBackward(dprojected, a.joined, eh_proj_.compute, djoined_, eh_proj_.grad);
+  WeightGradients& w = weight_gradients_;
+  w.LinearBackward(w.Keep(dprojected), a.joined, eh_proj_.compute, djoined_, eh_proj_.grad);
   const int64_t hidden = dprojected.dim(1);
   EnsureShape(&dembedded_, {dprojected.dim(0), hidden});
   EnsureShape(&dhidden_, dembedded_.shape());

@@ -69,6 +69,7 @@ class MultiTokenPredictionLayer {
   Parameter& eh_proj_;  // (C, 2C)
   DecoderBlock block_;
   RmsNormLayer shared_head_norm_;
+  WeightGradients& weight_gradients_;
   EmbeddingLayer embedding_;
   LmHeadLayer head_;
   ActivationSlots<Activations> slots_;

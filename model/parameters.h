@@ -19,6 +19,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/tensor.h"
+#include "kernels/weight_gradients.h"
 
 namespace tetra {
 
@@ -131,11 +132,15 @@ class ParameterStore {
   // optimizer ranges to names with it).
   const Parameter& AtFlatOffset(int64_t offset, bool expert = false) const;
   void ZeroGrads();
+  // Where the layers' backwards send their weight-gradient halves: run at
+  // once, or kept for a split backward's W (kernels/weight_gradients.h).
+  WeightGradients& weight_gradients() { return weight_gradients_; }
   int64_t NumElements() const;        // this rank's slices
   int64_t GlobalNumElements() const;  // the whole tensors of the parameters held here
   int64_t ExpertGlobalNumElements() const;  // the same, routed experts' only
 
  private:
+  WeightGradients weight_gradients_;
   uint64_t seed_;
   Storage storage_;
   bool packed_ = false;

@@ -6,7 +6,9 @@ namespace tetra {
 
 RmsNormLayer::RmsNormLayer(ParameterStore& store, const std::string& name, int64_t dim, float eps,
                            const LayerParallelism& parallelism)
-    : weight_(store.Add(name, {dim}, Init::kOnes, 0.0, parallelism.Replicated())), eps_(eps) {
+    : weight_(store.Add(name, {dim}, Init::kOnes, 0.0, parallelism.Replicated())),
+      weight_gradients_(store.weight_gradients()),
+      eps_(eps) {
   if (parallelism.sequence_parallel) weight_.grad_partial_over = parallelism.tp;
 }
 
@@ -34,7 +36,7 @@ const Tensor& RmsNormLayer::ForwardSum(int slot, const Tensor& x, const Tensor& 
 const Tensor& RmsNormLayer::Backward(int slot, const Tensor& dy, const Tensor& dx_add) {
   const Activations& a = slots_.ForBackward(slot);
   EnsureShape(&dx_, a.x.shape());
-  ops::RmsNormBackward(dy, a.x, weight_.compute, a.rstd, dx_, weight_.grad, dx_add);
+  weight_gradients_.RmsNormBackward(dy, a.x, weight_.compute, a.rstd, dx_, weight_.grad, dx_add);
   return dx_;
 }
 

@@ -50,6 +50,7 @@ class RmsNormLayer {
   Activations& SlotFor(int slot, const Tensor& x);
 
   Parameter& weight_;
+  WeightGradients& weight_gradients_;
   float eps_;
   ActivationSlots<Activations> slots_;
   Tensor dx_;

@@ -37,11 +37,14 @@ void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
 
 void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,
                            const GroupedActivations& a, const Tensor& dy, Tensor* dx,
-                           Tensor* dact, Tensor* dgate, Tensor* dup) {
+                           Tensor* dact, Tensor* dgate, Tensor* dup, WeightGradients& weight_gradients) {
   EnsureShape(dx, a.x.shape());
   EnsureShape(dact, a.gate.shape());
-  // Recomputed (selective recompute) with the forward's op, so bit for bit.
+  // Recomputed (selective recompute) with the forward's op, so bit for bit;
+  // allocated here, so a deferred W keeps it alive without a copy.
   Tensor recomputed;
+  WeightGradients& w = weight_gradients;
+  const Tensor kept_dy = w.Keep(dy);
   if (!a.act.defined()) recomputed = Tensor::Empty(a.gate.shape(), a.gate.dtype(), a.gate.device());
   EnsureShape(dgate, a.gate.shape());
   EnsureShape(dup, a.up.shape());
@@ -49,16 +52,16 @@ void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,
   for (size_t e = 0; e < experts.size(); ++e) {
     const int64_t end = begin + a.rows[e];
     if (end > begin) {
-      const ExpertWeights& w = experts[e];
+      const ExpertWeights& weights = experts[e];
       const Tensor x = a.x.Slice(begin, end), gate = a.gate.Slice(begin, end), up = a.up.Slice(begin, end);
       const Tensor act = (a.act.defined() ? a.act : recomputed).Slice(begin, end);
       if (!a.act.defined()) ops::Swiglu(gate, up, act);
       const Tensor da = dact->Slice(begin, end), dg = dgate->Slice(begin, end),
                    du = dup->Slice(begin, end), d_in = dx->Slice(begin, end);
-      ops::LinearBackward(dy.Slice(begin, end), act, w.down_proj, da, w.down_grad);
+      w.LinearBackward(kept_dy.Slice(begin, end), act, weights.down_proj, da, weights.down_grad);
       ops::SwigluBackward(da, gate, up, dg, du);
-      ops::LinearBackward(dg, x, w.gate_proj, d_in, w.gate_grad);
-      ops::LinearBackward(du, x, w.up_proj, d_in, w.up_grad, /*accumulate_dx=*/true);
+      w.LinearBackward(w.Keep(dg), x, weights.gate_proj, d_in, weights.gate_grad);
+      w.LinearBackward(w.Keep(du), x, weights.up_proj, d_in, weights.up_grad, /*accumulate_dx=*/true);
     }
     begin = end;
   }

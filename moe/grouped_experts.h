@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/weight_gradients.h"
 
 namespace tetra {
 
@@ -36,10 +37,13 @@ void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
                           const std::vector<int64_t>& rows, const Tensor& x,
                           GroupedActivations* a, Tensor* y, bool keep_activation = true);
 
-// dy (R, C) -> *dx (R, C), written; accumulates the experts' weight gradients.
+// dy (R, C) -> *dx (R, C), written; the experts' weight gradients
+// accumulate through `weight_gradients` (now, or deferred to a split
+// backward's W: kernels/weight_gradients.h).
 void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,
                            const GroupedActivations& a, const Tensor& dy, Tensor* dx,
-                           Tensor* scratch_dact, Tensor* scratch_dgate, Tensor* scratch_dup);
+                           Tensor* scratch_dact, Tensor* scratch_dgate, Tensor* scratch_dup,
+                           WeightGradients& weight_gradients);
 
 }  // namespace tetra
 

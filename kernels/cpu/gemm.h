@@ -22,7 +22,8 @@ void LinearForward(const float* x, const float* w, int64_t rows, int64_t in, int
 // dx (rows, in) = dy (rows, out) * w, written, or added onto dx when
 // accumulate_dx (an input read by several linears, e.g. by q, k and v);
 // skipped when dx is null.
-// dw (out, in) += dy^T * x, accumulated over calls (micro-batches).
+// dw (out, in) += dy^T * x, accumulated over calls (micro-batches); skipped
+// when dw is null (a split backward's input half).
 // dy's rows are dy_stride >= out floats apart: a padded LM head's logits
 // gradient, of which only the first `out` columns (w's, dw's real rows) take part.
 void LinearBackward(const float* dy, const float* x, const float* w, int64_t rows, int64_t in,

@@ -51,24 +51,27 @@ void AddRmsNormForward(const float* x, const float* delta, const float* w, int64
 void RmsNormBackward(const float* dy, const float* x, const float* w, const float* rstd,
                      int64_t rows, int64_t dim, float* dx, float* dw, const float* dx_add,
                      bool round_bf16) {
-  // dw[j] += sum_r dy[r, j] * x[r, j] * rstd[r], first, so that dx may overwrite dy.
+  if (dw != nullptr) {
+    // dw[j] += sum_r dy[r, j] * x[r, j] * rstd[r], first, so that dx may overwrite dy.
 #pragma omp parallel if (rows * dim >= kMinParallelWork)
-  {
-    // Not a structured binding: clang 14 cannot use one inside the omp simd below.
-    const std::pair<int64_t, int64_t> slice = ThreadSlice(dim);
-    const int64_t begin = slice.first, end = slice.second;
-    std::vector<double> sum(end - begin, 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* dyr = dy + r * dim + begin;
-      const float* xr = x + r * dim + begin;
-      const float s = rstd[r];
+    {
+      // Not a structured binding: clang 14 cannot use one inside the omp simd below.
+      const std::pair<int64_t, int64_t> slice = ThreadSlice(dim);
+      const int64_t begin = slice.first, end = slice.second;
+      std::vector<double> sum(end - begin, 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* dyr = dy + r * dim + begin;
+        const float* xr = x + r * dim + begin;
+        const float s = rstd[r];
 #pragma omp simd
-      for (int64_t j = 0; j < end - begin; ++j) {
-        sum[j] += static_cast<double>(dyr[j]) * (xr[j] * s);  // x * s as in the forward
+        for (int64_t j = 0; j < end - begin; ++j) {
+          sum[j] += static_cast<double>(dyr[j]) * (xr[j] * s);  // x * s as in the forward
+        }
       }
+      for (int64_t j = 0; j < end - begin; ++j) dw[begin + j] += static_cast<float>(sum[j]);
     }
-    for (int64_t j = 0; j < end - begin; ++j) dw[begin + j] += static_cast<float>(sum[j]);
   }
+  if (dx == nullptr) return;
   // With g = w * dy: dx = s * g - s^3 / dim * (g . x) * x.
 #pragma omp parallel for schedule(static) if (rows * dim >= kMinParallelWork)
   for (int64_t r = 0; r < rows; ++r) {

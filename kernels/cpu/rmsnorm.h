@@ -28,6 +28,8 @@ void AddRmsNormForward(const float* x, const float* delta, const float* w, int64
 void RmsNormBackward(const float* dy, const float* x, const float* w, const float* rstd,
                      int64_t rows, int64_t dim, float* dx, float* dw,
                      const float* dx_add = nullptr, bool round_bf16 = false);
+// Either of dx and dw may be null (the halves of a split backward): the
+// other is computed as in the whole one.
 
 }  // namespace tetra::cpu
 

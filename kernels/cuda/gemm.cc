@@ -192,7 +192,7 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
   // Only the first real_out outputs: dy's rows keep their stride `out`.
   // dw (out, in) += dy^T x; column-major: dw^T (in, out) += x^T (in, rows) op_T(dy^T).
-  Matmul(CUBLAS_OP_N, CUBLAS_OP_T, in, real_out, rows, x, in, dy, out, 1.0f, dw, in);
+  if (dw.defined()) Matmul(CUBLAS_OP_N, CUBLAS_OP_T, in, real_out, rows, x, in, dy, out, 1.0f, dw, in);
   // dx (rows, in) = dy w; column-major: dx^T (in, rows) = w^T (in, out) dy^T (out, rows).
   if (dx.defined()) {
     Matmul(CUBLAS_OP_N, CUBLAS_OP_N, in, rows, real_out, w, in, dy, out,

@@ -139,29 +139,37 @@ void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps
 
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                      const Tensor& dx, const Tensor& dw, const Tensor& dx_add) {
-  for (const Tensor* t : {&dy, &x, &w, &rstd, &dx, &dw}) ExpectDevice(*t, "RmsNormBackward", "an operand");
-  if (dx_add.defined()) ExpectDevice(dx_add, "RmsNormBackward", "dx_add");
-  TETRA_CHECK(rstd.dtype() == DType::kF32 && dw.dtype() == DType::kF32)
+  // dx or dw may be undefined: the halves of a split backward, each launched
+  // as in the whole one.
+  for (const Tensor* t : {&dy, &x, &w, &rstd}) ExpectDevice(*t, "RmsNormBackward", "an operand");
+  for (const Tensor* t : {&dx, &dw, &dx_add}) {
+    if (t->defined()) ExpectDevice(*t, "RmsNormBackward", "an output or dx_add");
+  }
+  TETRA_CHECK(rstd.dtype() == DType::kF32 && (!dw.defined() || dw.dtype() == DType::kF32))
       << "RmsNormBackward: rstd and dw are fp32";
   const int64_t dim = x.dim(-1), rows = x.numel() / dim;
-  TETRA_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && dw.numel() == dim &&
-              rstd.numel() == rows && dy.dtype() == x.dtype() && dx.dtype() == x.dtype() &&
-              (!dx_add.defined() || (dx_add.numel() == x.numel() && dx_add.dtype() == x.dtype())))
+  TETRA_CHECK(dy.numel() == x.numel() && (!dx.defined() || (dx.numel() == x.numel() && dx.dtype() == x.dtype())) &&
+              (!dw.defined() || dw.numel() == dim) && rstd.numel() == rows && dy.dtype() == x.dtype() &&
+              (!dx_add.defined() || (dx.defined() && dx_add.numel() == x.numel() && dx_add.dtype() == x.dtype())))
       << "RmsNormBackward: x " << ShapeString(x.shape()) << " dw " << ShapeString(dw.shape());
   if (rows == 0) return;
   const int64_t groups = std::min(kMaxRowGroups, CeilDiv(rows, 32));
   const int64_t rows_per_group = CeilDiv(rows, groups);
-  float* partial = static_cast<float*>(Scratch(groups * dim * sizeof(float)));
   const dim3 partial_grid(CeilDiv(dim, kColumnThreads), groups);
   DispatchFloat(x.dtype(), "RmsNormBackward", [&](auto tag) {
     using T = decltype(tag);
-    RmsNormWeightPartialKernel<T><<<partial_grid, kColumnThreads, 0, CurrentStream()>>>(
-        dy.data<T>(), x.data<T>(), rstd.f32(), rows, dim, rows_per_group, partial);
-    SumPartialsKernel<<<CeilDiv(dim, kColumnThreads), kColumnThreads, 0, CurrentStream()>>>(
-        partial, groups, dim, dw.f32());
-    RmsNormInputGradKernel<T><<<rows, kRowThreads, 0, CurrentStream()>>>(
-        dy.data<T>(), x.data<T>(), w.data<T>(), rstd.f32(), dim,
-        dx_add.defined() ? dx_add.data<T>() : nullptr, dx.data<T>());
+    if (dw.defined()) {
+      float* partial = static_cast<float*>(Scratch(groups * dim * sizeof(float)));
+      RmsNormWeightPartialKernel<T><<<partial_grid, kColumnThreads, 0, CurrentStream()>>>(
+          dy.data<T>(), x.data<T>(), rstd.f32(), rows, dim, rows_per_group, partial);
+      SumPartialsKernel<<<CeilDiv(dim, kColumnThreads), kColumnThreads, 0, CurrentStream()>>>(
+          partial, groups, dim, dw.f32());
+    }
+    if (dx.defined()) {
+      RmsNormInputGradKernel<T><<<rows, kRowThreads, 0, CurrentStream()>>>(
+          dy.data<T>(), x.data<T>(), w.data<T>(), rstd.f32(), dim,
+          dx_add.defined() ? dx_add.data<T>() : nullptr, dx.data<T>());
+    }
   });
   TETRA_CUDA_CHECK_LAUNCH();
 }

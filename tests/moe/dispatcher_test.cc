@@ -137,7 +137,8 @@ TEST(DispatcherTest, DispatchExpertsCombineGradients) {
   for (int64_t i = 0; i < n * c; ++i) dout.f32()[i] = probe[i];
   dispatcher.CombineBackward(plan, weights, y_send, dout, &dy_send, dweights);
   dispatcher.ToExperts(plan, dy_send, &dy_grouped);
-  GroupedSwigluBackward(w, a, dy_grouped, &dx_grouped, &s1, &s2, &s3);
+  WeightGradients now;
+  GroupedSwigluBackward(w, a, dy_grouped, &dx_grouped, &s1, &s2, &s3, now);
   dispatcher.FromExperts(plan, dx_grouped, &dx_send);
   dispatcher.Unpermute(plan, dx_send, dx);
   testing::ExpectGradientMatches("dx", x.f32(), x.numel(), dx.f32(), loss, kGradCheck);
