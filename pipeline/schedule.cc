@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <tuple>
 #include <utility>
 
@@ -20,6 +21,17 @@ namespace {
 // into them fits an int. Real pipelines have a few thousand.
 constexpr int64_t kMaxChunkPasses = int64_t{1} << 22;
 
+StagePlacement PlacementOfSpec(const ScheduleSpec& spec) {
+  return spec.kind == ScheduleKind::kDualPipeV ? StagePlacement::kVShape : StagePlacement::kInterleaved;
+}
+
+// A rank's computations in order, each marked when it pairs with the next
+// (DualPipeV's F&B: one step of the ideal timeline, both outputs at its end).
+struct Work {
+  Action action;
+  bool paired_with_next = false;
+};
+
 // Megatron-LM's virtual micro-batch k (0 <= k < m * v) on one rank: groups of
 // `stages` micro-batches go through every chunk before the next group starts;
 // backwards walk the chunks last to first. With one chunk, k is micro-batch k.
@@ -31,7 +43,7 @@ Action VirtualMicroBatch(const ScheduleSpec& spec, int k, ActionType type) {
                 .chunk = type == ActionType::kForward ? chunk_in_order : spec.virtual_stages - 1 - chunk_in_order};
 }
 
-// Forwards a rank runs before its first backward.
+// Forwards a rank runs before its first backward, for the 1F1B family.
 int WarmupForwards(const ScheduleSpec& spec, int rank) {
   const int total = spec.micro_batches * spec.virtual_stages;
   const int later_stages = spec.stages - rank - 1;
@@ -39,87 +51,210 @@ int WarmupForwards(const ScheduleSpec& spec, int rank) {
     case ScheduleKind::kGPipe:
       return total;
     case ScheduleKind::kOneFOneB:
+    case ScheduleKind::kZeroBubbleH1:
       return std::min(later_stages, total);
     case ScheduleKind::kInterleaved:
       // The first backward of chunk v-1 needs the micro-batch to have passed
       // all (v - 1) p earlier virtual stages and this rank's later ones, and
       // its gradient to come back: twice the stages after this rank.
       return std::min(2 * later_stages + (spec.virtual_stages - 1) * spec.stages, total);
+    case ScheduleKind::kDualPipeV:
+      break;
   }
-  TETRA_CHECK(false) << "unknown schedule kind";
+  TETRA_CHECK(false) << "no warm-up count for the " << ScheduleKindName(spec.kind) << " schedule";
   return 0;
 }
 
 // The forwards and backwards of `rank` in order: warm-up forwards, then one
-// forward and one backward in turn, then the remaining backwards.
-std::vector<Action> ComputeOrder(const ScheduleSpec& spec, int rank) {
+// forward and one backward in turn, then the remaining backwards. ZB-H1
+// (split backwards) adds the W's: after its j-th backward the rank runs the
+// oldest W it owes when j >= rank, and the rest at the end.
+std::vector<Work> OneFOneBFamilyOrder(const ScheduleSpec& spec, int rank) {
   const int total = spec.micro_batches * spec.virtual_stages;
   const int warmup = WarmupForwards(spec, rank);
-  std::vector<Action> order;
-  for (int k = 0; k < warmup; ++k) order.push_back(VirtualMicroBatch(spec, k, ActionType::kForward));
+  const bool split = SplitsBackward(spec.kind);
+  std::vector<Work> order;
+  int backwards = 0, weights = 0;
+  auto backward = [&](int k) {
+    order.push_back({VirtualMicroBatch(spec, k, ActionType::kBackward)});
+    if (split && backwards++ >= rank) {
+      order.push_back({VirtualMicroBatch(spec, weights++, ActionType::kWeight)});
+    }
+  };
+  for (int k = 0; k < warmup; ++k) order.push_back({VirtualMicroBatch(spec, k, ActionType::kForward)});
   for (int k = 0; k < total - warmup; ++k) {
-    order.push_back(VirtualMicroBatch(spec, k + warmup, ActionType::kForward));
-    order.push_back(VirtualMicroBatch(spec, k, ActionType::kBackward));
+    order.push_back({VirtualMicroBatch(spec, k + warmup, ActionType::kForward)});
+    backward(k);
   }
-  for (int k = total - warmup; k < total; ++k) order.push_back(VirtualMicroBatch(spec, k, ActionType::kBackward));
+  for (int k = total - warmup; k < total; ++k) backward(k);
+  while (split && weights < total) order.push_back({VirtualMicroBatch(spec, weights++, ActionType::kWeight)});
   return order;
 }
 
-// A table entry with its place in the ideal timeline: (time, kind, sender)
-// sorts messages before the computation starting at the same time, and
-// messages of equal time by sending rank, the same way on every rank.
+// DualPipeV's order on `rank` (schedule.h lists its eight steps), each chunk's
+// micro-batches in turn and the postponed W's oldest first.
+class DualPipeVOrder {
+ public:
+  DualPipeVOrder(const ScheduleSpec& spec, int rank) : spec_(spec), rank_(rank) {}
+
+  std::vector<Work> Build() {
+    const int p = spec_.stages, r = rank_, m = spec_.micro_batches;
+    for (int i = 0; i < 2 * (p - r - 1); ++i) Forward(0);  // 1
+    for (int i = 0; i < r + 1; ++i) {                      // 2
+      Forward(0);
+      Forward(1);
+    }
+    for (int i = 0; i < p - r - 1; ++i) {  // 3
+      Backward(1, /*postpone_weight=*/true);
+      Weight();
+      Forward(1);
+    }
+    for (int i = 0; i < m - 2 * p + r + 1; ++i) {  // 4
+      // dualpipev.py does not overlap the last rank's first F0 and B1 ("to
+      // further reduce bubble size"); both their outputs stay on the rank.
+      Forward(0, /*pair=*/!(i == 0 && r == p - 1));
+      Backward(1);
+      Forward(1, /*pair=*/true);
+      Backward(0);
+    }
+    for (int i = 0; i < p - r - 1; ++i) {  // 5
+      Backward(1);
+      Forward(1, /*pair=*/true);
+      Backward(0);
+    }
+    // 6: the W's of the last r + 1 of these 2 (r + 1) backwards wait.
+    for (int i = 0, done = 0; i < r + 1; ++i) {
+      for (int chunk : {1, 0}) Backward(chunk, /*postpone_weight=*/done++ >= r + 1);
+    }
+    for (int i = 0; i < p - r - 1; ++i) {  // 7
+      Weight();
+      Backward(0, /*postpone_weight=*/true);
+    }
+    for (int i = 0; i < r + 1; ++i) Weight();  // 8
+    TETRA_CHECK(pending_.empty() && next_[0][0] == m && next_[0][1] == m && next_[1][0] == m && next_[1][1] == m)
+        << "DualPipeV order of rank " << r << " of " << p << " with " << m << " micro-batches";
+    return std::move(order_);
+  }
+
+ private:
+  void Forward(int chunk, bool pair = false) {
+    order_.push_back({{ActionType::kForward, next_[chunk][0]++, chunk}, pair});
+  }
+  void Backward(int chunk, bool postpone_weight = false) {
+    const Action backward{ActionType::kBackward, next_[chunk][1]++, chunk};
+    order_.push_back({backward});
+    const Action weight{ActionType::kWeight, backward.micro_batch, chunk};
+    if (postpone_weight) {
+      pending_.push_back(weight);
+    } else {
+      order_.push_back({weight});
+    }
+  }
+  void Weight() {
+    TETRA_CHECK(!pending_.empty()) << "DualPipeV order of rank " << rank_ << ": no postponed weight gradient";
+    order_.push_back({pending_.front()});
+    pending_.pop_front();
+  }
+
+  const ScheduleSpec& spec_;
+  const int rank_;
+  int next_[2][2] = {};  // per chunk: the next forward's and backward's micro-batch
+  std::deque<Action> pending_;
+  std::vector<Work> order_;
+};
+
+std::vector<Work> ComputeOrder(const ScheduleSpec& spec, int rank) {
+  if (spec.kind == ScheduleKind::kDualPipeV) return DualPipeVOrder(spec, rank).Build();
+  return OneFOneBFamilyOrder(spec, rank);
+}
+
+// A table entry with its place in the ideal timeline: (time, kind, sender,
+// sequence) sorts messages before the computation starting at the same time,
+// messages of equal time by sending rank and then in the order the sender
+// produced them, the same way on every rank. Both computations of a pair
+// carry the pair's start, so nothing comes between them.
 struct Placed {
   int time;
   int is_compute;
   int sender;
+  int64_t sequence;
   Action action;
 };
 
 // The per-rank compute orders laid out in the ideal timeline (communication
 // free), with each message inserted at the time its producer finishes.
 std::vector<std::vector<Action>> PlaceMessages(const ScheduleSpec& spec,
-                                               const std::vector<std::vector<Action>>& orders) {
+                                               const std::vector<std::vector<Work>>& orders) {
   const int p = spec.stages;
   const int num_virtual = p * spec.virtual_stages;
-  // End time of the forward (slot 0) and backward (slot 1) of (micro-batch, virtual stage).
-  std::vector<int> end(static_cast<size_t>(spec.micro_batches) * num_virtual * 2, -1);
+  // When the output of the forward (slot 0), backward (slot 1) and weight
+  // gradient (slot 2) of (micro-batch, virtual stage) exists.
+  std::vector<int> end(static_cast<size_t>(spec.micro_batches) * num_virtual * 3, -1);
   auto slot = [&](int micro_batch, int stage, ActionType type) {
-    return (static_cast<size_t>(micro_batch) * num_virtual + stage) * 2 + (type == ActionType::kBackward);
+    const int kind = type == ActionType::kForward ? 0 : type == ActionType::kBackward ? 1 : 2;
+    return (static_cast<size_t>(micro_batch) * num_virtual + stage) * 3 + kind;
+  };
+  // When the input of `a` on virtual stage `stage` exists; -1: not yet.
+  auto ready = [&](const Action& a, int stage) {
+    switch (a.type) {
+      case ActionType::kForward:
+        return stage > 0 ? end[slot(a.micro_batch, stage - 1, ActionType::kForward)] : 0;
+      case ActionType::kBackward:
+        return stage < num_virtual - 1 ? end[slot(a.micro_batch, stage + 1, ActionType::kBackward)]
+                                       : end[slot(a.micro_batch, stage, ActionType::kForward)];
+      default:  // a weight gradient follows its backward on the same rank
+        return end[slot(a.micro_batch, stage, ActionType::kBackward)];
+    }
   };
   std::vector<std::vector<Placed>> placed(p);
   std::vector<size_t> next(p, 0);
   std::vector<int> clock(p, 0);
+  std::vector<int64_t> sequence(p, 0);
   for (bool progress = true; progress;) {
     progress = false;
     for (int rank = 0; rank < p; ++rank) {
-      for (; next[rank] < orders[rank].size(); ++next[rank]) {
-        const Action& a = orders[rank][next[rank]];
-        const int stage = VirtualStage(spec, rank, a.chunk);
-        int ready = 0;
-        if (a.type == ActionType::kForward && stage > 0) {
-          ready = end[slot(a.micro_batch, stage - 1, ActionType::kForward)];
-        } else if (a.type == ActionType::kBackward) {
-          ready = stage < num_virtual - 1 ? end[slot(a.micro_batch, stage + 1, ActionType::kBackward)]
-                                          : end[slot(a.micro_batch, stage, ActionType::kForward)];
+      const std::vector<Work>& order = orders[rank];
+      while (next[rank] < order.size()) {
+        // One step: a computation, or a pair. Both computations of a pair
+        // are placed at its start and their outputs exist when it ends.
+        const size_t first = next[rank], count = order[first].paired_with_next ? 2 : 1;
+        TETRA_CHECK(first + count <= order.size()) << "a pair at the end of rank " << rank << "'s order";
+        int start = clock[rank], finish = 0;
+        for (size_t i = first; i < first + count && start >= 0; ++i) {
+          const Action& a = order[i].action;
+          const int input = ready(a, VirtualStage(spec, rank, a.chunk));
+          start = input < 0 ? -1 : std::max(start, input);
+          finish += ComputeTime(spec.kind, a.type);
         }
-        if (ready < 0) break;  // its input is not computed yet
-        const int start = std::max(clock[rank], ready);
-        clock[rank] = start + ComputeTime(a.type);
-        end[slot(a.micro_batch, stage, a.type)] = clock[rank];
-        placed[rank].push_back({start, 1, 0, a});
-        // The output goes to the next virtual stage (activation) or the
-        // previous one (gradient), if there is one.
-        const bool forward = a.type == ActionType::kForward;
-        const int to = forward ? stage + 1 : stage - 1;
-        if (to >= 0 && to < num_virtual) {
-          const int to_rank = to % p;
+        if (start < 0) break;  // an input is not computed yet
+        finish += start;
+        int time = start;
+        for (size_t i = first; i < first + count; ++i) {
+          const Action& a = order[i].action;
+          const int stage = VirtualStage(spec, rank, a.chunk);
+          time += ComputeTime(spec.kind, a.type);
+          const int done = count == 2 ? finish : time;
+          end[slot(a.micro_batch, stage, a.type)] = done;
+          placed[rank].push_back({start, 1, 0, sequence[rank]++, a});
+          if (a.type == ActionType::kWeight) continue;
+          // The output goes to the next virtual stage (activation) or the
+          // previous one (gradient), if there is one and another rank holds it.
+          const bool forward = a.type == ActionType::kForward;
+          const int to = forward ? stage + 1 : stage - 1;
+          if (to < 0 || to >= num_virtual) continue;
+          const int to_rank = RankOfVirtualStage(spec, to);
+          if (to_rank == rank) continue;
+          const int to_chunk = LocateVirtualStage(to, p, PlacementOfSpec(spec)).chunk;
+          const int64_t seq = sequence[rank]++;
           placed[rank].push_back(
-              {clock[rank], 0, rank,
+              {done, 0, rank, seq,
                {forward ? ActionType::kSendActivation : ActionType::kSendGradient, a.micro_batch, a.chunk, to_rank}});
           placed[to_rank].push_back(
-              {clock[rank], 0, rank,
-               {forward ? ActionType::kRecvActivation : ActionType::kRecvGradient, a.micro_batch, to / p, rank}});
+              {done, 0, rank, seq,
+               {forward ? ActionType::kRecvActivation : ActionType::kRecvGradient, a.micro_batch, to_chunk, rank}});
         }
+        clock[rank] = finish;
+        next[rank] += count;
         progress = true;
       }
     }
@@ -130,7 +265,8 @@ std::vector<std::vector<Action>> PlaceMessages(const ScheduleSpec& spec,
         << "the compute orders of the " << ScheduleKindName(spec.kind) << " schedule wait on each other at rank "
         << rank;
     std::sort(placed[rank].begin(), placed[rank].end(), [](const Placed& a, const Placed& b) {
-      return std::tie(a.time, a.is_compute, a.sender) < std::tie(b.time, b.is_compute, b.sender);
+      return std::tie(a.time, a.is_compute, a.sender, a.sequence) <
+             std::tie(b.time, b.is_compute, b.sender, b.sequence);
     });
     for (const Placed& entry : placed[rank]) tables[rank].push_back(entry.action);
   }
@@ -147,11 +283,26 @@ const char* ScheduleKindName(ScheduleKind kind) {
       return "1F1B";
     case ScheduleKind::kInterleaved:
       return "interleaved 1F1B";
+    case ScheduleKind::kZeroBubbleH1:
+      return "ZB-H1";
+    case ScheduleKind::kDualPipeV:
+      return "DualPipeV";
   }
   return "unknown";
 }
 
-bool IsCompute(ActionType type) { return type == ActionType::kForward || type == ActionType::kBackward; }
+bool SplitsBackward(ScheduleKind kind) {
+  return kind == ScheduleKind::kZeroBubbleH1 || kind == ScheduleKind::kDualPipeV;
+}
+
+bool IsCompute(ActionType type) {
+  return type == ActionType::kForward || type == ActionType::kBackward || type == ActionType::kWeight;
+}
+
+bool IsPairedForwardBackward(ScheduleKind kind, const Action& first, const Action& second) {
+  return kind == ScheduleKind::kDualPipeV && first.type == ActionType::kForward &&
+         second.type == ActionType::kBackward && first.chunk != second.chunk;
+}
 
 std::string ActionText(const Action& action) {
   const auto [verb, preposition] = [&]() -> std::pair<const char*, const char*> {
@@ -168,6 +319,8 @@ std::string ActionText(const Action& action) {
         return {"send gradient", " to"};
       case ActionType::kRecvGradient:
         return {"receive gradient", " from"};
+      case ActionType::kWeight:
+        return {"weight gradient", ""};
     }
     return {"unknown action", ""};
   }();
@@ -176,13 +329,27 @@ std::string ActionText(const Action& action) {
   return text;
 }
 
-int ComputeTime(ActionType type) {
-  TETRA_CHECK(IsCompute(type)) << "only forwards and backwards take time in the cost model";
-  return type == ActionType::kForward ? kForwardTime : kBackwardTime;
+int ComputeTime(ScheduleKind kind, ActionType type) {
+  switch (type) {
+    case ActionType::kForward:
+      return kForwardTime;
+    case ActionType::kBackward:
+      return SplitsBackward(kind) ? kInputGradientTime : kBackwardTime;
+    case ActionType::kWeight:
+      return kWeightGradientTime;
+    default:
+      break;
+  }
+  TETRA_CHECK(false) << "only computations take time in the cost model";
+  return 0;
 }
 
 int VirtualStage(const ScheduleSpec& spec, int rank, int chunk) {
-  return VirtualStageIndex(rank, chunk, spec.stages);
+  return VirtualStageIndex(rank, chunk, spec.stages, PlacementOfSpec(spec));
+}
+
+int RankOfVirtualStage(const ScheduleSpec& spec, int stage) {
+  return LocateVirtualStage(stage, spec.stages, PlacementOfSpec(spec)).pp_rank;
 }
 
 absl::Status ValidateScheduleSpec(const ScheduleSpec& spec) {
@@ -204,11 +371,35 @@ absl::Status ValidateScheduleSpec(const ScheduleSpec& spec) {
                      "micro-batches per step = train.global_batch_size / (train.micro_batch_size x data): raise "
                      "micro_batch_size or lower global_batch_size");
   }
+  if (spec.kind == ScheduleKind::kDualPipeV) {
+    if (spec.virtual_stages != 2) {
+      return UserError(absl::StrCat("the DualPipeV schedule runs 2 model chunks per rank (rank r holds virtual "
+                                    "stages r and 2 x pipeline - 1 - r), but parallel.virtual_stages is ",
+                                    spec.virtual_stages),
+                       "set parallel.virtual_stages to 2 for parallel.schedule DUALPIPE_V");
+    }
+    if (spec.stages < 2) {
+      return UserError(absl::StrCat("the DualPipeV schedule needs parallel.pipeline 2 or more, but it is ",
+                                    spec.stages),
+                       "set parallel.pipeline to 2 or more, or parallel.schedule to ONE_F_ONE_B");
+    }
+    if (spec.micro_batches < 2 * spec.stages) {
+      return UserError(absl::StrCat("the DualPipeV schedule needs at least 2 x parallel.pipeline = ",
+                                    2 * spec.stages, " micro-batches per step, but there are ", spec.micro_batches),
+                       absl::StrCat("micro-batches per step = train.global_batch_size / (train.micro_batch_size x "
+                                    "data); make it ",
+                                    2 * spec.stages, " or more, or use fewer pipeline stages"));
+    }
+    return absl::OkStatus();
+  }
   if (spec.kind != ScheduleKind::kInterleaved && spec.virtual_stages != 1) {
     return UserError(absl::StrCat("the ", ScheduleKindName(spec.kind), " schedule runs 1 model chunk per rank, but ",
                                   "parallel.virtual_stages is ", spec.virtual_stages),
-                     "set parallel.virtual_stages to 1, or parallel.schedule to ONE_F_ONE_B for the interleaved "
-                     "schedule");
+                     spec.kind == ScheduleKind::kZeroBubbleH1
+                         ? "set parallel.virtual_stages to 1, or parallel.schedule to DUALPIPE_V for 2 chunks per "
+                           "rank with split backwards"
+                         : "set parallel.virtual_stages to 1, or parallel.schedule to ONE_F_ONE_B for the interleaved "
+                           "schedule");
   }
   if (spec.kind == ScheduleKind::kInterleaved && spec.virtual_stages > 1) {
     if (spec.stages < 2) {
@@ -231,7 +422,7 @@ absl::Status ValidateScheduleSpec(const ScheduleSpec& spec) {
 
 absl::StatusOr<std::vector<std::vector<Action>>> BuildAllSchedules(const ScheduleSpec& spec) {
   RETURN_IF_ERROR(ValidateScheduleSpec(spec));
-  std::vector<std::vector<Action>> orders;
+  std::vector<std::vector<Work>> orders;
   for (int rank = 0; rank < spec.stages; ++rank) orders.push_back(ComputeOrder(spec, rank));
   return PlaceMessages(spec, orders);
 }
@@ -283,21 +474,39 @@ absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config,
   spec.micro_batches = static_cast<int>(train.global_batch_size() / per_micro_batch);
   // One stage has no bubble to trade memory for: each micro-batch's forward,
   // then its backward, whatever parallel.schedule says (GPipe's all-forwards-
-  // first would hold every micro-batch's activations).
-  const bool gpipe = parallel.schedule() == ParallelConfig::GPIPE && spec.stages > 1;
-  spec.kind = gpipe                     ? ScheduleKind::kGPipe
-              : spec.virtual_stages > 1 ? ScheduleKind::kInterleaved
-                                        : ScheduleKind::kOneFOneB;
+  // first would hold every micro-batch's activations, and ZB-H1's W's have no
+  // idle time to fill). DualPipeV needs two stages; its spec says so.
+  const bool one_stage = spec.stages == 1;
+  switch (parallel.schedule()) {
+    case ParallelConfig::GPIPE:
+      spec.kind = one_stage ? ScheduleKind::kOneFOneB : ScheduleKind::kGPipe;
+      break;
+    case ParallelConfig::ZB_H1:
+      spec.kind = one_stage ? ScheduleKind::kOneFOneB : ScheduleKind::kZeroBubbleH1;
+      break;
+    case ParallelConfig::DUALPIPE_V:
+      spec.kind = ScheduleKind::kDualPipeV;
+      break;
+    default:
+      spec.kind = ScheduleKind::kOneFOneB;
+      break;
+  }
+  if (spec.kind == ScheduleKind::kOneFOneB && spec.virtual_stages > 1) spec.kind = ScheduleKind::kInterleaved;
   RETURN_IF_ERROR(ValidateScheduleSpec(spec));
   const int layers = config.model().num_hidden_layers();
   const int chunks = spec.stages * spec.virtual_stages;
-  if (spec.kind == ScheduleKind::kInterleaved && parallel.pipeline_layers().empty() && layers % chunks != 0) {
-    return UserError(absl::StrCat("the interleaved 1F1B schedule splits model.num_hidden_layers ", layers,
-                                  " into parallel.pipeline ", spec.stages, " x parallel.virtual_stages ",
+  const bool even_chunks = spec.kind == ScheduleKind::kInterleaved || spec.kind == ScheduleKind::kDualPipeV;
+  if (even_chunks && parallel.pipeline_layers().empty() && layers % chunks != 0) {
+    return UserError(absl::StrCat("the ", ScheduleKindName(spec.kind), " schedule splits model.num_hidden_layers ",
+                                  layers, " into parallel.pipeline ", spec.stages, " x parallel.virtual_stages ",
                                   spec.virtual_stages, " = ", chunks, " equal chunks, but ", layers,
                                   " is not a multiple of ", chunks),
-                     absl::StrCat("set num_hidden_layers to a multiple of ", chunks,
-                                  ", or choose virtual_stages so that pipeline x virtual_stages divides it"));
+                     spec.kind == ScheduleKind::kDualPipeV
+                         ? absl::StrCat("set num_hidden_layers to a multiple of ", chunks,
+                                        ", or list the layers of each of the ", chunks,
+                                        " virtual stages in parallel.pipeline_layers")
+                         : absl::StrCat("set num_hidden_layers to a multiple of ", chunks,
+                                        ", or choose virtual_stages so that pipeline x virtual_stages divides it"));
   }
   return spec;
 }

@@ -22,6 +22,7 @@ enum Step : uint8_t {
   kReceivedGradient = 1 << 3,
   kBackwarded = 1 << 4,
   kSentGradient = 1 << 5,
+  kWeighted = 1 << 6,
 };
 
 Step StepOf(ActionType type) {
@@ -38,6 +39,8 @@ Step StepOf(ActionType type) {
       return kBackwarded;
     case ActionType::kSendGradient:
       return kSentGradient;
+    case ActionType::kWeight:
+      return kWeighted;
   }
   return kForwarded;
 }
@@ -86,8 +89,9 @@ size_t NumMessages(const ScheduleSpec& spec) {
 }
 
 // One table or record per rank, and every action names a micro-batch and a
-// chunk of the spec, a computation no peer, and a message the rank holding
-// the neighbouring virtual stage it goes to or comes from.
+// chunk of the spec, a computation no peer, a weight gradient only where the
+// kind splits backwards, and a message the rank holding the neighbouring
+// virtual stage it goes to or comes from, when another rank holds it.
 absl::Status CheckActionsInSpec(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& orders) {
   RETURN_IF_ERROR(ValidateScheduleSpec(spec));
   if (static_cast<int>(orders.size()) != spec.stages) {
@@ -104,6 +108,11 @@ absl::Status CheckActionsInSpec(const ScheduleSpec& spec, const std::vector<std:
       }
       if (IsCompute(a.type)) {
         if (a.peer != -1) return ActionError(orders, rank, i, "a computation names no peer");
+        if (a.type == ActionType::kWeight && !SplitsBackward(spec.kind)) {
+          return ActionError(orders, rank, i,
+                             absl::StrCat("the ", ScheduleKindName(spec.kind),
+                                          " schedule runs whole backwards, with no separate weight gradient"));
+        }
         continue;
       }
       const int stage = VirtualStage(spec, rank, a.chunk);
@@ -112,9 +121,15 @@ absl::Status CheckActionsInSpec(const ScheduleSpec& spec, const std::vector<std:
         return ActionError(orders, rank, i,
                            absl::StrCat("virtual stage ", stage, " of ", num_virtual, " has no such neighbour"));
       }
-      if (a.peer != other % spec.stages) {
+      const int other_rank = RankOfVirtualStage(spec, other);
+      if (other_rank == rank) {
         return ActionError(orders, rank, i,
-                           absl::StrCat("the neighbouring virtual stage ", other, " is on rank ", other % spec.stages));
+                           absl::StrCat("virtual stages ", std::min(stage, other), " and ", std::max(stage, other),
+                                        " are both on rank ", rank, ": their data passes without a message"));
+      }
+      if (a.peer != other_rank) {
+        return ActionError(orders, rank, i,
+                           absl::StrCat("the neighbouring virtual stage ", other, " is on rank ", other_rank));
       }
     }
   }
@@ -149,34 +164,70 @@ class Checker {
   }
 
   // Local order of one rank's table: each (micro-batch, chunk) runs every step
-  // once, after what it depends on.
+  // once, after what it depends on. The input of a forward, or the output
+  // gradient of a backward, is received from the rank holding the
+  // neighbouring virtual stage, or, where this rank holds it too (DualPipeV's
+  // middle), read from that chunk's forward or backward of the same
+  // micro-batch, which must come first.
   absl::Status CheckRank(int rank) const {
     const std::vector<Action>& table = tables_[rank];
     const int v = spec_.virtual_stages, num_virtual = spec_.stages * v;
     std::vector<uint8_t> done(static_cast<size_t>(spec_.micro_batches) * v, 0);
+    auto state_of = [&](int micro_batch, int chunk) -> uint8_t& {
+      return done[static_cast<size_t>(micro_batch) * v + chunk];
+    };
+    // The chunk of this rank holding virtual stage `stage`, or -1.
+    auto local_chunk = [&](int stage) {
+      for (int chunk = 0; chunk < v; ++chunk) {
+        if (VirtualStage(spec_, rank, chunk) == stage) return chunk;
+      }
+      return -1;
+    };
     for (size_t i = 0; i < table.size(); ++i) {
       const Action& a = table[i];
       const int stage = VirtualStage(spec_, rank, a.chunk);
-      uint8_t& state = done[static_cast<size_t>(a.micro_batch) * v + a.chunk];
+      uint8_t& state = state_of(a.micro_batch, a.chunk);
       const Step step = StepOf(a.type);
       if (state & step) return Fail(rank, i, "appears twice");
       const bool first = stage == 0, last = stage == num_virtual - 1;
-      const uint8_t needs = a.type == ActionType::kForward          ? (first ? 0 : kReceivedActivation)
+      // The neighbouring virtual stage this computation reads, and its chunk
+      // when it is on this rank.
+      const int neighbour = a.type == ActionType::kForward ? stage - 1 : stage + 1;
+      const bool reads_neighbour = a.type == ActionType::kForward || a.type == ActionType::kBackward;
+      const int local = reads_neighbour ? local_chunk(neighbour) : -1;
+      const uint8_t received = a.type == ActionType::kForward    ? (first || local >= 0 ? 0 : kReceivedActivation)
+                               : a.type == ActionType::kBackward ? (last || local >= 0 ? 0 : kReceivedGradient)
+                                                                 : 0;
+      const uint8_t needs = a.type == ActionType::kForward          ? received
                             : a.type == ActionType::kSendActivation ? kForwarded
-                            : a.type == ActionType::kBackward       ? (kForwarded | (last ? 0 : kReceivedGradient))
+                            : a.type == ActionType::kBackward       ? (kForwarded | received)
                             : a.type == ActionType::kSendGradient   ? kBackwarded
+                            : a.type == ActionType::kWeight         ? kBackwarded
                                                                     : 0;
       if ((state & needs) != needs) {
+        if (a.type == ActionType::kWeight) return Fail(rank, i, "comes before its backward");
         return Fail(rank, i, (state & kForwarded) || !(needs & kForwarded)
                                  ? "comes before the receive or computation it depends on"
                                  : "comes before its forward");
       }
+      if (local >= 0) {
+        const Step input = a.type == ActionType::kForward ? kForwarded : kBackwarded;
+        if (!(state_of(a.micro_batch, local) & input)) {
+          return Fail(rank, i,
+                      absl::StrCat("comes before the ", ActionText({a.type, a.micro_batch, local, -1}),
+                                   ", whose output it reads on this rank (virtual stages ",
+                                   std::min(stage, neighbour), " and ", std::max(stage, neighbour),
+                                   " are both here)"));
+        }
+      }
       state |= step;
     }
+    const bool split = SplitsBackward(spec_.kind);
     for (int micro_batch = 0; micro_batch < spec_.micro_batches; ++micro_batch) {
       for (int chunk = 0; chunk < v; ++chunk) {
-        const uint8_t state = done[static_cast<size_t>(micro_batch) * v + chunk];
-        for (ActionType type : {ActionType::kForward, ActionType::kBackward}) {
+        const uint8_t state = state_of(micro_batch, chunk);
+        for (ActionType type : {ActionType::kForward, ActionType::kBackward, ActionType::kWeight}) {
+          if (type == ActionType::kWeight && !split) continue;
           if (!(state & StepOf(type))) {
             return absl::InvalidArgumentError(absl::StrCat("schedule check: rank ", rank, " never runs the ",
                                                            ActionText({type, micro_batch, chunk, -1})));
@@ -255,6 +306,9 @@ absl::StatusOr<ScheduleReport> SimulateTimeline(const ScheduleSpec& spec,
   std::vector<int> clock(spec.stages, 0), live(spec.stages, 0);
   std::vector<std::vector<int>> live_per_chunk(spec.stages, std::vector<int>(spec.virtual_stages, 0));
   for (RankReport& rank : report.ranks) rank.peak_activations_per_chunk.assign(spec.virtual_stages, 0);
+  // A chunk's activations are live from its forward until the computation
+  // that last reads them: the weight gradient where backwards split.
+  const ActionType frees = SplitsBackward(spec.kind) ? ActionType::kWeight : ActionType::kBackward;
   for (bool progress = true; progress;) {
     progress = false;
     for (int rank = 0; rank < spec.stages; ++rank) {
@@ -262,10 +316,11 @@ absl::StatusOr<ScheduleReport> SimulateTimeline(const ScheduleSpec& spec,
       for (; next[rank] < orders[rank].size(); ++next[rank], progress = true) {
         const Action& a = orders[rank][next[rank]];
         if (IsCompute(a.type)) {
-          out.timeline.push_back({a, clock[rank], clock[rank] + ComputeTime(a.type)});
+          const int duration = ComputeTime(spec.kind, a.type);
+          out.timeline.push_back({a, clock[rank], clock[rank] + duration});
           clock[rank] = out.timeline.back().end;
-          out.busy_time += ComputeTime(a.type);
-          const int delta = a.type == ActionType::kForward ? 1 : -1;
+          out.busy_time += duration;
+          const int delta = a.type == ActionType::kForward ? 1 : a.type == frees ? -1 : 0;
           out.peak_activations = std::max(out.peak_activations, live[rank] += delta);
           int& chunk_peak = out.peak_activations_per_chunk[a.chunk];
           chunk_peak = std::max(chunk_peak, live_per_chunk[rank][a.chunk] += delta);
@@ -293,8 +348,27 @@ double ScheduleReport::BubbleFraction() const {
 }
 
 double IdealBubbleFraction(const ScheduleSpec& spec) {
-  const int p = spec.stages;
-  return static_cast<double>(p - 1) / (spec.virtual_stages * spec.micro_batches + p - 1);
+  const int p = spec.stages, m = spec.micro_batches;
+  switch (spec.kind) {
+    case ScheduleKind::kZeroBubbleH1:
+      return m >= p ? static_cast<double>(p - 1) / (3 * m + p - 1)
+                    : static_cast<double>(2 * p - m - 1) / (2 * m + 2 * p - 1);
+    case ScheduleKind::kDualPipeV:
+      return static_cast<double>(p - 1) / (6 * m + p - 1);
+    default:
+      return static_cast<double>(p - 1) / (spec.virtual_stages * m + p - 1);
+  }
+}
+
+std::string IdealBubbleFormula(const ScheduleSpec& spec) {
+  switch (spec.kind) {
+    case ScheduleKind::kZeroBubbleH1:
+      return spec.micro_batches >= spec.stages ? "(p-1)/(3*m+p-1)" : "(2*p-m-1)/(2*m+2*p-1)";
+    case ScheduleKind::kDualPipeV:
+      return "(p-1)/(6*m+p-1)";
+    default:
+      return spec.virtual_stages > 1 ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)";
+  }
 }
 
 int ActivationBound(const ScheduleSpec& spec, int rank) {
@@ -305,6 +379,10 @@ int ActivationBound(const ScheduleSpec& spec, int rank) {
       return spec.stages - rank;
     case ScheduleKind::kInterleaved:
       return 2 * (spec.stages - rank - 1) + (spec.virtual_stages - 1) * spec.stages + 1;
+    case ScheduleKind::kZeroBubbleH1:
+      return spec.stages;
+    case ScheduleKind::kDualPipeV:
+      return 2 * spec.stages + 1;
   }
   return 0;
 }

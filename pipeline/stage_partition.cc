@@ -9,7 +9,7 @@
 namespace tetra {
 
 absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, int virtual_stages,
-                                               absl::Span<const int32_t> pipeline_layers) {
+                                               absl::Span<const int32_t> pipeline_layers, StagePlacement placement) {
   if (pp < 1 || virtual_stages < 1) {
     return UserError(absl::StrCat("parallel.pipeline is ", pp, " and parallel.virtual_stages is ",
                                   virtual_stages, "; both must be at least 1."),
@@ -55,7 +55,7 @@ absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, in
                        "make the per-stage layer counts add up to model.num_hidden_layers.");
     }
   }
-  StagePartition partition{.pp = pp, .virtual_stages = virtual_stages, .stages = {}};
+  StagePartition partition{.pp = pp, .virtual_stages = virtual_stages, .placement = placement, .stages = {}};
   int first = 0;
   for (int64_t s = 0; s < count; ++s) {
     partition.stages.push_back(PipelineStage{.first_layer = first,
@@ -67,11 +67,15 @@ absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, in
   return partition;
 }
 
+StagePlacement PlacementOf(ParallelConfig::Schedule schedule) {
+  return schedule == ParallelConfig::DUALPIPE_V ? StagePlacement::kVShape : StagePlacement::kInterleaved;
+}
+
 absl::StatusOr<StagePartition> PartitionStages(const TrainerConfig& config) {
   const ParallelConfig& p = config.parallel();
   const absl::Span<const int32_t> layers(p.pipeline_layers().data(), p.pipeline_layers().size());
-  return PartitionStages(config.model().num_hidden_layers(), p.pipeline(), p.virtual_stages(),
-                         layers);
+  return PartitionStages(config.model().num_hidden_layers(), p.pipeline(), p.virtual_stages(), layers,
+                         PlacementOf(p.schedule()));
 }
 
 }  // namespace tetra

@@ -1,10 +1,17 @@
 // Stage partition: which decoder layers each virtual pipeline stage holds.
 // A pipeline of `pp` ranks with `virtual_stages` (v) model chunks each cuts
-// the model into V = pp x v virtual stages; chunk c of pipeline rank r is
-// virtual stage c * pp + r (Megatron-LM's interleaved order, as in
-// pipeline/schedule.h), and virtual stage s holds a consecutive run of layers
-// after those of stage s - 1. The first virtual stage also holds the token
-// embedding, the last the final norm, the LM head and the loss.
+// the model into V = pp x v virtual stages, and virtual stage s holds a
+// consecutive run of layers after those of stage s - 1. The first virtual
+// stage also holds the token embedding, the last the final norm, the LM head
+// and the loss. Which rank holds which virtual stage is the placement:
+//   interleaved (Megatron-LM's, as in pipeline/schedule.h): chunk c of
+//     pipeline rank r is virtual stage c * pp + r;
+//   V shape (DualPipeV, ZB-V): the chunks zigzag, even chunks going down the
+//     ranks and odd ones back up: chunk c of rank r is c * pp + r for even c
+//     and c * pp + pp - 1 - r for odd c. With two chunks, rank r holds
+//     virtual stages r and 2 pp - 1 - r: rank 0 the first and the last (the
+//     embedding and the LM head), rank pp - 1 the two middle ones.
+// Either way a rank's chunks in chunk order are in model order.
 //
 // Layers split evenly by default (num_hidden_layers a multiple of V), or as
 // parallel.pipeline_layers lists them, one count per virtual stage in model
@@ -22,18 +29,38 @@
 
 namespace tetra {
 
-// Chunk `chunk` of pipeline rank `pp_rank` in a pipeline of `pp` ranks.
-inline int VirtualStageIndex(int pp_rank, int chunk, int pp) { return chunk * pp + pp_rank; }
+enum class StagePlacement { kInterleaved, kVShape };
+
+// The virtual stage of chunk `chunk` of pipeline rank `pp_rank` in a pipeline
+// of `pp` ranks.
+inline int VirtualStageIndex(int pp_rank, int chunk, int pp,
+                             StagePlacement placement = StagePlacement::kInterleaved) {
+  const bool reversed = placement == StagePlacement::kVShape && chunk % 2 == 1;
+  return chunk * pp + (reversed ? pp - 1 - pp_rank : pp_rank);
+}
+
+// The pipeline rank and chunk that hold virtual stage `stage` (the inverse of
+// VirtualStageIndex).
+struct ChunkLocation {
+  int pp_rank = 0;
+  int chunk = 0;
+};
+inline ChunkLocation LocateVirtualStage(int stage, int pp, StagePlacement placement = StagePlacement::kInterleaved) {
+  const int chunk = stage / pp, offset = stage % pp;
+  const bool reversed = placement == StagePlacement::kVShape && chunk % 2 == 1;
+  return {.pp_rank = reversed ? pp - 1 - offset : offset, .chunk = chunk};
+}
 
 struct StagePartition {
   int pp = 1;
   int virtual_stages = 1;
+  StagePlacement placement = StagePlacement::kInterleaved;
   // pp x virtual_stages, indexed by virtual stage (model order): what
   // LanguageModel builds for each (model_parallelism.h).
   std::vector<PipelineStage> stages;
 
   const PipelineStage& Stage(int pp_rank, int chunk) const {
-    return stages[VirtualStageIndex(pp_rank, chunk, pp)];
+    return stages[VirtualStageIndex(pp_rank, chunk, pp, placement)];
   }
   // Every chunk of pipeline rank `pp_rank`, in model order: what its
   // LanguageModel holds (ModelParallelism::chunks).
@@ -45,13 +72,20 @@ struct StagePartition {
 };
 
 // pipeline_layers: empty for an even split, else pp x virtual_stages counts,
-// each >= 1, summing to num_hidden_layers. Any other input is a UserError
-// (core/user_error.h) naming the numbers.
+// each >= 1, summing to num_hidden_layers (in model order, whatever the
+// placement). Any other input is a UserError (core/user_error.h) naming the
+// numbers.
 absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, int virtual_stages,
-                                               absl::Span<const int32_t> pipeline_layers = {});
+                                               absl::Span<const int32_t> pipeline_layers = {},
+                                               StagePlacement placement = StagePlacement::kInterleaved);
+
+// The placement a schedule uses: the V shape for parallel.schedule
+// DUALPIPE_V, else interleaved.
+StagePlacement PlacementOf(ParallelConfig::Schedule schedule);
 
 // The same from a run's config (model.num_hidden_layers, parallel.pipeline,
-// parallel.virtual_stages, parallel.pipeline_layers).
+// parallel.virtual_stages, parallel.pipeline_layers, and the placement of
+// parallel.schedule).
 absl::StatusOr<StagePartition> PartitionStages(const TrainerConfig& config);
 
 }  // namespace tetra

@@ -187,10 +187,11 @@ std::string PlanText(const Mesh& mesh, int gpus_per_node) {
   return out;
 }
 
-// "F3" / "B3" for micro-batch 3; with several chunks per rank a letter names
-// the chunk: "F3a", "B3b".
+// "F3" / "B3" / "W3" (weight gradient) for micro-batch 3; with several
+// chunks per rank a letter names the chunk: "F3a", "B3b", "W3b".
 std::string CellLabel(const Action& action, int virtual_stages) {
-  std::string label = absl::StrCat(action.type == ActionType::kForward ? "F" : "B", action.micro_batch);
+  const char* letter = action.type == ActionType::kForward ? "F" : action.type == ActionType::kWeight ? "W" : "B";
+  std::string label = absl::StrCat(letter, action.micro_batch);
   if (virtual_stages > 1) label += static_cast<char>('a' + action.chunk);
   return label;
 }
@@ -198,7 +199,8 @@ std::string CellLabel(const Action& action, int virtual_stages) {
 // The configured pipeline schedule, checked (pipeline/schedule_checker.h), as
 // a summary line and one timeline row per pipeline rank. Every time unit is a
 // fixed number of columns, so a cell sits at its simulated start and idle
-// time is blank; a backward's extra units are drawn as '-'.
+// time is blank; a backward's extra units are drawn as '-'. Where the kind
+// splits backwards, B is the input gradient and W the weight gradient.
 absl::StatusOr<std::string> ScheduleText(const TrainerConfig& config, const MeshShape& shape) {
   ASSIGN_OR_RETURN(ScheduleSpec spec, ScheduleSpecFromConfig(config, shape.dp));
   ASSIGN_OR_RETURN(std::vector<std::vector<Action>> tables, BuildAllSchedules(spec));
@@ -210,10 +212,12 @@ absl::StatusOr<std::string> ScheduleText(const TrainerConfig& config, const Mesh
       "pipeline schedule %s, %d stages%s, %d micro-batches: bubble %.1f%% simulated, %s = %.1f%%; peak "
       "activations per rank %s%s\n",
       ScheduleKindName(spec.kind), spec.stages, v > 1 ? absl::StrCat(" x ", v, " chunks") : "", spec.micro_batches,
-      100 * report.BubbleFraction(), v > 1 ? "(p-1)/(v*m+p-1)" : "(p-1)/(m+p-1)", 100 * IdealBubbleFraction(spec),
+      100 * report.BubbleFraction(), IdealBubbleFormula(spec), 100 * IdealBubbleFraction(spec),
       absl::StrJoin(peaks, " "), v > 1 ? absl::StrCat(" (micro-batch chunks, 1/", v, " of a stage each)") : "");
-  absl::StrAppend(&out, "time units: F ", kForwardTime, ", B ", kBackwardTime, v > 1 ? " per chunk" : "",
-                  "; blank = idle\n");
+  absl::StrAppend(&out, "time units: F ", ComputeTime(spec.kind, ActionType::kForward), ", B ",
+                  ComputeTime(spec.kind, ActionType::kBackward),
+                  SplitsBackward(spec.kind) ? absl::StrCat(", W ", ComputeTime(spec.kind, ActionType::kWeight)) : "",
+                  v > 1 ? " per chunk" : "", "; blank = idle\n");
   const size_t unit = CellLabel({ActionType::kForward, spec.micro_batches - 1, 0}, v).size() + 1;
   const size_t rank_width = absl::StrCat(spec.stages - 1).size();
   for (int rank = 0; rank < spec.stages; ++rank) {

@@ -1,6 +1,7 @@
 // Stage partition: even and explicit splits against layer ranges written out
-// by hand, Megatron-LM's interleaved virtual-stage order, where the embedding
-// and the head go, the config entry point, and every error with its numbers.
+// by hand, Megatron-LM's interleaved virtual-stage order and DualPipeV's V,
+// where the embedding and the head go, the config entry point, and every
+// error with its numbers.
 #include "pipeline/stage_partition.h"
 
 #include <string>
@@ -21,8 +22,9 @@ std::vector<std::pair<int, int>> Ranges(const StagePartition& partition) {
   return ranges;
 }
 
-StagePartition Partition(int layers, int pp, int v, std::vector<int32_t> counts = {}) {
-  absl::StatusOr<StagePartition> partition = PartitionStages(layers, pp, v, counts);
+StagePartition Partition(int layers, int pp, int v, std::vector<int32_t> counts = {},
+                         StagePlacement placement = StagePlacement::kInterleaved) {
+  absl::StatusOr<StagePartition> partition = PartitionStages(layers, pp, v, counts, placement);
   EXPECT_TRUE(partition.ok()) << partition.status();
   return partition.ok() ? *partition : StagePartition{};
 }
@@ -94,6 +96,76 @@ TEST(StagePartitionTest, ChunksOfARankInModelOrder) {
   EXPECT_EQ(chunks[1].first_layer, 6);
   EXPECT_EQ(chunks[1].num_layers, 2);
   EXPECT_TRUE(chunks[1].has_head);
+}
+
+TEST(StagePartitionTest, VShapePlacesChunkOneBackUpTheRanks) {
+  // pp 2, v 2, 8 layers, V placement: virtual stages 0..3 hold layers 0-1,
+  // 2-3, 4-5, 6-7 as before, but rank 0 holds stages 0 and 3 (the embedding
+  // and the head), rank 1 stages 1 and 2.
+  const StagePartition p = Partition(8, 2, 2, {}, StagePlacement::kVShape);
+  EXPECT_EQ(p.placement, StagePlacement::kVShape);
+  EXPECT_EQ(Ranges(p), (std::vector<std::pair<int, int>>{{0, 2}, {2, 2}, {4, 2}, {6, 2}}));
+  const std::vector<PipelineStage> rank0 = p.Chunks(0), rank1 = p.Chunks(1);
+  ASSERT_EQ(rank0.size(), 2u);
+  ASSERT_EQ(rank1.size(), 2u);
+  EXPECT_EQ(rank0[0].first_layer, 0);
+  EXPECT_EQ(rank0[1].first_layer, 6);
+  EXPECT_EQ(rank1[0].first_layer, 2);
+  EXPECT_EQ(rank1[1].first_layer, 4);
+  EXPECT_TRUE(rank0[0].has_embedding);
+  EXPECT_TRUE(rank0[1].has_head);
+  EXPECT_FALSE(rank1[0].has_embedding || rank1[0].has_head || rank1[1].has_embedding || rank1[1].has_head);
+}
+
+TEST(StagePartitionTest, VShapeOnFourRanks) {
+  // pp 4, v 2, explicit counts per virtual stage in model order: rank r
+  // holds stages r and 7 - r, in model order.
+  const std::vector<int32_t> counts = {1, 2, 3, 4, 4, 3, 2, 1};  // 20 layers
+  const StagePartition p = Partition(20, 4, 2, counts, StagePlacement::kVShape);
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE(testing::Message() << "rank " << rank);
+    EXPECT_EQ(VirtualStageIndex(rank, 0, 4, StagePlacement::kVShape), rank);
+    EXPECT_EQ(VirtualStageIndex(rank, 1, 4, StagePlacement::kVShape), 7 - rank);
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      const int stage = VirtualStageIndex(rank, chunk, 4, StagePlacement::kVShape);
+      const ChunkLocation at = LocateVirtualStage(stage, 4, StagePlacement::kVShape);
+      EXPECT_EQ(at.pp_rank, rank);
+      EXPECT_EQ(at.chunk, chunk);
+      EXPECT_EQ(p.Stage(rank, chunk).first_layer, p.stages[stage].first_layer);
+      EXPECT_EQ(p.Stage(rank, chunk).num_layers, counts[stage]);
+    }
+    const std::vector<PipelineStage> chunks = p.Chunks(rank);
+    EXPECT_LT(chunks[0].first_layer, chunks[1].first_layer);
+  }
+  // Rank 3 holds the two middle stages, 3 and 4: layers 6-9 and 10-13.
+  EXPECT_EQ(p.Stage(3, 0).first_layer, 6);
+  EXPECT_EQ(p.Stage(3, 1).first_layer, 10);
+  EXPECT_EQ(p.Stage(0, 1).first_layer, 19);
+  EXPECT_TRUE(p.Stage(0, 1).has_head);
+  // The interleaved placement of the same split: rank 0 chunk 1 is stage 4.
+  const StagePartition q = Partition(20, 4, 2, counts);
+  EXPECT_EQ(q.Stage(0, 1).first_layer, 10);
+  EXPECT_EQ(LocateVirtualStage(5, 4).pp_rank, 1);
+}
+
+TEST(StagePartitionTest, DualPipeVConfigGetsTheVShape) {
+  TrainerConfig config;
+  config.mutable_model()->set_num_hidden_layers(8);
+  config.mutable_parallel()->set_pipeline(2);
+  config.mutable_parallel()->set_virtual_stages(2);
+  absl::StatusOr<StagePartition> p = PartitionStages(config);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->placement, StagePlacement::kInterleaved);
+  EXPECT_EQ(p->Chunks(0)[1].first_layer, 4);
+  config.mutable_parallel()->set_schedule(ParallelConfig::DUALPIPE_V);
+  p = PartitionStages(config);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->placement, StagePlacement::kVShape);
+  EXPECT_EQ(p->Chunks(0)[1].first_layer, 6);
+  EXPECT_TRUE(p->Chunks(0)[1].has_head);
+  EXPECT_EQ(p->Chunks(1)[1].first_layer, 4);
+  config.mutable_parallel()->set_schedule(ParallelConfig::ZB_H1);
+  EXPECT_EQ(PartitionStages(config)->placement, StagePlacement::kInterleaved);
 }
 
 TEST(StagePartitionTest, ReadsTheConfig) {

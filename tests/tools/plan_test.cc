@@ -1,7 +1,8 @@
 // `tetra plan` end to end: the built binary lays out Megatron-LM's 16-GPU
 // example and an MoE layout as JSON with the groups worked out by hand, prints
-// the table and the node warnings, draws pipeline schedules as timelines worked
-// out by hand, and refuses bad layouts and schedules with the numbers.
+// the table and the node warnings, draws pipeline schedules (ZB-H1 and
+// DualPipeV's weight-gradient cells too) as timelines worked out by hand, and
+// refuses bad layouts and schedules with the numbers.
 #include <sys/wait.h>
 
 #include <cctype>
@@ -243,6 +244,38 @@ TEST_F(PlanTest, PipelineScheduleTimeline) {
   EXPECT_THAT(r.out, Not(HasSubstr("pipeline schedule")));
 }
 
+TEST_F(PlanTest, SplitBackwardScheduleTimelines) {
+  // ZB-H1, 4 stages, 8 micro-batches, F = B = W = 1 unit (3 columns). Rank 3
+  // gets micro-batch k's activation at 3 + 2k for k < 4 and runs F_k B_k in
+  // turn, then W0, the first of the 3 W's it postpones; rank 0 runs F0..F3
+  // [0,4), waits for B0's input gradient, which leaves rank 3 at 5 and
+  // climbs a rank per unit: B0 [7,8), then W0 and F4. Bubble (p-1)/(3m+p-1)
+  // = 3/27; every rank holds up to p = 4 micro-batches (until their W).
+  RunResult r = Plan("train { global_batch_size: 8 micro_batch_size: 1 }\n",
+                     "--world 4 --set parallel.pipeline=4 --set parallel.schedule=ZB_H1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\npipeline schedule ZB-H1, 4 stages, 8 micro-batches: bubble 11.1% simulated, "
+                               "(p-1)/(3*m+p-1) = 11.1%; peak activations per rank 4 4 4 4\n"
+                               "time units: F 1, B 1, W 1; blank = idle\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nrank 0 | F0 F1 F2 F3          B0 W0 F4"));
+  EXPECT_THAT(r.out, HasSubstr("\nrank 3 |          F0 B0 F1 B1 F2 B2 F3 B3 W0"));
+
+  // DualPipeV, 2 ranks x 2 chunks in a V, 4 micro-batches (schedule_checker_test's
+  // DualPipeVTimelineWorkedByHand): 4 columns a unit, every cell 1 unit,
+  // rank 0 idle once at 15, rank 1 at 0. Bubble (p-1)/(6*m+p-1) = 1/25.
+  r = Plan("parallel { pipeline: 2 virtual_stages: 2 schedule: DUALPIPE_V }\nmodel { num_hidden_layers: 4 }\n"
+           "train { global_batch_size: 4 micro_batch_size: 1 }\n",
+           "--world 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\npipeline schedule DualPipeV, 2 stages x 2 chunks, 4 micro-batches: bubble 4.0% "
+                               "simulated, (p-1)/(6*m+p-1) = 4.0%; peak activations per rank 5 5 (micro-batch "
+                               "chunks, 1/2 of a stage each)\ntime units: F 1, B 1, W 1 per chunk; blank = idle\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nrank 0 | F0a F1a F2a F0b B0b W0b F1b F3a B1b W1b F2b B0a W0a B2b W2b     F3b B1a W1a "
+                               "B3b W3b B2a W2a B3a W3a\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nrank 1 |     F0a F0b F1a F1b F2a B0b W0b F2b B0a W0a F3a B1b W1b F3b B1a W1a B2b "
+                               "W2b B2a W2a B3b B3a W3b W3a\n"));
+}
+
 TEST_F(PlanTest, SchedulesThatCannotRunNameTheNumbers) {
   // 2 data-parallel ranks: 12 / (1 x 2) = 6 micro-batches on 4 stages.
   ExpectError("parallel { pipeline: 4 virtual_stages: 2 }\nmodel { num_hidden_layers: 8 }\n"
@@ -253,6 +286,13 @@ TEST_F(PlanTest, SchedulesThatCannotRunNameTheNumbers) {
               "--world 2", "model.num_hidden_layers 8 into parallel.pipeline 2 x parallel.virtual_stages 3 = 6");
   ExpectError("parallel { pipeline: 2 }\ntrain { global_batch_size: 6 micro_batch_size: 4 }\n", "--world 2",
               "train.global_batch_size 6 is not a multiple of train.micro_batch_size 4 x data-parallel size 1 = 4");
+  ExpectError("parallel { pipeline: 4 virtual_stages: 2 schedule: DUALPIPE_V }\nmodel { num_hidden_layers: 8 }\n"
+              "train { global_batch_size: 6 micro_batch_size: 1 }\n",
+              "--world 4",
+              "the DualPipeV schedule needs at least 2 x parallel.pipeline = 8 micro-batches per step, but there "
+              "are 6");
+  ExpectError("parallel { pipeline: 2 schedule: ZB_H1 virtual_stages: 2 }\nmodel { num_hidden_layers: 4 }\n",
+              "--world 2", "the ZB-H1 schedule runs 1 model chunk per rank, but parallel.virtual_stages is 2");
 }
 
 TEST_F(PlanTest, BadFlags) {
