@@ -22,17 +22,42 @@ PipelineExecutor::PipelineExecutor(LanguageModel& model, Communicator& pipeline,
   const LayerParallelism& lp = model_.parallelism();
   rows_ = batch * seq / (lp.sequence_parallel ? lp.tp_size() : 1);
   hidden_ = model_.config().hidden_size();
+  int last_gradient = -1;  // the step's last backward (fused) or W
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
     TETRA_CHECK(a.chunk >= 0 && a.chunk < model_.num_chunks())
         << ActionText(a) << ": the model holds " << model_.num_chunks() << " chunks";
     micro_batches_ = std::max(micro_batches_, a.micro_batch + 1);
-    if (a.type == ActionType::kBackward) last_backward_ = static_cast<int>(i);
+  }
+  const size_t pieces = static_cast<size_t>(micro_batches_) * model_.num_chunks();
+  split_.assign(pieces, false);
+  for (ActionType type : {ActionType::kRecvActivation, ActionType::kSendActivation, ActionType::kRecvGradient,
+                          ActionType::kSendGradient}) {
+    has_message_[static_cast<int>(type)].assign(pieces, false);
+  }
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const Action& a = actions_[i];
+    if (a.type == ActionType::kWeight) split_[Piece(a)] = true;
+    if (!IsCompute(a.type)) has_message_[static_cast<int>(a.type)][Piece(a)] = true;
+  }
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const Action& a = actions_[i];
+    if (a.type == ActionType::kWeight || (a.type == ActionType::kBackward && !split_[Piece(a)])) {
+      last_gradient = static_cast<int>(i);
+    }
   }
   // The gradient-ready callback promises a suffix of the flat buffers, which
-  // holds only when the step's last backward runs the first chunk.
-  TETRA_CHECK(last_backward_ < 0 || actions_[last_backward_].chunk == 0)
-      << "the schedule's last backward is not on chunk 0";
+  // the step's last gradient computation can give only on the first chunk;
+  // otherwise every gradient is announced ready once the table has run.
+  if (last_gradient >= 0 && actions_[last_gradient].chunk == 0) ready_action_ = last_gradient;
+}
+
+size_t PipelineExecutor::Piece(const Action& a) const {
+  return static_cast<size_t>(a.chunk) * micro_batches_ + a.micro_batch;
+}
+
+bool PipelineExecutor::HasMessage(ActionType type, const Action& a) const {
+  return has_message_[static_cast<int>(type)][Piece(a)];
 }
 
 Tensor PipelineExecutor::AcquireBuffer() {
@@ -112,24 +137,41 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
     Action receive_action;
     int slot = -1;
   };
-  const int pieces = micro_batches_ * model_.num_chunks();
-  auto piece = [&](const Action& a) { return a.chunk * micro_batches_ + a.micro_batch; };
-  std::vector<InFlight> in_flight(pieces);
+  std::vector<InFlight> in_flight(static_cast<size_t>(micro_batches_) * model_.num_chunks());
   std::vector<bool> slot_busy;
-  std::vector<Tensor> outputs(pieces);  // pool buffers holding what a forward or backward sends
-  // Waits for the receive a computation reads and records where it waited.
-  auto await_input = [&](InFlight& mb) {
+  // Pool buffers holding what a forward or backward sends, by piece; and
+  // what one hands to a chunk of this same rank (DualPipeV's turn of the V),
+  // by micro-batch: its activation and its gradient.
+  std::vector<Tensor> outputs(in_flight.size());
+  std::vector<Tensor> local_activation(micro_batches_), local_gradient(micro_batches_);
+  // The input a computation reads: received (after waiting for it, recorded
+  // where it waited) or handed over on this rank.
+  auto take_input = [&](const Action& a, InFlight& mb, bool receives, std::vector<Tensor>& local) {
+    if (!receives) {
+      TETRA_CHECK(local[a.micro_batch].defined()) << ActionText(a) << " before the chunk that feeds it on this rank";
+      mb.received = std::move(local[a.micro_batch]);
+      local[a.micro_batch] = Tensor();
+      return;
+    }
     Wait(mb.receive);
     executed_.push_back(mb.receive_action);
   };
+  // Where a computation's result goes: a send's buffer, or this rank's next chunk.
+  auto hand_on = [&](const Action& a, const Tensor& result, bool sends, std::vector<Tensor>& local) {
+    (sends ? outputs[Piece(a)] : local[a.micro_batch]) = CopyToBuffer(result);
+  };
+  auto release_slot = [&](InFlight& mb) {
+    slot_busy[mb.slot] = false;
+    --live_activations_;
+  };
   double loss_sum = 0;
-  int live_activations = 0;
+  live_activations_ = 0;
   peak_activations_ = 0;
   absl::Status status;
 
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
-    InFlight& mb = in_flight[piece(a)];
+    InFlight& mb = in_flight[Piece(a)];
     const PipelineStage& stage = model_.chunk(a.chunk);
     switch (a.type) {
       case ActionType::kRecvActivation:
@@ -140,7 +182,7 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
         break;
       case ActionType::kSendActivation:
       case ActionType::kSendGradient: {
-        Tensor& out = outputs[piece(a)];
+        Tensor& out = outputs[Piece(a)];
         TETRA_CHECK(out.defined()) << ActionText(a) << " before its computation";
         Send(std::move(out), a.peer);
         executed_.push_back(a);
@@ -152,37 +194,49 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
         mb.slot = static_cast<int>(free_slot - slot_busy.begin());
         if (free_slot == slot_busy.end()) slot_busy.push_back(true);
         else *free_slot = true;
-        peak_activations_ = std::max(peak_activations_, ++live_activations);
+        peak_activations_ = std::max(peak_activations_, ++live_activations_);
         if (stage.has_embedding || stage.has_head) Load(load, a.micro_batch, &status);
-        if (!stage.has_embedding) await_input(mb);
+        if (!stage.has_embedding) {
+          take_input(a, mb, HasMessage(ActionType::kRecvActivation, a), local_activation);
+        }
         executed_.push_back(a);
         double stage_loss = 0;
         const ScopedSpan span(SpanKind::kForward, nullptr, a.micro_batch);
         const Tensor out = model_.ForwardStage(mb.slot, a.chunk, inputs_.data(), mb.received, targets_.data(),
                                                batch_, seq_, grad_scale, &stage_loss);
         // The output lives in the slot until its next forward: the send takes a copy.
-        if (!stage.has_head) outputs[piece(a)] = CopyToBuffer(out);
+        if (!stage.has_head) hand_on(a, out, HasMessage(ActionType::kSendActivation, a), local_activation);
         ReleaseBuffer(std::move(mb.received));
         mb.received = Tensor();
         loss_sum += stage_loss;
         break;
       }
       case ActionType::kBackward: {
-        if (!stage.has_head) await_input(mb);
+        if (!stage.has_head) take_input(a, mb, HasMessage(ActionType::kRecvGradient, a), local_gradient);
         executed_.push_back(a);
         const ScopedSpan span(SpanKind::kBackward, nullptr, a.micro_batch);
-        const Tensor d_input = model_.BackwardStage(mb.slot, a.chunk, mb.received,
-                                                    static_cast<int>(i) == last_backward_ ? on_ready : nullptr);
+        const bool split = split_[Piece(a)];
+        const Tensor d_input =
+            split ? model_.BackwardInputStage(mb.slot, a.chunk, mb.received)
+                  : model_.BackwardStage(mb.slot, a.chunk, mb.received,
+                                         static_cast<int>(i) == ready_action_ ? on_ready : nullptr);
         // d input lives in the model until its next backward: the send takes a copy.
-        if (!stage.has_embedding) outputs[piece(a)] = CopyToBuffer(d_input);
+        if (!stage.has_embedding) hand_on(a, d_input, HasMessage(ActionType::kSendGradient, a), local_gradient);
         ReleaseBuffer(std::move(mb.received));
         mb.received = Tensor();
-        slot_busy[mb.slot] = false;
-        --live_activations;
+        if (!split) release_slot(mb);
+        break;
+      }
+      case ActionType::kWeight: {
+        executed_.push_back(a);
+        const ScopedSpan span(SpanKind::kBackward, "weight gradients", a.micro_batch);
+        model_.BackwardWeightStage(mb.slot, a.chunk, static_cast<int>(i) == ready_action_ ? on_ready : nullptr);
+        release_slot(mb);
         break;
       }
     }
   }
+  if (ready_action_ < 0 && on_ready) on_ready(0);
   ReapSends(/*all=*/true);
   step_seconds_ = step_timer.Seconds();
   RETURN_IF_ERROR(status);

@@ -15,7 +15,13 @@
 // checker proves each pair of ranks meets its messages in the same order
 // (rendezvous matching), so posting them in table order matches them. Each (micro-batch, chunk) takes a model
 // activation slot as its forward starts and gives it back after its backward,
-// so a schedule holds as many slots as it keeps forwards in flight. Messages
+// so a schedule holds as many slots as it keeps forwards in flight. In the
+// zero-bubble schedules (ZB-H1, DualPipeV) a backward is its input-gradient
+// half B (LanguageModel::BackwardInputStage) and the table's later W runs the
+// weight gradients it kept (BackwardWeightStage): the slot is given back
+// after W. A forward or backward whose table posts no receive (DualPipeV's
+// turn of the V, two neighbouring virtual stages on one rank) reads what the
+// other chunk of this rank handed over, with no message. Messages
 // travel in the activations' dtype, on their device, through a pool of
 // buffers reused across micro-batches and steps.
 //
@@ -94,6 +100,9 @@ class PipelineExecutor {
   // Loads micro-batch m into inputs_ and targets_, or on error token 0 and
   // the first error in *status.
   void Load(const LoadMicroBatch& load, int micro_batch, absl::Status* status);
+  // chunk x micro-batches + micro-batch: a (micro-batch, chunk) of the table.
+  size_t Piece(const Action& a) const;
+  bool HasMessage(ActionType type, const Action& a) const;
   // Returns the buffers of completed sends to the pool; with `all`, waits for every send.
   void ReapSends(bool all);
   void Wait(CommHandle& handle);
@@ -103,7 +112,16 @@ class PipelineExecutor {
   std::vector<Action> actions_;
   int64_t batch_, seq_, rows_, hidden_;
   int micro_batches_ = 0;
-  int last_backward_ = -1;  // index in actions_ of the step's last backward
+  // Index in actions_ of the step's last gradient computation (a fused
+  // backward or a W) when it runs chunk 0, which then calls on_ready; -1:
+  // on_ready(0) once the table has run.
+  int ready_action_ = -1;
+  // By piece (Piece()): whether its backward is split (the table has its W),
+  // and whether the table moves each kind of message for it (indexed by
+  // ActionType); a forward or backward without its receive reads what this
+  // rank's other chunk handed over (DualPipeV's turn of the V).
+  std::vector<bool> split_;
+  std::vector<bool> has_message_[static_cast<int>(ActionType::kRecvGradient) + 1];
   std::vector<int32_t> inputs_, targets_;
   std::vector<Tensor> free_buffers_;
   // A pending send keeps its buffer; the handle (declared last, destroyed
@@ -115,7 +133,7 @@ class PipelineExecutor {
   std::vector<PendingSend> sends_;
   int buffers_made_ = 0;
   double wait_seconds_ = 0, step_seconds_ = 0;
-  int peak_activations_ = 0;
+  int peak_activations_ = 0, live_activations_ = 0;
   std::vector<Action> executed_;
 };
 

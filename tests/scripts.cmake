@@ -88,6 +88,9 @@ add_test(NAME gpu_bundle.runs_a_two_rank_job_by_itself
          COMMAND ${PROJECT_SOURCE_DIR}/tests/tools/check_gpu_bundle.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(gpu_bundle.runs_a_two_rank_job_by_itself PROPERTIES LABELS mpi TIMEOUT 300
                      SKIP_RETURN_CODE 77)
+add_test(NAME layouts.pipeline_schedules_match_single_rank
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_pipeline_schedules.py $<TARGET_FILE:tetra>)
+set_tests_properties(layouts.pipeline_schedules_match_single_rank PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)
 add_test(NAME layouts.context_parallel_matches_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_context_parallel.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.context_parallel_matches_single_rank PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)

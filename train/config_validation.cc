@@ -414,7 +414,16 @@ absl::Status ValidateData(const DataConfig& d, const ModelConfig& m, const Train
 // Pipeline parallelism: the stage split and the schedule must exist.
 absl::Status ValidatePipeline(const TrainerConfig& c, const MeshShape& s) {
   RETURN_IF_ERROR(PartitionStages(c).status());
-  return ScheduleSpecFromConfig(c, s.dp).status();
+  ASSIGN_OR_RETURN(const ScheduleSpec spec, ScheduleSpecFromConfig(c, s.dp));
+  // A split backward's W reads the block's activations after other blocks
+  // have run; fully recomputed blocks share one set of them.
+  if (SplitsBackward(spec.kind) && c.train().recompute() == Recompute::FULL) {
+    return Invalid(absl::StrCat("parallel.schedule ", ParallelConfig::Schedule_Name(c.parallel().schedule()),
+                                " splits each backward and runs its weight gradients later, on activations that "
+                                "train.recompute FULL does not keep"),
+                   "set train.recompute to SELECTIVE or NONE, or parallel.schedule to ONE_F_ONE_B");
+  }
+  return absl::OkStatus();
 }
 
 // The numbers of `parallel` that are not layout sizes.

@@ -78,6 +78,18 @@ inline void AddLinearCases(std::vector<OpCase>* cases) {
                         out->Add("dx", dx, out_tol);
                         out->Add("dw", dw, kFp32Tol);
                       }});
+    // The halves of a split backward (kernels/weight_gradients.h), each alone.
+    cases->push_back({CaseName("linear_backward halves", dtype, "37x48, 29x48"), [=](const Backend& b, Outputs* out) {
+                        const Tensor x = b.In(HostRandom({kRows, kIn}, 1), dtype);
+                        const Tensor w = b.In(HostRandom({kOut, kIn}, 2), dtype);
+                        const Tensor dy = b.In(HostRandom({kRows, kOut}, 3), dtype);
+                        const Tensor dx = b.In(HostRandom({kRows, kIn}, 4), dtype);
+                        const Tensor dw = b.In(HostRandom({kOut, kIn}, 5));
+                        ops::LinearBackward(dy, x, w, Tensor(), dw);
+                        ops::LinearBackward(dy, x, w, dx, Tensor(), /*accumulate_dx=*/true);
+                        out->Add("dw alone", dw, kFp32Tol);
+                        out->Add("dx alone", dx, out_tol);
+                      }});
   }
 }
 
@@ -137,6 +149,19 @@ inline void AddRmsNormCases(std::vector<OpCase>* cases) {
                         ops::RmsNormBackward(dy, x, w, rstd, dy, dw);
                         out->Add("dx", dy, out_tol);
                         out->Add("dw", dw, kFp32Tol);
+                      }});
+    // The halves of a split backward (kernels/weight_gradients.h), each alone.
+    cases->push_back({CaseName("rmsnorm_backward halves", dtype, "45x300"), [=](const Backend& b, Outputs* out) {
+                        const Tensor x = b.In(HostRandom({kRows, kDim}, 1, 3.0f), dtype);
+                        const Tensor w = b.In(HostRandom({kDim}, 2), dtype);
+                        const Tensor y = b.Out({kRows, kDim}, dtype), rstd = b.Out({kRows});
+                        ops::RmsNorm(x, w, kEps, y, rstd);
+                        const Tensor dy = b.In(HostRandom({kRows, kDim}, 3), dtype);
+                        const Tensor dx = b.Out({kRows, kDim}, dtype), dw = b.In(HostRandom({kDim}, 4));
+                        ops::RmsNormBackward(dy, x, w, rstd, Tensor(), dw);
+                        ops::RmsNormBackward(dy, x, w, rstd, dx, Tensor());
+                        out->Add("dw alone", dw, kFp32Tol);
+                        out->Add("dx alone", dx, out_tol);
                       }});
   }
 }

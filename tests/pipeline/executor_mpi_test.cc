@@ -113,6 +113,11 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
   Communicator& world = World();
   const int stages = world.size(), rank = world.rank();
   const ModelConfig config = testing::TinyGqaConfig(tie, kLayers);
+  const ScheduleSpec spec{.kind = kind,
+                          .stages = stages,
+                          .micro_batches = kMicroBatches,
+                          .virtual_stages = virtual_stages};
+  if (!ValidateScheduleSpec(spec).ok()) GTEST_SKIP() << ValidateScheduleSpec(spec);
   const float grad_scale = 1.0f / (kMicroBatches * kBatch * kSeq);
 
   LanguageModel whole(config, kSeed);
@@ -124,13 +129,13 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
     want_loss += testing::ForwardBackward(whole, inputs.data(), targets.data(), kBatch, kSeq, grad_scale);
   }
 
-  auto partition = PartitionStages(kLayers, stages, virtual_stages);
+  // DualPipeV's V: rank 0 holds the first and the last virtual stage.
+  const bool v_shape = kind == ScheduleKind::kDualPipeV;
+  const int head_rank = v_shape ? 0 : stages - 1;
+  auto partition = PartitionStages(kLayers, stages, virtual_stages, {},
+                                   v_shape ? StagePlacement::kVShape : StagePlacement::kInterleaved);
   ASSERT_TRUE(partition.ok()) << partition.status();
   LanguageModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(rank)});
-  const ScheduleSpec spec{.kind = kind,
-                          .stages = stages,
-                          .micro_batches = kMicroBatches,
-                          .virtual_stages = virtual_stages};
   auto actions = BuildSchedule(spec, rank);
   ASSERT_TRUE(actions.ok()) << actions.status();
   PipelineExecutor executor(stage, world, *actions, kBatch, kSeq);
@@ -140,7 +145,7 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
       executor.Step(LoadTokens, grad_scale, [&](int64_t offset) { ready.push_back(offset); });
   ASSERT_TRUE(got_loss.ok()) << got_loss.status();
 
-  EXPECT_EQ(*got_loss, rank == stages - 1 ? want_loss : 0.0) << "rank " << rank;
+  EXPECT_EQ(*got_loss, rank == head_rank ? want_loss : 0.0) << "rank " << rank;
   ASSERT_FALSE(ready.empty());
   EXPECT_TRUE(std::is_sorted(ready.rbegin(), ready.rend()));
   EXPECT_EQ(ready.back(), 0);
@@ -155,9 +160,10 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
   EXPECT_LE(executor.peak_activations(), ActivationBound(spec, rank)) << "rank " << rank;
   ExpectReplayHasTheTablesBubble(spec, *tables, executor.executed());
 
-  // The tied table's copies on the first and last stage sum their gradients.
+  // The tied table's copies on the first and last stage sum their gradients
+  // (in the V one rank holds both stages and the table once).
   Parameter* tied = stage.embedding_copy();
-  EXPECT_EQ(tied != nullptr, tie && (rank == 0 || rank == stages - 1)) << "rank " << rank;
+  EXPECT_EQ(tied != nullptr, tie && !v_shape && (rank == 0 || rank == stages - 1)) << "rank " << rank;
   std::vector<int> embedding_group = {0, stages - 1};
   if (rank != 0 && rank != stages - 1) embedding_group = {rank};
   std::unique_ptr<Communicator> embd = world.Split(embedding_group, "embd");
@@ -170,7 +176,11 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
     const Parameter* w = whole.parameters().Find(p.name);
     ASSERT_NE(w, nullptr) << p.name;
     ASSERT_EQ(p.grad.numel(), w->grad.numel()) << p.name;
-    const float tolerance = &p == tied ? kTiedGradTolerance : 0.0f;
+    // A tied table adds its head's and its lookup's contributions in another
+    // order than the whole model (the V's rank 0 runs all of one micro-batch's
+    // head before the lookups): round-off only.
+    const bool tied_table = tie && p.name == "model.embed_tokens.weight";
+    const float tolerance = tied_table ? kTiedGradTolerance : 0.0f;
     for (int64_t i = 0; i < p.grad.numel(); ++i) {
       if (std::abs(p.grad.f32()[i] - w->grad.f32()[i]) > tolerance && ++mismatches <= 3) {
         ADD_FAILURE() << "rank " << rank << " " << p.name << " element " << i << ": "
@@ -228,6 +238,17 @@ TEST(PipelineExecutor, InterleavedTwoChunksMatchesWholeModel) {
 TEST(PipelineExecutor, TiedEmbeddingCopiesSumToWholeModelGradient) {
   CheckPipelineMatchesWholeModel(ScheduleKind::kOneFOneB, 1, /*tie=*/true);
   CheckPipelineMatchesWholeModel(ScheduleKind::kInterleaved, 2, /*tie=*/true);
+}
+
+// The zero-bubble schedules: each backward split into B and a later W (the
+// weight gradients then reach every parameter in the same micro-batch order,
+// so bit for bit), and DualPipeV's V, whose turn on the last rank passes no
+// message, with the tied table held once on rank 0.
+TEST(PipelineExecutor, ZeroBubbleH1MatchesWholeModel) { CheckPipelineMatchesWholeModel(ScheduleKind::kZeroBubbleH1); }
+
+TEST(PipelineExecutor, DualPipeVMatchesWholeModel) {
+  CheckPipelineMatchesWholeModel(ScheduleKind::kDualPipeV, /*virtual_stages=*/2);
+  CheckPipelineMatchesWholeModel(ScheduleKind::kDualPipeV, 2, /*tie=*/true);
 }
 
 // Without pipeline parallelism a step is the one-stage table run by the same

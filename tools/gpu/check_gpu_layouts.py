@@ -57,10 +57,15 @@ def layouts():
     dense = [("tp2_sp", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
              ("pp2_1f1b", 2, ["parallel.pipeline=2"]),
              ("pp2_interleaved", 2, ["parallel.pipeline=2", "parallel.virtual_stages=2"]),
+             ("pp2_zb_h1", 2, ["parallel.pipeline=2", "parallel.schedule=ZB_H1"]),
+             ("pp2_dualpipe_v", 2, ["parallel.pipeline=2", "parallel.schedule=DUALPIPE_V",
+                                    "parallel.virtual_stages=2"]),
              ("dp2_zero1", 2, ["parallel.data=2", "optimizer.zero_stage=1"]),
              ("cp2_ring", 2, ["parallel.context=2"])]
     moe = [("moe_dp2_ep2", 2, ["parallel.expert=2"]),
            ("moe_cp2_ep2", 2, ["parallel.context=2", "parallel.expert=2"]),
+           ("moe_pp2_dualpipe_v_ep2", 4, ["parallel.pipeline=2", "parallel.schedule=DUALPIPE_V",
+                                          "parallel.virtual_stages=2", "parallel.expert=2"]),
            ("moe_tp2_pp2_dp2_ep2", 8, ["parallel.tensor=2", "parallel.pipeline=2", "parallel.expert=2"])]
     for model, cases in (([], dense), (MOE, moe)):
         ref, _ = run("cpu_ref" + ("_moe" if model else ""), 1, model + CPU + [f"train.steps={STEPS}"])

@@ -9,8 +9,9 @@
 #      the attention cases again on our own kernel (TETRA_CUDNN_ATTENTION=0;
 #      own_attention.log);
 #   2. the layout matrix on this one GPU through the staged backend (tp 2
-#      with SP, pp 2 1F1B and interleaved, dp 2 ZeRO-1, cp 2 (ring
-#      attention), dp 2 x ep 2, cp 2 x ep 2 and tp 2 x pp 2 x dp 2 x ep 2 on
+#      with SP, pp 2 1F1B, interleaved, ZB-H1 and DualPipeV, dp 2 ZeRO-1,
+#      cp 2 (ring attention), dp 2 x ep 2, cp 2 x ep 2, DualPipeV pp 2 x
+#      ep 2 and tp 2 x pp 2 x dp 2 x ep 2 on
 #      8 processes), each against the CPU fp32 single-rank run, and checkpoints moved GPU -> CPU and CPU -> GPU
 #      (layouts.log; tools/gpu/check_gpu_layouts.py);
 #   3. NCCL at world size 1 through `tetra commbench` (comm.log);
@@ -115,7 +116,7 @@ part "attention on our own kernel (TETRA_CUDNN_ATTENTION=0)" 20 own_attention.lo
   env TETRA_CUDNN_ATTENTION=0 "$bin/tetra_gpu_tests" --gtest_filter='Ops/OpTableGpuTest.*attention*'
 grep -E '^\[ *(FAILED|PASSED) *\]' "$out/own_attention.log" | tee -a "$out/summary.txt"
 
-part "layouts and checkpoints on one GPU against the CPU" 140 layouts.log bash -c \
+part "layouts and checkpoints on one GPU against the CPU" 170 layouts.log bash -c \
   "python3 tools/gpu/check_gpu_layouts.py '$bin/tetra' '$scratch/layouts' layouts &&
    python3 tools/gpu/check_gpu_layouts.py '$bin/tetra' '$scratch/checkpoints' checkpoints"
 grep -E '^(ok|FAIL)' "$out/layouts.log" | tee -a "$out/summary.txt"
@@ -153,7 +154,7 @@ bench MoE configs/bench_h200_moe.textproto bench_moe.log
 
 profile_sets=(--set train.steps=3 --set optimizer.warmup_steps=1)
 for s in ${BENCH_SETS:-}; do profile_sets+=(--set "$s"); done
-part "where the time goes (TETRA_OP_PROFILE, 3 steps of each benchmark, ops serialised)" 80 \
+part "where the time goes (TETRA_OP_PROFILE, 3 steps of each benchmark, ops serialised)" 50 \
   bench_profile.log bash -c "for config in configs/bench_h200_1b.textproto configs/bench_h200_moe.textproto; do
     echo \"== \$config\"
     TETRA_OP_PROFILE=1 '$bin/tetra' train --config \$config ${profile_sets[*]} || exit 1

@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""The zero-bubble pipeline schedules train as the single rank does.
+
+ZB-H1 and DualPipeV split every backward into B (input gradients) and W
+(weight gradients), run later; DualPipeV also places two chunks per rank in
+a V (rank r holds virtual stages r and 2p-1-r, so rank 0 holds the embedding
+and the LM head) and hands activations between the two chunks of rank p-1
+without a message. Each layout trains 8 steps of a tiny 8-layer model; every
+step's loss, gradient norm (and, for the MoE model, multi-token prediction
+loss, balance loss and load imbalance) must agree with the single rank's:
+step 1 within 1e-5, all steps within 1e-4 (relative; reduction orders differ
+across ranks). And the split backward changes no number: ZB-H1 gives bit for
+bit the metrics of 1F1B on the same layout (each weight gradient gets its
+micro-batches in the same order).
+  - dense Llama (GQA): ZB-H1 and DualPipeV at pipeline 2 and 4, each with
+    tensor 2 (sequence parallelism) and with dp 2 under ZeRO-1, and
+    DualPipeV with selective recompute;
+  - DeepSeek-V3's shape (MLA, MoE after a dense first layer, one prediction
+    depth): DualPipeV at pipeline 2 with expert 2 (dp 2), and ZB-H1 the same.
+usage: check_pipeline_schedules.py TETRA_BINARY
+"""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
+from tetra_runs import Checker, rel, train  # noqa: E402
+
+TETRA = sys.argv[1]
+STEPS = 8
+COMMON = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layers=8",
+          "model.num_attention_heads=4", "model.intermediate_size=64", "train.global_batch_size=16",
+          "train.micro_batch_size=2", "train.seq_length=16", "train.threads=1", f"train.steps={STEPS}",
+          "optimizer.lr=3e-3", "data.synthetic.order=1", "log.interval=1000"]
+DENSE = COMMON + ["model.num_key_value_heads=2"]
+DEEPSEEK = COMMON + ["model.kv_lora_rank=6", "model.q_lora_rank=8", "model.qk_nope_head_dim=4",
+                     "model.qk_rope_head_dim=4", "model.v_head_dim=6", "model.num_nextn_predict_layers=1",
+                     "model.moe.n_routed_experts=8", "model.moe.num_experts_per_tok=2",
+                     "model.moe.n_shared_experts=1", "model.moe.moe_intermediate_size=16",
+                     "model.moe.first_k_dense_replace=1", "model.moe.n_group=2", "model.moe.topk_group=1",
+                     "model.moe.aux_loss_alpha=0.01", "model.moe.bias_update_speed=0.01"]
+ZB = ["parallel.schedule=ZB_H1"]
+DUALV = ["parallel.schedule=DUALPIPE_V", "parallel.virtual_stages=2"]
+TP2 = ["parallel.tensor=2", "parallel.sequence_parallel=true"]
+CASES = [  # model name, model, layout name, ranks, sets
+    ("dense", DENSE, "zb_pp2", 2, ZB + ["parallel.pipeline=2"]),
+    ("dense", DENSE, "zb_pp4", 4, ZB + ["parallel.pipeline=4"]),
+    ("dense", DENSE, "zb_pp2_tp2", 4, ZB + ["parallel.pipeline=2"] + TP2),
+    ("dense", DENSE, "zb_pp2_dp2_zero1", 4, ZB + ["parallel.pipeline=2", "optimizer.zero_stage=1"]),
+    ("dense", DENSE, "dualv_pp2", 2, DUALV + ["parallel.pipeline=2"]),
+    ("dense", DENSE, "dualv_pp4", 4, DUALV + ["parallel.pipeline=4"]),
+    ("dense", DENSE, "dualv_pp2_tp2", 4, DUALV + ["parallel.pipeline=2"] + TP2),
+    ("dense", DENSE, "dualv_pp2_dp2_zero1", 4, DUALV + ["parallel.pipeline=2", "optimizer.zero_stage=1"]),
+    ("dense", DENSE, "dualv_pp2_selective", 2, DUALV + ["parallel.pipeline=2", "train.recompute=SELECTIVE"]),
+    ("deepseek", DEEPSEEK, "dualv_pp2_ep2", 4, DUALV + ["parallel.pipeline=2", "parallel.expert=2"]),
+    ("deepseek", DEEPSEEK, "zb_pp2_ep2", 4, ZB + ["parallel.pipeline=2", "parallel.expert=2"]),
+]
+# ZB-H1 against 1F1B on the same layout, bit for bit.
+SAME_AS_1F1B = ("zb_pp2", "zb_pp4", "zb_pp2_dp2_zero1")
+FIELDS = ("loss", "grad_norm", "mtp_loss", "aux_loss", "moe_load_imbalance")
+
+check = Checker()
+with tempfile.TemporaryDirectory() as tmp:
+    def run(name, sets, ranks):
+        out = os.path.join(tmp, name)
+        os.makedirs(out)
+        return train(TETRA, out, ranks, sets)
+
+    singles = {name: run(f"{name}_single", model, 1) for name, model in (("dense", DENSE), ("deepseek", DEEPSEEK))}
+    for name, model, layout, ranks, sets in CASES:
+        single, got = singles[name], run(f"{name}_{layout}", model + sets, ranks)
+        fields = [f for f in FIELDS if f in single[0]]
+        first = max(rel(got[0][f], single[0][f]) for f in fields)
+        worst = max(rel(r[f], s[f]) for r, s in zip(got, single) for f in fields)
+        check(len(got) == len(single) == STEPS and first <= 1e-5 and worst <= 1e-4,
+              f"{name} {layout} on {ranks} ranks: step 1 within {first:.1e} (<= 1e-5), "
+              f"{STEPS} steps within {worst:.1e} (<= 1e-4) of the single rank")
+        if layout in SAME_AS_1F1B:
+            plain = run(f"{name}_{layout}_1f1b", model + [s for s in sets if s not in ZB], ranks)
+            differing = [(s["step"], f) for s, r in zip(plain, got) for f in fields if s.get(f) != r.get(f)]
+            check(len(plain) == STEPS and not differing,
+                  f"{name} {layout}: ZB-H1 equals 1F1B on the same layout bit for bit"
+                  + (f" (first difference: step {differing[0][0]} {differing[0][1]})" if differing else ""))
+check.exit("the zero-bubble schedules (ZB-H1, DualPipeV) match the single rank")
