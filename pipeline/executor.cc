@@ -35,8 +35,12 @@ PipelineExecutor::PipelineExecutor(LanguageModel& model, Communicator& pipeline,
                           ActionType::kSendGradient}) {
     has_message_[static_cast<int>(type)].assign(pieces, false);
   }
+  activation_from_.assign(model_.num_chunks(), -1);
+  activation_to_.assign(model_.num_chunks(), -1);
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
+    if (a.type == ActionType::kRecvActivation) activation_from_[a.chunk] = a.peer;
+    if (a.type == ActionType::kSendActivation) activation_to_[a.chunk] = a.peer;
     if (a.type == ActionType::kWeight) split_[Piece(a)] = true;
     if (!IsCompute(a.type)) has_message_[static_cast<int>(a.type)][Piece(a)] = true;
   }
@@ -244,27 +248,35 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
 }
 
 absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load, int micro_batches) {
-  const int stages = pipeline_.size(), rank = pipeline_.rank();
-  const int previous = (rank + stages - 1) % stages, next = (rank + 1) % stages;
   double loss_sum = 0;
   absl::Status status;
+  Tensor handed;  // a chunk's output for this rank's next chunk (DualPipeV's turn of the V)
   for (int m = 0; m < micro_batches; ++m) {
-    // Virtual stage c * stages + rank: its input comes from the previous
-    // rank (the last one for chunk c > 0 of rank 0), its output goes to the next.
+    // Each chunk's input comes from, and its output goes to, the ranks the
+    // training table moves its activations between (none: this rank's other chunk).
     for (int c = 0; c < model_.num_chunks(); ++c) {
       const PipelineStage& stage = model_.chunk(c);
       if (stage.has_embedding || stage.has_head) Load(load, m, &status);
       Tensor hidden;
-      if (!stage.has_embedding) {
+      if (!stage.has_embedding && activation_from_[c] >= 0) {
         hidden = AcquireBuffer();
-        pipeline_.Recv(hidden, previous);
+        pipeline_.Recv(hidden, activation_from_[c]);
+      } else if (!stage.has_embedding) {
+        TETRA_CHECK(handed.defined()) << "chunk " << c << " has no input: no rank sends it one, nor this rank's chunk before it";
+        hidden = std::move(handed);
+        handed = Tensor();
       }
       double loss = 0;
       const Tensor out =
           model_.EvaluateStage(0, c, inputs_.data(), hidden, targets_.data(), batch_, seq_, &loss);
       ReleaseBuffer(std::move(hidden));
       loss_sum += loss;
-      if (!stage.has_head) Send(CopyToBuffer(out), next);
+      if (stage.has_head) continue;
+      if (activation_to_[c] >= 0) {
+        Send(CopyToBuffer(out), activation_to_[c]);
+      } else {
+        handed = CopyToBuffer(out);
+      }
     }
   }
   ReapSends(/*all=*/true);

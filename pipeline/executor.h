@@ -121,6 +121,9 @@ class PipelineExecutor {
   // ActionType); a forward or backward without its receive reads what this
   // rank's other chunk handed over (DualPipeV's turn of the V).
   std::vector<bool> split_;
+  // By chunk: the pipeline rank its activations come from and go to; -1 for
+  // none (the embedding, the head, or this rank's other chunk).
+  std::vector<int> activation_from_, activation_to_;
   std::vector<bool> has_message_[static_cast<int>(ActionType::kRecvGradient) + 1];
   std::vector<int32_t> inputs_, targets_;
   std::vector<Tensor> free_buffers_;

@@ -11,7 +11,8 @@ loss, balance loss and load imbalance) must agree with the single rank's:
 step 1 within 1e-5, all steps within 1e-4 (relative; reduction orders differ
 across ranks). And the split backward changes no number: ZB-H1 gives bit for
 bit the metrics of 1F1B on the same layout (each weight gradient gets its
-micro-batches in the same order).
+micro-batches in the same order). Evaluation (forward only, through the V's
+placement) gives the single rank's validation loss under DualPipeV too.
   - dense Llama (GQA): ZB-H1 and DualPipeV at pipeline 2 and 4, each with
     tensor 2 (sequence parallelism) and with dp 2 under ZeRO-1, and
     DualPipeV with selective recompute;
@@ -20,11 +21,12 @@ micro-batches in the same order).
 usage: check_pipeline_schedules.py TETRA_BINARY
 """
 import os
+import random
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
-from tetra_runs import Checker, rel, train  # noqa: E402
+from tetra_runs import Checker, rel, train, write_llmc_shard  # noqa: E402
 
 TETRA = sys.argv[1]
 STEPS = 8
@@ -81,4 +83,19 @@ with tempfile.TemporaryDirectory() as tmp:
             check(len(plain) == STEPS and not differing,
                   f"{name} {layout}: ZB-H1 equals 1F1B on the same layout bit for bit"
                   + (f" (first difference: step {differing[0][0]} {differing[0][1]})" if differing else ""))
+
+    shards = os.path.join(tmp, "shards")
+    os.makedirs(shards)
+    rng = random.Random(7)
+    for name, count in (("train.bin", 20000), ("valid.bin", 4000)):
+        write_llmc_shard(os.path.join(shards, name), [rng.randrange(64) for _ in range(count)])
+    evaluated = DENSE + ["data.format=LLMC", f"data.path={shards}/train.bin", f"data.valid_path={shards}/valid.bin",
+                         "log.eval_interval=4", "log.eval_batches=2"]
+    val_ref = [m["val_loss"] for m in run("eval_single", evaluated, 1) if "val_loss" in m]
+    for layout, ranks, sets in (("dualv_pp2", 2, DUALV + ["parallel.pipeline=2"]),
+                                ("dualv_pp2_dp2", 4, DUALV + ["parallel.pipeline=2"]),
+                                ("zb_pp2", 2, ZB + ["parallel.pipeline=2"])):
+        val_got = [m["val_loss"] for m in run(f"eval_{layout}", evaluated + sets, ranks) if "val_loss" in m]
+        worst = max(rel(g, r) for g, r in zip(val_got, val_ref)) if len(val_got) == len(val_ref) == 2 else float("inf")
+        check(worst <= 1e-5, f"validation loss under {layout}: worst relative difference {worst:.1e} (<= 1e-5)")
 check.exit("the zero-bubble schedules (ZB-H1, DualPipeV) match the single rank")
