@@ -76,7 +76,8 @@ std::string MetricsJson(const StepMetrics& m) {
                     ", \"context\": ", r.mesh.cp, ", \"pipeline\": ", r.mesh.pp, ", \"data\": ", r.mesh.dp, ", \"expert\": ", r.mesh.ep,
                     ", \"global_batch_size\": ", r.global_batch_size, ", \"micro_batch_size\": ",
                     r.micro_batch_size, ", \"seq_length\": ", r.seq_length, ", \"zero_stage\": ",
-                    r.zero_stage);
+                    r.zero_stage, ", \"schedule\": \"", ParallelConfig::Schedule_Name(r.schedule),
+                    "\", \"virtual_stages\": ", r.virtual_stages);
   }
   json += "}";
   return json;

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "parallel/mesh.h"
+#include "proto/config.pb.h"
 
 namespace tetra {
 
@@ -21,6 +22,12 @@ namespace tetra {
 struct RunLayout {
   MeshShape mesh;
   int global_batch_size = 0, micro_batch_size = 0, seq_length = 0, zero_stage = 0;
+  // parallel.schedule and parallel.virtual_stages as the config states them
+  // (pipeline/schedule.h's ScheduleSpecFromConfig says what a pipeline of
+  // mesh.pp stages runs): a report compares the measured bubble with the
+  // schedule's theory.
+  ParallelConfig::Schedule schedule = ParallelConfig::ONE_F_ONE_B;
+  int virtual_stages = 1;
   // global_batch_size / (micro_batch_size x data): per data-parallel rank and step.
   int micro_batches() const { return global_batch_size / (micro_batch_size * mesh.dp); }
 };

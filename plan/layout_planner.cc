@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/model_dims.h"
 #include "observe/flops.h"
 #include "parallel/gradient_reducer.h"
+#include "pipeline/schedule_checker.h"
 #include "plan/layout_rules.h"
 
 namespace tetra {
@@ -115,6 +119,120 @@ double KeyValueWidth(const ModelShape& s, int tp) {
   return 2.0 * LocalKeyValueHeads(m, tp) * HeadDim(m);
 }
 
+// Elements per token of one layer, on one of tp ranks, that a schedule
+// splitting the backward keeps from its B (input gradients: dX = dY W^T)
+// until its W (weight gradients: dW = X^T dY, kernels/weight_gradients.h),
+// besides the activations the layer stores anyway (alive until W):
+//   - each linear's output gradient dY, as wide as its output: column-
+//     parallel outputs (q, k, v or MLA's q_b, kv_b; gate, up; the experts'
+//     gate, up) split over tp; row-parallel ones (o, down) c whole (the
+//     backward gathers dY over the sequence-parallel ranks before both
+//     products); MLA's down projections (q_a, kv_a) whole as their weights
+//     are; an MoE layer's experts each of a token's k copies, the shared
+//     experts' and the router's logits;
+//   - the two RMSNorms' output gradients, c split over tp;
+//   - what the backward recomputed and the W reads: under selective
+//     recompute the SwiGLU products (the down projections' input). (Full
+//     recompute does not run with a split backward: the trainer refuses it,
+//     and the search does not propose it.)
+// So about the layer's linear inputs again (for Llama the gradients 2c + q +
+// 2kv + 2f and the norms' 2c, against the linears' inputs 2c + q + f).
+double KeptForWeightGradients(const ModelShape& s, bool moe_layer, int tp, Recompute::Value recompute) {
+  const ModelConfig& m = s.model;
+  double split = 2 * s.c, whole = 2 * s.c;  // the norms; o and down (the experts' below)
+  if (UsesMla(m)) {
+    const double h = m.num_attention_heads();
+    split += h * QkHeadDim(m) + h * (m.qk_nope_head_dim() + m.v_head_dim());  // q_b (q_proj), kv_b
+    whole += m.q_lora_rank() + m.kv_lora_rank() + m.qk_rope_head_dim();         // q_a, kv_a
+  } else {
+    split += s.q + 2 * s.kv;
+  }
+  double swiglu;  // the SwiGLU products per token: the down projections' input
+  if (!moe_layer) {
+    swiglu = s.dense_mlp / (3 * s.c);
+    split += 2 * swiglu;  // gate, up; down's c is in `whole`
+  } else {
+    const double shared_experts = s.shared / (3 * s.c * std::max(1.0, s.moe_intermediate));
+    const double copies = s.k + shared_experts;
+    swiglu = copies * s.moe_intermediate;
+    split += 2 * swiglu;
+    whole += (copies - 1) * s.c + s.experts;  // each copy's down output (one counted above), the router
+  }
+  return split / tp + whole + (recompute == Recompute::SELECTIVE ? swiglu / tp : 0);
+}
+
+// The schedule the estimate assumes on `mesh` (LayoutScheduleSpec), or 1F1B
+// where the config's cannot run there (CheckLayoutRuns refuses such a
+// layout; a caller may still ask).
+ScheduleSpec PlannedSchedule(const TrainerConfig& config, const MeshShape& mesh) {
+  if (absl::StatusOr<ScheduleSpec> spec = LayoutScheduleSpec(config, mesh); spec.ok()) return *spec;
+  const TrainConfig& train = config.train();
+  ScheduleSpec spec;
+  spec.stages = mesh.pp;
+  spec.micro_batches = static_cast<int>(std::max<int64_t>(
+      1, train.global_batch_size() / std::max<int64_t>(1, int64_t{train.micro_batch_size()} * mesh.dp)));
+  return spec;
+}
+
+// IdealBubbleFraction, kept per spec: the search asks for the same few
+// specs many times, and a schedule's may come from simulating its tables.
+double CachedBubbleFraction(const ScheduleSpec& spec) {
+  using Key = std::tuple<int, int, int, int>;
+  static std::mutex mutex;
+  static std::map<Key, double>* cache = new std::map<Key, double>;
+  const Key key{static_cast<int>(spec.kind), spec.stages, spec.micro_batches, spec.virtual_stages};
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, inserted] = cache->try_emplace(key, 0.0);
+  if (inserted) it->second = IdealBubbleFraction(spec);
+  return it->second;
+}
+
+// Micro-batch chunks whose activations `spec` keeps at once on pipeline
+// rank `rank`: the checker's bound, and never more than the step's m x v.
+int ChunksInFlight(const ScheduleSpec& spec, int rank) {
+  return std::min<int64_t>(ActivationBound(spec, rank), int64_t{spec.micro_batches} * spec.virtual_stages);
+}
+
+// For a kind that SplitsBackward, the most micro-batch chunks a rank holds
+// between B and W, counted along its table (+1 at each B, -1 at each W): in
+// all, of the chunk with the first virtual stage (the embedding's, whose W
+// reads the lookup's gradient) and of the one with the last (the head's,
+// whose W reads the logits' gradient); 0 for the other kinds. (Rank r's
+// count is r + 1 for both kinds.) It comes from the warm-up and cool-down,
+// and the steady phase between them repeats blocks that leave it unchanged,
+// so more than 4 pp micro-batches (enough for DualPipeV's 2 pp) are counted
+// as 4 pp: the tables stay small whatever the batch.
+struct PendingWeights {
+  int chunks = 0, embedding_chunk = 0, head_chunk = 0;
+};
+std::vector<PendingWeights> PendingWeightChunks(ScheduleSpec spec) {
+  std::vector<PendingWeights> peaks(spec.stages);
+  if (!SplitsBackward(spec.kind)) return peaks;
+  spec.micro_batches = std::min(spec.micro_batches, 4 * spec.stages);
+  using Key = std::tuple<int, int, int, int>;
+  static std::mutex mutex;
+  static std::map<Key, std::vector<PendingWeights>>* cache = new std::map<Key, std::vector<PendingWeights>>;
+  const Key key{static_cast<int>(spec.kind), spec.stages, spec.micro_batches, spec.virtual_stages};
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache->find(key); it != cache->end()) return it->second;
+  const int last = spec.stages * spec.virtual_stages - 1;
+  for (int r = 0; r < spec.stages; ++r) {
+    const absl::StatusOr<std::vector<Action>> table = BuildSchedule(spec, r);
+    if (!table.ok()) continue;  // a spec the schedule cannot build: PlannedSchedule estimates 1F1B
+    int pending = 0, embedding = 0, head = 0;
+    for (const Action& a : *table) {
+      const int step = a.type == ActionType::kBackward ? 1 : a.type == ActionType::kWeight ? -1 : 0;
+      pending += step;
+      if (VirtualStage(spec, r, a.chunk) == 0) embedding += step;
+      if (VirtualStage(spec, r, a.chunk) == last) head += step;
+      peaks[r].chunks = std::max(peaks[r].chunks, pending);
+      peaks[r].embedding_chunk = std::max(peaks[r].embedding_chunk, embedding);
+      peaks[r].head_chunk = std::max(peaks[r].head_chunk, head);
+    }
+  }
+  return (*cache)[key] = peaks;
+}
+
 // A micro-batch's tokens on one rank: T / cp of each of its sequences.
 double RankTokens(const TrainConfig& train, const MeshShape& mesh) {
   return double{1.0} * train.micro_batch_size() * train.seq_length() / mesh.cp;
@@ -131,8 +249,9 @@ struct StageLayers {
 
 // Layers split as evenly as they go, the first L % pp stages one more (a run
 // states such a split in parallel.pipeline_layers); the embedding on the
-// first stage, the head on the last.
-std::vector<StageLayers> Stages(const ModelShape& s, int pp) {
+// first stage, the head on the last, or with `head_on_first` (DualPipeV: the
+// last virtual stage is rank 0's second chunk) on the first too.
+std::vector<StageLayers> Stages(const ModelShape& s, int pp, bool head_on_first = false) {
   std::vector<StageLayers> stages;
   int first = 0;
   for (int r = 0; r < pp; ++r) {
@@ -141,7 +260,7 @@ std::vector<StageLayers> Stages(const ModelShape& s, int pp) {
     st.dense = std::max(0, std::min(end, s.dense_layers) - first);
     st.moe = count - st.dense;
     st.embedding = r == 0;
-    st.head = r == pp - 1;
+    st.head = head_on_first ? r == 0 : r == pp - 1;
     stages.push_back(st);
     first = end;
   }
@@ -264,27 +383,32 @@ std::string WithoutContextParallelism(const std::vector<LayoutPrediction>& plans
                          LayoutName(leanest.layout), MemoryText(leanest.memory, cluster));
 }
 
-}  // namespace
-
-DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout) {
-  const ModelShape s = ShapeOf(model);
+DeviceParameters LargestStageParameters(const ModelShape& s, const PlanLayout& layout, bool head_on_first) {
   DeviceParameters best;
-  for (const StageLayers& st : Stages(s, layout.mesh.pp)) {
+  for (const StageLayers& st : Stages(s, layout.mesh.pp, head_on_first)) {
     const DeviceParameters p = StageParameters(s, st, layout);
     if (p.dense + p.expert > best.dense + best.expert) best = p;
   }
   return best;
 }
 
+bool HeadOnFirstStage(const ScheduleSpec& spec) { return spec.kind == ScheduleKind::kDualPipeV; }
+
+}  // namespace
+
+DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout) {
+  return LargestStageParameters(ShapeOf(model), layout, false);
+}
+
 MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, const ElementBytes& bytes) {
   const ModelShape s = ShapeOf(config.model());
   const TrainConfig& train = config.train();
   const double tokens = RankTokens(train, l.mesh);
-  const int64_t m = train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.mesh.dp);
-  // One stage runs 1F1B whatever parallel.schedule says (ScheduleSpecFromConfig).
-  const bool gpipe = config.parallel().schedule() == ParallelConfig::GPIPE && l.mesh.pp > 1;
+  // The config's schedule on this layout (one stage: the one-stage table).
+  const ScheduleSpec schedule = PlannedSchedule(config, l.mesh);
+  const std::vector<PendingWeights> pending_w = PendingWeightChunks(schedule);
   const double edp = l.mesh.edp;
-  const std::vector<StageLayers> stages = Stages(s, l.mesh.pp);
+  const std::vector<StageLayers> stages = Stages(s, l.mesh.pp, HeadOnFirstStage(schedule));
   MemoryEstimate most;
   for (int r = 0; r < l.mesh.pp; ++r) {
     const StageLayers& st = stages[r];
@@ -295,7 +419,9 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
     mem.grads = (p.dense + p.expert) * bytes.grad;
     mem.optimizer =
         (l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert) * bytes.optimizer;
-    const double in_flight = static_cast<double>(gpipe ? m : std::min<int64_t>(m, l.mesh.pp - r));
+    // Micro-batches' worth of the stage's activations in flight: chunks of
+    // 1 / v of its layers each (1F1B: min(m, pp - r) micro-batches).
+    const double in_flight = static_cast<double>(ChunksInFlight(schedule, r)) / schedule.virtual_stages;
     // Per rank; sequence parallelism (tp > 1) splits a recomputed layer's input over tp.
     const int tp = l.mesh.tp;
     const bool full = l.recompute == Recompute::FULL, selective = l.recompute == Recompute::SELECTIVE;
@@ -305,6 +431,17 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
     const double stored_per_token = full ? layers * s.c / tp : st.dense * dense_layer + st.moe * moe_layer;
     mem.activations = in_flight * tokens * stored_per_token * bytes.activation;
     if (full) mem.activations += tokens * per_token_layer * bytes.activation;
+    // B to W: the chunks waiting for their W (PendingWeightChunks; their
+    // activations live until then, so they are among those in flight) keep
+    // what their W reads besides (KeptForWeightGradients), 1 / v of the
+    // stage's layers each. Added to the activations' peak as if both peaked
+    // at once: an upper bound.
+    const double pending = static_cast<double>(pending_w[r].chunks) / schedule.virtual_stages;
+    const double dense_grads = KeptForWeightGradients(s, false, tp, l.recompute),
+                 moe_grads = KeptForWeightGradients(s, true, tp, l.recompute);
+    mem.activations += pending * tokens * (st.dense * dense_grads + st.moe * moe_grads) * bytes.activation;
+    // The embedding's W reads the lookup's gradient, (tokens, c).
+    if (st.embedding) mem.activations += pending_w[r].embedding_chunk * tokens * s.c * bytes.activation;
     // The ring's receive buffers while a layer's attention runs: a second
     // K/V block, and in the backward a dK/dV block.
     if (l.mesh.cp > 1) mem.activations += tokens * 2 * KeyValueWidth(s, tp) * bytes.activation;
@@ -314,6 +451,15 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
       // input) for each micro-batch in flight.
       const double depth = (s.mtp_moe ? moe_layer : dense_layer) + 6 * s.c / tp;
       mem.activations += in_flight * tokens * s.mtp * depth * bytes.activation;
+      // Waiting for W, the head's chunk keeps each depth's layer's and
+      // eh_proj's (c) output gradients, and the logits' gradient of the
+      // main head and each depth (fp32, as the logits; in the micro-batch's
+      // slot until its W, so beside the one being computed).
+      const double head_pending = pending_w[r].head_chunk;
+      mem.activations +=
+          head_pending * tokens * s.mtp * ((s.mtp_moe ? moe_grads : dense_grads) + s.c) * bytes.activation;
+      mem.activations += head_pending * (1 + s.mtp) * tokens *
+                         static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
       // fp32 logits of the padded vocabulary and their gradient, in place:
       // the main head's and each depth's.
       mem.activations +=
@@ -334,6 +480,7 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   out.layout = l;
   out.micro_batches = static_cast<int>(train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.mesh.dp));
   out.memory = EstimateMemory(config, l, ClusterElementBytes(cluster));
+  out.schedule = PlannedSchedule(config, l.mesh);
   const int m = out.micro_batches;
   const SharedNode node = SharedNodeFor(cluster, world);
   const double flops_rate = cluster.peak_tflops() * 1e12 * cluster.compute_efficiency() * node.compute_share;
@@ -346,7 +493,7 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   const Link pp_link = LinkFor(cluster, world);
   const double edp = l.mesh.edp;
 
-  const std::vector<StageLayers> stages = Stages(s, l.mesh.pp);
+  const std::vector<StageLayers> stages = Stages(s, l.mesh.pp, HeadOnFirstStage(out.schedule));
   double slowest_mb = 0, slowest_compute = 0, slowest_tp = 0, slowest_ep = 0, slowest_cp = 0, slowest_bwd = 0;
   for (int r = 0; r < l.mesh.pp; ++r) {
     const StageLayers& st = stages[r];
@@ -411,12 +558,15 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   t.tp_s = m * slowest_tp;
   t.ep_s = m * slowest_ep;
   t.cp_s = m * slowest_cp;
-  t.bubble_s = (l.mesh.pp - 1) * slowest_mb * node.idle_in_bubble(l.mesh.pp);
+  // The schedule's idle fraction f of the step with equal stage times: idle
+  // = busy x f / (1 - f), busy m slots (1F1B: (pp - 1) slots).
+  const double f = l.mesh.pp > 1 ? CachedBubbleFraction(out.schedule) : 0;
+  t.bubble_s = f < 1 ? m * slowest_mb * f / (1 - f) * node.idle_in_bubble(l.mesh.pp) : 0;
   // Each slot's activation (forward) and gradient (backward) send to the next stage.
   if (l.mesh.pp > 1) {
     t.pp_s = 2 * (m + l.mesh.pp - 1) * SendSeconds(tokens * s.c * act_bytes / tp, pp_link);
   }
-  const DeviceParameters p = ParametersPerDevice(config.model(), l);
+  const DeviceParameters p = LargestStageParameters(s, l, HeadOnFirstStage(out.schedule));
   // Gradient reduction in dp_bucket_mb buckets (dense over dp x cp, experts over edp);
   // ZeRO-1 reduce-scatters then all-gathers the weights: the same volume.
   auto reduce = [&](double params, int n) {
@@ -455,8 +605,11 @@ std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const Clu
         for (int ep : experts ? Divisors(dp * cp) : std::vector<int>{1}) {
           const MeshShape mesh = MeshShape::Of(tp, pp, dp, ep, cp);
           if (!CheckLayoutRuns(config, mesh).ok()) continue;
+          // A split backward's W reads activations full recompute does not keep.
+          const bool full_recompute_runs = !SplitsBackward(PlannedSchedule(config, mesh).kind);
           for (int zero : {0, 1}) {
             for (Recompute::Value recompute : {Recompute::NONE, Recompute::SELECTIVE, Recompute::FULL}) {
+              if (recompute == Recompute::FULL && !full_recompute_runs) continue;
               plans.push_back(PredictLayout(config, cluster, {mesh, zero, recompute}));
             }
           }
@@ -487,18 +640,37 @@ std::string MemoryText(const MemoryEstimate& memory, const ClusterConfig& cluste
       memory.activations / 1e9, cluster.hbm_bytes() * cluster.usable_memory_fraction() / 1e9);
 }
 
+std::string ScheduleSummary(const ScheduleSpec& spec) {
+  std::string text = absl::StrFormat("%d micro-batch%s per step", spec.micro_batches,
+                                     spec.micro_batches == 1 ? "" : "es");
+  if (spec.stages == 1) return text + ", no pipeline";
+  absl::StrAppendFormat(&text, ", %s over %d stages", ScheduleKindName(spec.kind), spec.stages);
+  if (spec.virtual_stages > 1) absl::StrAppendFormat(&text, " x %d chunks", spec.virtual_stages);
+  absl::StrAppendFormat(&text, " (ideal bubble %.1f%%)", 100 * CachedBubbleFraction(spec));
+  return text;
+}
+
 std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top) {
   const double usable = cluster.hbm_bytes() * cluster.usable_memory_fraction();
   const int rows = std::min<int>(top, static_cast<int>(plans.size()));
   size_t width = std::string("layout").size();
   for (int i = 0; i < rows; ++i) width = std::max(width, LayoutName(plans[i].layout).size());
   std::string text = absl::StrFormat(
-      "cluster %s: %d nodes x %d devices, %.4g TFLOP/s peak %s (%.0f%% achieved), %.1f GB usable of %.1f GB\n"
-      "%-*s %9s %10s %8s %7s %8s %7s %8s %8s %8s %7s\n",
+      "cluster %s: %d nodes x %d devices, %.4g TFLOP/s peak %s (%.0f%% achieved), %.1f GB usable of %.1f GB\n",
       cluster.name(), cluster.nodes(), cluster.devices_per_node(), cluster.peak_tflops(),
       cluster.shared_compute() ? "per node, shared" : "each", cluster.compute_efficiency() * 100, usable / 1e9,
-      cluster.hbm_bytes() / 1e9, width, "layout", "memory GB", "step s", "compute", "tp", "ep", "cp", "bubble",
-      "dp+pp", "opt", "MFU");
+      cluster.hbm_bytes() / 1e9);
+  // The config's schedule, which every pipelined layout runs.
+  const auto pipelined = std::find_if(plans.begin(), plans.end(), [](auto& p) { return p.schedule.stages > 1; });
+  if (pipelined != plans.end()) {
+    const ScheduleSpec& spec = pipelined->schedule;
+    absl::StrAppendFormat(&text, "pipeline schedule: %s%s (the bubble column is its idle time with equal stages)\n",
+                          ScheduleKindName(spec.kind),
+                          spec.virtual_stages > 1 ? absl::StrFormat(", %d chunks per rank", spec.virtual_stages)
+                                                  : std::string());
+  }
+  absl::StrAppendFormat(&text, "%-*s %9s %10s %8s %7s %8s %7s %8s %8s %8s %7s\n", width, "layout", "memory GB",
+                        "step s", "compute", "tp", "ep", "cp", "bubble", "dp+pp", "opt", "MFU");
   for (int i = 0; i < rows; ++i) {
     const LayoutPrediction& p = plans[i];
     const TimeEstimate& t = p.time;
@@ -516,9 +688,9 @@ std::string PlanReport(const std::vector<LayoutPrediction>& plans, const Cluster
   const TimeEstimate& t = best.time;
   absl::StrAppendFormat(
       &text,
-      "best: %s, %d micro-batches per step. Memory %s. Step %.4g s: compute %.0f%%, TP %.0f%%, EP %.0f%%, "
+      "best: %s, %s. Memory %s. Step %.4g s: compute %.0f%%, TP %.0f%%, EP %.0f%%, "
       "CP %.0f%%, bubble %.0f%%, DP+PP %.0f%%, optimizer %.0f%%; MFU %.1f%%.\n",
-      LayoutName(best.layout), best.micro_batches, MemoryText(best.memory, cluster), t.step_s(),
+      LayoutName(best.layout), ScheduleSummary(best.schedule), MemoryText(best.memory, cluster), t.step_s(),
       100 * t.compute_s / t.step_s(), 100 * t.tp_s / t.step_s(), 100 * t.ep_s / t.step_s(),
       100 * t.cp_s / t.step_s(), 100 * t.bubble_s / t.step_s(), 100 * (t.dp_s + t.pp_s) / t.step_s(),
       100 * t.optimizer_s / t.step_s(), best.mfu * 100);

@@ -10,19 +10,29 @@
 // Memory per device, for the stage that needs most: weights, gradients and
 // optimizer state (sharded over the dp x cp ranks that share the dense
 // weights with ZeRO-1; expert weights' over the expert-data-parallel ranks),
-// activations of the micro-batches the schedule keeps in flight (1F1B:
-// pp - stage, GPipe: all), per layer everything the backward reads, or with
-// selective recompute all but the MLPs' SwiGLU activations (train.recompute
-// SELECTIVE, computed again in the backward at a cost the model neglects), or
-// with full recompute only the layer input plus one layer's working set (one
-// more forward of compute and of tensor collectives). Under cp > 1 the ring
-// attention adds its receive buffers: a second K/V block, and in the backward
-// a dK/dV block.
+// and activations. The config's pipeline schedule on the layout keeps
+// ActivationBound micro-batch chunks in flight on a stage (at most all m x v;
+// a chunk holds 1 / v of the stage's layers: 1F1B pp - stage micro-batches,
+// GPipe all, ZB-H1 pp, DualPipeV 2 pp + 1 chunks), each with, per layer,
+// everything the backward reads, or with selective recompute all but the
+// MLPs' SwiGLU activations (train.recompute SELECTIVE, computed again in the
+// backward at a cost the model neglects), or with full recompute only the
+// layer input plus one layer's working set (one more forward of compute and
+// of tensor collectives). Under cp > 1 the ring attention adds its receive
+// buffers: a second K/V block, and in the backward a dK/dV block. Schedules
+// that split the backward into B (input gradient) and W (weight gradient),
+// ZB-H1 and DualPipeV, also keep for each chunk waiting for its W (counted
+// along the schedule's tables) what the W reads besides the activations:
+// the linears' and norms' output gradients, about the layer's linear inputs
+// again. DualPipeV's V puts the head on the first stage, with the embedding.
 //
-// Step time: the pipeline runs (m + pp - 1) slots of one micro-batch's
-// forward + backward on the slowest stage (compute at peak x efficiency, the
-// blocking TP collectives, the exposed share of EP all-to-alls and of the
-// ring's K/V exchanges); the pp - 1 extra slots are the bubble. Then the
+// Step time: each stage runs m slots of one micro-batch's forward + backward
+// on the slowest stage (compute at peak x efficiency, the blocking TP
+// collectives, the exposed share of EP all-to-alls and of the ring's K/V
+// exchanges); the bubble is the schedule's ideal idle fraction f of the step
+// with equal stages (IdealBubbleFraction: 1F1B's (pp - 1) / (m + pp - 1),
+// pp - 1 more slots; interleaving's v-th of them; ZB-H1's a third, its W's
+// filling the rest), so m slots x f / (1 - f). Then the
 // exposed pipeline sends, the gradient reduction over dp x cp that the last
 // backward did not hide, the optimizer (memory bound) and a fixed overhead.
 // Collectives are rings: all-reduce 2(n-1)/n x bytes / bandwidth + 2(n-1) x
@@ -36,6 +46,7 @@
 #include <vector>
 
 #include "parallel/mesh.h"
+#include "pipeline/schedule.h"
 #include "proto/cluster.pb.h"
 #include "proto/config.pb.h"
 
@@ -58,7 +69,7 @@ struct TimeEstimate {
   double compute_s = 0;  // m micro-batches' forward + backward (+ recompute) on the slowest stage
   double tp_s = 0, ep_s = 0;  // exposed TP collectives and EP all-to-alls over the m micro-batches
   double cp_s = 0;            // exposed ring attention exchanges over the m micro-batches
-  double bubble_s = 0;        // pp - 1 idle slots
+  double bubble_s = 0;        // the schedule's idle time (1F1B: pp - 1 slots)
   double pp_s = 0, dp_s = 0;  // exposed pipeline sends and data-parallel reduction
   double optimizer_s = 0, overhead_s = 0;
   double step_s() const {
@@ -69,6 +80,9 @@ struct TimeEstimate {
 struct LayoutPrediction {
   PlanLayout layout;
   int micro_batches = 0;  // per data-parallel rank and step
+  // The pipeline schedule the estimate assumes: the config's on this layout
+  // (plan/layout_rules.h's LayoutScheduleSpec), or 1F1B where it cannot run.
+  ScheduleSpec schedule;
   MemoryEstimate memory;
   TimeEstimate time;
   double mfu = 0;            // model FLOPs (no recompute) per device over step time and peak
@@ -103,8 +117,9 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
                                const PlanLayout& layout);
 
 // Every layout of `world` devices the trainer runs (plan/layout_rules.h),
-// with tp within a node, each of ZeRO 0/1 and the three recompute modes,
-// fitting ones first, each group fastest first.
+// with tp within a node, each of ZeRO 0/1 and the three recompute modes
+// (not full recompute where the config's schedule splits the backward: the
+// trainer refuses it), fitting ones first, each group fastest first.
 std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const ClusterConfig& cluster,
                                           int world);
 
@@ -113,7 +128,11 @@ std::string LayoutName(const PlanLayout& layout);
 // "95.3 GB per device (weights 8.8, gradients 17.6, optimizer 1.1,
 // activations 67.8) of 72.0 usable"
 std::string MemoryText(const MemoryEstimate& memory, const ClusterConfig& cluster);
-// The ranked table (up to `top` rows), why the best wins and, where it uses
+// "8 micro-batches per step, ZB-H1 over 4 stages (ideal bubble 8.6%)",
+// "1 micro-batch per step, no pipeline".
+std::string ScheduleSummary(const ScheduleSpec& spec);
+// The pipeline schedule the layouts assume, the ranked table (up to `top`
+// rows), why the best wins and, where it uses
 // context parallelism, what the best layout without it would be or why none
 // fits.
 std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top);

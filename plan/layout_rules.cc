@@ -39,6 +39,18 @@ absl::Status CheckExperts(const ModelConfig& m, const MeshShape& mesh) {
 
 }  // namespace
 
+absl::StatusOr<ScheduleSpec> LayoutScheduleSpec(const TrainerConfig& config, const MeshShape& mesh) {
+  TrainerConfig layout = config;
+  ParallelConfig& parallel = *layout.mutable_parallel();
+  if (mesh.pp != parallel.pipeline()) parallel.clear_pipeline_layers();
+  parallel.set_pipeline(mesh.pp);
+  if (mesh.pp == 1) {
+    parallel.set_schedule(ParallelConfig::ONE_F_ONE_B);
+    parallel.set_virtual_stages(1);
+  }
+  return ScheduleSpecFromConfig(layout, mesh.dp);
+}
+
 absl::Status CheckLayoutRuns(const TrainerConfig& config, const MeshShape& mesh) {
   const ModelConfig& m = config.model();
   const TrainConfig& t = config.train();
@@ -54,6 +66,7 @@ absl::Status CheckLayoutRuns(const TrainerConfig& config, const MeshShape& mesh)
                      "use a data size dividing global_batch_size / micro_batch_size");
   }
   RETURN_IF_ERROR(CheckExperts(m, mesh));
+  RETURN_IF_ERROR(LayoutScheduleSpec(config, mesh).status());
   RETURN_IF_ERROR(CheckContextParallel(config, mesh.cp));
   // Sequence parallelism splits a micro-batch's rows on this rank, T / cp of each sequence, over tp.
   const bool sequence_parallel = mesh.tp > 1 && RoutedExperts(m) == 0;

@@ -8,10 +8,21 @@
 #define TETRA_PLAN_LAYOUT_RULES_H_
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "parallel/mesh.h"
+#include "pipeline/schedule.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
+
+// The pipeline schedule `config` runs on `mesh`: its parallel.schedule and
+// virtual_stages over mesh.pp stages and mesh.dp data-parallel ranks, as
+// ScheduleSpecFromConfig maps them (its errors where that schedule cannot
+// run there: e.g. interleaving needs the micro-batches a multiple of pp and
+// the layers of pp x virtual_stages). One stage runs the one-stage table
+// whatever the config's schedule (with virtual_stages 1: a run sets it so).
+// parallel.pipeline_layers is kept only for the config's own pipeline size.
+absl::StatusOr<ScheduleSpec> LayoutScheduleSpec(const TrainerConfig& config, const MeshShape& mesh);
 
 // OK when the trainer runs `config`'s model and batch on `mesh`, else a user
 // error naming the rule and the numbers, with a hint line.

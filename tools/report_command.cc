@@ -14,6 +14,8 @@
 #include "core/atomic_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
+#include "pipeline/schedule.h"
+#include "pipeline/schedule_checker.h"
 #include "plan/cluster_config.h"
 #include "plan/layout_planner.h"
 #include "tools/run_summary.h"
@@ -67,7 +69,8 @@ struct Row {
   // Stacked breakdown of the median step (seconds).
   double compute, tp, dp, pp, ep, optimizer, other;
   std::optional<LayoutPrediction> predicted;
-  std::optional<double> bubble_theory;
+  std::optional<ScheduleSpec> schedule;  // pipelined runs: what they ran
+  std::optional<double> bubble_theory;   // its IdealBubbleFraction
 };
 
 constexpr const char* kParts[] = {"compute", "tp comm", "dp comm", "pp wait", "ep comm", "optimizer", "other"};
@@ -203,8 +206,15 @@ absl::StatusOr<std::vector<Row>> BuildRows(const ReportOptions& o) {
   for (Row& r : rows) {
     const RunSummary& run = r.run;
     const RunLayout& l = run.layout;
-    r.name = absl::StrFormat("%d ranks: tp %d x pp %d x dp %d%s", l.mesh.world, l.mesh.tp, l.mesh.pp, l.mesh.dp,
-                             l.mesh.ep > 1 ? absl::StrCat(" (ep ", l.mesh.ep, ")") : "");
+    if (l.mesh.pp > 1) {
+      ASSIGN_OR_RETURN(r.schedule, RunScheduleSpec(l));  // ReadRun checked it
+      r.bubble_theory = IdealBubbleFraction(*r.schedule);
+    }
+    // Pipelined runs name a schedule other than 1F1B.
+    const bool named_schedule = r.schedule && r.schedule->kind != ScheduleKind::kOneFOneB;
+    r.name = absl::StrFormat("%d ranks: tp %d x pp %d x dp %d%s%s", l.mesh.world, l.mesh.tp, l.mesh.pp, l.mesh.dp,
+                             l.mesh.ep > 1 ? absl::StrCat(" (ep ", l.mesh.ep, ")") : "",
+                             named_schedule ? absl::StrCat(", ", ScheduleKindName(r.schedule->kind)) : "");
     r.efficiency = (run.tokens_per_s / l.mesh.world) / (base_tokens_per_s / base.mesh.world);
     r.scaling = l.mesh.world == base.mesh.world ? "baseline"
                 : l.global_batch_size == base.global_batch_size ? "strong"
@@ -218,12 +228,11 @@ absl::StatusOr<std::vector<Row>> BuildRows(const ReportOptions& o) {
     r.ep = run.comm_ep_s;
     r.optimizer = run.optimizer_s;
     r.other = std::max(0.0, run.step_time_s - (r.compute + r.tp + r.dp + r.pp + r.ep + r.optimizer));
-    if (l.mesh.pp > 1) {
-      const int m = l.micro_batches();
-      r.bubble_theory = (l.mesh.pp - 1.0) / (m + l.mesh.pp - 1.0);
-    }
     if (config) {
       TrainerConfig c = *config;
+      // The run's schedule, which the planner's bubble and memory follow.
+      c.mutable_parallel()->set_schedule(l.schedule);
+      c.mutable_parallel()->set_virtual_stages(l.virtual_stages);
       c.mutable_train()->set_global_batch_size(l.global_batch_size);
       c.mutable_train()->set_micro_batch_size(l.micro_batch_size);
       c.mutable_train()->set_seq_length(l.seq_length);
@@ -272,11 +281,15 @@ absl::Status ReportCommand(int argc, char** argv) {
     }
     tables.push_back(prediction);
   }
-  Table bubble{"Pipeline bubble", {"run", "micro-batches", "measured", "theory (p-1)/(m+p-1)"}, {}};
+  // The theory is each run's schedule's, with its formula.
+  Table bubble{"Pipeline bubble",
+               {"run", "schedule", "micro-batches", "chunks per rank", "measured", "theory", "theory's formula"},
+               {}};
   for (const Row& r : rows) {
     if (!r.bubble_theory) continue;
-    bubble.rows.push_back({r.name, absl::StrCat(r.run.layout.micro_batches()), Num(r.run.bubble_fraction.value_or(NAN)),
-                           Num(*r.bubble_theory)});
+    bubble.rows.push_back({r.name, ScheduleKindName(r.schedule->kind), absl::StrCat(r.schedule->micro_batches),
+                           absl::StrCat(r.schedule->virtual_stages), Num(r.run.bubble_fraction.value_or(NAN)),
+                           Num(*r.bubble_theory), IdealBubbleFormula(*r.schedule)});
   }
   if (!bubble.rows.empty()) tables.push_back(bubble);
 

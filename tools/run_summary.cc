@@ -34,6 +34,58 @@ absl::StatusOr<MetricsLine> ParseMetricsLine(const std::string& line) {
   return fields;
 }
 
+namespace {
+
+// The first line's "schedule" (parallel.schedule's name, a string) and
+// "virtual_stages"; runs from before they were written ran 1F1B (interleaved
+// where virtual_stages says so) and default to it.
+absl::Status ReadSchedule(const std::string& path, const std::string& first_text, const MetricsLine& first,
+                          RunLayout* layout) {
+  const absl::StatusOr<JsonValue> json = ParseJson(first_text);  // parsed once already: it is an object
+  if (const JsonValue* schedule = json.ok() ? json->Find("schedule") : nullptr; schedule != nullptr) {
+    if (schedule->kind != JsonValue::Kind::kString ||
+        !ParallelConfig::Schedule_Parse(schedule->string, &layout->schedule)) {
+      return UserError(absl::StrCat(path, ": the first line's schedule is ",
+                                    schedule->kind == JsonValue::Kind::kString ? UserText(schedule->string)
+                                                                               : JsonKindName(schedule->kind),
+                                    ", not a parallel.schedule name"),
+                       "pass the metrics of a run written by tetra train");
+    }
+  }
+  const double v = first.count("virtual_stages") ? first.at("virtual_stages") : 1;
+  if (!(v >= 1 && v <= 1 << 20 && v == std::floor(v))) {
+    return UserError(absl::StrCat(path, ": the first line's virtual_stages is ", v, ", not a size from 1 to 2^20"),
+                     "pass the metrics of a run written by tetra train");
+  }
+  layout->virtual_stages = static_cast<int>(v);
+  if (const absl::StatusOr<ScheduleSpec> spec = RunScheduleSpec(*layout); !spec.ok()) {
+    const std::string what(spec.status().message());
+    return UserError(absl::StrCat(path, ": the first line's schedule ",
+                                  ParallelConfig::Schedule_Name(layout->schedule), " with virtual_stages ",
+                                  layout->virtual_stages, " cannot be what ran: ",
+                                  what.substr(0, what.find("\nhint: "))),
+                     "pass the metrics of a run written by tetra train");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ScheduleSpec> RunScheduleSpec(const RunLayout& layout) {
+  // The config's mapping (ScheduleSpecFromConfig) from what the run wrote. It
+  // also checks the model's layers split into the chunks, which a run that
+  // ran did: any multiple of the chunks stands in for them.
+  TrainerConfig config;
+  ParallelConfig& parallel = *config.mutable_parallel();
+  parallel.set_pipeline(layout.mesh.pp);
+  parallel.set_virtual_stages(layout.virtual_stages);
+  parallel.set_schedule(layout.schedule);
+  config.mutable_train()->set_global_batch_size(layout.global_batch_size);
+  config.mutable_train()->set_micro_batch_size(layout.micro_batch_size);
+  config.mutable_model()->set_num_hidden_layers(layout.mesh.pp * layout.virtual_stages);
+  return ScheduleSpecFromConfig(config, layout.mesh.dp);
+}
+
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -47,9 +99,10 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
                                  "pass the log.metrics_path files of finished runs"));
   std::istringstream file(content);
   std::vector<MetricsLine> lines;
-  std::string text;
+  std::string text, first_text;
   for (int number = 1; std::getline(file, text); ++number) {
     if (text.empty()) continue;
+    if (lines.empty()) first_text = text;
     absl::StatusOr<MetricsLine> line = ParseMetricsLine(text);
     if (!line.ok()) {
       return UserError(absl::StrCat(path, " line ", number, " is not a metrics object: ", line.status().message()),
@@ -97,6 +150,7 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
   layout.micro_batch_size = integer("micro_batch_size");
   layout.seq_length = integer("seq_length");
   layout.zero_stage = integer("zero_stage");
+  RETURN_IF_ERROR(ReadSchedule(path, first_text, first, &layout));
   const size_t begin = lines.size() > 1 ? 1 : 0;
   auto median = [&](const char* name) {
     std::vector<double> values;

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "observe/metrics_log.h"
+#include "pipeline/schedule.h"
 
 namespace tetra {
 
@@ -23,7 +24,7 @@ absl::StatusOr<MetricsLine> ParseMetricsLine(const std::string& line);
 
 struct RunSummary {
   std::string path;
-  RunLayout layout;  // the first line's run fields
+  RunLayout layout;  // the first line's run fields (schedule and virtual_stages: 1F1B, 1 when absent)
   int steps = 0;  // lines read
   // Medians over steps 2..N (step 1 alone when the run has one step).
   double step_time_s = 0, best_step_time_s = 0, tokens_per_s = 0;
@@ -37,6 +38,11 @@ struct RunSummary {
 // Reads `path`; a file without the run fields on its first line (written
 // before they existed), empty, or unparsable is a user error.
 absl::StatusOr<RunSummary> ReadRun(const std::string& path);
+
+// The pipeline schedule `layout`'s run executed (its stages, micro-batches,
+// chunks per rank and kind), as ScheduleSpecFromConfig maps the run's
+// parallel.schedule and sizes; an error for fields no run can have.
+absl::StatusOr<ScheduleSpec> RunScheduleSpec(const RunLayout& layout);
 
 // The median of `values` (the mean of the middle two for an even count).
 double Median(std::vector<double> values);

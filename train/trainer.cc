@@ -201,7 +201,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
     AddStepTiming(parallel.world(), mesh, StepTiming::FromProfiler(), m);
     if (step == resumed + 1) {  // a report reads the run's layout from its first line
       m.run = RunLayout{mesh, train.global_batch_size(), train.micro_batch_size(), train.seq_length(),
-                        config.optimizer().zero_stage()};
+                        config.optimizer().zero_stage(), config.parallel().schedule(),
+                        config.parallel().virtual_stages()};
     }
     m.tokens_per_s = train_step.tokens_per_step() / m.step_time_s;
     m.tflops = flops_per_step / mesh.world / m.step_time_s / 1e12;

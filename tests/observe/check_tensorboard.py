@@ -21,7 +21,7 @@ from tetra_runs import Checker, train  # noqa: E402
 
 TETRA = sys.argv[1]
 PER_RUN = {"step", "world_size", "tensor", "context", "pipeline", "data", "expert", "global_batch_size",
-           "micro_batch_size", "seq_length", "zero_stage"}
+           "micro_batch_size", "seq_length", "zero_stage", "schedule", "virtual_stages"}
 check = Checker()
 
 with tempfile.TemporaryDirectory() as tmp:

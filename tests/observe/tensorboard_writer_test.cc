@@ -138,7 +138,8 @@ TEST(TensorBoardWriterTest, EveryPerStepMetricIsAScalar) {
   absl::StatusOr<JsonValue> line = ParseJson(MetricsJson(m));
   ASSERT_TRUE(line.ok()) << line.status();
   const std::set<std::string> per_run = {"step", "world_size", "tensor", "context", "pipeline", "data", "expert",
-                                         "global_batch_size", "micro_batch_size", "seq_length", "zero_stage"};
+                                         "global_batch_size", "micro_batch_size", "seq_length", "zero_stage",
+                                         "schedule", "virtual_stages"};
   std::set<std::string> per_step;
   for (size_t i = 0; i < line->keys.size(); ++i) {
     if (per_run.count(line->keys[i])) continue;

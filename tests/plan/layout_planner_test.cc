@@ -402,5 +402,130 @@ TEST(LayoutPlannerTest, BubbleAndStepTimeFollowTheSchedule) {
               1e-12 * t.step_s());
 }
 
+// The bubble and activation memory follow the config's parallel.schedule
+// (IdealBubbleFraction and ActivationBound of its ScheduleSpec). A small
+// model: c = 64, 4 heads of 16 (q = 64), 2 KV heads (kv = 32), MLP f = 176,
+// vocabulary 256, 4 layers, one sequence of 32 tokens per micro-batch, 8
+// micro-batches a step, on tp 1 x pp 2 x dp 1 of the A100 cluster (bf16
+// activations, 2 B; fp32 logits).
+//
+// Time: the slowest stage holds 2 layers and the head (the last stage; under
+// DualPipeV's V the first, which holds the embedding too: no FLOPs). Per
+// micro-batch, 6 x 32 tokens x 2 x (attention 2c q + 2c kv = 12,288, norms
+// 128, MLP 3c f = 33,792) = 17,743,872, attention 6 x 2 layers x 32 x 32 x
+// 64 = 786,432, the head 6 x 32 x 256 x 64 = 3,145,728: 21,676,032 FLOPs at
+// 312e12 x 0.55, one slot. busy = m slots, bubble = busy f / (1 - f):
+//   1F1B         f = (p - 1) / (m + p - 1) = 1/9:   8 x 1/8  = 1 slot
+//   ZB-H1        f = (p - 1) / (3m + p - 1) = 1/25: 8 x 1/24 = 1/3 slot (its
+//                W's fill two thirds of 1F1B's idle time)
+//   interleaved  v = 2, f = (p - 1) / (vm + p - 1) = 1/17: 8 x 1/16 = 1/2 slot
+//   DualPipeV    every rank idles p - 1 = 1 chunk time (F = B_in = W = 1 per
+//                chunk; DeepSeek's (p - 1)(F&B + B - 3W) would be 2, counting
+//                the whole backward before the gradient leaves) against busy
+//                2 chunks x m x 3 = 48, so f = 1 / 49 = (p - 1) / (6m + p - 1):
+//                8 x 1/48 = 1/6 slot
+//
+// Memory: per token and layer the activations 4c + 2q + 2kv + 3f = 976,
+// 1,952 for a stage's 2 layers; each micro-batch 32 x 1,952 x 2 B = 124,928.
+// A split backward (ZB-H1, DualPipeV) keeps, for a micro-batch waiting for
+// its W, per layer the linears' output gradients q + 2kv + c + 2f + c = 608
+// + 64 and the norms' 2c = 128: 736 (47,104 bytes per micro-batch and
+// layer, 94,208 per stage), on the embedding's stage the lookup's gradient
+// (32 x 64 x 2 B = 4,096) and on the head's the logits' gradient (32 x 256 x
+// 4 B = 32,768, as the fp32 logits every head stage holds anyway).
+// Parameters: stage 0 of 1F1B 2 x 46,208 + 16,384 (embedding) = 108,800,
+// the last 108,864 (head and final norm); 18 B each.
+//   1F1B         rank 0 keeps p = 2 micro-batches: 249,856 (total
+//                1,958,400 + 249,856 = 2,208,256), the last 1 and the
+//                logits (157,696; 2,117,248): rank 0's.
+//   ZB-H1        every rank keeps p = 2 (1F1B's peak, rank 0's); rank r
+//                defers r W's, so rank 1 holds up to 2 micro-batches between
+//                B and W (rank 0 one): rank 1 249,856 + 2 x 94,208 + 32,768
+//                logits + 2 x 32,768 their gradients = 536,576 (total
+//                2,496,128; rank 0 249,856 + 94,208 + 4,096 = 348,160,
+//                total 2,306,560).
+//   DualPipeV    every rank keeps 2p + 1 = 5 chunks of half its layers, 2.5
+//                micro-batches: 312,320; rank 0 (2 layers, embedding, head:
+//                125,248 parameters, 2,254,464 B) waits for the W of at most
+//                one chunk (half a micro-batch, 47,104), of the embedding's
+//                one (4,096) and of the head's one (32,768), with the logits
+//                32,768: 429,056 (rank 1: 312,320 + 2 chunks' 94,208).
+TEST(LayoutPlannerTest, BubbleAndActivationsFollowTheConfiguredSchedule) {
+  TrainerConfig config;
+  ModelConfig& m = *config.mutable_model();
+  m.set_vocab_size(256);
+  m.set_hidden_size(64);
+  m.set_num_hidden_layers(4);
+  m.set_num_attention_heads(4);
+  m.set_num_key_value_heads(2);
+  m.set_intermediate_size(176);
+  config.mutable_train()->set_global_batch_size(8);
+  config.mutable_train()->set_micro_batch_size(1);
+  config.mutable_train()->set_seq_length(32);
+  const ClusterConfig cluster = Cluster("a100_64.textproto");
+  const PlanLayout layout{.mesh = MeshShape::Of(1, 2, 1), .zero_stage = 0, .recompute = Recompute::NONE};
+  auto predict = [&](ParallelConfig::Schedule schedule, int virtual_stages) {
+    TrainerConfig c = config;
+    c.mutable_parallel()->set_schedule(schedule);
+    c.mutable_parallel()->set_virtual_stages(virtual_stages);
+    EXPECT_TRUE(CheckLayoutRuns(c, layout.mesh).ok()) << CheckLayoutRuns(c, layout.mesh);
+    return PredictLayout(c, cluster, layout);
+  };
+  const LayoutPrediction one_f_one_b = predict(ParallelConfig::ONE_F_ONE_B, 1);
+  const LayoutPrediction zb = predict(ParallelConfig::ZB_H1, 1);
+  const LayoutPrediction interleaved = predict(ParallelConfig::ONE_F_ONE_B, 2);
+  const LayoutPrediction dualpipe = predict(ParallelConfig::DUALPIPE_V, 2);
+  EXPECT_EQ(zb.schedule.kind, ScheduleKind::kZeroBubbleH1);
+  EXPECT_EQ(interleaved.schedule.kind, ScheduleKind::kInterleaved);
+  EXPECT_EQ(dualpipe.schedule.kind, ScheduleKind::kDualPipeV);
+  EXPECT_EQ(dualpipe.schedule.micro_batches, 8);
+
+  const double slot = 21676032 / (312e12 * 0.55);
+  for (const LayoutPrediction* p : {&one_f_one_b, &zb, &interleaved, &dualpipe}) {
+    EXPECT_NEAR(p->time.compute_s, 8 * slot, kTimeRelative * 8 * slot);
+  }
+  EXPECT_NEAR(one_f_one_b.time.bubble_s, slot, kTimeRelative * slot);
+  EXPECT_NEAR(zb.time.bubble_s, slot / 3, kTimeRelative * slot);
+  EXPECT_NEAR(interleaved.time.bubble_s, slot / 2, kTimeRelative * slot);
+  EXPECT_NEAR(dualpipe.time.bubble_s, slot / 6, kTimeRelative * slot);
+  EXPECT_LT(zb.time.step_s(), one_f_one_b.time.step_s());
+
+  EXPECT_EQ(one_f_one_b.memory.activations, 249856.0);
+  EXPECT_EQ(interleaved.memory.activations, 2.5 * 124928);  // rank 0's 2 (p - 1) + (v - 1) p + 1 = 5 chunks
+  EXPECT_EQ(zb.memory.activations, one_f_one_b.memory.activations + 2 * 94208 + 32768 + 2 * 32768);
+  EXPECT_EQ(zb.memory.weights, 108864.0 * 2);  // the last stage
+  EXPECT_EQ(dualpipe.memory.activations, 2.5 * 124928 + 47104 + 4096 + 32768 + 32768);
+  EXPECT_EQ(dualpipe.memory.weights, 125248.0 * 2);  // rank 0, with the embedding and the head
+
+  // DualPipeV needs 2 pp micro-batches: with 2 of them the layout does not
+  // run, and the search leaves it out.
+  TrainerConfig few = config;
+  few.mutable_parallel()->set_schedule(ParallelConfig::DUALPIPE_V);
+  few.mutable_parallel()->set_virtual_stages(2);
+  few.mutable_train()->set_global_batch_size(2);
+  EXPECT_THAT(CheckLayoutRuns(few, layout.mesh).message(), HasSubstr("DualPipeV schedule needs at least 2 x"));
+  for (const LayoutPrediction& p : PlanLayouts(few, cluster, 2)) EXPECT_EQ(p.layout.mesh.pp, 1) << LayoutName(p.layout);
+
+  // `tetra plan --cluster` names the schedule it assumed.
+  TrainerConfig zb_config = config;
+  zb_config.mutable_parallel()->set_schedule(ParallelConfig::ZB_H1);
+  const std::vector<LayoutPrediction> plans = PlanLayouts(zb_config, cluster, 2);
+  // ZB-H1's W's read activations full recompute does not keep: the trainer
+  // refuses that pair, so the search proposes it without a pipeline only.
+  int pipelined = 0;
+  for (const LayoutPrediction& p : plans) {
+    if (p.layout.mesh.pp == 1) continue;
+    ++pipelined;
+    EXPECT_NE(p.layout.recompute, Recompute::FULL) << LayoutName(p.layout);
+  }
+  EXPECT_EQ(pipelined, 2 * 2);  // tp 1 x pp 2: ZeRO 0/1 x no or selective recompute
+  const std::string report = PlanReport(plans, cluster, 10);
+  EXPECT_THAT(report, HasSubstr("pipeline schedule: ZB-H1 (the bubble column"));
+  EXPECT_EQ(ScheduleSummary(zb.schedule), "8 micro-batches per step, ZB-H1 over 2 stages (ideal bubble 4.0%)");
+  EXPECT_EQ(ScheduleSummary(dualpipe.schedule),
+            "8 micro-batches per step, DualPipeV over 2 stages x 2 chunks (ideal bubble 2.0%)");
+  EXPECT_THAT(report, HasSubstr(", " + ScheduleSummary(plans.front().schedule) + ". Memory "));
+}
+
 }  // namespace
 }  // namespace tetra

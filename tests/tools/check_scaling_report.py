@@ -9,7 +9,13 @@
    description configs/clusters/cpu_2core.textproto and checks its Markdown
    tables against numbers computed here from the metrics files and from
    `tetra plan --json`, and that report.html is well-formed XHTML with inline
-   SVG charts and nothing fetched from a network.
+   SVG charts and nothing fetched from a network;
+3. runs the pipelined layout again under parallel.schedule ZB_H1 and checks
+   its metrics name the schedule, and that `tetra report` on it and the 1F1B
+   run gives each its own schedule's theory of the bubble (ZB-H1's
+   (p-1)/(3*m+p-1) against 1F1B's (p-1)/(m+p-1)) and predicts its step with
+   the schedule (`tetra plan --json --set parallel.schedule=ZB_H1`: a third
+   of 1F1B's bubble, more activation memory).
 
    It then opens the page in a headless browser (chromium-headless-shell,
    which scripts/setup.sh installs) and checks the screenshot shows the page:
@@ -88,14 +94,12 @@ def check_report(tetra, out, cluster, runs):
             assert close(float(parts[part]), median(key)), (part, parts)
         assert close(float(pred["predicted s"]), plan["step_s"]), (pred, plan)
     # One pipelined layout (the 8-rank run, pipeline 2): its measured bubble
-    # is the metrics' median, its theory the formula's.
+    # is the metrics' median, its theory 1F1B's formula.
     pipelined = [(lines, row) for (_, lines, _), row in zip(runs, scaling) if lines[0]["pipeline"] > 1]
     bubble_rows = t.get("Pipeline bubble", [])
     assert len(bubble_rows) == len(pipelined) == 1, (bubble_rows, len(pipelined))
     for (lines, _), row in zip(pipelined, bubble_rows):
-        m, p = int(row["micro-batches"]), lines[0]["pipeline"]
-        assert close(float(row["theory (p-1)/(m+p-1)"]), (p - 1) / (m + p - 1)), row
-        assert close(float(row["measured"]), statistics.median(x["bubble_fraction"] for x in lines[1:])), row
+        check_bubble_row(row, lines, "1F1B", "(p-1)/(m+p-1)", 1)
     # The page: well-formed XHTML, inline SVG, no scripts, nothing remote.
     with open(f"{out}/report/report.html") as f:
         html = f.read()
@@ -107,6 +111,52 @@ def check_report(tetra, out, cluster, runs):
     assert not remote, f"the report links {remote}"
     print(f"report: {len(runs)} runs, tables agree with the metrics, {len(svgs)} SVG charts, XHTML well-formed")
     check_screenshot(f"{out}/report")
+
+
+def check_bubble_row(row, lines, schedule, formula, backward_parts):
+    """A "Pipeline bubble" row of the run of metrics `lines`: its schedule's
+    name and formula, (p-1)/(k m+p-1) with k = 1 for a whole backward and 3
+    for one split into input and weight gradients (B and W each as long as
+    the forward, filling the bubble), and the measured median."""
+    first = lines[0]
+    m = first["global_batch_size"] // (first["micro_batch_size"] * first["data"])
+    p = first["pipeline"]
+    assert row["schedule"] == schedule and row["theory's formula"] == formula, row
+    assert int(row["micro-batches"]) == m and row["chunks per rank"] == "1", row
+    assert close(float(row["theory"]), (p - 1) / (backward_parts * m + p - 1)), row
+    assert close(float(row["measured"]), statistics.median(x["bubble_fraction"] for x in lines[1:])), row
+
+
+def check_zero_bubble_report(tetra, out, cluster, mpiexec, pipelined):
+    """The pipelined layout under ZB-H1 beside its 1F1B run (`pipelined`:
+    path, lines, plan)."""
+    ranks = pipelined[1][0]["world_size"]
+    sets = cpu_runs.LAYOUTS[ranks] + ["parallel.schedule=ZB_H1"]
+    path = f"{out}/w{ranks}_zb_h1.jsonl"
+    lines = cpu_runs.train(tetra, ranks, sets, path, mpiexec)
+    assert lines[0]["schedule"] == "ZB_H1" and lines[0]["virtual_stages"] == 1, lines[0]
+    assert pipelined[1][0]["schedule"] == "ONE_F_ONE_B", pipelined[1][0]
+    plan = cpu_runs.predict(tetra, cluster, ranks, sets, cpu_runs.layout_of(sets, ranks))
+    # The planner follows the schedule: its bubble is a third of 1F1B's ((p-1)/3
+    # slots against p-1; both 0 on this machine, whose 2 cores stay busy with 8
+    # ranks), and it keeps more activations, each rank p micro-batches and the
+    # output gradients of those waiting for their W.
+    assert close(3 * plan["bubble_s"], pipelined[2]["bubble_s"]), (plan, pipelined[2])
+    assert plan["activations_bytes"] > pipelined[2]["activations_bytes"], (plan, pipelined[2])
+    command = [tetra, "report", "--out", f"{out}/zb_report", "--config", cpu_runs.CONFIG, "--cluster", cluster,
+               pipelined[0], path]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    with open(f"{out}/zb_report/report.md") as f:
+        t = tables(f.read())
+    bubble_rows, prediction = t["Pipeline bubble"], t["Measured and predicted step time"]
+    assert len(bubble_rows) == len(prediction) == 2, t
+    check_bubble_row(bubble_rows[0], pipelined[1], "1F1B", "(p-1)/(m+p-1)", 1)
+    check_bubble_row(bubble_rows[1], lines, "ZB-H1", "(p-1)/(3*m+p-1)", 3)
+    assert bubble_rows[1]["run"].endswith(", ZB-H1"), bubble_rows[1]
+    assert close(float(prediction[0]["predicted s"]), pipelined[2]["step_s"]), prediction[0]
+    assert close(float(prediction[1]["predicted s"]), plan["step_s"]), (prediction[1], plan)
+    print(f"ZB-H1: report theory {bubble_rows[1]['theory']} against 1F1B's {bubble_rows[0]['theory']}, "
+          f"measured {bubble_rows[1]['measured']} against {bubble_rows[0]['measured']}; predicted with the schedule")
 
 
 def check_screenshot(report_dir):
@@ -154,6 +204,8 @@ def main():
             runs.append((f"{out}/w{ranks}_0.jsonl", measured[ranks][0], plan))
         check_bubble_metric(runs)
         check_report(tetra, out, cpu_runs.CLUSTER, runs)
+        pipelined = [run for run in runs if run[1][0]["pipeline"] > 1]
+        check_zero_bubble_report(tetra, out, cpu_runs.CLUSTER, mpiexec, pipelined[0])
 
 
 if __name__ == "__main__":

@@ -380,5 +380,52 @@ TEST_F(CliTest, ReportRefusesLayoutsNoRunHas) {
   }
 }
 
+// The report's bubble theory is each run's schedule's (IdealBubbleFraction),
+// named with its formula: three runs of the same layout, tp 1 x pp 2 x dp 2
+// with m = 16 / (2 x 2) = 4 micro-batches per data-parallel rank, under
+// 1F1B (p - 1) / (m + p - 1) = 1 / 5, ZB-H1 (p - 1) / (3m + p - 1) = 1 / 13
+// (its W's fill two thirds of 1F1B's idle slots) and DualPipeV (2 chunks per
+// rank, each 1 / 6 of a micro-batch's F + B_in + W; p - 1 idle chunk units)
+// (p - 1) / (6m + p - 1) = 1 / 25. Runs from before the schedule was written
+// read as 1F1B.
+TEST_F(CliTest, ReportBubbleTheoryFollowsEachRunsSchedule) {
+  const std::string layout =
+      "\"world_size\": 4, \"tensor\": 1, \"context\": 1, \"pipeline\": 2, \"data\": 2, \"expert\": 1, "
+      "\"global_batch_size\": 16, \"micro_batch_size\": 2, \"seq_length\": 16, \"zero_stage\": 0";
+  std::string files;
+  for (const auto& [name, schedule] : std::vector<std::pair<std::string, std::string>>{
+           {"old", ""},
+           {"zb", ", \"schedule\": \"ZB_H1\", \"virtual_stages\": 1"},
+           {"dualpipe", ", \"schedule\": \"DUALPIPE_V\", \"virtual_stages\": 2"}}) {
+    const fs::path metrics = dir_ / (name + ".jsonl");
+    std::ofstream(metrics) << "{\"step\": 1, \"loss\": 3.5, \"tokens_per_s\": 100, \"step_time_s\": 0.5, "
+                              "\"bubble_fraction\": 0.25, "
+                           << layout << schedule << "}\n";
+    files += " " + metrics.string();
+  }
+  RunResult r = Run("report --out " + (dir_ / "report").string() + files);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string md = ReadBytes(dir_ / "report" / "report.md");
+  EXPECT_THAT(md, HasSubstr("| run | schedule | micro-batches | chunks per rank | measured | theory | "
+                            "theory's formula |"));
+  EXPECT_THAT(md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2 | 1F1B | 4 | 1 | 0.25 | 0.2 | (p-1)/(m+p-1) |"));
+  EXPECT_THAT(md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2, ZB-H1 | ZB-H1 | 4 | 1 | 0.25 | 0.0769231 | "
+                            "(p-1)/(3*m+p-1) |"));
+  EXPECT_THAT(md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2, DualPipeV | DualPipeV | 4 | 2 | 0.25 | 0.04 | "
+                            "(p-1)/(6*m+p-1) |"));
+
+  // A schedule no config has, or one the run's sizes could not have run, is refused.
+  for (const auto& [schedule, message] : std::vector<std::pair<std::string, std::string>>{
+           {", \"schedule\": \"ZB_H2\"", "the first line's schedule is \"ZB_H2\", not a parallel.schedule name"},
+           {", \"schedule\": 3", "the first line's schedule is a number, not a parallel.schedule name"},
+           {", \"schedule\": \"ZB_H1\", \"virtual_stages\": 2",
+            "the first line's schedule ZB_H1 with virtual_stages 2 cannot be what ran"}}) {
+    const fs::path metrics = dir_ / "bad.jsonl";
+    std::ofstream(metrics) << "{\"step\": 1, \"loss\": 3.5, \"tokens_per_s\": 100, \"step_time_s\": 0.5, " << layout
+                           << schedule << "}\n";
+    ExpectError("report --out " + (dir_ / "report").string() + " " + metrics.string(), message);
+  }
+}
+
 }  // namespace
 }  // namespace tetra
