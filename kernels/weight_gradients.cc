@@ -1,5 +1,6 @@
 #include "kernels/weight_gradients.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/logging.h"
@@ -7,24 +8,43 @@
 
 namespace tetra {
 
-void WeightGradients::DeferInto(std::vector<Work>* work) {
-  TETRA_CHECK(work != nullptr) << "deferring weight gradients into nothing";
-  deferred_ = work;
+void WeightGradients::DeferInto(Deferred* deferred) {
+  TETRA_CHECK(deferred != nullptr) << "deferring weight gradients into nothing";
+  deferred_ = deferred;
 }
 
 void WeightGradients::Add(Work work) {
   if (deferred_ == nullptr) {
     work();
   } else {
-    deferred_->push_back(std::move(work));
+    deferred_->work.push_back(std::move(work));
   }
 }
 
-Tensor WeightGradients::Keep(const Tensor& t) const {
+Tensor WeightGradients::Keep(const Tensor& t) {
   if (deferred_ == nullptr) return t;
-  Tensor copy = Tensor::Empty(t.shape(), t.dtype(), t.device());
+  const auto fits = std::find_if(free_.begin(), free_.end(), [&](const Tensor& b) {
+    return b.numel() == t.numel() && b.dtype() == t.dtype() && b.device() == t.device();
+  });
+  Tensor copy;
+  if (fits == free_.end()) {
+    copy = Tensor::Empty(t.shape(), t.dtype(), t.device());
+  } else {
+    copy = fits->Reshape(t.shape());
+    *fits = std::move(free_.back());
+    free_.pop_back();
+  }
   copy.CopyFrom(t);
+  deferred_->kept.push_back(copy);
   return copy;
+}
+
+void WeightGradients::Run(Deferred& deferred) {
+  TETRA_CHECK(&deferred != deferred_) << "running weight gradients that are still being deferred";
+  for (Work& w : deferred.work) w();
+  deferred.work.clear();  // the work's handles on the copies go
+  for (Tensor& t : deferred.kept) free_.push_back(std::move(t));
+  deferred.kept.clear();
 }
 
 void WeightGradients::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
@@ -46,11 +66,6 @@ void WeightGradients::RmsNormBackward(const Tensor& dy, const Tensor& x, const T
   const Tensor kept_dy = Keep(dy);
   Add([=] { ops::RmsNormBackward(kept_dy, x, w, rstd, Tensor(), dw); });
   ops::RmsNormBackward(dy, x, w, rstd, dx, Tensor(), dx_add);
-}
-
-void RunWeightGradients(std::vector<WeightGradients::Work>& work) {
-  for (WeightGradients::Work& w : work) w();
-  work.clear();
 }
 
 }  // namespace tetra

@@ -14,7 +14,8 @@
 // What the W work reads must survive until it runs: activations kept in a
 // layer's slot do (a schedule reuses the slot only after W), a layer's scratch
 // (an output gradient, a recomputed activation) does not: the layer passes
-// such a tensor through Keep, which copies it while deferring.
+// such a tensor through Keep, which copies it while deferring, into a buffer
+// from those whose W has run (steady state: no allocation, one copy).
 #ifndef TETRA_KERNELS_WEIGHT_GRADIENTS_H_
 #define TETRA_KERNELS_WEIGHT_GRADIENTS_H_
 
@@ -29,17 +30,27 @@ namespace tetra {
 class WeightGradients {
  public:
   using Work = std::function<void()>;
+  // One backward's W: its work in call order and the copies it reads.
+  struct Deferred {
+    std::vector<Work> work;
+    std::vector<Tensor> kept;
+  };
 
-  // Until StopDeferring, W halves are appended to *work instead of run.
-  void DeferInto(std::vector<Work>* work);
+  // Until StopDeferring, W halves are appended to *deferred instead of run.
+  void DeferInto(Deferred* deferred);
   void StopDeferring() { deferred_ = nullptr; }
   bool deferring() const { return deferred_ != nullptr; }
+  // Runs deferred's work in order and empties it, keeping its copies'
+  // buffers for later Keeps.
+  void Run(Deferred& deferred);
+  // Frees those buffers.
+  void ReleaseBuffers() { free_.clear(); }
 
   // Runs `work` now, or while deferring appends it to the deferred work.
   void Add(Work work);
   // `t` itself, or while deferring a copy of it (scratch the backward
   // overwrites before the W work runs).
-  Tensor Keep(const Tensor& t) const;
+  Tensor Keep(const Tensor& t);
 
   // ops::LinearBackward: dx now, dw += dy^T x now or deferred.
   void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx, const Tensor& dw,
@@ -49,11 +60,9 @@ class WeightGradients {
                        const Tensor& dw, const Tensor& dx_add = Tensor());
 
  private:
-  std::vector<Work>* deferred_ = nullptr;
+  Deferred* deferred_ = nullptr;
+  std::vector<Tensor> free_;  // copies whose W has run
 };
-
-// Runs `work` in order and clears it.
-void RunWeightGradients(std::vector<WeightGradients::Work>& work);
 
 }  // namespace tetra
 

@@ -173,7 +173,7 @@ void LanguageModel::BackwardWeightStage(int slot, int chunk, const GradientReady
       << " without the input-gradient half of its backward before them";
   micro_batch.awaiting_weights = false;
   weight_ready_ = on_ready ? &on_ready : nullptr;
-  RunWeightGradients(micro_batch.weight_work);
+  store_.weight_gradients().Run(micro_batch.weight_work);
   weight_ready_ = nullptr;
 }
 
@@ -253,6 +253,7 @@ void LanguageModel::ReleaseActivations() {
   if (head_) head_->ReleaseActivations();
   for (auto& depth : mtp_) depth->ReleaseActivations();
   micro_batches_.Clear();
+  store_.weight_gradients().ReleaseBuffers();
 }
 
 std::vector<MoeMlpLayer*> LanguageModel::moe_layers() const {

@@ -154,7 +154,7 @@ class LanguageModel {
     Tensor hidden_in;  // (rows, C) the stage's input, kept for the first block's backward
     bool awaiting_backward = false;
     // A split backward's W, kept by its B (BackwardInputStage).
-    std::vector<WeightGradients::Work> weight_work;
+    WeightGradients::Deferred weight_work;
     bool awaiting_weights = false;
     int weight_chunk = -1;
     // Activation recompute: each recomputed block's input (rows, C), the
