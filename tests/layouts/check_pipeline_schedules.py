@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
-from tetra_runs import Checker, rel, train, write_llmc_shard  # noqa: E402
+from tetra_runs import TINY_MLA_MOE, Checker, rel, train, write_llmc_shard  # noqa: E402
 
 TETRA = sys.argv[1]
 STEPS = 8
@@ -35,12 +35,7 @@ COMMON = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layer
           "train.micro_batch_size=2", "train.seq_length=16", "train.threads=1", f"train.steps={STEPS}",
           "optimizer.lr=3e-3", "data.synthetic.order=1", "log.interval=1000"]
 DENSE = COMMON + ["model.num_key_value_heads=2"]
-DEEPSEEK = COMMON + ["model.kv_lora_rank=6", "model.q_lora_rank=8", "model.qk_nope_head_dim=4",
-                     "model.qk_rope_head_dim=4", "model.v_head_dim=6", "model.num_nextn_predict_layers=1",
-                     "model.moe.n_routed_experts=8", "model.moe.num_experts_per_tok=2",
-                     "model.moe.n_shared_experts=1", "model.moe.moe_intermediate_size=16",
-                     "model.moe.first_k_dense_replace=1", "model.moe.n_group=2", "model.moe.topk_group=1",
-                     "model.moe.aux_loss_alpha=0.01", "model.moe.bias_update_speed=0.01"]
+DEEPSEEK = COMMON + TINY_MLA_MOE + ["model.num_nextn_predict_layers=1"]
 ZB = ["parallel.schedule=ZB_H1"]
 DUALV = ["parallel.schedule=DUALPIPE_V", "parallel.virtual_stages=2"]
 TP2 = ["parallel.tensor=2", "parallel.sequence_parallel=true"]

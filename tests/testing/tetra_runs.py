@@ -10,6 +10,18 @@ import struct
 import subprocess
 import sys
 
+# DeepSeek-V3's architecture in small, as `--set`s over a tiny model's sizes:
+# multi-head latent attention (latents 6 and 8, head dims 4 + 4 rotary, 6 for
+# values), a dense first layer, then 8 routed experts of width 16 in 2 groups
+# (top-1 group, top-2 experts) beside one shared expert, with a balance loss
+# and the bias update.
+TINY_MLA_MOE = ["model.kv_lora_rank=6", "model.q_lora_rank=8", "model.qk_nope_head_dim=4",
+                "model.qk_rope_head_dim=4", "model.v_head_dim=6",
+                "model.moe.n_routed_experts=8", "model.moe.num_experts_per_tok=2",
+                "model.moe.n_shared_experts=1", "model.moe.moe_intermediate_size=16",
+                "model.moe.first_k_dense_replace=1", "model.moe.n_group=2", "model.moe.topk_group=1",
+                "model.moe.aux_loss_alpha=0.01", "model.moe.bias_update_speed=0.01"]
+
 # mpirun as root, one OpenMP thread per rank (several ranks share the cores).
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMP_NUM_THREADS="1")
