@@ -64,8 +64,9 @@ class PipelineExecutor {
   // Runs the table once: accumulates into the model's gradients the gradient
   // of grad_scale x the step's loss sum, calling on_ready during the step's
   // last gradient computation (its last backward, or W where the schedule
-  // splits them) when that runs chunk 0, else once with 0 after it. Returns the sum of the token cross-entropies of every
-  // micro-batch on the last stage, 0 on the others.
+  // splits them) when that runs chunk 0, else once with 0 after it. Returns
+  // the sum of the token cross-entropies of every micro-batch on the rank
+  // holding the LM head (the last stage's; DualPipeV's rank 0), 0 on the others.
   absl::StatusOr<double> Step(const LoadMicroBatch& load, float grad_scale,
                               const LanguageModel::GradientReadyCallback& on_ready = nullptr);
 
