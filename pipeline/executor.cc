@@ -22,33 +22,36 @@ PipelineExecutor::PipelineExecutor(LanguageModel& model, Communicator& pipeline,
   const LayerParallelism& lp = model_.parallelism();
   rows_ = batch * seq / (lp.sequence_parallel ? lp.tp_size() : 1);
   hidden_ = model_.config().hidden_size();
-  int last_gradient = -1;  // the step's last backward (fused) or W
-  for (size_t i = 0; i < actions_.size(); ++i) {
-    const Action& a = actions_[i];
+  peers_.resize(model_.num_chunks());
+  for (const Action& a : actions_) {
     TETRA_CHECK(a.chunk >= 0 && a.chunk < model_.num_chunks())
         << ActionText(a) << ": the model holds " << model_.num_chunks() << " chunks";
     micro_batches_ = std::max(micro_batches_, a.micro_batch + 1);
-  }
-  const size_t pieces = static_cast<size_t>(micro_batches_) * model_.num_chunks();
-  split_.assign(pieces, false);
-  for (ActionType type : {ActionType::kRecvActivation, ActionType::kSendActivation, ActionType::kRecvGradient,
-                          ActionType::kSendGradient}) {
-    has_message_[static_cast<int>(type)].assign(pieces, false);
-  }
-  activation_from_.assign(model_.num_chunks(), -1);
-  activation_to_.assign(model_.num_chunks(), -1);
-  for (size_t i = 0; i < actions_.size(); ++i) {
-    const Action& a = actions_[i];
-    if (a.type == ActionType::kRecvActivation) activation_from_[a.chunk] = a.peer;
-    if (a.type == ActionType::kSendActivation) activation_to_[a.chunk] = a.peer;
-    if (a.type == ActionType::kWeight) split_[Piece(a)] = true;
-    if (!IsCompute(a.type)) has_message_[static_cast<int>(a.type)][Piece(a)] = true;
-  }
-  for (size_t i = 0; i < actions_.size(); ++i) {
-    const Action& a = actions_[i];
-    if (a.type == ActionType::kWeight || (a.type == ActionType::kBackward && !split_[Piece(a)])) {
-      last_gradient = static_cast<int>(i);
+    ChunkPeers& peers = peers_[a.chunk];
+    switch (a.type) {
+      case ActionType::kRecvActivation:
+        peers.activation_from = a.peer;
+        break;
+      case ActionType::kSendActivation:
+        peers.activation_to = a.peer;
+        break;
+      case ActionType::kRecvGradient:
+        peers.gradient_from = a.peer;
+        break;
+      case ActionType::kSendGradient:
+        peers.gradient_to = a.peer;
+        break;
+      case ActionType::kWeight:
+        split_backward_ = true;
+        break;
+      default:
+        break;
     }
+  }
+  int last_gradient = -1;  // the step's last backward (fused) or W
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const ActionType type = actions_[i].type;
+    if (type == (split_backward_ ? ActionType::kWeight : ActionType::kBackward)) last_gradient = static_cast<int>(i);
   }
   // The gradient-ready callback promises a suffix of the flat buffers, which
   // the step's last gradient computation can give only on the first chunk;
@@ -58,10 +61,6 @@ PipelineExecutor::PipelineExecutor(LanguageModel& model, Communicator& pipeline,
 
 size_t PipelineExecutor::Piece(const Action& a) const {
   return static_cast<size_t>(a.chunk) * micro_batches_ + a.micro_batch;
-}
-
-bool PipelineExecutor::HasMessage(ActionType type, const Action& a) const {
-  return has_message_[static_cast<int>(type)][Piece(a)];
 }
 
 Tensor PipelineExecutor::AcquireBuffer() {
@@ -164,12 +163,12 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
   auto hand_on = [&](const Action& a, const Tensor& result, bool sends, std::vector<Tensor>& local) {
     (sends ? outputs[Piece(a)] : local[a.micro_batch]) = CopyToBuffer(result);
   };
+  int live_activations = 0;
   auto release_slot = [&](InFlight& mb) {
     slot_busy[mb.slot] = false;
-    --live_activations_;
+    --live_activations;
   };
   double loss_sum = 0;
-  live_activations_ = 0;
   peak_activations_ = 0;
   absl::Status status;
 
@@ -198,10 +197,10 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
         mb.slot = static_cast<int>(free_slot - slot_busy.begin());
         if (free_slot == slot_busy.end()) slot_busy.push_back(true);
         else *free_slot = true;
-        peak_activations_ = std::max(peak_activations_, ++live_activations_);
+        peak_activations_ = std::max(peak_activations_, ++live_activations);
         if (stage.has_embedding || stage.has_head) Load(load, a.micro_batch, &status);
         if (!stage.has_embedding) {
-          take_input(a, mb, HasMessage(ActionType::kRecvActivation, a), local_activation);
+          take_input(a, mb, peers_[a.chunk].activation_from >= 0, local_activation);
         }
         executed_.push_back(a);
         double stage_loss = 0;
@@ -209,26 +208,25 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
         const Tensor out = model_.ForwardStage(mb.slot, a.chunk, inputs_.data(), mb.received, targets_.data(),
                                                batch_, seq_, grad_scale, &stage_loss);
         // The output lives in the slot until its next forward: the send takes a copy.
-        if (!stage.has_head) hand_on(a, out, HasMessage(ActionType::kSendActivation, a), local_activation);
+        if (!stage.has_head) hand_on(a, out, peers_[a.chunk].activation_to >= 0, local_activation);
         ReleaseBuffer(std::move(mb.received));
         mb.received = Tensor();
         loss_sum += stage_loss;
         break;
       }
       case ActionType::kBackward: {
-        if (!stage.has_head) take_input(a, mb, HasMessage(ActionType::kRecvGradient, a), local_gradient);
+        if (!stage.has_head) take_input(a, mb, peers_[a.chunk].gradient_from >= 0, local_gradient);
         executed_.push_back(a);
         const ScopedSpan span(SpanKind::kBackward, nullptr, a.micro_batch);
-        const bool split = split_[Piece(a)];
         const Tensor d_input =
-            split ? model_.BackwardInputStage(mb.slot, a.chunk, mb.received)
+            split_backward_ ? model_.BackwardInputStage(mb.slot, a.chunk, mb.received)
                   : model_.BackwardStage(mb.slot, a.chunk, mb.received,
                                          static_cast<int>(i) == ready_action_ ? on_ready : nullptr);
         // d input lives in the model until its next backward: the send takes a copy.
-        if (!stage.has_embedding) hand_on(a, d_input, HasMessage(ActionType::kSendGradient, a), local_gradient);
+        if (!stage.has_embedding) hand_on(a, d_input, peers_[a.chunk].gradient_to >= 0, local_gradient);
         ReleaseBuffer(std::move(mb.received));
         mb.received = Tensor();
-        if (!split) release_slot(mb);
+        if (!split_backward_) release_slot(mb);
         break;
       }
       case ActionType::kWeight: {
@@ -258,9 +256,9 @@ absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load
       const PipelineStage& stage = model_.chunk(c);
       if (stage.has_embedding || stage.has_head) Load(load, m, &status);
       Tensor hidden;
-      if (!stage.has_embedding && activation_from_[c] >= 0) {
+      if (!stage.has_embedding && peers_[c].activation_from >= 0) {
         hidden = AcquireBuffer();
-        pipeline_.Recv(hidden, activation_from_[c]);
+        pipeline_.Recv(hidden, peers_[c].activation_from);
       } else if (!stage.has_embedding) {
         TETRA_CHECK(handed.defined()) << "chunk " << c << " has no input: no rank sends it one, nor this rank's chunk before it";
         hidden = std::move(handed);
@@ -272,8 +270,8 @@ absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load
       ReleaseBuffer(std::move(hidden));
       loss_sum += loss;
       if (stage.has_head) continue;
-      if (activation_to_[c] >= 0) {
-        Send(CopyToBuffer(out), activation_to_[c]);
+      if (peers_[c].activation_to >= 0) {
+        Send(CopyToBuffer(out), peers_[c].activation_to);
       } else {
         handed = CopyToBuffer(out);
       }

@@ -104,7 +104,6 @@ class PipelineExecutor {
   void Load(const LoadMicroBatch& load, int micro_batch, absl::Status* status);
   // chunk x micro-batches + micro-batch: a (micro-batch, chunk) of the table.
   size_t Piece(const Action& a) const;
-  bool HasMessage(ActionType type, const Action& a) const;
   // Returns the buffers of completed sends to the pool; with `all`, waits for every send.
   void ReapSends(bool all);
   void Wait(CommHandle& handle);
@@ -118,15 +117,16 @@ class PipelineExecutor {
   // backward or a W) when it runs chunk 0, which then calls on_ready; -1:
   // on_ready(0) once the table has run.
   int ready_action_ = -1;
-  // By piece (Piece()): whether its backward is split (the table has its W),
-  // and whether the table moves each kind of message for it (indexed by
-  // ActionType); a forward or backward without its receive reads what this
-  // rank's other chunk handed over (DualPipeV's turn of the V).
-  std::vector<bool> split_;
-  // By chunk: the pipeline rank its activations come from and go to; -1 for
-  // none (the embedding, the head, or this rank's other chunk).
-  std::vector<int> activation_from_, activation_to_;
-  std::vector<bool> has_message_[static_cast<int>(ActionType::kRecvGradient) + 1];
+  // Whether the table splits its backwards (has W's: B, then W later).
+  bool split_backward_ = false;
+  // By chunk: the pipeline ranks its activations and gradients come from and
+  // go to, as the table's messages say (the same for every micro-batch); -1:
+  // none (the embedding, the head, or this rank's other chunk, which hands
+  // them over with no message: DualPipeV's turn of the V).
+  struct ChunkPeers {
+    int activation_from = -1, activation_to = -1, gradient_from = -1, gradient_to = -1;
+  };
+  std::vector<ChunkPeers> peers_;
   std::vector<int32_t> inputs_, targets_;
   std::vector<Tensor> free_buffers_;
   // A pending send keeps its buffer; the handle (declared last, destroyed
@@ -138,7 +138,7 @@ class PipelineExecutor {
   std::vector<PendingSend> sends_;
   int buffers_made_ = 0;
   double wait_seconds_ = 0, step_seconds_ = 0;
-  int peak_activations_ = 0, live_activations_ = 0;
+  int peak_activations_ = 0;
   std::vector<Action> executed_;
 };
 

@@ -242,9 +242,8 @@ std::vector<std::vector<Action>> PlaceMessages(const ScheduleSpec& spec,
           const bool forward = a.type == ActionType::kForward;
           const int to = forward ? stage + 1 : stage - 1;
           if (to < 0 || to >= num_virtual) continue;
-          const int to_rank = RankOfVirtualStage(spec, to);
+          const auto [to_rank, to_chunk] = LocateVirtualStage(to, p, PlacementOfSpec(spec));
           if (to_rank == rank) continue;
-          const int to_chunk = LocateVirtualStage(to, p, PlacementOfSpec(spec)).chunk;
           const int64_t seq = sequence[rank]++;
           placed[rank].push_back(
               {done, 0, rank, seq,

@@ -174,19 +174,6 @@ ScheduleSpec PlannedSchedule(const TrainerConfig& config, const MeshShape& mesh)
   return spec;
 }
 
-// IdealBubbleFraction, kept per spec: the search asks for the same few
-// specs many times, and a schedule's may come from simulating its tables.
-double CachedBubbleFraction(const ScheduleSpec& spec) {
-  using Key = std::tuple<int, int, int, int>;
-  static std::mutex mutex;
-  static std::map<Key, double>* cache = new std::map<Key, double>;
-  const Key key{static_cast<int>(spec.kind), spec.stages, spec.micro_batches, spec.virtual_stages};
-  std::lock_guard<std::mutex> lock(mutex);
-  auto [it, inserted] = cache->try_emplace(key, 0.0);
-  if (inserted) it->second = IdealBubbleFraction(spec);
-  return it->second;
-}
-
 // Micro-batch chunks whose activations `spec` keeps at once on pipeline
 // rank `rank`: the checker's bound, and never more than the step's m x v.
 int ChunksInFlight(const ScheduleSpec& spec, int rank) {
@@ -216,11 +203,11 @@ std::vector<PendingWeights> PendingWeightChunks(ScheduleSpec spec) {
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache->find(key); it != cache->end()) return it->second;
   const int last = spec.stages * spec.virtual_stages - 1;
-  for (int r = 0; r < spec.stages; ++r) {
-    const absl::StatusOr<std::vector<Action>> table = BuildSchedule(spec, r);
-    if (!table.ok()) continue;  // a spec the schedule cannot build: PlannedSchedule estimates 1F1B
+  const absl::StatusOr<std::vector<std::vector<Action>>> tables = BuildAllSchedules(spec);
+  // A spec the schedule cannot build: PlannedSchedule estimates 1F1B.
+  for (int r = 0; tables.ok() && r < spec.stages; ++r) {
     int pending = 0, embedding = 0, head = 0;
-    for (const Action& a : *table) {
+    for (const Action& a : (*tables)[r]) {
       const int step = a.type == ActionType::kBackward ? 1 : a.type == ActionType::kWeight ? -1 : 0;
       pending += step;
       if (VirtualStage(spec, r, a.chunk) == 0) embedding += step;
@@ -560,7 +547,7 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   t.cp_s = m * slowest_cp;
   // The schedule's idle fraction f of the step with equal stage times: idle
   // = busy x f / (1 - f), busy m slots (1F1B: (pp - 1) slots).
-  const double f = l.mesh.pp > 1 ? CachedBubbleFraction(out.schedule) : 0;
+  const double f = l.mesh.pp > 1 ? IdealBubbleFraction(out.schedule) : 0;
   t.bubble_s = f < 1 ? m * slowest_mb * f / (1 - f) * node.idle_in_bubble(l.mesh.pp) : 0;
   // Each slot's activation (forward) and gradient (backward) send to the next stage.
   if (l.mesh.pp > 1) {
@@ -646,7 +633,7 @@ std::string ScheduleSummary(const ScheduleSpec& spec) {
   if (spec.stages == 1) return text + ", no pipeline";
   absl::StrAppendFormat(&text, ", %s over %d stages", ScheduleKindName(spec.kind), spec.stages);
   if (spec.virtual_stages > 1) absl::StrAppendFormat(&text, " x %d chunks", spec.virtual_stages);
-  absl::StrAppendFormat(&text, " (ideal bubble %.1f%%)", 100 * CachedBubbleFraction(spec));
+  absl::StrAppendFormat(&text, " (ideal bubble %.1f%%)", 100 * IdealBubbleFraction(spec));
   return text;
 }
 
