@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
@@ -49,6 +51,23 @@ int64_t CheckBlocks(const Communicator& comm, const std::vector<int64_t>& counts
 
 std::string DescribeGroupRank(const Communicator& comm, int rank) {
   return absl::StrCat("rank ", rank, " (world ", comm.ranks()[rank], ")");
+}
+
+std::string DescribeSendRecv(const Communicator& comm, const Tensor& send, int to, const Tensor& recv,
+                             int from) {
+  return absl::StrCat("send_recv of ", send.numel(), " ", DTypeName(send.dtype()), " to ",
+                      DescribeGroupRank(comm, to), " and ", recv.numel(), " from ",
+                      DescribeGroupRank(comm, from), " on ", DescribeGroup(comm));
+}
+
+CommHandle Both(CommHandle a, CommHandle b, std::function<std::string()> describe, double timeout_s) {
+  auto pair = std::make_shared<std::pair<CommHandle, CommHandle>>(std::move(a), std::move(b));
+  return CommHandle(
+      [pair] {
+        const bool first = pair->first.Test();  // both polled every time: each makes progress
+        return pair->second.Test() && first;
+      },
+      std::move(describe), timeout_s);
 }
 
 std::string DescribeOp(const Communicator& comm, const std::string& op, int64_t count, DType dtype,

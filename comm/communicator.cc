@@ -77,6 +77,14 @@ void CheckPair(const Communicator& comm, const Tensor& send, const Tensor& recv,
   CheckServed(comm, recv, op);
 }
 
+// Fatal when `peer` is this rank: NCCL refuses a lone send or receive to oneself.
+void CheckNotSelf(const Communicator& comm, int peer, const char* op) {
+  TETRA_CHECK(peer != comm.rank())
+      << op << " to this rank itself (" << DescribeGroupRank(comm, peer) << ") on "
+      << DescribeGroup(comm) << " outside a group: NCCL refuses a lone send or receive to oneself"
+      << "\nhint: exchange with SendRecvAsync, which pairs the two as one group";
+}
+
 // Reductions of these accumulate in F32 (see communicator.h).
 bool ReducesWidened(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kF16; }
 
@@ -233,6 +241,7 @@ CommHandle Communicator::SendAsync(const Tensor& buffer, int peer, int tag) {
   if (Communicator* host = HostRouteFor(buffer)) return host->SendAsync(buffer, peer, tag);
   CheckServed(*this, buffer, "send");
   CheckGroupRank(*this, peer, "peer", "send");
+  CheckNotSelf(*this, peer, "send");
   return StartSend(buffer, peer, tag);
 }
 
@@ -240,7 +249,28 @@ CommHandle Communicator::RecvAsync(const Tensor& buffer, int peer, int tag) {
   if (Communicator* host = HostRouteFor(buffer)) return host->RecvAsync(buffer, peer, tag);
   CheckServed(*this, buffer, "recv");
   CheckGroupRank(*this, peer, "peer", "recv");
+  CheckNotSelf(*this, peer, "recv");
   return StartRecv(buffer, peer, tag);
+}
+
+CommHandle Communicator::SendRecvAsync(const Tensor& send, int to, const Tensor& recv, int from) {
+  if (Communicator* host = HostRouteFor(send)) return host->SendRecvAsync(send, to, recv, from);
+  CheckPair(*this, send, recv, "send_recv");
+  CheckGroupRank(*this, to, "peer", "send_recv");
+  CheckGroupRank(*this, from, "peer", "send_recv");
+  CheckDisjoint(send, recv, "send_recv");
+  TETRA_CHECK((to == rank()) == (from == rank()))
+      << "send_recv on " << DescribeGroup(*this) << ": sends to " << DescribeGroupRank(*this, to)
+      << " and receives from " << DescribeGroupRank(*this, from)
+      << "; a send to this rank itself is received by the same call (to and from both this rank)";
+  if (to == rank()) {
+    TETRA_CHECK(send.numel() == recv.numel())
+        << "send_recv with itself on " << DescribeGroup(*this) << ": sends " << send.numel()
+        << " elements into a receive of " << recv.numel();
+    recv.CopyFrom(send);
+    return CommHandle();
+  }
+  return StartSendRecv(send, to, recv, from);
 }
 
 std::function<void()> SetCommAbortHandler(std::function<void()> handler) {

@@ -120,9 +120,21 @@ class Communicator {
   CommHandle BroadcastAsync(const Tensor& buffer, int root);
   // Point-to-point with group rank `peer`. MPI matches by tag; NCCL has no
   // tags (it takes only tag 0) and matches a peer's messages in issue order,
-  // so portable code sends and receives in the same order.
+  // so portable code sends and receives in the same order. NCCL runs a
+  // communicator's calls one after another in posting order, a send ending
+  // only once its receiver has reached the matching receive, so two ranks
+  // that each post a lone send to the other before their receives deadlock:
+  // exchanges go through SendRecvAsync. `peer` is never this rank itself
+  // (NCCL refuses a lone send or receive to oneself; checked here for every
+  // backend).
   CommHandle SendAsync(const Tensor& buffer, int peer, int tag = 0);
   CommHandle RecvAsync(const Tensor& buffer, int peer, int tag = 0);
+  // Sends `send` to group rank `to` and receives `recv` (same dtype and
+  // device, disjoint) from group rank `from` as one group, as NCCL's
+  // ncclGroupStart/ncclGroupEnd pair them: the two progress together, so a
+  // neighbour exchange cannot deadlock whatever order the ranks post in.
+  // `to` and `from` are both this rank (a copy) or both another.
+  CommHandle SendRecvAsync(const Tensor& send, int to, const Tensor& recv, int from);
   CommHandle BarrierAsync() { return StartBarrier(); }
 
   // A communicator over `world_ranks` (ascending, containing this rank), named
@@ -149,6 +161,9 @@ class Communicator {
   void Broadcast(const Tensor& buffer, int root) { BroadcastAsync(buffer, root).Wait(); }
   void Send(const Tensor& buffer, int peer, int tag = 0) { SendAsync(buffer, peer, tag).Wait(); }
   void Recv(const Tensor& buffer, int peer, int tag = 0) { RecvAsync(buffer, peer, tag).Wait(); }
+  void SendRecv(const Tensor& send, int to, const Tensor& recv, int from) {
+    SendRecvAsync(send, to, recv, from).Wait();
+  }
   void Barrier() { BarrierAsync().Wait(); }
 
  protected:
@@ -168,6 +183,8 @@ class Communicator {
   virtual CommHandle StartBroadcast(const Tensor& buffer, int root) = 0;
   virtual CommHandle StartSend(const Tensor& buffer, int peer, int tag) = 0;
   virtual CommHandle StartRecv(const Tensor& buffer, int peer, int tag) = 0;
+  // `to` and `from` are another rank (both this one: the caller copies).
+  virtual CommHandle StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) = 0;
   virtual CommHandle StartBarrier() = 0;
 
  private:

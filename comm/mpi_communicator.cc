@@ -285,6 +285,11 @@ CommHandle MpiCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) {
   });
 }
 
+CommHandle MpiCommunicator::StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) {
+  return Both(StartRecv(recv, from, 0), StartSend(send, to, 0),
+              [this, send, to, recv, from] { return DescribeSendRecv(*this, send, to, recv, from); }, timeout_s_);
+}
+
 CommHandle MpiCommunicator::StartBarrier() {
   auto pending = std::make_shared<Pending>();
   TETRA_MPI_CHECK(MPI_Ibarrier(comm_, &pending->request));

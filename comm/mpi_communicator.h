@@ -84,6 +84,7 @@ class MpiCommunicator : public Communicator {
   CommHandle StartBroadcast(const Tensor& buffer, int root) override;
   CommHandle StartSend(const Tensor& buffer, int peer, int tag) override;
   CommHandle StartRecv(const Tensor& buffer, int peer, int tag) override;
+  CommHandle StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) override;
   CommHandle StartBarrier() override;
 
  private:

@@ -14,6 +14,11 @@ CommHandle Copy(const Tensor& send, const Tensor& recv) {
   return CommHandle();
 }
 
+CommHandle NoPeer(const char* op) {
+  TETRA_CHECK(false) << op << " reached a single-rank group's backend, which has no peer";
+  return CommHandle();
+}
+
 }  // namespace
 
 SelfCommunicator::SelfCommunicator(int world_rank, std::string name, double timeout_s)
@@ -51,18 +56,11 @@ CommHandle SelfCommunicator::StartAllToAllV(const Tensor& send,
 
 CommHandle SelfCommunicator::StartBroadcast(const Tensor&, int) { return CommHandle(); }
 
-CommHandle SelfCommunicator::StartSend(const Tensor& buffer, int peer, int tag) {
-  TETRA_CHECK(false) << DescribeOp(*this, "send", buffer.numel(), buffer.dtype()) << " to rank "
-                     << peer << ", tag " << tag << ": a single-rank group has no peer to send to";
-  return CommHandle();
-}
-
-CommHandle SelfCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) {
-  TETRA_CHECK(false) << DescribeOp(*this, "recv", buffer.numel(), buffer.dtype()) << " from rank "
-                     << peer << ", tag " << tag
-                     << ": a single-rank group has no peer to receive from";
-  return CommHandle();
-}
+// Unreachable: the only peer is this rank, which Communicator refuses for a
+// lone send or receive and serves itself for a send_recv.
+CommHandle SelfCommunicator::StartSend(const Tensor&, int, int) { return NoPeer("send"); }
+CommHandle SelfCommunicator::StartRecv(const Tensor&, int, int) { return NoPeer("recv"); }
+CommHandle SelfCommunicator::StartSendRecv(const Tensor&, int, const Tensor&, int) { return NoPeer("send_recv"); }
 
 CommHandle SelfCommunicator::StartBarrier() { return CommHandle(); }
 

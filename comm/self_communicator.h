@@ -3,8 +3,9 @@
 // either device. Every collective over one rank is a copy from send to recv
 // (Tensor::CopyFrom; nothing when in place), broadcast and barrier do
 // nothing, and every handle it returns is already complete, so code written
-// for a group runs unchanged and free of transfers. Point-to-point with
-// oneself has no meaning here: a fatal check.
+// for a group runs unchanged and free of transfers. A send_recv with oneself
+// is a copy (Communicator does it); a lone send or receive to oneself is
+// refused before it reaches this backend.
 #ifndef TETRA_COMM_SELF_COMMUNICATOR_H_
 #define TETRA_COMM_SELF_COMMUNICATOR_H_
 
@@ -50,6 +51,7 @@ class SelfCommunicator : public Communicator {
   CommHandle StartBroadcast(const Tensor& buffer, int root) override;
   CommHandle StartSend(const Tensor& buffer, int peer, int tag) override;
   CommHandle StartRecv(const Tensor& buffer, int peer, int tag) override;
+  CommHandle StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) override;
   CommHandle StartBarrier() override;
 
  private:

@@ -44,7 +44,70 @@ std::string Sized(const std::string& op, int64_t count, DType dtype) {
   return absl::StrCat(op, " of ", count, " ", DTypeName(dtype));
 }
 
+// Host tags of the point-to-point traffic: a receiver's go-ahead and the data.
+constexpr int kGoAheadTag = 1, kDataTag = 0;
+
 }  // namespace
+
+// One point-to-point call: a send, a receive, or both (SendRecv).
+struct StagedCommunicator::Transfer {
+  Tensor send;  // host side; undefined: no send
+  int to = -1;
+  Tensor recv;  // host side; undefined: no receive
+  int from = -1;
+  int32_t go_ahead_out = 1, go_ahead_in = 0;
+  CommHandle go_ahead_sent, go_ahead_received, data_sent, data_received;
+  bool started = false, sending = false, done = false;
+};
+
+bool StagedCommunicator::Advance(Transfer& t) {
+  if (!t.started) {
+    t.started = true;
+    if (t.recv.defined()) {
+      t.go_ahead_sent = host_->SendAsync(Tensor::View(&t.go_ahead_out, {1}, DType::kI32), t.from, kGoAheadTag);
+      t.data_received = host_->RecvAsync(t.recv, t.from, kDataTag);
+    }
+    if (t.send.defined()) {
+      t.go_ahead_received = host_->RecvAsync(Tensor::View(&t.go_ahead_in, {1}, DType::kI32), t.to, kGoAheadTag);
+    }
+  }
+  if (t.send.defined() && !t.sending && t.go_ahead_received.Test()) {
+    t.sending = true;
+    t.data_sent = host_->SendAsync(t.send, t.to, kDataTag);
+  }
+  // Every handle polled each time, so each makes progress.
+  const bool go_ahead_sent = t.go_ahead_sent.Test(), received = t.data_received.Test();
+  const bool sent = !t.send.defined() || (t.sending && t.data_sent.Test());
+  return go_ahead_sent && received && sent;
+}
+
+void StagedCommunicator::RunTransfers() {
+  while (!transfers_.empty() && Advance(*transfers_.front())) {
+    transfers_.front()->done = true;
+    transfers_.pop_front();
+  }
+}
+
+CommHandle StagedCommunicator::Enqueue(const Tensor& send, int to, const Tensor& recv, int from, std::string what) {
+  auto transfer = std::make_shared<Transfer>();
+  transfer->send = send;
+  transfer->to = to;
+  transfer->recv = recv;
+  transfer->from = from;
+  transfers_.push_back(transfer);
+  RunTransfers();
+  const std::string description = absl::StrCat(
+      what, " on ", DescribeGroup(*this),
+      " (run as NCCL runs it: one point-to-point call at a time in posting order, a send ending once its "
+      "receiver reaches the matching receive; two ranks that each post a lone send, or each a lone "
+      "receive, to the other first deadlock: post such a pair with SendRecvAsync)");
+  return CommHandle(
+      [this, transfer] {
+        RunTransfers();
+        return transfer->done;
+      },
+      [description] { return description; }, timeout_s());
+}
 
 StagedCommunicator::StagedCommunicator(std::unique_ptr<Communicator> host) : host_(std::move(host)) {
   TETRA_CHECK(host_ != nullptr && host_->Serves(DeviceType::kCPU))
@@ -131,13 +194,26 @@ CommHandle StagedCommunicator::StartBroadcast(const Tensor& buffer, int root) {
 CommHandle StagedCommunicator::StartSend(const Tensor& buffer, int peer, int tag) {
   TETRA_CHECK(tag == 0) << "send: NCCL has no tags (got " << tag << "); order the transfers instead";
   const Tensor host = OnHost(buffer);
-  return Returned(host_->SendAsync(host, peer), {host}, Tensor(), Tensor());
+  return Enqueue(host, peer, Tensor(), -1,
+                 absl::StrCat(Sized("send", buffer.numel(), buffer.dtype()), " to ", DescribeGroupRank(*this, peer)));
 }
 
 CommHandle StagedCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) {
   TETRA_CHECK(tag == 0) << "recv: NCCL has no tags (got " << tag << "); order the transfers instead";
   const Tensor host = HostResult(buffer);
-  return Returned(host_->RecvAsync(host, peer), {}, host, buffer);
+  return Returned(Enqueue(Tensor(), -1, host, peer,
+                          absl::StrCat(Sized("recv", buffer.numel(), buffer.dtype()), " from ",
+                                       DescribeGroupRank(*this, peer))),
+                  {}, host, buffer);
+}
+
+CommHandle StagedCommunicator::StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) {
+  const Tensor host_send = OnHost(send), host_recv = HostResult(recv);
+  return Returned(Enqueue(host_send, to, host_recv, from,
+                          absl::StrCat(Sized("send_recv", send.numel(), send.dtype()), " to ",
+                                       DescribeGroupRank(*this, to), ", ", recv.numel(), " from ",
+                                       DescribeGroupRank(*this, from))),
+                  {}, host_recv, recv);
 }
 
 CommHandle StagedCommunicator::StartBarrier() {

@@ -7,6 +7,13 @@
 //   - no tags: point-to-point messages take tag 0 only (fatal otherwise) and
 //     match in posting order, as MPI's non-overtaking order and NCCL do;
 //     the receiver checks each message's size (the MPI backend does);
+//   - point-to-point calls run as NCCL's stream runs them: one at a time, in
+//     posting order, a send ending only once its receiver has reached the
+//     matching receive (rendezvous: a go-ahead message from the receiver
+//     precedes the data), a SendRecv's send and receive together. So two
+//     ranks that each post a lone send (or each a lone receive) to the other
+//     before the other half deadlock here as on NCCL, and the watchdog ends
+//     the job naming the call;
 //   - every collective is the same operation, dtype and size on every rank
 //     of the group, in the same order: before it starts, the ranks gather
 //     each other's description of it (and, for all-to-all(v), the send
@@ -26,6 +33,7 @@
 #define TETRA_COMM_STAGED_COMMUNICATOR_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,9 +69,20 @@ class StagedCommunicator : public Communicator {
   CommHandle StartBroadcast(const Tensor& buffer, int root) override;
   CommHandle StartSend(const Tensor& buffer, int peer, int tag) override;
   CommHandle StartRecv(const Tensor& buffer, int peer, int tag) override;
+  CommHandle StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) override;
   CommHandle StartBarrier() override;
 
  private:
+  struct Transfer;
+  // Queues a point-to-point call: host tensors `send` to `to` and/or `recv`
+  // from `from` (undefined: that half is absent); its handle completes once
+  // the call has run (its turn came and both halves are done).
+  CommHandle Enqueue(const Tensor& send, int to, const Tensor& recv, int from, std::string what);
+  // Runs the queue's calls in order as far as they complete now.
+  void RunTransfers();
+  // Starts `t` or moves it on; true once it is done.
+  bool Advance(Transfer& t);
+
   // Gathers every rank's `operation` (and, when given, its all-to-all send
   // counts, checked against this rank's `recv_counts`); fatal on a mismatch.
   void CheckSameCollective(const std::string& operation, const std::vector<int64_t>* send_counts = nullptr,
@@ -71,6 +90,7 @@ class StagedCommunicator : public Communicator {
 
   std::unique_ptr<Communicator> host_;
   int64_t collectives_ = 0;  // issued on this group so far: names a mismatch
+  std::deque<std::shared_ptr<Transfer>> transfers_;  // point-to-point calls not yet run, in posting order
 };
 
 }  // namespace tetra

@@ -53,25 +53,16 @@ void Accumulate(const Tensor& part, Tensor& acc, bool first, Tensor& widened) {
 }
 
 // Sends each of `send` to the next rank of the ring and receives each of
-// `recv` from the previous one. Even ranks post their sends first, odd ranks
-// their receives, so backends that match messages in posting order on one
-// stream (NCCL) cannot deadlock round the ring.
+// `recv` from the previous one, each pair as one grouped exchange (NCCL
+// would deadlock lone sends and receives posted in the same order round
+// the ring, and refuses them to oneself).
 std::vector<CommHandle> RingShift(Communicator& ring, const std::vector<Tensor>& send,
                                   const std::vector<Tensor>& recv) {
   const int n = ring.size(), r = ring.rank();
+  TETRA_CHECK(send.size() == recv.size()) << "ring shift of " << send.size() << " tensors into " << recv.size();
   std::vector<CommHandle> handles;
-  auto post_sends = [&] {
-    for (const Tensor& t : send) handles.push_back(ring.SendAsync(t, (r + 1) % n));
-  };
-  auto post_receives = [&] {
-    for (const Tensor& t : recv) handles.push_back(ring.RecvAsync(t, (r + n - 1) % n));
-  };
-  if (r % 2 == 0) {
-    post_sends();
-    post_receives();
-  } else {
-    post_receives();
-    post_sends();
+  for (size_t i = 0; i < send.size(); ++i) {
+    handles.push_back(ring.SendRecvAsync(send[i], (r + 1) % n, recv[i], (r + n - 1) % n));
   }
   return handles;
 }

@@ -209,6 +209,15 @@ CommHandle NcclCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) 
   });
 }
 
+CommHandle NcclCommunicator::StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) {
+  AfterCurrentStream();
+  TETRA_NCCL_CHECK(Nccl().GroupStart());
+  TETRA_NCCL_CHECK(Nccl().Send(send.raw(), send.numel(), NcclType(send.dtype()), to, comm_, stream_));
+  TETRA_NCCL_CHECK(Nccl().Recv(recv.raw(), recv.numel(), NcclType(recv.dtype()), from, comm_, stream_));
+  TETRA_NCCL_CHECK(Nccl().GroupEnd());
+  return Watch([this, send, to, recv, from] { return DescribeSendRecv(*this, send, to, recv, from); });
+}
+
 CommHandle NcclCommunicator::StartBarrier() {
   AfterCurrentStream();
   TETRA_NCCL_CHECK(Nccl().AllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream_));

@@ -71,6 +71,7 @@ class NcclCommunicator : public Communicator {
   CommHandle StartBroadcast(const Tensor& buffer, int root) override;
   CommHandle StartSend(const Tensor& buffer, int peer, int tag) override;
   CommHandle StartRecv(const Tensor& buffer, int peer, int tag) override;
+  CommHandle StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) override;
   // NCCL has no barrier: an all-reduce of one device integer stands in.
   CommHandle StartBarrier() override;
 

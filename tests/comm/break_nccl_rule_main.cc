@@ -4,7 +4,14 @@
 //   order   rank 0 all-reduces where rank 1 all-gathers;
 //   size    the ranks all-reduce different numbers of elements;
 //   counts  rank 1 expects more all-to-all-v elements than rank 0 sends it;
-//   tag     rank 0 sends with tag 5.
+//   tag     rank 0 sends with tag 5;
+//   self    each rank posts a lone send to itself (NCCL refuses it);
+//   sends_first     each rank posts a lone send to the other, then its
+//                   receive (NCCL deadlocks: each send waits for a receive
+//                   queued behind the other's send);
+//   receives_first  each rank posts a lone receive from the other, then its
+//                   send (tetra commbench's old send_recv: NCCL deadlocks).
+// The two deadlocks end through the watchdog, after a short comm timeout.
 // A rule it failed to catch ends in "not refused" and exit 0.
 #include <cstdio>
 #include <memory>
@@ -37,6 +44,14 @@ void BreakRule(const std::string& rule, Communicator& comm) {
   } else if (rule == "tag") {
     if (me == 0) comm.Send(F32(a), 1, /*tag=*/5);
     else comm.Recv(F32(a), 0, /*tag=*/0);
+  } else if (rule == "self") {
+    comm.Send(F32(a), me);
+  } else if (rule == "sends_first" || rule == "receives_first") {
+    const int other = 1 - me;
+    CommHandle first = rule == "sends_first" ? comm.SendAsync(F32(a), other) : comm.RecvAsync(F32(b).Slice(0, 8), other);
+    CommHandle second = rule == "sends_first" ? comm.RecvAsync(F32(b).Slice(0, 8), other) : comm.SendAsync(F32(a), other);
+    first.Wait();  // the watchdog names the call posted first
+    second.Wait();
   }
 }
 
@@ -45,9 +60,11 @@ void BreakRule(const std::string& rule, Communicator& comm) {
 
 int main(int argc, char** argv) {
   tetra::MpiSession session(&argc, &argv);
-  constexpr double kTimeoutS = 60;
-  tetra::StagedCommunicator staged(tetra::MpiWorld(kTimeoutS));
-  tetra::BreakRule(argc > 1 ? argv[1] : "", staged);
+  const std::string rule = argc > 1 ? argv[1] : "";
+  // The deadlocks end when this passes; the other rules are caught at once.
+  const double timeout_s = rule == "sends_first" || rule == "receives_first" ? 3 : 60;
+  tetra::StagedCommunicator staged(tetra::MpiWorld(timeout_s));
+  tetra::BreakRule(rule, staged);
   std::printf("rank %d: rule %s not refused\n", staged.rank(), argc > 1 ? argv[1] : "(none)");
   return 0;
 }

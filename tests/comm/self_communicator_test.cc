@@ -116,13 +116,18 @@ TEST(SelfCommunicatorTest, MismatchedTensorsAreABug) {
                "blocks of recv");
 }
 
-TEST(SelfCommunicatorTest, PointToPointIsABug) {
+// NCCL refuses a lone send or receive to oneself; a grouped exchange with
+// oneself is a copy.
+TEST(SelfCommunicatorTest, PointToPointWithItselfOnlyAsAGroupedExchange) {
   SelfCommunicator comm(kWorldRank);
-  float value = 1;
+  float value = 1, copy = 0;
   const Tensor scalar = Tensor::View(&value, {1}, DType::kF32);
-  EXPECT_DEATH(comm.Send(scalar, 0), "no peer to send to");
-  EXPECT_DEATH(comm.Recv(scalar, 0), "no peer to receive from");
+  EXPECT_DEATH(comm.Send(scalar, 0), "NCCL refuses a lone send or receive to oneself");
+  EXPECT_DEATH(comm.Recv(scalar, 0), "NCCL refuses a lone send or receive to oneself");
   EXPECT_DEATH(comm.Broadcast(scalar, /*root=*/1), "not a rank of group");
+  comm.SendRecv(scalar, 0, Tensor::View(&copy, {1}, DType::kF32), 0);
+  EXPECT_EQ(copy, 1.0f);
+  EXPECT_DEATH(comm.SendRecv(scalar, 0, scalar, 0), "buffers overlap");
 }
 
 }  // namespace

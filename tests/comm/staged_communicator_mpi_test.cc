@@ -104,22 +104,50 @@ TEST_P(StagedCommunicatorTest, BroadcastFromTheLastRank) {
   EXPECT_EQ(buffer, std::vector<int32_t>(5, 7));
 }
 
-// Two untagged messages to the next rank arrive in the order they were posted.
+// Two untagged messages to the next rank arrive in the order they were
+// posted. Lone sends and receives run one at a time in posting order, as on
+// NCCL, so round the ring even ranks post their sends first and odd ranks
+// their receives (an even ring: each receive meets a rank that sends first).
 TEST_P(StagedCommunicatorTest, UntaggedMessagesMatchInPostingOrder) {
   const int n = comm().size(), me = comm().rank();
+  ASSERT_EQ(n % 2, 0) << "the ring needs an even number of ranks";
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   std::vector<int32_t> first = {me, 1, 2}, second = {me, 3, 4};
   std::vector<int32_t> got_first(3), got_second(3);
-  CommHandle recv_first = comm().RecvAsync(View(got_first), prev);
-  CommHandle recv_second = comm().RecvAsync(View(got_second), prev);
-  CommHandle send_first = comm().SendAsync(View(first), next);
-  CommHandle send_second = comm().SendAsync(View(second), next);
-  recv_second.Wait();
-  recv_first.Wait();
-  send_first.Wait();
-  send_second.Wait();
+  std::vector<CommHandle> handles;
+  auto post_sends = [&] {
+    handles.push_back(comm().SendAsync(View(first), next));
+    handles.push_back(comm().SendAsync(View(second), next));
+  };
+  auto post_receives = [&] {
+    handles.push_back(comm().RecvAsync(View(got_first), prev));
+    handles.push_back(comm().RecvAsync(View(got_second), prev));
+  };
+  if (me % 2 == 0) {
+    post_sends();
+    post_receives();
+  } else {
+    post_receives();
+    post_sends();
+  }
+  for (auto h = handles.rbegin(); h != handles.rend(); ++h) h->Wait();  // last posted first
   EXPECT_EQ(got_first, (std::vector<int32_t>{prev, 1, 2}));
   EXPECT_EQ(got_second, (std::vector<int32_t>{prev, 3, 4}));
+}
+
+// Grouped exchanges need no ordering: every rank posts its exchange with
+// the next rank before the one with the previous (lone calls in that order
+// would deadlock), and with a pair's one peer both ways.
+TEST_P(StagedCommunicatorTest, GroupedExchangesInAnyOrder) {
+  const int n = comm().size(), me = comm().rank();
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  std::vector<int32_t> to_next = {me, 5}, to_prev = {me, 6, 7}, from_prev(2), from_next(3);
+  CommHandle forward = comm().SendRecvAsync(View(to_next), next, View(from_prev), prev);
+  CommHandle backward = comm().SendRecvAsync(View(to_prev), prev, View(from_next), next);
+  backward.Wait();
+  forward.Wait();
+  EXPECT_EQ(from_prev, (std::vector<int32_t>{prev, 5}));
+  EXPECT_EQ(from_next, (std::vector<int32_t>{next, 6, 7}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Groups, StagedCommunicatorTest, testing::Values(false, true),

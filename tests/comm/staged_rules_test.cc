@@ -76,5 +76,28 @@ TEST(StagedRulesTest, ATaggedSendEndsTheJob) {
   EXPECT_THAT(job.output, HasSubstr("NCCL has no tags (got 5)"));
 }
 
+TEST(StagedRulesTest, ALoneSendToItselfEndsTheJob) {
+  const JobResult job = BreakRule("self");
+  ExpectRefused(job);
+  EXPECT_THAT(job.output, HasSubstr("NCCL refuses a lone send or receive to oneself"));
+}
+
+// Lone point-to-point calls run one at a time in posting order with
+// rendezvous sends, as on NCCL: both orders below deadlock there, and here
+// the watchdog names the call and why.
+TEST(StagedRulesTest, LoneSendsPostedFirstByBothRanksDeadlockAsOnNccl) {
+  const JobResult job = BreakRule("sends_first");
+  ExpectRefused(job);
+  EXPECT_THAT(job.output, HasSubstr("send of 8 F32 to rank"));
+  EXPECT_THAT(job.output, HasSubstr("run as NCCL runs it"));
+}
+
+TEST(StagedRulesTest, LoneReceivesPostedFirstByBothRanksDeadlockAsOnNccl) {
+  const JobResult job = BreakRule("receives_first");
+  ExpectRefused(job);
+  EXPECT_THAT(job.output, HasSubstr("recv of 8 F32 from rank"));
+  EXPECT_THAT(job.output, HasSubstr("post such a pair with SendRecvAsync"));
+}
+
 }  // namespace
 }  // namespace tetra
