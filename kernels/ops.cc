@@ -19,10 +19,10 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/router.h"
 #include "kernels/cpu/swiglu.h"
+#include "kernels/op_contracts.h"
 
 #if TETRA_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/op_profile.h"
 #endif
 
@@ -209,11 +209,8 @@ class HostF32 {
 }  // namespace
 
 void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
-  // Checked before dispatch: cuBLASLt reads and writes whatever sizes it is told.
+  CheckLinear(x, w, y);
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
-  TETRA_CHECK(x.numel() == rows * in && y.numel() == rows * out)
-      << "linear " << ShapeString(x.shape()) << " x " << ShapeString(w.shape()) << "^T -> "
-      << ShapeString(y.shape());
   TETRA_ON_DEVICE(x, Linear(x, w, y));
   ExpectHost(x);
   HostF32 f32;
@@ -222,12 +219,9 @@ void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
 
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
                     const Tensor& dw, bool accumulate_dx, int64_t real_out) {
+  if (real_out < 0) real_out = w.dim(0);
+  CheckLinearBackward(dy, x, w, dx, dw, real_out);
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
-  if (real_out < 0) real_out = out;
-  TETRA_CHECK(x.numel() == rows * in && dy.numel() == rows * out && (!dw.defined() || dw.numel() == w.numel()) &&
-              (!dx.defined() || dx.numel() == x.numel()) && real_out <= out)
-      << "linear backward " << ShapeString(dy.shape()) << ", " << ShapeString(x.shape()) << ", "
-      << ShapeString(w.shape()) << ", " << real_out << " real outputs";
   TETRA_ON_DEVICE(x, LinearBackward(dy, x, w, dx, dw, accumulate_dx, real_out));
   ExpectHost(dy);
   HostF32 f32;
@@ -236,6 +230,7 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
 }
 
 void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
+  CheckEmbedding(tokens, table, out);
   TETRA_ON_DEVICE(table, Embedding(tokens, table, 0, /*sharded=*/false, out));
   ExpectHost(table);
   HostF32 f32;
@@ -244,6 +239,7 @@ void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
 }
 
 void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& dtable) {
+  CheckEmbeddingBackward(tokens, dout, dtable);
   TETRA_ON_DEVICE(dtable, EmbeddingBackward(tokens, dout, 0, /*sharded=*/false, dtable));
   ExpectHost(dtable);
   HostF32 f32;
@@ -253,6 +249,7 @@ void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& d
 
 void EmbeddingShard(const Tensor& tokens, const Tensor& table, int64_t vocab_begin,
                     const Tensor& out) {
+  CheckEmbedding(tokens, table, out);
   TETRA_ON_DEVICE(table, Embedding(tokens, table, vocab_begin, /*sharded=*/true, out));
   ExpectHost(table);
   HostF32 f32;
@@ -262,6 +259,7 @@ void EmbeddingShard(const Tensor& tokens, const Tensor& table, int64_t vocab_beg
 
 void EmbeddingShardBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
                             const Tensor& dtable) {
+  CheckEmbeddingBackward(tokens, dout, dtable);
   TETRA_ON_DEVICE(dtable, EmbeddingBackward(tokens, dout, vocab_begin, /*sharded=*/true, dtable));
   ExpectHost(dtable);
   HostF32 f32;
@@ -270,6 +268,7 @@ void EmbeddingShardBackward(const Tensor& tokens, const Tensor& dout, int64_t vo
 }
 
 void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd) {
+  CheckRmsNorm(x, w, y, rstd);
   TETRA_ON_DEVICE(x, RmsNorm(x, w, eps, y, rstd));
   ExpectHost(x);
   HostF32 f32;
@@ -278,11 +277,7 @@ void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const
 
 void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& sum,
                 const Tensor& y, const Tensor& rstd) {
-  TETRA_CHECK(delta.numel() == x.numel() && sum.numel() == x.numel() && delta.dtype() == x.dtype() &&
-              sum.dtype() == x.dtype())
-      << "add-rmsnorm: x " << DTypeName(x.dtype()) << ShapeString(x.shape()) << ", delta "
-      << DTypeName(delta.dtype()) << ShapeString(delta.shape()) << ", sum " << DTypeName(sum.dtype())
-      << ShapeString(sum.shape());
+  CheckAddRmsNorm(x, delta, w, sum, y, rstd);
   TETRA_ON_DEVICE(x, AddRmsNorm(x, delta, w, eps, sum, y, rstd));
   ExpectHost(x, delta, sum);
   HostF32 f32;
@@ -292,9 +287,7 @@ void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps
 
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                      const Tensor& dx, const Tensor& dw, const Tensor& dx_add) {
-  TETRA_CHECK(!dx_add.defined() || (dx.defined() && dx_add.numel() == dx.numel() && dx_add.dtype() == dx.dtype()))
-      << "rmsnorm backward: dx " << DTypeName(dx.dtype()) << ShapeString(dx.shape()) << " plus "
-      << DTypeName(dx_add.dtype()) << ShapeString(dx_add.shape());
+  CheckRmsNormBackward(dy, x, w, rstd, dx, dw, dx_add);
   TETRA_ON_DEVICE(x, RmsNormBackward(dy, x, w, rstd, dx, dw, dx_add));
   ExpectHost(x, dx_add);
   HostF32 f32;
@@ -303,6 +296,7 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
 }
 
 void Rope(const Tensor& x, const RopeTable& table) {
+  CheckRope("rope", x, table, /*whole_heads=*/true);
   TETRA_ON_DEVICE(x, Rope(x, table, /*backward=*/false));
   ExpectHost(x);
   HostF32 f32;
@@ -310,31 +304,17 @@ void Rope(const Tensor& x, const RopeTable& table) {
 }
 
 void RopeBackward(const Tensor& dx, const RopeTable& table) {
+  CheckRope("rope backward", dx, table, /*whole_heads=*/true);
   TETRA_ON_DEVICE(dx, Rope(dx, table, /*backward=*/true));
   ExpectHost(dx);
   HostF32 f32;
   cpu::RopeBackward(f32.Out(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table);
 }
 
-namespace {
-
-// Packed rows [q | k | v] against q (B,T,Hq,D), k and v (B,T,Hkv,D), one dtype.
-void CheckQkv(const char* op, const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
-  TETRA_CHECK(q.rank() == 4 && k.shape() == v.shape() && k.rank() == 4 && k.dim(0) == q.dim(0) &&
-              k.dim(1) == q.dim(1) && k.dim(3) == q.dim(3) &&
-              qkv.numel() == q.numel() + k.numel() + v.numel() &&
-              qkv.dim(-1) == (q.dim(2) + 2 * k.dim(2)) * q.dim(3) && qkv.dtype() == q.dtype() &&
-              k.dtype() == q.dtype() && v.dtype() == q.dtype())
-      << op << ": qkv " << DTypeName(qkv.dtype()) << ShapeString(qkv.shape()) << ", q "
-      << DTypeName(q.dtype()) << ShapeString(q.shape()) << ", k " << DTypeName(k.dtype())
-      << ShapeString(k.shape()) << ", v " << DTypeName(v.dtype()) << ShapeString(v.shape());
-}
-
-}  // namespace
 
 void SplitQkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
                   const Tensor& v) {
-  CheckQkv("split_qkv_rope", qkv, q, k, v);
+  CheckQkvRope("split_qkv_rope", qkv, table, q, k, v);
   TETRA_ON_DEVICE(qkv, QkvRope(qkv, table, q, k, v, /*backward=*/false));
   ExpectHost(qkv, q, k, v);
   HostF32 f32;
@@ -344,7 +324,7 @@ void SplitQkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, co
 
 void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
                           const RopeTable& table, const Tensor& dqkv) {
-  CheckQkv("merge_qkv_rope_backward", dqkv, dq, dk, dv);
+  CheckQkvRope("merge_qkv_rope_backward", dqkv, table, dq, dk, dv);
   TETRA_ON_DEVICE(dqkv, QkvRope(dqkv, table, dq, dk, dv, /*backward=*/true));
   ExpectHost(dqkv, dq, dk, dv);
   HostF32 f32;
@@ -353,9 +333,7 @@ void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
 }
 
 void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved) {
-  TETRA_CHECK(x.rank() == 4 && x.dim(3) >= 2 * table.half_dim && x.dim(1) <= table.seq)
-      << "decoupled_rope: x " << ShapeString(x.shape()) << " vs table (" << table.seq << ", "
-      << table.half_dim << ")";
+  CheckRope("decoupled_rope", x, table, /*whole_heads=*/false);
   TETRA_ON_DEVICE(x, DecoupledRope(x, table, interleaved, /*backward=*/false));
   ExpectHost(x);
   HostF32 f32;
@@ -364,9 +342,7 @@ void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved) {
 }
 
 void DecoupledRopeBackward(const Tensor& dx, const RopeTable& table, bool interleaved) {
-  TETRA_CHECK(dx.rank() == 4 && dx.dim(3) >= 2 * table.half_dim && dx.dim(1) <= table.seq)
-      << "decoupled_rope_backward: dx " << ShapeString(dx.shape()) << " vs table (" << table.seq
-      << ", " << table.half_dim << ")";
+  CheckRope("decoupled_rope_backward", dx, table, /*whole_heads=*/false);
   TETRA_ON_DEVICE(dx, DecoupledRope(dx, table, interleaved, /*backward=*/true));
   ExpectHost(dx);
   HostF32 f32;
@@ -374,41 +350,8 @@ void DecoupledRopeBackward(const Tensor& dx, const RopeTable& table, bool interl
                              interleaved);
 }
 
-namespace {
-
-// The sizes of MLA's keys and values, checked against each other: kv (rows,
-// H (Dn + Dv)), k_pe (rows, R), key (B, T, H, Dn + R), value (B, T, H, Dv),
-// one dtype.
-cpu::MlaKeyValueDims MlaKeyValueShape(const char* op, const Tensor& kv, const Tensor& k_pe,
-                                      const Tensor& key, const Tensor& value) {
-  const bool ranks = key.rank() == 4 && value.rank() == 4 && key.dim(2) == value.dim(2);
-  const int64_t heads = ranks ? key.dim(2) : 1, rows = ranks ? key.dim(0) * key.dim(1) : 0;
-  const int64_t v_dim = ranks ? value.dim(3) : 0;
-  const int64_t nope = ranks ? kv.dim(-1) / heads - v_dim : -1;
-  const int64_t rope = ranks ? key.dim(3) - nope : -1;
-  TETRA_CHECK(ranks && nope >= 0 && rope >= 0 && value.numel() == rows * heads * v_dim &&
-              kv.numel() == rows * heads * (nope + v_dim) && kv.dim(-1) % heads == 0 &&
-              k_pe.numel() == rows * rope && kv.dtype() == key.dtype() &&
-              k_pe.dtype() == key.dtype() && value.dtype() == key.dtype())
-      << op << ": kv " << DTypeName(kv.dtype()) << ShapeString(kv.shape()) << ", k_pe "
-      << DTypeName(k_pe.dtype()) << ShapeString(k_pe.shape()) << ", key "
-      << DTypeName(key.dtype()) << ShapeString(key.shape()) << ", value "
-      << DTypeName(value.dtype()) << ShapeString(value.shape());
-  return {.rows = rows, .heads = heads, .nope = nope, .rope = rope, .value = v_dim};
-}
-
-}  // namespace
 
 namespace {
-
-// wide (N, Ca + Cb) and its blocks a (N, Ca), b (N, Cb), one dtype.
-void CheckColumnBlocks(const char* op, const Tensor& wide, const Tensor& a, const Tensor& b) {
-  TETRA_CHECK(wide.rank() == 2 && a.rank() == 2 && b.rank() == 2 && a.dim(0) == wide.dim(0) &&
-              b.dim(0) == wide.dim(0) && a.dim(1) + b.dim(1) == wide.dim(1) && a.dtype() == wide.dtype() &&
-              b.dtype() == wide.dtype())
-      << op << ": " << ShapeString(wide.shape()) << " of " << ShapeString(a.shape()) << " and "
-      << ShapeString(b.shape());
-}
 
 // `columns` columns of every row from src's column src_column to dst's
 // column dst_column.
@@ -443,7 +386,7 @@ void SplitColumns(const Tensor& in, const Tensor& a, const Tensor& b) {
 
 void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key,
                       const Tensor& value) {
-  const cpu::MlaKeyValueDims d = MlaKeyValueShape("mla_split_key_value", kv, k_pe, key, value);
+  const cpu::MlaKeyValueDims d = CheckMlaKeyValue("mla_split_key_value", kv, k_pe, key, value);
   TETRA_ON_DEVICE(key, MlaSplitKeyValue(kv, k_pe, d.nope, key, value));
   ExpectHost(kv, k_pe, key, value);
   HostF32 f32;
@@ -453,54 +396,18 @@ void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key,
 void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Tensor& dkv,
                               const Tensor& dk_pe) {
   const cpu::MlaKeyValueDims d =
-      MlaKeyValueShape("mla_merge_key_value_backward", dkv, dk_pe, dkey, dvalue);
+      CheckMlaKeyValue("mla_merge_key_value_backward", dkv, dk_pe, dkey, dvalue);
   TETRA_ON_DEVICE(dkey, MlaMergeKeyValueBackward(dkey, dvalue, d.nope, dkv, dk_pe));
   ExpectHost(dkey, dvalue, dkv, dk_pe);
   HostF32 f32;
   cpu::MlaMergeKeyValueBackward(f32.In(dkey), f32.In(dvalue), d, f32.Out(dkv), f32.Out(dk_pe));
 }
 
-namespace {
-
-// The tensors of an attention call against its shape (kernels/op_types.h),
-// on either device; `dout` and the gradients, when given, as out and q, k, v.
-void CheckAttention(const char* op, const AttentionShape& s, const Tensor& q, const Tensor& k,
-                    const Tensor& v, const Tensor& out, const Tensor& lse,
-                    const Tensor& dout = Tensor(), const Tensor& dq = Tensor(),
-                    const Tensor& dk = Tensor(), const Tensor& dv = Tensor()) {
-  TETRA_CHECK(!s.causal || s.keys() == s.seq)
-      << op << ": causal attention of " << s.seq << " queries over " << s.keys()
-      << " keys; the causal mask needs as many keys as queries"
-      << "\nhint: set kv_seq to 0 (or " << s.seq << "), or causal to false";
-  const int64_t keys = s.keys(), dv_dim = s.value_dim();
-  const bool backward = dout.defined();
-  TETRA_CHECK(q.numel() == s.batch * s.seq * s.q_heads * s.head_dim &&
-              k.numel() == s.batch * keys * s.kv_heads * s.head_dim &&
-              v.numel() == s.batch * keys * s.kv_heads * dv_dim &&
-              out.numel() == s.batch * s.seq * s.q_heads * dv_dim &&
-              lse.numel() == s.batch * s.q_heads * s.seq && lse.dtype() == DType::kF32 &&
-              (!backward || (dout.numel() == out.numel() && dq.numel() == q.numel() &&
-                             dk.numel() == k.numel() && dv.numel() == v.numel())))
-      << op << ": tensors q " << ShapeString(q.shape()) << ", k " << ShapeString(k.shape())
-      << ", v " << ShapeString(v.shape()) << ", out " << ShapeString(out.shape()) << ", lse "
-      << DTypeName(lse.dtype()) << ShapeString(lse.shape()) << " do not fit (B " << s.batch
-      << ", T " << s.seq << ", Tk " << keys << ", Hq " << s.q_heads << ", Hkv " << s.kv_heads
-      << ", D " << s.head_dim << ", Dv " << dv_dim << ")";
-}
-
-}  // namespace
 
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse) {
   CheckAttention("attention", shape, q, k, v, out, lse);
-  if (OnDevice(q)) {
-#if TETRA_HAVE_CUDA
-    const cuda::OpTimer op_timer(__func__);
-    // cuDNN's fused attention where it runs the call, else our own kernel.
-    if (!cuda::CudnnAttention(shape, q, k, v, out, lse)) cuda::Attention(shape, q, k, v, out, lse);
-    return;
-#endif
-  }
+  TETRA_ON_DEVICE(q, Attention(shape, q, k, v, out, lse));
   ExpectHost(q);
   HostF32 f32;
   cpu::AttentionForward(shape, f32.In(q), f32.In(k), f32.In(v), f32.Out(out), f32.Out(lse));
@@ -510,15 +417,7 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   CheckAttention("attention_backward", shape, q, k, v, out, lse, dout, dq, dk, dv);
-  if (OnDevice(q)) {
-#if TETRA_HAVE_CUDA
-    const cuda::OpTimer op_timer(__func__);
-    if (!cuda::CudnnAttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv)) {
-      cuda::AttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv);
-    }
-    return;
-#endif
-  }
+  TETRA_ON_DEVICE(q, AttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv));
   ExpectHost(q);
   HostF32 f32;
   cpu::AttentionBackward(shape, f32.In(dout), f32.In(q), f32.In(k), f32.In(v), f32.In(out), f32.In(lse),
@@ -527,18 +426,7 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
 
 void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor& out,
                     const Tensor& lse) {
-  const bool fits = out.rank() == 4 && part_out.numel() == out.numel() &&
-                    lse.numel() == out.dim(0) * out.dim(1) * out.dim(2) &&
-                    part_lse.numel() == lse.numel();
-  TETRA_CHECK(fits && out.dtype() == DType::kF32 && lse.dtype() == DType::kF32 &&
-              part_lse.dtype() == DType::kF32 &&
-              (part_out.dtype() == DType::kF32 || part_out.dtype() == DType::kBF16))
-      << "attention_merge: part_out " << DTypeName(part_out.dtype())
-      << ShapeString(part_out.shape()) << ", part_lse " << DTypeName(part_lse.dtype())
-      << ShapeString(part_lse.shape()) << " into out " << DTypeName(out.dtype())
-      << ShapeString(out.shape()) << ", lse " << DTypeName(lse.dtype())
-      << ShapeString(lse.shape()) << ": out (B, T, H, Dv) and the lse (B, H, T) fp32, part_out "
-      << "as out in fp32 or bf16";
+  CheckAttentionMerge(part_out, part_lse, out, lse);
   TETRA_ON_DEVICE(out, AttentionMerge(part_out, part_lse, out, lse));
   ExpectHost(part_out, part_lse, out, lse);
   HostF32 f32;
@@ -547,6 +435,7 @@ void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor
 }
 
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  CheckSwiglu("swiglu", {&gate, &up, &out});
   TETRA_ON_DEVICE(gate, Swiglu(gate, up, out));
   ExpectHost(gate);
   HostF32 f32;
@@ -555,29 +444,16 @@ void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
 
 void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                     const Tensor& dgate, const Tensor& dup) {
+  CheckSwiglu("swiglu backward", {&gate, &up, &dout, &dgate, &dup});
   TETRA_ON_DEVICE(gate, SwigluBackward(dout, gate, up, dgate, dup));
   ExpectHost(gate);
   HostF32 f32;
   cpu::SwigluBackward(f32.In(dout), f32.In(gate), f32.In(up), gate.numel(), f32.Out(dgate), f32.Out(dup));
 }
 
-namespace {
-
-// rows x width of the packed ops' (rows, 2 x width) gate_up and (rows, width) out, checked.
-std::pair<int64_t, int64_t> SwigluPackedDims(const Tensor& gate_up, const Tensor& out) {
-  const int64_t width = out.rank() == 0 ? 0 : out.dim(-1);
-  const int64_t rows = width == 0 ? 0 : out.numel() / width;
-  TETRA_CHECK(gate_up.rank() >= 1 && gate_up.dim(-1) == 2 * width &&
-              gate_up.numel() == 2 * out.numel())
-      << "packed swiglu: gate_up " << ShapeString(gate_up.shape()) << " is not (rows, 2 x "
-      << width << ") for out " << ShapeString(out.shape());
-  return {rows, width};
-}
-
-}  // namespace
 
 void SwigluPacked(const Tensor& gate_up, const Tensor& out) {
-  const auto [rows, width] = SwigluPackedDims(gate_up, out);
+  const auto [rows, width] = CheckSwigluPacked("packed swiglu", gate_up, out);
   TETRA_ON_DEVICE(gate_up, SwigluPacked(gate_up, out));
   ExpectHost(gate_up);
   HostF32 f32;
@@ -585,10 +461,7 @@ void SwigluPacked(const Tensor& gate_up, const Tensor& out) {
 }
 
 void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) {
-  const auto [rows, width] = SwigluPackedDims(gate_up, dout);
-  TETRA_CHECK(dgate_up.numel() == gate_up.numel())
-      << "packed swiglu backward: dgate_up " << ShapeString(dgate_up.shape()) << " for gate_up "
-      << ShapeString(gate_up.shape());
+  const auto [rows, width] = CheckSwigluPacked("packed swiglu backward", gate_up, dout, dgate_up);
   TETRA_ON_DEVICE(gate_up, SwigluPackedBackward(dout, gate_up, dgate_up));
   ExpectHost(gate_up);
   HostF32 f32;
@@ -597,9 +470,7 @@ void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tenso
 
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                     const Tensor& dlogits, int64_t vocab_size) {
-  TETRA_CHECK(vocab_size > 0 && vocab_size <= logits.dim(-1))
-      << "cross-entropy over " << vocab_size << " of the " << logits.dim(-1) << " columns of logits "
-      << ShapeString(logits.shape());
+  CheckCrossEntropy(logits, targets, dlogits, vocab_size);
   TETRA_ON_DEVICE(logits, CrossEntropy(logits, targets, grad_scale, dlogits, vocab_size));
   ExpectHost(logits);
   HostF32 f32;
@@ -611,11 +482,7 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
 void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
                           int64_t vocab_size, const Tensor& row_max, const Tensor& target_logit) {
   const int64_t rows = Rows(logits);
-  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows && row_max.numel() == rows &&
-              target_logit.numel() == rows && row_max.dtype() == DType::kF32 &&
-              target_logit.dtype() == DType::kF32 && vocab_begin >= 0)
-      << "cross-entropy row stats: logits " << ShapeString(logits.shape()) << " of ids from "
-      << vocab_begin << " of " << vocab_size << ", targets " << ShapeString(targets.shape());
+  CheckCrossEntropyRowStats(logits, targets, vocab_begin, row_max, target_logit);
   TETRA_ON_DEVICE(logits, CrossEntropyRowStats(logits, targets, vocab_begin, vocab_size, row_max, target_logit));
   ExpectHost(logits, targets, row_max, target_logit);
   HostF32 f32;
@@ -626,10 +493,7 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
 void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab_size,
                         const Tensor& row_max, const Tensor& sum_exp) {
   const int64_t rows = Rows(logits);
-  TETRA_CHECK(row_max.numel() == rows && row_max.dtype() == DType::kF32 && sum_exp.numel() == rows &&
-              sum_exp.dtype() == DType::kF64 && vocab_begin >= 0)
-      << "cross-entropy sum of exps: logits " << ShapeString(logits.shape()) << " of ids from "
-      << vocab_begin << ", sums " << DTypeName(sum_exp.dtype()) << ShapeString(sum_exp.shape());
+  CheckCrossEntropySumExp(logits, vocab_begin, row_max, sum_exp);
   TETRA_ON_DEVICE(logits, CrossEntropySumExp(logits, vocab_begin, vocab_size, row_max, sum_exp));
   ExpectHost(logits, row_max, sum_exp);
   HostF32 f32;
@@ -639,10 +503,7 @@ void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab
 
 double CrossEntropyLoss(const Tensor& targets, const Tensor& row_max, const Tensor& target_logit,
                         const Tensor& sum_exp) {
-  TETRA_CHECK(targets.numel() == row_max.numel() && targets.dtype() == DType::kI32 &&
-              target_logit.numel() == row_max.numel() && sum_exp.numel() == row_max.numel() &&
-              row_max.dtype() == DType::kF32 && target_logit.dtype() == DType::kF32 && sum_exp.dtype() == DType::kF64)
-      << "cross-entropy loss of " << row_max.numel() << " rows";
+  CheckCrossEntropyLoss(targets, row_max, target_logit, sum_exp);
   TETRA_ON_DEVICE(row_max, CrossEntropyLoss(targets, row_max, target_logit, sum_exp));
   ExpectHost(targets, row_max, target_logit, sum_exp);
   HostF32 f32;
@@ -654,11 +515,7 @@ void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t v
                           int64_t vocab_size, const Tensor& row_max, const Tensor& sum_exp,
                           float grad_scale, const Tensor& dlogits) {
   const int64_t rows = Rows(logits);
-  TETRA_CHECK(targets.numel() == rows && targets.dtype() == DType::kI32 && row_max.numel() == rows &&
-              row_max.dtype() == DType::kF32 && sum_exp.numel() == rows && sum_exp.dtype() == DType::kF64 &&
-              dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype() && vocab_begin >= 0)
-      << "cross-entropy gradient: logits " << ShapeString(logits.shape()) << " of ids from " << vocab_begin
-      << ", dlogits " << ShapeString(dlogits.shape());
+  CheckCrossEntropyGradient(logits, targets, vocab_begin, row_max, sum_exp, dlogits);
   TETRA_ON_DEVICE(logits, CrossEntropyGradient(logits, targets, vocab_begin, vocab_size, row_max, sum_exp,
                                                grad_scale, dlogits));
   ExpectHost(logits, targets, row_max, sum_exp, dlogits);
@@ -667,21 +524,9 @@ void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t v
                             logits.dim(-1), vocab_begin, vocab_size, grad_scale, f32.Out(dlogits));
 }
 
-namespace {
-
-// (N, E) scores or logits and (N, k) choices of `spec`'s router.
-void CheckRouterShapes(const RouterSpec& spec, const Tensor& scores, const Tensor& expert, const char* op) {
-  TETRA_CHECK(scores.rank() == 2 && scores.dim(1) == spec.num_experts && scores.dtype() == DType::kF32 &&
-              (!expert.defined() ||
-               (expert.dtype() == DType::kI32 && expert.numel() == scores.dim(0) * spec.top_k)))
-      << op << ": scores " << DTypeName(scores.dtype()) << ShapeString(scores.shape()) << " for "
-      << spec.num_experts << " experts, choices " << ShapeString(expert.shape()) << " of top " << spec.top_k;
-}
-
-}  // namespace
 
 void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& scores) {
-  CheckRouterShapes(spec, logits, Tensor(), "router scores");
+  CheckRouter("router scores", spec, logits, Tensor());
   TETRA_CHECK(scores.shape() == logits.shape() && scores.dtype() == DType::kF32)
       << "router scores " << ShapeString(scores.shape()) << " of logits " << ShapeString(logits.shape());
   TETRA_ON_DEVICE(logits, RouterScores(spec, logits, scores));
@@ -692,9 +537,7 @@ void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& sc
 
 void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias, const Tensor& expert,
                 const Tensor& weights) {
-  CheckRouterShapes(spec, scores, expert, "router top-k");
-  TETRA_CHECK(bias.numel() == spec.num_experts && weights.numel() == expert.numel())
-      << "router top-k: bias " << ShapeString(bias.shape()) << ", weights " << ShapeString(weights.shape());
+  CheckRouterTopK(spec, scores, bias, expert, weights);
   TETRA_ON_DEVICE(scores, RouterTopK(spec, scores, bias, expert, weights));
   ExpectHost(scores, bias, expert, weights);
   HostF32 f32;
@@ -703,10 +546,7 @@ void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias
 
 void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
                            const Tensor& dweights, const Tensor& dscores) {
-  CheckRouterShapes(spec, scores, expert, "router weights backward");
-  TETRA_CHECK(dweights.numel() == expert.numel() && dscores.shape() == scores.shape())
-      << "router weights backward: dweights " << ShapeString(dweights.shape()) << ", dscores "
-      << ShapeString(dscores.shape());
+  CheckRouterWeightsBackward(spec, scores, expert, dweights, dscores);
   TETRA_ON_DEVICE(scores, RouterWeightsBackward(spec, scores, expert, dweights, dscores));
   ExpectHost(scores, expert, dweights, dscores);
   HostF32 f32;
@@ -716,37 +556,17 @@ void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const T
 
 void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
                           const Tensor& dlogits) {
-  CheckRouterShapes(spec, scores, Tensor(), "router scores backward");
-  TETRA_CHECK(dscores.shape() == scores.shape() && dlogits.shape() == scores.shape())
-      << "router scores backward: dscores " << ShapeString(dscores.shape()) << ", dlogits "
-      << ShapeString(dlogits.shape());
+  CheckRouterScoresBackward(spec, scores, dscores, dlogits);
   TETRA_ON_DEVICE(scores, RouterScoresBackward(spec, scores, dscores, dlogits));
   ExpectHost(scores, dscores, dlogits);
   HostF32 f32;
   cpu::RouterScoresBackward(spec, f32.In(scores), f32.In(dscores), scores.dim(0), f32.Out(dlogits));
 }
 
-namespace {
-
-// `batch` sequences of `seq` tokens here, of `whole_seq` in all, in (N, E)
-// scores, and (batch, 2E) fp64 statistics.
-void CheckBalanceShapes(const RouterSpec& spec, const Tensor& scores, int64_t batch, int64_t seq,
-                        int64_t whole_seq, const Tensor& stats, const char* op) {
-  TETRA_CHECK(batch >= 0 && seq >= 0 && whole_seq >= seq && scores.dim(0) == batch * seq)
-      << op << " over " << scores.dim(0) << " tokens, not " << batch << " x " << seq << " of sequences of "
-      << whole_seq;
-  TETRA_CHECK(stats.dtype() == DType::kF64 && stats.rank() == 2 && stats.dim(0) == batch &&
-              stats.dim(1) == 2 * spec.num_experts)
-      << op << ": stats " << DTypeName(stats.dtype()) << ShapeString(stats.shape()) << ", not fp64 (" << batch
-      << ", " << 2 * spec.num_experts << ")";
-}
-
-}  // namespace
 
 void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Tensor& expert, int64_t batch,
                           int64_t seq, int64_t whole_seq, const Tensor& stats) {
-  CheckRouterShapes(spec, scores, expert, "sequence balance stats");
-  CheckBalanceShapes(spec, scores, batch, seq, whole_seq, stats, "sequence balance stats");
+  CheckSequenceBalance("sequence balance stats", spec, scores, expert, batch, seq, whole_seq, stats);
   TETRA_ON_DEVICE(scores, SequenceBalanceStats(spec, scores, expert, batch, seq, whole_seq, stats));
   ExpectHost(scores, expert, stats);
   HostF32 f32;
@@ -756,11 +576,7 @@ void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Te
 
 double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& stats, int64_t batch,
                            int64_t seq, int64_t whole_seq, float grad_scale, const Tensor& dscores) {
-  CheckRouterShapes(spec, scores, Tensor(), "sequence balance loss");
-  CheckBalanceShapes(spec, scores, batch, seq, whole_seq, stats, "sequence balance loss");
-  TETRA_CHECK(!dscores.defined() || dscores.shape() == scores.shape())
-      << "sequence balance loss: dscores " << ShapeString(dscores.shape()) << " for scores "
-      << ShapeString(scores.shape());
+  CheckSequenceBalance("sequence balance loss", spec, scores, Tensor(), batch, seq, whole_seq, stats, dscores);
   TETRA_ON_DEVICE(scores, SequenceBalanceLoss(spec, scores, stats, batch, seq, whole_seq, grad_scale, dscores));
   ExpectHost(scores, stats, dscores);
   HostF32 f32;
@@ -769,17 +585,14 @@ double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const T
 }
 
 void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor& loads) {
-  TETRA_CHECK(expert.dtype() == DType::kI32 && expert.numel() % spec.top_k == 0 &&
-              loads.dtype() == DType::kI32 && loads.numel() == spec.num_experts)
-      << "expert loads: choices " << ShapeString(expert.shape()) << ", loads " << ShapeString(loads.shape());
+  CheckCountExpertLoads(spec, expert, loads);
   TETRA_ON_DEVICE(expert, CountExpertLoads(spec, expert, loads));
   ExpectHost(expert, loads);
   cpu::CountExpertLoads(spec, expert.data<int32_t>(), expert.numel() / spec.top_k, loads.data<int32_t>());
 }
 
 void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
-  TETRA_CHECK(loads.dtype() == DType::kI32 && bias.dtype() == DType::kF32 && loads.numel() == bias.numel())
-      << "router bias update: loads " << ShapeString(loads.shape()) << ", bias " << ShapeString(bias.shape());
+  CheckUpdateRouterBias(loads, bias);
   TETRA_ON_DEVICE(bias, UpdateRouterBias(loads, speed, bias));
   ExpectHost(loads, bias);
   cpu::UpdateRouterBias(loads.data<int32_t>(), static_cast<int>(bias.numel()), speed, bias.f32());
@@ -787,12 +600,7 @@ void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
 
 int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity, const Tensor& send_row,
                       const Tensor& send_token, const Tensor& expert_counts) {
-  TETRA_CHECK(expert.rank() == 2 && expert.dtype() == DType::kI32 && weights.shape() == expert.shape() &&
-              send_row.numel() == expert.numel() && send_token.numel() == expert.numel() &&
-              send_row.dtype() == DType::kI32 && send_token.dtype() == DType::kI32 &&
-              expert_counts.dtype() == DType::kI32)
-      << "dispatch order: choices " << ShapeString(expert.shape()) << ", send rows "
-      << ShapeString(send_row.shape()) << ", send tokens " << ShapeString(send_token.shape());
+  CheckDispatchOrder(expert, weights, send_row, send_token, expert_counts);
   TETRA_ON_DEVICE(expert, DispatchOrder(expert, weights, capacity, send_row, send_token, expert_counts));
   ExpectHost(expert, weights, send_row, send_token, expert_counts);
   HostF32 f32;
@@ -802,10 +610,7 @@ int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capac
 }
 
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
-  TETRA_CHECK(index.dtype() == DType::kI32 && dst.numel() == index.numel() * src.dim(-1) &&
-              dst.dtype() == src.dtype())
-      << "gather rows: " << ShapeString(index.shape()) << " rows of " << ShapeString(src.shape()) << " into "
-      << ShapeString(dst.shape());
+  CheckGatherRows(src, index, dst);
   TETRA_ON_DEVICE(src, GatherRows(src, index, dst));
   ExpectHost(src, index, dst);
   HostF32 f32;
@@ -813,11 +618,8 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
 }
 
 void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, const Tensor& dst) {
+  CheckCombineRows(src, index, weights, dst);
   const int64_t n = Rows(dst), c = dst.dim(-1);
-  TETRA_CHECK(index.rank() == 2 && index.dim(0) == n && index.dtype() == DType::kI32 && src.dim(-1) == c &&
-              src.dtype() == dst.dtype() && (!weights.defined() || weights.shape() == index.shape()))
-      << "combine rows: " << ShapeString(src.shape()) << " by " << ShapeString(index.shape()) << " into "
-      << ShapeString(dst.shape());
   TETRA_ON_DEVICE(dst, CombineRows(src, index, weights, dst));
   ExpectHost(src, index, weights, dst);
   HostF32 f32;
@@ -827,12 +629,8 @@ void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, 
 
 void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& index, const Tensor& weights,
                          const Tensor& dsrc, const Tensor& dweights) {
+  CheckCombineRowsBackward(ddst, src, index, weights, dsrc, dweights);
   const int64_t n = Rows(ddst), c = ddst.dim(-1);
-  TETRA_CHECK(index.dtype() == DType::kI32 && index.rank() == 2 && index.dim(0) == n &&
-              weights.shape() == index.shape() && dweights.numel() == index.numel() && dsrc.shape() == src.shape() &&
-              src.dim(-1) == c)
-      << "combine rows backward: d out " << ShapeString(ddst.shape()) << ", rows " << ShapeString(src.shape())
-      << ", index " << ShapeString(index.shape());
   TETRA_ON_DEVICE(ddst, CombineRowsBackward(ddst, src, index, weights, dsrc, dweights));
   ExpectHost(ddst, src, index, weights, dsrc, dweights);
   HostF32 f32;
@@ -842,6 +640,7 @@ void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& in
 
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
            const AdamWHyper& hyper) {
+  CheckAdamW({param, grad, m, v, Tensor(), true});
   TETRA_ON_DEVICE(param, AdamW({AdamWTensors{param, grad, m, v, Tensor(), true}}, hyper));
   ExpectHost(param);
   HostF32 f32;
@@ -849,6 +648,7 @@ void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tenso
 }
 
 double SumOfSquares(const Tensor& x) {
+  CheckFloat("sum of squares", x);
   TETRA_ON_DEVICE(x, SumOfSquares(x));
   ExpectHost(x);
   HostF32 f32;
@@ -875,6 +675,7 @@ double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<dou
 }
 
 void Scale(const Tensor& x, float factor) {
+  CheckFloat("scale", x);
   TETRA_ON_DEVICE(x, Scale(x, factor));
   ExpectHost(x);
   HostF32 f32;
@@ -884,10 +685,7 @@ void Scale(const Tensor& x, float factor) {
 void Add(const Tensor& x, const Tensor& y) { Add(x, y, y); }
 
 void Add(const Tensor& x, const Tensor& y, const Tensor& out) {
-  TETRA_CHECK(x.numel() == y.numel() && x.dtype() == y.dtype() && out.numel() == x.numel() &&
-              out.dtype() == x.dtype())
-      << "add " << DTypeName(x.dtype()) << ShapeString(x.shape()) << " and " << DTypeName(y.dtype())
-      << ShapeString(y.shape()) << " into " << DTypeName(out.dtype()) << ShapeString(out.shape());
+  CheckAdd(x, y, out);
   TETRA_ON_DEVICE(x, Add(x, y, out));
   ExpectHost(x, y, out);
   if (x.dtype() == DType::kF64) {
@@ -900,6 +698,7 @@ void Add(const Tensor& x, const Tensor& y, const Tensor& out) {
 
 void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper& hyper) {
   if (tensors.empty()) return;
+  for (const AdamWTensors& t : tensors) CheckAdamW(t);
   TETRA_ON_DEVICE(tensors.front().param, AdamW(tensors, hyper));
   for (const AdamWTensors& t : tensors) {
     ExpectHost(t.param);
@@ -911,9 +710,9 @@ void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper
 }
 
 void Cast(const Tensor& src, const Tensor& dst) {
+  CheckCast(src, dst);
   TETRA_ON_DEVICE(src, Cast(src, dst));
   ExpectHost(dst);
-  TETRA_CHECK(src.numel() == dst.numel()) << "cast " << src.numel() << " into " << dst.numel();
   if (src.dtype() == dst.dtype()) {
     dst.CopyFrom(src);
   } else if (src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16) {

@@ -45,7 +45,7 @@ const std::vector<ExpertWeights>& MoeMlpLayer::Experts() {
   // is before the first forward: build the list once.
   if (!experts_.empty()) return experts_;
   for (const ExpertParameters& p : expert_parameters_) {
-    experts_.push_back({p.gate->value, p.up->value, p.down->value, p.gate->grad, p.up->grad,
+    experts_.push_back({p.gate->compute, p.up->compute, p.down->compute, p.gate->grad, p.up->grad,
                         p.down->grad});
   }
   return experts_;
@@ -56,8 +56,15 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   Activations& a = slots_.ForForward(slot);
   a.x = x;
   const int64_t n = x.dim(0), e = router_.num_experts;
-  EnsureShape(&logits_, {n, e}, DType::kF32);  // the router runs in fp32
-  ops::Linear(x, gate_.value, logits_);
+  // The router runs in fp32 (DESIGN.md): on its fp32 weight and the input
+  // cast to fp32 once, which the gate's gradient reads again.
+  a.x_router = x;
+  if (x.dtype() != DType::kF32) {
+    EnsureShape(&a.x_router, x.shape(), DType::kF32, x.device());
+    ops::Cast(x, a.x_router);
+  }
+  EnsureShape(&logits_, {n, e}, DType::kF32);
+  ops::Linear(a.x_router, gate_.value, logits_);
   Route(router_, logits_, bias_.value, &a.routing);
   if (!recompute) ops::CountExpertLoads(router_, a.routing.expert, loads_);
   // The balance term of each sequence enters the objective with weight 1 /
@@ -107,8 +114,19 @@ Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
   ops::RouterWeightsBackward(router_, a.routing.scores, a.routing.expert, dweights_, dscores_);
   EnsureShape(&dlogits_, a.routing.scores.shape(), DType::kF32);
   ops::RouterScoresBackward(router_, a.routing.scores, dscores_, dlogits_);
-  weight_gradients_.LinearBackward(weight_gradients_.Keep(dlogits_), a.x, gate_.value, dx_, gate_.grad,
-                                   /*accumulate_dx=*/true);
+  const Tensor kept_dlogits = weight_gradients_.Keep(dlogits_);
+  if (dx_.dtype() == DType::kF32) {
+    weight_gradients_.LinearBackward(kept_dlogits, a.x_router, gate_.value, dx_, gate_.grad,
+                                     /*accumulate_dx=*/true);
+  } else {
+    // The fp32 router's input gradient, then the cast's backward: rounded
+    // to the activations' dtype and added, as autograd does through the cast.
+    EnsureShape(&dx_router_, a.x_router.shape(), DType::kF32, dx_.device());
+    weight_gradients_.LinearBackward(kept_dlogits, a.x_router, gate_.value, dx_router_, gate_.grad);
+    EnsureShape(&dx_router_narrow_, dx_.shape(), dx_.dtype(), dx_.device());
+    ops::Cast(dx_router_, dx_router_narrow_);
+    ops::Add(dx_router_narrow_, dx_);
+  }
   if (shared_) ops::Add(shared_->Backward(slot, dy), dx_);
   return dx_;
 }
@@ -127,7 +145,7 @@ void MoeMlpLayer::ReleaseActivations() {
 void MoeMlpLayer::ReleaseScratch() {
   experts_region_.Release();
   ReleaseTensors({&logits_, &send_, &y_grouped_, &out_, &dy_send_, &dy_grouped_, &dx_grouped_, &dx_send_, &dx_,
-                  &dweights_, &dscores_, &dlogits_, &dact_, &dgate_, &dup_, &balance_stats_, &gathered_stats_});
+                  &dweights_, &dscores_, &dlogits_, &dx_router_, &dx_router_narrow_, &dact_, &dgate_, &dup_, &balance_stats_, &gathered_stats_});
   if (shared_) shared_->ReleaseScratch();
 }
 

@@ -68,6 +68,7 @@ class MoeMlpLayer {
  private:
   struct Activations {
     Tensor x;                 // (N, C) the caller's input
+    Tensor x_router;          // (N, C) fp32: x as the router reads it (x itself in fp32)
     Routing routing;
     DispatchPlan plan;
     Tensor grouped;           // (R, C) rows for this rank's experts
@@ -106,6 +107,7 @@ class MoeMlpLayer {
   Tensor balance_stats_;  // (batch, 2E) fp64: the balance loss's per-sequence f and P
   Tensor gathered_stats_;  // (cp, batch x 2E) fp64: every context rank's
   Tensor dy_send_, dy_grouped_, dx_grouped_, dx_send_, dx_, dweights_, dscores_, dlogits_;
+  Tensor dx_router_, dx_router_narrow_;  // (N, C) the router's input gradient, fp32 and narrowed
   Tensor dact_, dgate_, dup_;
 };
 

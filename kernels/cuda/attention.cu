@@ -17,11 +17,12 @@
 // Layouts: q (B, T, Hq, D); k (B, Tk, Hkv, D); v (B, Tk, Hkv, Dv); out, dout
 // (B, T, Hq, Dv); lse (B, Hq, T). D and Dv are each at most kMaxDim.
 #include <cmath>
+#include <string>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
+#include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/context.h"
-#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_math.cuh"
 
 namespace tetra::cuda {
@@ -356,20 +357,35 @@ Dims CheckedDims(const AttentionShape& s, const char* op, const Tensor& q, const
   return Dims{s.batch, s.seq, s.q_heads, s.kv_heads, keys, s.head_dim, dv, s.scale(), s.causal};
 }
 
+// Dynamic shared memory a kernel may take without raising its limit.
+constexpr size_t kDefaultSharedBytes = 48 << 10;
+
 // Launches `kernel` with `smem_bytes` of dynamic shared memory, raising the
-// kernel's limit past the default 48 KiB when needed.
+// kernel's limit past the default 48 KiB the first time a launch needs more
+// (a driver call per launch would cost every attention call on the hot path).
 template <typename Kernel, typename... Args>
 void Launch(Kernel kernel, dim3 grid, size_t smem_bytes, Args... args) {
-  TETRA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem_bytes)));
+  static size_t raised_to = kDefaultSharedBytes;  // one per kernel instantiation
+  if (smem_bytes > raised_to) {
+    TETRA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem_bytes)));
+    raised_to = smem_bytes;
+  }
   kernel<<<grid, kWarps * 32, smem_bytes, CurrentStream()>>>(args...);
   TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& out, const Tensor& lse) {
+bool OwnAttentionTakes(const AttentionShape& shape, std::string* why) {
+  if (shape.head_dim <= kMaxDim && shape.value_dim() <= kMaxDim) return true;
+  *why = "tetra's own kernel takes head dims up to " + std::to_string(kMaxDim) + ", not " +
+         std::to_string(shape.head_dim) + "/" + std::to_string(shape.value_dim());
+  return false;
+}
+
+void OwnAttention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
+                  const Tensor& out, const Tensor& lse) {
   const Dims d = CheckedDims(shape, "Attention", q, k, v);
   ExpectDevice(out, "Attention", "out");
   ExpectDevice(lse, "Attention", "lse");
@@ -386,9 +402,9 @@ void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, co
   });
 }
 
-void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
-                       const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                       const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+void OwnAttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
+                          const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                          const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const Dims d = CheckedDims(shape, "AttentionBackward", q, k, v);
   for (const Tensor* t : {&dout, &out, &dq, &dk, &dv}) {
     ExpectDevice(*t, "AttentionBackward", "an operand");

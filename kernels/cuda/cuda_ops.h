@@ -61,10 +61,10 @@ void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, int64_t nope, const 
 void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, int64_t nope,
                               const Tensor& dkv, const Tensor& dk_pe);
 
-// Our own attention kernel, causal or not, k and v of shape.keys() steps:
-// q, k, v, out, dout, dq, dk, dv share a dtype; lse fp32 (B, Hq, T). The op
-// API runs cuDNN's fused attention first where it takes the call
-// (kernels/cuda/cudnn_attention.h).
+// Attention on the engine that takes the call (kernels/cuda/attention_engine.cc):
+// cuDNN's fused attention, else tetra's own kernel (kernels/cuda/attention.cu),
+// else a fatal error naming why neither can; the engine of each shape and
+// direction is logged once.
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse);
 void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,

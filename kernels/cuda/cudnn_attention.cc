@@ -45,6 +45,7 @@ struct GraphKey {
   float scale;  // AttentionShape::scale()
   bool causal;
   bool backward;
+  bool deterministic;  // the backward's algorithm (true for every forward)
   auto operator<=>(const GraphKey&) const = default;
 };
 
@@ -153,7 +154,7 @@ std::shared_ptr<fe::graph::Graph> Describe(const GraphKey& k) {
                      .set_name("attention_backward")
                      .set_causal_mask(k.causal)
                      .set_attn_scale(k.scale)
-                     .set_deterministic_algorithm(true);
+                     .set_deterministic_algorithm(k.deterministic);
   auto [dq, dk, dv] = graph->sdpa_backward(q, key, v, out, dout, stats, options);
   MarkOutput(dq, Bthd("dq", kDQ, k.batch, k.seq, k.q_heads, k.qk_dim));
   MarkOutput(dk, Bthd("dk", kDK, k.batch, k.kv_seq, k.kv_heads, k.qk_dim));
@@ -180,24 +181,21 @@ CachedGraph Build(const GraphKey& key, std::string* why) {
   }
 }
 
-// The cached graph for `key` (built on first use); null graph when cuDNN
-// cannot run it, said once per shape.
-const CachedGraph& Graph(const GraphKey& key) {
+struct Built {
+  CachedGraph graph;
+  std::string why;  // why cuDNN has no engine, when graph.graph is null
+};
+
+// The cached graph for `key` (built on first use), or why cuDNN cannot run it.
+const Built& Graph(const GraphKey& key) {
   static std::mutex mutex;
-  static std::map<GraphKey, CachedGraph> graphs;
+  static std::map<GraphKey, Built> graphs;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = graphs.find(key);
   if (it != graphs.end()) return it->second;
-  std::string why;
-  it = graphs.emplace(key, Build(key, &why)).first;
-  if (it->second.graph == nullptr) {
-    TETRA_LOG() << "warning: cuDNN has no fused attention " << (key.backward ? "backward" : "forward")
-                << " for B " << key.batch << " T " << key.seq << " Tk " << key.kv_seq << " Hq "
-                << key.q_heads << " Hkv " << key.kv_heads << " D " << key.qk_dim << "/" << key.v_dim
-                << (key.causal ? " causal" : " unmasked") << " (" << why
-                << "): that shape runs on tetra's own kernel";
-  }
-  return it->second;
+  Built built;
+  built.graph = Build(key, &built.why);
+  return graphs.emplace(key, std::move(built)).first->second;
 }
 
 bool Eligible(const Tensor& t, DType dtype) {
@@ -205,27 +203,64 @@ bool Eligible(const Tensor& t, DType dtype) {
          reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0;
 }
 
-// The graph to run, or null when these tensors must take our own kernel.
+// The graph to run (the deterministic backward first, else cuDNN's
+// non-deterministic one, said once per shape), or null with *why set when
+// these tensors must go elsewhere.
 const CachedGraph* Usable(const AttentionShape& s, bool backward, const Tensor& lse,
-                          std::initializer_list<const Tensor*> bf16) {
-  if (!CudnnLoaded() || !Eligible(lse, DType::kF32)) return nullptr;
-  for (const Tensor* t : bf16) {
-    if (!Eligible(*t, DType::kBF16)) return nullptr;
+                          std::initializer_list<const Tensor*> bf16, std::string* why) {
+  if (!CudnnLoaded()) {
+    *why = "cuDNN is not loaded (the log says why)";
+    return nullptr;
   }
-  // cuDNN's fused kernels take head dims that are multiples of 8.
+  if (!Eligible(lse, DType::kF32)) {
+    *why = "cuDNN's fused attention takes a 16-byte aligned fp32 lse";
+    return nullptr;
+  }
+  for (const Tensor* t : bf16) {
+    if (!Eligible(*t, DType::kBF16)) {
+      *why = "cuDNN's fused attention takes 16-byte aligned bf16 tensors";
+      return nullptr;
+    }
+  }
   const int64_t v_dim = s.value_dim();
-  if (s.head_dim % 8 != 0 || v_dim % 8 != 0) return nullptr;
-  const CachedGraph& graph = Graph({.batch = s.batch,
-                                    .seq = s.seq,
-                                    .kv_seq = s.keys(),
-                                    .q_heads = s.q_heads,
-                                    .kv_heads = s.kv_heads,
-                                    .qk_dim = s.head_dim,
-                                    .v_dim = v_dim,
-                                    .scale = s.scale(),
-                                    .causal = s.causal,
-                                    .backward = backward});
-  return graph.graph == nullptr ? nullptr : &graph;
+  if (s.head_dim % 8 != 0 || v_dim % 8 != 0) {
+    *why = "cuDNN's fused attention takes head dims that are multiples of 8";
+    return nullptr;
+  }
+  GraphKey key{.batch = s.batch,
+               .seq = s.seq,
+               .kv_seq = s.keys(),
+               .q_heads = s.q_heads,
+               .kv_heads = s.kv_heads,
+               .qk_dim = s.head_dim,
+               .v_dim = v_dim,
+               .scale = s.scale(),
+               .causal = s.causal,
+               .backward = backward,
+               .deterministic = true};
+  const Built* built = &Graph(key);
+  if (built->graph.graph == nullptr && backward) {
+    const std::string deterministic_why = built->why;
+    key.deterministic = false;
+    built = &Graph(key);
+    if (built->graph.graph != nullptr) {
+      static std::mutex mutex;
+      static std::map<GraphKey, bool> said;
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!said[key]) {
+        said[key] = true;
+        TETRA_LOG() << "warning: cuDNN has no deterministic attention backward for B " << s.batch << " T " << s.seq
+                    << " Tk " << s.keys() << " Hq " << s.q_heads << " Hkv " << s.kv_heads << " D " << s.head_dim
+                    << "/" << v_dim << " (" << deterministic_why
+                    << "): its non-deterministic one runs (gradients may differ in the last bits from run to run)";
+      }
+    }
+  }
+  if (built->graph.graph == nullptr) {
+    *why = "cuDNN has no engine for it: " + built->why;
+    return nullptr;
+  }
+  return &built->graph;
 }
 
 void Execute(const CachedGraph& graph, std::unordered_map<int64_t, void*> pointers) {
@@ -241,8 +276,8 @@ void Execute(const CachedGraph& graph, std::unordered_map<int64_t, void*> pointe
 bool CudnnLoaded() { return Handle() != nullptr; }
 
 bool CudnnAttention(const AttentionShape& shape, const Tensor& q, const Tensor& k,
-                    const Tensor& v, const Tensor& out, const Tensor& lse) {
-  const CachedGraph* graph = Usable(shape, /*backward=*/false, lse, {&q, &k, &v, &out});
+                    const Tensor& v, const Tensor& out, const Tensor& lse, std::string* why) {
+  const CachedGraph* graph = Usable(shape, /*backward=*/false, lse, {&q, &k, &v, &out}, why);
   if (graph == nullptr) return false;
   Execute(*graph, {{kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()},
                    {kStats, lse.raw()}});
@@ -252,9 +287,9 @@ bool CudnnAttention(const AttentionShape& shape, const Tensor& q, const Tensor& 
 bool CudnnAttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
                             const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                            const Tensor& dv) {
+                            const Tensor& dv, std::string* why) {
   const CachedGraph* graph =
-      Usable(shape, /*backward=*/true, lse, {&dout, &q, &k, &v, &out, &dq, &dk, &dv});
+      Usable(shape, /*backward=*/true, lse, {&dout, &q, &k, &v, &out, &dq, &dk, &dv}, why);
   if (graph == nullptr) return false;
   Execute(*graph, {{kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()},
                    {kStats, lse.raw()}, {kDO, dout.raw()}, {kDQ, dq.raw()}, {kDK, dk.raw()},

@@ -3,13 +3,16 @@
 // when run again (the reference must be deterministic for the device
 // comparison in tests/kernels/cuda/op_table_gpu_test.cc to mean anything);
 // and the CPU on the case's own dtype (bf16 tensors in, bf16 out, as a bf16
-// run on the CPU computes) matches the reference within the case's tolerance.
+// run on the CPU computes) matches the reference within the case's tolerance;
+// and every call the device refuses (tests/kernels/op_refusals.h) dies on
+// the CPU too, naming the rule.
 #include <cmath>
 #include <set>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "tests/kernels/op_cases.h"
+#include "tests/kernels/op_refusals.h"
 
 namespace tetra {
 namespace {
@@ -50,6 +53,15 @@ TEST(OpTableTest, TheCpuOnEachCaseDtypeMatchesTheReference) {
                                 testing::Run(c, Backend::Reference()));
   }
   EXPECT_GT(narrow_cases, 10);
+}
+
+TEST(OpTableDeathTest, TheCpuRefusesWhatTheDeviceRefuses) {
+  const std::vector<testing::OpRefusal> refusals = testing::OpRefusals();
+  EXPECT_GT(refusals.size(), 15u);
+  for (const testing::OpRefusal& r : refusals) {
+    SCOPED_TRACE(r.name);
+    EXPECT_DEATH(r.call(DeviceType::kCPU), r.message);
+  }
 }
 
 }  // namespace

@@ -31,9 +31,10 @@ void ExpectCudnnRuns(const AttentionShape& s) {
   const Tensor q = gpu.In(HostRandom(q_shape, 1), bf16), k = gpu.In(HostRandom(k_shape, 2), bf16),
                v = gpu.In(HostRandom(v_shape, 3), bf16), dout = gpu.In(HostRandom(out_shape, 4), bf16);
   const Tensor out = gpu.Out(out_shape, bf16), lse = gpu.Out({s.batch, s.q_heads, s.seq});
-  EXPECT_TRUE(cuda::CudnnAttention(s, q, k, v, out, lse)) << "forward";
+  std::string why;
+  EXPECT_TRUE(cuda::CudnnAttention(s, q, k, v, out, lse, &why)) << "forward: " << why;
   const Tensor dq = gpu.Out(q_shape, bf16), dk = gpu.Out(k_shape, bf16), dv = gpu.Out(v_shape, bf16);
-  EXPECT_TRUE(cuda::CudnnAttentionBackward(s, dout, q, k, v, out, lse, dq, dk, dv)) << "backward";
+  EXPECT_TRUE(cuda::CudnnAttentionBackward(s, dout, q, k, v, out, lse, dq, dk, dv, &why)) << "backward: " << why;
 }
 
 void ExpectMatchesTheCpu(const AttentionShape& s) {

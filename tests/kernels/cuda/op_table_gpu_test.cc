@@ -1,10 +1,13 @@
 // The op table (tests/kernels/op_cases.h) on the GPU: every case's outputs on
 // the CUDA backend against the CPU reference, within each output's stated
-// tolerance. One gtest per case, so ctest names the op that fails.
+// tolerance; and every call the op API refuses (tests/kernels/op_refusals.h)
+// dies on the device as on the CPU. One gtest per case, so ctest names the
+// op that fails.
 #include <string>
 
 #include "gtest/gtest.h"
 #include "tests/kernels/op_cases.h"
+#include "tests/kernels/op_refusals.h"
 #include "tests/testing/gpu.h"
 
 namespace tetra {
@@ -25,7 +28,8 @@ TEST_P(OpTableGpuTest, MatchesTheCpu) {
 
 // "linear BF16 37x48 . 29x48^T" -> "linear_BF16_37x48___29x48_T": gtest names
 // are letters, digits and underscores.
-std::string TestName(const ::testing::TestParamInfo<OpCase>& info) {
+template <typename Case>
+std::string TestName(const ::testing::TestParamInfo<Case>& info) {
   std::string name = info.param.name;
   for (char& ch : name) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -33,7 +37,18 @@ std::string TestName(const ::testing::TestParamInfo<OpCase>& info) {
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, OpTableGpuTest, ::testing::ValuesIn(testing::OpCases()), TestName);
+INSTANTIATE_TEST_SUITE_P(Ops, OpTableGpuTest, ::testing::ValuesIn(testing::OpCases()), TestName<OpCase>);
+
+class OpRefusalGpuDeathTest : public ::testing::TestWithParam<testing::OpRefusal> {};
+
+TEST_P(OpRefusalGpuDeathTest, DiesAsOnTheCpu) {
+  TETRA_SKIP_WITHOUT_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts its own CUDA context
+  EXPECT_DEATH(GetParam().call(DeviceType::kCUDA), GetParam().message);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpRefusalGpuDeathTest, ::testing::ValuesIn(testing::OpRefusals()),
+                         TestName<testing::OpRefusal>);
 
 }  // namespace
 }  // namespace tetra
