@@ -7,7 +7,7 @@
 #include "absl/strings/str_join.h"
 
 #if TETRA_HAVE_CUDA
-#include "core/cuda/device_arena.h"
+#include "core/cuda/device_memory.h"
 #endif
 
 namespace tetra {
@@ -199,6 +199,14 @@ ScopedPlacement::ScopedPlacement(const Placement& placement) : previous_(g_place
 }
 
 ScopedPlacement::~ScopedPlacement() { g_placement = previous_; }
+
+int64_t SynchronizingDeviceAllocations() {
+#if TETRA_HAVE_CUDA
+  return cuda::SynchronizingAllocations();
+#else
+  return 0;
+#endif
+}
 
 Tensor OnHost(const Tensor& t) {
   if (t.device() == DeviceType::kCPU) return t;

@@ -33,8 +33,8 @@ std::string ShapeString(const Shape& shape);  // "[2, 3]"
 class Tensor {
  public:
   Tensor() = default;
-  // Uninitialised contents. kCUDA memory comes from the installed device
-  // arena or cudaMalloc (core/cuda/device_arena.h); builds without CUDA
+  // Uninitialised contents. kCUDA memory comes from the device's
+  // stream-ordered pool (core/cuda/device_memory.h); builds without CUDA
   // reject kCUDA (checked).
   static Tensor Empty(const Shape& shape, DType dtype = DType::kF32,
                       DeviceType device = DeviceType::kCPU);
@@ -128,6 +128,11 @@ Tensor OnHost(const Tensor& t);
 void EnsureShape(Tensor* t, const Shape& shape);
 void EnsureShape(Tensor* t, const Shape& shape, DType dtype);
 void EnsureShape(Tensor* t, const Shape& shape, DType dtype, DeviceType device);
+
+// Device-memory calls that waited for the device (cudaMalloc, cudaFree) so
+// far: 0 where the device has a stream-ordered pool, and in builds without
+// CUDA. A training step should make none.
+int64_t SynchronizingDeviceAllocations();
 
 // bf16/fp16 <-> fp32 conversions (round to nearest even for bf16).
 float Bf16ToFloat(uint16_t bits);

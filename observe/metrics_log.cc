@@ -49,6 +49,7 @@ std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m) {
   add("grad_bytes", m.grad_bytes);
   add("optimizer_bytes", m.optimizer_bytes);
   add("peak_memory_bytes", m.peak_memory_bytes);
+  add("device_mallocs", m.device_mallocs);
   fields.emplace_back("step_time_s", m.step_time_s);
   add("fwd_s", m.fwd_s);
   add("bwd_s", m.bwd_s);

@@ -52,6 +52,9 @@ struct StepMetrics {
   std::optional<double> comm_exposed_s;  // the sum over groups
   std::optional<double> comm_exposed_s_tp, comm_exposed_s_ep, comm_exposed_s_pp;
   std::optional<double> peak_memory_bytes;  // largest over ranks
+  // Device runs: cudaMalloc and cudaFree calls the step made (each waits for
+  // the device), largest over ranks; 0 where memory comes from the pool.
+  std::optional<double> device_mallocs;
   std::optional<RunLayout> run;             // the first line of a run only
   // Mixture-of-experts models: the balance term as added to the objective
   // (alpha included, summed over layers), the max over layers of max / mean

@@ -31,19 +31,20 @@ double PeakResidentBytes() {
 
 void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTiming& local,
                    StepMetrics& m) {
-  constexpr int kFields = 8;
+  constexpr int kFields = 9, kMeans = 7;  // the first kMeans are averaged, the rest the largest taken
   std::array<double, kFields> mine = {local.fwd_s,     local.bwd_s,     local.optimizer_s,
                                       local.comm_tp_s, local.comm_dp_s, local.comm_pp_s,
-                                      local.comm_ep_s, local.peak_memory_bytes};
+                                      local.comm_ep_s, local.peak_memory_bytes, local.device_mallocs.value_or(-1)};
   // Every rank's fields, one F64 gather per step.
   std::vector<double> all(kFields * world.size());
   world.AllGather(Tensor::View(mine.data(), {kFields}, DType::kF64),
                   Tensor::View(all.data(), {kFields * world.size()}, DType::kF64));
   std::array<double, kFields> mean{};
-  double peak = 0;
+  double peak = 0, mallocs = -1;
   for (int r = 0; r < world.size(); ++r) {
-    for (int f = 0; f < kFields; ++f) mean[f] += all[r * kFields + f] / world.size();
-    peak = std::max(peak, all[r * kFields + kFields - 1]);
+    for (int f = 0; f < kMeans; ++f) mean[f] += all[r * kFields + f] / world.size();
+    peak = std::max(peak, all[r * kFields + kMeans]);
+    mallocs = std::max(mallocs, all[r * kFields + kMeans + 1]);
   }
   m.fwd_s = mean[0];
   m.bwd_s = mean[1];
@@ -54,6 +55,7 @@ void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTimin
   if (layout.pp > 1) m.comm_exposed_s_pp = mean[5];
   if (mean[6] > 0) m.comm_exposed_s_ep = mean[6];
   m.peak_memory_bytes = peak;
+  if (mallocs >= 0) m.device_mallocs = mallocs;
 }
 
 }  // namespace tetra

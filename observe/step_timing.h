@@ -12,6 +12,8 @@
 #ifndef TETRA_OBSERVE_STEP_TIMING_H_
 #define TETRA_OBSERVE_STEP_TIMING_H_
 
+#include <optional>
+
 #include "comm/communicator.h"
 #include "observe/metrics_log.h"
 
@@ -21,6 +23,9 @@ struct StepTiming {
   double fwd_s = 0, bwd_s = 0, optimizer_s = 0;
   double comm_tp_s = 0, comm_dp_s = 0, comm_pp_s = 0, comm_ep_s = 0;
   double peak_memory_bytes = 0;  // the process's peak resident set (CPU)
+  // Device runs: the device-memory calls of the step that waited for the
+  // device (SynchronizingDeviceAllocations, core/tensor.h); none should.
+  std::optional<double> device_mallocs;
 
   // This rank's breakdown of the step the profiler has measured since its
   // last BeginStep.
@@ -31,7 +36,7 @@ struct StepTiming {
 double PeakResidentBytes();
 
 // Fills m's breakdown with the mean over `world`'s ranks of each rank's
-// `local` times and the largest peak memory; the layout decides which
+// `local` times and the largest peak memory and device_mallocs; the layout decides which
 // per-group fields a step reports. Collective over `world`.
 void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTiming& local,
                    StepMetrics& m);

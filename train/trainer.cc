@@ -191,6 +191,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
     Profiler::Get().BeginStep(/*record=*/trace && trace->Records(step));
     std::optional<ScopedSpan> step_span(std::in_place, SpanKind::kStep, nullptr, step);
     Timer step_timer;
+    const int64_t mallocs_before = SynchronizingDeviceAllocations();
     StepMetrics m;
     m.step = step;
     RETURN_IF_ERROR(train_step.Run(step, m));
@@ -198,7 +199,11 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
     step_span.reset();
 
     if (trace) RETURN_IF_ERROR(trace->EndStep(step, parallel.world(), parallel.coords()));
-    AddStepTiming(parallel.world(), mesh, StepTiming::FromProfiler(), m);
+    StepTiming timing = StepTiming::FromProfiler();
+    if (CurrentPlacement().device == DeviceType::kCUDA) {
+      timing.device_mallocs = SynchronizingDeviceAllocations() - mallocs_before;
+    }
+    AddStepTiming(parallel.world(), mesh, timing, m);
     if (step == resumed + 1) {  // a report reads the run's layout from its first line
       m.run = RunLayout{mesh, train.global_batch_size(), train.micro_batch_size(), train.seq_length(),
                         config.optimizer().zero_stage(), config.parallel().schedule(),

@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/device_memory.h"
 #include "core/cuda/stream.h"
 
 namespace tetra::cuda {
@@ -35,16 +36,17 @@ StreamBuffers& CurrentStreamBuffers() {
 
 void* GemmWorkspace() {
   StreamBuffers& mine = CurrentStreamBuffers();
-  if (mine.workspace == nullptr) TETRA_CUDA_CHECK(cudaMalloc(&mine.workspace, kGemmWorkspaceBytes));
+  if (mine.workspace == nullptr) mine.workspace = AllocateDeviceBuffer(kGemmWorkspaceBytes);
   return mine.workspace;
 }
 
 void* Scratch(size_t bytes) {
   StreamBuffers& mine = CurrentStreamBuffers();
   if (bytes > mine.scratch_bytes) {
-    if (mine.scratch != nullptr) TETRA_CUDA_CHECK(cudaFree(mine.scratch));  // synchronises: no user left
+    // Stream-ordered: the old buffer goes back once the work queued on it has run.
+    FreeDeviceBuffer(mine.scratch);
     mine.scratch_bytes = bytes;
-    TETRA_CUDA_CHECK(cudaMalloc(&mine.scratch, mine.scratch_bytes));
+    mine.scratch = AllocateDeviceBuffer(mine.scratch_bytes);
   }
   return mine.scratch;
 }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/device_arena.h"
+#include "core/cuda/device_memory.h"
 #include "core/cuda/stream.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cuda_ops.h"

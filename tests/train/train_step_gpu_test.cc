@@ -6,7 +6,6 @@
 #include <string>
 
 #include "comm/self_communicator.h"
-#include "core/cuda/device_arena.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "parallel/parallel_state.h"
@@ -66,6 +65,7 @@ constexpr char kMoe[] = R"pb(
 // but a wrong gradient shows in its norm at once.
 struct Steps {
   std::vector<double> loss, grad_norm;
+  std::vector<double> device_mallocs;  // device runs
 };
 
 Steps RunSteps(const std::string& device, const std::string& precision, int steps = 3,
@@ -92,6 +92,7 @@ Steps RunSteps(const std::string& device, const std::string& precision, int step
     for (const StepMetrics& m : result->steps) {
       run.loss.push_back(m.loss);
       run.grad_norm.push_back(m.grad_norm);
+      if (m.device_mallocs) run.device_mallocs.push_back(*m.device_mallocs);
     }
   }
   return run;
@@ -123,18 +124,20 @@ TEST(TrainStepGpuTest, GpuMoeLossesMatchCpu) {
                    kBf16RelTol);
 }
 
-// Buffers are made in the first step and reused after it: a 3-step run makes
-// as many cudaMalloc calls as a 1-step run (after a first run has made the
-// process-wide ones: cuBLASLt workspace, scratch).
-TEST(TrainStepGpuTest, NoDeviceAllocationAfterTheFirstStep) {
+// No step waits for the device to allocate or free memory (cudaMalloc and
+// cudaFree synchronise it): every step of a dense and an MoE run (whose
+// dispatch sizes change from step to step) reports device_mallocs 0. The
+// multi-rank layouts (tensor, expert, pipeline parallel) check the same on
+// one GPU: tools/gpu/check_gpu_layouts.py.
+TEST(TrainStepGpuTest, NoStepWaitsForADeviceAllocation) {
   TETRA_SKIP_WITHOUT_GPU();
-  RunSteps("CUDA", "BF16", 1);
-  const int64_t before_one = cuda::DeviceMallocCount();
-  RunSteps("CUDA", "BF16", 1);
-  const int64_t one_step = cuda::DeviceMallocCount() - before_one;
-  const int64_t before_three = cuda::DeviceMallocCount();
-  RunSteps("CUDA", "BF16", 3);
-  EXPECT_EQ(cuda::DeviceMallocCount() - before_three, one_step);
+  for (bool moe : {false, true}) {
+    const Steps run = RunSteps("CUDA", "BF16", 3, moe);
+    ASSERT_EQ(run.device_mallocs.size(), 3u);
+    for (size_t s = 0; s < run.device_mallocs.size(); ++s) {
+      EXPECT_EQ(run.device_mallocs[s], 0) << (moe ? "MoE" : "dense") << " step " << s + 1;
+    }
+  }
 }
 
 }  // namespace

@@ -14,21 +14,36 @@ layouts: every layout family trains on CUDA in bf16, its ranks sharing the
   does); the bounds leave the GPU's other summation orders (cuBLAS, fused
   attention) 10x more. A message matched to the wrong micro-batch, a
   gradient summed over the wrong group or a token sent to the wrong expert
-  moves them by ~1e-1.
+  moves them by ~1e-1. Every step of every layout reports device_mallocs 0:
+  its memory comes from the stream-ordered pool, never from a cudaMalloc or
+  cudaFree that waits for the device.
 checkpoints: a GPU run's checkpoint resumes on the CPU and a CPU run's on
   the GPU; the weights each exports at once equal the saving run's export
   bit for bit (fp32 state moves through page-locked host memory unchanged).
 
-usage: check_gpu_layouts.py TETRA OUT {layouts|checkpoints}
-Prints one line per check with the differences; exit status 1 if any failed.
+usage: check_gpu_layouts.py TETRA OUT {layouts|checkpoints} [SECONDS]
+Prints one line per check, with the differences and the seconds its runs took,
+and goes on after a check fails: a run that exits non-zero, times out or
+writes no metrics is a FAIL line naming the layout with the last lines of its
+output. Each run has at most RUN_TIMEOUT_S seconds; once SECONDS (default
+unbounded) are spent, the checks not yet run are FAIL lines saying so, so the
+caller's own timeout never cuts the account short. Exit status 1 if any
+check failed.
 """
+import json
 import os
+import re
+import signal
+import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "testing"))
-from tetra_runs import Checker, max_abs_difference, read_safetensors, rel, train  # noqa: E402
+from tetra_runs import ENV, Checker, max_abs_difference, read_safetensors, rel  # noqa: E402
 
 TETRA, OUT, PART = sys.argv[1], sys.argv[2], sys.argv[3]
+DEADLINE = time.monotonic() + float(sys.argv[4]) if len(sys.argv) > 4 else float("inf")
+RUN_TIMEOUT_S = 60
 COMMON = ["model.vocab_size=64", "model.hidden_size=64", "model.num_hidden_layers=4",
           "model.num_attention_heads=4", "model.num_key_value_heads=2", "model.intermediate_size=128",
           "train.global_batch_size=16", "train.micro_batch_size=2", "train.seq_length=32",
@@ -47,10 +62,64 @@ CPU = ["train.device=CPU", "train.precision=FP32"]
 check = Checker()
 
 
-def run(name, ranks, sets):
+class RunFailed(Exception):
+    pass
+
+
+# mpirun's closing words, which say nothing of the failure.
+MPIRUN_NOISE = re.compile(r"^-+$|Process name:|Exit code:|Primary job|non-zero exit code|Per user-direction|"
+                          r"mpirun detected|causing$|the job to be terminated|The first process to do so")
+
+
+def tail(text, lines=3):
+    """The first error line of a run's output (mpirun's own closing words come
+    last), then its last lines."""
+    kept = [line.strip() for line in text.splitlines() if line.strip() and not MPIRUN_NOISE.search(line)]
+    first = next((line for line in kept if re.search(r"error|Check failed|terminate|Abort|fatal", line, re.I)), None)
+    shown = ([first] if first else []) + kept[-lines:]
+    return " | ".join(dict.fromkeys(shown))[:600]  # each once: the ranks say the same
+
+
+def run(name, ranks, sets, steps=None):
+    """`tetra train` on `ranks` ranks (mpirun from PATH for several) with
+    COMMON + `sets`; returns (metrics, out dir, seconds); raises RunFailed
+    saying why when it fails, times out or writes fewer than `steps` lines."""
     out = os.path.join(OUT, name)
     os.makedirs(out, exist_ok=True)
-    return train(TETRA, out, ranks, COMMON + sets), out
+    metrics = os.path.join(out, "metrics.jsonl")
+    cmd = [TETRA, "train", "--config", "/dev/null"]
+    for s in COMMON + sets + [f"log.metrics_path={metrics}"]:
+        cmd += ["--set", s]
+    if ranks > 1:
+        cmd = ["mpirun", "--oversubscribe", "-np", str(ranks)] + cmd
+    left = DEADLINE - time.monotonic()
+    if left < 5:
+        raise RunFailed("not run: the part's time was spent")
+    timeout = min(RUN_TIMEOUT_S, left)
+    start = time.monotonic()
+    try:
+        # A session of its own: a timeout ends mpirun's ranks too, not only mpirun.
+        proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    except OSError as e:
+        raise RunFailed(f"could not start {cmd[0]}: {e}")
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise RunFailed(f"timed out after {timeout:.0f} s: {tail(output)}")
+    seconds = time.monotonic() - start
+    if proc.returncode != 0:
+        raise RunFailed(f"exit {proc.returncode} after {seconds:.0f} s: {tail(output)}")
+    try:
+        with open(metrics) as f:
+            got = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError) as e:
+        raise RunFailed(f"exit 0 but no metrics ({e}): {tail(output)}")
+    if steps is not None and len(got) < steps:
+        raise RunFailed(f"{len(got)} of {steps} metrics lines: {tail(output)}")
+    return got, out, seconds
 
 
 def layouts():
@@ -68,14 +137,36 @@ def layouts():
                                           "parallel.virtual_stages=2", "parallel.expert=2"]),
            ("moe_tp2_pp2_dp2_ep2", 8, ["parallel.tensor=2", "parallel.pipeline=2", "parallel.expert=2"])]
     for model, cases in (([], dense), (MOE, moe)):
-        ref, _ = run("cpu_ref" + ("_moe" if model else ""), 1, model + CPU + [f"train.steps={STEPS}"])
+        ref_name = "cpu_ref" + ("_moe" if model else "")
+        try:
+            ref, _, _ = run(ref_name, 1, model + CPU + [f"train.steps={STEPS}"], STEPS)
+        except RunFailed as e:
+            ref = None
+            check(False, f"CPU fp32 reference {ref_name}: {e}")
         for name, ranks, sets in cases:
-            got, _ = run(name, ranks, model + GPU + sets + [f"train.steps={STEPS}"])
+            what = f"{name} (GPU bf16, {ranks} ranks, staged)"
+            try:
+                got, _, seconds = run(name, ranks, model + GPU + sets + [f"train.steps={STEPS}"], STEPS)
+            except RunFailed as e:
+                check(False, f"{what}: {e}")
+                continue
+            except Exception as e:  # noqa: BLE001: a bug here must not stop the other layouts
+                check(False, f"{what}: {type(e).__name__}: {e}")
+                continue
+            if ref is None:
+                check(False, f"{what}: ran ({seconds:.0f} s, step-1 loss {got[0]['loss']:.6f}), "
+                      f"but the CPU reference {ref_name} failed")
+                continue
+            # No step may wait for the device to allocate or free memory.
+            mallocs = [g.get("device_mallocs") for g in got]
+            check(all(m == 0 for m in mallocs),
+                  f"{what}: cudaMalloc/cudaFree calls per step {mallocs} (every step must take memory from the pool)")
             loss1, norm1 = rel(got[0]["loss"], ref[0]["loss"]), rel(got[0]["grad_norm"], ref[0]["grad_norm"])
             curve = max(rel(g["loss"], r["loss"]) for g, r in zip(got, ref))
             check(len(got) == STEPS and loss1 <= RTOL[0] and norm1 <= RTOL[1] and curve <= RTOL[2],
-                  f"{name} (GPU bf16, {ranks} ranks, staged) vs CPU fp32: step-1 loss {got[0]['loss']:.6f} vs "
-                  f"{ref[0]['loss']:.6f} ({loss1:.1e}), grad norm {norm1:.1e}, {STEPS}-step curve {curve:.1e}")
+                  f"{what} vs CPU fp32: step-1 loss {got[0]['loss']:.6f} vs "
+                  f"{ref[0]['loss']:.6f} ({loss1:.1e}), grad norm {norm1:.1e}, {STEPS}-step curve {curve:.1e}"
+                  f" ({seconds:.0f} s)")
 
 
 def checkpoints():
@@ -84,11 +175,23 @@ def checkpoints():
         name = f"{saver[0].split('=')[1].lower()}_to_{loader[0].split('=')[1].lower()}"
         ckpt = os.path.join(OUT, name, "ckpt")
         saved_sets = ["train.steps=3", f"checkpoint.dir={ckpt}", "checkpoint.interval=3"]
-        _, saved = run(name + "_save", 1, saver + saved_sets + [f"export_path={OUT}/{name}_save/weights"])
-        _, loaded = run(name + "_resume", 1, loader + saved_sets + [f"export_path={OUT}/{name}_resume/weights"])
-        diff = max_abs_difference(read_safetensors(f"{saved}/weights/model.safetensors"),
-                                  read_safetensors(f"{loaded}/weights/model.safetensors"))
-        check(diff == 0, f"checkpoint {name}: weights after resuming differ from the saving run's by {diff:g}")
+        try:
+            half = "saving"
+            _, saved, s1 = run(name + "_save", 1, saver + saved_sets + [f"export_path={OUT}/{name}_save/weights"])
+            half = "resuming"
+            _, loaded, s2 = run(name + "_resume", 1,
+                                loader + saved_sets + [f"export_path={OUT}/{name}_resume/weights"])
+            half = "comparing"
+            diff = max_abs_difference(read_safetensors(f"{saved}/weights/model.safetensors"),
+                                      read_safetensors(f"{loaded}/weights/model.safetensors"))
+        except RunFailed as e:
+            check(False, f"checkpoint {name}, {half} run: {e}")
+            continue
+        except Exception as e:  # noqa: BLE001: a bug here must not stop the other direction
+            check(False, f"checkpoint {name}, {half}: {type(e).__name__}: {e}")
+            continue
+        check(diff == 0, f"checkpoint {name}: weights after resuming differ from the saving run's by {diff:g}"
+              f" ({s1 + s2:.0f} s)")
 
 
 {"layouts": layouts, "checkpoints": checkpoints}[PART]()

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/cuda/device.h"
-#include "core/cuda/device_arena.h"
+#include "core/cuda/device_memory.h"
 #include "core/cuda/stream.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
@@ -62,20 +62,21 @@ TEST(TensorGpuTest, ZerosAndFill) {
   for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(host.f32()[i], 2.5f) << i;
 }
 
-TEST(TensorGpuTest, ArenaBumpAllocatesWithoutCudaMalloc) {
+// Device tensors come from the stream-ordered pool: making and dropping
+// them (and a scratch buffer that grows) calls neither cudaMalloc nor
+// cudaFree, which would wait for the device.
+TEST(TensorGpuTest, DeviceMemoryComesFromThePoolWithoutWaitingForTheDevice) {
   TETRA_SKIP_WITHOUT_GPU();
-  cuda::DeviceArena arena(1 << 20);
-  cuda::InstallDeviceArena(&arena);
-  const int64_t mallocs = cuda::DeviceMallocCount();
-  const Tensor a = Tensor::Empty({10}, DType::kF32, DeviceType::kCUDA);
-  const Tensor b = Tensor::Zeros({100}, DType::kBF16, DeviceType::kCUDA);
-  cuda::InstallDeviceArena(nullptr);
-  EXPECT_EQ(cuda::DeviceMallocCount(), mallocs);
-  EXPECT_EQ(arena.used(), 2 * cuda::DeviceArena::kAlignment);  // 40 and 200 bytes, rounded up
-  EXPECT_EQ(static_cast<char*>(b.raw()) - static_cast<char*>(a.raw()),
-            static_cast<ptrdiff_t>(cuda::DeviceArena::kAlignment));
-  const Tensor c = Tensor::Empty({10}, DType::kF32, DeviceType::kCUDA);  // arena uninstalled
-  EXPECT_EQ(cuda::DeviceMallocCount(), mallocs + 1);
+  const int64_t before = cuda::SynchronizingAllocations();
+  for (int64_t n : {10, 1000, 1 << 20, 10}) {
+    const Tensor a = Tensor::Zeros({n}, DType::kF32, DeviceType::kCUDA);
+    const Tensor b = Tensor::Empty({n}, DType::kBF16, DeviceType::kCUDA);
+    EXPECT_NE(a.raw(), b.raw());
+    void* buffer = cuda::AllocateDeviceBuffer(n * 4);
+    cuda::FreeDeviceBuffer(buffer);
+  }
+  EXPECT_EQ(cuda::SynchronizingAllocations(), before);
+  EXPECT_EQ(SynchronizingDeviceAllocations(), before);
 }
 
 TEST(TensorGpuTest, StreamAndEventsOrderWork) {
