@@ -20,10 +20,10 @@
 #include "kernels/cpu/router.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/op_contracts.h"
+#include "kernels/op_profile.h"
 
 #if TETRA_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/op_profile.h"
 #endif
 
 namespace tetra {
@@ -153,16 +153,16 @@ bool OnDevice(const Tensor& t) {
 
 }  // namespace
 
-// Runs `call` (a tetra::cuda function) and returns when t is on the device,
-// timed per op when TETRA_OP_PROFILE is set (kernels/cuda/op_profile.h).
+// Times the op (kernels/op_profile.h) on whichever backend runs it, and
+// runs `call` (a tetra::cuda function) and returns when t is on the device.
 #if TETRA_HAVE_CUDA
-#define TETRA_ON_DEVICE(t, call)            \
-  if (OnDevice(t)) {                        \
-    const cuda::OpTimer op_timer(__func__); \
-    return cuda::call;                      \
-  }
+#define TETRA_ON_DEVICE(t, call)                \
+  const OpTimer op_timer(__func__, (t).device()); \
+  if (OnDevice(t)) return cuda::call
 #else
-#define TETRA_ON_DEVICE(t, call) OnDevice(t)
+#define TETRA_ON_DEVICE(t, call)                \
+  const OpTimer op_timer(__func__, (t).device()); \
+  OnDevice(t)
 #endif
 
 namespace {
@@ -680,6 +680,16 @@ void Scale(const Tensor& x, float factor) {
   ExpectHost(x);
   HostF32 f32;
   cpu::Scale(f32.Out(x), x.numel(), factor);
+}
+
+void ScaleMultiTensor(const std::vector<Tensor>& xs, float factor) {
+  for (const Tensor& x : xs) {
+    TETRA_CHECK(x.dtype() == DType::kF32 && x.device() == xs.front().device())
+        << "multi-tensor scale of a " << DTypeName(x.dtype()) << " tensor: fp32 tensors on one device expected";
+  }
+  if (xs.empty()) return;
+  TETRA_ON_DEVICE(xs.front(), ScaleMultiTensor(xs, factor));
+  for (const Tensor& x : xs) cpu::Scale(x.f32(), x.numel(), factor);
 }
 
 void Add(const Tensor& x, const Tensor& y) { Add(x, y, y); }

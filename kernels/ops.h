@@ -224,6 +224,10 @@ double SumOfSquares(const Tensor& x);
 // per tensor added in list order.
 double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<double>& weights);
 void Scale(const Tensor& x, float factor);
+// Every tensor of the list times `factor` (fp32 tensors on one device): one
+// pass, one launch per 48 tensors on the device (gradient clipping); on the
+// CPU the bits of one Scale per tensor.
+void ScaleMultiTensor(const std::vector<Tensor>& xs, float factor);
 void Add(const Tensor& x, const Tensor& y);  // y += x; fp32 or bf16, or fp64 (sums of sums)
 // out = x + y, one pass (out may be x or y); the numbers of a copy and an Add.
 void Add(const Tensor& x, const Tensor& y, const Tensor& out);

@@ -100,9 +100,9 @@ void DistributedOptimizer::Clip(double norm) {
   if (settings_.clip_grad <= 0) return;
   const double coefficient = settings_.clip_grad / (norm + 1e-6);
   if (coefficient >= 1.0) return;
-  for (const Piece& p : pieces_) {
-    ops::Scale(grads_.Slice(p.range.begin, p.range.end), static_cast<float>(coefficient));
-  }
+  std::vector<Tensor> pieces;
+  for (const Piece& p : pieces_) pieces.push_back(grads_.Slice(p.range.begin, p.range.end));
+  ops::ScaleMultiTensor(pieces, static_cast<float>(coefficient));  // one launch, not one per piece
 }
 
 void DistributedOptimizer::Step(double lr, int step) {

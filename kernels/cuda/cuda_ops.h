@@ -130,6 +130,7 @@ double SumOfSquares(const Tensor& x);  // fp32 or bf16, summed in fp64
 // fp32 tensors; fp64 partial sums on the device, one copy to the host.
 double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<double>& weights);
 void Scale(const Tensor& x, float factor);
+void ScaleMultiTensor(const std::vector<Tensor>& xs, float factor);  // fp32 tensors
 // out = x + y (out may be x or y); one dtype: fp32, bf16 or fp64.
 void Add(const Tensor& x, const Tensor& y, const Tensor& out);
 // dst = src converted (fp32 <-> bf16, or a plain copy for equal dtypes).

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/device_arena.h"
+#include "core/cuda/device_memory.h"
 #include "core/cuda/stream.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -157,8 +157,9 @@ void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int
     first = plan->first;
   }
   const float alpha = 1.0f;
-  std::ostringstream refusals;
-  if (first > 0) refusals << "algorithms 0 to " << first - 1 << " refused earlier, ";
+  // The statuses of refused algorithms; words only if every one is refused
+  // (a stream built on every call would cost the hot path).
+  cublasStatus_t refused[kMaxAlgorithms];
   for (size_t i = first; i < plan->algos.size(); ++i) {
     const cublasStatus_t status = cublasLtMatmul(
         CublasLtHandle(), plan->desc, &alpha, a.raw(), plan->a, b.raw(), plan->b, &beta, c.raw(),
@@ -171,8 +172,12 @@ void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int
       }
       return;
     }
-    refusals << (i == first ? "" : ", ") << "algorithm " << i << " "
-             << cublasLtGetStatusName(status);
+    refused[i] = status;
+  }
+  std::ostringstream refusals;
+  if (first > 0) refusals << "algorithms 0 to " << first - 1 << " refused earlier, ";
+  for (size_t i = first; i < plan->algos.size(); ++i) {
+    refusals << (i == first ? "" : ", ") << "algorithm " << i << " " << cublasLtGetStatusName(refused[i]);
   }
   TETRA_CHECK(false) << "cublasLtMatmul refused all " << plan->algos.size()
                      << " of the heuristic's algorithms for " << Describe(key) << " ("

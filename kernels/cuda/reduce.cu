@@ -4,7 +4,7 @@
 #include "kernels/cuda/reduce.h"
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/device_arena.h"
+#include "core/cuda/device_memory.h"
 #include "core/cuda/stream.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -42,11 +42,7 @@ template <typename T, bool kSquare>
 double Reduce(const T* x, int64_t n) {
   if (n == 0) return 0.0;
   // Its own buffer, not Scratch: callers reduce values they keep in Scratch.
-  static double* partial = [] {
-    void* p = nullptr;
-    TETRA_CUDA_CHECK(cudaMalloc(&p, (kPartials + 1) * sizeof(double)));
-    return static_cast<double*>(p);
-  }();
+  static double* partial = static_cast<double*>(AllocateDeviceBuffer((kPartials + 1) * sizeof(double)));
   PartialSumKernel<T, kSquare><<<kPartials, kThreads, 0, CurrentStream()>>>(x, n, partial);
   FinalSumKernel<<<1, kThreads, 0, CurrentStream()>>>(partial, kPartials, partial + kPartials);
   TETRA_CUDA_CHECK_LAUNCH();
@@ -55,34 +51,74 @@ double Reduce(const T* x, int64_t n) {
   return total;
 }
 
-constexpr int64_t kSquaresChunk = 65536;  // elements per block
-constexpr int kMaxSquaresTensors = 48;     // per launch: the argument struct stays a few KB
+// A list of fp32 tensors for one launch, a block per chunk of kListChunk
+// elements: the multi-tensor ops (the gradient norm's sums of squares,
+// clipping's scale) launch once per kMaxListTensors tensors, not once each.
+constexpr int64_t kListChunk = 65536;
+constexpr int kMaxListTensors = 48;  // per launch: the argument struct stays a few KB
 
-struct SquaresLaunch {
-  const float* x[kMaxSquaresTensors];
-  int64_t n[kMaxSquaresTensors];
-  double weight[kMaxSquaresTensors];
-  int64_t first_chunk[kMaxSquaresTensors + 1];  // prefix sums of chunks per tensor
+struct TensorList {
+  float* x[kMaxListTensors];
+  int64_t n[kMaxListTensors];
+  double weight[kMaxListTensors];
+  int64_t first_chunk[kMaxListTensors + 1];  // prefix sums of chunks per tensor
   int count;
 };
 
+// This block's tensor of `list` and the [begin, end) of its chunk there.
+struct ListChunk {
+  int t;
+  int64_t begin, end;
+};
+
+__device__ ListChunk BlockChunk(const TensorList& list) {
+  int t = 0;
+  while (t + 1 < list.count && list.first_chunk[t + 1] <= blockIdx.x) ++t;
+  const int64_t begin = (blockIdx.x - list.first_chunk[t]) * kListChunk;
+  return {t, begin, min(list.n[t], begin + kListChunk)};
+}
+
+// Calls launch(list, blocks) for lists of up to kMaxListTensors of `xs`, in
+// order (empty tensors left out), with weights[k] beside xs[k] when given.
+template <typename Launch>
+void ForEachList(const std::vector<Tensor>& xs, const std::vector<double>* weights, Launch launch) {
+  TensorList list = {};
+  auto flush = [&] {
+    if (list.count > 0) launch(list, list.first_chunk[list.count]);
+    list.count = 0;
+  };
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const int64_t n = xs[k].numel();
+    if (n == 0) continue;
+    const int i = list.count;
+    list.x[i] = xs[k].f32();
+    list.n[i] = n;
+    list.weight[i] = weights != nullptr ? (*weights)[k] : 1.0;
+    list.first_chunk[i + 1] = list.first_chunk[i] + CeilDiv(n, kListChunk);
+    list.count = i + 1;
+    if (list.count == kMaxListTensors) flush();
+  }
+  flush();
+}
+
 // partial[chunk] = weight x the sum of the chunk's squares, fp64; chunks
 // numbered from this launch's first.
-__global__ void WeightedSquaresKernel(const __grid_constant__ SquaresLaunch launch,
-                                      double* partial) {
+__global__ void WeightedSquaresKernel(const __grid_constant__ TensorList list, double* partial) {
   __shared__ double shared[32];
-  int t = 0;
-  while (t + 1 < launch.count && launch.first_chunk[t + 1] <= blockIdx.x) ++t;
-  const float* x = launch.x[t];
-  const int64_t begin = (blockIdx.x - launch.first_chunk[t]) * kSquaresChunk;
-  const int64_t end = min(launch.n[t], begin + kSquaresChunk);
+  const ListChunk c = BlockChunk(list);
   double sum = 0.0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const double v = x[i];
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    const double v = list.x[c.t][i];
     sum += v * v;
   }
   sum = BlockSumDouble(sum, shared);
-  if (threadIdx.x == 0) partial[blockIdx.x] = launch.weight[t] * sum;
+  if (threadIdx.x == 0) partial[blockIdx.x] = list.weight[c.t] * sum;
+}
+
+// Every element of the list times `factor`, as ScaleKernel computes it.
+__global__ void ScaleListKernel(const __grid_constant__ TensorList list, float factor) {
+  const ListChunk c = BlockChunk(list);
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) list.x[c.t][i] *= factor;
 }
 
 template <typename T>
@@ -131,46 +167,34 @@ double SumOfSquares(const Tensor& x) {
 }
 
 double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<double>& weights) {
-  TETRA_CHECK(xs.size() == weights.size()) << "WeightedSumOfSquares: " << xs.size() << " tensors, "
-                                           << weights.size() << " weights";
   int64_t chunks = 0;
   for (const Tensor& x : xs) {
     ExpectDevice(x, "WeightedSumOfSquares", "a tensor");
-    TETRA_CHECK(x.dtype() == DType::kF32) << "WeightedSumOfSquares: " << DTypeName(x.dtype());
-    chunks += CeilDiv(x.numel(), kSquaresChunk);
+    chunks += CeilDiv(x.numel(), kListChunk);
   }
   if (chunks == 0) return 0.0;
   // partial (chunks) then the total, in the stream's scratch: its inputs are
   // tensors, never scratch.
   double* partial = static_cast<double*>(Scratch((chunks + 1) * sizeof(double)));
-  SquaresLaunch launch = {};
   int64_t launched = 0;  // chunks of the launches so far
-  auto flush = [&] {
-    const int64_t blocks = launch.first_chunk[launch.count];
-    if (blocks > 0) {
-      WeightedSquaresKernel<<<blocks, kThreads, 0, CurrentStream()>>>(launch, partial + launched);
-      TETRA_CUDA_CHECK_LAUNCH();
-    }
+  ForEachList(xs, &weights, [&](const TensorList& list, int64_t blocks) {
+    WeightedSquaresKernel<<<blocks, kThreads, 0, CurrentStream()>>>(list, partial + launched);
+    TETRA_CUDA_CHECK_LAUNCH();
     launched += blocks;
-    launch.count = 0;
-  };
-  for (size_t k = 0; k < xs.size(); ++k) {
-    const int64_t n = xs[k].numel();
-    if (n == 0) continue;
-    const int i = launch.count;
-    launch.x[i] = xs[k].f32();
-    launch.n[i] = n;
-    launch.weight[i] = weights[k];
-    launch.first_chunk[i + 1] = launch.first_chunk[i] + CeilDiv(n, kSquaresChunk);
-    launch.count = i + 1;
-    if (launch.count == kMaxSquaresTensors) flush();
-  }
-  if (launch.count > 0) flush();
+  });
   FinalSumKernel<<<1, kThreads, 0, CurrentStream()>>>(partial, chunks, partial + chunks);
   TETRA_CUDA_CHECK_LAUNCH();
   double total = 0.0;
   CopyBytes(&total, partial + chunks, sizeof(double));
   return total;
+}
+
+void ScaleMultiTensor(const std::vector<Tensor>& xs, float factor) {
+  for (const Tensor& x : xs) ExpectDevice(x, "ScaleMultiTensor", "a tensor");
+  ForEachList(xs, nullptr, [&](const TensorList& list, int64_t blocks) {
+    ScaleListKernel<<<blocks, kThreads, 0, CurrentStream()>>>(list, factor);
+    TETRA_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void Scale(const Tensor& x, float factor) {

@@ -245,6 +245,19 @@ inline void AddWeightedSumOfSquaresCases(std::vector<OpCase>* cases) {
                       out->Add("sum", ops::WeightedSumOfSquares(slices, weights), kSumTol);
                       out->Add("empty list", ops::WeightedSumOfSquares({}, {}), kExact);
                     }});
+  // Clipping's scale over the same kind of list: more tensors than one
+  // launch takes, some empty; the gaps between the slices stay as they were.
+  cases->push_back({"scale_multi_tensor F32 60 slices of 0.5M", [=](const Backend& b, Outputs* out) {
+                      const Tensor flat = b.In(HostRandom({600000}, 2));
+                      std::vector<Tensor> slices;
+                      for (int64_t k = 0; k < 60; ++k) {
+                        const int64_t begin = k * 10000, size = k % 7 == 2 ? 0 : (k * 7919) % 9000 + 1;
+                        slices.push_back(flat.Slice(begin, begin + size));
+                      }
+                      ops::ScaleMultiTensor(slices, 0.37f);
+                      ops::ScaleMultiTensor({}, 2.0f);
+                      out->Add("flat", flat, kElementwiseTol);
+                    }});
 }
 
 inline void AddRopeCases(std::vector<OpCase>* cases) {

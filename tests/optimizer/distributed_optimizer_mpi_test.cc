@@ -22,6 +22,7 @@
 #include "comm/mpi_communicator.h"
 #include "gtest/gtest.h"
 #include "kernels/ops.h"
+#include "kernels/op_profile.h"
 #include "optimizer/distributed_optimizer.h"
 #include "parallel/gradient_reducer.h"
 
@@ -170,10 +171,12 @@ struct Outcome {
   Tensor values;
   Tensor compute;  // the bf16 compute copy Step keeps
   int64_t optimizer_bytes = 0, param_bytes = 0, grad_bytes = 0;
+  std::vector<int64_t> clip_ops = {};  // op-API calls each Clip made (kernels/op_profile.h)
 };
 
 Outcome RunDistributed(const std::vector<FlatSegment>& segments, int64_t total, Grid& grid,
                        double clip_grad, bool zero1) {
+  ops::EnableOpProfile();  // counts the ops clipping launches
   Outcome run{.values = FlatTensor(segments, total, [&](int64_t i) { return Value(grid.t, i); }),
               .compute = Tensor::Zeros({total}, DType::kBF16)};
   const Tensor grads = Tensor::Zeros({total});
@@ -188,7 +191,10 @@ Outcome RunDistributed(const std::vector<FlatSegment>& segments, int64_t total, 
     reducer.Finish();
     const double norm = optimizer.GradNorm();
     run.norms.push_back(norm);
+    const auto scale_ops = [] { return ops::OpProfileCalls("Scale") + ops::OpProfileCalls("ScaleMultiTensor"); };
+    const int64_t before = scale_ops();
     optimizer.Clip(norm);
+    run.clip_ops.push_back(scale_ops() - before);
     optimizer.Step(0.01 * step, step);
   }
   run.optimizer_bytes = optimizer.optimizer_bytes();
@@ -264,6 +270,11 @@ TEST_P(DistributedOptimizerTest, Zero0AndZero1MatchTheSingleProcessReference) {
     EXPECT_NEAR(zero1.norms[s], ref.norms[s], kZero1NormRelTol * ref.norms[s]);
     ExpectSameOnEveryRank(zero0.norms[s]);
     ExpectSameOnEveryRank(zero1.norms[s]);
+    // Clipping scales every one of the segments in one op (one launch on a
+    // device), not one per segment; without clipping it does nothing.
+    ASSERT_GT(segments.size(), 1u);
+    EXPECT_EQ(zero0.clip_ops[s], clip_grad > 0 ? 1 : 0);
+    EXPECT_LE(zero1.clip_ops[s], clip_grad > 0 ? 1 : 0);
   }
   ExpectSameValues(zero0.values, ref.values, "ZeRO-0 vs reference");
   ExpectSameValues(zero1.values, ref.values, "ZeRO-1 vs reference");

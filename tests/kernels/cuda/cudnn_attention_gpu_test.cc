@@ -89,5 +89,20 @@ TEST(CudnnAttentionGpuTest, BackwardIsDeterministic) {
   }
 }
 
+// Where neither engine takes a call (fp32 never goes to cuDNN; tetra's own
+// kernel stops at head dims of 128), the error names both reasons and the
+// fix, instead of the own kernel's bare check.
+TEST(AttentionEngineGpuDeathTest, NoEngineForAShapeSaysWhyAndHowToFixIt) {
+  TETRA_SKIP_WITHOUT_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts its own CUDA context
+  const Backend gpu = Backend::InCaseDtype(DeviceType::kCUDA);
+  const AttentionShape s{.batch = 1, .seq = 16, .q_heads = 2, .kv_heads = 2, .head_dim = 192, .v_head_dim = 128};
+  const Tensor q = gpu.Out({1, 16, 2, 192}), k = gpu.Out({1, 16, 2, 192}), v = gpu.Out({1, 16, 2, 128});
+  const Tensor out = gpu.Out({1, 16, 2, 128}), lse = gpu.Out({1, 2, 16});
+  EXPECT_DEATH(ops::Attention(s, q, k, v, out, lse),
+               "no engine runs attention forward .*cuDNN did not take it .*own kernel takes head dims up to "
+               "128.*hint: install cuDNN 9");
+}
+
 }  // namespace
 }  // namespace tetra

@@ -1,6 +1,7 @@
-#include "kernels/cuda/op_profile.h"
+#include "kernels/op_profile.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -9,9 +10,11 @@
 #include <utility>
 #include <vector>
 
+#if TETRA_HAVE_CUDA
 #include "core/cuda/device.h"
+#endif
 
-namespace tetra::cuda {
+namespace tetra::ops {
 namespace {
 
 struct Totals {
@@ -31,7 +34,7 @@ const char* Kind(const std::string& op) {
       {"AdamW", "optimizer"},
       {"SumOfSquares", "optimizer"},
       {"WeightedSumOfSquares", "optimizer"},
-      {"Scale", "optimizer"},  // gradient clipping
+      {"Scale", "optimizer"},  // gradient clipping (ScaleMultiTensor)
       {"Router", "MoE routing and dispatch"},
       {"SequenceBalanceStats", "MoE routing and dispatch"},
       {"SequenceBalanceLoss", "MoE routing and dispatch"},
@@ -54,7 +57,13 @@ class Profile {
     static Profile profile;
     return profile;
   }
-  bool enabled() const { return enabled_; }
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  void Enable() { enabled_ = true; }
+  int64_t Calls(const char* op) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = totals_.find(op);
+    return it == totals_.end() ? 0 : it->second.calls;
+  }
   void Add(const char* op, double seconds) {
     std::lock_guard<std::mutex> lock(mutex_);
     Totals& t = totals_[op];
@@ -68,7 +77,7 @@ class Profile {
               [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
     double total = 0;
     for (const auto& [op, t] : rows) total += t.seconds;
-    std::fprintf(stderr, "tetra op profile (device ops, synchronised): %.3f s\n", total);
+    std::fprintf(stderr, "tetra op profile (ops serialised with the device): %.3f s\n", total);
     for (const auto& [op, t] : rows) {
       std::fprintf(stderr, "  %-24s %8lld calls %10.4f s %6.1f%%\n", op.c_str(),
                    static_cast<long long>(t.calls), t.seconds, 100.0 * t.seconds / total);
@@ -87,24 +96,38 @@ class Profile {
 
  private:
   Profile() : enabled_(std::getenv("TETRA_OP_PROFILE") != nullptr) {}
-  const bool enabled_;
+  std::atomic<bool> enabled_;
   std::mutex mutex_;
   std::map<std::string, Totals> totals_;
 };
 
+// Waits for the device's queued work when `device` is one.
+void WaitFor(DeviceType device) {
+#if TETRA_HAVE_CUDA
+  if (device == DeviceType::kCUDA) cuda::Synchronize();
+#else
+  (void)device;
+#endif
+}
+
 }  // namespace
 
-OpTimer::OpTimer(const char* op) : op_(Profile::Get().enabled() ? op : nullptr) {
+OpTimer::OpTimer(const char* op, DeviceType device)
+    : op_(Profile::Get().enabled() ? op : nullptr), device_(device) {
   if (op_ == nullptr) return;
-  Synchronize();
+  WaitFor(device_);
   start_ = std::chrono::steady_clock::now();
 }
 
 OpTimer::~OpTimer() {
   if (op_ == nullptr) return;
-  Synchronize();
+  WaitFor(device_);
   Profile::Get().Add(
       op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
 }
 
-}  // namespace tetra::cuda
+void EnableOpProfile() { Profile::Get().Enable(); }
+
+int64_t OpProfileCalls(const char* op) { return Profile::Get().Calls(op); }
+
+}  // namespace tetra::ops
