@@ -88,6 +88,15 @@ add_test(NAME gpu_bundle.runs_a_two_rank_job_by_itself
          COMMAND ${PROJECT_SOURCE_DIR}/tests/tools/check_gpu_bundle.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(gpu_bundle.runs_a_two_rank_job_by_itself PROPERTIES LABELS mpi TIMEOUT 300
                      SKIP_RETURN_CODE 77)
+# The GPU checks' preflight finds CUDA 13's libraries in nvidia-* wheels with the
+# toolkit hidden (a mount namespace: skipped where this user cannot make one),
+# and the GPU tests' runner lets no crashing or hanging test hide the others.
+add_test(NAME gpu_checks.preflight_finds_libraries_in_wheels
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/tools/check_gpu_preflight.sh ${PROJECT_BINARY_DIR})
+add_test(NAME gpu_checks.gtest_runner_isolates_crashes_and_hangs
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/tools/check_gtest_runner.sh)
+set_tests_properties(gpu_checks.preflight_finds_libraries_in_wheels gpu_checks.gtest_runner_isolates_crashes_and_hangs
+                     PROPERTIES LABELS unit TIMEOUT 180 SKIP_RETURN_CODE 77)
 add_test(NAME layouts.pipeline_schedules_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_pipeline_schedules.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.pipeline_schedules_match_single_rank PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)

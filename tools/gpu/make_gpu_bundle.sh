@@ -9,7 +9,10 @@
 # must match the machine's loader); Open MPI's components and help files
 # where OPAL_PREFIX finds them; and bin/env.sh, which points everything there
 # from wherever the bundle is unpacked and launches on this machine alone
-# (no ssh). tests/tools/check_gpu_bundle.sh runs a 2-rank job from a bundle.
+# (no ssh); bin/bundle_info.txt says when and from which checkout it was
+# packed and the glibc its binaries need (run_gpu_checks.sh's preflight
+# prints it). tests/tools/check_gpu_bundle.sh runs a 2-rank job from a
+# bundle; tests/tools/check_gpu_preflight.sh runs the preflight on one.
 #
 #   tools/gpu/make_gpu_bundle.sh [BUILD_DIR=build] [BUNDLE_DIR=build-gpu]
 #   -> BUNDLE_DIR/bundle.tar.gz; carry it, then on the GPU machine:
@@ -69,6 +72,19 @@ export OPAL_PREFIX="\$bundle_root"
 export OMPI_MCA_plm=isolated                      # ranks on this machine: no ssh needed
 export HWLOC_PLUGINS_PATH="\$bundle_root/lib/hwloc"  # none: hwloc's core finds the topology
 EOF
+# What the preflight prints about the bundle: where it comes from and the
+# glibc it needs (the GPU machine may have no objdump to tell).
+root=$(cd "$(dirname "$0")/../.." && pwd)
+glibc=$(find "$staging" -type f \( -path '*/bin/*' -o -name '*.so*' \) | while read -r elf; do
+          v=$(objdump -T "$elf" 2>/dev/null | grep -o 'GLIBC_2\.[0-9][0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -n 1)
+          if [[ -n $v ]]; then echo "$v ${elf##*/}"; fi
+        done | sort -V | tail -n 1)
+[[ -n $glibc ]] && need_glibc="${glibc%% *} or later (${glibc#* } does)" || need_glibc="? (no objdump here to tell)"
+{
+  echo "packed $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname 2>/dev/null) (glibc $(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')) from $(cd "$build" && pwd)"
+  echo "checkout $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' with uncommitted changes')"
+  echo "needs glibc $need_glibc; CUDA libraries loaded at start: $(ldd "$build/tetra" 2>/dev/null | awk '$1 ~ /^lib(cuda|cublas|cudnn|nccl|nvrtc)/ {print $1}' | paste -sd' ' -)"
+} > "$staging/bin/bundle_info.txt"
 tar -czf "$bundle/bundle.tar.gz" -C "$staging" .
 echo "$bundle/bundle.tar.gz: $(du -h "$bundle/bundle.tar.gz" | cut -f1)" \
      "($(find "$staging/lib" -maxdepth 1 -type f | wc -l) libraries)"
