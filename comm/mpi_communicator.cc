@@ -87,10 +87,18 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int initialised = 0;
   TETRA_MPI_CHECK(MPI_Initialized(&initialised));
   if (!initialised) {
+    // The emulated GPU's NCCL calls MPI from its streams' threads.
+#if TETRA_EMULATED_GPU
+    constexpr int kLevel = MPI_THREAD_MULTIPLE;
+    constexpr char kLevelName[] = "MPI_THREAD_MULTIPLE";
+#else
+    constexpr int kLevel = MPI_THREAD_FUNNELED;
+    constexpr char kLevelName[] = "MPI_THREAD_FUNNELED";
+#endif
     int provided = 0;
-    TETRA_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
-    TETRA_CHECK(provided >= MPI_THREAD_FUNNELED)
-        << "MPI gives thread level " << provided << ", tetra needs MPI_THREAD_FUNNELED";
+    TETRA_MPI_CHECK(MPI_Init_thread(argc, argv, kLevel, &provided));
+    TETRA_CHECK(provided >= kLevel)
+        << "MPI gives thread level " << provided << ", tetra needs " << kLevelName;
     initialised_here_ = true;
   }
   g_session_live = true;

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs tetra's Debian 12 build and test dependencies (idempotent) and
-# builds it into build/. CUDA parts are compiled when /usr/local/cuda exists,
+# builds it into build/ (with the emulated GPU's build, build/tetra_emu: see
+# emulator/). CUDA parts are compiled when /usr/local/cuda exists,
 # with the cuDNN frontend's headers (scripts/install_cudnn_frontend.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(cmake g++ ninja-build pkg-config libabsl-dev libprotobuf-dev protobuf-compiler
           libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
-          libopenblas-openmp-dev python3-torch python3-numpy python3-pil python3-venv
+          libopenblas-openmp-dev libboost-context-dev python3-torch python3-numpy python3-pil
+          python3-venv
           chromium-headless-shell)
 missing=()
 for p in "${packages[@]}"; do

@@ -51,7 +51,13 @@ absl::StatusOr<NcclLibrary> OpenNcclLibrary(const char* file) {
 }
 
 absl::StatusOr<const NcclLibrary*> LoadNccl() {
-  static const auto* const loaded = new absl::StatusOr<NcclLibrary>(OpenNcclLibrary("libnccl.so.2"));
+  // The emulated GPU's build names its own NCCL (emulator/nccl.cc).
+#ifdef TETRA_NCCL_LIBRARY
+  constexpr char kLibrary[] = TETRA_NCCL_LIBRARY;
+#else
+  constexpr char kLibrary[] = "libnccl.so.2";
+#endif
+  static const auto* const loaded = new absl::StatusOr<NcclLibrary>(OpenNcclLibrary(kLibrary));
   if (!loaded->ok()) return loaded->status();
   return &**loaded;
 }

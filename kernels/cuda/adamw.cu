@@ -73,8 +73,7 @@ void AdamW(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) {
     if (launch.count == 0) return;
     const int64_t blocks = launch.first_chunk[launch.count];
     if (blocks > 0) {
-      AdamWKernel<<<blocks, kThreads, 0, CurrentStream()>>>(launch);
-      TETRA_CUDA_CHECK_LAUNCH();
+      LaunchKernel(AdamWKernel, blocks, kThreads, 0, CurrentStream(), launch);
     }
     launch.count = 0;
   };

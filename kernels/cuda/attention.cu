@@ -83,7 +83,7 @@ __device__ __forceinline__ void RowDots(const float* rows, const float* x, int64
 template <typename T>
 __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, T* out,
                               float* lse) {
-  extern __shared__ float smem[];
+  TETRA_DYNAMIC_SHARED(float, smem);
   const int ldk = d.dim + 1;  // padded: lane j reads row j, conflict-free
   float* q_s = smem;                      // (kBlockRows, D)
   float* k_s = q_s + kBlockRows * d.dim;  // (kTile, D + 1)
@@ -161,7 +161,7 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
 template <typename T>
 __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T* k, const T* v,
                                 const T* out, const float* lse, float* delta, T* dq) {
-  extern __shared__ float smem[];
+  TETRA_DYNAMIC_SHARED(float, smem);
   const int ldk = d.dim + 1, ldv = d.vdim + 1;
   float* q_s = smem;                        // (kBlockRows, D)
   float* do_s = q_s + kBlockRows * d.dim;   // (kBlockRows, Dv)
@@ -249,7 +249,7 @@ template <typename T>
 __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, const T* k,
                                    const T* v, const float* lse, const float* delta, T* dk,
                                    T* dv) {
-  extern __shared__ float smem[];
+  TETRA_DYNAMIC_SHARED(float, smem);
   const int ldq = d.dim + 1, ldo = d.vdim + 1;  // padded: lane i reads query row i
   float* k_s = smem;                        // (kBlockRows, D)
   float* v_s = k_s + kBlockRows * d.dim;    // (kBlockRows, Dv)
@@ -371,8 +371,7 @@ void Launch(Kernel kernel, dim3 grid, size_t smem_bytes, Args... args) {
                                           static_cast<int>(smem_bytes)));
     raised_to = smem_bytes;
   }
-  kernel<<<grid, kWarps * 32, smem_bytes, CurrentStream()>>>(args...);
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(kernel, grid, kWarps * 32, smem_bytes, CurrentStream(), args...);
 }
 
 }  // namespace

@@ -55,9 +55,8 @@ void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor
   if (rows == 0) return;
   DispatchFloat(part_out.dtype(), "AttentionMerge", [&](auto tag) {
     using T = decltype(tag);
-    MergeKernel<T><<<GridFor(rows, kWarps), kWarps * 32, 0, CurrentStream()>>>(
-        rows, seq, heads, vdim, part_out.data<T>(), part_lse.f32(), out.f32(), lse.f32());
-    TETRA_CUDA_CHECK_LAUNCH();
+    LaunchKernel(MergeKernel<T>, GridFor(rows, kWarps), kWarps * 32, 0, CurrentStream(), rows, seq,
+                 heads, vdim, part_out.data<T>(), part_lse.f32(), out.f32(), lse.f32());
   });
 }
 

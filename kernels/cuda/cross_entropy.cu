@@ -265,11 +265,10 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
   float* target_logit = row_max + rows;
   DispatchFloat(logits.dtype(), "CrossEntropy", [&](auto tag) {
     using T = decltype(tag);
-    CrossEntropyKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
-        logits.data<T>(), targets.data<int32_t>(), width, vocab_size, grad_scale,
-        dlogits.defined() ? dlogits.data<T>() : nullptr, row_max, target_logit, sum_exp);
+    LaunchKernel(CrossEntropyKernel<T>, rows, kThreads, 0, CurrentStream(), logits.data<T>(),
+                 targets.data<int32_t>(), width, vocab_size, grad_scale,
+                 dlogits.defined() ? dlogits.data<T>() : nullptr, row_max, target_logit, sum_exp);
   });
-  TETRA_CUDA_CHECK_LAUNCH();
   return LossOnHost(targets.data<int32_t>(), row_max, target_logit, sum_exp, rows);
 }
 
@@ -287,12 +286,10 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
   if (rows == 0) return;
   DispatchFloat(logits.dtype(), "CrossEntropyRowStats", [&](auto tag) {
     using T = decltype(tag);
-    RowStatsKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
-        logits.data<T>(), targets.data<int32_t>(), width,
-        cpu::RealColumns(width, vocab_begin, vocab_size), vocab_begin, vocab_size, row_max.f32(),
-        target_logit.f32());
+    LaunchKernel(RowStatsKernel<T>, rows, kThreads, 0, CurrentStream(), logits.data<T>(),
+                 targets.data<int32_t>(), width, cpu::RealColumns(width, vocab_begin, vocab_size),
+                 vocab_begin, vocab_size, row_max.f32(), target_logit.f32());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab_size,
@@ -305,11 +302,10 @@ void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab
   if (rows == 0) return;
   DispatchFloat(logits.dtype(), "CrossEntropySumExp", [&](auto tag) {
     using T = decltype(tag);
-    SumExpKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
-        logits.data<T>(), row_max.f32(), width, cpu::RealColumns(width, vocab_begin, vocab_size),
-        sum_exp.data<double>());
+    LaunchKernel(SumExpKernel<T>, rows, kThreads, 0, CurrentStream(), logits.data<T>(),
+                 row_max.f32(), width, cpu::RealColumns(width, vocab_begin, vocab_size),
+                 sum_exp.data<double>());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 double CrossEntropyLoss(const Tensor& targets, const Tensor& row_max, const Tensor& target_logit,
@@ -344,12 +340,10 @@ void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t v
   if (rows == 0) return;
   DispatchFloat(logits.dtype(), "CrossEntropyGradient", [&](auto tag) {
     using T = decltype(tag);
-    GradientKernel<T><<<rows, kThreads, 0, CurrentStream()>>>(
-        logits.data<T>(), targets.data<int32_t>(), width,
-        cpu::RealColumns(width, vocab_begin, vocab_size), vocab_begin, row_max.f32(),
-        sum_exp.data<double>(), grad_scale, dlogits.data<T>());
+    LaunchKernel(GradientKernel<T>, rows, kThreads, 0, CurrentStream(), logits.data<T>(),
+                 targets.data<int32_t>(), width, cpu::RealColumns(width, vocab_begin, vocab_size),
+                 vocab_begin, row_max.f32(), sum_exp.data<double>(), grad_scale, dlogits.data<T>());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tetra::cuda

@@ -11,6 +11,7 @@
 
 #include "core/tensor.h"
 #include "kernels/cuda/expect_device.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace tetra::cuda {
 

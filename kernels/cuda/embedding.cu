@@ -77,9 +77,9 @@ void Embedding(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, b
     using T = decltype(tag);
     constexpr int kW = kVectorWidth<T>;
     auto launch = [&](auto kernel, int width) {
-      kernel<<<GridFor(n * dim / width, kThreads), kThreads, 0, CurrentStream()>>>(
-          tokens.data<int32_t>(), n, table.data<T>(), vocab_begin, table.dim(0), sharded, dim,
-          out.data<T>());
+      LaunchKernel(kernel, GridFor(n * dim / width, kThreads), kThreads, 0, CurrentStream(),
+                   tokens.data<int32_t>(), n, table.data<T>(), vocab_begin, table.dim(0), sharded,
+                   dim, out.data<T>());
     };
     if (dim % kW == 0 && Aligned(table.raw()) && Aligned(out.raw())) {
       launch(LookupKernel<kW, T>, kW);
@@ -87,7 +87,6 @@ void Embedding(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, b
       launch(LookupKernel<1, T>, 1);
     }
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
@@ -103,11 +102,10 @@ void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_b
   if (n * dim == 0) return;
   DispatchFloat(dout.dtype(), "EmbeddingBackward", [&](auto tag) {
     using T = decltype(tag);
-    ScatterKernel<T><<<GridFor(n * dim, kThreads), kThreads, 0, CurrentStream()>>>(
-        tokens.data<int32_t>(), n, dout.data<T>(), vocab_begin, dtable.dim(0), sharded, dim,
-        dtable.f32());
+    LaunchKernel(ScatterKernel<T>, GridFor(n * dim, kThreads), kThreads, 0, CurrentStream(),
+                 tokens.data<int32_t>(), n, dout.data<T>(), vocab_begin, dtable.dim(0), sharded,
+                 dim, dtable.f32());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tetra::cuda

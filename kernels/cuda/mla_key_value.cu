@@ -64,11 +64,10 @@ void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, int64_t nope, const 
   if (n == 0) return;
   DispatchFloat(key.dtype(), "MlaSplitKeyValue", [&](auto tag) {
     using T = decltype(tag);
-    SplitKernel<T><<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-        kv.data<T>(), k_pe.data<T>(), key.data<T>(), value.data<T>(), rows, heads, nope,
-        key.dim(3) - nope, value.dim(3));
+    LaunchKernel(SplitKernel<T>, GridFor(n, kThreads), kThreads, 0, CurrentStream(), kv.data<T>(),
+                 k_pe.data<T>(), key.data<T>(), value.data<T>(), rows, heads, nope,
+                 key.dim(3) - nope, value.dim(3));
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, int64_t nope,
@@ -82,11 +81,10 @@ void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, int64_t 
   if (n == 0) return;
   DispatchFloat(dkey.dtype(), "MlaMergeKeyValueBackward", [&](auto tag) {
     using T = decltype(tag);
-    MergeKernel<T><<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-        dkey.data<T>(), dvalue.data<T>(), dkv.data<T>(), dk_pe.data<T>(), rows, heads, nope,
-        dkey.dim(3) - nope, dvalue.dim(3));
+    LaunchKernel(MergeKernel<T>, GridFor(n, kThreads), kThreads, 0, CurrentStream(), dkey.data<T>(),
+                 dvalue.data<T>(), dkv.data<T>(), dk_pe.data<T>(), rows, heads, nope,
+                 dkey.dim(3) - nope, dvalue.dim(3));
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tetra::cuda

@@ -232,21 +232,19 @@ int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capac
   const unsigned grid = static_cast<unsigned>(CeilDiv(chunks, kThreads));
   // The counting sort of the pairs that `kept_bound` keeps (null: all).
   const auto sort = [&](const uint64_t* kept_bound, int per_row, int32_t* row_out) {
-    ChunkCountKernel<<<grid, kThreads, 0, CurrentStream()>>>(
-        expert.data<int32_t>(), weights.f32(), kept_bound, pairs, num_experts, chunks, counts);
-    ScanKernel<<<1, kThreads, 0, CurrentStream()>>>(counts, num_experts, chunks,
-                                                    expert_counts.data<int32_t>(), offsets);
-    PlaceKernel<<<grid, kThreads, 0, CurrentStream()>>>(expert.data<int32_t>(), weights.f32(),
-                                                        kept_bound, pairs, chunks, counts, offsets,
-                                                        per_row, send_row.data<int32_t>(), row_out);
-    TETRA_CUDA_CHECK_LAUNCH();
+    LaunchKernel(ChunkCountKernel, grid, kThreads, 0, CurrentStream(), expert.data<int32_t>(),
+                 weights.f32(), kept_bound, pairs, num_experts, chunks, counts);
+    LaunchKernel(ScanKernel, 1, kThreads, 0, CurrentStream(), counts, num_experts, chunks,
+                 expert_counts.data<int32_t>(), offsets);
+    LaunchKernel(PlaceKernel, grid, kThreads, 0, CurrentStream(), expert.data<int32_t>(),
+                 weights.f32(), kept_bound, pairs, chunks, counts, offsets, per_row,
+                 send_row.data<int32_t>(), row_out);
   };
   if (capacity >= 0) {
     // Every pair grouped by expert first, to find each expert's bound.
     sort(nullptr, 1, row_pair);
-    CapacityBoundKernel<<<num_experts, kThreads, 0, CurrentStream()>>>(
-        row_pair, weights.f32(), offsets, expert_counts.data<int32_t>(), capacity, bound);
-    TETRA_CUDA_CHECK_LAUNCH();
+    LaunchKernel(CapacityBoundKernel, num_experts, kThreads, 0, CurrentStream(), row_pair,
+                 weights.f32(), offsets, expert_counts.data<int32_t>(), capacity, bound);
     sort(bound, k, send_token.data<int32_t>());
   } else {
     sort(nullptr, k, send_token.data<int32_t>());
@@ -265,10 +263,9 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   if (m * c == 0) return;
   DispatchFloat(src.dtype(), "GatherRows", [&](auto tag) {
     using T = decltype(tag);
-    GatherRowsKernel<T><<<GridFor(m * c, kThreads), kThreads, 0, CurrentStream()>>>(
-        src.data<T>(), src.numel() / c, index.data<int32_t>(), m, c, dst.data<T>());
+    LaunchKernel(GatherRowsKernel<T>, GridFor(m * c, kThreads), kThreads, 0, CurrentStream(),
+                 src.data<T>(), src.numel() / c, index.data<int32_t>(), m, c, dst.data<T>());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, const Tensor& dst) {
@@ -284,12 +281,11 @@ void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, 
   if (n == 0) return;
   DispatchFloat(src.dtype(), "CombineRows", [&](auto tag) {
     using T = decltype(tag);
-    CombineRowsKernel<T><<<GridFor(n * c, kThreads), kThreads, 0, CurrentStream()>>>(
-        src.data<T>(), src.numel() / c, index.data<int32_t>(),
-        weights.defined() ? weights.f32() : nullptr, n, static_cast<int>(index.dim(1)), c,
-        dst.data<T>());
+    LaunchKernel(CombineRowsKernel<T>, GridFor(n * c, kThreads), kThreads, 0, CurrentStream(),
+                 src.data<T>(), src.numel() / c, index.data<int32_t>(),
+                 weights.defined() ? weights.f32() : nullptr, n, static_cast<int>(index.dim(1)), c,
+                 dst.data<T>());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& index,
@@ -309,11 +305,10 @@ void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& in
   if (pairs == 0) return;
   DispatchFloat(ddst.dtype(), "CombineRowsBackward", [&](auto tag) {
     using T = decltype(tag);
-    CombineRowsBackwardKernel<T><<<pairs, kThreads, 0, CurrentStream()>>>(
-        ddst.data<T>(), src.data<T>(), src.numel() / c, index.data<int32_t>(), weights.f32(),
-        static_cast<int>(index.dim(1)), c, dsrc.data<T>(), dweights.f32());
+    LaunchKernel(CombineRowsBackwardKernel<T>, pairs, kThreads, 0, CurrentStream(), ddst.data<T>(),
+                 src.data<T>(), src.numel() / c, index.data<int32_t>(), weights.f32(),
+                 static_cast<int>(index.dim(1)), c, dsrc.data<T>(), dweights.f32());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tetra::cuda

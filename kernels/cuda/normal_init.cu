@@ -51,8 +51,8 @@ void FillNormal(const Tensor& x, const NormalInit& init) {
   ExpectDevice(x, "FillNormal", "x");
   TETRA_CHECK(x.dtype() == DType::kF32) << "FillNormal writes fp32, not " << DTypeName(x.dtype());
   if (x.numel() == 0) return;
-  FillNormalKernel<<<GridFor(x.numel(), kThreads), kThreads, 0, CurrentStream()>>>(init, x.numel(), x.f32());
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(FillNormalKernel, GridFor(x.numel(), kThreads), kThreads, 0, CurrentStream(), init,
+               x.numel(), x.f32());
 }
 
 }  // namespace tetra::cuda

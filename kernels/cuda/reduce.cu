@@ -43,9 +43,10 @@ double Reduce(const T* x, int64_t n) {
   if (n == 0) return 0.0;
   // Its own buffer, not Scratch: callers reduce values they keep in Scratch.
   static double* partial = static_cast<double*>(AllocateDeviceBuffer((kPartials + 1) * sizeof(double)));
-  PartialSumKernel<T, kSquare><<<kPartials, kThreads, 0, CurrentStream()>>>(x, n, partial);
-  FinalSumKernel<<<1, kThreads, 0, CurrentStream()>>>(partial, kPartials, partial + kPartials);
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(PartialSumKernel<T, kSquare>, kPartials, kThreads, 0, CurrentStream(), x, n,
+               partial);
+  LaunchKernel(FinalSumKernel, 1, kThreads, 0, CurrentStream(), partial, kPartials,
+               partial + kPartials);
   double total = 0.0;
   CopyBytes(&total, partial + kPartials, sizeof(double));
   return total;
@@ -178,12 +179,11 @@ double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<dou
   double* partial = static_cast<double*>(Scratch((chunks + 1) * sizeof(double)));
   int64_t launched = 0;  // chunks of the launches so far
   ForEachList(xs, &weights, [&](const TensorList& list, int64_t blocks) {
-    WeightedSquaresKernel<<<blocks, kThreads, 0, CurrentStream()>>>(list, partial + launched);
-    TETRA_CUDA_CHECK_LAUNCH();
+    LaunchKernel(WeightedSquaresKernel, blocks, kThreads, 0, CurrentStream(), list,
+                 partial + launched);
     launched += blocks;
   });
-  FinalSumKernel<<<1, kThreads, 0, CurrentStream()>>>(partial, chunks, partial + chunks);
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(FinalSumKernel, 1, kThreads, 0, CurrentStream(), partial, chunks, partial + chunks);
   double total = 0.0;
   CopyBytes(&total, partial + chunks, sizeof(double));
   return total;
@@ -192,8 +192,7 @@ double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<dou
 void ScaleMultiTensor(const std::vector<Tensor>& xs, float factor) {
   for (const Tensor& x : xs) ExpectDevice(x, "ScaleMultiTensor", "a tensor");
   ForEachList(xs, nullptr, [&](const TensorList& list, int64_t blocks) {
-    ScaleListKernel<<<blocks, kThreads, 0, CurrentStream()>>>(list, factor);
-    TETRA_CUDA_CHECK_LAUNCH();
+    LaunchKernel(ScaleListKernel, blocks, kThreads, 0, CurrentStream(), list, factor);
   });
 }
 
@@ -203,10 +202,9 @@ void Scale(const Tensor& x, float factor) {
   if (n == 0) return;
   DispatchFloat(x.dtype(), "Scale", [&](auto tag) {
     using T = decltype(tag);
-    ScaleKernel<T><<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(x.data<T>(), n,
-                                                                             factor);
+    LaunchKernel(ScaleKernel<T>, GridFor(n, kThreads), kThreads, 0, CurrentStream(), x.data<T>(), n,
+                 factor);
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void Add(const Tensor& x, const Tensor& y, const Tensor& out) {
@@ -219,17 +217,15 @@ void Add(const Tensor& x, const Tensor& y, const Tensor& out) {
       << "Add: x, y and out differ";
   if (n == 0) return;
   if (x.dtype() == DType::kF64) {
-    AddF64Kernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-        x.data<double>(), y.data<double>(), out.data<double>(), n);
-    TETRA_CUDA_CHECK_LAUNCH();
+    LaunchKernel(AddF64Kernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(), x.data<double>(),
+                 y.data<double>(), out.data<double>(), n);
     return;
   }
   DispatchFloat(x.dtype(), "Add", [&](auto tag) {
     using T = decltype(tag);
-    AddKernel<T><<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-        x.data<T>(), y.data<T>(), out.data<T>(), n);
+    LaunchKernel(AddKernel<T>, GridFor(n, kThreads), kThreads, 0, CurrentStream(), x.data<T>(),
+                 y.data<T>(), out.data<T>(), n);
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void Cast(const Tensor& src, const Tensor& dst) {
@@ -242,11 +238,10 @@ void Cast(const Tensor& src, const Tensor& dst) {
     DispatchFloat(dst.dtype(), "Cast", [&](auto dst_tag) {
       using S = decltype(src_tag);
       using D = decltype(dst_tag);
-      CastKernel<S, D><<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-          src.data<S>(), dst.data<D>(), n);
+      LaunchKernel(CastKernel<S, D>, GridFor(n, kThreads), kThreads, 0, CurrentStream(),
+                   src.data<S>(), dst.data<D>(), n);
     });
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tetra::cuda

@@ -119,11 +119,10 @@ void LaunchRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float 
   if (rows == 0) return;
   DispatchFloat(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    RmsNormKernel<T><<<rows, kRowThreads, 0, CurrentStream()>>>(
-        x.data<T>(), delta.defined() ? delta.data<T>() : nullptr, w.data<T>(), dim, eps,
-        delta.defined() ? sum.data<T>() : nullptr, y.data<T>(), rstd.f32());
+    LaunchKernel(RmsNormKernel<T>, rows, kRowThreads, 0, CurrentStream(), x.data<T>(),
+                 delta.defined() ? delta.data<T>() : nullptr, w.data<T>(), dim, eps,
+                 delta.defined() ? sum.data<T>() : nullptr, y.data<T>(), rstd.f32());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -160,18 +159,17 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
     using T = decltype(tag);
     if (dw.defined()) {
       float* partial = static_cast<float*>(Scratch(groups * dim * sizeof(float)));
-      RmsNormWeightPartialKernel<T><<<partial_grid, kColumnThreads, 0, CurrentStream()>>>(
-          dy.data<T>(), x.data<T>(), rstd.f32(), rows, dim, rows_per_group, partial);
-      SumPartialsKernel<<<CeilDiv(dim, kColumnThreads), kColumnThreads, 0, CurrentStream()>>>(
-          partial, groups, dim, dw.f32());
+      LaunchKernel(RmsNormWeightPartialKernel<T>, partial_grid, kColumnThreads, 0, CurrentStream(),
+                   dy.data<T>(), x.data<T>(), rstd.f32(), rows, dim, rows_per_group, partial);
+      LaunchKernel(SumPartialsKernel, CeilDiv(dim, kColumnThreads), kColumnThreads, 0,
+                   CurrentStream(), partial, groups, dim, dw.f32());
     }
     if (dx.defined()) {
-      RmsNormInputGradKernel<T><<<rows, kRowThreads, 0, CurrentStream()>>>(
-          dy.data<T>(), x.data<T>(), w.data<T>(), rstd.f32(), dim,
-          dx_add.defined() ? dx_add.data<T>() : nullptr, dx.data<T>());
+      LaunchKernel(RmsNormInputGradKernel<T>, rows, kRowThreads, 0, CurrentStream(), dy.data<T>(),
+                   x.data<T>(), w.data<T>(), rstd.f32(), dim,
+                   dx_add.defined() ? dx_add.data<T>() : nullptr, dx.data<T>());
     }
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tetra::cuda

@@ -149,9 +149,9 @@ void Rope(const Tensor& x, const RopeTable& table, bool backward) {
     using T = decltype(tag);
     constexpr int kW = kVectorWidth<T>;
     auto launch = [&](auto kernel, int width) {
-      kernel<<<GridFor(n / width, kThreads), kThreads, 0, CurrentStream()>>>(
-          x.data<T>(), rows, x.dim(1), x.dim(2), table.half_dim, table.cos.f32(),
-          table.sin.f32(), backward ? -1.0f : 1.0f);
+      LaunchKernel(kernel, GridFor(n / width, kThreads), kThreads, 0, CurrentStream(), x.data<T>(),
+                   rows, x.dim(1), x.dim(2), table.half_dim, table.cos.f32(), table.sin.f32(),
+                   backward ? -1.0f : 1.0f);
     };
     if (Vectorize<T>(table, {&x})) {
       launch(RopeKernel<kW, T>, kW);
@@ -159,7 +159,6 @@ void Rope(const Tensor& x, const RopeTable& table, bool backward) {
       launch(RopeKernel<1, T>, 1);
     }
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void QkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
@@ -180,9 +179,9 @@ void QkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const T
     using T = decltype(tag);
     constexpr int kW = kVectorWidth<T>;
     auto launch = [&](auto kernel, int width) {
-      kernel<<<GridFor(n / width, kThreads), kThreads, 0, CurrentStream()>>>(
-          qkv.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), rows, q.dim(1), q.dim(2),
-          k.dim(2), table.half_dim, table.cos.f32(), table.sin.f32(), backward);
+      LaunchKernel(kernel, GridFor(n / width, kThreads), kThreads, 0, CurrentStream(),
+                   qkv.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), rows, q.dim(1), q.dim(2),
+                   k.dim(2), table.half_dim, table.cos.f32(), table.sin.f32(), backward);
     };
     if (Vectorize<T>(table, {&qkv, &q, &k, &v})) {
       launch(QkvRopeKernel<kW, T>, kW);
@@ -190,7 +189,6 @@ void QkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const T
       launch(QkvRopeKernel<1, T>, 1);
     }
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved, bool backward) {
@@ -203,11 +201,10 @@ void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved, bo
   const int threads = static_cast<int>(CeilDiv(table.half_dim, 32) * 32);
   DispatchFloat(x.dtype(), "DecoupledRope", [&](auto tag) {
     using T = decltype(tag);
-    DecoupledRopeKernel<T><<<GridFor(row_heads, 1), threads, 0, CurrentStream()>>>(
-        x.data<T>(), row_heads, x.dim(1), x.dim(2), x.dim(3), table.half_dim, table.cos.f32(),
-        table.sin.f32(), interleaved, backward ? -1.0f : 1.0f);
+    LaunchKernel(DecoupledRopeKernel<T>, GridFor(row_heads, 1), threads, 0, CurrentStream(),
+                 x.data<T>(), row_heads, x.dim(1), x.dim(2), x.dim(3), table.half_dim,
+                 table.cos.f32(), table.sin.f32(), interleaved, backward ? -1.0f : 1.0f);
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tetra::cuda

@@ -173,7 +173,7 @@ __global__ void ScoreSumKernel(const float* scores, int64_t n, int e, double* sc
 __global__ void SequenceStatsKernel(const float* scores, const int32_t* expert,
                                     const double* score_sum, int64_t seq, int64_t whole_seq, int e,
                                     int k, double* stats) {
-  extern __shared__ int32_t choices[];
+  TETRA_DYNAMIC_SHARED(int32_t, choices);
   const int64_t b = blockIdx.x, first = b * seq;
   for (int i = threadIdx.x; i < e; i += blockDim.x) choices[i] = 0;
   __syncthreads();
@@ -285,9 +285,8 @@ void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& sc
   CheckF32(scores, logits.numel(), "RouterScores", "scores");
   const int64_t n = logits.dim(0);
   if (n == 0) return;
-  ScoresKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-      logits.f32(), n, spec.num_experts, spec.softmax, scores.f32());
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(ScoresKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(), logits.f32(), n,
+               spec.num_experts, spec.softmax, scores.f32());
 }
 
 void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias,
@@ -303,9 +302,8 @@ void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias
       << " of the best " << spec.topk_group << " groups";
   const int64_t n = scores.dim(0);
   if (n == 0) return;
-  TopKKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-      spec, scores.f32(), bias.f32(), n, expert.data<int32_t>(), weights.f32());
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(TopKKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(), spec, scores.f32(),
+               bias.f32(), n, expert.data<int32_t>(), weights.f32());
 }
 
 void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
@@ -315,9 +313,8 @@ void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const T
   CheckF32(dscores, scores.numel(), "RouterWeightsBackward", "dscores");
   const int64_t n = scores.dim(0);
   if (n == 0) return;
-  WeightsBackwardKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-      spec, scores.f32(), expert.data<int32_t>(), dweights.f32(), n, dscores.f32());
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(WeightsBackwardKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(), spec,
+               scores.f32(), expert.data<int32_t>(), dweights.f32(), n, dscores.f32());
 }
 
 void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
@@ -327,9 +324,8 @@ void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Te
   CheckF32(dlogits, scores.numel(), "RouterScoresBackward", "dlogits");
   const int64_t n = scores.dim(0);
   if (n == 0) return;
-  ScoresBackwardKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-      scores.f32(), dscores.f32(), n, spec.num_experts, spec.softmax, dlogits.f32());
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(ScoresBackwardKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(),
+               scores.f32(), dscores.f32(), n, spec.num_experts, spec.softmax, dlogits.f32());
 }
 
 void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
@@ -344,13 +340,12 @@ void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Te
   double* score_sum = nullptr;
   if (n > 0) {
     score_sum = static_cast<double*>(Scratch(n * sizeof(double)));
-    ScoreSumKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(scores.f32(), n, e,
-                                                                           score_sum);
+    LaunchKernel(ScoreSumKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(), scores.f32(),
+                 n, e, score_sum);
   }
-  SequenceStatsKernel<<<batch, kThreads, e * sizeof(int32_t), CurrentStream()>>>(
-      scores.f32(), expert.data<int32_t>(), score_sum, seq, whole_seq, e, spec.top_k,
-      stats.data<double>());
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(SequenceStatsKernel, batch, kThreads, e * sizeof(int32_t), CurrentStream(),
+               scores.f32(), expert.data<int32_t>(), score_sum, seq, whole_seq, e, spec.top_k,
+               stats.data<double>());
 }
 
 double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& stats,
@@ -364,12 +359,11 @@ double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const T
   if (dscores.defined() && n > 0) {
     // Scratch: score_sum (n) fp64.
     double* score_sum = static_cast<double*>(Scratch(n * sizeof(double)));
-    ScoreSumKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(scores.f32(), n, e,
-                                                                           score_sum);
-    BalanceGradientKernel<<<GridFor(n, kThreads), kThreads, 0, CurrentStream()>>>(
-        scores.f32(), score_sum, stats.data<double>(), n, seq, whole_seq, e, grad_scale,
-        dscores.f32());
-    TETRA_CUDA_CHECK_LAUNCH();
+    LaunchKernel(ScoreSumKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(), scores.f32(),
+                 n, e, score_sum);
+    LaunchKernel(BalanceGradientKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(),
+                 scores.f32(), score_sum, stats.data<double>(), n, seq, whole_seq, e, grad_scale,
+                 dscores.f32());
   }
   if (batch == 0) return 0.0;
   // Summed on the host in the CPU's order: sequence by sequence, expert by expert.
@@ -394,9 +388,8 @@ void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor
       << spec.num_experts << " experts";
   const int64_t pairs = expert.numel();
   if (pairs == 0) return;
-  CountLoadsKernel<<<GridFor(pairs, kThreads), kThreads, 0, CurrentStream()>>>(
-      expert.data<int32_t>(), pairs, spec.num_experts, loads.data<int32_t>());
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(CountLoadsKernel, GridFor(pairs, kThreads), kThreads, 0, CurrentStream(),
+               expert.data<int32_t>(), pairs, spec.num_experts, loads.data<int32_t>());
 }
 
 void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
@@ -406,9 +399,8 @@ void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
       << "UpdateRouterBias: loads are " << DTypeName(loads.dtype()) << ", not int32";
   const int e = static_cast<int>(bias.numel());
   if (e == 0) return;
-  UpdateBiasKernel<<<1, kThreads, 0, CurrentStream()>>>(loads.data<int32_t>(), e, speed,
-                                                        bias.f32());
-  TETRA_CUDA_CHECK_LAUNCH();
+  LaunchKernel(UpdateBiasKernel, 1, kThreads, 0, CurrentStream(), loads.data<int32_t>(), e, speed,
+               bias.f32());
 }
 
 }  // namespace tetra::cuda

@@ -141,10 +141,9 @@ void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   DispatchFloat(gate.dtype(), "Swiglu", [&](auto tag) {
     using T = decltype(tag);
     const VectorSplit split = SplitAll(gate.data<T>(), n, {up.raw(), out.raw()});
-    SwigluKernel<T><<<GridForSplit(split), kThreads, 0, CurrentStream()>>>(
-        gate.data<T>(), up.data<T>(), split, out.data<T>());
+    LaunchKernel(SwigluKernel<T>, GridForSplit(split), kThreads, 0, CurrentStream(), gate.data<T>(),
+                 up.data<T>(), split, out.data<T>());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
@@ -161,10 +160,10 @@ void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
     using T = decltype(tag);
     const VectorSplit split =
         SplitAll(gate.data<T>(), n, {dout.raw(), up.raw(), dgate.raw(), dup.raw()});
-    SwigluBackwardKernel<T><<<GridForSplit(split), kThreads, 0, CurrentStream()>>>(
-        dout.data<T>(), gate.data<T>(), up.data<T>(), split, dgate.data<T>(), dup.data<T>());
+    LaunchKernel(SwigluBackwardKernel<T>, GridForSplit(split), kThreads, 0, CurrentStream(),
+                 dout.data<T>(), gate.data<T>(), up.data<T>(), split, dgate.data<T>(),
+                 dup.data<T>());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 // Shapes checked by kernels/ops.cc: out (rows, width), gate_up (rows, 2 x width).
@@ -177,10 +176,9 @@ void SwigluPacked(const Tensor& gate_up, const Tensor& out) {
   const int64_t width = out.dim(-1), rows = out.numel() / width;
   DispatchFloat(gate_up.dtype(), "SwigluPacked", [&](auto tag) {
     using T = decltype(tag);
-    SwigluPackedKernel<T><<<GridFor(rows, 1), ThreadsForRow<T>(width), 0, CurrentStream()>>>(
-        gate_up.data<T>(), rows, width, out.data<T>());
+    LaunchKernel(SwigluPackedKernel<T>, GridFor(rows, 1), ThreadsForRow<T>(width), 0,
+                 CurrentStream(), gate_up.data<T>(), rows, width, out.data<T>());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) {
@@ -192,11 +190,10 @@ void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tenso
   const int64_t width = dout.dim(-1), rows = dout.numel() / width;
   DispatchFloat(gate_up.dtype(), "SwigluPackedBackward", [&](auto tag) {
     using T = decltype(tag);
-    SwigluPackedBackwardKernel<T><<<GridFor(rows, 1), ThreadsForRow<T>(width), 0,
-                                    CurrentStream()>>>(dout.data<T>(), gate_up.data<T>(), rows,
-                                                       width, dgate_up.data<T>());
+    LaunchKernel(SwigluPackedBackwardKernel<T>, GridFor(rows, 1), ThreadsForRow<T>(width), 0,
+                 CurrentStream(), dout.data<T>(), gate_up.data<T>(), rows, width,
+                 dgate_up.data<T>());
   });
-  TETRA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tetra::cuda

@@ -92,6 +92,9 @@ __device__ __forceinline__ uint32_t PackWord(const float* in) {
 
 // One 16-byte load from global memory (p 16-byte aligned).
 __device__ __forceinline__ uint4 LoadVector(const void* p) {
+#if TETRA_EMULATED_GPU
+  emulator::CheckVectorAccess(p, "load");
+#endif
   return *reinterpret_cast<const uint4*>(p);
 }
 
@@ -99,9 +102,14 @@ __device__ __forceinline__ uint4 LoadVector(const void* p) {
 // splits a plain uint4 store into four 4-byte ones in some kernels (the
 // cross-entropy gradient); "memory" orders it as a plain store is ordered.
 __device__ __forceinline__ void StoreVector(void* p, uint4 v) {
+#if TETRA_EMULATED_GPU
+  emulator::CheckVectorAccess(p, "store");
+  *static_cast<uint4*>(p) = v;
+#else
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(p)),
                "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                : "memory");
+#endif
 }
 
 // W elements at p as fp32: one scalar, or W / kVectorWidth<T> 16-byte loads

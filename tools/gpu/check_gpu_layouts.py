@@ -4,10 +4,11 @@
 layouts: every layout family trains on CUDA in bf16, its ranks sharing the
   GPU through the staged backend (parallel.comm_backend MPI, which keeps
   NCCL's rules), and is compared with the CPU fp32 single-rank run of the
-  same model and data: tp 2 with sequence parallelism, pp 2 under 1F1B and
-  interleaved (2 virtual stages), dp 2 with ZeRO-1, cp 2 (ring attention),
-  and for the MoE model dp 2 x ep 2, cp 2 x ep 2 and tp 2 x pp 2 x dp 2 x ep
-  2 on 8 processes. Tolerance: bf16
+  same model and data: tp 2 with sequence parallelism, pp 2 under 1F1B,
+  interleaved (2 virtual stages), ZB-H1 and DualPipeV, dp 2 with ZeRO-1, cp 2
+  (ring attention), for the MoE model dp 2 x ep 2, cp 2 x ep 2, DualPipeV pp 2
+  x ep 2 and tp 2 x pp 2 x dp 2 x ep 2 on 8 processes, and dp 2 x ep 2 of
+  the MoE model with MLA and multi-token prediction. Tolerance: bf16
   activations (2^-8 relative per rounding) move these tiny models' step-1
   loss by ~3e-5, their gradient norm by ~2e-4 and the 8-step curve by ~1e-3
   (measured with this script on CPU ranks, which compute bf16 as the GPU
@@ -21,7 +22,11 @@ checkpoints: a GPU run's checkpoint resumes on the CPU and a CPU run's on
   the GPU; the weights each exports at once equal the saving run's export
   bit for bit (fp32 state moves through page-locked host memory unchanged).
 
-usage: check_gpu_layouts.py TETRA OUT {layouts|checkpoints} [SECONDS]
+usage: check_gpu_layouts.py TETRA OUT {layouts|checkpoints} [SECONDS] [--emulated]
+--emulated: TETRA is build/tetra_emu (the emulated GPU, emulator/): every
+layout runs twice, through the staged backend and through NCCL (one emulated
+GPU per rank), for STEPS_EMULATED steps (the emulator runs a CUDA thread per
+fiber: each step costs seconds).
 Prints one line per check, with the differences and the seconds its runs took,
 and goes on after a check fails: a run that exits non-zero, times out or
 writes no metrics is a FAIL line naming the layout with the last lines of its
@@ -41,9 +46,11 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "testing"))
 from tetra_runs import ENV, Checker, max_abs_difference, read_safetensors, rel  # noqa: E402
 
-TETRA, OUT, PART = sys.argv[1], sys.argv[2], sys.argv[3]
-DEADLINE = time.monotonic() + float(sys.argv[4]) if len(sys.argv) > 4 else float("inf")
-RUN_TIMEOUT_S = 60
+EMULATED = "--emulated" in sys.argv
+args = [a for a in sys.argv[1:] if a != "--emulated"]
+TETRA, OUT, PART = args[0], args[1], args[2]
+DEADLINE = time.monotonic() + float(args[3]) if len(args) > 3 else float("inf")
+RUN_TIMEOUT_S = 240 if EMULATED else 60
 COMMON = ["model.vocab_size=64", "model.hidden_size=64", "model.num_hidden_layers=4",
           "model.num_attention_heads=4", "model.num_key_value_heads=2", "model.intermediate_size=128",
           "train.global_batch_size=16", "train.micro_batch_size=2", "train.seq_length=32",
@@ -53,10 +60,17 @@ MOE = ["model.moe.n_routed_experts=8", "model.moe.num_experts_per_tok=2", "model
        "model.moe.moe_intermediate_size=32", "model.moe.first_k_dense_replace=1", "model.moe.n_group=2",
        "model.moe.topk_group=1", "model.moe.routed_scaling_factor=2.5", "model.moe.aux_loss_alpha=0.01",
        "model.moe.bias_update_speed=0.01"]
-STEPS = 8
+# DeepSeek-V3's attention (MLA) and multi-token prediction, on the MoE model.
+MLA_MTP = ["model.q_lora_rank=48", "model.kv_lora_rank=32", "model.qk_nope_head_dim=16",
+           "model.qk_rope_head_dim=8", "model.v_head_dim=16", "model.num_nextn_predict_layers=1",
+           "train.mtp_loss_scaling_factor=0.3"]
+STEPS = 3 if EMULATED else 8
 # Relative: step-1 loss, step-1 gradient norm, every step's loss.
 RTOL = (5e-3, 3e-2, 2e-2)
-GPU = ["train.device=CUDA", "train.precision=BF16", "parallel.comm_backend=MPI"]
+GPU = ["train.device=CUDA", "train.precision=BF16"]
+# The staged backend shares one GPU among the ranks; the emulator also has a
+# GPU per rank for NCCL.
+BACKENDS = [("staged", "MPI")] + ([("NCCL", "NCCL")] if EMULATED else [])
 CPU = ["train.device=CPU", "train.precision=FP32"]
 
 check = Checker()
@@ -136,17 +150,20 @@ def layouts():
            ("moe_pp2_dualpipe_v_ep2", 4, ["parallel.pipeline=2", "parallel.schedule=DUALPIPE_V",
                                           "parallel.virtual_stages=2", "parallel.expert=2"]),
            ("moe_tp2_pp2_dp2_ep2", 8, ["parallel.tensor=2", "parallel.pipeline=2", "parallel.expert=2"])]
-    for model, cases in (([], dense), (MOE, moe)):
-        ref_name = "cpu_ref" + ("_moe" if model else "")
+    mla_mtp = [("mla_moe_mtp_dp2_ep2", 2, ["parallel.expert=2"])]
+    for ref_name, model, cases in (("cpu_ref", [], dense), ("cpu_ref_moe", MOE, moe),
+                                   ("cpu_ref_mla_moe_mtp", MOE + MLA_MTP, mla_mtp)):
         try:
             ref, _, _ = run(ref_name, 1, model + CPU + [f"train.steps={STEPS}"], STEPS)
         except RunFailed as e:
             ref = None
             check(False, f"CPU fp32 reference {ref_name}: {e}")
-        for name, ranks, sets in cases:
-            what = f"{name} (GPU bf16, {ranks} ranks, staged)"
+        for (name, ranks, sets), (backend, comm) in ((c, b) for c in cases for b in BACKENDS):
+            what = f"{name} (GPU bf16, {ranks} ranks, {backend})"
             try:
-                got, _, seconds = run(name, ranks, model + GPU + sets + [f"train.steps={STEPS}"], STEPS)
+                got, _, seconds = run(f"{name}_{backend}", ranks,
+                                      model + GPU + sets + [f"parallel.comm_backend={comm}", f"train.steps={STEPS}"],
+                                      STEPS)
             except RunFailed as e:
                 check(False, f"{what}: {e}")
                 continue

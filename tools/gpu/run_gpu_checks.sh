@@ -49,22 +49,29 @@
 # Runs' scratch files go to a temporary directory.
 #
 #   tools/gpu/run_gpu_checks.sh [--preflight-only] [DIR]   (from anywhere in the checkout)
+#   tools/gpu/run_gpu_checks.sh --emulated [BUILD]   (the emulated GPU: BUILD/tetra_emu)
 #   DIR: a bundle from tools/gpu/make_gpu_bundle.sh (bundle.tar.gz, unpacked
 #   in place; its bin/env.sh sets PATH, LD_LIBRARY_PATH and OPAL_PREFIX), or
 #   a build directory (default build/; mpirun from PATH).
 #   --preflight-only: the preflight alone (preflight.txt and summary.txt).
+#   --emulated: every part on the emulated GPU (emulator/; build/tetra_emu and
+#   build/tetra_gpu_tests_emu), on this machine: the preflight says what the
+#   emulator is, the benchmarks shrink to a tiny model (3 steps), the layouts
+#   run through the staged backend and through NCCL, and each part has more
+#   time (the emulator runs every CUDA thread as a fiber on the CPU).
 #   Environment: OUT (default ./gpu-checks), BENCH_STEPS (default 10),
 #   BENCH_SETS (extra --set flags for the benchmarks and profiles, e.g.
 #   "train.micro_batch_size=2"), GTEST_EACH=1 (a process for every gpu test).
 # Exit status: 0 when no part failed or timed out and there is a GPU.
 set -uo pipefail
 ulimit -c 0  # a crashing test or rank leaves no core file to fill the disk
-preflight_only=0
+preflight_only=0 emulated=0
 if [[ ${1:-} == --preflight-only ]]; then preflight_only=1; shift; fi
+if [[ ${1:-} == --emulated ]]; then emulated=1; shift; fi
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dir=$(cd "${1:-$root/build}" && pwd) || exit 2
 out=${OUT:-$PWD/gpu-checks}
-steps=${BENCH_STEPS:-10}
+steps=${BENCH_STEPS:-$( ((emulated)) && echo 3 || echo 10)}
 mkdir -p "$out" && out=$(cd "$out" && pwd)  # absolute: the parts run from $root
 logs=(summary.txt preflight.txt bench.log bench_moe.log gpu_tests.log layouts.log comm.log bench_profile.log)
 for f in "${logs[@]}"; do rm -f "${out:?}/$f"; done
@@ -80,6 +87,17 @@ if [[ -f $dir/bundle.tar.gz ]]; then
 else
   bin=$dir
 fi
+tetra=$bin/tetra gpu_tests=$bin/tetra_gpu_tests
+if (( emulated )); then
+  tetra=$bin/tetra_emu gpu_tests=$bin/tetra_gpu_tests_emu
+  # A tiny model instead of the benchmarks' billion parameters.
+  emulated_sets="model.vocab_size=256 model.hidden_size=64 model.num_hidden_layers=2 model.num_attention_heads=4
+    model.num_key_value_heads=2 model.intermediate_size=128 train.seq_length=64 train.micro_batch_size=2
+    train.global_batch_size=4"
+  emulated_moe_sets="model.moe.moe_intermediate_size=32"
+fi
+# limit SECONDS: a part's time, four times more on the emulated GPU.
+limit() { echo $(( emulated ? 4 * $1 : $1 )); }
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
@@ -235,18 +253,34 @@ preflight() {
   (( gpu ))
 }
 
+# The emulated GPU's preflight: what stands in for the device, and the binaries.
+emulated_preflight() {
+  echo "tetra GPU checks preflight, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), host $(hostname 2>/dev/null || cat /etc/hostname)"
+  echo "checks from $root; binaries from $bin"
+  echo "emulated GPU: ${TETRA_EMU_GPUS:-8} devices named NVIDIA H200 (TETRA_EMU_GPUS), CUDA threads as fibers on $(nproc) CPUs"
+  local f missing=0
+  for f in "$tetra" "$gpu_tests"; do
+    if [[ -x $f ]]; then echo "-- ${f##*/}"; timeout 10 ldd "$f" 2>&1; else echo "problem: no $f"; missing=1; fi
+  done
+  (( missing )) || echo "preflight: OK"
+}
+
 source "$root/tools/gpu/find_cuda_libs.sh"
 echo "== preflight"
 start=$SECONDS
 preflight_rc=0
-preflight > "$out/preflight.txt" 2>&1 || preflight_rc=$?
+if (( emulated )); then
+  emulated_preflight > "$out/preflight.txt" 2>&1
+else
+  preflight > "$out/preflight.txt" 2>&1 || preflight_rc=$?
+fi
 no_gpu=$preflight_rc
 # The key lines: the GPU, the driver's CUDA, glibc, /dev/shm, each library, the verdict.
 {
   sed -n '1,2p' "$out/preflight.txt"
   grep -a '^bundle: ' "$out/preflight.txt"
   awk '/^== GPU/ {on = 1; next} /^== / {on = 0} on && /MiB/ && !/^name/ {print "GPU: " $0}' "$out/preflight.txt"
-  grep -a -E '^(no nvidia-smi|driver.s CUDA|glibc: )' "$out/preflight.txt"
+  grep -a -E '^(no nvidia-smi|driver.s CUDA|glibc: |emulated GPU: )' "$out/preflight.txt"
   awk '/^== \/dev\/shm/ {getline; getline; print "/dev/shm: " $0}' "$out/preflight.txt"
   grep -a -E '^(found |MISSING )' "$out/preflight.txt"
   sed -n 's/^wheel directory: /nvidia-* wheel directory: /p' "$out/preflight.txt"
@@ -279,13 +313,13 @@ finish() {
 (( preflight_only )) && finish
 
 # ---- the benchmarks -----------------------------------------------------
-# bench NAME CONFIG LOG: the benchmark's steps, then its steady state: the
-# mean over the steps after the first two.
+# bench NAME CONFIG LOG [SETS]: the benchmark's steps, then its steady state:
+# the mean over the steps after the first two.
 bench() {
   local name=$1 config=$2 log=$3 metrics=$scratch/$1_metrics.jsonl
   local sets=(--set "train.steps=$steps" --set "optimizer.warmup_steps=1" --set "log.metrics_path=$metrics")
-  for s in ${BENCH_SETS:-}; do sets+=(--set "$s"); done
-  part "$name benchmark ($config, $steps steps)" 65 "$log" "$bin/tetra" train --config "$config" "${sets[@]}"
+  for s in ${4:-} ${BENCH_SETS:-}; do sets+=(--set "$s"); done
+  part "$name benchmark ($config, $steps steps)" "$(limit 65)" "$log" "$tetra" train --config "$config" "${sets[@]}"
   # Which engine ran attention (cuDNN fused, or tetra's own kernel and why).
   grep -a -E 'attention (forward|backward) B [0-9]+ .*: ' "$out/$log" | sed 's/^.*\(attention \(forward\|backward\)\)/\1/' |
     sort -u | sed "s/^/$name: /" | tee -a "$summary"
@@ -307,8 +341,8 @@ bench() {
       else printf "%s: %d steps, none past the first two\n", name, NR
     }' "$metrics" | tee -a "$summary"
 }
-bench dense configs/bench_h200_1b.textproto bench.log
-bench MoE configs/bench_h200_moe.textproto bench_moe.log
+bench dense configs/bench_h200_1b.textproto bench.log "${emulated_sets:-}"
+bench MoE configs/bench_h200_moe.textproto bench_moe.log "${emulated_sets:-} ${emulated_moe_sets:-}"
 
 # ---- tests ----------------------------------------------------------------
 # gtests NAME SECONDS FILTER [ENV...]: the tests of tetra_gpu_tests matching
@@ -318,37 +352,39 @@ gtests() {
   shift 3
   local from
   from=$(($( [[ -f $out/gpu_tests.log ]] && wc -l < "$out/gpu_tests.log" || echo 0) + 1))
-  part "$name" "$seconds" gpu_tests.log env "$@" bash tools/gpu/run_gtests.sh "$bin/tetra_gpu_tests" "$filter" 30 $((seconds - 5))
-  tail -n +"$from" "$out/gpu_tests.log" | grep -a -E '^tetra_gpu_tests: [0-9]+ tests in' | tee -a "$summary"
+  part "$name" "$seconds" gpu_tests.log env "$@" bash tools/gpu/run_gtests.sh "$gpu_tests" "$filter" 30 $((seconds - 5))
+  tail -n +"$from" "$out/gpu_tests.log" | grep -a -E '^tetra_gpu_tests(_emu)?: [0-9]+ tests in' | tee -a "$summary"
   tail -n +"$from" "$out/gpu_tests.log" | grep -a -E '^RESULT (FAIL|CRASH|TIMEOUT|NOTRUN) ' | head -n 30 | cut -c1-400 | tee -a "$summary"
 }
-gtests "gpu tests" 90 '*'
-gtests "own attention (TETRA_CUDNN_ATTENTION=0)" 20 'Ops/OpTableGpuTest.*attention*' TETRA_CUDNN_ATTENTION=0
+gtests "gpu tests" "$(limit 90)" '*'
+gtests "own attention (TETRA_CUDNN_ATTENTION=0)" "$(limit 20)" 'Ops/OpTableGpuTest.*attention*' TETRA_CUDNN_ATTENTION=0
 
 layout_checks() {
   local what=$1 seconds=$2
   local from
   from=$(($( [[ -f $out/layouts.log ]] && wc -l < "$out/layouts.log" || echo 0) + 1))
-  part "$what" "$seconds" layouts.log python3 tools/gpu/check_gpu_layouts.py "$bin/tetra" "$scratch/$what" "$what" $((seconds - 5))
+  part "$what" "$seconds" layouts.log python3 tools/gpu/check_gpu_layouts.py "$tetra" "$scratch/$what" "$what" \
+    $((seconds - 5)) $( ((emulated)) && echo --emulated)
   tail -n +"$from" "$out/layouts.log" | grep -a -E '^(ok|FAIL) ' | cut -c1-400 | tee -a "$summary"
 }
-layout_checks layouts 120
-layout_checks checkpoints 30
+layout_checks layouts "$(limit 120)"
+layout_checks checkpoints "$(limit 30)"
 
 # NCCL needs MPI initialised: one rank under the bundle's mpirun.
-part "commbench (NCCL, world size 1)" 20 comm.log \
-  mpirun --oversubscribe -np 1 "$bin/tetra" commbench --device cuda --op all --max-bytes 64M --iters 5 --warmup 2
+part "commbench (NCCL, world size 1)" "$(limit 20)" comm.log \
+  mpirun --oversubscribe -np 1 "$tetra" commbench --device cuda --op all \
+  --max-bytes "$( ((emulated)) && echo 1M || echo 64M)" --iters 5 --warmup 2
 [[ ${results[-1]} == PASS* ]] && tail -n 12 "$out/comm.log" | grep -a -v '^(' | tee -a "$summary"
 
 # ---- where the time goes ----------------------------------------------------
-profile_sets=(--set train.steps=3 --set optimizer.warmup_steps=1)
-for s in ${BENCH_SETS:-}; do profile_sets+=(--set "$s"); done
 for config in configs/bench_h200_1b.textproto configs/bench_h200_moe.textproto; do
-  name="dense profile"
-  [[ $config == *moe* ]] && name="MoE profile"
+  name="dense profile" model_sets=${emulated_sets:-}
+  [[ $config == *moe* ]] && name="MoE profile" model_sets="${emulated_sets:-} ${emulated_moe_sets:-}"
+  profile_sets=(--set train.steps=3 --set optimizer.warmup_steps=1)
+  for s in $model_sets ${BENCH_SETS:-}; do profile_sets+=(--set "$s"); done
   from=$(($( [[ -f $out/bench_profile.log ]] && wc -l < "$out/bench_profile.log" || echo 0) + 1))
-  part "$name (TETRA_OP_PROFILE, 3 steps of $config, ops serialised)" 25 bench_profile.log \
-    env TETRA_OP_PROFILE=1 "$bin/tetra" train --config "$config" "${profile_sets[@]}"
+  part "$name (TETRA_OP_PROFILE, 3 steps of $config, ops serialised)" "$(limit 25)" bench_profile.log \
+    env TETRA_OP_PROFILE=1 "$tetra" train --config "$config" "${profile_sets[@]}"
   tail -n +"$from" "$out/bench_profile.log" |
     awk '/^tetra op profile/ {on = 1; print; next} on && /^  / {print; next} {on = 0}' | tee -a "$summary"
 done
