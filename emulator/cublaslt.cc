@@ -20,7 +20,10 @@
 #include <vector>
 
 #include "cuda_bf16.h"
+#include "cuda_fp16.h"
+#include "absl/strings/str_format.h"
 #include "emulator/emulated_device.h"
+#include "emulator/failure.h"
 
 // The objects behind the header's opaque handles.
 struct cublasLtContext {};  // the emulated library keeps nothing per handle
@@ -103,6 +106,17 @@ bool IsSupportedTypeCombination(const cublasLtMatmulDescOpaque_t& desc, cudaData
   }
 }
 
+const char* TypeName(cudaDataType_t type) {
+  switch (type) {
+    case CUDA_R_32F: return "CUDA_R_32F";
+    case CUDA_R_64F: return "CUDA_R_64F";
+    case CUDA_R_16F: return "CUDA_R_16F";
+    case CUDA_R_32I: return "CUDA_R_32I";
+    case CUDA_R_16BF: return "CUDA_R_16BF";
+  }
+  return "an unknown type";
+}
+
 // Whether the four layouts make one GEMM the descriptor can run: op(A) is
 // m x k, op(B) k x n, C and D m x n (INVALID_VALUE when the shapes
 // disagree, NOT_SUPPORTED for a type combination no kernel runs).
@@ -118,6 +132,10 @@ cublasStatus_t CheckProblem(const cublasLtMatmulDescOpaque_t& desc,
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (!IsSupportedTypeCombination(desc, a.type, b.type, c.type, d.type)) {
+    Explain(absl::StrFormat("cuBLASLt has no kernel for A %s, B %s, C %s, D %s (compute type %d): "
+                            "A and B must be of one type, C and D fp32 or the inputs' type",
+                            TypeName(a.type), TypeName(b.type), TypeName(c.type),
+                            TypeName(d.type), static_cast<int>(desc.compute_type)));
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   return CUBLAS_STATUS_SUCCESS;
@@ -147,37 +165,8 @@ T ReadValue(const void* buf) {
   return value;
 }
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in fp32
-    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-    return sign != 0 ? -magnitude : magnitude;
-  }
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  }
-  return ReadValue<float>(&bits);
-}
-
-uint16_t FloatToHalf(float f) {
-  const uint32_t bits = ReadValue<uint32_t>(&f);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return sign | 0x7e00u;  // NaN stays NaN
-  // From 65520 (halfway between fp16's largest, 65504, and 2^16) up: infinity.
-  if (magnitude >= 0x477ff000u) return sign | 0x7c00u;
-  if (magnitude < 0x38800000u) {                  // below fp16's smallest normal: in units of 2^-24
-    const float scaled = std::fabs(f) * 0x1p24f;  // exact: a power-of-two scaling
-    const float whole = std::nearbyint(scaled);   // the default rounding mode: to nearest even
-    return sign | static_cast<uint16_t>(whole);
-  }
-  magnitude += 0xfffu + ((magnitude >> 13) & 1u);  // round half to even
-  return sign | static_cast<uint16_t>((magnitude - 0x38000000u) >> 13);
-}
+float HalfToFloat(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+uint16_t FloatToHalf(float f) { return __half_as_ushort(__float2half_rn(f)); }
 
 // Reads `count` elements `stride` elements apart into fp32, exactly.
 template <typename T, typename ToFloat>

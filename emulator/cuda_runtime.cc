@@ -58,7 +58,7 @@ cudaError_t Record(cudaError_t error) {
 
 // A refused call: says why on stderr (the real runtime only returns the code).
 cudaError_t Refuse(cudaError_t error, const std::string& why) {
-  std::fprintf(stderr, "tetra emulated GPU: %s\n", why.c_str());
+  Explain(why);
   return Record(error);
 }
 
@@ -243,7 +243,12 @@ void LaunchKernel(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes
   }
   auto run = std::make_shared<KernelRun>(
       KernelRun{name, grid, block, shared_bytes, std::move(thread), NextSeed()});
-  Enqueue(stream, [run] { RunKernel(*run); });
+  const int device = StreamDevice(Resolve(stream, CurrentDevice()));
+  Enqueue(stream, [run, device] {
+    RunningScope scope("kernel " + run->name);
+    RunKernel(*run);
+    CheckOverruns(device);  // here, to name the kernel that wrote past an allocation
+  });
 }
 
 void CheckVectorAccess(const void* p, const char* what) {

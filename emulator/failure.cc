@@ -21,6 +21,10 @@ RunningScope::~RunningScope() { running = std::move(previous_); }
 
 const std::string& Running() { return running; }
 
+void Explain(const std::string& why) {
+  std::fprintf(stderr, "tetra emulated GPU: %s\n", why.c_str());
+}
+
 void Fail(std::string_view what) {
   std::string message = "tetra emulated GPU: ";
   message += what;

@@ -23,6 +23,10 @@ class RunningScope {
 // What this host thread runs now ("" when nothing was named).
 const std::string& Running();
 
+// Prints "tetra emulated GPU: <why>" and goes on: why a call was refused
+// with an error code (a real library only returns the code).
+void Explain(const std::string& why);
+
 }  // namespace tetra::emulator
 
 #endif  // TETRA_EMULATOR_FAILURE_H_

@@ -1,9 +1,11 @@
 #include "emulator/kernel_engine.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <boost/context/fiber.hpp>
 #include <boost/context/stack_context.hpp>
 #include <memory>
@@ -253,13 +255,61 @@ void RunBlock(Block& block, const dim3& block_idx, SplitMix64& rng) {
   }
 }
 
+// A fault inside a kernel (a read or write beyond a device allocation's
+// guard page, into freed or host memory, or past a CUDA thread's stack) is
+// the device's illegal-address error: said with the kernel and thread, then
+// the process ends. Faults elsewhere go to the handler that was there before.
+struct sigaction previous_fault_action;
+
+void OnFault(int, siginfo_t* info, void*) {
+  if (current_thread == nullptr) {
+    sigaction(SIGSEGV, &previous_fault_action, nullptr);
+    return;  // the fault repeats, now with the previous handling
+  }
+  char message[1024];
+  const int n = std::snprintf(message, sizeof(message),
+                              "tetra emulated GPU: illegal address %p (outside every device "
+                              "allocation, or past a CUDA thread's stack) in %s, thread (%u, %u, "
+                              "%u) of block (%u, %u, %u)\n",
+                              info->si_addr, Running().c_str(),
+                              current_thread->indices.thread_idx.x,
+                              current_thread->indices.thread_idx.y,
+                              current_thread->indices.thread_idx.z,
+                              current_thread->indices.block_idx.x,
+                              current_thread->indices.block_idx.y,
+                              current_thread->indices.block_idx.z);
+  if (n > 0) (void)!write(STDERR_FILENO, message, std::min<size_t>(n, sizeof(message) - 1));
+  std::abort();
+}
+
+// The fault handler runs on a stack of its own: the fault may be a fiber's
+// stack overflow.
+void CatchFaultsOnThisThread() {
+  thread_local std::vector<char> signal_stack;
+  if (!signal_stack.empty()) return;
+  signal_stack.resize(64 << 10);
+  stack_t stack = {};
+  stack.ss_sp = signal_stack.data();
+  stack.ss_size = signal_stack.size();
+  sigaltstack(&stack, nullptr);
+  static const bool installed = [] {
+    struct sigaction action = {};
+    action.sa_sigaction = OnFault;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGSEGV, &action, &previous_fault_action);
+    return true;
+  }();
+  (void)installed;
+}
+
 }  // namespace
 
 void RunKernel(const KernelRun& run) {
-  RunningScope scope("kernel " + run.name);
+  CatchFaultsOnThisThread();
   thread_local std::vector<char> shared;
   if (shared.size() < run.shared_bytes) shared.resize(run.shared_bytes);
-  Block block{&run, {}, shared.data()};
+  Block block{&run, {}, shared.data(), 0, 0, {}};
   current_block = &block;
   SplitMix64 rng{run.seed};
   for (unsigned z = 0; z < run.grid.z; ++z) {

@@ -60,6 +60,7 @@
 
 #include "absl/strings/str_format.h"
 #include "cuda_bf16.h"
+#include "cuda_fp16.h"
 #include "emulator/emulated_device.h"
 
 namespace tetra::emulator {
@@ -176,35 +177,10 @@ MPI_Datatype MpiType(ncclDataType_t type) {
   return MPI_DATATYPE_NULL;
 }
 
-// fp16, rounding to nearest even as the device converts.
+// fp16 and bf16, rounding to nearest even as the device converts.
 struct Half {
-  static float ToFloat(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
-    if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in fp32
-      const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-      return sign != 0 ? -magnitude : magnitude;
-    }
-    const uint32_t bits = exponent == 0x1f ? sign | 0x7f800000u | (mantissa << 13)
-                                           : sign | ((exponent + 112) << 23) | (mantissa << 13);
-    float f;
-    std::memcpy(&f, &bits, sizeof(f));
-    return f;
-  }
-  static uint16_t FromFloat(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof(bits));
-    const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-    uint32_t magnitude = bits & 0x7fffffffu;
-    if (magnitude > 0x7f800000u) return sign | 0x7e00u;  // NaN stays NaN
-    // From 65520 (halfway between fp16's largest, 65504, and 2^16) up: infinity.
-    if (magnitude >= 0x477ff000u) return sign | 0x7c00u;
-    if (magnitude < 0x38800000u) {  // below fp16's smallest normal: in units of 2^-24
-      return sign | static_cast<uint16_t>(std::nearbyint(std::fabs(f) * 0x1p24f));
-    }
-    magnitude += 0xfffu + ((magnitude >> 13) & 1u);  // round half to even
-    return sign | static_cast<uint16_t>((magnitude - 0x38000000u) >> 13);
-  }
+  static float ToFloat(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+  static uint16_t FromFloat(float f) { return __half_as_ushort(__float2half_rn(f)); }
 };
 
 struct Bfloat16 {

@@ -58,7 +58,7 @@ __device__ __forceinline__ float WarpMax(float x) {
 // thread gets the result. `shared` holds 32 floats; the block must reach
 // the call together.
 __device__ __forceinline__ float BlockSum(float x, float* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   x = WarpSum(x);
   __syncthreads();  // `shared` may still be read by a previous call
   if (lane == 0) shared[warp] = x;
@@ -68,7 +68,7 @@ __device__ __forceinline__ float BlockSum(float x, float* shared) {
 }
 
 __device__ __forceinline__ float BlockMax(float x, float* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   x = WarpMax(x);
   __syncthreads();
   if (lane == 0) shared[warp] = x;
@@ -80,7 +80,7 @@ __device__ __forceinline__ float BlockMax(float x, float* shared) {
 // BlockSum in fp64, in a fixed order (deterministic); `shared` holds 32
 // doubles.
 __device__ __forceinline__ double BlockSumDouble(double x, double* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
   __syncthreads();
   if (lane == 0) shared[warp] = x;

@@ -187,6 +187,17 @@ TEST_F(KernelEngineDeathTest, AWriteOnePastADeviceAllocationFails) {
       "a write past the end of the 40-byte device allocation at 0x[0-9a-f]+: byte 40");
 }
 
+TEST_F(KernelEngineDeathTest, AWriteFarPastADeviceAllocationIsAnIllegalAddress) {
+  DeviceArray<float> out(std::vector<float>(1024, 0));  // 4 KiB: a page, then the guard page
+  EXPECT_DEATH(
+      {
+        LaunchKernel(FillKernel, 1, 32, 0, nullptr, out.get(), int64_t{2048}, 1.0f);
+        cudaDeviceSynchronize();
+      },
+      "illegal address 0x[0-9a-f]+ .* in kernel tetra::cuda::FillKernel, thread \\([0-9]+, 0, "
+      "0\\) of block \\(0, 0, 0\\)");
+}
+
 TEST_F(KernelEngineDeathTest, ACopyWhosePointersDoNotMatchItsKindFails) {
   DeviceArray<float> device(std::vector<float>(4, 0));
   std::vector<float> host(4);

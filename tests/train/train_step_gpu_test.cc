@@ -72,7 +72,9 @@ Steps RunSteps(const std::string& device, const std::string& precision, int step
                bool moe = false) {
   TrainerConfig config;
   EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(kConfig, &config));
-  if (moe) EXPECT_TRUE(google::protobuf::TextFormat::MergeFromString(kMoe, &config));
+  if (moe) {
+    EXPECT_TRUE(google::protobuf::TextFormat::MergeFromString(kMoe, &config));
+  }
   Device::Value device_value;
   Precision::Value precision_value;
   EXPECT_TRUE(Device::Value_Parse(device, &device_value));

@@ -67,7 +67,9 @@ MLA_MTP = ["model.q_lora_rank=48", "model.kv_lora_rank=32", "model.qk_nope_head_
 STEPS = 3 if EMULATED else 8
 # Relative: step-1 loss, step-1 gradient norm, every step's loss.
 RTOL = (5e-3, 3e-2, 2e-2)
-GPU = ["train.device=CUDA", "train.precision=BF16"]
+# On the emulator a deadlock (an ungrouped NCCL pair) is named by the
+# watchdog well inside RUN_TIMEOUT_S.
+GPU = ["train.device=CUDA", "train.precision=BF16"] + (["parallel.comm_timeout_s=120"] if EMULATED else [])
 # The staged backend shares one GPU among the ranks; the emulator also has a
 # GPU per rank for NCCL.
 BACKENDS = [("staged", "MPI")] + ([("NCCL", "NCCL")] if EMULATED else [])
