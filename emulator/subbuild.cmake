@@ -15,6 +15,7 @@ if(TETRA_EMULATED_GPU_BUILD AND NOT TETRA_SANITIZE AND NOT TETRA_FUZZERS)
     INSTALL_COMMAND ""
     BUILD_ALWAYS ON
     USES_TERMINAL_BUILD ON)
+  set(TETRA_EMULATED_GPU_BINARY ${PROJECT_BINARY_DIR}/tetra_emu)
   # The main ctest runs build/emu's tests too.
   file(WRITE ${PROJECT_BINARY_DIR}/emulated_gpu_tests.cmake
        "if(EXISTS \"${PROJECT_BINARY_DIR}/emu/CTestTestfile.cmake\")\n"

@@ -63,7 +63,8 @@ add_test(NAME layouts.mla_layouts_match_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_mla_layouts.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.mla_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL ON)
 add_test(NAME readme.commands_run_as_written
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_readme_commands.py $<TARGET_FILE:tetra>)
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_readme_commands.py $<TARGET_FILE:tetra>
+                 ${TETRA_EMULATED_GPU_BINARY})
 set_tests_properties(readme.commands_run_as_written PROPERTIES LABELS mpi TIMEOUT 900)
 add_test(NAME layouts.recompute_matches_no_recompute
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_recompute.py $<TARGET_FILE:tetra>)

@@ -12,6 +12,8 @@ into its parts. Each part meets the first rule that matches:
     (`tetra plan`), and folders (ending in "/"): skipped;
   - `bash scripts/setup.sh`: installs packages and builds; CI runs it: skipped;
   - `ctest ...`: the suite this test is part of: skipped;
+  - `tools/gpu/run_gpu_checks.sh --emulated ...`: the GPU checks on the
+    emulated GPU, which ctest's emu.gpu_checks runs: skipped;
   - `tools/gpu/...`: needs a GPU machine; `tools/bench/...` and the
     `build/*_benchmark` binaries: benchmarks that run for minutes and print
     figures, with nothing to pass or fail: skipped; `tools/fuzz/run.sh`: a
@@ -21,13 +23,14 @@ into its parts. Each part meets the first rule that matches:
     build of their own, about 15 minutes: skipped;
   - `tetra ...`, `build/tetra ...`, `mpirun ... tetra ...`: run with bash in
     a scratch directory holding configs/ and build/tetra, `tetra` on PATH,
-    both the binary under test; `tetra train` shortened to 2 steps with 1
+    both the binary under test, and build/tetra_emu, the emulated GPU's
+    (commands that run it are skipped when it is not given); `tetra train` shortened to 2 steps with 1
     warm-up step (recipes warm up for more) on one thread per rank (with a
     core taken by another job, two OpenMP threads stall at every barrier);
   - anything else: an error, so a new kind of command gets a rule here and is
     never skipped silently.
 Fails naming every command that failed, with its output.
-usage: check_readme_commands.py TETRA_BINARY
+usage: check_readme_commands.py TETRA_BINARY [TETRA_EMU_BINARY]
 """
 import os
 import re
@@ -47,7 +50,7 @@ SYNOPSIS = {
     "mpirun -np N tetra commbench [--op all_reduce|reduce_scatter|all_gather|all_to_all|broadcast|send_recv|all]",
 }
 NAMES = {"tetra", "mpirun", "tetra train", "tetra export", "tetra plan", "tetra commbench", "tetra report",
-         "tetra checkpoint inspect"}
+         "tetra checkpoint inspect", "build/tetra_emu", "build/tetra_gpu_tests_emu"}
 COMMAND_WORDS = {"tetra", "mpirun", "srun", "bash", "ctest", "python3"}
 # Shortened as a user shortens a recipe (DESIGN.md: --set train.steps=N), on one thread.
 SHORTEN_TRAIN = " --set train.steps=2 --set train.threads=1"
@@ -78,6 +81,8 @@ def classify(part):
         return "skip", "set-up (installs and builds); CI runs it"
     if words[0] == "ctest":
         return "skip", "the test suite this test belongs to"
+    if words[0] == "tools/gpu/run_gpu_checks.sh" and "--emulated" in words:
+        return "skip", "the GPU checks on the emulated GPU: ctest's emu.gpu_checks runs them"
     if words[0].startswith("tools/gpu/"):
         return "skip", "needs a GPU machine"
     if words[0].startswith("tools/bench/") or re.fullmatch(r"build/\w+_benchmark", words[0]):
@@ -86,21 +91,22 @@ def classify(part):
         return "skip", "a libFuzzer campaign (minutes per parser, its own clang build); tests/fuzz/ runs in CI"
     if part == "bash tools/sanitizer/run_tests.sh":
         return "skip", "the unit tests in a sanitizer build of their own (about 15 minutes)"
-    if words[0] in ("tetra", "build/tetra") or (words[0] == "mpirun" and
-                                                 {"tetra", "build/tetra"} & set(words)):
+    if words[0] in ("tetra", "build/tetra", "build/tetra_emu") or (
+            words[0] == "mpirun" and {"tetra", "build/tetra", "build/tetra_emu"} & set(words)):
         return "run", ""
     return "error", "no rule for this command: add one to tests/tools/check_readme_commands.py"
 
 
 def shortened(part):
     words = shlex.split(part)
-    binary = next(i for i, w in enumerate(words) if w in ("tetra", "build/tetra"))
+    binary = next(i for i, w in enumerate(words) if w in ("tetra", "build/tetra", "build/tetra_emu"))
     is_train = binary + 1 < len(words) and words[binary + 1] == "train"
     return part + SHORTEN_TRAIN if is_train else part
 
 
 def main():
     tetra = os.path.abspath(sys.argv[1])
+    tetra_emu = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else None
     with open(os.path.join(ROOT, "README.md")) as f:
         commands = readme_commands(f.read())
     failures, ran = [], 0
@@ -109,6 +115,8 @@ def main():
         for folder in ("build", "bin"):
             os.mkdir(os.path.join(scratch, folder))
             os.symlink(tetra, os.path.join(scratch, folder, "tetra"))
+        if tetra_emu:
+            os.symlink(tetra_emu, os.path.join(scratch, "build", "tetra_emu"))
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    PATH=os.path.join(scratch, "bin") + os.pathsep + os.environ["PATH"])
         for command in commands:
@@ -120,6 +128,9 @@ def main():
                 if action == "error":
                     failures.append(f"{part}\n  {reason}")
                     print(f"FAIL {part}: {reason}")
+                    continue
+                if "build/tetra_emu" in part.split() and not tetra_emu:
+                    print(f"skip {part}: no emulated GPU build given")
                     continue
                 run = shortened(part)
                 done = subprocess.run(["bash", "-c", run], cwd=scratch, env=env, capture_output=True,
