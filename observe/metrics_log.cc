@@ -68,17 +68,28 @@ std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m) {
   return fields;
 }
 
+std::vector<std::pair<const char*, double>> RunFields(const RunLayout& r) {
+  return {{"world_size", r.mesh.world},
+          {"tensor", r.mesh.tp},
+          {"context", r.mesh.cp},
+          {"pipeline", r.mesh.pp},
+          {"data", r.mesh.dp},
+          {"expert", r.mesh.ep},
+          {"global_batch_size", r.global_batch_size},
+          {"micro_batch_size", r.micro_batch_size},
+          {"seq_length", r.seq_length},
+          {"zero_stage", r.zero_stage},
+          {"virtual_stages", r.virtual_stages}};
+}
+
 std::string MetricsJson(const StepMetrics& m) {
   std::string json = absl::StrCat("{\"step\": ", m.step);
   for (const auto& [name, value] : StepFields(m)) absl::StrAppend(&json, ", \"", name, "\": ", Number(value));
   if (m.run) {
-    const RunLayout& r = *m.run;
-    absl::StrAppend(&json, ", \"world_size\": ", r.mesh.world, ", \"tensor\": ", r.mesh.tp,
-                    ", \"context\": ", r.mesh.cp, ", \"pipeline\": ", r.mesh.pp, ", \"data\": ", r.mesh.dp, ", \"expert\": ", r.mesh.ep,
-                    ", \"global_batch_size\": ", r.global_batch_size, ", \"micro_batch_size\": ",
-                    r.micro_batch_size, ", \"seq_length\": ", r.seq_length, ", \"zero_stage\": ",
-                    r.zero_stage, ", \"schedule\": \"", ParallelConfig::Schedule_Name(r.schedule),
-                    "\", \"virtual_stages\": ", r.virtual_stages);
+    for (const auto& [name, value] : RunFields(*m.run)) {
+      absl::StrAppend(&json, ", \"", name, "\": ", Number(value));
+    }
+    absl::StrAppend(&json, ", \"schedule\": \"", ParallelConfig::Schedule_Name(m.run->schedule), "\"");
   }
   json += "}";
   return json;

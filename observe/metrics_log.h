@@ -72,6 +72,10 @@ struct StepMetrics {
 // TensorBoard scalars are both written from.
 std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m);
 
+// The run layout's numbers by their metrics names (world_size, tensor, ...,
+// virtual_stages): the first line's JSON and its TensorBoard scalars.
+std::vector<std::pair<const char*, double>> RunFields(const RunLayout& r);
+
 // One JSON line: "step", StepFields, and the run's layout on its first line.
 std::string MetricsJson(const StepMetrics& m);
 

@@ -63,7 +63,11 @@ absl::Status TensorBoardWriter::Write(const StepMetrics& m) {
   tensorboard::Event event;
   event.set_wall_time(WallTime());
   event.set_step(m.step);
-  for (const auto& [tag, value] : StepFields(m)) {
+  std::vector<std::pair<const char*, double>> fields = StepFields(m);
+  if (m.run) {  // the first step's line also carries the run's layout
+    for (const auto& field : RunFields(*m.run)) fields.push_back(field);
+  }
+  for (const auto& [tag, value] : fields) {
     tensorboard::SummaryValue* v = event.mutable_summary()->add_value();
     v->set_tag(std::string(tag));
     v->set_simple_value(static_cast<float>(value));

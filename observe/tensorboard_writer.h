@@ -20,8 +20,8 @@ namespace tetra {
 // `data` framed as one TFRecord.
 std::string TfRecord(const std::string& data);
 
-// Writes every per-step number of the metrics (StepFields) as a scalar
-// tagged with its metrics field name.
+// Writes every number of the metrics line (StepFields, and on the run's
+// first line RunFields) as a scalar tagged with its metrics field name.
 class TensorBoardWriter {
  public:
   // Creates `dir` and dir/events.out.tfevents.<unix seconds>.<host>, and

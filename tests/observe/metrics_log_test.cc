@@ -49,11 +49,11 @@ TEST(MetricsLogTest, BreakdownAndRunLayoutFollowTheStepTime) {
                                         "\"comm_exposed_s_tp\": 0.03125, \"world_size\": 8, \"tensor\": 2, "
                                         "\"context\": 1, \"pipeline\": 2, \"data\": 2, \"expert\": 1, \"global_batch_size\": 16, "
                                         "\"micro_batch_size\": 2, \"seq_length\": 128, \"zero_stage\": 1, "
-                                        "\"schedule\": \"ONE_F_ONE_B\", \"virtual_stages\": 1}"));
+                                        "\"virtual_stages\": 1, \"schedule\": \"ONE_F_ONE_B\"}"));
   // The schedule by its config name, so a report can tell ZB-H1 from 1F1B.
   m.run->schedule = ParallelConfig::DUALPIPE_V;
   m.run->virtual_stages = 2;
-  EXPECT_THAT(MetricsJson(m), HasSubstr("\"zero_stage\": 1, \"schedule\": \"DUALPIPE_V\", \"virtual_stages\": 2}"));
+  EXPECT_THAT(MetricsJson(m), HasSubstr("\"zero_stage\": 1, \"virtual_stages\": 2, \"schedule\": \"DUALPIPE_V\"}"));
 }
 
 TEST(MetricsLogTest, MixtureOfExpertsFields) {

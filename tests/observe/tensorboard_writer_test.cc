@@ -109,9 +109,12 @@ TEST(TensorBoardWriterTest, ReaderGetsBackEveryScalarAndRejectsACorruptByte) {
   }
 }
 
-// Every field of the metrics JSON line but the step and the run's layout is
-// a TensorBoard scalar: both are written from one list.
-TEST(TensorBoardWriterTest, EveryPerStepMetricIsAScalar) {
+// Every number of the metrics JSON line but the step (TensorBoard's x axis),
+// the run's layout on the first line included, is a TensorBoard scalar.
+TEST(TensorBoardWriterTest, EveryNumberOfTheMetricsLineIsAScalar) {
+  // A new StepMetrics field changes its size: set it below, so this test
+  // checks it reaches TensorBoard, then update the size.
+  static_assert(sizeof(StepMetrics) == 464, "StepMetrics has a new field: set it in this test");
   const std::string dir = ::testing::TempDir() + "tensorboard_every_metric";
   std::filesystem::remove_all(dir);
   auto writer = TensorBoardWriter::Open(dir);
@@ -124,10 +127,12 @@ TEST(TensorBoardWriterTest, EveryPerStepMetricIsAScalar) {
        {&m.mfu, &m.loss_floor, &m.val_loss, &m.param_bytes, &m.grad_bytes, &m.optimizer_bytes,
         &m.comm_exposed_s_dp, &m.bubble_fraction, &m.fwd_s, &m.bwd_s, &m.optimizer_s, &m.comm_exposed_s,
         &m.comm_exposed_s_tp, &m.comm_exposed_s_ep, &m.comm_exposed_s_pp, &m.peak_memory_bytes,
-        &m.aux_loss, &m.moe_load_imbalance, &m.dropped_tokens, &m.all_to_all_bytes}) {
+        &m.aux_loss, &m.moe_load_imbalance, &m.dropped_tokens, &m.all_to_all_bytes, &m.device_mallocs,
+        &m.mtp_loss}) {
     *v = next++;
   }
-  m.run = RunLayout{};
+  m.run = RunLayout{MeshShape::Of(2, 2, 2), 16, 2, 128, 1};
+  m.run->virtual_stages = 2;
   ASSERT_TRUE(writer->Write(m).ok());
   const auto events = ReadEvents(ReadFile(writer->path()));
   ASSERT_TRUE(events.has_value());
@@ -137,18 +142,17 @@ TEST(TensorBoardWriterTest, EveryPerStepMetricIsAScalar) {
 
   absl::StatusOr<JsonValue> line = ParseJson(MetricsJson(m));
   ASSERT_TRUE(line.ok()) << line.status();
-  const std::set<std::string> per_run = {"step", "world_size", "tensor", "context", "pipeline", "data", "expert",
-                                         "global_batch_size", "micro_batch_size", "seq_length", "zero_stage",
-                                         "schedule", "virtual_stages"};
-  std::set<std::string> per_step;
+  std::set<std::string> numbers;
   for (size_t i = 0; i < line->keys.size(); ++i) {
-    if (per_run.count(line->keys[i])) continue;
-    per_step.insert(line->keys[i]);
+    if (line->keys[i] == "step" || line->items[i].kind != JsonValue::Kind::kNumber) continue;
+    numbers.insert(line->keys[i]);
     ASSERT_TRUE(scalars.count(line->keys[i])) << line->keys[i] << " is in the metrics but not in TensorBoard";
     EXPECT_EQ(scalars[line->keys[i]], line->items[i].number) << line->keys[i];
   }
-  EXPECT_EQ(per_step.size(), scalars.size());
-  EXPECT_EQ(per_step.size(), 26u);  // every field StepMetrics has, set above
+  EXPECT_EQ(numbers.size(), scalars.size());
+  // Every field StepMetrics has, set above, and the layout's 11 numbers.
+  EXPECT_EQ(numbers.size(), 28u + 11u);
+  EXPECT_EQ(scalars["virtual_stages"], 2);
 }
 
 TEST(TensorBoardWriterTest, RecordFramingMatchesTheFormat) {
