@@ -283,8 +283,7 @@ std::vector<std::string> PlanWarnings(const Mesh& mesh, int gpus_per_node) {
 absl::Status PlanCommand(int argc, char** argv) {
   ASSIGN_OR_RETURN(PlanOptions options, ParseOptions(argc, argv));
   // Not ValidateConfig: plan checks layouts for any world size, nothing else.
-  ASSIGN_OR_RETURN(TrainerConfig config, LoadConfigFile(options.config_path));
-  for (const std::string& assignment : options.sets) RETURN_IF_ERROR(ApplyOverride(assignment, &config));
+  ASSIGN_OR_RETURN(TrainerConfig config, LoadRecipe(options.config_path, options.sets));
   if (!options.cluster_path.empty()) {
     RETURN_IF_ERROR(ValidatePlannerInputs(config));  // the planner reads the model and the batch
     ASSIGN_OR_RETURN(ClusterConfig cluster, LoadClusterFile(options.cluster_path));

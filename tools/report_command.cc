@@ -196,8 +196,7 @@ absl::StatusOr<std::vector<Row>> BuildRows(const ReportOptions& o) {
   std::optional<TrainerConfig> config;
   std::optional<ClusterConfig> cluster;
   if (!o.config_path.empty()) {
-    ASSIGN_OR_RETURN(config, LoadConfigFile(o.config_path));
-    for (const std::string& s : o.sets) RETURN_IF_ERROR(ApplyOverride(s, &*config));
+    ASSIGN_OR_RETURN(config, LoadRecipe(o.config_path, o.sets));
     RETURN_IF_ERROR(ValidatePlannerInputs(*config));  // the planner predicts each run from it
     ASSIGN_OR_RETURN(cluster, LoadClusterFile(o.cluster_path));
   }

@@ -189,6 +189,7 @@ std::string DefaultText(const FieldDescriptor* field) {
   return "VALUE";
 }
 
+// Parses `value` as `field`'s type and sets it, or appends it to a repeated field.
 absl::Status SetScalar(Message* message, const FieldDescriptor* field, const std::string& value,
                        const std::string& path) {
   const Reflection* reflection = message->GetReflection();
@@ -197,59 +198,63 @@ absl::Status SetScalar(Message* message, const FieldDescriptor* field, const std
         absl::StrCat("--set ", path, ": ", UserText(value), " is not ", expected),
         absl::StrCat("write ", expected, ", e.g. --set ", path, "=", DefaultText(field)));
   };
+  // Reflection's SetX for a singular field, AddX for a repeated one.
+  auto store = [&](auto set, auto add, auto v) {
+    (reflection->*(field->is_repeated() ? add : set))(message, field, v);
+  };
   const std::string& text = value;
   switch (field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32: {
       int32_t v;
       if (!absl::SimpleAtoi(text, &v)) return bad("a 32-bit integer");
-      reflection->SetInt32(message, field, v);
+      store(&Reflection::SetInt32, &Reflection::AddInt32, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_INT64: {
       int64_t v;
       if (!absl::SimpleAtoi(text, &v)) return bad("a 64-bit integer");
-      reflection->SetInt64(message, field, v);
+      store(&Reflection::SetInt64, &Reflection::AddInt64, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_UINT32: {
       uint32_t v;
       if (!absl::SimpleAtoi(text, &v)) return bad("an unsigned 32-bit integer");
-      reflection->SetUInt32(message, field, v);
+      store(&Reflection::SetUInt32, &Reflection::AddUInt32, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_UINT64: {
       uint64_t v;
       if (!absl::SimpleAtoi(text, &v)) return bad("an unsigned 64-bit integer");
-      reflection->SetUInt64(message, field, v);
+      store(&Reflection::SetUInt64, &Reflection::AddUInt64, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_DOUBLE: {
       double v;
       if (!absl::SimpleAtod(text, &v)) return bad("a number");
-      reflection->SetDouble(message, field, v);
+      store(&Reflection::SetDouble, &Reflection::AddDouble, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_FLOAT: {
       float v;
       if (!absl::SimpleAtof(text, &v)) return bad("a number");
-      reflection->SetFloat(message, field, v);
+      store(&Reflection::SetFloat, &Reflection::AddFloat, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_BOOL: {
       bool v;
       if (!absl::SimpleAtob(text, &v)) return bad("true or false");
-      reflection->SetBool(message, field, v);
+      store(&Reflection::SetBool, &Reflection::AddBool, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_STRING:
-      reflection->SetString(message, field, text);
+      store(&Reflection::SetString, &Reflection::AddString, text);
       break;
     case FieldDescriptor::CPPTYPE_ENUM: {
       const auto* enum_value = field->enum_type()->FindValueByName(text);
       if (enum_value == nullptr) {
         return bad(absl::StrCat("one of ", EnumNames(field->enum_type())));
       }
-      reflection->SetEnum(message, field, enum_value);
+      store(&Reflection::SetEnum, &Reflection::AddEnum, enum_value);
       break;
     }
     case FieldDescriptor::CPPTYPE_MESSAGE: {
@@ -302,11 +307,20 @@ absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
                        UserText(parts[i])),
           NearestFieldHint(type, parts[i]));
     }
-    if (field->is_repeated()) {
-      return UserError(absl::StrCat("--set ", ShownPath(path), ": ", parts[i], " is a repeated field"),
-                       "set it in the config file");
-    }
     bool last = i + 1 == parts.size();
+    if (field->is_repeated()) {
+      if (!last || field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        return UserError(absl::StrCat("--set ", ShownPath(path), ": ", parts[i],
+                                      " is a repeated message field"),
+                         "set it in the config file");
+      }
+      // A comma list replaces the whole field ("" empties it).
+      message->GetReflection()->ClearField(message, field);
+      for (absl::string_view element : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        RETURN_IF_ERROR(SetScalar(message, field, std::string(element), path));
+      }
+      return absl::OkStatus();
+    }
     if (!last) {
       if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
         const std::string scalar_path =
@@ -331,12 +345,26 @@ absl::Status TakeModelFromHfDirectory(TrainerConfig* config) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainerConfig> LoadConfig(const std::string& path,
-                                         const std::vector<std::string>& overrides,
-                                         int world_size) {
+void ApplyScheduleDefaults(TrainerConfig* config) {
+  ParallelConfig* parallel = config->mutable_parallel();
+  // DualPipeV runs two chunks per rank: unset, virtual_stages means that.
+  if (parallel->schedule() == ParallelConfig::DUALPIPE_V && !parallel->has_virtual_stages()) {
+    parallel->set_virtual_stages(2);
+  }
+}
+
+absl::StatusOr<TrainerConfig> LoadRecipe(const std::string& path, const std::vector<std::string>& overrides) {
   ASSIGN_OR_RETURN(TrainerConfig config, LoadConfigFile(path));
   for (const std::string& assignment : overrides) RETURN_IF_ERROR(ApplyOverride(assignment, &config));
   RETURN_IF_ERROR(TakeModelFromHfDirectory(&config));
+  ApplyScheduleDefaults(&config);
+  return config;
+}
+
+absl::StatusOr<TrainerConfig> LoadConfig(const std::string& path,
+                                         const std::vector<std::string>& overrides,
+                                         int world_size) {
+  ASSIGN_OR_RETURN(TrainerConfig config, LoadRecipe(path, overrides));
   RETURN_IF_ERROR(ValidateConfig(config, world_size));
   return config;
 }

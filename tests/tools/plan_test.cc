@@ -327,5 +327,29 @@ TEST_F(PlanTest, ClusterPlansRefuseModelsThePlannerCannotSize) {
   ExpectError("parallel { dp_bucket_mb: 0 }", cluster, "parallel.dp_bucket_mb is 0");
 }
 
+// The planner sizes the model tetra train would build: with init_from a
+// model directory, its config.json's (it sized the recipe's default model, a
+// few hundred kB, before).
+TEST_F(PlanTest, ClusterPlansTheModelOfInitFromsConfigJson) {
+  const std::string model_dir = ScratchDir("plan_test_llama_1b");
+  // Llama-3.2-1B's shape: 1.24 billion parameters.
+  WriteBytes(model_dir + "/config.json",
+             R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+                 "intermediate_size": 8192, "num_attention_heads": 32, "num_key_value_heads": 8,
+                 "num_hidden_layers": 16, "vocab_size": 128256, "rms_norm_eps": 1e-05,
+                 "rope_theta": 500000.0, "tie_word_embeddings": true, "hidden_act": "silu",
+                 "head_dim": 64})");
+  const Json plan = PlanJson("init_from: \"" + model_dir + "\"",
+                             "--world 8 --cluster " + std::string(TETRA_SOURCE_DIR) +
+                                 "/configs/clusters/a100_64.textproto");
+  bool found = false;
+  for (const Json& layout : plan["layouts"].items) {
+    if (layout["tp"].number != 1 || layout["pp"].number != 1) continue;
+    found = true;
+    EXPECT_GT(layout["weights_bytes"].number, 2000000000L) << "a 1.24e9-parameter model's weights";
+  }
+  EXPECT_TRUE(found);
+}
+
 }  // namespace
 }  // namespace tetra

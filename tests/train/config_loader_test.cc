@@ -1,5 +1,7 @@
 #include "train/config_loader.h"
 
+#include <fstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/user_errors.h"
@@ -94,6 +96,34 @@ TEST(ConfigLoaderTest, SetOverridesScalarsAndEnums) {
   EXPECT_EQ(config.train().device(), Device::CPU);
 }
 
+// Megatron-style uneven splits on the command line: a repeated field takes a
+// comma list, which replaces what the recipe had.
+TEST(ConfigLoaderTest, SetTakesACommaListForARepeatedField) {
+  TrainerConfig config;
+  config.mutable_parallel()->add_pipeline_layers(8);
+  ASSERT_TRUE(ApplyOverride("parallel.pipeline_layers=4,3,3,3", &config).ok());
+  EXPECT_THAT(config.parallel().pipeline_layers(), ::testing::ElementsAre(4, 3, 3, 3));
+  ASSERT_TRUE(ApplyOverride("model.eos_token_id=128001,128009", &config).ok());
+  EXPECT_THAT(config.model().eos_token_id(), ::testing::ElementsAre(128001, 128009));
+  ASSERT_TRUE(ApplyOverride("parallel.pipeline_layers=", &config).ok());
+  EXPECT_TRUE(config.parallel().pipeline_layers().empty());
+}
+
+TEST(ConfigLoaderTest, DualPipeVWithoutVirtualStagesRunsTwoChunks) {
+  const std::string path = ::testing::TempDir() + "dualpipe_v.textproto";
+  std::ofstream(path) << "parallel { pipeline: 2 schedule: DUALPIPE_V }\n";
+  absl::StatusOr<TrainerConfig> unset = LoadRecipe(path, {});
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ(unset->parallel().virtual_stages(), 2);
+  // Set, it is what it says (and the schedule's check refuses 1).
+  absl::StatusOr<TrainerConfig> one = LoadRecipe(path, {"parallel.virtual_stages=1"});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->parallel().virtual_stages(), 1);
+  absl::StatusOr<TrainerConfig> one_f_one_b = LoadRecipe(path, {"parallel.schedule=ONE_F_ONE_B"});
+  ASSERT_TRUE(one_f_one_b.ok()) << one_f_one_b.status();
+  EXPECT_EQ(one_f_one_b->parallel().virtual_stages(), 1);
+}
+
 TEST(ConfigLoaderTest, SetErrorsSayWhatIsWrong) {
   TrainerConfig config;
   auto unknown = ApplyOverride("train.stpes=3", &config);
@@ -116,10 +146,10 @@ TEST(ConfigLoaderTest, SetErrorsSayWhatIsWrong) {
   auto below_scalar = ApplyOverride("train.steps.max=3", &config);
   EXPECT_THAT(below_scalar.message(), HasSubstr("steps is a scalar and has no fields"));
   EXPECT_THAT(below_scalar.message(), HasSubstr("e.g. --set train.steps=100"));
-  auto repeated = ApplyOverride("parallel.pipeline_layers=2", &config);
-  EXPECT_THAT(repeated.message(), HasSubstr("is a repeated field"));
+  auto bad_element = ApplyOverride("parallel.pipeline_layers=4,x,3", &config);
+  EXPECT_THAT(bad_element.message(), HasSubstr("\"x\" is not a 32-bit integer"));
   for (const absl::Status& status : {unknown, not_number, not_real, bad_enum, message_field,
-                                     no_equals, below_scalar, repeated}) {
+                                     no_equals, below_scalar, bad_element}) {
     EXPECT_THAT(Message(status), UserErrorShape());
   }
   EXPECT_THAT(Message(LoadConfigFile("/nonexistent/recipe.textproto").status()),
