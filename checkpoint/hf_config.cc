@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/json.h"
+#include "core/logging.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "google/protobuf/descriptor.h"
@@ -116,6 +117,23 @@ class HfConfigReader {
                    "if the key is only metadata, remove it from config.json");
     }
     return absl::OkStatus();
+  }
+
+  // The keys not taken: one that `architecture`'s modelling code reads
+  // (`math_keys`) is an error, as tetra does not implement it; any other
+  // cannot change what transformers computes, so it is metadata, returned.
+  absl::StatusOr<std::vector<std::string>> Untaken(const std::set<std::string_view>& math_keys,
+                                                   const char* architecture) const {
+    std::vector<std::string> ignored;
+    for (const std::string& key : object_.keys) {
+      if (taken_.count(key) || kMetadataKeys.count(key)) continue;
+      if (math_keys.count(key)) {
+        return Error(key, absl::StrCat("changes what transformers computes for ", architecture,
+                                       " (its modelling code reads it), and tetra does not implement it"));
+      }
+      ignored.push_back(key);
+    }
+    return ignored;
   }
 
   static std::string Describe(const JsonValue& v) {
@@ -281,6 +299,48 @@ constexpr HfClassInfo kHfClasses[] = {
     {HfClass::kDeepseekV3, "deepseek_v3", "DeepseekV3ForCausalLM", 129280, 7168, 18432, 61, 128, 0, 1e-6, 4096, 0, 1},
     {HfClass::kGlm4Moe, "glm4_moe", "Glm4MoeForCausalLM", 151552, 4096, 10944, 46, 96, 8, 1e-5, 131072, -1, -1},
 };
+
+// The config keys transformers' modelling code reads for each class (its
+// modeling_*.py and PreTrainedModel's loading, transformers 4.57): the keys
+// that can change what it computes. tetra takes each one it implements; one
+// it does not take is refused. Every other key is metadata.
+const std::set<std::string_view>& MathKeys(HfClass id) {
+  static const auto* const kLlama = new std::set<std::string_view>{
+      "attention_bias", "attention_dropout", "head_dim", "hidden_act", "hidden_size", "initializer_range",
+      "intermediate_size", "max_position_embeddings", "mlp_bias", "num_attention_heads", "num_hidden_layers",
+      "num_key_value_heads", "pad_token_id", "pretraining_tp", "rms_norm_eps", "rope_scaling", "rope_theta",
+      "tie_word_embeddings", "vocab_size",
+      // Every class's: weights stored quantized, transformers 5's RoPE section.
+      "quantization_config", "rope_parameters"};
+  static const auto* const kMoe = [] {
+    auto* keys = new std::set<std::string_view>(*kLlama);
+    keys->insert({"moe_intermediate_size", "n_shared_experts", "n_routed_experts", "routed_scaling_factor", "n_group",
+                  "topk_group", "num_experts_per_tok", "first_k_dense_replace", "norm_topk_prob"});
+    return keys;
+  }();
+  static const auto* const kDeepseekV3 = [] {
+    auto* keys = new std::set<std::string_view>(*kMoe);
+    keys->insert({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim", "qk_head_dim",
+                  "rope_interleave", "num_nextn_predict_layers",
+                  // DeepSeek's own remote code's router keys.
+                  "scoring_func", "topk_method", "moe_layer_freq", "seq_aux"});
+    return keys;
+  }();
+  static const auto* const kGlm4Moe = [] {
+    auto* keys = new std::set<std::string_view>(*kMoe);
+    keys->insert({"partial_rotary_factor", "use_qk_norm", "num_nextn_predict_layers"});
+    return keys;
+  }();
+  switch (id) {
+    case HfClass::kLlama:
+      return *kLlama;
+    case HfClass::kDeepseekV3:
+      return *kDeepseekV3;
+    case HfClass::kGlm4Moe:
+      return *kGlm4Moe;
+  }
+  return *kLlama;
+}
 
 // MoeConfig's fields a class's config.json holds, with its defaults.
 struct MoeDefaults {
@@ -477,7 +537,12 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
       break;
   }
   RETURN_IF_ERROR(ReadRopeScaling(config, path, &m));
-  RETURN_IF_ERROR(config.CheckAllKnown());
+  ASSIGN_OR_RETURN(const std::vector<std::string> ignored, config.Untaken(MathKeys(cls->id), cls->architecture));
+  if (!ignored.empty()) {
+    TETRA_LOG() << path << ": ignored " << ignored.size() << " key" << (ignored.size() == 1 ? "" : "s")
+                << " that change nothing transformers computes for " << cls->architecture << ": "
+                << absl::StrJoin(ignored, ", ");
+  }
   return m;
 }
 

@@ -31,8 +31,11 @@ absl::Status IndexError(const std::string& path, const std::string& problem) {
 
 std::string HfConfigPathOf(const std::string& path) {
   std::error_code error;
-  if (!fs::is_directory(path, error)) return "";
-  const std::string config = (fs::path(path) / "config.json").string();
+  // A file inside a model directory (its weights, a shard, the index) is
+  // that directory's model as much as the directory itself is.
+  fs::path dir = fs::is_directory(path, error) ? fs::path(path) : fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const std::string config = (dir / "config.json").string();
   return fs::exists(config, error) ? config : "";
 }
 

@@ -38,7 +38,8 @@ class WeightFiles {
   std::map<std::string, size_t, std::less<>> file_of_;  // tensor name -> files_ index
 };
 
-// `path`/config.json when `path` is a directory holding one, else "".
+// The config.json of the model directory `path` is, or holds `path` (a
+// weights file, a shard or the index inside it); "" when there is none.
 std::string HfConfigPathOf(const std::string& path);
 
 }  // namespace tetra

@@ -1,5 +1,6 @@
 #include "checkpoint/hf_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -140,8 +141,11 @@ TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
       {"model_type", "", "\"model_type\" is missing"},
       {"model_type", "\"deepseek_v3\"", "\"architectures\" is not [\"DeepseekV3ForCausalLM\"]"},
       {"architectures", "[\"LanguageModel\"]", "\"architectures\" is not [\"LlamaForCausalLM\"]"},
-      {"quantization_config", "{}", "\"quantization_config\" is not a setting tetra knows"},
-      {"auto_map", "{}", "\"auto_map\" is not a setting tetra knows"},
+      {"quantization_config", R"({"quant_method": "fp8", "fmt": "e4m3"})",
+       "\"quantization_config\" changes what transformers computes for LlamaForCausalLM (its modelling code reads "
+       "it), and tetra does not implement it"},
+      {"rope_parameters", R"({"rope_type": "default", "rope_theta": 10000.0})",
+       "\"rope_parameters\" changes what transformers computes"},
       {"hidden_size", "4096.5", "\"hidden_size\" is 4096.5, not an integer"},
       {"tie_word_embeddings", "1", "\"tie_word_embeddings\" is 1, not true or false"},
       {"eos_token_id", "\"x\"", "\"eos_token_id\" is not a token id"},
@@ -164,6 +168,25 @@ TEST(HfConfigTest, NoOpValuesAndMetadataAreAccepted) {
     absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("accepted", Edited(key, value)));
     EXPECT_TRUE(m.ok()) << key << "=" << value << ": " << m.status();
   }
+}
+
+// Keys a model hub's config.json carries that no class's modelling code
+// reads (they failed as unknown before): accepted, and named once.
+TEST(HfConfigTest, KeysNoModellingCodeReadsAreMetadata) {
+  std::string json = kLlama31;
+  json.insert(json.find('{') + 1,
+              R"("_name_or_path": "/models/llama", "unk_token_id": 0, "is_llama_config": true,
+                 "rope_interleaved": false, "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16"}},
+                 "auto_map": {"AutoConfig": "configuration.Config"}, "sep_token_id": null,)");
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("hub", json));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->hidden_size(), 4096);
+  EXPECT_THAT(log, HasSubstr("ignored 6 keys that change nothing transformers computes for LlamaForCausalLM: "
+                             "unk_token_id, is_llama_config, rope_interleaved, transformers.js_config, auto_map, "
+                             "sep_token_id"));
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
 }
 
 TEST(HfConfigTest, RecipeFieldsMustAgreeWithConfigJson) {
@@ -370,10 +393,12 @@ TEST(HfConfigTest, WhatDeepseekV3AndGlm4MoeComputeOtherwiseIsAnError) {
       {kDeepseekV3, "\"qk_head_dim\": 12", "\"qk_head_dim\": 16", "\"qk_head_dim\" is 16"},
       {kDeepseekV3, "\"use_cache\": true", "\"scoring_func\": \"softmax\"", "\"scoring_func\" is \"softmax\""},
       {kDeepseekV3, "\"use_cache\": true", "\"topk_method\": \"greedy\"", "\"topk_method\" is \"greedy\""},
-      {kDeepseekV3, "\"use_cache\": true", "\"quantization_config\": {}", "\"quantization_config\" is not a setting"},
+      {kDeepseekV3, "\"use_cache\": true", "\"quantization_config\": {}",
+       "\"quantization_config\" changes what transformers computes for DeepseekV3ForCausalLM"},
       {kDeepseekV3, "\"q_lora_rank\": null", "\"q_lora_rank\": 1.5", "\"q_lora_rank\" is 1.5, not an integer"},
       {kGlm4Moe, "\"partial_rotary_factor\": 1.0, ", "", "\"partial_rotary_factor\" is missing"},
-      {kGlm4Moe, "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.5", "\"partial_rotary_factor\" is 0.5"},
+      {kGlm4Moe, "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.5",
+       "\"partial_rotary_factor\" is 0.5"},
       {kGlm4Moe, "\"use_qk_norm\": false", "\"use_qk_norm\": true", "\"use_qk_norm\" is true"},
       {kGlm4Moe, "\"head_dim\": 8", "\"head_dim\": 16", "\"head_dim\" is 16"},
   };

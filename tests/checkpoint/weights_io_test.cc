@@ -220,7 +220,10 @@ TEST_F(WeightsIoTest, AnExportIsAHuggingFaceModelDirectory) {
   EXPECT_THAT(config, HasSubstr("\"rope_type\": \"llama3\""));
   EXPECT_THAT(testing::ReadBytes(out / "generation_config.json"), HasSubstr("\"eos_token_id\": 2"));
   EXPECT_EQ(HfConfigPathOf(out.string()), (out / "config.json").string());
-  EXPECT_EQ(HfConfigPathOf((out / "model.safetensors").string()), "");
+  // Naming the weights file instead of the directory keeps its config.json
+  // (a Llama-3.1 rope_scaling in it was dropped that way before).
+  EXPECT_EQ(HfConfigPathOf((out / "model.safetensors").string()), (out / "config.json").string());
+  EXPECT_EQ(HfConfigPathOf((out.parent_path() / "no_such_dir" / "model.safetensors").string()), "");
 }
 
 TEST_F(WeightsIoTest, ASoftmaxMoeIsNotExportedUnderDeepseekV3) {

@@ -203,15 +203,23 @@ TEST_F(CliTest, InitFromChecksNamesAndShapes) {
   const std::string config = WriteConfig("");
   ASSERT_EQ(Run("export --config " + config + " --set model.hidden_size=32 --out " +
                 (dir_ / "other").string()).exit_code, 0);
-  const std::string weights = (dir_ / "other" / "model.safetensors").string();
-  ExpectError("train --config " + WriteConfig("init_from: \"" + weights + "\"\n", "wide.textproto"),
+  // Named inside its directory, the weights come with their config.json,
+  // which disagrees with the recipe's model.
+  const fs::path weights = dir_ / "other" / "model.safetensors";
+  ExpectError("train --config " + WriteConfig("init_from: \"" + weights.string() + "\"\n", "wide.textproto"),
+              "model.hidden_size is 16 in the recipe but 32");
+  // Alone, the file's tensors are checked against the recipe's model.
+  const fs::path bare = dir_ / "bare_wide.safetensors";
+  fs::copy_file(weights, bare);
+  ExpectError("train --config " + WriteConfig("init_from: \"" + bare.string() + "\"\n", "bare_wide.textproto"),
               "wrong shape");
 
   // A tied model lacks lm_head.weight.
   ASSERT_EQ(Run("export --config " + config + " --set model.tie_word_embeddings=true --out " +
                 (dir_ / "tied").string()).exit_code, 0);
-  ExpectError("train --config " + WriteConfig("init_from: \"" + (dir_ / "tied" / "model.safetensors").string() + "\"\n",
-                                              "tied.textproto"),
+  const fs::path bare_tied = dir_ / "bare_tied.safetensors";
+  fs::copy_file(dir_ / "tied" / "model.safetensors", bare_tied);
+  ExpectError("train --config " + WriteConfig("init_from: \"" + bare_tied.string() + "\"\n", "tied.textproto"),
               "missing (lm_head.weight)");
 
   const fs::path garbage = dir_ / "garbage.safetensors";
