@@ -3,7 +3,8 @@
 // overrides (ApplyOverride) either fail with a short UserError or accept an
 // input that an independent check confirms: a parsed config prints and parses
 // back to the same message; an accepted override names, by its dotted path,
-// a scalar field that is now set.
+// a scalar field that is now set, or a repeated scalar field now holding one
+// element per item of the value's comma list.
 #ifndef TETRA_TESTS_FUZZ_CONFIG_TARGET_H_
 #define TETRA_TESTS_FUZZ_CONFIG_TARGET_H_
 
@@ -46,10 +47,19 @@ inline std::string ConfigSetProblem(const std::string& assignment) {
   for (size_t i = 0; i < parts.size(); ++i) {
     const google::protobuf::FieldDescriptor* field =
         message->GetDescriptor()->FindFieldByName(parts[i]);
-    if (field == nullptr || field->is_repeated()) return "accepted a path that names no field";
+    if (field == nullptr) return "accepted a path that names no field";
     const bool last = i + 1 == parts.size();
     const bool is_message = field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE;
     if (last == is_message) return "accepted a path that does not end at a scalar";
+    if (field->is_repeated()) {
+      if (!last) return "accepted a path through a repeated field";
+      const std::vector<std::string> items =
+          absl::StrSplit(assignment.substr(eq + 1), ',', absl::SkipEmpty());
+      if (message->GetReflection()->FieldSize(*message, field) != static_cast<int>(items.size())) {
+        return "the repeated field does not hold one element per item of the comma list";
+      }
+      return "";
+    }
     if (!message->GetReflection()->HasField(*message, field)) return "the field is not set";
     if (!last) message = &message->GetReflection()->GetMessage(*message, field);
   }
