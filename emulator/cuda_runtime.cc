@@ -247,7 +247,7 @@ void LaunchKernel(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes
   Enqueue(stream, [run, device] {
     RunningScope scope("kernel " + run->name);
     RunKernel(*run);
-    CheckOverruns(device);  // here, to name the kernel that wrote past an allocation
+    CheckOverruns(device);  // within the kernel's scope: the message names it
   });
 }
 

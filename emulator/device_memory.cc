@@ -168,11 +168,4 @@ std::optional<DeviceRange> FindDeviceRange(const void* p, size_t bytes) {
   return DeviceRange{reinterpret_cast<char*>(it->first), it->second.bytes, it->second.device};
 }
 
-bool IsPinnedHost(const void* p, size_t bytes) {
-  Registry& memory = Memory();
-  std::lock_guard<std::mutex> lock(memory.mutex);
-  auto it = Holding(memory.pinned, p, [](size_t n) { return n; });
-  return it != memory.pinned.end() && reinterpret_cast<uintptr_t>(p) + bytes <= it->first + it->second;
-}
-
 }  // namespace tetra::emulator

@@ -1,8 +1,9 @@
 // The emulated devices' memory, apart from host memory: every allocation is
 // its own mapping that ends at an inaccessible guard page, the bytes between
 // the allocation's end and the page (up to 255) hold a known pattern checked
-// after every kernel and library call, so a write past the end is reported
-// with the allocation it overran. Pinned host memory (cudaMallocHost) is
+// after every kernel, so a write past the end is reported with the allocation
+// it overran (copies, memsets and the emulated libraries check their ranges
+// before they touch memory). Pinned host memory (cudaMallocHost) is
 // recorded so copies can tell it from pageable memory.
 #ifndef TETRA_EMULATOR_DEVICE_MEMORY_H_
 #define TETRA_EMULATOR_DEVICE_MEMORY_H_

@@ -37,9 +37,6 @@ struct DeviceRange {
 // no single one does (a host pointer, a freed one, a range running past the end).
 std::optional<DeviceRange> FindDeviceRange(const void* p, size_t bytes);
 
-// True when [p, p + bytes) lies in memory from cudaMallocHost.
-bool IsPinnedHost(const void* p, size_t bytes);
-
 // This host thread's device (cudaSetDevice's).
 int CurrentDevice();
 

@@ -1,8 +1,7 @@
 // Emulated streams and events. Each stream has a worker thread that runs what
 // was posted on it in posting order while the host goes on, as a GPU runs a
 // stream's work; an event marks a point in a stream that the host or another
-// stream can wait for. After every piece of work the worker checks the
-// device's allocations for writes past their end.
+// stream can wait for.
 #ifndef TETRA_EMULATOR_STREAMS_H_
 #define TETRA_EMULATOR_STREAMS_H_
 
