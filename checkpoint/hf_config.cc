@@ -1,5 +1,6 @@
 #include "checkpoint/hf_config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -21,7 +22,8 @@ namespace tetra {
 namespace {
 
 constexpr char kReadHint[] =
-    "tetra trains LlamaForCausalLM, DeepseekV3ForCausalLM and Glm4MoeForCausalLM checkpoints; give init_from a "
+    "tetra trains LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, DeepseekV3ForCausalLM "
+    "and Glm4MoeForCausalLM checkpoints; give init_from a "
     "directory whose config.json describes one, or a .safetensors file with a model section in the recipe";
 
 // Keys that change nothing tetra computes: bookkeeping, inference options and
@@ -282,7 +284,9 @@ namespace {
 // Llama's grouped-query attention with DeepSeek-V3's router, experts and
 // weight names (transformers' code for them is the same), so it holds a
 // tetra MoE model without MLA.
-enum class HfClass { kLlama, kDeepseekV3, kGlm4Moe };
+// Mistral is Llama's math with a sliding window; Qwen2 adds biases to q, k
+// and v; Qwen3 normalises each query and key head before RoPE.
+enum class HfClass { kLlama, kMistral, kQwen2, kQwen3, kDeepseekV3, kGlm4Moe };
 
 struct HfClassInfo {
   HfClass id;
@@ -292,12 +296,17 @@ struct HfClassInfo {
   int32_t kv_heads;  // 0: one per attention head
   double rms_norm_eps;
   int32_t max_positions, bos, eos;  // -1: none
+  int32_t head_dim;                 // 0: hidden / heads
 };
 
 constexpr HfClassInfo kHfClasses[] = {
-    {HfClass::kLlama, "llama", "LlamaForCausalLM", 32000, 4096, 11008, 32, 32, 0, 1e-6, 2048, 1, 2},
-    {HfClass::kDeepseekV3, "deepseek_v3", "DeepseekV3ForCausalLM", 129280, 7168, 18432, 61, 128, 0, 1e-6, 4096, 0, 1},
-    {HfClass::kGlm4Moe, "glm4_moe", "Glm4MoeForCausalLM", 151552, 4096, 10944, 46, 96, 8, 1e-5, 131072, -1, -1},
+    {HfClass::kLlama, "llama", "LlamaForCausalLM", 32000, 4096, 11008, 32, 32, 0, 1e-6, 2048, 1, 2, 0},
+    {HfClass::kMistral, "mistral", "MistralForCausalLM", 32000, 4096, 14336, 32, 32, 8, 1e-6, 131072, 1, 2, 0},
+    {HfClass::kQwen2, "qwen2", "Qwen2ForCausalLM", 151936, 4096, 22016, 32, 32, 32, 1e-6, 32768, -1, -1, 0},
+    {HfClass::kQwen3, "qwen3", "Qwen3ForCausalLM", 151936, 4096, 22016, 32, 32, 32, 1e-6, 32768, -1, -1, 128},
+    {HfClass::kDeepseekV3, "deepseek_v3", "DeepseekV3ForCausalLM", 129280, 7168, 18432, 61, 128, 0, 1e-6, 4096, 0, 1,
+     0},
+    {HfClass::kGlm4Moe, "glm4_moe", "Glm4MoeForCausalLM", 151552, 4096, 10944, 46, 96, 8, 1e-5, 131072, -1, -1, 0},
 };
 
 // The config keys transformers' modelling code reads for each class (its
@@ -312,6 +321,25 @@ const std::set<std::string_view>& MathKeys(HfClass id) {
       "tie_word_embeddings", "vocab_size",
       // Every class's: weights stored quantized, transformers 5's RoPE section.
       "quantization_config", "rope_parameters"};
+  // Mistral's, Qwen2's and Qwen3's attention: Llama's projections (Qwen2's
+  // biases fixed in its code) with a sliding window, which Qwen applies on
+  // the layers from max_window_layers on (layer_types) when use_sliding_window.
+  static const auto* const kMistral = [] {
+    auto* keys = new std::set<std::string_view>(*kLlama);
+    for (std::string_view key : {"attention_bias", "mlp_bias", "pretraining_tp"}) keys->erase(key);
+    keys->insert("sliding_window");
+    return keys;
+  }();
+  static const auto* const kQwen2 = [] {
+    auto* keys = new std::set<std::string_view>(*kMistral);
+    keys->insert({"use_sliding_window", "max_window_layers", "layer_types"});
+    return keys;
+  }();
+  static const auto* const kQwen3 = [] {
+    auto* keys = new std::set<std::string_view>(*kQwen2);
+    keys->insert("attention_bias");
+    return keys;
+  }();
   static const auto* const kMoe = [] {
     auto* keys = new std::set<std::string_view>(*kLlama);
     keys->insert({"moe_intermediate_size", "n_shared_experts", "n_routed_experts", "routed_scaling_factor", "n_group",
@@ -334,6 +362,12 @@ const std::set<std::string_view>& MathKeys(HfClass id) {
   switch (id) {
     case HfClass::kLlama:
       return *kLlama;
+    case HfClass::kMistral:
+      return *kMistral;
+    case HfClass::kQwen2:
+      return *kQwen2;
+    case HfClass::kQwen3:
+      return *kQwen3;
     case HfClass::kDeepseekV3:
       return *kDeepseekV3;
     case HfClass::kGlm4Moe:
@@ -401,8 +435,64 @@ absl::Status ReadCommonKeys(HfConfigReader& config, const HfClassInfo& cls, Mode
     m->add_eos_token_id(cls.eos);
   }
   RETURN_IF_ERROR(config.Require("hidden_act", JsonString("silu"), "tetra's MLP is SwiGLU (\"silu\")"));
-  RETURN_IF_ERROR(config.Require("attention_bias", JsonBool(false), "tetra's projections have no bias"));
   RETURN_IF_ERROR(config.Require("attention_dropout", JsonNumber(0), "tetra trains without dropout"));
+  m->set_hf_architecture(cls.architecture);
+  return absl::OkStatus();
+}
+
+// head_dim, with `cls`'s default (0: hidden / heads), kept in the model
+// only where it differs from hidden / heads.
+absl::Status ReadHeadDim(HfConfigReader& config, const HfClassInfo& cls, ModelConfig* m) {
+  const int32_t heads = m->num_attention_heads();
+  const int32_t even = heads > 0 && m->hidden_size() % heads == 0 ? m->hidden_size() / heads : 0;
+  if (config.IsNull("head_dim")) config.Take("head_dim");
+  ASSIGN_OR_RETURN(const int32_t head_dim, config.Int("head_dim", cls.head_dim > 0 ? cls.head_dim : even));
+  if (head_dim != even) m->set_head_dim(head_dim);
+  return absl::OkStatus();
+}
+
+// The attention of Llama's family: Llama's and Qwen3's projections have no
+// biases unless attention_bias (then o_proj's too, which tetra lacks);
+// Mistral's never, Qwen2's q, k and v always (neither reads the key); Qwen3
+// normalises q and k heads. A
+// window (Mistral's sliding_window, absent 4096; Qwen's when
+// use_sliding_window) is kept for the launch's check against the sequence.
+absl::Status ReadLlamaFamilyKeys(HfConfigReader& config, const HfClassInfo& cls, ModelConfig* m) {
+  RETURN_IF_ERROR(ReadHeadDim(config, cls, m));
+  if (cls.id == HfClass::kLlama || cls.id == HfClass::kQwen3) {
+    RETURN_IF_ERROR(config.Require("attention_bias", JsonBool(false),
+                                   "it adds biases to all of q, k, v and o_proj, and tetra's o_proj has none"));
+  }
+  m->set_qkv_bias(cls.id == HfClass::kQwen2);
+  m->set_qk_norm(cls.id == HfClass::kQwen3);
+  switch (cls.id) {
+    case HfClass::kLlama:
+      RETURN_IF_ERROR(config.Require("mlp_bias", JsonBool(false), "tetra's projections have no bias"));
+      break;
+    case HfClass::kMistral: {
+      int32_t window = 0;
+      if (config.IsNull("sliding_window")) {
+        config.Take("sliding_window");
+      } else {
+        ASSIGN_OR_RETURN(window, config.Int("sliding_window", 4096));
+      }
+      m->set_sliding_window(window);
+      break;
+    }
+    default: {
+      constexpr char kFull[] = "tetra implements Qwen's full attention on every layer";
+      RETURN_IF_ERROR(config.Require("use_sliding_window", JsonBool(false), kFull));
+      // Read only with use_sliding_window.
+      for (const char* key : {"sliding_window", "max_window_layers"}) config.Take(key);
+      if (const JsonValue* types = config.Take("layer_types")) {
+        const bool all_full = types->kind == JsonValue::Kind::kArray &&
+                              std::all_of(types->items.begin(), types->items.end(), [](const JsonValue& t) {
+                                return t.kind == JsonValue::Kind::kString && t.string == "full_attention";
+                              });
+        if (!all_full) return config.Error("layer_types", absl::StrCat("is not \"full_attention\" on every layer, ", kFull));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -467,6 +557,7 @@ absl::Status ReadDeepseekV3Keys(HfConfigReader& config, ModelConfig* m) {
   RETURN_IF_ERROR(config.Require("topk_method", JsonString("noaux_tc"), kRouter));
   RETURN_IF_ERROR(config.Require("moe_layer_freq", JsonNumber(1), kRouter));
   RETURN_IF_ERROR(config.Require("seq_aux", JsonBool(true), "tetra's balance loss is sequence-wise"));
+  RETURN_IF_ERROR(config.Require("attention_bias", JsonBool(false), "tetra's MLA projections have no bias"));
   // Training and launch settings of DeepSeek's remote code, not the model's
   // math: tetra takes them from the recipe (model.moe.aux_loss_alpha,
   // parallel.expert).
@@ -488,6 +579,7 @@ absl::Status ReadGlm4MoeKeys(HfConfigReader& config, ModelConfig* m) {
   }
   RETURN_IF_ERROR(config.Require("partial_rotary_factor", JsonNumber(1), "tetra rotates every head dim"));
   RETURN_IF_ERROR(config.Require("use_qk_norm", JsonBool(false), "tetra's attention has no query/key norms"));
+  RETURN_IF_ERROR(config.Require("attention_bias", JsonBool(false), "tetra's projections have no bias"));
   return ReadMoeKeys(config, kGlm4MoeMoe, m);
 }
 
@@ -507,8 +599,8 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
   }
   if (cls == nullptr) {
     return config.Error("model_type", absl::StrCat("is ", model_type.empty() ? "missing" : UserText(model_type),
-                                                   ", but tetra reads \"llama\", \"deepseek_v3\" and "
-                                                   "\"glm4_moe\" checkpoints"));
+                                                   ", but tetra reads \"llama\", \"mistral\", \"qwen2\", "
+                                                   "\"qwen3\", \"deepseek_v3\" and \"glm4_moe\" checkpoints"));
   }
   if (const JsonValue* architectures = config.Take("architectures")) {
     const bool causal_lm = architectures->kind == JsonValue::Kind::kArray && architectures->items.size() == 1 &&
@@ -520,14 +612,10 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
   RETURN_IF_ERROR(ReadCommonKeys(config, *cls, &m));
   switch (cls->id) {
     case HfClass::kLlama:
-      if (m.num_attention_heads() > 0 && m.hidden_size() % m.num_attention_heads() == 0) {
-        RETURN_IF_ERROR(config.Require("head_dim", JsonNumber(m.hidden_size() / m.num_attention_heads()),
-                                       "tetra's head_dim is hidden_size / num_attention_heads"));
-      }
-      RETURN_IF_ERROR(config.Require("mlp_bias", JsonBool(false), "tetra's projections have no bias"));
-      RETURN_IF_ERROR(config.Require("sliding_window", JsonValue(), "tetra's attention is full causal attention"));
-      RETURN_IF_ERROR(
-          config.Require("use_sliding_window", JsonBool(false), "tetra's attention is full causal attention"));
+    case HfClass::kMistral:
+    case HfClass::kQwen2:
+    case HfClass::kQwen3:
+      RETURN_IF_ERROR(ReadLlamaFamilyKeys(config, *cls, &m));
       break;
     case HfClass::kDeepseekV3:
       RETURN_IF_ERROR(ReadDeepseekV3Keys(config, &m));
@@ -537,6 +625,15 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
       break;
   }
   RETURN_IF_ERROR(ReadRopeScaling(config, path, &m));
+  if (const JsonValue* quantization = config.Take("quantization_config")) {
+    const JsonValue* method = quantization->Find("quant_method");
+    return config.Error("quantization_config",
+                        absl::StrCat("says the weights are stored quantized (",
+                                     method != nullptr ? HfConfigReader::Describe(*method) : "an unnamed method",
+                                     "), but tetra trains from bf16 or fp32 weights"),
+                        "convert the checkpoint to bf16 first (for DeepSeek-V3's fp8 weights, its "
+                        "inference/fp8_cast_bf16.py), drop quantization_config, and give init_from that directory");
+  }
   ASSIGN_OR_RETURN(const std::vector<std::string> ignored, config.Untaken(MathKeys(cls->id), cls->architecture));
   if (!ignored.empty()) {
     TETRA_LOG() << path << ": ignored " << ignored.size() << " key" << (ignored.size() == 1 ? "" : "s")
@@ -623,17 +720,6 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
   return merged;
 }
 
-absl::Status CheckHfExportable(const ModelConfig& model) {
-  if (model.moe().n_routed_experts() > 0 && model.moe().scoring_func() != "sigmoid") {
-    return UserError(
-        absl::StrCat("this model scores its experts with model.moe.scoring_func ", UserText(model.moe().scoring_func()),
-                     ", but Hugging Face's DeepseekV3ForCausalLM and Glm4MoeForCausalLM, the classes its export would "
-                     "name, score them with sigmoid: transformers would compute another model"),
-        "export only sigmoid-routed MoE models, or keep the run's checkpoint (tetra checkpoint) instead");
-  }
-  return absl::OkStatus();
-}
-
 namespace {
 
 std::string YarnJson(const RopeScalingConfig& s) {
@@ -662,16 +748,37 @@ std::string RopeScalingJson(const RopeScalingConfig& s) {
 
 namespace {
 
-// The class an export names: DeepseekV3 for multi-head latent attention,
-// Glm4Moe for Llama attention with DeepSeek-V3's experts, else Llama.
+// The class an export names: model.hf_architecture (the class it was read
+// from), else DeepseekV3 for multi-head latent attention, Glm4Moe for Llama
+// attention with DeepSeek-V3's experts, Qwen3 for q/k norms, Qwen2 for q/k/v
+// biases, else Llama.
 const HfClassInfo& ExportClass(const ModelConfig& m) {
+  for (const HfClassInfo& c : kHfClasses) {
+    if (c.architecture == m.hf_architecture()) return c;
+  }
   const HfClass id = UsesMla(m)                         ? HfClass::kDeepseekV3
                      : m.moe().n_routed_experts() > 0 ? HfClass::kGlm4Moe
-                                                        : HfClass::kLlama;
+                     : m.qk_norm()                    ? HfClass::kQwen3
+                     : m.qkv_bias()                   ? HfClass::kQwen2
+                                                      : HfClass::kLlama;
   for (const HfClassInfo& c : kHfClasses) {
     if (c.id == id) return c;
   }
   return kHfClasses[0];
+}
+
+// Whether `cls` computes `m`'s attention: Qwen2's biases and Qwen3's norms
+// only there, a sliding window only in Mistral, MLA only in DeepseekV3, and
+// experts only in the MoE classes. "" when it does, else what differs.
+std::string ClassMismatch(const HfClassInfo& cls, const ModelConfig& m) {
+  const bool mla_class = cls.id == HfClass::kDeepseekV3;
+  const bool moe_class = mla_class || cls.id == HfClass::kGlm4Moe;
+  if (m.qkv_bias() != (cls.id == HfClass::kQwen2)) return "model.qkv_bias (q/k/v biases: Qwen2's alone)";
+  if (m.qk_norm() != (cls.id == HfClass::kQwen3)) return "model.qk_norm (q/k head norms: Qwen3's alone)";
+  if (m.sliding_window() > 0 && cls.id != HfClass::kMistral) return "model.sliding_window (Mistral's alone)";
+  if (UsesMla(m) != mla_class) return "multi-head latent attention (DeepseekV3's alone)";
+  if (m.moe().n_routed_experts() > 0 && !moe_class) return "model.moe (routed experts)";
+  return "";
 }
 
 using JsonKeys = std::vector<std::pair<std::string, std::string>>;
@@ -694,6 +801,31 @@ void AddMoeKeys(const ModelConfig& m, JsonKeys* keys) {
 }
 
 }  // namespace
+
+absl::Status CheckHfExportable(const ModelConfig& model) {
+  const HfClassInfo& cls = ExportClass(model);
+  if (!model.hf_architecture().empty() && model.hf_architecture() != cls.architecture) {
+    return UserError(absl::StrCat("model.hf_architecture is ", UserText(model.hf_architecture()),
+                                  ", not a class tetra exports"),
+                     "use LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                     "DeepseekV3ForCausalLM or Glm4MoeForCausalLM, or leave it empty");
+  }
+  if (const std::string mismatch = ClassMismatch(cls, model); !mismatch.empty()) {
+    return UserError(absl::StrCat("this model's ", mismatch, " is not what Hugging Face's ", cls.architecture,
+                                  ", the class its export would name, computes"),
+                     "set model.hf_architecture to the class that computes this model, or leave it empty");
+  }
+  if (model.moe().n_routed_experts() > 0 && model.moe().scoring_func() != "sigmoid") {
+    return UserError(
+        absl::StrCat("this model scores its experts with model.moe.scoring_func ", UserText(model.moe().scoring_func()),
+                     ", but Hugging Face's DeepseekV3ForCausalLM and Glm4MoeForCausalLM, the classes its export would "
+                     "name, score them with sigmoid: transformers would compute another model"),
+        "export only sigmoid-routed MoE models, or keep the run's checkpoint (tetra checkpoint) instead");
+  }
+  return absl::OkStatus();
+}
+
+std::string HfArchitecture(const ModelConfig& model) { return ExportClass(model).architecture; }
 
 std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) {
   const HfClassInfo& cls = ExportClass(m);
@@ -733,12 +865,21 @@ std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) 
       {"rope_theta", Number(m.rope_theta())},
       {"rope_scaling", RopeScalingJson(m.rope_scaling())},
       {"tie_word_embeddings", m.tie_word_embeddings() ? "true" : "false"},
-      {"attention_bias", "false"},
       {"attention_dropout", "0.0"},
       {"initializer_range", Number(m.initializer_range())},
   });
+  // Qwen2's biases are in its code, Mistral has none: neither reads the key.
+  if (cls.id != HfClass::kQwen2 && cls.id != HfClass::kMistral) keys.emplace_back("attention_bias", "false");
   if (cls.id == HfClass::kLlama) keys.emplace_back("mlp_bias", "false");
-  if (cls.id != HfClass::kLlama) AddMoeKeys(m, &keys);
+  if (cls.id == HfClass::kMistral) {
+    keys.emplace_back("sliding_window", m.sliding_window() > 0 ? absl::StrCat(m.sliding_window()) : "null");
+  }
+  if (cls.id == HfClass::kQwen2 || cls.id == HfClass::kQwen3) {
+    keys.insert(keys.end(), {{"use_sliding_window", "false"},
+                             {"sliding_window", "null"},
+                             {"max_window_layers", absl::StrCat(m.num_hidden_layers())}});
+  }
+  if (cls.id == HfClass::kDeepseekV3 || cls.id == HfClass::kGlm4Moe) AddMoeKeys(m, &keys);
   // The remote-code readers of DeepSeek-V3 checkpoints (vLLM, SGLang) read the router's kind here.
   if (cls.id == HfClass::kDeepseekV3 && m.moe().n_routed_experts() > 0) {
     keys.insert(keys.end(), {{"scoring_func", Quoted("sigmoid")}, {"topk_method", Quoted("noaux_tc")}});

@@ -41,6 +41,9 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
 // what tetra computes; the error says why not.
 absl::Status CheckHfExportable(const ModelConfig& model);
 
+// The Hugging Face class an export of `model` names (e.g. "Qwen3ForCausalLM").
+std::string HfArchitecture(const ModelConfig& model);
+
 // config.json of an export of `model` with weights stored as `dtype`.
 // max_position_embeddings is model's, else `seq_length`.
 std::string HfConfigJson(const ModelConfig& model, int64_t seq_length, DType dtype);

@@ -90,6 +90,19 @@ void CheckLinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, con
   GemmOutput("linear backward", {"dw", dw}, dy.dtype());
 }
 
+void CheckAddBias(const Tensor& bias, const Tensor& y) {
+  TETRA_CHECK(bias.rank() == 1 && y.rank() >= 1 && y.dim(-1) == bias.dim(0))
+      << "add bias: " << Operand("bias", bias) << " to the rows of " << Operand("y", y);
+  SameFloatDtype("add bias", {{"y", y}, {"bias", bias}});
+}
+
+void CheckBiasGradient(const Tensor& dy, const Tensor& dbias) {
+  TETRA_CHECK(dbias.rank() == 1 && dy.rank() >= 1 && dy.dim(-1) == dbias.dim(0))
+      << "bias gradient: " << Operand("dy", dy) << " -> " << Operand("dbias", dbias);
+  SameFloatDtype("bias gradient", {{"dy", dy}});
+  ExactDtype("bias gradient", {"dbias", dbias}, DType::kF32, "a parameter gradient, summed in fp32");
+}
+
 void CheckEmbedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
   TETRA_CHECK(table.rank() == 2 && tokens.dtype() == DType::kI32 && out.numel() == tokens.numel() * table.dim(1))
       << "embedding: " << Operand("tokens", tokens) << " (int32) in " << Operand("table", table) << " -> "

@@ -23,6 +23,10 @@ void CheckLinear(const Tensor& x, const Tensor& w, const Tensor& y);
 void CheckLinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx, const Tensor& dw,
                          int64_t real_out);
 
+// bias (width) against rows of y (N, width) (its gradient: dbias fp32, dy).
+void CheckAddBias(const Tensor& bias, const Tensor& y);
+void CheckBiasGradient(const Tensor& dy, const Tensor& dbias);
+
 void CheckEmbedding(const Tensor& tokens, const Tensor& table, const Tensor& out);
 void CheckEmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& dtable);
 

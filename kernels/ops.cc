@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/bias.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
@@ -432,6 +433,22 @@ void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor
   HostF32 f32;
   cpu::AttentionMerge(out.dim(0), out.dim(1), out.dim(2), out.dim(3), f32.In(part_out),
                       part_lse.f32(), out.f32(), lse.f32());
+}
+
+void AddBias(const Tensor& bias, const Tensor& y) {
+  CheckAddBias(bias, y);
+  TETRA_ON_DEVICE(y, AddBias(bias, y));
+  ExpectHost(y, bias);
+  HostF32 f32;
+  cpu::AddBias(f32.In(bias), Rows(y), y.dim(-1), f32.Out(y));
+}
+
+void BiasGradient(const Tensor& dy, const Tensor& dbias) {
+  CheckBiasGradient(dy, dbias);
+  TETRA_ON_DEVICE(dy, BiasGradient(dy, dbias));
+  ExpectHost(dy, dbias);
+  HostF32 f32;
+  cpu::BiasGradient(f32.In(dy), Rows(dy), dy.dim(-1), dbias.f32());
 }
 
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {

@@ -30,6 +30,13 @@ void Linear(const Tensor& x, const Tensor& w, const Tensor& y);
 void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
                     const Tensor& dw, bool accumulate_dx = false, int64_t real_out = -1);
 
+// y (N, width) += bias (width) on every row: a linear layer's bias (Qwen2's
+// q, k and v projections), one dtype for both.
+void AddBias(const Tensor& bias, const Tensor& y);
+// dbias (width, fp32) += the sum of dy (N, width)'s rows: the bias's
+// gradient, each column summed in fp32 in row order.
+void BiasGradient(const Tensor& dy, const Tensor& dbias);
+
 // out (N, C) = table[tokens]; dtable[tokens] += dout. Ids outside
 // [0, table rows) are a bug (checked).
 void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out);

@@ -1,5 +1,7 @@
 // Self-attention of a Llama block: q/k/v projections, rotary embeddings,
-// causal grouped-query attention, output projection (no biases). Under
+// causal grouped-query attention, output projection; with Qwen2's q/k/v
+// biases (model.qkv_bias) and Qwen3's per-head RMSNorm of queries and keys
+// before RoPE (model.qk_norm). Under
 // context parallelism the rows are this rank's chunks of each sequence,
 // rotated at their positions, and attention is the ring over the context
 // group (parallel/context_parallel_attention.h).
@@ -15,7 +17,8 @@
 // they are one ((Hq + 2 Hkv) D, C) weight: one GEMM writes packed [q | k | v]
 // rows, which SplitQkvRope splits and rotates in the same pass, and the
 // backward runs one dW and one dx GEMM on the packed gradient. Otherwise
-// three projections and Rope: the same math.
+// three projections and Rope: the same math. Biases and q/k norms take the
+// three projections' path.
 #ifndef TETRA_MODEL_ATTENTION_LAYER_H_
 #define TETRA_MODEL_ATTENTION_LAYER_H_
 
@@ -26,6 +29,7 @@
 #include "model/activation_slots.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
+#include "model/rmsnorm_layer.h"
 #include "model/rotary_table.h"
 #include "parallel/context_parallel_attention.h"
 #include "parallel/tensor_parallel.h"
@@ -51,10 +55,18 @@ class AttentionLayer {
   void ReleaseScratch() {
     region_.Release();
     attention_.ReleaseScratch();
+    if (q_norm_) {
+      q_norm_->ReleaseScratch();
+      k_norm_->ReleaseScratch();
+    }
     ReleaseTensors({&y_, &dattn_, &dq_, &dk_, &dv_, &dx_, &qkv_});
   }
   void ReleaseActivations() {
     slots_.Clear();
+    if (q_norm_) {
+      q_norm_->ReleaseActivations();
+      k_norm_->ReleaseActivations();
+    }
     ReleaseScratch();
   }
 
@@ -64,13 +76,23 @@ class AttentionLayer {
         : entry(like.tp(), like.sequence_parallel()) {}
     TensorParallelRegion entry;    // Enter's, one per slot (activation_slots.h)
     Tensor x, q, k, v, attn, lse;  // x (B*T, C); q, attn (B, T, H/tp, D); lse (B, H/tp, T)
+    Tensor q_in, k_in;             // under qk_norm: the projections' outputs, the norms' inputs
   };
+  // The projections' outputs with their biases, as q, k and v (or under
+  // qk_norm q_in and k_in, then normalised into q and k), rotated.
+  void ProjectSeparately(int slot, Activations& a, const RopeTable& rope);
+  // dq, dk, dv (rotated) -> dx_, with the biases' and norms' gradients.
+  void ProjectSeparatelyBackward(int slot, const Activations& a, const RopeTable& rope);
+  // The packed path, when nothing sits between the projections and RoPE.
+  std::optional<StackedParameters> PackedQkv() const;
   // q, k, v's weights as one ((Hq + 2 Hkv) D, C) matrix when their slots
   // lie back to back (ParameterStore::Stacked); nullopt otherwise.
   std::optional<StackedParameters> StackedQkv() const;
 
   int64_t q_heads_, kv_heads_, head_dim_;  // this rank's heads
   Parameter &q_proj_, &k_proj_, &v_proj_, &o_proj_;
+  Parameter *q_bias_ = nullptr, *k_bias_ = nullptr, *v_bias_ = nullptr;  // model.qkv_bias
+  std::optional<RmsNormLayer> q_norm_, k_norm_;                           // model.qk_norm
   const ParameterStore& store_;  // StackedQkv's views
   WeightGradients& weight_gradients_;
   TensorParallelRegion region_;  // Exit and the backward passes

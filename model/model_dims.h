@@ -17,7 +17,10 @@ inline int KeyValueHeads(const ModelConfig& c) {
   return c.num_key_value_heads() == 0 ? c.num_attention_heads() : c.num_key_value_heads();
 }
 
-inline int HeadDim(const ModelConfig& c) { return c.hidden_size() / c.num_attention_heads(); }
+// head_dim, with 0 meaning hidden_size / num_attention_heads.
+inline int HeadDim(const ModelConfig& c) {
+  return c.head_dim() > 0 ? c.head_dim() : c.hidden_size() / c.num_attention_heads();
+}
 
 // model.rope_scaling as the RoPE table takes it.
 inline RopeScaling RotaryScaling(const ModelConfig& c) {

@@ -22,12 +22,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The checks against other projects' own code (transformers, TensorBoard) run
-# in build/pyenv: Debian's torch and numpy plus pinned PyPI packages.
-if ! build/pyenv/bin/python -c "import transformers, tensorboard" 2>/dev/null; then
+# The checks against other projects' own code (transformers, TensorBoard,
+# Megatron-Core) and tools/data/prepare.py run in build/pyenv: Debian's numpy
+# plus the pinned PyPI packages, reinstalled when the pins change.
+if ! cmp -s scripts/python_requirements.txt build/pyenv/installed_requirements.txt; then
+  rm -rf build/pyenv
   mkdir -p build
   /usr/bin/python3 -m venv --system-site-packages build/pyenv
   build/pyenv/bin/pip install -q --disable-pip-version-check -r scripts/python_requirements.txt
+  cp scripts/python_requirements.txt build/pyenv/installed_requirements.txt
 fi
 
 if [ -x /usr/local/cuda/bin/nvcc ]; then

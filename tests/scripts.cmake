@@ -76,10 +76,12 @@ set_tests_properties(layouts.init_from_matches_single_rank PROPERTIES LABELS mpi
 # in the Python environment scripts/setup.sh makes in build/pyenv.
 add_test(NAME reference.hf_directories_match_transformers
          COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/reference/check_hf_directory.py $<TARGET_FILE:tetra>)
+add_test(NAME reference.hf_families_match_transformers
+         COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/reference/check_hf_families.py $<TARGET_FILE:tetra>)
 add_test(NAME tensorboard.reader_sees_every_metric
          COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/observe/check_tensorboard.py $<TARGET_FILE:tetra>)
-set_tests_properties(reference.hf_directories_match_transformers tensorboard.reader_sees_every_metric
-                     PROPERTIES LABELS mpi TIMEOUT 600)
+set_tests_properties(reference.hf_directories_match_transformers reference.hf_families_match_transformers
+                     tensorboard.reader_sees_every_metric PROPERTIES LABELS mpi TIMEOUT 600)
 # The layer table: a folder includes only itself and the folders above it.
 add_test(NAME structure.includes_point_up
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/structure/check_include_layers.py)

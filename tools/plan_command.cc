@@ -12,8 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/hf_config.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
+#include "model/language_model.h"
 #include "parallel/mesh.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_checker.h"
@@ -95,8 +97,22 @@ absl::StatusOr<PlanOptions> ParseOptions(int argc, char** argv) {
   return options;
 }
 
-// {"layouts": [{"tp": 1, "cp": 1, ..., "step_s": 0.5, "memory_bytes": ..., "fits": true}, ...]}, best first.
-std::string PredictionsJson(const std::vector<LayoutPrediction>& plans) {
+// The model a plan sizes: the class its export names and its parameters,
+// counted over the tensors tetra builds for it.
+struct PlannedModel {
+  std::string architecture;
+  int64_t parameters = 0;
+};
+
+PlannedModel PlannedModelOf(const ModelConfig& model) {
+  PlannedModel planned{.architecture = HfArchitecture(model)};
+  for (const ModelTensor& t : WholeModelTensors(model)) planned.parameters += NumElements(t.shape);
+  return planned;
+}
+
+// {"model": {"architecture": "...", "parameters": N}, "layouts": [{"tp": 1,
+// "cp": 1, ..., "step_s": 0.5, "memory_bytes": ..., "fits": true}, ...]}, best first.
+std::string PredictionsJson(const PlannedModel& model, const std::vector<LayoutPrediction>& plans) {
   std::vector<std::string> rows;
   for (const LayoutPrediction& p : plans) {
     const PlanLayout& l = p.layout;
@@ -114,7 +130,8 @@ std::string PredictionsJson(const std::vector<LayoutPrediction>& plans) {
         t.overhead_s, p.bubble_fraction, p.mfu, m.weights, m.grads, m.optimizer, m.activations, m.total(),
         p.fits ? "true" : "false"));
   }
-  return absl::StrCat("{\"layouts\": [\n", absl::StrJoin(rows, ",\n"), "\n]}\n");
+  return absl::StrCat("{\"model\": {\"architecture\": \"", model.architecture, "\", \"parameters\": ",
+                      model.parameters, "},\n\"layouts\": [\n", absl::StrJoin(rows, ",\n"), "\n]}\n");
 }
 
 std::string GroupText(const std::vector<int>& group) { return absl::StrCat("[", absl::StrJoin(group, ", "), "]"); }
@@ -291,7 +308,13 @@ absl::Status PlanCommand(int argc, char** argv) {
     RETURN_IF_ERROR(CheckWorld(options.world > 0 ? options.world : devices, "the cluster's nodes x devices_per_node"));
     const int world = options.world > 0 ? options.world : static_cast<int>(devices);
     const std::vector<LayoutPrediction> plans = PlanLayouts(config, cluster, world);
-    std::cout << (options.json ? PredictionsJson(plans) : PlanReport(plans, cluster, kPlanRows));
+    const PlannedModel model = PlannedModelOf(config.model());
+    if (options.json) {
+      std::cout << PredictionsJson(model, plans);
+    } else {
+      std::cout << absl::StrFormat("model: %s, %.3g parameters\n", model.architecture, double(model.parameters))
+                << PlanReport(plans, cluster, kPlanRows);
+    }
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(config.parallel(), options.world));

@@ -215,17 +215,28 @@ absl::Status ValidateModel(const ModelConfig& m) {
                               "128 (1: no padding beyond a multiple of parallel.tensor)"));
   RETURN_IF_ERROR(ValidateMla(m));
   // Llama attention's head dim and key-value heads (MLA has its own).
-  if (!UsesMla(m) && m.hidden_size() % m.num_attention_heads() != 0) {
+  if (m.head_dim() < 0) {
+    return Invalid(absl::StrCat("model.head_dim is ", m.head_dim(), " but must be >= 0"),
+                   "give the dims of one attention head, or 0 for hidden_size / num_attention_heads");
+  }
+  if (!UsesMla(m) && m.head_dim() == 0 && m.hidden_size() % m.num_attention_heads() != 0) {
     return Invalid(absl::StrCat("model.hidden_size ", m.hidden_size(),
                                 " is not divisible by model.num_attention_heads ",
                                 m.num_attention_heads()),
-                   "choose hidden_size = num_attention_heads x head_dim");
+                   "choose hidden_size = num_attention_heads x head_dim, or set model.head_dim");
   }
-  int head_dim = m.hidden_size() / m.num_attention_heads();
-  if (!UsesMla(m) && head_dim % 2 != 0) {
-    return Invalid(absl::StrCat("head_dim ", head_dim, " (hidden_size ", m.hidden_size(), " / ",
-                                m.num_attention_heads(), " heads) is odd, but rotary embeddings pair dims"),
-                   "choose hidden_size and num_attention_heads so that head_dim is even");
+  if (!UsesMla(m) && HeadDim(m) % 2 != 0) {
+    return Invalid(absl::StrCat("head_dim ", HeadDim(m), " is odd, but rotary embeddings pair dims"),
+                   "choose model.head_dim (or hidden_size and num_attention_heads) so that head_dim is even");
+  }
+  if (UsesMla(m) && (m.qkv_bias() || m.qk_norm() || m.head_dim() > 0)) {
+    return Invalid("model.qkv_bias, qk_norm and head_dim describe grouped-query attention, but "
+                   "model.kv_lora_rank > 0 asks for multi-head latent attention",
+                   "remove them, or set kv_lora_rank to 0");
+  }
+  if (m.sliding_window() < 0) {
+    return Invalid(absl::StrCat("model.sliding_window is ", m.sliding_window(), " but must be >= 0"),
+                   "give the window in tokens, or 0 for none");
   }
   int kv = KeyValueHeads(m);
   if (!UsesMla(m) && (kv < 0 || kv > m.num_attention_heads() || m.num_attention_heads() % kv != 0)) {
@@ -522,12 +533,24 @@ absl::Status ValidateMultiTokenPrediction(const ModelConfig& m, const TrainConfi
   return absl::OkStatus();
 }
 
+// tetra's attention is causal over the whole sequence: a sliding window is
+// that math only when it holds the whole sequence.
+absl::Status ValidateSlidingWindow(const ModelConfig& m, const TrainConfig& t) {
+  if (m.sliding_window() == 0 || m.sliding_window() >= t.seq_length()) return absl::OkStatus();
+  return Invalid(absl::StrCat("model.sliding_window ", m.sliding_window(), " is shorter than train.seq_length ",
+                              t.seq_length(), ", but tetra's attention sees the whole sequence, which that window "
+                              "would not"),
+                 absl::StrCat("train with train.seq_length <= ", m.sliding_window(),
+                              " (the window's math, as transformers computes it)"));
+}
+
 }  // namespace
 
 absl::Status ValidateConfig(const TrainerConfig& config, int world_size) {
   RETURN_IF_ERROR(ValidateModel(config.model()));
   RETURN_IF_ERROR(ValidateTrain(config.train()));
   RETURN_IF_ERROR(ValidateMultiTokenPrediction(config.model(), config.train()));
+  RETURN_IF_ERROR(ValidateSlidingWindow(config.model(), config.train()));
   RETURN_IF_ERROR(ValidateDevice(config));
   RETURN_IF_ERROR(ValidateOptimizer(config.optimizer()));
   RETURN_IF_ERROR(ValidateData(config.data(), config.model(), config.train()));

@@ -75,6 +75,8 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
 void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor& out,
                     const Tensor& lse);
 
+void AddBias(const Tensor& bias, const Tensor& y);
+void BiasGradient(const Tensor& dy, const Tensor& dbias);
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
 void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                     const Tensor& dgate, const Tensor& dup);

@@ -7,6 +7,7 @@
 #include "core/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/model_dims.h"
 #include "tests/testing/scratch_files.h"
 #include "tests/testing/user_errors.h"
 
@@ -114,11 +115,10 @@ struct Refused {
 TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
   const Refused cases[] = {
       {"hidden_act", "\"gelu\"", "\"hidden_act\" is \"gelu\", but tetra's MLP is SwiGLU"},
-      {"attention_bias", "true", "\"attention_bias\" is true, but tetra's projections have no bias"},
+      {"attention_bias", "true", "\"attention_bias\" is true, but it adds biases to all of q, k, v and o_proj"},
       {"mlp_bias", "true", "\"mlp_bias\" is true"},
       {"attention_dropout", "0.1", "\"attention_dropout\" is 0.1, but tetra trains without dropout"},
-      {"sliding_window", "4096", "\"sliding_window\" is 4096, but tetra's attention is full causal"},
-      {"head_dim", "64", "\"head_dim\" is 64, but tetra's head_dim is hidden_size / num_attention_heads"},
+      {"head_dim", "63.5", "\"head_dim\" is 63.5, not an integer"},
       {"rope_scaling", R"({"rope_type": "yarn", "factor": 4.0})",
        "\"rope_scaling.original_max_position_embeddings\" is missing, so transformers would take"},
       {"rope_scaling", R"({"rope_type": "yarn", "original_max_position_embeddings": 4096})",
@@ -137,13 +137,13 @@ TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
       {"rope_scaling", R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 8192, "beta_fast": 32})",
        "\"rope_scaling.beta_fast\" is not a setting tetra knows"},
-      {"model_type", "\"qwen2\"", "\"model_type\" is \"qwen2\""},
+      {"model_type", "\"gpt2\"", "\"model_type\" is \"gpt2\""},
       {"model_type", "", "\"model_type\" is missing"},
       {"model_type", "\"deepseek_v3\"", "\"architectures\" is not [\"DeepseekV3ForCausalLM\"]"},
       {"architectures", "[\"LanguageModel\"]", "\"architectures\" is not [\"LlamaForCausalLM\"]"},
       {"quantization_config", R"({"quant_method": "fp8", "fmt": "e4m3"})",
-       "\"quantization_config\" changes what transformers computes for LlamaForCausalLM (its modelling code reads "
-       "it), and tetra does not implement it"},
+       "\"quantization_config\" says the weights are stored quantized (\"fp8\"), but tetra trains from bf16 or "
+       "fp32 weights"},
       {"rope_parameters", R"({"rope_type": "default", "rope_theta": 10000.0})",
        "\"rope_parameters\" changes what transformers computes"},
       {"hidden_size", "4096.5", "\"hidden_size\" is 4096.5, not an integer"},
@@ -163,6 +163,8 @@ TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
 TEST(HfConfigTest, NoOpValuesAndMetadataAreAccepted) {
   for (const auto& [key, value] :
        {std::pair{"sliding_window", "null"}, std::pair{"head_dim", "128"}, std::pair{"pretraining_tp", "2"},
+        // Not LlamaConfig's: no Llama code reads it.
+        std::pair{"sliding_window", "4096"},
         std::pair{"_name_or_path", "\"meta-llama/Llama-3.1-8B\""}, std::pair{"rope_scaling", "null"},
         std::pair{"rope_scaling", R"({"rope_type": "default"})"}}) {
     absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("accepted", Edited(key, value)));
@@ -394,7 +396,7 @@ TEST(HfConfigTest, WhatDeepseekV3AndGlm4MoeComputeOtherwiseIsAnError) {
       {kDeepseekV3, "\"use_cache\": true", "\"scoring_func\": \"softmax\"", "\"scoring_func\" is \"softmax\""},
       {kDeepseekV3, "\"use_cache\": true", "\"topk_method\": \"greedy\"", "\"topk_method\" is \"greedy\""},
       {kDeepseekV3, "\"use_cache\": true", "\"quantization_config\": {}",
-       "\"quantization_config\" changes what transformers computes for DeepseekV3ForCausalLM"},
+       "\"quantization_config\" says the weights are stored quantized (an unnamed method)"},
       {kDeepseekV3, "\"q_lora_rank\": null", "\"q_lora_rank\": 1.5", "\"q_lora_rank\" is 1.5, not an integer"},
       {kGlm4Moe, "\"partial_rotary_factor\": 1.0, ", "", "\"partial_rotary_factor\" is missing"},
       {kGlm4Moe, "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.5",
@@ -463,6 +465,120 @@ TEST(HfConfigTest, SoftmaxScoredMoeIsNotExported) {
   const absl::Status status = CheckHfExportable(moe);
   EXPECT_THAT(Message(status), HasSubstr("score them with sigmoid"));
   EXPECT_THAT(Message(status), UserErrorShape());
+}
+
+// Llama's relatives as transformers 4.57 saves them (Qwen2, Qwen3 and
+// Mistral configs' own keys), and what each class's defaults give absent keys.
+constexpr char kQwen2[] = R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+    "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4, "num_hidden_layers": 28,
+    "vocab_size": 152064, "max_position_embeddings": 131072, "max_window_layers": 28, "sliding_window": 131072,
+    "use_sliding_window": false, "use_mrope": false, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+    "layer_types": ["full_attention", "full_attention"], "bos_token_id": 151643, "eos_token_id": 151643})";
+constexpr char kQwen3[] = R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+    "head_dim": 128, "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "num_hidden_layers": 28, "attention_bias": false, "sliding_window": null, "use_sliding_window": false,
+    "tie_word_embeddings": true, "eos_token_id": 151645})";
+constexpr char kMistral[] = R"({"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+    "hidden_size": 5120, "head_dim": 128, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "sliding_window": null, "vocab_size": 131072})";
+
+TEST(HfConfigTest, ReadsQwenAndMistral) {
+  absl::StatusOr<ModelConfig> qwen2 = ReadHfConfigJson(WriteConfig("qwen2", kQwen2));
+  ASSERT_TRUE(qwen2.ok()) << qwen2.status();
+  EXPECT_TRUE(qwen2->qkv_bias());
+  EXPECT_FALSE(qwen2->qk_norm());
+  EXPECT_EQ(qwen2->head_dim(), 0);  // 3584 / 28, as hidden / heads
+  EXPECT_EQ(qwen2->sliding_window(), 0);  // use_sliding_window false
+  EXPECT_EQ(qwen2->hf_architecture(), "Qwen2ForCausalLM");
+  absl::StatusOr<ModelConfig> qwen3 = ReadHfConfigJson(WriteConfig("qwen3", kQwen3));
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  EXPECT_TRUE(qwen3->qk_norm());
+  EXPECT_FALSE(qwen3->qkv_bias());
+  EXPECT_EQ(qwen3->head_dim(), 128);  // not 1024 / 16
+  EXPECT_EQ(qwen3->bos_token_id(), -1);  // Qwen3Config has none
+  absl::StatusOr<ModelConfig> mistral = ReadHfConfigJson(WriteConfig("mistral", kMistral));
+  ASSERT_TRUE(mistral.ok()) << mistral.status();
+  EXPECT_EQ(mistral->head_dim(), 128);  // Mistral Nemo's: not 5120 / 32
+  EXPECT_EQ(mistral->sliding_window(), 0);
+  EXPECT_EQ(mistral->hf_architecture(), "MistralForCausalLM");
+
+  // Absent keys: each class's defaults.
+  absl::StatusOr<ModelConfig> q3 = ReadHfConfigJson(WriteConfig("q3_minimal", R"({"model_type": "qwen3"})"));
+  ASSERT_TRUE(q3.ok()) << q3.status();
+  EXPECT_EQ(HeadDim(*q3), 128);  // Qwen3Config's, here 4096 / 32 too
+  EXPECT_EQ(q3->vocab_size(), 151936);
+  EXPECT_EQ(q3->max_position_embeddings(), 32768);
+  absl::StatusOr<ModelConfig> m7 = ReadHfConfigJson(WriteConfig("m_minimal", R"({"model_type": "mistral"})"));
+  ASSERT_TRUE(m7.ok()) << m7.status();
+  EXPECT_EQ(m7->sliding_window(), 4096);  // MistralConfig's default window
+  EXPECT_EQ(m7->num_key_value_heads(), 8);
+  EXPECT_EQ(m7->intermediate_size(), 14336);
+}
+
+TEST(HfConfigTest, WhatQwenAndMistralComputeOtherwiseIsAnError) {
+  const struct {
+    const char* base;
+    std::string from, to, message;
+  } cases[] = {
+      {kQwen2, "\"use_sliding_window\": false", "\"use_sliding_window\": true",
+       "\"use_sliding_window\" is true, but tetra implements Qwen's full attention on every layer"},
+      {kQwen2, "\"full_attention\"]", "\"sliding_attention\"]",
+       "\"layer_types\" is not \"full_attention\" on every layer"},
+      {kQwen3, "\"attention_bias\": false", "\"attention_bias\": true", "\"attention_bias\" is true"},
+      {kMistral, "\"sliding_window\": null", "\"sliding_window\": 4.5", "\"sliding_window\" is 4.5"},
+      {kMistral, "\"head_dim\": 128", "\"head_dim\": 128, \"attention_bias\": true, \"mlp_bias\": true",
+       ""},  // keys MistralConfig and its code do not read: metadata
+  };
+  for (const auto& c : cases) {
+    std::string text = c.base;
+    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("refused", text));
+    if (c.message.empty()) {
+      EXPECT_TRUE(m.ok()) << c.to << ": " << m.status();
+      continue;
+    }
+    ASSERT_FALSE(m.ok()) << c.to;
+    EXPECT_THAT(Message(m.status()), HasSubstr(c.message)) << c.to;
+    EXPECT_THAT(Message(m.status()), UserErrorShape());
+  }
+}
+
+TEST(HfConfigTest, ExportWritesQwenAndMistralAsItReadsThem) {
+  std::string windowed = kMistral;
+  windowed.replace(windowed.find("\"sliding_window\": null"), 22, "\"sliding_window\": 4096");
+  for (const auto& [text, architecture] :
+       {std::pair{std::string(kQwen2), "Qwen2ForCausalLM"}, std::pair{std::string(kQwen3), "Qwen3ForCausalLM"},
+        std::pair{std::string(kMistral), "MistralForCausalLM"}, std::pair{windowed, "MistralForCausalLM"}}) {
+    const ModelConfig hf = *ReadHfConfigJson(WriteConfig("class_in", text));
+    ASSERT_TRUE(CheckHfExportable(hf).ok()) << architecture;
+    const std::string written = HfConfigJson(hf, /*seq_length=*/16, DType::kF32);
+    EXPECT_EQ(ParseJson(written)->Find("architectures")->items[0].string, architecture);
+    absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("class_out", written));
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << written;
+    EXPECT_EQ(back->SerializeAsString(), hf.SerializeAsString()) << written;
+  }
+}
+
+// A recipe's own model exports as the class its features call for, and a
+// class named that does not compute the model is refused at launch.
+TEST(HfConfigTest, ExportClassFollowsTheModelsFeatures) {
+  ModelConfig m;
+  EXPECT_EQ(HfArchitecture(m), "LlamaForCausalLM");
+  m.set_qkv_bias(true);
+  EXPECT_EQ(HfArchitecture(m), "Qwen2ForCausalLM");
+  m.set_qkv_bias(false);
+  m.set_qk_norm(true);
+  EXPECT_EQ(HfArchitecture(m), "Qwen3ForCausalLM");
+  m.set_hf_architecture("LlamaForCausalLM");
+  EXPECT_THAT(Message(CheckHfExportable(m)),
+              HasSubstr("this model's model.qk_norm (q/k head norms: Qwen3's alone) is not what Hugging Face's "
+                        "LlamaForCausalLM, the class its export would name, computes"));
+  m.set_hf_architecture("GPT2LMHeadModel");
+  EXPECT_THAT(Message(CheckHfExportable(m)), HasSubstr("model.hf_architecture is \"GPT2LMHeadModel\""));
+  ModelConfig windowed;
+  windowed.set_sliding_window(4096);
+  EXPECT_THAT(Message(CheckHfExportable(windowed)), HasSubstr("model.sliding_window (Mistral's alone)"));
 }
 
 }  // namespace

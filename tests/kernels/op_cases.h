@@ -533,6 +533,24 @@ inline void AddAttentionMergeCases(std::vector<OpCase>* cases) {
   }
 }
 
+// Qwen2's q/k/v biases: added to (B, T, H, D) rows of width H x D = 45 (no
+// vector fits), and their gradient summed over 37 rows.
+inline void AddBiasCases(std::vector<OpCase>* cases) {
+  // The gradient: both sides sum each column's 37 terms in fp32 in row
+  // order, so the same bits but for FMA-free adds; a few ulp of slack.
+  constexpr Tolerance kSumTol{1e-6, 1e-6, "fp32 sums of 37 terms in the same order"};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    cases->push_back({CaseName("add_bias and bias_gradient", dtype, "37x(5x9)"), [=](const Backend& b, Outputs* out) {
+                        const Tensor y = b.In(HostRandom({37, 5, 9}, 1), dtype);
+                        ops::AddBias(b.In(HostRandom({45}, 2), dtype), y.Reshape({37, 45}));
+                        out->Add("y", y, Elementwise(dtype));
+                        const Tensor dbias = b.In(HostRandom({45}, 3), DType::kF32);  // accumulates
+                        ops::BiasGradient(b.In(HostRandom({37, 45}, 4, 2.0f), dtype), dbias);
+                        out->Add("dbias", dbias, kSumTol);
+                      }});
+  }
+}
+
 inline void AddSwigluCases(std::vector<OpCase>* cases) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     cases->push_back({CaseName("swiglu", dtype, "13x57"), [=](const Backend& b, Outputs* out) {
@@ -1031,6 +1049,7 @@ inline std::vector<OpCase> OpCases() {
   AddColumnCases(&cases);
   AddAttentionCases(&cases);
   AddAttentionMergeCases(&cases);
+  AddBiasCases(&cases);
   AddSwigluCases(&cases);
   AddSwigluPackedCases(&cases);
   AddCrossEntropyCases(&cases);

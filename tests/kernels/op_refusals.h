@@ -37,6 +37,12 @@ inline std::vector<OpRefusal> OpRefusals() {
   const char* kGemmOutput = "cuBLASLt writes fp32, or the inputs' dtype";
   const char* kRouterFp32 = "the router runs in fp32";
   std::vector<OpRefusal> r;
+  r.push_back({"an fp32 bias added to bf16 rows", kOneDtype, [=](DeviceType d) {
+                 ops::AddBias(z(d, {8}), z(d, {3, 8}, kBF16));
+               }});
+  r.push_back({"a bias gradient into bf16", "a parameter gradient, summed in fp32", [=](DeviceType d) {
+                 ops::BiasGradient(z(d, {3, 8}, kBF16), z(d, {8}, kBF16));
+               }});
   r.push_back({"linear of bf16 activations by an fp32 weight (MoE's router before its fix)", kOneDtype,
                [=](DeviceType d) { ops::Linear(z(d, {4, 8}, kBF16), z(d, {3, 8}), z(d, {4, 3})); }});
   r.push_back({"linear of fp32 inputs into a bf16 output", kGemmOutput,

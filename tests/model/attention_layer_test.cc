@@ -1,4 +1,5 @@
-// The attention layer's two projection paths: with the parameters packed
+// The attention layer's two projection paths (and Qwen's biases and head
+// norms, which take the second): with the parameters packed
 // (ParameterStore::Pack) so that q, k and v's slices lie back to back, one
 // fused GEMM split by SplitQkvRope; unpacked, or with alignment padding
 // between the slots, three GEMMs and Rope. Each against the other and
@@ -117,6 +118,27 @@ TEST(AttentionLayerTest, PaddedSlotsKeepThreeProjections) {
   ASSERT_FALSE(QkvStacked(packed_store));
   ExpectSameLayer(ForwardBackward(packed, packed_store, c.hidden_size()),
                   ForwardBackward(separate, separate_store, c.hidden_size()), /*tol=*/0);
+}
+
+// Qwen2's q/k/v biases and Qwen3's q/k head norms (head_dim 6, not 16 / 4):
+// every weight, bias and norm weight against finite differences, packed
+// (they take the three projections' path).
+TEST(AttentionLayerTest, QwenBiasesAndHeadNormsMatchFiniteDifferences) {
+  for (const bool qwen3 : {false, true}) {
+    ModelConfig c = BackToBackConfig();
+    c.set_qkv_bias(!qwen3);
+    c.set_qk_norm(qwen3);
+    if (qwen3) c.set_head_dim(6);
+    ParameterStore store(5);
+    AttentionLayer layer(store, "attn", c);
+    store.Pack();
+    ASSERT_NE(store.Find(qwen3 ? "attn.q_norm.weight" : "attn.q_proj.bias"), nullptr);
+    if (qwen3) EXPECT_EQ(store.Find("attn.q_proj.weight")->global_shape, (Shape{24, 16}));
+    SCOPED_TRACE(qwen3 ? "qwen3" : "qwen2");
+    testing::ExpectLayerGradients(
+        layer, store, {kBatch * kSeq, c.hidden_size()},
+        [&](const Tensor& x) { return layer.Forward(0, x, kBatch, kSeq); }, kTol.grad);
+  }
 }
 
 }  // namespace

@@ -351,5 +351,55 @@ TEST_F(PlanTest, ClusterPlansTheModelOfInitFromsConfigJson) {
   EXPECT_TRUE(found);
 }
 
+// Published checkpoints' config.json files (tests/checkpoint/published_configs),
+// each alone in its directory as init_from: accepted, with the parameter
+// count transformers 4.57 builds from the same file (AutoModelForCausalLM
+// on the meta device; the sizes the model pages give), or refused naming
+// the key tetra does not implement.
+struct PublishedConfig {
+  std::string model;
+  std::string architecture;  // accepted: the class tetra plans; refused: ""
+  int64_t parameters;        // accepted: transformers' count
+  std::string refusal;       // refused: a part of the message
+};
+
+class PublishedConfigTest : public PlanTest, public ::testing::WithParamInterface<PublishedConfig> {};
+
+TEST_P(PublishedConfigTest, IsPlannedWithItsSizeOrRefusedNamingTheKey) {
+  const PublishedConfig& c = GetParam();
+  const std::string model_dir = ScratchDir("published_" + c.model);
+  WriteBytes(model_dir + "/config.json", ReadBytes(std::string(TETRA_SOURCE_DIR) +
+                                                   "/tests/checkpoint/published_configs/" + c.model + "/config.json"));
+  const std::string recipe = "init_from: \"" + model_dir + "\" train { seq_length: 4096 }";
+  const std::string cluster = "--cluster " + std::string(TETRA_SOURCE_DIR) + "/configs/clusters/h800_2048.textproto";
+  if (c.architecture.empty()) {
+    ExpectError(recipe, cluster, c.refusal);
+    return;
+  }
+  const Json plan = PlanJson(recipe, cluster + " --world 64");
+  EXPECT_EQ(plan["model"]["architecture"].text, c.architecture);
+  EXPECT_EQ(plan["model"]["parameters"].number, c.parameters);
+  EXPECT_FALSE(plan["layouts"].items.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Hub, PublishedConfigTest,
+    ::testing::Values(
+        PublishedConfig{"Llama-3.1-8B", "LlamaForCausalLM", 8030261248, ""},
+        PublishedConfig{"Llama-3.2-1B", "LlamaForCausalLM", 1235814400, ""},
+        PublishedConfig{"SmolLM2-1.7B", "LlamaForCausalLM", 1711376384, ""},
+        PublishedConfig{"Mistral-7B-v0.3", "MistralForCausalLM", 7248023552, ""},
+        PublishedConfig{"Qwen2.5-7B", "Qwen2ForCausalLM", 7615616512, ""},
+        PublishedConfig{"Qwen3-8B", "Qwen3ForCausalLM", 8190735360, ""},
+        PublishedConfig{"Qwen3-30B-A3B", "", 0, "\"model_type\" is \"qwen3_moe\""},
+        PublishedConfig{"Mixtral-8x7B-v0.1", "", 0, "\"model_type\" is \"mixtral\""},
+        // Its weights are fp8: refused until converted to bf16.
+        PublishedConfig{"DeepSeek-V3", "", 0, "\"quantization_config\" says the weights are stored quantized"}),
+    [](const ::testing::TestParamInfo<PublishedConfig>& info) {
+      std::string name = info.param.model;
+      for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      return name;
+    });
+
 }  // namespace
 }  // namespace tetra

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""The Llama family's other classes in and out, against transformers 4.57 itself.
+
+For Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (per-head q/k RMSNorm,
+head_dim apart from hidden_size / heads) and MistralForCausalLM (a sliding
+window that holds the whole sequence), transformers' own model (random, with
+its biases and norm weights drawn away from their zero and one inits, so a
+dropped bias or norm moves the loss) is saved sharded by save_pretrained, and:
+  1. tetra trains from the directory alone on one rank, tp2 and pp2; each
+     step-1 loss equals transformers' loss on the same samples (1e-5
+     relative);
+  2. tetra's export after one step loads with from_pretrained as the same
+     class with no missing or unexpected weights, and its loss on the second
+     step's samples equals tetra's step-2 loss (1e-5 relative).
+Each case also checks that the feature matters: without the biases, the
+norms or the window's class, transformers' loss differs by far more than the
+tolerance.
+usage: check_hf_families.py TETRA_BINARY
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+import transformers
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
+from tetra_runs import ENV, Checker, rel, train, write_llmc_shard  # noqa: E402
+
+TETRA = sys.argv[1]
+SEQ, BATCH, VOCAB = 16, 4, 64
+RTOL = 1e-5  # fp32 on both sides: sums in other orders, ~1e-7
+QK_GAIN = 30.0  # sharp attention, so that positions (RoPE) and q/k matter
+LOGIT_GAIN = 30.0
+check = Checker()
+
+COMMON = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+CASES = {
+    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM, dict(rope_theta=1000000.0)),
+    # head_dim 12, not 32 / 4: the projections are (48, 32) and (24, 32).
+    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, dict(head_dim=12)),
+    # A window of 32 >= SEQ: the same math as full attention on these samples.
+    "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, dict(sliding_window=32)),
+}
+
+
+def hf_loss(model, samples):
+    with torch.no_grad():
+        logits = model(samples[:, :-1]).logits.float()
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), samples[:, 1:].reshape(-1)).item()
+
+
+def tetra_losses(work, model_dir, ranks, layout, steps, export=None):
+    sets = [f"init_from={model_dir}", "data.format=LLMC", f"data.path={work}/train.bin",
+            f"train.seq_length={SEQ}", f"train.global_batch_size={BATCH}", f"train.micro_batch_size={BATCH // 2}",
+            f"train.steps={steps}", "train.threads=1", "optimizer.lr=1e-3", "optimizer.min_lr=1e-3"] + layout
+    out = f"{work}/run_{len(os.listdir(work))}"
+    os.makedirs(out)
+    return [m["loss"] for m in train(TETRA, out, ranks, sets + ([f"export_path={export}"] if export else []))]
+
+
+def randomise(model):
+    """Sharp attention; biases and q/k norm weights away from 0 and 1 (Qwen3's
+    norms undo the projections' gain, so their weights carry it)."""
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        # transformers' init (std 0.02) leaves every logit near 0 and the loss
+        # near ln(vocab) whatever the layers compute: a larger head lets them count.
+        model.lm_head.weight.mul_(LOGIT_GAIN)
+        for layer in model.model.layers:
+            attn = layer.self_attn
+            attn.q_proj.weight.mul_(QK_GAIN)
+            attn.k_proj.weight.mul_(QK_GAIN)
+            for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+                if proj.bias is not None:
+                    proj.bias.copy_(torch.randn(proj.bias.shape, generator=generator))
+            for norm in (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)):
+                if norm is not None:
+                    norm.weight.copy_(4 * (1 + 0.5 * torch.randn(norm.weight.shape, generator=generator)))
+
+
+def without_feature(name, model, config):
+    """transformers' model with the class's feature removed, or None."""
+    if name == "qwen2":
+        plain = transformers.LlamaForCausalLM(transformers.LlamaConfig(**COMMON)).eval()
+        plain.load_state_dict(model.state_dict(), strict=False)  # drops the biases
+        return plain
+    if name == "qwen3":
+        plain = transformers.Qwen3ForCausalLM(config).eval()
+        state = {k: v for k, v in model.state_dict().items() if "_norm" not in k or "layernorm" in k}
+        plain.load_state_dict(state, strict=False)  # q/k norm weights back to ones
+        return plain
+    return None
+
+
+def check_short_window_refused(work, model_dir):
+    """A Mistral window shorter than the sequence is another model: refused at launch."""
+    short = f"{work}/mistral_window_8"
+    shutil.copytree(model_dir, short)
+    with open(f"{short}/config.json") as f:
+        config = json.load(f)
+    with open(f"{short}/config.json", "w") as f:
+        json.dump({**config, "sliding_window": 8}, f)
+    done = subprocess.run([TETRA, "train", "--config", "/dev/null", "--set", f"init_from={short}",
+                           "--set", f"train.seq_length={SEQ}", "--set", "train.steps=1"],
+                          env=ENV, capture_output=True, text=True, timeout=120)
+    check(done.returncode != 0 and "model.sliding_window 8 is shorter than train.seq_length 16" in done.stderr,
+          f"mistral: a window of 8 under sequences of {SEQ} is refused ({done.stderr.strip().splitlines()[-1:]})")
+
+
+def run_case(name, work):
+    config_class, model_class, extra = CASES[name]
+    torch.manual_seed(len(name))
+    config = config_class(**COMMON, **extra)
+    model = model_class(config).eval()
+    randomise(model)
+    model_dir = f"{work}/{name}"
+    model.save_pretrained(model_dir, safe_serialization=True, max_shard_size="20KB")
+    with open(f"{model_dir}/config.json") as f:
+        saved = json.load(f)
+    print(f"{name}: transformers {transformers.__version__} wrote {', '.join(sorted(os.listdir(model_dir)))}; "
+          f"config keys {', '.join(sorted(saved))}")
+
+    generator = torch.Generator().manual_seed(7)
+    tokens = torch.randint(0, VOCAB, (2 * BATCH * SEQ + 1,), generator=generator)
+    write_llmc_shard(f"{work}/train.bin", tokens.tolist())
+    step_samples = [torch.stack([tokens[i * SEQ:i * SEQ + SEQ + 1] for i in range(s * BATCH, (s + 1) * BATCH)])
+                    for s in range(2)]
+    reference = hf_loss(model, step_samples[0])
+    if name == "mistral":
+        check_short_window_refused(work, model_dir)
+    plain = without_feature(name, model, config)
+    if plain is not None:
+        check(rel(hf_loss(plain, step_samples[0]), reference) > 100 * RTOL,
+              f"{name}: without its feature transformers' loss moves by more than 100x the tolerance")
+
+    for ranks, layout in [(1, []), (2, ["parallel.tensor=2"]), (2, ["parallel.pipeline=2"])]:
+        got = tetra_losses(work, model_dir, ranks, layout, steps=1)[0]
+        check(rel(got, reference) <= RTOL,
+              f"{name} {layout or 'one rank'}: tetra's step-1 loss {got:.9f} vs transformers {reference:.9f}")
+
+    export = f"{work}/{name}_export"
+    two_steps = tetra_losses(work, model_dir, 1, [], steps=2)
+    tetra_losses(work, model_dir, 1, [], steps=1, export=export)
+    exported, info = model_class.from_pretrained(export, torch_dtype=torch.float32, output_loading_info=True)
+    check(type(exported) is model_class, f"{name}: the export loads as {type(exported).__name__}")
+    missing = {k: v for k, v in info.items() if v}
+    check(not missing, f"{name}: the export loads with no missing or unexpected weights ({missing or 'none'})")
+    after = hf_loss(exported.eval(), step_samples[1])
+    check(rel(after, two_steps[1]) <= RTOL,
+          f"{name}: transformers' loss of tetra's export {after:.9f} vs tetra's step-2 loss {two_steps[1]:.9f}")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    for case in CASES:
+        os.makedirs(f"{tmp}/{case}_runs")
+        run_case(case, f"{tmp}/{case}_runs")
+
+check.exit("Qwen2, Qwen3 and Mistral directories train and export as transformers computes them")
