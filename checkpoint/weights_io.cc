@@ -1,5 +1,6 @@
 #include "checkpoint/weights_io.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -13,6 +14,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/weight_files.h"
 #include "core/atomic_file.h"
+#include "core/input_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "model/language_model.h"
@@ -201,9 +203,41 @@ void GatherStages(Communicator& pp, std::vector<NamedTensor>& globals) {
 }
 
 
-absl::Status WriteHfModelDirectory(const std::string& dir, const std::vector<NamedTensor>& tensors,
-                                  const ModelConfig& model, int64_t seq_length, DType dtype,
-                                  const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// A model directory's files about its tokenizer and its generation, not its
+// weights, which transformers' from_pretrained of a tokenizer or a
+// GenerationConfig reads.
+constexpr const char* kOriginFiles[] = {
+    "tokenizer.json",    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "tokenizer.model",   "vocab.json",            "merges.txt",              "chat_template.jinja",
+    "chat_template.json", "generation_config.json"};
+
+// Copies the origin's files (kOriginFiles) that exist into `dir`; their names.
+absl::StatusOr<std::vector<std::string>> CopyOriginFiles(const std::string& origin, const std::string& dir,
+                                                         const char* write_hint) {
+  std::vector<std::string> copied;
+  const std::string config = origin.empty() ? "" : HfConfigPathOf(origin);
+  if (config.empty()) return copied;
+  const std::filesystem::path from = std::filesystem::path(config).parent_path();
+  for (const char* name : kOriginFiles) {
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(from / name, error)) continue;
+    ASSIGN_OR_RETURN(const std::string bytes,
+                     ReadInputFile((from / name).string(), "the run's init_from model directory's file",
+                                   "the export copies it from init_from: check the directory is readable"));
+    RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + name, bytes, write_hint));
+    copied.push_back(name);
+  }
+  return copied;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> WriteHfModelDirectory(const std::string& dir,
+                                                               const std::vector<NamedTensor>& tensors,
+                                                               const ModelConfig& model, int64_t seq_length,
+                                                               DType dtype, const HfExportExtras& extras) {
   RETURN_IF_ERROR(CheckHfExportable(model));
   std::error_code error;
   std::filesystem::create_directories(dir, error);
@@ -214,18 +248,23 @@ absl::Status WriteHfModelDirectory(const std::string& dir, const std::vector<Nam
   std::vector<SafetensorsTensorRef> refs;
   for (const NamedTensor& t : tensors) refs.push_back({t.name, t.value.shape(), t.value.f32()});
   std::map<std::string, std::string> all_metadata = {{"format", "pt"}, {"producer", "tetra"}};
-  all_metadata.insert(metadata.begin(), metadata.end());
+  all_metadata.insert(extras.metadata.begin(), extras.metadata.end());
   RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", refs, dtype, all_metadata));
   constexpr char kHint[] = "check the disk has space and the directory is writable";
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/config.json", HfConfigJson(model, seq_length, dtype), kHint));
+  ASSIGN_OR_RETURN(const std::vector<std::string> copied, CopyOriginFiles(extras.origin, dir, kHint));
   const std::string generation = HfGenerationConfigJson(model);
-  if (!generation.empty()) RETURN_IF_ERROR(WriteFileAtomically(dir + "/generation_config.json", generation, kHint));
-  return absl::OkStatus();
+  const bool origin_generation =
+      std::find(copied.begin(), copied.end(), "generation_config.json") != copied.end();
+  if (!generation.empty() && !origin_generation) {
+    RETURN_IF_ERROR(WriteFileAtomically(dir + "/generation_config.json", generation, kHint));
+  }
+  return copied;
 }
 
 absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, const ModelConfig& model,
                            int64_t seq_length, DType dtype, Communicator& tp, bool write,
-                           Communicator* ep, Communicator* pp) {
+                           Communicator* ep, Communicator* pp, const std::string& origin) {
   // Every tensor-parallel (and expert-parallel) rank takes part in the gathers; one writes.
   const bool gather_experts = ep != nullptr && ep->size() > 1;
   std::vector<NamedTensor> globals;
@@ -237,7 +276,7 @@ absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, 
   }
   if (pp != nullptr && pp->size() > 1 && tp.rank() == 0) GatherStages(*pp, globals);
   if (!write) return absl::OkStatus();
-  return WriteHfModelDirectory(dir, globals, model, seq_length, dtype);
+  return WriteHfModelDirectory(dir, globals, model, seq_length, dtype, {.metadata = {}, .origin = origin}).status();
 }
 
 }  // namespace tetra

@@ -4,7 +4,9 @@
 // holds, lists everything missing, extra or mismatched in one error, and
 // loads this rank's slice of each of its parameters. Export writes a Hugging
 // Face model directory: DIR/model.safetensors, config.json and
-// generation_config.json, loadable by `transformers` as is.
+// generation_config.json, loadable by `transformers` as is; for a run that
+// started from a model directory, with that directory's tokenizer files and
+// generation_config.json, so AutoTokenizer loads it too.
 #ifndef TETRA_CHECKPOINT_WEIGHTS_IO_H_
 #define TETRA_CHECKPOINT_WEIGHTS_IO_H_
 
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "model/parameters.h"
@@ -49,14 +52,27 @@ std::vector<NamedTensor> GatherExperts(const ParameterStore& store, const ModelC
 // dropped. Collective over `pp`; the other ranks keep theirs unchanged.
 void GatherStages(Communicator& pp, std::vector<NamedTensor>& globals);
 
+// What an export writes beside the weights: `metadata` added to tetra's in
+// model.safetensors, and `origin`, the run's init_from: when it is (or lies
+// in) a Hugging Face model directory, that directory's tokenizer files
+// (tokenizer.json, tokenizer_config.json, special_tokens_map.json, a chat
+// template, ...) and generation_config.json are copied into the export.
+struct HfExportExtras {
+  std::map<std::string, std::string> metadata;
+  std::string origin;
+};
+
 // Writes the Hugging Face model directory `dir` (created if needed):
 // model.safetensors holding `tensors` (global, fp32) as `dtype` (kF32 or
-// kBF16) with `metadata` added to tetra's, config.json (max_position_embeddings
-// the model's, else `seq_length`) and, when token ids are known,
-// generation_config.json. A model no Hugging Face class computes is refused.
-absl::Status WriteHfModelDirectory(const std::string& dir, const std::vector<NamedTensor>& tensors,
-                                  const ModelConfig& model, int64_t seq_length, DType dtype,
-                                  const std::map<std::string, std::string>& metadata = {});
+// kBF16), config.json (max_position_embeddings the model's, else
+// `seq_length`), the origin's files (HfExportExtras) and, when the origin
+// has none and token ids are known, tetra's generation_config.json. A model
+// no Hugging Face class computes is refused. Returns the files copied from
+// the origin.
+absl::StatusOr<std::vector<std::string>> WriteHfModelDirectory(const std::string& dir,
+                                                               const std::vector<NamedTensor>& tensors,
+                                                               const ModelConfig& model, int64_t seq_length,
+                                                               DType dtype, const HfExportExtras& extras = {});
 
 // Gathers the whole model and writes it with WriteHfModelDirectory.
 // Collective over `tp`; for an expert-parallel model over
@@ -67,7 +83,7 @@ absl::Status WriteHfModelDirectory(const std::string& dir, const std::vector<Nam
 absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
                            const ModelConfig& model, int64_t seq_length, DType dtype,
                            Communicator& tp, bool write, Communicator* ep = nullptr,
-                           Communicator* pp = nullptr);
+                           Communicator* pp = nullptr, const std::string& origin = "");
 
 }  // namespace tetra
 

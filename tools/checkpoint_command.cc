@@ -74,8 +74,8 @@ absl::Status Inspect(const CheckpointReader& reader) {
   return absl::OkStatus();
 }
 
-// The same model directory as the run's own export_path: weights, config.json
-// and generation_config.json.
+// The same model directory as the run's own export_path: weights, config.json,
+// generation_config.json, and the tokenizer files of the run's init_from.
 absl::Status Export(const CheckpointReader& reader, const std::string& out, DType dtype) {
   const CheckpointManifest& manifest = reader.manifest();
   std::vector<NamedTensor> globals;
@@ -85,11 +85,17 @@ absl::Status Export(const CheckpointReader& reader, const std::string& out, DTyp
     ASSIGN_OR_RETURN(Tensor global, reader.ReadGlobal(tensor));
     globals.push_back({tensor.name(), global});
   }
-  RETURN_IF_ERROR(WriteHfModelDirectory(out, globals, manifest.config().model(),
-                                        manifest.config().train().seq_length(), dtype,
-                                        {{"step", absl::StrCat(manifest.state().step())}}));
+  const std::string& origin = manifest.config().init_from();
+  ASSIGN_OR_RETURN(const std::vector<std::string> copied,
+                   WriteHfModelDirectory(out, globals, manifest.config().model(),
+                                         manifest.config().train().seq_length(), dtype,
+                                         {.metadata = {{"step", absl::StrCat(manifest.state().step())}},
+                                          .origin = origin}));
   std::cout << "tetra: wrote " << globals.size() << " tensors of step " << manifest.state().step()
             << " with config.json to " << out << "\n";
+  if (!copied.empty()) {
+    std::cout << "tetra: with " << absl::StrJoin(copied, ", ") << " from the run's init_from " << origin << "\n";
+  }
   return absl::OkStatus();
 }
 

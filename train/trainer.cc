@@ -247,7 +247,7 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
   if (!config.export_path().empty() && parallel.expert_data().rank() == 0) {
     RETURN_IF_ERROR(ExportWeights(config.export_path(), store, config.model(), train.seq_length(),
                                   DType::kF32, parallel.tensor(), parallel.is_logging_rank(), &parallel.expert(),
-                                  &parallel.pipeline()));
+                                  &parallel.pipeline(), config.init_from()));
     progress << "tetra: weights exported to " << config.export_path() << "\n";
   }
   return result;

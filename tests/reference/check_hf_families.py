@@ -14,7 +14,11 @@ dropped bias or norm moves the loss) is saved sharded by save_pretrained, and:
      step's samples equals tetra's step-2 loss (1e-5 relative).
 Each case also checks that the feature matters: without the biases, the
 norms or the window's class, transformers' loss differs by far more than the
-tolerance.
+tolerance. The Qwen2 directory also holds a tokenizer (with a chat template)
+and a generation_config.json (an eos_token_id list, sampling settings), as a
+hub model's does: both the run's export and `tetra checkpoint export` of its
+checkpoint carry them, byte for byte, and AutoTokenizer and GenerationConfig
+load them from the export.
 usage: check_hf_families.py TETRA_BINARY
 """
 import json
@@ -97,6 +101,44 @@ def without_feature(name, model, config):
     return None
 
 
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "generation_config.json"]
+CHAT = [{"role": "user", "content": "hello world"}, {"role": "assistant", "content": "the end"}]
+
+
+def save_tokenizer(model_dir):
+    """A word-level tokenizer of VOCAB ids with a chat template, and a
+    generation config, saved into model_dir by transformers itself."""
+    import tokenizers
+    words = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>", "user", "assistant", "hello", "world",
+             "the", "end"] + [f"w{i}" for i in range(VOCAB - 10)]
+    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token="<unk>",
+        chat_template="{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}")
+    tokenizer.save_pretrained(model_dir)
+    transformers.GenerationConfig(eos_token_id=[2, 0], pad_token_id=0, do_sample=True, temperature=0.7,
+                                  top_p=0.8).save_pretrained(model_dir)
+    return tokenizer
+
+
+def check_tokenizer_travels(name, model_dir, export, tokenizer):
+    for file in TOKENIZER_FILES:
+        with open(f"{model_dir}/{file}", "rb") as source:
+            exported = f"{export}/{file}"
+            check(os.path.exists(exported) and open(exported, "rb").read() == source.read(),
+                  f"{name}: {export} holds {file} as the model directory does")
+    loaded = transformers.AutoTokenizer.from_pretrained(export)
+    check(loaded("hello world w3").input_ids == tokenizer("hello world w3").input_ids
+          and loaded.apply_chat_template(CHAT) == tokenizer.apply_chat_template(CHAT),
+          f"{name}: AutoTokenizer from {os.path.basename(export)} encodes text and chats as the original")
+    generation = transformers.GenerationConfig.from_pretrained(export)
+    check(generation.eos_token_id == [2, 0] and generation.temperature == 0.7,
+          f"{name}: the export's generation config keeps eos_token_id [2, 0] and temperature 0.7 "
+          f"({generation.eos_token_id}, {generation.temperature})")
+
+
 def check_short_window_refused(work, model_dir):
     """A Mistral window shorter than the sequence is another model: refused at launch."""
     short = f"{work}/mistral_window_8"
@@ -120,6 +162,7 @@ def run_case(name, work):
     randomise(model)
     model_dir = f"{work}/{name}"
     model.save_pretrained(model_dir, safe_serialization=True, max_shard_size="20KB")
+    tokenizer = save_tokenizer(model_dir) if name == "qwen2" else None
     with open(f"{model_dir}/config.json") as f:
         saved = json.load(f)
     print(f"{name}: transformers {transformers.__version__} wrote {', '.join(sorted(os.listdir(model_dir)))}; "
@@ -145,7 +188,16 @@ def run_case(name, work):
 
     export = f"{work}/{name}_export"
     two_steps = tetra_losses(work, model_dir, 1, [], steps=2)
-    tetra_losses(work, model_dir, 1, [], steps=1, export=export)
+    checkpoints = f"{work}/{name}_checkpoints"
+    tetra_losses(work, model_dir, 1, [f"checkpoint.dir={checkpoints}", "checkpoint.interval=1"], steps=1,
+                 export=export)
+    if tokenizer is not None:
+        check_tokenizer_travels(name, model_dir, export, tokenizer)
+        from_checkpoint = f"{work}/{name}_checkpoint_export"
+        step_dir = [d for d in sorted(os.listdir(checkpoints)) if d.startswith("step")][-1]
+        subprocess.run([TETRA, "checkpoint", "export", f"{checkpoints}/{step_dir}", "--out", from_checkpoint],
+                       env=ENV, check=True, capture_output=True)
+        check_tokenizer_travels(f"{name} checkpoint export", model_dir, from_checkpoint, tokenizer)
     exported, info = model_class.from_pretrained(export, torch_dtype=torch.float32, output_loading_info=True)
     check(type(exported) is model_class, f"{name}: the export loads as {type(exported).__name__}")
     missing = {k: v for k, v in info.items() if v}
