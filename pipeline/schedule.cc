@@ -492,21 +492,6 @@ absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config,
   }
   if (spec.kind == ScheduleKind::kOneFOneB && spec.virtual_stages > 1) spec.kind = ScheduleKind::kInterleaved;
   RETURN_IF_ERROR(ValidateScheduleSpec(spec));
-  const int layers = config.model().num_hidden_layers();
-  const int chunks = spec.stages * spec.virtual_stages;
-  const bool even_chunks = spec.kind == ScheduleKind::kInterleaved || spec.kind == ScheduleKind::kDualPipeV;
-  if (even_chunks && parallel.pipeline_layers().empty() && layers % chunks != 0) {
-    return UserError(absl::StrCat("the ", ScheduleKindName(spec.kind), " schedule splits model.num_hidden_layers ",
-                                  layers, " into parallel.pipeline ", spec.stages, " x parallel.virtual_stages ",
-                                  spec.virtual_stages, " = ", chunks, " equal chunks, but ", layers,
-                                  " is not a multiple of ", chunks),
-                     spec.kind == ScheduleKind::kDualPipeV
-                         ? absl::StrCat("set num_hidden_layers to a multiple of ", chunks,
-                                        ", or list the layers of each of the ", chunks,
-                                        " virtual stages in parallel.pipeline_layers")
-                         : absl::StrCat("set num_hidden_layers to a multiple of ", chunks,
-                                        ", or choose virtual_stages so that pipeline x virtual_stages divides it"));
-  }
   return spec;
 }
 

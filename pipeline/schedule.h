@@ -194,10 +194,9 @@ absl::StatusOr<std::vector<std::vector<Action>>> BuildAllSchedules(const Schedul
 // GPIPE is kGPipe and ZB_H1 kZeroBubbleH1 (both kOneFOneB for one stage,
 // which has no bubble), ONE_F_ONE_B is kOneFOneB with virtual_stages 1 and
 // kInterleaved above, DUALPIPE_V is kDualPipeV; micro-batches =
-// train.global_batch_size / (train.micro_batch_size x data_parallel). Besides
-// ValidateScheduleSpec, interleaving and DualPipeV need
-// model.num_hidden_layers to be a multiple of pipeline x virtual_stages
-// (checked when parallel.pipeline_layers does not set the split explicitly).
+// train.global_batch_size / (train.micro_batch_size x data_parallel),
+// checked by ValidateScheduleSpec. How the layers split over the stages is
+// pipeline/stage_partition.h's.
 absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config, int data_parallel);
 
 // The hint for a train.global_batch_size that `data_parallel` ranks cannot

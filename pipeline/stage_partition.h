@@ -15,7 +15,9 @@
 //
 // Layers split evenly by default (num_hidden_layers a multiple of V), or as
 // parallel.pipeline_layers lists them, one count per virtual stage in model
-// order. A pure function of the numbers: no ranks, no communication.
+// order, or with Megatron-LM's first and last stages' counts and the rest
+// even. A stage may hold no layer (only the embedding, or the head). A pure
+// function of the numbers: no ranks, no communication.
 #ifndef TETRA_PIPELINE_STAGE_PARTITION_H_
 #define TETRA_PIPELINE_STAGE_PARTITION_H_
 
@@ -72,7 +74,7 @@ struct StagePartition {
 };
 
 // pipeline_layers: empty for an even split, else pp x virtual_stages counts,
-// each >= 1, summing to num_hidden_layers (in model order, whatever the
+// each >= 0, summing to num_hidden_layers (in model order, whatever the
 // placement). Any other input is a UserError (core/user_error.h) naming the
 // numbers.
 absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, int virtual_stages,
@@ -83,9 +85,16 @@ absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, in
 // DUALPIPE_V, else interleaved.
 StagePlacement PlacementOf(ParallelConfig::Schedule schedule);
 
+// Megatron-LM's split (parallel.pipeline_first_stage_layers and
+// pipeline_last_stage_layers): `first` layers on the first of `stages`
+// virtual stages and `last` on the last (-1: unset, an even share), the
+// others the rest evenly; a UserError naming the numbers when they do not.
+absl::StatusOr<std::vector<int32_t>> FirstLastStageLayers(int num_hidden_layers, int64_t stages, int first,
+                                                          int last);
+
 // The same from a run's config (model.num_hidden_layers, parallel.pipeline,
-// parallel.virtual_stages, parallel.pipeline_layers, and the placement of
-// parallel.schedule).
+// parallel.virtual_stages, parallel.pipeline_layers or the first and last
+// stages' layers, and the placement of parallel.schedule).
 absl::StatusOr<StagePartition> PartitionStages(const TrainerConfig& config);
 
 }  // namespace tetra

@@ -2,16 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "model/model_dims.h"
 #include "observe/flops.h"
 #include "parallel/gradient_reducer.h"
 #include "pipeline/schedule_checker.h"
+#include "pipeline/stage_partition.h"
 #include "plan/layout_rules.h"
 
 namespace tetra {
@@ -234,22 +237,97 @@ struct StageLayers {
   bool embedding = false, head = false;
 };
 
-// Layers split as evenly as they go, the first L % pp stages one more (a run
-// states such a split in parallel.pipeline_layers); the embedding on the
-// first stage, the head on the last, or with `head_on_first` (DualPipeV: the
-// last virtual stage is rank 0's second chunk) on the first too.
-std::vector<StageLayers> Stages(const ModelShape& s, int pp, bool head_on_first = false) {
-  std::vector<StageLayers> stages;
+// Per-token weights touched (observe/flops.h's counts: 2x them is the
+// forward's FLOPs) of decoder layer `layer`, and of what the first virtual
+// stage adds (the embedding lookup: a row copy) and the last (the final
+// norm, the LM head and each MTP depth: its join, its layer and the head again).
+double LayerCost(const ModelShape& s, int layer) {
+  return s.attention + s.norms + (layer < s.dense_layers ? s.dense_mlp : s.active_moe_mlp);
+}
+double EmbeddingCost(const ModelShape& s) { return s.c; }
+double HeadCost(const ModelShape& s) {
+  const double head = s.vocab * s.c + s.c;
+  return head + s.mtp * (s.mtp_join + s.attention + s.norms + (s.mtp_moe ? s.active_moe_mlp : s.dense_mlp) + head);
+}
+
+// The cost of each virtual stage (model order) holding `layers`.
+std::vector<double> StageCosts(const ModelShape& s, const std::vector<int>& layers) {
+  std::vector<double> costs;
   int first = 0;
-  for (int r = 0; r < pp; ++r) {
-    const int count = s.layers / pp + (r < s.layers % pp ? 1 : 0), end = first + count;
-    StageLayers st;
-    st.dense = std::max(0, std::min(end, s.dense_layers) - first);
-    st.moe = count - st.dense;
-    st.embedding = r == 0;
-    st.head = head_on_first ? r == 0 : r == pp - 1;
-    stages.push_back(st);
-    first = end;
+  for (size_t v = 0; v < layers.size(); ++v) {
+    double cost = v == 0 ? EmbeddingCost(s) : 0;
+    if (v + 1 == layers.size()) cost += HeadCost(s);
+    for (int i = first; i < first + layers[v]; ++i) cost += LayerCost(s, i);
+    costs.push_back(cost);
+    first += layers[v];
+  }
+  return costs;
+}
+
+// Megatron-LM's split of s.layers over `stages` virtual stages that balances
+// them: the first stage's layers f and the last's l chosen (each 0 or more),
+// the others m each, minimising the costliest stage; the first stage also
+// runs the embedding, the last the head and any MTP depths, so with a large
+// vocabulary or MTP the last takes fewer layers. f stays at most m: the
+// first stage keeps the most micro-batches' activations in flight (1F1B: all
+// pp) beside the embedding table. Of splits as costly, the most even one:
+// the least sum of squared stage costs.
+std::vector<int> BalancedStageLayers(const ModelShape& s, int stages) {
+  if (stages == 1) return {s.layers};
+  const int middle = stages - 2;
+  std::vector<int> best;
+  double best_cost = 0, best_squares = 0;
+  for (int m = 0; middle == 0 ? m == 0 : m * middle <= s.layers; ++m) {
+    const int rest = s.layers - m * middle;
+    for (int f = 0; f <= std::min(rest, middle == 0 ? rest : m); ++f) {
+      std::vector<int> layers(stages, m);
+      layers.front() = f;
+      layers.back() = rest - f;
+      const std::vector<double> costs = StageCosts(s, layers);
+      const double cost = *std::max_element(costs.begin(), costs.end());
+      double squares = 0;
+      for (double c : costs) squares += c * c;
+      if (best.empty() || cost < best_cost || (cost == best_cost && squares < best_squares)) {
+        best = layers;
+        best_cost = cost;
+        best_squares = squares;
+      }
+    }
+  }
+  return best;
+}
+
+// The layers of each virtual stage of `spec` (model order): the config's own
+// split where it has one for this pipeline (PartitionStages), else the
+// balanced one.
+std::vector<int> PlannedStageLayers(const TrainerConfig& config, const ModelShape& s, const ScheduleSpec& spec) {
+  const ParallelConfig& p = config.parallel();
+  if (p.pipeline() == spec.stages && p.virtual_stages() == spec.virtual_stages) {
+    if (absl::StatusOr<StagePartition> own = PartitionStages(config); own.ok()) {
+      std::vector<int> layers;
+      for (const PipelineStage& stage : own->stages) layers.push_back(stage.num_layers);
+      return layers;
+    }
+  }
+  return BalancedStageLayers(s, spec.stages * spec.virtual_stages);
+}
+
+// What each pipeline rank holds: the layers of its chunks (DualPipeV's in a
+// V, rank 0 holding the first and the last virtual stage; else
+// interleaved), the embedding with virtual stage 0, the head with the last.
+std::vector<StageLayers> Stages(const ModelShape& s, const ScheduleSpec& spec, const std::vector<int>& layers) {
+  const StagePlacement placement =
+      spec.kind == ScheduleKind::kDualPipeV ? StagePlacement::kVShape : StagePlacement::kInterleaved;
+  std::vector<StageLayers> stages(spec.stages);
+  int first = 0;
+  for (size_t v = 0; v < layers.size(); ++v) {
+    StageLayers& st = stages[LocateVirtualStage(static_cast<int>(v), spec.stages, placement).pp_rank];
+    const int dense = std::max(0, std::min(first + layers[v], s.dense_layers) - first);
+    st.dense += dense;
+    st.moe += layers[v] - dense;
+    st.embedding = st.embedding || v == 0;
+    st.head = st.head || v + 1 == layers.size();
+    first += layers[v];
   }
   return stages;
 }
@@ -370,21 +448,23 @@ std::string WithoutContextParallelism(const std::vector<LayoutPrediction>& plans
                          LayoutName(leanest.layout), MemoryText(leanest.memory, cluster));
 }
 
-DeviceParameters LargestStageParameters(const ModelShape& s, const PlanLayout& layout, bool head_on_first) {
+DeviceParameters LargestStageParameters(const ModelShape& s, const PlanLayout& layout,
+                                        const std::vector<StageLayers>& stages) {
   DeviceParameters best;
-  for (const StageLayers& st : Stages(s, layout.mesh.pp, head_on_first)) {
+  for (const StageLayers& st : stages) {
     const DeviceParameters p = StageParameters(s, st, layout);
     if (p.dense + p.expert > best.dense + best.expert) best = p;
   }
   return best;
 }
 
-bool HeadOnFirstStage(const ScheduleSpec& spec) { return spec.kind == ScheduleKind::kDualPipeV; }
 
 }  // namespace
 
 DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout) {
-  return LargestStageParameters(ShapeOf(model), layout, false);
+  const ModelShape s = ShapeOf(model);
+  const ScheduleSpec one_chunk{.stages = layout.mesh.pp};
+  return LargestStageParameters(s, layout, Stages(s, one_chunk, BalancedStageLayers(s, layout.mesh.pp)));
 }
 
 MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, const ElementBytes& bytes) {
@@ -395,7 +475,7 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
   const ScheduleSpec schedule = PlannedSchedule(config, l.mesh);
   const std::vector<PendingWeights> pending_w = PendingWeightChunks(schedule);
   const double edp = l.mesh.edp;
-  const std::vector<StageLayers> stages = Stages(s, l.mesh.pp, HeadOnFirstStage(schedule));
+  const std::vector<StageLayers> stages = Stages(s, schedule, PlannedStageLayers(config, s, schedule));
   MemoryEstimate most;
   for (int r = 0; r < l.mesh.pp; ++r) {
     const StageLayers& st = stages[r];
@@ -480,7 +560,8 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   const Link pp_link = LinkFor(cluster, world);
   const double edp = l.mesh.edp;
 
-  const std::vector<StageLayers> stages = Stages(s, l.mesh.pp, HeadOnFirstStage(out.schedule));
+  out.stage_layers = PlannedStageLayers(config, s, out.schedule);
+  const std::vector<StageLayers> stages = Stages(s, out.schedule, out.stage_layers);
   double slowest_mb = 0, slowest_compute = 0, slowest_tp = 0, slowest_ep = 0, slowest_cp = 0, slowest_bwd = 0;
   for (int r = 0; r < l.mesh.pp; ++r) {
     const StageLayers& st = stages[r];
@@ -553,7 +634,7 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   if (l.mesh.pp > 1) {
     t.pp_s = 2 * (m + l.mesh.pp - 1) * SendSeconds(tokens * s.c * act_bytes / tp, pp_link);
   }
-  const DeviceParameters p = LargestStageParameters(s, l, HeadOnFirstStage(out.schedule));
+  const DeviceParameters p = LargestStageParameters(s, l, stages);
   // Gradient reduction in dp_bucket_mb buckets (dense over dp x cp, experts over edp);
   // ZeRO-1 reduce-scatters then all-gathers the weights: the same volume.
   auto reduce = [&](double params, int n) {
@@ -637,6 +718,24 @@ std::string ScheduleSummary(const ScheduleSpec& spec) {
   return text;
 }
 
+// The settings that give a split of layers over virtual stages, or "" for
+// an even one: Megatron-LM's first and last stages' counts where the others
+// are even, else the whole list.
+std::string SplitSettings(const std::vector<int>& layers) {
+  if (std::adjacent_find(layers.begin(), layers.end(), std::not_equal_to<>()) == layers.end()) return "";
+  const bool middle_even = layers.size() < 4 ||
+                           std::adjacent_find(layers.begin() + 1, layers.end() - 1, std::not_equal_to<>()) ==
+                               layers.end() - 1;
+  if (!middle_even) {
+    return absl::StrFormat(" Layers per virtual stage: --set parallel.pipeline_layers=%s.",
+                           absl::StrJoin(layers, ","));
+  }
+  return absl::StrFormat(
+      " Layers: %d on the first virtual stage, %d on the last, %d on each other (--set "
+      "parallel.pipeline_first_stage_layers=%d --set parallel.pipeline_last_stage_layers=%d).",
+      layers.front(), layers.back(), layers.size() > 2 ? layers[1] : 0, layers.front(), layers.back());
+}
+
 std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top) {
   const double usable = cluster.hbm_bytes() * cluster.usable_memory_fraction();
   const int rows = std::min<int>(top, static_cast<int>(plans.size()));
@@ -675,9 +774,10 @@ std::string PlanReport(const std::vector<LayoutPrediction>& plans, const Cluster
   const TimeEstimate& t = best.time;
   absl::StrAppendFormat(
       &text,
-      "best: %s, %s. Memory %s. Step %.4g s: compute %.0f%%, TP %.0f%%, EP %.0f%%, "
+      "best: %s, %s.%s Memory %s. Step %.4g s: compute %.0f%%, TP %.0f%%, EP %.0f%%, "
       "CP %.0f%%, bubble %.0f%%, DP+PP %.0f%%, optimizer %.0f%%; MFU %.1f%%.\n",
-      LayoutName(best.layout), ScheduleSummary(best.schedule), MemoryText(best.memory, cluster), t.step_s(),
+      LayoutName(best.layout), ScheduleSummary(best.schedule), SplitSettings(best.stage_layers),
+      MemoryText(best.memory, cluster), t.step_s(),
       100 * t.compute_s / t.step_s(), 100 * t.tp_s / t.step_s(), 100 * t.ep_s / t.step_s(),
       100 * t.cp_s / t.step_s(), 100 * t.bubble_s / t.step_s(), 100 * (t.dp_s + t.pp_s) / t.step_s(),
       100 * t.optimizer_s / t.step_s(), best.mfu * 100);

@@ -83,6 +83,10 @@ struct LayoutPrediction {
   // The pipeline schedule the estimate assumes: the config's on this layout
   // (plan/layout_rules.h's LayoutScheduleSpec), or 1F1B where it cannot run.
   ScheduleSpec schedule;
+  // The layers of each virtual stage (model order) the estimate assumes: the
+  // config's split for its own pipeline, else the one that balances the
+  // stages' compute (the embedding on the first, the head and MTP on the last).
+  std::vector<int> stage_layers;
   MemoryEstimate memory;
   TimeEstimate time;
   double mfu = 0;            // model FLOPs (no recompute) per device over step time and peak

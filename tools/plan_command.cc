@@ -124,11 +124,11 @@ std::string PredictionsJson(const PlannedModel& model, const std::vector<LayoutP
         R"j("bubble_s": %.9g, "pp_s": %.9g, )j"
         R"j("dp_s": %.9g, "optimizer_s": %.9g, "overhead_s": %.9g, "bubble_fraction": %.9g, "mfu": %.9g, )j"
         R"j("weights_bytes": %.9g, "grads_bytes": %.9g, "optimizer_bytes": %.9g, "activations_bytes": %.9g, )j"
-        R"j("memory_bytes": %.9g, "fits": %s})j",
+        R"j("memory_bytes": %.9g, "fits": %s, "stage_layers": [%s]})j",
         l.mesh.tp, l.mesh.cp, l.mesh.pp, l.mesh.dp, l.mesh.ep, l.zero_stage, Recompute::Value_Name(l.recompute),
         p.micro_batches, t.step_s(), t.compute_s, t.tp_s, t.ep_s, t.cp_s, t.bubble_s, t.pp_s, t.dp_s, t.optimizer_s,
         t.overhead_s, p.bubble_fraction, p.mfu, m.weights, m.grads, m.optimizer, m.activations, m.total(),
-        p.fits ? "true" : "false"));
+        p.fits ? "true" : "false", absl::StrJoin(p.stage_layers, ", ")));
   }
   return absl::StrCat("{\"model\": {\"architecture\": \"", model.architecture, "\", \"parameters\": ",
                       model.parameters, "},\n\"layouts\": [\n", absl::StrJoin(rows, ",\n"), "\n]}\n");

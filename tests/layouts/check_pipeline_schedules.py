@@ -17,7 +17,11 @@ placement) gives the single rank's validation loss under DualPipeV too.
     tensor 2 (sequence parallelism) and with dp 2 under ZeRO-1, and
     DualPipeV with selective recompute;
   - DeepSeek-V3's shape (MLA, MoE after a dense first layer, one prediction
-    depth): DualPipeV at pipeline 2 with expert 2 (dp 2), and ZB-H1 the same.
+    depth): DualPipeV at pipeline 2 with expert 2 (dp 2), and ZB-H1 the same;
+  - uneven splits as Megatron-LM states them (the first and last stages'
+    layers, the rest even): ZB-H1 at pipeline 4 with 1 first and 3 last, and
+    DualPipeV at pipeline 2 with 2 first and none last, its last virtual
+    stage the head, the loss and the prediction depth alone.
 usage: check_pipeline_schedules.py TETRA_BINARY
 """
 import os
@@ -51,6 +55,10 @@ CASES = [  # model name, model, layout name, ranks, sets
     ("dense", DENSE, "dualv_pp2_selective", 2, DUALV + ["parallel.pipeline=2", "train.recompute=SELECTIVE"]),
     ("deepseek", DEEPSEEK, "dualv_pp2_ep2", 4, DUALV + ["parallel.pipeline=2", "parallel.expert=2"]),
     ("deepseek", DEEPSEEK, "zb_pp2_ep2", 4, ZB + ["parallel.pipeline=2", "parallel.expert=2"]),
+    ("dense", DENSE, "zb_pp4_first1_last3", 4,
+     ZB + ["parallel.pipeline=4", "parallel.pipeline_first_stage_layers=1", "parallel.pipeline_last_stage_layers=3"]),
+    ("deepseek", DEEPSEEK, "dualv_pp2_first2_last0", 2,
+     DUALV + ["parallel.pipeline=2", "parallel.pipeline_first_stage_layers=2", "parallel.pipeline_last_stage_layers=0"]),
 ]
 # ZB-H1 against 1F1B on the same layout, bit for bit.
 SAME_AS_1F1B = ("zb_pp2", "zb_pp4", "zb_pp2_dp2_zero1")

@@ -201,9 +201,72 @@ TEST(StagePartitionTest, WrongNumberOfCountsIsAnError) {
   EXPECT_THAT(error, HasSubstr("4 virtual pipeline stages"));
 }
 
-TEST(StagePartitionTest, EmptyStageIsAnError) {
-  EXPECT_THAT(ErrorOf(4, 2, 1, {4, 0}), HasSubstr("parallel.pipeline_layers[1] is 0"));
+// A stage of no layers holds only the embedding or only the head (as
+// Megatron-LM's layouts put DeepSeek-V3's loss on a stage of its own).
+TEST(StagePartitionTest, StagesMayHoldNoLayerButNotFewer) {
+  absl::StatusOr<StagePartition> p = PartitionStages(4, 2, 1, std::vector<int32_t>{4, 0});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(Ranges(*p), (std::vector<std::pair<int, int>>{{0, 4}, {4, 0}}));
+  EXPECT_TRUE(p->stages[1].has_head);
   EXPECT_THAT(ErrorOf(4, 2, 1, {5, -1}), HasSubstr("parallel.pipeline_layers[1] is -1"));
+}
+
+// Megatron-LM's first and last stages' layers, the rest even: DeepSeek-V3's
+// 61 layers at pipeline 16 (first 4, last 1, 4 on each of the 14 others) and
+// at 16 x 2 chunks under DualPipeV (first 1, last 0: the head and MTP alone).
+TEST(StagePartitionTest, FirstAndLastStageLayersSplitTheRestEvenly) {
+  TrainerConfig config;
+  config.mutable_model()->set_num_hidden_layers(61);
+  ParallelConfig& parallel = *config.mutable_parallel();
+  parallel.set_pipeline(16);
+  parallel.set_pipeline_first_stage_layers(4);
+  parallel.set_pipeline_last_stage_layers(1);
+  absl::StatusOr<StagePartition> p = PartitionStages(config);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->stages.front().num_layers, 4);
+  EXPECT_EQ(p->stages.back().num_layers, 1);
+  EXPECT_EQ(p->stages.back().first_layer, 60);
+  for (int s = 1; s < 15; ++s) EXPECT_EQ(p->stages[s].num_layers, 4) << s;
+
+  parallel.set_schedule(ParallelConfig::DUALPIPE_V);
+  parallel.set_virtual_stages(2);
+  parallel.set_pipeline_first_stage_layers(1);
+  parallel.set_pipeline_last_stage_layers(0);
+  p = PartitionStages(config);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->Chunks(0)[0].num_layers, 1);  // rank 0: the embedding and 1 layer,
+  EXPECT_EQ(p->Chunks(0)[1].num_layers, 0);  // and the head alone
+  EXPECT_TRUE(p->Chunks(0)[1].has_head);
+  EXPECT_EQ(p->Chunks(7)[1].num_layers, 2);
+
+  // Only the last given: the others share the rest.
+  parallel.clear_pipeline_first_stage_layers();
+  parallel.set_pipeline_last_stage_layers(30);
+  p = PartitionStages(config);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->stages.front().num_layers, 1);
+  EXPECT_EQ(p->stages.back().num_layers, 30);
+}
+
+TEST(StagePartitionTest, FirstAndLastStageLayersThatLeaveAnUnevenRestAreErrors) {
+  TrainerConfig config;
+  config.mutable_model()->set_num_hidden_layers(61);
+  ParallelConfig& parallel = *config.mutable_parallel();
+  parallel.set_pipeline(16);
+  parallel.set_pipeline_first_stage_layers(3);
+  parallel.set_pipeline_last_stage_layers(3);
+  std::string error(PartitionStages(config).status().message());
+  EXPECT_THAT(error, HasSubstr("parallel.pipeline_first_stage_layers 3 and pipeline_last_stage_layers 3 leave 55 "
+                               "of model.num_hidden_layers 61 to 14 other virtual stages"));
+  EXPECT_THAT(error, HasSubstr("hint: choose them so that the layers they leave are a multiple of 14"));
+  parallel.set_pipeline_first_stage_layers(60);
+  EXPECT_THAT(std::string(PartitionStages(config).status().message()), HasSubstr("add up to more than"));
+  parallel.set_pipeline_first_stage_layers(4);
+  parallel.add_pipeline_layers(61);
+  EXPECT_THAT(std::string(PartitionStages(config).status().message()), HasSubstr("both say how to split"));
+  parallel.clear_pipeline_layers();
+  parallel.set_pipeline(1);
+  EXPECT_THAT(std::string(PartitionStages(config).status().message()), HasSubstr("need two or more virtual stages"));
 }
 
 TEST(StagePartitionTest, CountsMustSumToTheLayers) {
