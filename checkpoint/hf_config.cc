@@ -22,8 +22,8 @@ namespace tetra {
 namespace {
 
 constexpr char kReadHint[] =
-    "tetra trains LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, DeepseekV3ForCausalLM "
-    "and Glm4MoeForCausalLM checkpoints; give init_from a "
+    "tetra trains LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+    "Qwen3MoeForCausalLM, DeepseekV3ForCausalLM and Glm4MoeForCausalLM checkpoints; give init_from a "
     "directory whose config.json describes one, or a .safetensors file with a model section in the recipe";
 
 // Keys that change nothing tetra computes: bookkeeping, inference options and
@@ -285,8 +285,16 @@ namespace {
 // weight names (transformers' code for them is the same), so it holds a
 // tetra MoE model without MLA.
 // Mistral is Llama's math with a sliding window; Qwen2 adds biases to q, k
-// and v; Qwen3 normalises each query and key head before RoPE.
-enum class HfClass { kLlama, kMistral, kQwen2, kQwen3, kDeepseekV3, kGlm4Moe };
+// and v; Qwen3 normalises each query and key head before RoPE. Mixtral and
+// Qwen3Moe are Mistral and Qwen3 with softmax-routed experts (top-k of the
+// softmax, renormalised: always for Mixtral, with norm_topk_prob for
+// Qwen3Moe), no shared experts and no correction bias.
+enum class HfClass { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe, kDeepseekV3, kGlm4Moe };
+
+// The classes whose attention is Mistral's (a sliding window) and Qwen3's
+// (q/k head norms, Qwen's window keys).
+bool MistralAttention(HfClass id) { return id == HfClass::kMistral || id == HfClass::kMixtral; }
+bool Qwen3Attention(HfClass id) { return id == HfClass::kQwen3 || id == HfClass::kQwen3Moe; }
 
 struct HfClassInfo {
   HfClass id;
@@ -297,16 +305,21 @@ struct HfClassInfo {
   double rms_norm_eps;
   int32_t max_positions, bos, eos;  // -1: none
   int32_t head_dim;                 // 0: hidden / heads
+  double rope_theta;
 };
 
 constexpr HfClassInfo kHfClasses[] = {
-    {HfClass::kLlama, "llama", "LlamaForCausalLM", 32000, 4096, 11008, 32, 32, 0, 1e-6, 2048, 1, 2, 0},
-    {HfClass::kMistral, "mistral", "MistralForCausalLM", 32000, 4096, 14336, 32, 32, 8, 1e-6, 131072, 1, 2, 0},
-    {HfClass::kQwen2, "qwen2", "Qwen2ForCausalLM", 151936, 4096, 22016, 32, 32, 32, 1e-6, 32768, -1, -1, 0},
-    {HfClass::kQwen3, "qwen3", "Qwen3ForCausalLM", 151936, 4096, 22016, 32, 32, 32, 1e-6, 32768, -1, -1, 128},
+    {HfClass::kLlama, "llama", "LlamaForCausalLM", 32000, 4096, 11008, 32, 32, 0, 1e-6, 2048, 1, 2, 0, 1e4},
+    {HfClass::kMistral, "mistral", "MistralForCausalLM", 32000, 4096, 14336, 32, 32, 8, 1e-6, 131072, 1, 2, 0, 1e4},
+    {HfClass::kQwen2, "qwen2", "Qwen2ForCausalLM", 151936, 4096, 22016, 32, 32, 32, 1e-6, 32768, -1, -1, 0, 1e4},
+    {HfClass::kQwen3, "qwen3", "Qwen3ForCausalLM", 151936, 4096, 22016, 32, 32, 32, 1e-6, 32768, -1, -1, 128, 1e4},
+    {HfClass::kMixtral, "mixtral", "MixtralForCausalLM", 32000, 4096, 14336, 32, 32, 8, 1e-5, 131072, 1, 2, 0, 1e6},
+    {HfClass::kQwen3Moe, "qwen3_moe", "Qwen3MoeForCausalLM", 151936, 2048, 6144, 24, 32, 4, 1e-6, 32768, -1, -1, 0,
+     1e4},
     {HfClass::kDeepseekV3, "deepseek_v3", "DeepseekV3ForCausalLM", 129280, 7168, 18432, 61, 128, 0, 1e-6, 4096, 0, 1,
-     0},
-    {HfClass::kGlm4Moe, "glm4_moe", "Glm4MoeForCausalLM", 151552, 4096, 10944, 46, 96, 8, 1e-5, 131072, -1, -1, 0},
+     0, 1e4},
+    {HfClass::kGlm4Moe, "glm4_moe", "Glm4MoeForCausalLM", 151552, 4096, 10944, 46, 96, 8, 1e-5, 131072, -1, -1, 0,
+     1e4},
 };
 
 // The config keys transformers' modelling code reads for each class (its
@@ -340,6 +353,18 @@ const std::set<std::string_view>& MathKeys(HfClass id) {
     keys->insert("attention_bias");
     return keys;
   }();
+  static const auto* const kMixtral = [] {
+    auto* keys = new std::set<std::string_view>(*kMistral);
+    keys->insert({"num_local_experts", "num_experts_per_tok", "output_router_logits", "router_aux_loss_coef",
+                  "router_jitter_noise"});
+    return keys;
+  }();
+  static const auto* const kQwen3Moe = [] {
+    auto* keys = new std::set<std::string_view>(*kQwen3);
+    keys->insert({"num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+                  "decoder_sparse_step", "mlp_only_layers", "output_router_logits", "router_aux_loss_coef"});
+    return keys;
+  }();
   static const auto* const kMoe = [] {
     auto* keys = new std::set<std::string_view>(*kLlama);
     keys->insert({"moe_intermediate_size", "n_shared_experts", "n_routed_experts", "routed_scaling_factor", "n_group",
@@ -368,6 +393,10 @@ const std::set<std::string_view>& MathKeys(HfClass id) {
       return *kQwen2;
     case HfClass::kQwen3:
       return *kQwen3;
+    case HfClass::kMixtral:
+      return *kMixtral;
+    case HfClass::kQwen3Moe:
+      return *kQwen3Moe;
     case HfClass::kDeepseekV3:
       return *kDeepseekV3;
     case HfClass::kGlm4Moe:
@@ -393,7 +422,7 @@ absl::Status ReadCommonKeys(HfConfigReader& config, const HfClassInfo& cls, Mode
   ASSIGN_OR_RETURN(const int32_t heads, config.Int("num_attention_heads", cls.heads));
   ASSIGN_OR_RETURN(const int32_t kv_heads, config.Int("num_key_value_heads", cls.kv_heads > 0 ? cls.kv_heads : heads));
   ASSIGN_OR_RETURN(const double eps, config.Double("rms_norm_eps", cls.rms_norm_eps));
-  ASSIGN_OR_RETURN(const double theta, config.Double("rope_theta", 10000.0));
+  ASSIGN_OR_RETURN(const double theta, config.Double("rope_theta", cls.rope_theta));
   ASSIGN_OR_RETURN(const bool tied, config.Bool("tie_word_embeddings", false));
   ASSIGN_OR_RETURN(const double init_range, config.Double("initializer_range", 0.02));
   ASSIGN_OR_RETURN(const int32_t max_positions, config.Int("max_position_embeddings", cls.max_positions));
@@ -459,17 +488,18 @@ absl::Status ReadHeadDim(HfConfigReader& config, const HfClassInfo& cls, ModelCo
 // use_sliding_window) is kept for the launch's check against the sequence.
 absl::Status ReadLlamaFamilyKeys(HfConfigReader& config, const HfClassInfo& cls, ModelConfig* m) {
   RETURN_IF_ERROR(ReadHeadDim(config, cls, m));
-  if (cls.id == HfClass::kLlama || cls.id == HfClass::kQwen3) {
+  if (cls.id == HfClass::kLlama || Qwen3Attention(cls.id)) {
     RETURN_IF_ERROR(config.Require("attention_bias", JsonBool(false),
                                    "it adds biases to all of q, k, v and o_proj, and tetra's o_proj has none"));
   }
   m->set_qkv_bias(cls.id == HfClass::kQwen2);
-  m->set_qk_norm(cls.id == HfClass::kQwen3);
+  m->set_qk_norm(Qwen3Attention(cls.id));
   switch (cls.id) {
     case HfClass::kLlama:
       RETURN_IF_ERROR(config.Require("mlp_bias", JsonBool(false), "tetra's projections have no bias"));
       break;
-    case HfClass::kMistral: {
+    case HfClass::kMistral:
+    case HfClass::kMixtral: {
       int32_t window = 0;
       if (config.IsNull("sliding_window")) {
         config.Take("sliding_window");
@@ -520,6 +550,61 @@ absl::Status ReadMoeKeys(HfConfigReader& config, const MoeDefaults& d, ModelConf
   moe.set_topk_group(top_groups);
   moe.set_routed_scaling_factor(scaling);
   moe.set_norm_topk_prob(norm_topk);
+  return absl::OkStatus();
+}
+
+// The experts of Mixtral (num_local_experts of intermediate_size, every
+// layer) and Qwen3Moe (num_experts of moe_intermediate_size, dense MLPs on
+// the layers mlp_only_layers lists, which tetra takes as a first run of
+// layers, with decoder_sparse_step 1): softmax-scored, no shared experts.
+// transformers adds its balance loss (summed over all layers' routers) only
+// with output_router_logits, which tetra refuses: its own sequence-wise one
+// is the recipe's model.moe.aux_loss_alpha, 0 here as transformers trains.
+absl::Status ReadSoftmaxMoeKeys(HfConfigReader& config, HfClass id, ModelConfig* m) {
+  const bool mixtral = id == HfClass::kMixtral;
+  ASSIGN_OR_RETURN(const int32_t experts, config.Int(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : 128));
+  ASSIGN_OR_RETURN(const int32_t per_token, config.Int("num_experts_per_tok", mixtral ? 2 : 8));
+  ASSIGN_OR_RETURN(const int32_t width,
+                   mixtral ? absl::StatusOr<int32_t>(m->intermediate_size()) : config.Int("moe_intermediate_size", 768));
+  ASSIGN_OR_RETURN(const bool norm_topk, mixtral ? absl::StatusOr<bool>(true) : config.Bool("norm_topk_prob", false));
+  int32_t dense_layers = 0;
+  if (!mixtral) {
+    RETURN_IF_ERROR(config.Require("decoder_sparse_step", JsonNumber(1),
+                                   "tetra's MoE layers run from the first after the dense ones to the last"));
+    if (const JsonValue* only = config.Take("mlp_only_layers")) {
+      bool prefix = only->kind == JsonValue::Kind::kArray;
+      for (size_t i = 0; prefix && i < only->items.size(); ++i) {
+        prefix = only->items[i].integer && *only->items[i].integer == static_cast<int64_t>(i);
+      }
+      if (!prefix) {
+        return config.Error("mlp_only_layers", "is not a first run of layers [0, 1, ..., d - 1], but tetra's "
+                                               "dense layers are the first ones");
+      }
+      dense_layers = static_cast<int32_t>(only->items.size());
+    }
+  } else {
+    RETURN_IF_ERROR(config.Require("router_jitter_noise", JsonNumber(0), "tetra's router reads its input as it is"));
+  }
+  RETURN_IF_ERROR(config.Require(
+      "output_router_logits", JsonBool(false),
+      "tetra does not implement transformers' balance loss summed over every layer's router; set it false (no "
+      "balance loss, transformers' default) and give the recipe model.moe.aux_loss_alpha for tetra's "
+      "sequence-wise one"));
+  config.Take("router_aux_loss_coef");  // read only with output_router_logits
+  if (experts == 0) return absl::OkStatus();
+  MoeConfig& moe = *m->mutable_moe();
+  moe.set_n_routed_experts(experts);
+  moe.set_num_experts_per_tok(per_token);
+  moe.set_n_shared_experts(0);
+  moe.set_moe_intermediate_size(width);
+  moe.set_first_k_dense_replace(dense_layers);
+  moe.set_scoring_func("softmax");
+  moe.set_norm_topk_prob(norm_topk);
+  moe.set_routed_scaling_factor(1);
+  moe.set_n_group(1);
+  moe.set_topk_group(1);
+  moe.set_aux_loss_alpha(0);
+  moe.set_bias_update_speed(0);
   return absl::OkStatus();
 }
 
@@ -599,8 +684,9 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
   }
   if (cls == nullptr) {
     return config.Error("model_type", absl::StrCat("is ", model_type.empty() ? "missing" : UserText(model_type),
-                                                   ", but tetra reads \"llama\", \"mistral\", \"qwen2\", "
-                                                   "\"qwen3\", \"deepseek_v3\" and \"glm4_moe\" checkpoints"));
+                                                   ", but tetra reads \"llama\", \"mistral\", \"mixtral\", "
+                                                   "\"qwen2\", \"qwen3\", \"qwen3_moe\", \"deepseek_v3\" and "
+                                                   "\"glm4_moe\" checkpoints"));
   }
   if (const JsonValue* architectures = config.Take("architectures")) {
     const bool causal_lm = architectures->kind == JsonValue::Kind::kArray && architectures->items.size() == 1 &&
@@ -616,6 +702,11 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
     case HfClass::kQwen2:
     case HfClass::kQwen3:
       RETURN_IF_ERROR(ReadLlamaFamilyKeys(config, *cls, &m));
+      break;
+    case HfClass::kMixtral:
+    case HfClass::kQwen3Moe:
+      RETURN_IF_ERROR(ReadLlamaFamilyKeys(config, *cls, &m));
+      RETURN_IF_ERROR(ReadSoftmaxMoeKeys(config, cls->id, &m));
       break;
     case HfClass::kDeepseekV3:
       RETURN_IF_ERROR(ReadDeepseekV3Keys(config, &m));
@@ -748,15 +839,19 @@ std::string RopeScalingJson(const RopeScalingConfig& s) {
 
 namespace {
 
+bool SoftmaxMoe(const ModelConfig& m) { return m.moe().n_routed_experts() > 0 && m.moe().scoring_func() == "softmax"; }
+
 // The class an export names: model.hf_architecture (the class it was read
 // from), else DeepseekV3 for multi-head latent attention, Glm4Moe for Llama
-// attention with DeepSeek-V3's experts, Qwen3 for q/k norms, Qwen2 for q/k/v
-// biases, else Llama.
+// attention with DeepSeek-V3's sigmoid-scored experts, Qwen3Moe and Mixtral
+// for softmax-scored ones (with and without q/k norms), Qwen3 for q/k norms,
+// Qwen2 for q/k/v biases, else Llama.
 const HfClassInfo& ExportClass(const ModelConfig& m) {
   for (const HfClassInfo& c : kHfClasses) {
     if (c.architecture == m.hf_architecture()) return c;
   }
   const HfClass id = UsesMla(m)                         ? HfClass::kDeepseekV3
+                     : SoftmaxMoe(m)                  ? (m.qk_norm() ? HfClass::kQwen3Moe : HfClass::kMixtral)
                      : m.moe().n_routed_experts() > 0 ? HfClass::kGlm4Moe
                      : m.qk_norm()                    ? HfClass::kQwen3
                      : m.qkv_bias()                   ? HfClass::kQwen2
@@ -772,12 +867,26 @@ const HfClassInfo& ExportClass(const ModelConfig& m) {
 // experts only in the MoE classes. "" when it does, else what differs.
 std::string ClassMismatch(const HfClassInfo& cls, const ModelConfig& m) {
   const bool mla_class = cls.id == HfClass::kDeepseekV3;
-  const bool moe_class = mla_class || cls.id == HfClass::kGlm4Moe;
+  const bool sigmoid_class = mla_class || cls.id == HfClass::kGlm4Moe;
+  const bool softmax_class = cls.id == HfClass::kMixtral || cls.id == HfClass::kQwen3Moe;
+  const MoeConfig& moe = m.moe();
+  const bool has_moe = moe.n_routed_experts() > 0;
   if (m.qkv_bias() != (cls.id == HfClass::kQwen2)) return "model.qkv_bias (q/k/v biases: Qwen2's alone)";
-  if (m.qk_norm() != (cls.id == HfClass::kQwen3)) return "model.qk_norm (q/k head norms: Qwen3's alone)";
-  if (m.sliding_window() > 0 && cls.id != HfClass::kMistral) return "model.sliding_window (Mistral's alone)";
+  if (m.qk_norm() != Qwen3Attention(cls.id)) return "model.qk_norm (q/k head norms: Qwen3's and Qwen3Moe's alone)";
+  if (m.sliding_window() > 0 && !MistralAttention(cls.id)) {
+    return "model.sliding_window (Mistral's and Mixtral's alone)";
+  }
   if (UsesMla(m) != mla_class) return "multi-head latent attention (DeepseekV3's alone)";
-  if (m.moe().n_routed_experts() > 0 && !moe_class) return "model.moe (routed experts)";
+  if (has_moe && !sigmoid_class && !softmax_class) return "model.moe (routed experts)";
+  if (has_moe && sigmoid_class && SoftmaxMoe(m)) return "model.moe.scoring_func \"softmax\" (its router scores sigmoid)";
+  if (!softmax_class) return "";
+  if (has_moe && !SoftmaxMoe(m)) return "model.moe.scoring_func \"sigmoid\" (its router scores softmax)";
+  if (moe.n_shared_experts() > 0 || moe.n_group() > 1 || moe.routed_scaling_factor() != 1) {
+    return "model.moe's shared experts, expert groups or routed_scaling_factor (its router has none)";
+  }
+  if (cls.id == HfClass::kMixtral && (!has_moe || !moe.norm_topk_prob() || moe.first_k_dense_replace() > 0)) {
+    return "MoE (Mixtral's layers are all MoE, their top-k weights renormalised)";
+  }
   return "";
 }
 
@@ -800,6 +909,27 @@ void AddMoeKeys(const ModelConfig& m, JsonKeys* keys) {
                              {"topk_group", absl::StrCat(e.topk_group())}});
 }
 
+// Mixtral's and Qwen3Moe's expert keys (ReadSoftmaxMoeKeys), transformers'
+// balance loss off as tetra trains.
+void AddSoftmaxMoeKeys(const ModelConfig& m, HfClass id, JsonKeys* keys) {
+  const MoeConfig& e = m.moe();
+  if (id == HfClass::kMixtral) {
+    keys->insert(keys->end(), {{"num_local_experts", absl::StrCat(e.n_routed_experts())},
+                               {"num_experts_per_tok", absl::StrCat(e.num_experts_per_tok())},
+                               {"router_jitter_noise", "0.0"}});
+  } else {
+    std::vector<int> dense(e.n_routed_experts() > 0 ? e.first_k_dense_replace() : 0);
+    for (size_t i = 0; i < dense.size(); ++i) dense[i] = static_cast<int>(i);
+    keys->insert(keys->end(), {{"num_experts", absl::StrCat(e.n_routed_experts())},
+                               {"num_experts_per_tok", absl::StrCat(e.num_experts_per_tok())},
+                               {"moe_intermediate_size", absl::StrCat(e.moe_intermediate_size())},
+                               {"norm_topk_prob", e.norm_topk_prob() ? "true" : "false"},
+                               {"decoder_sparse_step", "1"},
+                               {"mlp_only_layers", absl::StrCat("[", absl::StrJoin(dense, ", "), "]")}});
+  }
+  keys->insert(keys->end(), {{"output_router_logits", "false"}, {"router_aux_loss_coef", "0.001"}});
+}
+
 }  // namespace
 
 absl::Status CheckHfExportable(const ModelConfig& model) {
@@ -815,13 +945,6 @@ absl::Status CheckHfExportable(const ModelConfig& model) {
                                   ", the class its export would name, computes"),
                      "set model.hf_architecture to the class that computes this model, or leave it empty");
   }
-  if (model.moe().n_routed_experts() > 0 && model.moe().scoring_func() != "sigmoid") {
-    return UserError(
-        absl::StrCat("this model scores its experts with model.moe.scoring_func ", UserText(model.moe().scoring_func()),
-                     ", but Hugging Face's DeepseekV3ForCausalLM and Glm4MoeForCausalLM, the classes its export would "
-                     "name, score them with sigmoid: transformers would compute another model"),
-        "export only sigmoid-routed MoE models, or keep the run's checkpoint (tetra checkpoint) instead");
-  }
   return absl::OkStatus();
 }
 
@@ -834,7 +957,9 @@ std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) 
       {"model_type", Quoted(cls.model_type)},
       {"vocab_size", absl::StrCat(m.vocab_size())},
       {"hidden_size", absl::StrCat(m.hidden_size())},
-      {"intermediate_size", absl::StrCat(m.intermediate_size())},
+      // Mixtral's is its experts' width.
+      {"intermediate_size", absl::StrCat(cls.id == HfClass::kMixtral ? m.moe().moe_intermediate_size()
+                                                                      : m.intermediate_size())},
       {"num_hidden_layers", absl::StrCat(m.num_hidden_layers())},
       {"num_attention_heads", absl::StrCat(m.num_attention_heads())},
   };
@@ -868,18 +993,19 @@ std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) 
       {"attention_dropout", "0.0"},
       {"initializer_range", Number(m.initializer_range())},
   });
-  // Qwen2's biases are in its code, Mistral has none: neither reads the key.
-  if (cls.id != HfClass::kQwen2 && cls.id != HfClass::kMistral) keys.emplace_back("attention_bias", "false");
+  // Qwen2's biases are in its code, Mistral's family has none: neither reads the key.
+  if (cls.id != HfClass::kQwen2 && !MistralAttention(cls.id)) keys.emplace_back("attention_bias", "false");
   if (cls.id == HfClass::kLlama) keys.emplace_back("mlp_bias", "false");
-  if (cls.id == HfClass::kMistral) {
+  if (MistralAttention(cls.id)) {
     keys.emplace_back("sliding_window", m.sliding_window() > 0 ? absl::StrCat(m.sliding_window()) : "null");
   }
-  if (cls.id == HfClass::kQwen2 || cls.id == HfClass::kQwen3) {
+  if (cls.id == HfClass::kQwen2 || Qwen3Attention(cls.id)) {
     keys.insert(keys.end(), {{"use_sliding_window", "false"},
                              {"sliding_window", "null"},
                              {"max_window_layers", absl::StrCat(m.num_hidden_layers())}});
   }
   if (cls.id == HfClass::kDeepseekV3 || cls.id == HfClass::kGlm4Moe) AddMoeKeys(m, &keys);
+  if (cls.id == HfClass::kMixtral || cls.id == HfClass::kQwen3Moe) AddSoftmaxMoeKeys(m, cls.id, &keys);
   // The remote-code readers of DeepSeek-V3 checkpoints (vLLM, SGLang) read the router's kind here.
   if (cls.id == HfClass::kDeepseekV3 && m.moe().n_routed_experts() > 0) {
     keys.insert(keys.end(), {{"scoring_func", Quoted("sigmoid")}, {"topk_method", Quoted("noaux_tc")}});

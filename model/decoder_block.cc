@@ -27,7 +27,7 @@ DecoderBlock::DecoderBlock(ParameterStore& store, int layer, const ModelConfig& 
       post_attention_norm_(store, LayerPrefix(layer) + ".post_attention_layernorm.weight",
                            c.hidden_size(), c.rms_norm_eps(), parallelism) {
   if (IsMoeLayer(c, layer)) {
-    moe_ = std::make_unique<MoeMlpLayer>(store, LayerPrefix(layer) + ".mlp", c, parallelism);
+    moe_ = std::make_unique<MoeMlpLayer>(store, LayerPrefix(layer) + "." + MoeNamesOf(c).block, c, parallelism);
   } else {
     mlp_ = std::make_unique<MlpLayer>(store, LayerPrefix(layer) + ".mlp", c, parallelism);
   }

@@ -40,6 +40,24 @@ inline RopeScaling RotaryScaling(const ModelConfig& c) {
   return scaling;
 }
 
+// Hugging Face's names of an MoE block's parts: Mixtral's (block_sparse_moe,
+// its experts' w1, w3 and w2) or DeepSeek-V3's, GLM-4-MoE's and Qwen3Moe's
+// (mlp, gate_proj, up_proj and down_proj).
+struct MoeNames {
+  const char* block;
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+inline MoeNames MoeNamesOf(const ModelConfig& c) {
+  if (c.hf_architecture() == "MixtralForCausalLM") return {"block_sparse_moe", "w1", "w3", "w2"};
+  return {"mlp", "gate_proj", "up_proj", "down_proj"};
+}
+
+// DeepSeek-V3's router has a correction bias on its sigmoid scores (a
+// buffer the loads move); softmax routers (Mixtral, Qwen3Moe) have none.
+inline bool HasCorrectionBias(const MoeConfig& moe) { return moe.scoring_func() == "sigmoid"; }
+
 // Multi-head latent attention (DeepSeek-V3) instead of Llama's attention.
 inline bool UsesMla(const ModelConfig& c) { return c.kv_lora_rank() > 0; }
 // MLA's query and key head dim: dims without position, then rotary ones.

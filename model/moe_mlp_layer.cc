@@ -11,8 +11,10 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
       aux_loss_alpha_(c.moe().aux_loss_alpha()),
       gate_(store.Add(prefix + ".gate.weight", {c.moe().n_routed_experts(), c.hidden_size()},
                       Init::kNormal, c.initializer_range(), parallelism.Replicated())),
-      bias_(store.Add(prefix + ".gate.e_score_correction_bias", {c.moe().n_routed_experts()},
-                      Init::kZeros, 0.0, parallelism.Replicated(), /*trainable=*/false)),
+      bias_(HasCorrectionBias(c.moe())
+                ? &store.Add(prefix + ".gate.e_score_correction_bias", {c.moe().n_routed_experts()}, Init::kZeros,
+                             0.0, parallelism.Replicated(), /*trainable=*/false)
+                : nullptr),
       weight_gradients_(store.weight_gradients()),
       dispatcher_(c.moe().n_routed_experts(), c.moe().num_experts_per_tok(),
                   c.moe().capacity_factor(), *parallelism.ep),
@@ -21,14 +23,15 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
   TETRA_CHECK(!parallelism.sequence_parallel)
       << "MoE layers under sequence parallelism are not implemented";
   const int64_t width = c.moe().moe_intermediate_size(), hidden = c.hidden_size();
+  const MoeNames names = MoeNamesOf(c);
   for (int i = 0; i < dispatcher_.local_experts(); ++i) {
     const std::string expert =
-        prefix + ".experts." + std::to_string(dispatcher_.first_expert() + i);
-    Parameter& gate = store.Add(expert + ".gate_proj.weight", {width, hidden}, Init::kNormal,
+        prefix + ".experts." + std::to_string(dispatcher_.first_expert() + i) + ".";
+    Parameter& gate = store.Add(expert + names.gate + ".weight", {width, hidden}, Init::kNormal,
                                 c.initializer_range(), parallelism.Column());
-    Parameter& up = store.Add(expert + ".up_proj.weight", {width, hidden}, Init::kNormal,
+    Parameter& up = store.Add(expert + names.up + ".weight", {width, hidden}, Init::kNormal,
                               c.initializer_range(), parallelism.Column());
-    Parameter& down = store.Add(expert + ".down_proj.weight", {hidden, width}, Init::kNormal,
+    Parameter& down = store.Add(expert + names.down + ".weight", {hidden, width}, Init::kNormal,
                                 OutputProjectionStd(c), parallelism.Row());
     gate.expert = up.expert = down.expert = true;
     expert_parameters_.push_back({&gate, &up, &down});
@@ -65,7 +68,11 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   }
   EnsureShape(&logits_, {n, e}, DType::kF32);
   ops::Linear(a.x_router, gate_.value, logits_);
-  Route(router_, logits_, bias_.value, &a.routing);
+  if (bias_ == nullptr && no_bias_.numel() != e) {
+    EnsureShape(&no_bias_, {e}, DType::kF32, logits_.device());
+    no_bias_.SetZero();
+  }
+  Route(router_, logits_, bias_ != nullptr ? bias_->value : no_bias_, &a.routing);
   if (!recompute) ops::CountExpertLoads(router_, a.routing.expert, loads_);
   // The balance term of each sequence enters the objective with weight 1 /
   // (global sequences) = grad_scale x its whole length. Under context
@@ -167,7 +174,7 @@ void MoeMlpLayer::SumOverContext(const Tensor& stats) {
 }
 
 void MoeMlpLayer::UpdateBias(const Tensor& loads, double speed) {
-  ops::UpdateRouterBias(loads, speed, bias_.value);
+  if (bias_ != nullptr) ops::UpdateRouterBias(loads, speed, bias_->value);
 }
 
 }  // namespace tetra

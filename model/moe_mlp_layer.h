@@ -2,9 +2,11 @@
 //   y = shared_experts(x) + sum over the k chosen experts e of w_e expert_e(x)
 // with the router, dispatcher and grouped experts of moe/. Parameters carry
 // DeepSeek-V3's names under `prefix` ("model.layers.3.mlp"): gate.weight
-// (E, C), gate.e_score_correction_bias (E, a buffer the bias update moves),
-// experts.{e}.{gate,up,down}_proj.weight for the experts this rank holds
-// (its expert-parallel slice), shared_experts.{gate,up,down}_proj.weight.
+// (E, C), gate.e_score_correction_bias (E, a buffer the bias update moves;
+// sigmoid routers only), experts.{e}.{gate,up,down}_proj.weight for the
+// experts this rank holds (its expert-parallel slice; Mixtral's w1, w3, w2
+// under "block_sparse_moe", model_dims.h's MoeNamesOf),
+// shared_experts.{gate,up,down}_proj.weight.
 // Under tensor parallelism (without sequence parallelism) every TP rank
 // routes the same tokens with a replicated router, and each expert is split
 // like the dense MLP (gate/up column-parallel, down row-parallel): the
@@ -80,7 +82,8 @@ class MoeMlpLayer {
   RouterSpec router_;
   double aux_loss_alpha_;
   Parameter& gate_;
-  Parameter& bias_;
+  Parameter* bias_;  // the correction bias (HasCorrectionBias), else null
+  Tensor no_bias_;   // (E) zeros, the routing's bias without one
   WeightGradients& weight_gradients_;
   // Views of this rank's experts' parameters, in expert order (made after
   // ParameterStore::Pack has moved them).

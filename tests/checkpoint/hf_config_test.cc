@@ -457,14 +457,93 @@ TEST(HfConfigTest, RecipeTrainingSettingsJoinAnMoeCheckpointsModel) {
               HasSubstr("model.moe.n_group is 4 in the recipe but 2 in c.json"));
 }
 
-TEST(HfConfigTest, SoftmaxScoredMoeIsNotExported) {
+// A softmax-scored MoE exports as Mixtral (or with q/k norms Qwen3Moe); one
+// no class computes (shared experts with a softmax router, a softmax router
+// under a sigmoid class) is refused.
+TEST(HfConfigTest, SoftmaxScoredMoeExportsAsMixtralOrQwen3Moe) {
   ModelConfig moe;
   moe.mutable_moe()->set_n_routed_experts(8);
-  EXPECT_TRUE(CheckHfExportable(moe).ok());  // sigmoid, DeepSeek-V3's
+  EXPECT_EQ(HfArchitecture(moe), "Glm4MoeForCausalLM");  // sigmoid, DeepSeek-V3's router
   moe.mutable_moe()->set_scoring_func("softmax");
+  EXPECT_EQ(HfArchitecture(moe), "MixtralForCausalLM");
+  EXPECT_TRUE(CheckHfExportable(moe).ok());
+  moe.set_qk_norm(true);
+  EXPECT_EQ(HfArchitecture(moe), "Qwen3MoeForCausalLM");
+  moe.mutable_moe()->set_n_shared_experts(1);
+  EXPECT_THAT(Message(CheckHfExportable(moe)), HasSubstr("model.moe's shared experts"));
+  moe.mutable_moe()->set_n_shared_experts(0);
+  moe.set_hf_architecture("Glm4MoeForCausalLM");
+  moe.set_qk_norm(false);
   const absl::Status status = CheckHfExportable(moe);
-  EXPECT_THAT(Message(status), HasSubstr("score them with sigmoid"));
+  EXPECT_THAT(Message(status), HasSubstr("model.moe.scoring_func \"softmax\" (its router scores sigmoid)"));
   EXPECT_THAT(Message(status), UserErrorShape());
+}
+
+constexpr char kQwen3Moe[] = R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    "hidden_size": 64, "head_dim": 16, "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 4, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+    "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [0, 1], "output_router_logits": false,
+    "router_aux_loss_coef": 0.001, "use_sliding_window": false, "sliding_window": null, "vocab_size": 128})";
+constexpr char kMixtral[] = R"({"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+    "hidden_size": 64, "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "num_hidden_layers": 2, "num_local_experts": 8, "num_experts_per_tok": 2, "output_router_logits": false,
+    "router_aux_loss_coef": 0.02, "router_jitter_noise": 0.0, "sliding_window": null, "vocab_size": 128})";
+
+TEST(HfConfigTest, ReadsQwen3MoeAndMixtral) {
+  absl::StatusOr<ModelConfig> qwen = ReadHfConfigJson(WriteConfig("qwen3_moe", kQwen3Moe));
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  EXPECT_TRUE(qwen->qk_norm());
+  EXPECT_EQ(qwen->moe().n_routed_experts(), 8);
+  EXPECT_EQ(qwen->moe().moe_intermediate_size(), 32);
+  EXPECT_EQ(qwen->moe().first_k_dense_replace(), 2);  // mlp_only_layers [0, 1]
+  EXPECT_EQ(qwen->moe().scoring_func(), "softmax");
+  EXPECT_EQ(qwen->moe().n_shared_experts(), 0);
+  EXPECT_EQ(qwen->moe().aux_loss_alpha(), 0);  // transformers trains without one here
+  absl::StatusOr<ModelConfig> mixtral = ReadHfConfigJson(WriteConfig("mixtral", kMixtral));
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_EQ(mixtral->moe().moe_intermediate_size(), 96);  // its experts' width is intermediate_size
+  EXPECT_TRUE(mixtral->moe().norm_topk_prob());
+  EXPECT_EQ(mixtral->moe().first_k_dense_replace(), 0);
+  EXPECT_EQ(mixtral->rope_theta(), 1e6);  // MixtralConfig's default
+  // Qwen3MoeConfig's default norm_topk_prob is false.
+  absl::StatusOr<ModelConfig> minimal = ReadHfConfigJson(WriteConfig("q3m_minimal", R"({"model_type": "qwen3_moe"})"));
+  ASSERT_TRUE(minimal.ok()) << minimal.status();
+  EXPECT_FALSE(minimal->moe().norm_topk_prob());
+  EXPECT_EQ(minimal->moe().n_routed_experts(), 128);
+
+  for (const auto& [text, architecture] : {std::pair{kQwen3Moe, "Qwen3MoeForCausalLM"},
+                                           std::pair{kMixtral, "MixtralForCausalLM"}}) {
+    const ModelConfig hf = *ReadHfConfigJson(WriteConfig("class_in", text));
+    const std::string written = HfConfigJson(hf, /*seq_length=*/16, DType::kF32);
+    EXPECT_EQ(ParseJson(written)->Find("architectures")->items[0].string, architecture);
+    absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("class_out", written));
+    ASSERT_TRUE(back.ok()) << back.status() << "\n" << written;
+    EXPECT_EQ(back->SerializeAsString(), hf.SerializeAsString()) << written;
+  }
+}
+
+TEST(HfConfigTest, WhatQwen3MoeAndMixtralComputeOtherwiseIsAnError) {
+  const struct {
+    const char* base;
+    std::string from, to, message;
+  } cases[] = {
+      {kQwen3Moe, "\"output_router_logits\": false", "\"output_router_logits\": true",
+       "\"output_router_logits\" is true, but tetra does not implement transformers' balance loss summed over "
+       "every layer's router"},
+      {kQwen3Moe, "\"mlp_only_layers\": [0, 1]", "\"mlp_only_layers\": [1]",
+       "\"mlp_only_layers\" is not a first run of layers"},
+      {kQwen3Moe, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2", "\"decoder_sparse_step\" is 2"},
+      {kMixtral, "\"router_jitter_noise\": 0.0", "\"router_jitter_noise\": 0.1", "\"router_jitter_noise\" is 0.1"},
+  };
+  for (const auto& c : cases) {
+    std::string text = c.base;
+    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("refused", text));
+    ASSERT_FALSE(m.ok()) << c.to;
+    EXPECT_THAT(Message(m.status()), HasSubstr(c.message)) << c.to;
+    EXPECT_THAT(Message(m.status()), UserErrorShape());
+  }
 }
 
 // Llama's relatives as transformers 4.57 saves them (Qwen2, Qwen3 and
@@ -572,13 +651,13 @@ TEST(HfConfigTest, ExportClassFollowsTheModelsFeatures) {
   EXPECT_EQ(HfArchitecture(m), "Qwen3ForCausalLM");
   m.set_hf_architecture("LlamaForCausalLM");
   EXPECT_THAT(Message(CheckHfExportable(m)),
-              HasSubstr("this model's model.qk_norm (q/k head norms: Qwen3's alone) is not what Hugging Face's "
+              HasSubstr("this model's model.qk_norm (q/k head norms: Qwen3's and Qwen3Moe's alone) is not what Hugging Face's "
                         "LlamaForCausalLM, the class its export would name, computes"));
   m.set_hf_architecture("GPT2LMHeadModel");
   EXPECT_THAT(Message(CheckHfExportable(m)), HasSubstr("model.hf_architecture is \"GPT2LMHeadModel\""));
   ModelConfig windowed;
   windowed.set_sliding_window(4096);
-  EXPECT_THAT(Message(CheckHfExportable(windowed)), HasSubstr("model.sliding_window (Mistral's alone)"));
+  EXPECT_THAT(Message(CheckHfExportable(windowed)), HasSubstr("model.sliding_window (Mistral's and Mixtral's alone)"));
 }
 
 }  // namespace

@@ -226,17 +226,19 @@ TEST_F(WeightsIoTest, AnExportIsAHuggingFaceModelDirectory) {
   EXPECT_EQ(HfConfigPathOf((out.parent_path() / "no_such_dir" / "model.safetensors").string()), "");
 }
 
-TEST_F(WeightsIoTest, ASoftmaxMoeIsNotExportedUnderDeepseekV3) {
+// A softmax-routed MoE with shared experts: no Hugging Face class computes it.
+TEST_F(WeightsIoTest, AnMoeNoClassComputesIsNotExported) {
   ModelConfig moe = TinyModel();
   moe.mutable_moe()->set_n_routed_experts(4);
   moe.mutable_moe()->set_num_experts_per_tok(2);
   moe.mutable_moe()->set_moe_intermediate_size(4);
+  moe.mutable_moe()->set_n_shared_experts(1);
   moe.mutable_moe()->set_scoring_func("softmax");
   LanguageModel model(moe, 1);
   SelfCommunicator self;
   const std::string out = (dir_ / "softmax").string();
   const absl::Status status = ExportWeights(out, model.parameters(), moe, 16, DType::kF32, self, true);
-  EXPECT_THAT(Message(status), HasSubstr("DeepseekV3ForCausalLM"));
+  EXPECT_THAT(Message(status), HasSubstr("MixtralForCausalLM"));
   EXPECT_FALSE(fs::exists(out));  // nothing written
 }
 

@@ -2,13 +2,17 @@
 """The Llama family's other classes in and out, against transformers 4.57 itself.
 
 For Qwen2ForCausalLM (q/k/v biases), Qwen3ForCausalLM (per-head q/k RMSNorm,
-head_dim apart from hidden_size / heads) and MistralForCausalLM (a sliding
-window that holds the whole sequence), transformers' own model (random, with
-its biases and norm weights drawn away from their zero and one inits, so a
-dropped bias or norm moves the loss) is saved sharded by save_pretrained, and:
-  1. tetra trains from the directory alone on one rank, tp2 and pp2; each
-     step-1 loss equals transformers' loss on the same samples (1e-5
-     relative);
+head_dim apart from hidden_size / heads), MistralForCausalLM (a sliding
+window that holds the whole sequence), Qwen3MoeForCausalLM (Qwen3 with
+softmax top-k experts, norm_topk_prob, a dense first layer by mlp_only_layers)
+and MixtralForCausalLM (Mistral with softmax top-2 experts, renormalised,
+named block_sparse_moe.experts.E.w1/w3/w2), transformers' own model (random,
+with its biases and norm weights drawn away from their zero and one inits,
+so a dropped bias or norm moves the loss) is saved sharded by
+save_pretrained, and:
+  1. tetra trains from the directory alone on one rank, tp2 and pp2 (and for
+     the MoE classes ep2 over dp2); each step-1 loss equals transformers'
+     loss on the same samples (1e-5 relative);
   2. tetra's export after one step loads with from_pretrained as the same
      class with no missing or unexpected weights, and its loss on the second
      step's samples equals tetra's step-2 loss (1e-5 relative).
@@ -49,7 +53,13 @@ CASES = {
     "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, dict(head_dim=12)),
     # A window of 32 >= SEQ: the same math as full attention on these samples.
     "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, dict(sliding_window=32)),
+    "qwen3_moe": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM,
+                  dict(head_dim=12, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                       norm_topk_prob=True, mlp_only_layers=[0])),
+    "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
+                dict(sliding_window=32, num_local_experts=4, num_experts_per_tok=2)),
 }
+MOE = ("qwen3_moe", "mixtral")
 
 
 def hf_loss(model, samples):
@@ -85,6 +95,12 @@ def randomise(model):
             for norm in (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)):
                 if norm is not None:
                     norm.weight.copy_(4 * (1 + 0.5 * torch.randn(norm.weight.shape, generator=generator)))
+            # Experts whose outputs count, chosen by a decisive router.
+            moe = getattr(layer, "block_sparse_moe", getattr(layer, "mlp", None))
+            if hasattr(moe, "experts"):
+                moe.gate.weight.mul_(10)
+                for expert in moe.experts:
+                    (expert.w2 if hasattr(expert, "w2") else expert.down_proj).weight.mul_(QK_GAIN)
 
 
 def without_feature(name, model, config):
@@ -92,6 +108,11 @@ def without_feature(name, model, config):
     if name == "qwen2":
         plain = transformers.LlamaForCausalLM(transformers.LlamaConfig(**COMMON)).eval()
         plain.load_state_dict(model.state_dict(), strict=False)  # drops the biases
+        return plain
+    if name == "qwen3_moe":  # top-k weights not renormalised
+        plain = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**{**config.to_dict(),
+                                                                                 "norm_topk_prob": False})).eval()
+        plain.load_state_dict(model.state_dict())
         return plain
     if name == "qwen3":
         plain = transformers.Qwen3ForCausalLM(config).eval()
@@ -181,7 +202,8 @@ def run_case(name, work):
         check(rel(hf_loss(plain, step_samples[0]), reference) > 100 * RTOL,
               f"{name}: without its feature transformers' loss moves by more than 100x the tolerance")
 
-    for ranks, layout in [(1, []), (2, ["parallel.tensor=2"]), (2, ["parallel.pipeline=2"])]:
+    layouts = [(1, []), (2, ["parallel.tensor=2"]), (2, ["parallel.pipeline=2"])]
+    for ranks, layout in layouts + ([(2, ["parallel.expert=2"])] if name in MOE else []):
         got = tetra_losses(work, model_dir, ranks, layout, steps=1)[0]
         check(rel(got, reference) <= RTOL,
               f"{name} {layout or 'one rank'}: tetra's step-1 loss {got:.9f} vs transformers {reference:.9f}")

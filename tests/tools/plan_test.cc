@@ -391,8 +391,8 @@ INSTANTIATE_TEST_SUITE_P(
         PublishedConfig{"Mistral-7B-v0.3", "MistralForCausalLM", 7248023552, ""},
         PublishedConfig{"Qwen2.5-7B", "Qwen2ForCausalLM", 7615616512, ""},
         PublishedConfig{"Qwen3-8B", "Qwen3ForCausalLM", 8190735360, ""},
-        PublishedConfig{"Qwen3-30B-A3B", "", 0, "\"model_type\" is \"qwen3_moe\""},
-        PublishedConfig{"Mixtral-8x7B-v0.1", "", 0, "\"model_type\" is \"mixtral\""},
+        PublishedConfig{"Qwen3-30B-A3B", "Qwen3MoeForCausalLM", 30532122624, ""},
+        PublishedConfig{"Mixtral-8x7B-v0.1", "MixtralForCausalLM", 46702792704, ""},
         // Its weights are fp8: refused until converted to bf16.
         PublishedConfig{"DeepSeek-V3", "", 0, "\"quantization_config\" says the weights are stored quantized"}),
     [](const ::testing::TestParamInfo<PublishedConfig>& info) {
