@@ -557,9 +557,10 @@ absl::Status ReadMoeKeys(HfConfigReader& config, const MoeDefaults& d, ModelConf
 // layer) and Qwen3Moe (num_experts of moe_intermediate_size, dense MLPs on
 // the layers mlp_only_layers lists, which tetra takes as a first run of
 // layers, with decoder_sparse_step 1): softmax-scored, no shared experts.
-// transformers adds its balance loss (summed over all layers' routers) only
-// with output_router_logits, which tetra refuses: its own sequence-wise one
-// is the recipe's model.moe.aux_loss_alpha, 0 here as transformers trains.
+// transformers adds its balance loss (summed over all layers' routers,
+// router_aux_loss_coef of it) only with output_router_logits: tetra's
+// model.moe.router_aux_loss_coef, 0 without. DeepSeek-V3's sequence-wise one
+// (model.moe.aux_loss_alpha) is 0, as transformers trains.
 absl::Status ReadSoftmaxMoeKeys(HfConfigReader& config, HfClass id, ModelConfig* m) {
   const bool mixtral = id == HfClass::kMixtral;
   ASSIGN_OR_RETURN(const int32_t experts, config.Int(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : 128));
@@ -585,12 +586,8 @@ absl::Status ReadSoftmaxMoeKeys(HfConfigReader& config, HfClass id, ModelConfig*
   } else {
     RETURN_IF_ERROR(config.Require("router_jitter_noise", JsonNumber(0), "tetra's router reads its input as it is"));
   }
-  RETURN_IF_ERROR(config.Require(
-      "output_router_logits", JsonBool(false),
-      "tetra does not implement transformers' balance loss summed over every layer's router; set it false (no "
-      "balance loss, transformers' default) and give the recipe model.moe.aux_loss_alpha for tetra's "
-      "sequence-wise one"));
-  config.Take("router_aux_loss_coef");  // read only with output_router_logits
+  ASSIGN_OR_RETURN(const bool balance, config.Bool("output_router_logits", false));
+  ASSIGN_OR_RETURN(const double coef, config.Double("router_aux_loss_coef", 0.001));
   if (experts == 0) return absl::OkStatus();
   MoeConfig& moe = *m->mutable_moe();
   moe.set_n_routed_experts(experts);
@@ -605,6 +602,7 @@ absl::Status ReadSoftmaxMoeKeys(HfConfigReader& config, HfClass id, ModelConfig*
   moe.set_topk_group(1);
   moe.set_aux_loss_alpha(0);
   moe.set_bias_update_speed(0);
+  moe.set_router_aux_loss_coef(balance ? coef : 0);
   return absl::OkStatus();
 }
 
@@ -794,6 +792,7 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
   moe_view->clear_aux_loss_alpha();
   moe_view->clear_bias_update_speed();
   moe_view->clear_capacity_factor();
+  moe_view->clear_router_aux_loss_coef();
   if (!recipe.has_moe()) recipe_view.clear_moe();
   const std::string disagreement = FirstDisagreement(recipe_view, hf, "model.", path);
   if (!disagreement.empty()) {
@@ -808,6 +807,7 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
   if (moe.has_aux_loss_alpha()) merged.mutable_moe()->set_aux_loss_alpha(moe.aux_loss_alpha());
   if (moe.has_bias_update_speed()) merged.mutable_moe()->set_bias_update_speed(moe.bias_update_speed());
   if (moe.has_capacity_factor()) merged.mutable_moe()->set_capacity_factor(moe.capacity_factor());
+  if (moe.has_router_aux_loss_coef()) merged.mutable_moe()->set_router_aux_loss_coef(moe.router_aux_loss_coef());
   return merged;
 }
 
@@ -910,7 +910,7 @@ void AddMoeKeys(const ModelConfig& m, JsonKeys* keys) {
 }
 
 // Mixtral's and Qwen3Moe's expert keys (ReadSoftmaxMoeKeys), transformers'
-// balance loss off as tetra trains.
+// balance loss on where tetra trains with it.
 void AddSoftmaxMoeKeys(const ModelConfig& m, HfClass id, JsonKeys* keys) {
   const MoeConfig& e = m.moe();
   if (id == HfClass::kMixtral) {
@@ -927,7 +927,9 @@ void AddSoftmaxMoeKeys(const ModelConfig& m, HfClass id, JsonKeys* keys) {
                                {"decoder_sparse_step", "1"},
                                {"mlp_only_layers", absl::StrCat("[", absl::StrJoin(dense, ", "), "]")}});
   }
-  keys->insert(keys->end(), {{"output_router_logits", "false"}, {"router_aux_loss_coef", "0.001"}});
+  const double coef = e.router_aux_loss_coef();
+  keys->insert(keys->end(), {{"output_router_logits", coef > 0 ? "true" : "false"},
+                             {"router_aux_loss_coef", Number(coef > 0 ? coef : 0.001)}});
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ bool IsMoeLayer(const ModelConfig& c, int layer) {
 }  // namespace
 
 DecoderBlock::DecoderBlock(ParameterStore& store, int layer, const ModelConfig& c,
-                           const LayerParallelism& parallelism)
+                           const LayerParallelism& parallelism, RouterBalance* balance)
     : input_norm_(store, LayerPrefix(layer) + ".input_layernorm.weight", c.hidden_size(),
                   c.rms_norm_eps(), parallelism),
       attention_(UsesMla(c) ? nullptr
@@ -27,7 +27,8 @@ DecoderBlock::DecoderBlock(ParameterStore& store, int layer, const ModelConfig& 
       post_attention_norm_(store, LayerPrefix(layer) + ".post_attention_layernorm.weight",
                            c.hidden_size(), c.rms_norm_eps(), parallelism) {
   if (IsMoeLayer(c, layer)) {
-    moe_ = std::make_unique<MoeMlpLayer>(store, LayerPrefix(layer) + "." + MoeNamesOf(c).block, c, parallelism);
+    moe_ = std::make_unique<MoeMlpLayer>(store, LayerPrefix(layer) + "." + MoeNamesOf(c).block, c, parallelism,
+                                         balance);
   } else {
     mlp_ = std::make_unique<MlpLayer>(store, LayerPrefix(layer) + ".mlp", c, parallelism);
   }

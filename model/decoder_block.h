@@ -21,8 +21,10 @@ namespace tetra {
 
 class DecoderBlock {
  public:
+  // `balance`: an MoE layer's share of the model's router balance loss
+  // (moe/router_balance.h), or null.
   DecoderBlock(ParameterStore& store, int layer, const ModelConfig& config,
-               const LayerParallelism& parallelism = SingleRankParallelism());
+               const LayerParallelism& parallelism = SingleRankParallelism(), RouterBalance* balance = nullptr);
   // x (rows, C) of B = `batch` sequences of T = `seq` tokens -> out (rows, C).
   // Keeps r and out, which the norms keep as their inputs, in `slot`
   // (activation_slots.h). grad_scale: the weight of the cross-entropy sum in

@@ -33,11 +33,16 @@ LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelPar
   // (the last stage's table copy,) head, prediction depths; Pack() lays the
   // flat buffers out in it, which BackwardStage's readiness offsets rely on.
   if (has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(store_, c, layers);
+  if (c.moe().router_aux_loss_coef() > 0) {
+    const int moe_layers = c.num_hidden_layers() - c.moe().first_k_dense_replace();
+    router_balance_ =
+        std::make_unique<RouterBalance>(moe_layers, RouterSpecFromConfig(c.moe()), c.moe().router_aux_loss_coef());
+  }
   for (Chunk& chunk : chunks_) {
     for (int i = 0; i < chunk.stage.num_layers; ++i) {
       const size_t first = store_.all().size();
-      chunk.blocks.push_back(
-          std::make_unique<DecoderBlock>(store_, chunk.stage.first_layer + i, c, layers));
+      chunk.blocks.push_back(std::make_unique<DecoderBlock>(store_, chunk.stage.first_layer + i, c, layers,
+                                                            router_balance_.get()));
       chunk.block_first_parameter.push_back(&store_.all()[first]);
     }
   }

@@ -191,6 +191,8 @@ class LanguageModel {
   std::unique_ptr<EmbeddingLayer> embedding_;  // first stage only (chunk 0)
   std::unique_ptr<RmsNormLayer> final_norm_;   // last stage only (last chunk), as head_
   std::unique_ptr<LmHeadLayer> head_;
+  // transformers' balance loss over all MoE layers (model.moe.router_aux_loss_coef), or null.
+  std::unique_ptr<RouterBalance> router_balance_;
   std::vector<std::unique_ptr<MultiTokenPredictionLayer>> mtp_;  // last stage only, depth 1 first
   Parameter* embedding_copy_ = nullptr;
   double mtp_loss_sum_ = 0;

@@ -6,7 +6,7 @@
 namespace tetra {
 
 MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& c,
-                         const LayerParallelism& parallelism)
+                         const LayerParallelism& parallelism, RouterBalance* balance)
     : router_(RouterSpecFromConfig(c.moe())),
       aux_loss_alpha_(c.moe().aux_loss_alpha()),
       gate_(store.Add(prefix + ".gate.weight", {c.moe().n_routed_experts(), c.hidden_size()},
@@ -15,6 +15,7 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
                 ? &store.Add(prefix + ".gate.e_score_correction_bias", {c.moe().n_routed_experts()}, Init::kZeros,
                              0.0, parallelism.Replicated(), /*trainable=*/false)
                 : nullptr),
+      balance_(balance),
       weight_gradients_(store.weight_gradients()),
       dispatcher_(c.moe().n_routed_experts(), c.moe().num_experts_per_tok(),
                   c.moe().capacity_factor(), *parallelism.ep),
@@ -74,6 +75,9 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   }
   Route(router_, logits_, bias_ != nullptr ? bias_->value : no_bias_, &a.routing);
   if (!recompute) ops::CountExpertLoads(router_, a.routing.expert, loads_);
+  if (balance_ != nullptr && !recompute) balance_->Add(slot, a.routing.scores, a.routing.expert);
+  a.batch = batch;
+  a.grad_scale = grad_scale;
   // The balance term of each sequence enters the objective with weight 1 /
   // (global sequences) = grad_scale x its whole length. Under context
   // parallelism this rank holds seq of those tokens: the sequences'
@@ -118,6 +122,7 @@ Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
   // The router: through the combine weights and the balance loss, to the gate.
   EnsureShape(&dscores_, a.routing.scores.shape(), DType::kF32);
   dscores_.CopyFrom(a.daux);
+  if (balance_ != nullptr) aux_loss_sum_ += balance_->AddScoreGradient(slot, a.batch, a.grad_scale, dscores_);
   ops::RouterWeightsBackward(router_, a.routing.scores, a.routing.expert, dweights_, dscores_);
   EnsureShape(&dlogits_, a.routing.scores.shape(), DType::kF32);
   ops::RouterScoresBackward(router_, a.routing.scores, dscores_, dlogits_);

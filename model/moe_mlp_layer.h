@@ -31,6 +31,7 @@
 #include "moe/dispatcher.h"
 #include "moe/grouped_experts.h"
 #include "moe/router.h"
+#include "moe/router_balance.h"
 #include "parallel/tensor_parallel.h"
 #include "proto/config.pb.h"
 
@@ -38,8 +39,10 @@ namespace tetra {
 
 class MoeMlpLayer {
  public:
+  // `balance`: the model's transformers-style balance loss over all MoE
+  // layers (model.moe.router_aux_loss_coef), or null.
   MoeMlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& config,
-              const LayerParallelism& parallelism = SingleRankParallelism());
+              const LayerParallelism& parallelism = SingleRankParallelism(), RouterBalance* balance = nullptr);
   // x (N, C), N = batch x seq token rows -> y (N, C). grad_scale weights the
   // balance loss in the gradient as it weights the cross-entropy sum.
   // Collective over the expert-parallel group. A recompute (activation
@@ -77,12 +80,15 @@ class MoeMlpLayer {
     GroupedActivations experts;
     Tensor y_send;            // (M, C) expert outputs, in send order
     Tensor daux;              // (N, E) the balance loss's score gradient
+    int64_t batch = 0;        // sequences, and the cross-entropy's weight, for RouterBalance
+    float grad_scale = 0;
   };
 
   RouterSpec router_;
   double aux_loss_alpha_;
   Parameter& gate_;
   Parameter* bias_;  // the correction bias (HasCorrectionBias), else null
+  RouterBalance* balance_;
   Tensor no_bias_;   // (E) zeros, the routing's bias without one
   WeightGradients& weight_gradients_;
   // Views of this rank's experts' parameters, in expert order (made after

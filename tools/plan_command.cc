@@ -19,6 +19,7 @@
 #include "parallel/mesh.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_checker.h"
+#include "pipeline/stage_partition.h"
 #include "plan/cluster_config.h"
 #include "plan/layout_planner.h"
 #include "tools/command_line.h"
@@ -220,6 +221,9 @@ std::string CellLabel(const Action& action, int virtual_stages) {
 // splits backwards, B is the input gradient and W the weight gradient.
 absl::StatusOr<std::string> ScheduleText(const TrainerConfig& config, const MeshShape& shape) {
   ASSIGN_OR_RETURN(ScheduleSpec spec, ScheduleSpecFromConfig(config, shape.dp));
+  // Model chunks are cut from the layers as the run cuts them (one stage per
+  // rank is drawn for any model, the schedule's shape alone).
+  if (spec.virtual_stages > 1) RETURN_IF_ERROR(PartitionStages(config).status());
   ASSIGN_OR_RETURN(std::vector<std::vector<Action>> tables, BuildAllSchedules(spec));
   ASSIGN_OR_RETURN(ScheduleReport report, CheckSchedule(spec, tables));
   const int v = spec.virtual_stages;

@@ -71,9 +71,15 @@ absl::Status ValidateMoe(const ModelConfig& m) {
   RETURN_IF_ERROR(CheckNumber("model.moe.aux_loss_alpha", moe.aux_loss_alpha(), true, "0.0001"));
   RETURN_IF_ERROR(CheckNumber("model.moe.bias_update_speed", moe.bias_update_speed(), true, "0.001"));
   RETURN_IF_ERROR(CheckNumber("model.moe.capacity_factor", moe.capacity_factor(), true, "0 (dropless)"));
+  RETURN_IF_ERROR(CheckNumber("model.moe.router_aux_loss_coef", moe.router_aux_loss_coef(), true, "0.001"));
   if (moe.scoring_func() != "sigmoid" && moe.scoring_func() != "softmax") {
     return Invalid(absl::StrCat("model.moe.scoring_func is ", UserText(moe.scoring_func())),
                    "use \"sigmoid\" (DeepSeek-V3) or \"softmax\"");
+  }
+  if (moe.router_aux_loss_coef() > 0 && moe.scoring_func() != "softmax") {
+    return Invalid("model.moe.router_aux_loss_coef is transformers' balance loss of softmax routers (Mixtral, "
+                   "Qwen3Moe), but model.moe.scoring_func is \"sigmoid\"",
+                   "use model.moe.aux_loss_alpha, DeepSeek-V3's sequence-wise balance loss, for a sigmoid router");
   }
   if (moe.first_k_dense_replace() < 0 || moe.first_k_dense_replace() > m.num_hidden_layers()) {
     return Invalid(absl::StrCat("model.moe.first_k_dense_replace ", moe.first_k_dense_replace(),
@@ -453,7 +459,24 @@ absl::Status ValidateParallelNumbers(const ParallelConfig& p) {
   return absl::OkStatus();
 }
 
+// transformers' balance loss (model.moe.router_aux_loss_coef) sums every MoE
+// layer's router over each micro-batch's tokens: tetra computes it where one
+// rank holds all the layers and whole sequences.
+absl::Status ValidateRouterBalance(const TrainerConfig& c) {
+  const ParallelConfig& p = c.parallel();
+  if (c.model().moe().router_aux_loss_coef() == 0 || (p.pipeline() == 1 && p.context() == 1)) {
+    return absl::OkStatus();
+  }
+  return Invalid(absl::StrCat("model.moe.router_aux_loss_coef ", c.model().moe().router_aux_loss_coef(),
+                              " (transformers' balance loss over every MoE layer's router) needs all layers and "
+                              "whole sequences on each rank, but parallel.pipeline is ", p.pipeline(),
+                              " and parallel.context is ", p.context()),
+                 "use tensor, expert and data parallelism with it, or set router_aux_loss_coef 0 and "
+                 "model.moe.aux_loss_alpha for DeepSeek-V3's sequence-wise balance loss");
+}
+
 absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
+  RETURN_IF_ERROR(ValidateRouterBalance(c));
   const ParallelConfig& p = c.parallel();
   ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(p, world_size));  // layout arithmetic and order string
   const MeshShape& s = mesh.shape();

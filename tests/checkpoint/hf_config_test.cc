@@ -499,6 +499,14 @@ TEST(HfConfigTest, ReadsQwen3MoeAndMixtral) {
   EXPECT_EQ(qwen->moe().scoring_func(), "softmax");
   EXPECT_EQ(qwen->moe().n_shared_experts(), 0);
   EXPECT_EQ(qwen->moe().aux_loss_alpha(), 0);  // transformers trains without one here
+  EXPECT_EQ(qwen->moe().router_aux_loss_coef(), 0);  // output_router_logits false: no balance loss
+  std::string balanced = kQwen3Moe;
+  balanced.replace(balanced.find("\"output_router_logits\": false"), 29, "\"output_router_logits\": true");
+  absl::StatusOr<ModelConfig> with_loss = ReadHfConfigJson(WriteConfig("qwen3_moe_balanced", balanced));
+  ASSERT_TRUE(with_loss.ok()) << with_loss.status();
+  EXPECT_EQ(with_loss->moe().router_aux_loss_coef(), 0.001);
+  const std::string written = HfConfigJson(*with_loss, 16, DType::kF32);
+  EXPECT_TRUE(ParseJson(written)->Find("output_router_logits")->boolean) << written;
   absl::StatusOr<ModelConfig> mixtral = ReadHfConfigJson(WriteConfig("mixtral", kMixtral));
   ASSERT_TRUE(mixtral.ok()) << mixtral.status();
   EXPECT_EQ(mixtral->moe().moe_intermediate_size(), 96);  // its experts' width is intermediate_size
@@ -527,9 +535,8 @@ TEST(HfConfigTest, WhatQwen3MoeAndMixtralComputeOtherwiseIsAnError) {
     const char* base;
     std::string from, to, message;
   } cases[] = {
-      {kQwen3Moe, "\"output_router_logits\": false", "\"output_router_logits\": true",
-       "\"output_router_logits\" is true, but tetra does not implement transformers' balance loss summed over "
-       "every layer's router"},
+      {kQwen3Moe, "\"output_router_logits\": false", "\"output_router_logits\": 1",
+       "\"output_router_logits\" is 1, not true or false"},
       {kQwen3Moe, "\"mlp_only_layers\": [0, 1]", "\"mlp_only_layers\": [1]",
        "\"mlp_only_layers\" is not a first run of layers"},
       {kQwen3Moe, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2", "\"decoder_sparse_step\" is 2"},

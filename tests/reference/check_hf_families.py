@@ -13,6 +13,15 @@ save_pretrained, and:
   1. tetra trains from the directory alone on one rank, tp2 and pp2 (and for
      the MoE classes ep2 over dp2); each step-1 loss equals transformers'
      loss on the same samples (1e-5 relative);
+     with output_router_logits (qwen3_moe_balanced, Mixtral with
+     router_aux_loss_coef 1.0) the objective is transformers' loss with its
+     balance loss over all layers' routers, per micro-batch of 2 sequences as
+     its gradient accumulation averages them: tetra's loss plus its aux_loss
+     equal it, and pipeline parallelism is refused naming the setting;
+     and on one rank tetra's step-1 gradient norm equals the norm of
+     transformers' gradient of that objective (1e-5 relative: fp32 sums of
+     the parameters' squares in other orders), so every gradient, the balance
+     loss's through the routers included, is transformers';
   2. tetra's export after one step loads with from_pretrained as the same
      class with no missing or unexpected weights, and its loss on the second
      step's samples equals tetra's step-2 loss (1e-5 relative).
@@ -58,23 +67,54 @@ CASES = {
                        norm_topk_prob=True, mlp_only_layers=[0])),
     "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
                 dict(sliding_window=32, num_local_experts=4, num_experts_per_tok=2)),
+    "mixtral_balanced": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
+                         dict(sliding_window=32, num_local_experts=4, num_experts_per_tok=2,
+                              output_router_logits=True, router_aux_loss_coef=1.0)),
 }
-MOE = ("qwen3_moe", "mixtral")
+MOE = ("qwen3_moe", "mixtral", "mixtral_balanced")
+MICRO = BATCH // 2  # sequences per micro-batch
+
+
+def hf_objective(model, samples):
+    """transformers' objective of a step: per micro-batch of MICRO sequences the
+    mean token cross-entropy, plus router_aux_loss_coef x its balance loss
+    where output_router_logits asks for it; averaged over the micro-batches
+    (as gradient accumulation averages them)."""
+    losses = []
+    for chunk in samples.split(MICRO):
+        out = model(chunk[:, :-1])
+        loss = torch.nn.functional.cross_entropy(out.logits.float().reshape(-1, VOCAB), chunk[:, 1:].reshape(-1))
+        if getattr(out, "aux_loss", None) is not None:
+            loss = loss + model.config.router_aux_loss_coef * out.aux_loss
+        losses.append(loss)
+    return sum(losses) / len(losses)
 
 
 def hf_loss(model, samples):
     with torch.no_grad():
-        logits = model(samples[:, :-1]).logits.float()
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), samples[:, 1:].reshape(-1)).item()
+        return hf_objective(model, samples).item()
 
 
-def tetra_losses(work, model_dir, ranks, layout, steps, export=None):
+def hf_grad_norm(model, samples):
+    model.zero_grad()
+    hf_objective(model, samples).backward()
+    norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters() if p.grad is not None)).item()
+    model.zero_grad()
+    return norm
+
+
+def tetra_metrics(work, model_dir, ranks, layout, steps, export=None):
     sets = [f"init_from={model_dir}", "data.format=LLMC", f"data.path={work}/train.bin",
             f"train.seq_length={SEQ}", f"train.global_batch_size={BATCH}", f"train.micro_batch_size={BATCH // 2}",
             f"train.steps={steps}", "train.threads=1", "optimizer.lr=1e-3", "optimizer.min_lr=1e-3"] + layout
     out = f"{work}/run_{len(os.listdir(work))}"
     os.makedirs(out)
-    return [m["loss"] for m in train(TETRA, out, ranks, sets + ([f"export_path={export}"] if export else []))]
+    return train(TETRA, out, ranks, sets + ([f"export_path={export}"] if export else []))
+
+
+def tetra_losses(work, model_dir, ranks, layout, steps, export=None):
+    """The objective of each step: the cross-entropy and any balance loss."""
+    return [m["loss"] + m.get("aux_loss", 0) for m in tetra_metrics(work, model_dir, ranks, layout, steps, export)]
 
 
 def randomise(model):
@@ -108,6 +148,11 @@ def without_feature(name, model, config):
     if name == "qwen2":
         plain = transformers.LlamaForCausalLM(transformers.LlamaConfig(**COMMON)).eval()
         plain.load_state_dict(model.state_dict(), strict=False)  # drops the biases
+        return plain
+    if name == "mixtral_balanced":  # no balance loss
+        plain = transformers.MixtralForCausalLM(transformers.MixtralConfig(**{**config.to_dict(),
+                                                                              "output_router_logits": False})).eval()
+        plain.load_state_dict(model.state_dict())
         return plain
     if name == "qwen3_moe":  # top-k weights not renormalised
         plain = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**{**config.to_dict(),
@@ -160,6 +205,17 @@ def check_tokenizer_travels(name, model_dir, export, tokenizer):
           f"({generation.eos_token_id}, {generation.temperature})")
 
 
+def check_pipeline_refused(work, model_dir):
+    """transformers' balance loss sums all layers' routers: one stage must hold them."""
+    done = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", TETRA, "train", "--config", "/dev/null",
+                           "--set", f"init_from={model_dir}", "--set", "parallel.pipeline=2",
+                           "--set", f"train.seq_length={SEQ}", "--set", "train.steps=1"],
+                          env=ENV, capture_output=True, text=True, timeout=120)
+    check(done.returncode != 0 and "model.moe.router_aux_loss_coef 1 " in done.stderr
+          and "parallel.pipeline is 2" in done.stderr,
+          f"the balance loss under pipeline 2 is refused naming it ({done.stderr.strip().splitlines()[:1]})")
+
+
 def check_short_window_refused(work, model_dir):
     """A Mistral window shorter than the sequence is another model: refused at launch."""
     short = f"{work}/mistral_window_8"
@@ -202,11 +258,17 @@ def run_case(name, work):
         check(rel(hf_loss(plain, step_samples[0]), reference) > 100 * RTOL,
               f"{name}: without its feature transformers' loss moves by more than 100x the tolerance")
 
-    layouts = [(1, []), (2, ["parallel.tensor=2"]), (2, ["parallel.pipeline=2"])]
+    balanced = name.endswith("_balanced")
+    if balanced:
+        check_pipeline_refused(work, model_dir)
+    layouts = [(1, []), (2, ["parallel.tensor=2"])] + ([] if balanced else [(2, ["parallel.pipeline=2"])])
     for ranks, layout in layouts + ([(2, ["parallel.expert=2"])] if name in MOE else []):
         got = tetra_losses(work, model_dir, ranks, layout, steps=1)[0]
         check(rel(got, reference) <= RTOL,
               f"{name} {layout or 'one rank'}: tetra's step-1 loss {got:.9f} vs transformers {reference:.9f}")
+    norm, reference_norm = tetra_metrics(work, model_dir, 1, [], steps=1)[0]["grad_norm"], hf_grad_norm(model, step_samples[0])
+    check(rel(norm, reference_norm) <= 1e-5,
+          f"{name}: tetra's step-1 gradient norm {norm:.9f} vs transformers' {reference_norm:.9f}")
 
     export = f"{work}/{name}_export"
     two_steps = tetra_losses(work, model_dir, 1, [], steps=2)
@@ -234,4 +296,4 @@ with tempfile.TemporaryDirectory() as tmp:
         os.makedirs(f"{tmp}/{case}_runs")
         run_case(case, f"{tmp}/{case}_runs")
 
-check.exit("Qwen2, Qwen3 and Mistral directories train and export as transformers computes them")
+check.exit("Qwen2, Qwen3, Mistral, Qwen3Moe and Mixtral directories train and export as transformers computes them")

@@ -283,7 +283,7 @@ TEST_F(PlanTest, SchedulesThatCannotRunNameTheNumbers) {
               "--world 8", "needs the micro-batches per step, 6, to be a multiple of parallel.pipeline 4");
   ExpectError("parallel { pipeline: 2 virtual_stages: 3 }\nmodel { num_hidden_layers: 8 }\n"
               "train { global_batch_size: 4 micro_batch_size: 1 }\n",
-              "--world 2", "model.num_hidden_layers 8 into parallel.pipeline 2 x parallel.virtual_stages 3 = 6");
+              "--world 2", "model.num_hidden_layers = 8 does not split evenly over 6 virtual pipeline stages");
   ExpectError("parallel { pipeline: 2 }\ntrain { global_batch_size: 6 micro_batch_size: 4 }\n", "--world 2",
               "train.global_batch_size 6 is not a multiple of train.micro_batch_size 4 x data-parallel size 1 = 4");
   ExpectError("parallel { pipeline: 4 virtual_stages: 2 schedule: DUALPIPE_V }\nmodel { num_hidden_layers: 8 }\n"

@@ -105,6 +105,17 @@ TEST(ConfigValidationTest, BadMixtureOfExpertsConfigsNameTheNumbers) {
   config.mutable_parallel()->set_expert(3);
   EXPECT_THAT(ValidateConfig(config, /*world_size=*/3).message(),
               HasSubstr("model.moe.n_routed_experts 8 is not divisible by parallel.expert 3"));
+  // transformers' balance loss: softmax routers, every layer and whole
+  // sequences on each rank.
+  config = moe_config();
+  config.mutable_model()->mutable_moe()->set_router_aux_loss_coef(0.01);
+  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("but model.moe.scoring_func is \"sigmoid\""));
+  config.mutable_model()->mutable_moe()->set_scoring_func("softmax");
+  EXPECT_TRUE(ValidateConfig(config).ok());
+  config.mutable_model()->set_num_hidden_layers(4);
+  config.mutable_parallel()->set_pipeline(2);
+  EXPECT_THAT(ValidateConfig(config, /*world_size=*/2).message(),
+              HasSubstr("needs all layers and whole sequences on each rank, but parallel.pipeline is 2"));
 }
 
 // Multi-head latent attention: DeepSeek-V3's head dims over a hidden size
