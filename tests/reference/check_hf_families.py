@@ -10,14 +10,16 @@ named block_sparse_moe.experts.E.w1/w3/w2), transformers' own model (random,
 with its biases and norm weights drawn away from their zero and one inits,
 so a dropped bias or norm moves the loss) is saved sharded by
 save_pretrained, and:
-  1. tetra trains from the directory alone on one rank, tp2 and pp2 (and for
-     the MoE classes ep2 over dp2); each step-1 loss equals transformers'
-     loss on the same samples (1e-5 relative);
+  1. tetra trains from the directory alone on one rank (and with full
+     recompute), tp2, pp2 and cp2 (and for the MoE classes ep2 over dp2);
+     each step-1 loss equals transformers' loss on the same samples (1e-5
+     relative);
      with output_router_logits (qwen3_moe_balanced, Mixtral with
      router_aux_loss_coef 1.0) the objective is transformers' loss with its
      balance loss over all layers' routers, per micro-batch of 2 sequences as
      its gradient accumulation averages them: tetra's loss plus its aux_loss
-     equal it, and pipeline parallelism is refused naming the setting;
+     equal it, and pipeline parallelism is refused naming the setting (as is
+     context parallelism, which splits the tokens the loss sums over);
      and on one rank tetra's step-1 gradient norm equals the norm of
      transformers' gradient of that objective (1e-5 relative: fp32 sums of
      the parameters' squares in other orders), so every gradient, the balance
@@ -261,7 +263,8 @@ def run_case(name, work):
     balanced = name.endswith("_balanced")
     if balanced:
         check_pipeline_refused(work, model_dir)
-    layouts = [(1, []), (2, ["parallel.tensor=2"])] + ([] if balanced else [(2, ["parallel.pipeline=2"])])
+    layouts = [(1, []), (1, ["train.recompute=FULL"]), (2, ["parallel.tensor=2"])]
+    layouts += [] if balanced else [(2, ["parallel.pipeline=2"]), (2, ["parallel.context=2"])]
     for ranks, layout in layouts + ([(2, ["parallel.expert=2"])] if name in MOE else []):
         got = tetra_losses(work, model_dir, ranks, layout, steps=1)[0]
         check(rel(got, reference) <= RTOL,
