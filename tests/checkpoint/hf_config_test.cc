@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/json.h"
 #include "gmock/gmock.h"
@@ -386,11 +387,42 @@ TEST(HfConfigTest, AbsentKeysTakeEachClassDefaults) {
   EXPECT_EQ(glm->eos_token_id_size(), 0);
 }
 
+// A class's config.json (`base`) with `from` replaced by `to`: read, it is
+// refused with `message` (or, with no message, accepted).
+struct EditedConfig {
+  const char* base;
+  std::string from, to, message;
+};
+
+void ExpectEditedConfigs(const std::vector<EditedConfig>& cases) {
+  for (const EditedConfig& c : cases) {
+    std::string text = c.base;
+    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("edited", text));
+    if (c.message.empty()) {
+      EXPECT_TRUE(m.ok()) << c.to << ": " << m.status();
+      continue;
+    }
+    ASSERT_FALSE(m.ok()) << c.to;
+    EXPECT_THAT(Message(m.status()), HasSubstr(c.message)) << c.to;
+    EXPECT_THAT(Message(m.status()), UserErrorShape());
+  }
+}
+
+// `text` read, written as `architecture` and read again: the same model.
+void ExpectExportReadsBack(const std::string& text, const std::string& architecture) {
+  const ModelConfig hf = *ReadHfConfigJson(WriteConfig("class_in", text));
+  ASSERT_TRUE(CheckHfExportable(hf).ok()) << architecture;
+  const std::string written = HfConfigJson(hf, /*seq_length=*/16, DType::kF32);
+  EXPECT_EQ(ParseJson(written)->Find("architectures")->items[0].string, architecture);
+  absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("class_out", written));
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << written;
+  EXPECT_EQ(back->SerializeAsString(), hf.SerializeAsString()) << written;
+}
+
 TEST(HfConfigTest, WhatDeepseekV3AndGlm4MoeComputeOtherwiseIsAnError) {
-  const struct {
-    const char* base;
-    std::string from, to, message;
-  } cases[] = {
+  ExpectEditedConfigs({
       {kDeepseekV3, "\"head_dim\": 4", "\"head_dim\": 12", "\"head_dim\" is 12, but DeepseekV3's head_dim is"},
       {kDeepseekV3, "\"qk_head_dim\": 12", "\"qk_head_dim\": 16", "\"qk_head_dim\" is 16"},
       {kDeepseekV3, "\"use_cache\": true", "\"scoring_func\": \"softmax\"", "\"scoring_func\" is \"softmax\""},
@@ -403,16 +435,7 @@ TEST(HfConfigTest, WhatDeepseekV3AndGlm4MoeComputeOtherwiseIsAnError) {
        "\"partial_rotary_factor\" is 0.5"},
       {kGlm4Moe, "\"use_qk_norm\": false", "\"use_qk_norm\": true", "\"use_qk_norm\" is true"},
       {kGlm4Moe, "\"head_dim\": 8", "\"head_dim\": 16", "\"head_dim\" is 16"},
-  };
-  for (const auto& c : cases) {
-    std::string text = c.base;
-    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
-    text.replace(text.find(c.from), c.from.size(), c.to);
-    absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("refused", text));
-    ASSERT_FALSE(m.ok()) << c.to;
-    EXPECT_THAT(Message(m.status()), HasSubstr(c.message)) << c.to;
-    EXPECT_THAT(Message(m.status()), UserErrorShape());
-  }
+  });
 }
 
 // Each class's config.json, read, written and read again: the same model;
@@ -420,12 +443,7 @@ TEST(HfConfigTest, WhatDeepseekV3AndGlm4MoeComputeOtherwiseIsAnError) {
 TEST(HfConfigTest, ExportWritesDeepseekV3AndGlm4MoeAsItReadsThem) {
   for (const auto& [text, architecture] : {std::pair{kDeepseekV3, "DeepseekV3ForCausalLM"},
                                            std::pair{kGlm4Moe, "Glm4MoeForCausalLM"}}) {
-    const ModelConfig hf = *ReadHfConfigJson(WriteConfig("class_in", text));
-    const std::string written = HfConfigJson(hf, /*seq_length=*/16, DType::kF32);
-    EXPECT_EQ(ParseJson(written)->Find("architectures")->items[0].string, architecture);
-    absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("class_out", written));
-    ASSERT_TRUE(back.ok()) << back.status() << "\n" << written;
-    EXPECT_EQ(back->SerializeAsString(), hf.SerializeAsString()) << written;
+    ExpectExportReadsBack(text, architecture);
   }
   // A query latent, and a dense MLA model: a DeepseekV3 with every layer dense.
   ModelConfig mla = *ReadHfConfigJson(WriteConfig("mla_in", kDeepseekV3));
@@ -521,36 +539,19 @@ TEST(HfConfigTest, ReadsQwen3MoeAndMixtral) {
 
   for (const auto& [text, architecture] : {std::pair{kQwen3Moe, "Qwen3MoeForCausalLM"},
                                            std::pair{kMixtral, "MixtralForCausalLM"}}) {
-    const ModelConfig hf = *ReadHfConfigJson(WriteConfig("class_in", text));
-    const std::string written = HfConfigJson(hf, /*seq_length=*/16, DType::kF32);
-    EXPECT_EQ(ParseJson(written)->Find("architectures")->items[0].string, architecture);
-    absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("class_out", written));
-    ASSERT_TRUE(back.ok()) << back.status() << "\n" << written;
-    EXPECT_EQ(back->SerializeAsString(), hf.SerializeAsString()) << written;
+    ExpectExportReadsBack(text, architecture);
   }
 }
 
 TEST(HfConfigTest, WhatQwen3MoeAndMixtralComputeOtherwiseIsAnError) {
-  const struct {
-    const char* base;
-    std::string from, to, message;
-  } cases[] = {
+  ExpectEditedConfigs({
       {kQwen3Moe, "\"output_router_logits\": false", "\"output_router_logits\": 1",
        "\"output_router_logits\" is 1, not true or false"},
       {kQwen3Moe, "\"mlp_only_layers\": [0, 1]", "\"mlp_only_layers\": [1]",
        "\"mlp_only_layers\" is not a first run of layers"},
       {kQwen3Moe, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2", "\"decoder_sparse_step\" is 2"},
       {kMixtral, "\"router_jitter_noise\": 0.0", "\"router_jitter_noise\": 0.1", "\"router_jitter_noise\" is 0.1"},
-  };
-  for (const auto& c : cases) {
-    std::string text = c.base;
-    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
-    text.replace(text.find(c.from), c.from.size(), c.to);
-    absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("refused", text));
-    ASSERT_FALSE(m.ok()) << c.to;
-    EXPECT_THAT(Message(m.status()), HasSubstr(c.message)) << c.to;
-    EXPECT_THAT(Message(m.status()), UserErrorShape());
-  }
+  });
 }
 
 // Llama's relatives as transformers 4.57 saves them (Qwen2, Qwen3 and
@@ -602,10 +603,7 @@ TEST(HfConfigTest, ReadsQwenAndMistral) {
 }
 
 TEST(HfConfigTest, WhatQwenAndMistralComputeOtherwiseIsAnError) {
-  const struct {
-    const char* base;
-    std::string from, to, message;
-  } cases[] = {
+  ExpectEditedConfigs({
       {kQwen2, "\"use_sliding_window\": false", "\"use_sliding_window\": true",
        "\"use_sliding_window\" is true, but tetra implements Qwen's full attention on every layer"},
       {kQwen2, "\"full_attention\"]", "\"sliding_attention\"]",
@@ -614,20 +612,7 @@ TEST(HfConfigTest, WhatQwenAndMistralComputeOtherwiseIsAnError) {
       {kMistral, "\"sliding_window\": null", "\"sliding_window\": 4.5", "\"sliding_window\" is 4.5"},
       {kMistral, "\"head_dim\": 128", "\"head_dim\": 128, \"attention_bias\": true, \"mlp_bias\": true",
        ""},  // keys MistralConfig and its code do not read: metadata
-  };
-  for (const auto& c : cases) {
-    std::string text = c.base;
-    ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
-    text.replace(text.find(c.from), c.from.size(), c.to);
-    absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("refused", text));
-    if (c.message.empty()) {
-      EXPECT_TRUE(m.ok()) << c.to << ": " << m.status();
-      continue;
-    }
-    ASSERT_FALSE(m.ok()) << c.to;
-    EXPECT_THAT(Message(m.status()), HasSubstr(c.message)) << c.to;
-    EXPECT_THAT(Message(m.status()), UserErrorShape());
-  }
+  });
 }
 
 TEST(HfConfigTest, ExportWritesQwenAndMistralAsItReadsThem) {
@@ -636,13 +621,7 @@ TEST(HfConfigTest, ExportWritesQwenAndMistralAsItReadsThem) {
   for (const auto& [text, architecture] :
        {std::pair{std::string(kQwen2), "Qwen2ForCausalLM"}, std::pair{std::string(kQwen3), "Qwen3ForCausalLM"},
         std::pair{std::string(kMistral), "MistralForCausalLM"}, std::pair{windowed, "MistralForCausalLM"}}) {
-    const ModelConfig hf = *ReadHfConfigJson(WriteConfig("class_in", text));
-    ASSERT_TRUE(CheckHfExportable(hf).ok()) << architecture;
-    const std::string written = HfConfigJson(hf, /*seq_length=*/16, DType::kF32);
-    EXPECT_EQ(ParseJson(written)->Find("architectures")->items[0].string, architecture);
-    absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("class_out", written));
-    ASSERT_TRUE(back.ok()) << back.status() << "\n" << written;
-    EXPECT_EQ(back->SerializeAsString(), hf.SerializeAsString()) << written;
+    ExpectExportReadsBack(text, architecture);
   }
 }
 
