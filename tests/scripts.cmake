@@ -77,7 +77,8 @@ set_tests_properties(layouts.init_from_matches_single_rank PROPERTIES LABELS mpi
 add_test(NAME reference.hf_directories_match_transformers
          COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/reference/check_hf_directory.py $<TARGET_FILE:tetra>)
 add_test(NAME reference.hf_families_match_transformers
-         COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/reference/check_hf_families.py $<TARGET_FILE:tetra>)
+         COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/reference/check_hf_families.py $<TARGET_FILE:tetra>
+                 ${TETRA_EMULATED_GPU_BINARY})
 add_test(NAME tensorboard.reader_sees_every_metric
          COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/observe/check_tensorboard.py $<TARGET_FILE:tetra>)
 set_tests_properties(reference.hf_directories_match_transformers reference.hf_families_match_transformers

@@ -27,6 +27,10 @@ save_pretrained, and:
   2. tetra's export after one step loads with from_pretrained as the same
      class with no missing or unexpected weights, and its loss on the second
      step's samples equals tetra's step-2 loss (1e-5 relative).
+With the emulated GPU's build (second argument), every class also trains on
+it (train.device CUDA, fp32: the CUDA kernels, q/k/v biases and q/k norms
+included, and cuBLASLt's GEMMs on the emulated device) with transformers'
+step-1 loss and gradient norm.
 Each case also checks that the feature matters: without the biases, the
 norms or the window's class, transformers' loss differs by far more than the
 tolerance. The Qwen2 directory also holds a tokenizer (with a chat template)
@@ -34,7 +38,7 @@ and a generation_config.json (an eos_token_id list, sampling settings), as a
 hub model's does: both the run's export and `tetra checkpoint export` of its
 checkpoint carry them, byte for byte, and AutoTokenizer and GenerationConfig
 load them from the export.
-usage: check_hf_families.py TETRA_BINARY
+usage: check_hf_families.py TETRA_BINARY [EMULATED_GPU_TETRA_BINARY]
 """
 import json
 import os
@@ -50,6 +54,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
 from tetra_runs import ENV, Checker, rel, train, write_llmc_shard  # noqa: E402
 
 TETRA = sys.argv[1]
+EMULATED = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else None
 SEQ, BATCH, VOCAB = 16, 4, 64
 RTOL = 1e-5  # fp32 on both sides: sums in other orders, ~1e-7
 QK_GAIN = 30.0  # sharp attention, so that positions (RoPE) and q/k matter
@@ -105,13 +110,13 @@ def hf_grad_norm(model, samples):
     return norm
 
 
-def tetra_metrics(work, model_dir, ranks, layout, steps, export=None):
+def tetra_metrics(work, model_dir, ranks, layout, steps, export=None, binary=TETRA):
     sets = [f"init_from={model_dir}", "data.format=LLMC", f"data.path={work}/train.bin",
             f"train.seq_length={SEQ}", f"train.global_batch_size={BATCH}", f"train.micro_batch_size={BATCH // 2}",
             f"train.steps={steps}", "train.threads=1", "optimizer.lr=1e-3", "optimizer.min_lr=1e-3"] + layout
     out = f"{work}/run_{len(os.listdir(work))}"
     os.makedirs(out)
-    return train(TETRA, out, ranks, sets + ([f"export_path={export}"] if export else []))
+    return train(binary, out, ranks, sets + ([f"export_path={export}"] if export else []))
 
 
 def tetra_losses(work, model_dir, ranks, layout, steps, export=None):
@@ -269,9 +274,17 @@ def run_case(name, work):
         got = tetra_losses(work, model_dir, ranks, layout, steps=1)[0]
         check(rel(got, reference) <= RTOL,
               f"{name} {layout or 'one rank'}: tetra's step-1 loss {got:.9f} vs transformers {reference:.9f}")
-    norm, reference_norm = tetra_metrics(work, model_dir, 1, [], steps=1)[0]["grad_norm"], hf_grad_norm(model, step_samples[0])
+    reference_norm = hf_grad_norm(model, step_samples[0])
+    norm = tetra_metrics(work, model_dir, 1, [], steps=1)[0]["grad_norm"]
     check(rel(norm, reference_norm) <= 1e-5,
           f"{name}: tetra's step-1 gradient norm {norm:.9f} vs transformers' {reference_norm:.9f}")
+    if EMULATED:
+        on_gpu = tetra_metrics(work, model_dir, 1, ["train.device=CUDA", "train.precision=FP32"], steps=1,
+                               binary=EMULATED)[0]
+        check(rel(on_gpu["loss"] + on_gpu.get("aux_loss", 0), reference) <= RTOL
+              and rel(on_gpu["grad_norm"], reference_norm) <= 1e-5,
+              f"{name} on the emulated GPU: step-1 loss {on_gpu['loss']:.9f} and gradient norm "
+              f"{on_gpu['grad_norm']:.9f} as transformers'")
 
     export = f"{work}/{name}_export"
     two_steps = tetra_losses(work, model_dir, 1, [], steps=2)
