@@ -107,3 +107,8 @@ set_tests_properties(layouts.pipeline_schedules_match_single_rank PROPERTIES LAB
 add_test(NAME layouts.context_parallel_matches_single_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_context_parallel.py $<TARGET_FILE:tetra>)
 set_tests_properties(layouts.context_parallel_matches_single_rank PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)
+# tools/data/prepare.py against megatron-core's IndexedDatasetBuilder and transformers'
+# tokenizer, and tetra training on its output, in build/pyenv.
+add_test(NAME data.prepare_matches_megatron_builder
+         COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/data/check_prepare.py $<TARGET_FILE:tetra>)
+set_tests_properties(data.prepare_matches_megatron_builder PROPERTIES LABELS unit TIMEOUT 300)

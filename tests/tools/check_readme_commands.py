@@ -10,6 +10,11 @@ into its parts. Each part meets the first rule that matches:
     (FILE.textproto, DIR, N, ...) are not runnable: skipped;
   - NAMES (listed verbatim below): a program or subcommand named in prose
     (`tetra plan`), and folders (ending in "/"): skipped;
+  - OWN_TEXT (listed verbatim below): the walk-through from a user's text to
+    a run, whose MODEL_DIR, TEXT.txt and VOCAB stand for the user's model
+    directory, text and vocabulary size: skipped here, and
+    tests/data/check_prepare.py runs these lines with a tokenizer and text of
+    its own;
   - `bash scripts/setup.sh`: installs packages and builds; CI runs it: skipped;
   - `ctest ...`: the suite this test is part of: skipped;
   - `tools/gpu/run_gpu_checks.sh --emulated ...`: the GPU checks on the
@@ -50,7 +55,13 @@ SYNOPSIS = {
     "mpirun -np N tetra commbench [--op all_reduce|reduce_scatter|all_gather|all_to_all|broadcast|send_recv|all]",
 }
 NAMES = {"tetra", "mpirun", "tetra train", "tetra export", "tetra plan", "tetra commbench", "tetra report",
-         "tetra checkpoint inspect", "build/tetra_emu", "build/tetra_gpu_tests_emu"}
+         "tetra checkpoint inspect", "build/tetra_emu", "build/tetra_gpu_tests_emu", "tools/data/prepare.py"}
+# In the order they run.
+OWN_TEXT = (
+    "build/pyenv/bin/python tools/data/prepare.py --tokenizer MODEL_DIR --input TEXT.txt --output data/TEXT",
+    "build/tetra train --config configs/tiny_dense.textproto --set data.format=MEGATRON --set data.path=data/TEXT "
+    "--set model.vocab_size=VOCAB",
+)
 COMMAND_WORDS = {"tetra", "mpirun", "srun", "bash", "ctest", "python3"}
 # Shortened as a user shortens a recipe (DESIGN.md: --set train.steps=N), on one thread.
 SHORTEN_TRAIN = " --set train.steps=2 --set train.threads=1"
@@ -77,6 +88,8 @@ def classify(part):
         return "skip", "usage synopsis with placeholders"
     if part in NAMES or part.endswith("/"):
         return "skip", "a name in prose, not a command"
+    if part in OWN_TEXT:
+        return "skip", "placeholders for a user's model and text; tests/data/check_prepare.py runs it with its own"
     if part == "bash scripts/setup.sh":
         return "skip", "set-up (installs and builds); CI runs it"
     if words[0] == "ctest":
