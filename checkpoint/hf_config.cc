@@ -519,7 +519,9 @@ absl::Status ReadLlamaFamilyKeys(HfConfigReader& config, const HfClassInfo& cls,
                               std::all_of(types->items.begin(), types->items.end(), [](const JsonValue& t) {
                                 return t.kind == JsonValue::Kind::kString && t.string == "full_attention";
                               });
-        if (!all_full) return config.Error("layer_types", absl::StrCat("is not \"full_attention\" on every layer, ", kFull));
+        if (!all_full) {
+          return config.Error("layer_types", absl::StrCat("is not \"full_attention\" on every layer, ", kFull));
+        }
       }
     }
   }
@@ -565,8 +567,8 @@ absl::Status ReadSoftmaxMoeKeys(HfConfigReader& config, HfClass id, ModelConfig*
   const bool mixtral = id == HfClass::kMixtral;
   ASSIGN_OR_RETURN(const int32_t experts, config.Int(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : 128));
   ASSIGN_OR_RETURN(const int32_t per_token, config.Int("num_experts_per_tok", mixtral ? 2 : 8));
-  ASSIGN_OR_RETURN(const int32_t width,
-                   mixtral ? absl::StatusOr<int32_t>(m->intermediate_size()) : config.Int("moe_intermediate_size", 768));
+  ASSIGN_OR_RETURN(const int32_t width, mixtral ? absl::StatusOr<int32_t>(m->intermediate_size())
+                                                : config.Int("moe_intermediate_size", 768));
   ASSIGN_OR_RETURN(const bool norm_topk, mixtral ? absl::StatusOr<bool>(true) : config.Bool("norm_topk_prob", false));
   int32_t dense_layers = 0;
   if (!mixtral) {
@@ -878,7 +880,9 @@ std::string ClassMismatch(const HfClassInfo& cls, const ModelConfig& m) {
   }
   if (UsesMla(m) != mla_class) return "multi-head latent attention (DeepseekV3's alone)";
   if (has_moe && !sigmoid_class && !softmax_class) return "model.moe (routed experts)";
-  if (has_moe && sigmoid_class && SoftmaxMoe(m)) return "model.moe.scoring_func \"softmax\" (its router scores sigmoid)";
+  if (has_moe && sigmoid_class && SoftmaxMoe(m)) {
+    return "model.moe.scoring_func \"softmax\" (its router scores sigmoid)";
+  }
   if (!softmax_class) return "";
   if (has_moe && !SoftmaxMoe(m)) return "model.moe.scoring_func \"sigmoid\" (its router scores softmax)";
   if (moe.n_shared_experts() > 0 || moe.n_group() > 1 || moe.routed_scaling_factor() != 1) {

@@ -637,7 +637,8 @@ TEST(HfConfigTest, ExportClassFollowsTheModelsFeatures) {
   EXPECT_EQ(HfArchitecture(m), "Qwen3ForCausalLM");
   m.set_hf_architecture("LlamaForCausalLM");
   EXPECT_THAT(Message(CheckHfExportable(m)),
-              HasSubstr("this model's model.qk_norm (q/k head norms: Qwen3's and Qwen3Moe's alone) is not what Hugging Face's "
+              HasSubstr("this model's model.qk_norm (q/k head norms: Qwen3's and Qwen3Moe's alone) is not what Hugging "
+                        "Face's "
                         "LlamaForCausalLM, the class its export would name, computes"));
   m.set_hf_architecture("GPT2LMHeadModel");
   EXPECT_THAT(Message(CheckHfExportable(m)), HasSubstr("model.hf_architecture is \"GPT2LMHeadModel\""));
