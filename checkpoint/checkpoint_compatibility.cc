@@ -62,9 +62,9 @@ std::optional<FieldDifference> FirstDifference(const Message& saved, const Messa
     const std::string path = absl::StrCat(prefix, ".", field->name());
     if (std::find(skip.begin(), skip.end(), path) != skip.end()) continue;
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !field->is_repeated()) {
-      const std::optional<FieldDifference> inner = FirstDifference(
-          saved.GetReflection()->GetMessage(saved, field), ours.GetReflection()->GetMessage(ours, field), path,
-          skip);
+      const std::optional<FieldDifference> inner =
+          FirstDifference(saved.GetReflection()->GetMessage(saved, field),
+                          ours.GetReflection()->GetMessage(ours, field), path, skip);
       if (inner) return inner;
       continue;
     }
@@ -79,37 +79,41 @@ std::optional<FieldDifference> FirstDifference(const Message& saved, const Messa
 absl::Status CheckResumeStep(const TrainerConfig& config, int64_t step, const std::string& path) {
   const int steps = config.train().steps();
   if (step > std::numeric_limits<int>::max()) {
-    return UserError(absl::StrCat("checkpoint ", path, " is at step ", step, ", beyond the ",
-                                  std::numeric_limits<int>::max(),
-                                  " steps a run counts to (train.steps is an int32): it is not one tetra wrote"),
-                     "remove it, or point checkpoint.dir at another directory", absl::StatusCode::kDataLoss);
+    return UserError(
+        absl::StrCat("checkpoint ", path, " is at step ", step, ", beyond the ",
+                     std::numeric_limits<int>::max(),
+                     " steps a run counts to (train.steps is an int32): it is not one tetra wrote"),
+        "remove it, or point checkpoint.dir at another directory", absl::StatusCode::kDataLoss);
   }
   if (step > steps) {
-    return UserError(absl::StrCat("checkpoint ", path, " is at step ", step, ", beyond train.steps ", steps,
-                                  ": the run would have nothing to continue"),
-                     absl::StrCat("set train.steps above ", step, " to train on, point checkpoint.dir at another "
-                                  "directory, or set checkpoint.resume: false to start afresh"));
+    return UserError(
+        absl::StrCat("checkpoint ", path, " is at step ", step, ", beyond train.steps ", steps,
+                     ": the run would have nothing to continue"),
+        absl::StrCat("set train.steps above ", step,
+                     " to train on, point checkpoint.dir at another "
+                     "directory, or set checkpoint.resume: false to start afresh"));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckResumable(const TrainerConfig& config, const CheckpointManifest& manifest, int64_t step,
-                            const std::string& path) {
+absl::Status CheckResumable(const TrainerConfig& config, const CheckpointManifest& manifest,
+                            int64_t step, const std::string& path) {
   const TrainingState& state = manifest.state();
   if (state.step() != step) {
-    return UserError(absl::StrCat("checkpoint ", path, " is named for step ", step, " but its manifest says step ",
-                                  state.step()),
+    return UserError(absl::StrCat("checkpoint ", path, " is named for step ", step,
+                                  " but its manifest says step ", state.step()),
                      kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
   }
   RETURN_IF_ERROR(CheckResumeStep(config, step, path));
   // step <= train.steps (an int) and the batch size is an int: no overflow.
   const int64_t batch = config.train().global_batch_size();
   if (state.consumed_samples() != step * batch) {
-    return UserError(absl::StrCat("checkpoint ", path, " is at step ", step, " after ", state.consumed_samples(),
-                                  " samples, but train.global_batch_size ", batch, " would have consumed ",
-                                  step * batch),
-                     absl::StrCat("resume with train.global_batch_size ", state.global_batch_size(),
-                                  ", the batch size that wrote it"));
+    return UserError(
+        absl::StrCat("checkpoint ", path, " is at step ", step, " after ", state.consumed_samples(),
+                     " samples, but train.global_batch_size ", batch, " would have consumed ",
+                     step * batch),
+        absl::StrCat("resume with train.global_batch_size ", state.global_batch_size(),
+                     ", the batch size that wrote it"));
   }
   const TrainerConfig& saved = manifest.config();
   std::optional<FieldDifference> difference;
@@ -119,14 +123,16 @@ absl::Status CheckResumable(const TrainerConfig& config, const CheckpointManifes
   }
   // Checkpoints hold the vocabulary unpadded: its padding may change like the layout.
   if (!difference) {
-    difference = FirstDifference(saved.model(), config.model(), "model", {"model.make_vocab_size_divisible_by"});
+    difference = FirstDifference(saved.model(), config.model(), "model",
+                                 {"model.make_vocab_size_divisible_by"});
   }
   // The validation set is read only for evaluation: it may change.
-  if (!difference) difference = FirstDifference(saved.data(), config.data(), "data", {"data.valid_path"});
+  if (!difference)
+    difference = FirstDifference(saved.data(), config.data(), "data", {"data.valid_path"});
   if (difference) {
-    return UserError(absl::StrCat("checkpoint ", path, " was written by a run with ", difference->field, " ",
-                                  difference->saved, ", but this run has ", difference->ours,
-                                  ": it is another run's checkpoint"),
+    return UserError(absl::StrCat("checkpoint ", path, " was written by a run with ",
+                                  difference->field, " ", difference->saved, ", but this run has ",
+                                  difference->ours, ": it is another run's checkpoint"),
                      kNotThisRunHint);
   }
   return absl::OkStatus();

@@ -25,8 +25,8 @@ absl::Status CheckResumeStep(const TrainerConfig& config, int64_t step, const st
 // a run of `config`: its state is at that step (CheckResumeStep) after the
 // samples train.global_batch_size gives, and it was written with this run's
 // train.seed, model section and data section (data.valid_path aside).
-absl::Status CheckResumable(const TrainerConfig& config, const CheckpointManifest& manifest, int64_t step,
-                            const std::string& path);
+absl::Status CheckResumable(const TrainerConfig& config, const CheckpointManifest& manifest,
+                            int64_t step, const std::string& path);
 
 }  // namespace tetra
 

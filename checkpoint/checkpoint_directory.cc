@@ -20,10 +20,12 @@ namespace fs = std::filesystem;
 constexpr char kStepPrefix[] = "step_";
 constexpr char kTemporarySuffix[] = ".tmp";
 
-constexpr char kWritableHint[] = "check that checkpoint.dir is on a writable file system with free space";
+constexpr char kWritableHint[] =
+    "check that checkpoint.dir is on a writable file system with free space";
 
 absl::Status FilesystemError(const std::string& what, const std::error_code& error) {
-  return UserError(absl::StrCat(what, ": ", error.message()), kWritableHint, absl::StatusCode::kDataLoss);
+  return UserError(absl::StrCat(what, ": ", error.message()), kWritableHint,
+                   absl::StatusCode::kDataLoss);
 }
 
 // The step of a directory named step_N, N all digits (no sign, no suffix),
@@ -33,7 +35,8 @@ std::optional<int64_t> StepOf(const std::string& name) {
   if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return std::nullopt;
   const std::string digits = name.substr(prefix.size());
   int64_t step;
-  if (!std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) || !absl::SimpleAtoi(digits, &step)) {
+  if (!std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(digits, &step)) {
     return std::nullopt;
   }
   return step;
@@ -78,9 +81,10 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& 
     const bool directory = fs::is_directory(path, error);
     const bool complete = directory && fs::exists(path / kCompleteMarkerName, error);
     if (error || !directory) {
-      return UserError(absl::StrCat("checkpoint ", path.string(), " is not a readable directory",
-                                    error ? absl::StrCat(": ", error.message()) : ""),
-                       "remove or repair it: checkpoint.dir holds the step_NNNNNNNN directories tetra writes");
+      return UserError(
+          absl::StrCat("checkpoint ", path.string(), " is not a readable directory",
+                       error ? absl::StrCat(": ", error.message()) : ""),
+          "remove or repair it: checkpoint.dir holds the step_NNNNNNNN directories tetra writes");
     }
     entries.push_back({*step, path.string(), complete});
   }
@@ -101,7 +105,8 @@ absl::StatusOr<std::optional<CheckpointEntry>> NewestCompleteCheckpoint(const st
 }
 
 absl::Status WriteFileDurably(const std::string& path, const void* data, size_t size) {
-  return WriteFileAtomically(path, std::string_view(static_cast<const char*>(data), size), kWritableHint);
+  return WriteFileAtomically(path, std::string_view(static_cast<const char*>(data), size),
+                             kWritableHint);
 }
 
 absl::StatusOr<std::string> CreateTemporaryStepDir(const std::string& root, int64_t step) {
@@ -109,7 +114,8 @@ absl::StatusOr<std::string> CreateTemporaryStepDir(const std::string& root, int6
   std::error_code error;
   fs::remove_all(tmp, error);
   if (!error) fs::create_directories(tmp, error);
-  if (error) return FilesystemError(absl::StrCat("creating checkpoint directory ", tmp.string()), error);
+  if (error)
+    return FilesystemError(absl::StrCat("creating checkpoint directory ", tmp.string()), error);
   return tmp.string();
 }
 

@@ -28,7 +28,8 @@ absl::Status CheckAgainstMarker(const std::string& dir, const std::string& manif
   std::error_code error;
   if (!std::filesystem::exists(marker_path, error) && !error) return absl::OkStatus();
   constexpr int64_t kMarkerLimit = 4096;  // "step N" and the checksum
-  ASSIGN_OR_RETURN(const InputFile file, InputFile::Open(marker_path, "completion marker", kDamagedCheckpointHint));
+  ASSIGN_OR_RETURN(const InputFile file,
+                   InputFile::Open(marker_path, "completion marker", kDamagedCheckpointHint));
   if (file.size() > kMarkerLimit) {
     return UserError(absl::StrCat("the completion marker ", marker_path, " has ", file.size(),
                                   " bytes, where a marker has a few dozen: it is damaged"),
@@ -49,9 +50,11 @@ absl::Status CheckAgainstMarker(const std::string& dir, const std::string& manif
   }
   const uint32_t actual = Crc32c(manifest_bytes.data(), manifest_bytes.size());
   if (actual != expected) {
-    return UserError(absl::StrFormat("checkpoint manifest %s is corrupt: its bytes have CRC-32C %08x but "
-                                     "%s says %08x", manifest_path, actual, marker_path, expected),
-                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+    return UserError(
+        absl::StrFormat("checkpoint manifest %s is corrupt: its bytes have CRC-32C %08x but "
+                        "%s says %08x",
+                        manifest_path, actual, marker_path, expected),
+        kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
   }
   return absl::OkStatus();
 }
@@ -62,10 +65,14 @@ std::string RankFileName(int rank) { return absl::StrFormat("rank_%05d.bin", ran
 
 std::string KindName(TensorRecord::Kind kind) {
   switch (kind) {
-    case TensorRecord::WEIGHT: return "weight";
-    case TensorRecord::EXP_AVG: return "exp_avg";
-    case TensorRecord::EXP_AVG_SQ: return "exp_avg_sq";
-    case TensorRecord::BUFFER: return "buffer";
+    case TensorRecord::WEIGHT:
+      return "weight";
+    case TensorRecord::EXP_AVG:
+      return "exp_avg";
+    case TensorRecord::EXP_AVG_SQ:
+      return "exp_avg_sq";
+    case TensorRecord::BUFFER:
+      return "buffer";
   }
   return absl::StrCat("kind ", static_cast<int>(kind));
 }
@@ -90,18 +97,21 @@ int64_t BoxNumElements(const std::vector<DimRange>& box) {
 }
 
 std::string BoxString(const std::vector<DimRange>& box) {
-  return absl::StrCat("[", absl::StrJoin(box, ", ", [](std::string* out, const DimRange& r) {
-                        absl::StrAppend(out, r.begin(), ":", r.end());
-                      }), "]");
+  return absl::StrCat("[",
+                      absl::StrJoin(box, ", ",
+                                    [](std::string* out, const DimRange& r) {
+                                      absl::StrAppend(out, r.begin(), ":", r.end());
+                                    }),
+                      "]");
 }
 
 uint32_t ShardCrc32c(const TensorRecord& tensor, const ShardRecord& shard, const void* data) {
   // The name goes first with its length, so no two records read the same.
-  const std::string place = absl::StrCat(
-      tensor.name().size(), ":", tensor.name(), " ", KindName(tensor.kind()), " [",
-      absl::StrJoin(tensor.shape(), ", "), "] ",
-      BoxString(std::vector<DimRange>(shard.box().begin(), shard.box().end())), " ", shard.flat_begin(), ":",
-      shard.flat_end(), "\n");
+  const std::string place =
+      absl::StrCat(tensor.name().size(), ":", tensor.name(), " ", KindName(tensor.kind()), " [",
+                   absl::StrJoin(tensor.shape(), ", "), "] ",
+                   BoxString(std::vector<DimRange>(shard.box().begin(), shard.box().end())), " ",
+                   shard.flat_begin(), ":", shard.flat_end(), "\n");
   return Crc32c(data, shard.bytes(), Crc32c(place.data(), place.size()));
 }
 

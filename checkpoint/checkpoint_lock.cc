@@ -23,7 +23,8 @@
 namespace tetra {
 namespace {
 
-constexpr char kWritableHint[] = "point checkpoint.dir at a directory this job can create and write";
+constexpr char kWritableHint[] =
+    "point checkpoint.dir at a directory this job can create and write";
 
 std::string HostName() {
   char host[256] = {};
@@ -49,28 +50,34 @@ std::string DescribeHolder(int fd) {
   const ssize_t size = ::pread(fd, buffer, sizeof(buffer), 0);
   if (size <= 0) return "";
   std::string host, pid, started;
-  for (absl::string_view line : absl::StrSplit(absl::string_view(buffer, static_cast<size_t>(size)), '\n')) {
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(buffer, static_cast<size_t>(size)), '\n')) {
     if (absl::ConsumePrefix(&line, "host ")) host = std::string(line);
     if (absl::ConsumePrefix(&line, "pid ")) pid = std::string(line);
     if (absl::ConsumePrefix(&line, "started ")) started = std::string(line);
   }
-  if (host.empty() && pid.empty()) return absl::StrCat("a holder its text does not name: ", UserText(std::string_view(buffer, static_cast<size_t>(size))));
-  return absl::StrCat("pid ", UserText(pid), " on host ", UserText(host), ", started ", UserText(started));
+  if (host.empty() && pid.empty())
+    return absl::StrCat("a holder its text does not name: ",
+                        UserText(std::string_view(buffer, static_cast<size_t>(size))));
+  return absl::StrCat("pid ", UserText(pid), " on host ", UserText(host), ", started ",
+                      UserText(started));
 }
 
 bool SameFile(int fd, const std::string& path) {
   struct stat held, named;
-  return ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
-         held.st_ino == named.st_ino;
+  return ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 &&
+         held.st_dev == named.st_dev && held.st_ino == named.st_ino;
 }
 
 }  // namespace
 
-absl::StatusOr<CheckpointLock> CheckpointLock::Acquire(const std::string& dir, std::ostream& notes) {
+absl::StatusOr<CheckpointLock> CheckpointLock::Acquire(const std::string& dir,
+                                                       std::ostream& notes) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
-    return UserError(absl::StrCat("cannot create checkpoint.dir ", dir, ": ", error.message()), kWritableHint);
+    return UserError(absl::StrCat("cannot create checkpoint.dir ", dir, ": ", error.message()),
+                     kWritableHint);
   }
   const std::string path = absl::StrCat(dir, "/", kLockFileName);
   // A holder that releases removes the file: the name may then point to a
@@ -80,8 +87,9 @@ absl::StatusOr<CheckpointLock> CheckpointLock::Acquire(const std::string& dir, s
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
-      return UserError(absl::StrCat("cannot create the lock file ", path, ": ", std::strerror(errno)),
-                       kWritableHint);
+      return UserError(
+          absl::StrCat("cannot create the lock file ", path, ": ", std::strerror(errno)),
+          kWritableHint);
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int flock_error = errno;
@@ -89,14 +97,17 @@ absl::StatusOr<CheckpointLock> CheckpointLock::Acquire(const std::string& dir, s
       ::close(fd);
       if (flock_error == EWOULDBLOCK) {
         return UserError(
-            absl::StrCat("checkpoint.dir ", dir, " is in use by another tetra job (",
-                         holder.empty() ? "one that has not yet written its details" : holder, ", holding ",
-                         path, "): two jobs saving there would resume from and remove each other's checkpoints"),
+            absl::StrCat(
+                "checkpoint.dir ", dir, " is in use by another tetra job (",
+                holder.empty() ? "one that has not yet written its details" : holder, ", holding ",
+                path,
+                "): two jobs saving there would resume from and remove each other's checkpoints"),
             "wait for that job to end or stop it, or point checkpoint.dir at another directory",
             absl::StatusCode::kFailedPrecondition);
       }
-      return UserError(absl::StrCat("cannot lock ", path, ": ", std::strerror(flock_error)),
-                       "put checkpoint.dir on a file system with flock support (Lustre: mount with -o flock)");
+      return UserError(
+          absl::StrCat("cannot lock ", path, ": ", std::strerror(flock_error)),
+          "put checkpoint.dir on a file system with flock support (Lustre: mount with -o flock)");
     }
     if (!SameFile(fd, path)) {
       ::close(fd);
@@ -109,10 +120,12 @@ absl::StatusOr<CheckpointLock> CheckpointLock::Acquire(const std::string& dir, s
             << ", which ended without releasing it\n";
     }
     const std::string text = HolderText();
-    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+    if (::ftruncate(fd, 0) != 0 ||
+        ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
       const std::string cause = std::strerror(errno);
       ::close(fd);
-      return UserError(absl::StrCat("cannot write the lock file ", path, ": ", cause), kWritableHint);
+      return UserError(absl::StrCat("cannot write the lock file ", path, ": ", cause),
+                       kWritableHint);
     }
     return CheckpointLock(path, fd);
   }
@@ -144,7 +157,8 @@ void CheckpointLock::Release() {
   fd_ = -1;
 }
 
-absl::StatusOr<std::optional<CheckpointLock>> LockCheckpointDir(const std::string& dir, Communicator& world,
+absl::StatusOr<std::optional<CheckpointLock>> LockCheckpointDir(const std::string& dir,
+                                                                Communicator& world,
                                                                 std::ostream& notes) {
   if (dir.empty()) return std::nullopt;
   std::optional<CheckpointLock> lock;

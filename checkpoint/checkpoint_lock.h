@@ -46,7 +46,8 @@ class CheckpointLock {
 // directory's own files (manifests, markers, commits), takes it and every
 // rank learns the outcome, so all fail together. Collective over `world`.
 // nullopt on the other ranks, and everywhere when `dir` is empty.
-absl::StatusOr<std::optional<CheckpointLock>> LockCheckpointDir(const std::string& dir, Communicator& world,
+absl::StatusOr<std::optional<CheckpointLock>> LockCheckpointDir(const std::string& dir,
+                                                                Communicator& world,
                                                                 std::ostream& notes);
 
 }  // namespace tetra

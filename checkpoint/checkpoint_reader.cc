@@ -18,7 +18,9 @@ std::string TensorLabel(const TensorRecord& tensor) {
   return absl::StrCat(UserText(tensor.name()), " (", KindName(tensor.kind()), ")");
 }
 
-Shape ShapeOf(const TensorRecord& tensor) { return Shape(tensor.shape().begin(), tensor.shape().end()); }
+Shape ShapeOf(const TensorRecord& tensor) {
+  return Shape(tensor.shape().begin(), tensor.shape().end());
+}
 
 std::vector<DimRange> BoxOf(const ShardRecord& shard) {
   return std::vector<DimRange>(shard.box().begin(), shard.box().end());
@@ -33,7 +35,8 @@ std::vector<DimRange> GlobalBox(const TensorRecord& tensor) {
 // The number of elements of `tensor`'s global shape; a shape no tensor can
 // have (a negative dim, more F32 bytes than int64 counts, more dims than any
 // model tensor) means the manifest is damaged.
-absl::StatusOr<int64_t> TensorElements(const std::string& manifest_path, const TensorRecord& tensor) {
+absl::StatusOr<int64_t> TensorElements(const std::string& manifest_path,
+                                       const TensorRecord& tensor) {
   constexpr int kMaxDims = 8;
   int64_t n = 1;
   bool ok = tensor.shape_size() <= kMaxDims;
@@ -42,12 +45,13 @@ absl::StatusOr<int64_t> TensorElements(const std::string& manifest_path, const T
          n <= std::numeric_limits<int64_t>::max() / static_cast<int64_t>(sizeof(float));
   }
   if (ok) return n;
-  return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " gives ", TensorLabel(tensor),
-                                " the shape ",
-                                tensor.shape_size() <= kMaxDims ? ShapeString(ShapeOf(tensor))
-                                                                : absl::StrCat("of ", tensor.shape_size(), " dims"),
-                                ", which no tensor has (a negative dim, or more elements than can be counted)"),
-                   kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+  return UserError(
+      absl::StrCat(
+          "checkpoint manifest ", manifest_path, " gives ", TensorLabel(tensor), " the shape ",
+          tensor.shape_size() <= kMaxDims ? ShapeString(ShapeOf(tensor))
+                                          : absl::StrCat("of ", tensor.shape_size(), " dims"),
+          ", which no tensor has (a negative dim, or more elements than can be counted)"),
+      kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
 }
 
 // A shard record that cannot describe real data: the manifest is damaged.
@@ -59,9 +63,10 @@ absl::Status CheckShardRecord(const std::string& manifest_path, const TensorReco
   // makes: printable, no '/', at most NAME_MAX bytes (it appears in messages).
   constexpr size_t kMaxFileNameBytes = 255;
   const std::string& file = shard.file();
-  bool ok = shard.box_size() == tensor.shape_size() && !file.empty() &&
-            file.size() <= kMaxFileNameBytes &&
-            std::all_of(file.begin(), file.end(), [](char c) { return c > ' ' && c < 0x7f && c != '/'; });
+  bool ok =
+      shard.box_size() == tensor.shape_size() && !file.empty() &&
+      file.size() <= kMaxFileNameBytes &&
+      std::all_of(file.begin(), file.end(), [](char c) { return c > ' ' && c < 0x7f && c != '/'; });
   for (int d = 0; ok && d < shard.box_size(); ++d) {
     ok = 0 <= shard.box(d).begin() && shard.box(d).begin() <= shard.box(d).end() &&
          shard.box(d).end() <= tensor.shape(d);
@@ -71,15 +76,16 @@ absl::Status CheckShardRecord(const std::string& manifest_path, const TensorReco
        shard.flat_end() <= BoxNumElements(BoxOf(shard)) &&
        !__builtin_mul_overflow(static_cast<uint64_t>(shard.flat_end() - shard.flat_begin()),
                                sizeof(float), &bytes) &&
-       shard.bytes() == bytes && shard.offset() <= std::numeric_limits<uint64_t>::max() - shard.bytes();
+       shard.bytes() == bytes &&
+       shard.offset() <= std::numeric_limits<uint64_t>::max() - shard.bytes();
   if (ok) return absl::OkStatus();
-  return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " is inconsistent: a shard of ",
-                                TensorLabel(tensor), " in file ", UserText(shard.file()), " holds elements [",
-                                shard.flat_begin(), ", ", shard.flat_end(), ") of box ",
-                                BoxString(BoxOf(shard)), " in ", shard.bytes(),
-                                " bytes, which does not fit the tensor's shape ",
-                                ShapeString(ShapeOf(tensor))),
-                   kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+  return UserError(
+      absl::StrCat("checkpoint manifest ", manifest_path, " is inconsistent: a shard of ",
+                   TensorLabel(tensor), " in file ", UserText(shard.file()), " holds elements [",
+                   shard.flat_begin(), ", ", shard.flat_end(), ") of box ", BoxString(BoxOf(shard)),
+                   " in ", shard.bytes(), " bytes, which does not fit the tensor's shape ",
+                   ShapeString(ShapeOf(tensor))),
+      kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
 }
 
 }  // namespace
@@ -105,7 +111,8 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) 
     }
     if (held < elements) return reader.MissingElementsError(tensor, held, GlobalBox(tensor));
     if (!reader.index_.try_emplace({tensor.name(), tensor.kind()}, i).second) {
-      return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " lists ", TensorLabel(tensor), " twice"),
+      return UserError(absl::StrCat("checkpoint manifest ", manifest_path, " lists ",
+                                    TensorLabel(tensor), " twice"),
                        kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
     }
   }
@@ -114,9 +121,9 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) 
 
 absl::Status CheckpointReader::MissingElementsError(const TensorRecord& tensor, int64_t held,
                                                     const std::vector<DimRange>& box) const {
-  return UserError(absl::StrCat("checkpoint ", dir_, " holds only ", held, " of the ", BoxNumElements(box),
-                                " elements of ", TensorLabel(tensor), " in ", BoxString(box),
-                                ": shards are missing from the manifest"),
+  return UserError(absl::StrCat("checkpoint ", dir_, " holds only ", held, " of the ",
+                                BoxNumElements(box), " elements of ", TensorLabel(tensor), " in ",
+                                BoxString(box), ": shards are missing from the manifest"),
                    kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
 }
 
@@ -128,7 +135,8 @@ const TensorRecord* CheckpointReader::Find(std::string_view name, TensorRecord::
 absl::StatusOr<InputFile> CheckpointReader::OpenShard(const TensorRecord& tensor,
                                                       const ShardRecord& shard) const {
   const std::string path = absl::StrCat(dir_, "/", shard.file());
-  ASSIGN_OR_RETURN(InputFile file, InputFile::Open(path, "checkpoint file", kDamagedCheckpointHint));
+  ASSIGN_OR_RETURN(InputFile file,
+                   InputFile::Open(path, "checkpoint file", kDamagedCheckpointHint));
   const auto size = static_cast<uint64_t>(file.size());
   if (shard.bytes() > size || shard.offset() > size - shard.bytes()) {
     return UserError(absl::StrCat("checkpoint file ", path, " is truncated: ", TensorLabel(tensor),
@@ -146,11 +154,12 @@ absl::StatusOr<std::string> CheckpointReader::ReadShard(const TensorRecord& tens
                                                 static_cast<int64_t>(shard.bytes())));
   const uint32_t crc = ShardCrc32c(tensor, shard, bytes.data());
   if (crc != shard.crc32c()) {
-    return UserError(absl::StrCat("checkpoint file ", file.path(), " is corrupt: ", TensorLabel(tensor),
-                                  " at bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
-                                  ") has CRC-32C ", crc, " but the manifest says ", shard.crc32c(),
-                                  " (its data, or the record naming it, was altered)"),
-                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+    return UserError(
+        absl::StrCat("checkpoint file ", file.path(), " is corrupt: ", TensorLabel(tensor),
+                     " at bytes [", shard.offset(), ", ", shard.offset() + shard.bytes(),
+                     ") has CRC-32C ", crc, " but the manifest says ", shard.crc32c(),
+                     " (its data, or the record naming it, was altered)"),
+        kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
   }
   return bytes;
 }
@@ -164,7 +173,8 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
   auto overlaps = [&](const ShardRecord& shard) {
     bool overlap = shard.flat_begin() < shard.flat_end();
     for (int d = 0; d < dims; ++d) {
-      overlap = overlap && shard.box(d).begin() < box[d].end() && box[d].begin() < shard.box(d).end();
+      overlap =
+          overlap && shard.box(d).begin() < box[d].end() && box[d].begin() < shard.box(d).end();
     }
     return overlap;
   };

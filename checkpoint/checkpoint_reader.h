@@ -40,7 +40,8 @@ class CheckpointReader {
   // box's shape in row-major order (fp32). The shards it reads are checked
   // against their files' sizes before the box is allocated, so what a
   // manifest claims never allocates more than its files hold.
-  absl::StatusOr<Tensor> ReadBox(const TensorRecord& tensor, const std::vector<DimRange>& box) const;
+  absl::StatusOr<Tensor> ReadBox(const TensorRecord& tensor,
+                                 const std::vector<DimRange>& box) const;
   // The whole global tensor (so reading every tensor checks every shard).
   absl::StatusOr<Tensor> ReadGlobal(const TensorRecord& tensor) const;
 

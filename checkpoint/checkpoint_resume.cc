@@ -23,7 +23,8 @@ absl::StatusOr<const TensorRecord*> FindMatching(const CheckpointReader& reader,
   const std::string manifest = absl::StrCat(reader.dir(), "/", kManifestFileName);
   if (tensor == nullptr) {
     return UserError(absl::StrCat("checkpoint manifest ", manifest, " has no ", KindName(kind),
-                                  " tensor ", p.name, ", which the model has: it was written for "
+                                  " tensor ", p.name,
+                                  ", which the model has: it was written for "
                                   "another model"),
                      kSameModelHint);
   }
@@ -93,11 +94,13 @@ absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& s
 
 absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, ParameterStore& store,
                                              const DistributedOptimizer& optimizer,
-                                             const DistributedOptimizer* experts, const ParallelState& parallel,
+                                             const DistributedOptimizer* experts,
+                                             const ParallelState& parallel,
                                              std::ostream& progress) {
   const CheckpointConfig& checkpoint = config.checkpoint();
   if (checkpoint.dir().empty() || !checkpoint.resume()) return 0;
-  absl::StatusOr<std::optional<CheckpointEntry>> found = NewestCompleteCheckpoint(checkpoint.dir(), progress);
+  absl::StatusOr<std::optional<CheckpointEntry>> found =
+      NewestCompleteCheckpoint(checkpoint.dir(), progress);
   absl::Status usable = found.status();
   if (found.ok() && *found) usable = CheckResumeStep(config, (*found)->step, (*found)->path);
   RETURN_IF_ERROR(AgreeOnStatus(parallel.world(), std::move(usable)));
@@ -107,10 +110,11 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
   // Steps are at most train.steps, so exact as doubles.
   const int64_t step = entry ? entry->step : 0;
   if (MaxOverRanks(parallel.world(), static_cast<double>(step)) != step) {
-    return AgreeOnStatus(parallel.world(), UserError(
-        absl::StrCat("rank ", parallel.world().rank(), " finds checkpoint step ", step, " in ",
-                     checkpoint.dir(), " but another rank finds a newer one"),
-        "checkpoint.dir must be one directory shared by every rank"));
+    return AgreeOnStatus(
+        parallel.world(),
+        UserError(absl::StrCat("rank ", parallel.world().rank(), " finds checkpoint step ", step,
+                               " in ", checkpoint.dir(), " but another rank finds a newer one"),
+                  "checkpoint.dir must be one directory shared by every rank"));
   }
   if (!entry) return 0;
 
@@ -121,8 +125,8 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
   for (const Parameter& p : store.all()) {
     (p.expert ? stage_experts : stage_weights) += 1.0 / p.stage_copies;
   }
-  const int64_t model_weights =
-      std::llround(SumOverRanks(parallel.pipeline(), stage_weights + SumOverRanks(parallel.expert(), stage_experts)));
+  const int64_t model_weights = std::llround(SumOverRanks(
+      parallel.pipeline(), stage_weights + SumOverRanks(parallel.expert(), stage_experts)));
   absl::Status status = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(entry->path));
     RETURN_IF_ERROR(CheckResumable(config, reader.manifest(), entry->step, entry->path));
@@ -131,10 +135,11 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
       weights += tensor.kind() == TensorRecord::WEIGHT || tensor.kind() == TensorRecord::BUFFER;
     }
     if (weights != model_weights) {
-      return UserError(absl::StrCat("checkpoint manifest ", entry->path, "/", kManifestFileName, " holds ",
-                                    weights, " weight and buffer tensors but the model has ",
-                                    model_weights, ": it was written for another model"),
-                       kSameModelHint);
+      return UserError(
+          absl::StrCat("checkpoint manifest ", entry->path, "/", kManifestFileName, " holds ",
+                       weights, " weight and buffer tensors but the model has ", model_weights,
+                       ": it was written for another model"),
+          kSameModelHint);
     }
     return RestoreCheckpoint(reader, store, optimizer, experts);
   }();

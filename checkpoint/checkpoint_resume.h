@@ -37,8 +37,8 @@ absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& s
 // none. Collective over the world: every rank gets the same result.
 absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, ParameterStore& store,
                                              const DistributedOptimizer& optimizer,
-                                             const DistributedOptimizer* experts, const ParallelState& parallel,
-                                             std::ostream& progress);
+                                             const DistributedOptimizer* experts,
+                                             const ParallelState& parallel, std::ostream& progress);
 
 }  // namespace tetra
 

@@ -25,8 +25,8 @@ struct RankShards {
   // of a padded vocabulary are not), nothing when that is empty.
   void Add(const Parameter& p, TensorRecord::Kind kind, const Tensor& state, int64_t flat_begin,
            const std::string& file, int rank) {
-    TETRA_CHECK(state.dtype() == DType::kF32) << p.name << ": checkpoints save fp32 state, not "
-                                              << DTypeName(state.dtype());
+    TETRA_CHECK(state.dtype() == DType::kF32)
+        << p.name << ": checkpoints save fp32 state, not " << DTypeName(state.dtype());
     const int64_t real = std::min(state.numel(), p.RealElements() - flat_begin);
     if (real <= 0) return;
     const Tensor values = OnHost(state.Reshape({state.numel()}).Slice(0, real));
@@ -51,13 +51,15 @@ struct RankShards {
 // same values. A tied embedding's copy on the last pipeline stage equals the
 // first stage's: the first stage writes it.
 bool FirstReplica(const Parameter& p, const ParallelState& parallel) {
-  return parallel.tensor().rank() % p.shard.replicas == 0 && (p.stage_copies == 1 || parallel.pipeline().rank() == 0);
+  return parallel.tensor().rank() % p.shard.replicas == 0 &&
+         (p.stage_copies == 1 || parallel.pipeline().rank() == 0);
 }
 
 // Adds the moments `optimizer` holds to `shards`: each piece is a flat range
 // of one parameter's slice, named through the (dense or expert) flat buffer.
 void AddMoments(const ParameterStore& store, const DistributedOptimizer& optimizer, bool expert,
-                const ParallelState& parallel, const std::string& file, int rank, RankShards& shards) {
+                const ParallelState& parallel, const std::string& file, int rank,
+                RankShards& shards) {
   for (const DistributedOptimizer::MomentView& view : optimizer.moments()) {
     // Pieces never cross segments: the piece's first element names its parameter.
     const Parameter& p = store.AtFlatOffset(view.range.begin, expert);
@@ -82,7 +84,8 @@ RankShards CollectShards(const TrainerConfig& config, const ParameterStore& stor
   const bool first_dp = parallel.grad().rank() == 0, first_edp = parallel.expert_data().rank() == 0;
   for (const Parameter& p : store.all()) {
     if (!(p.expert ? first_edp : first_dp) || !FirstReplica(p, parallel)) continue;
-    shards.Add(p, p.trainable ? TensorRecord::WEIGHT : TensorRecord::BUFFER, p.value, 0, file, rank);
+    shards.Add(p, p.trainable ? TensorRecord::WEIGHT : TensorRecord::BUFFER, p.value, 0, file,
+               rank);
   }
   // Under ZeRO-1 each rank of the group holds different moments; under ZeRO-0 all hold all.
   const bool zero1 = config.optimizer().zero_stage() == 1;
@@ -115,7 +118,8 @@ std::vector<std::string> GatherRecords(Communicator& world, const std::string& m
   return records;
 }
 
-CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step, const ParallelState& parallel,
+CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step,
+                                 const ParallelState& parallel,
                                  const std::vector<std::string>& rank_records) {
   CheckpointManifest manifest;
   manifest.set_format_version(kCheckpointFormatVersion);
@@ -139,7 +143,8 @@ CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step, cons
   for (size_t r = 0; r < rank_records.size(); ++r) {
     manifest.add_files(RankFileName(static_cast<int>(r)));
     CheckpointManifest part;
-    TETRA_CHECK(part.ParseFromString(rank_records[r])) << "rank " << r << "'s shard records do not parse";
+    TETRA_CHECK(part.ParseFromString(rank_records[r]))
+        << "rank " << r << "'s shard records do not parse";
     for (TensorRecord& tensor : *part.mutable_tensors()) {
       TensorRecord*& merged = index[{tensor.name(), tensor.kind()}];
       if (merged == nullptr) {
@@ -159,7 +164,8 @@ CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step, cons
 absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t step,
                                            const ParameterStore& store,
                                            const DistributedOptimizer& optimizer,
-                                           const DistributedOptimizer* experts, const ParallelState& parallel) {
+                                           const DistributedOptimizer* experts,
+                                           const ParallelState& parallel) {
   Communicator& world = parallel.world();
   const std::string& root = config.checkpoint().dir();
   const bool leader = world.rank() == 0;
@@ -170,14 +176,16 @@ absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t 
   // Each rank's data file, on disk (fsynced) before rank 0 writes the manifest.
   RankShards shards = CollectShards(config, store, optimizer, experts, parallel);
   const std::string data_path = absl::StrCat(*tmp_dir, "/", RankFileName(world.rank()));
-  RETURN_IF_ERROR(AgreeOnStatus(world, WriteFileDurably(data_path, shards.data.data(), shards.data.size())));
+  RETURN_IF_ERROR(
+      AgreeOnStatus(world, WriteFileDurably(data_path, shards.data.data(), shards.data.size())));
   shards.data = std::string();
 
   const std::vector<std::string> records = GatherRecords(world, shards.records.SerializeAsString());
   absl::StatusOr<std::string> final_dir = StepDir(root, step);
   if (leader) {
     final_dir = [&]() -> absl::StatusOr<std::string> {
-      const std::string manifest = BuildManifest(config, step, parallel, records).SerializeAsString();
+      const std::string manifest =
+          BuildManifest(config, step, parallel, records).SerializeAsString();
       RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(*tmp_dir, "/", kManifestFileName),
                                        manifest.data(), manifest.size()));
       const std::string marker = CompleteMarkerText(step, manifest);

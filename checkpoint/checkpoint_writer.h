@@ -38,7 +38,8 @@ inline bool CheckpointDue(const CheckpointConfig& checkpoint, int64_t step, int6
 absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t step,
                                            const ParameterStore& store,
                                            const DistributedOptimizer& optimizer,
-                                           const DistributedOptimizer* experts, const ParallelState& parallel);
+                                           const DistributedOptimizer* experts,
+                                           const ParallelState& parallel);
 
 }  // namespace tetra
 

@@ -22,17 +22,30 @@ namespace tetra {
 namespace {
 
 constexpr char kReadHint[] =
-    "tetra trains LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-    "Qwen3MoeForCausalLM, DeepseekV3ForCausalLM and Glm4MoeForCausalLM checkpoints; give init_from a "
-    "directory whose config.json describes one, or a .safetensors file with a model section in the recipe";
+    "tetra trains LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
+    "Qwen3ForCausalLM, "
+    "Qwen3MoeForCausalLM, DeepseekV3ForCausalLM and Glm4MoeForCausalLM checkpoints; give init_from "
+    "a "
+    "directory whose config.json describes one, or a .safetensors file with a model section in the "
+    "recipe";
 
 // Keys that change nothing tetra computes: bookkeeping, inference options and
 // the padding id.
 const std::set<std::string_view> kMetadataKeys = {
-    "_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache", "pad_token_id",
+    "_name_or_path",
+    "transformers_version",
+    "torch_dtype",
+    "dtype",
+    "use_cache",
+    "pad_token_id",
     "pretraining_tp",  // transformers splits the projections into slices: the same math
-    "output_attentions", "output_hidden_states", "return_dict", "tokenizer_class",
-    "task_specific_params", "_attn_implementation_autoset", "_from_model_config"};
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "tokenizer_class",
+    "task_specific_params",
+    "_attn_implementation_autoset",
+    "_from_model_config"};
 
 // The shortest text that reads back as `value`.
 std::string Number(double value) {
@@ -86,21 +99,24 @@ class HfConfigReader {
   absl::StatusOr<double> Double(std::string_view key, double absent) {
     const JsonValue* v = Take(key);
     if (v == nullptr) return absent;
-    if (v->kind != JsonValue::Kind::kNumber) return Error(key, absl::StrCat("is ", Describe(*v), ", not a number"));
+    if (v->kind != JsonValue::Kind::kNumber)
+      return Error(key, absl::StrCat("is ", Describe(*v), ", not a number"));
     return v->number;
   }
 
   absl::StatusOr<bool> Bool(std::string_view key, bool absent) {
     const JsonValue* v = Take(key);
     if (v == nullptr) return absent;
-    if (v->kind != JsonValue::Kind::kBool) return Error(key, absl::StrCat("is ", Describe(*v), ", not true or false"));
+    if (v->kind != JsonValue::Kind::kBool)
+      return Error(key, absl::StrCat("is ", Describe(*v), ", not true or false"));
     return v->boolean;
   }
 
   absl::StatusOr<std::string> String(std::string_view key, std::string absent) {
     const JsonValue* v = Take(key);
     if (v == nullptr) return absent;
-    if (v->kind != JsonValue::Kind::kString) return Error(key, absl::StrCat("is ", Describe(*v), ", not a string"));
+    if (v->kind != JsonValue::Kind::kString)
+      return Error(key, absl::StrCat("is ", Describe(*v), ", not a string"));
     return v->string;
   }
 
@@ -115,8 +131,10 @@ class HfConfigReader {
   absl::Status CheckAllKnown() const {
     for (const std::string& key : object_.keys) {
       if (taken_.count(key) || (prefix_.empty() && kMetadataKeys.count(key))) continue;
-      return Error(key, "is not a setting tetra knows, so it cannot tell whether it changes the model's math",
-                   "if the key is only metadata, remove it from config.json");
+      return Error(
+          key,
+          "is not a setting tetra knows, so it cannot tell whether it changes the model's math",
+          "if the key is only metadata, remove it from config.json");
     }
     return absl::OkStatus();
   }
@@ -130,8 +148,9 @@ class HfConfigReader {
     for (const std::string& key : object_.keys) {
       if (taken_.count(key) || kMetadataKeys.count(key)) continue;
       if (math_keys.count(key)) {
-        return Error(key, absl::StrCat("changes what transformers computes for ", architecture,
-                                       " (its modelling code reads it), and tetra does not implement it"));
+        return Error(
+            key, absl::StrCat("changes what transformers computes for ", architecture,
+                              " (its modelling code reads it), and tetra does not implement it"));
       }
       ignored.push_back(key);
     }
@@ -140,12 +159,17 @@ class HfConfigReader {
 
   static std::string Describe(const JsonValue& v) {
     switch (v.kind) {
-      case JsonValue::Kind::kNull: return "null";
-      case JsonValue::Kind::kBool: return v.boolean ? "true" : "false";
-      case JsonValue::Kind::kNumber: return v.integer ? absl::StrCat(*v.integer) : Number(v.number);
-      case JsonValue::Kind::kString: return UserText(v.string);
+      case JsonValue::Kind::kNull:
+        return "null";
+      case JsonValue::Kind::kBool:
+        return v.boolean ? "true" : "false";
+      case JsonValue::Kind::kNumber:
+        return v.integer ? absl::StrCat(*v.integer) : Number(v.number);
+      case JsonValue::Kind::kString:
+        return UserText(v.string);
       case JsonValue::Kind::kArray:
-      case JsonValue::Kind::kObject: return JsonKindName(v.kind);
+      case JsonValue::Kind::kObject:
+        return JsonKindName(v.kind);
     }
     return "?";
   }
@@ -156,10 +180,14 @@ class HfConfigReader {
   static bool SameValue(const JsonValue& a, const JsonValue& b) {
     if (a.kind != b.kind) return false;
     switch (a.kind) {
-      case JsonValue::Kind::kBool: return a.boolean == b.boolean;
-      case JsonValue::Kind::kNumber: return a.number == b.number;
-      case JsonValue::Kind::kString: return a.string == b.string;
-      default: return false;
+      case JsonValue::Kind::kBool:
+        return a.boolean == b.boolean;
+      case JsonValue::Kind::kNumber:
+        return a.number == b.number;
+      case JsonValue::Kind::kString:
+        return a.string == b.string;
+      default:
+        return false;
     }
   }
 
@@ -208,18 +236,22 @@ absl::Status ReadYarn(HfConfigReader& scaling, ModelConfig* model) {
   ASSIGN_OR_RETURN(const bool truncate, scaling.Bool("truncate", true));
   if (factor < 0) return scaling.Error("factor", "is missing: yarn rope scaling needs it");
   if (original == 0) {
-    return scaling.Error("original_max_position_embeddings",
-                         "is missing, so transformers would take max_position_embeddings for the context before "
-                         "YaRN, while it usually holds the one after",
-                         "add original_max_position_embeddings (the context the model was trained on before "
-                         "YaRN) and set max_position_embeddings to factor times it");
+    return scaling.Error(
+        "original_max_position_embeddings",
+        "is missing, so transformers would take max_position_embeddings for the context before "
+        "YaRN, while it usually holds the one after",
+        "add original_max_position_embeddings (the context the model was trained on before "
+        "YaRN) and set max_position_embeddings to factor times it");
   }
   if (model->max_position_embeddings() != factor * original) {
-    return scaling.Error("factor", absl::StrCat("is ", factor, " but max_position_embeddings ",
-                                                model->max_position_embeddings(), " / original_max_position_embeddings ",
-                                                original, " is not: transformers computes YaRN with that ratio, yet "
-                                                "warns that it uses factor"),
-                         "set max_position_embeddings to factor times original_max_position_embeddings");
+    return scaling.Error(
+        "factor",
+        absl::StrCat("is ", factor, " but max_position_embeddings ",
+                     model->max_position_embeddings(), " / original_max_position_embeddings ",
+                     original,
+                     " is not: transformers computes YaRN with that ratio, yet "
+                     "warns that it uses factor"),
+        "set max_position_embeddings to factor times original_max_position_embeddings");
   }
   if (attention_factor == 0) {
     return scaling.Error("attention_factor", "is 0, which would zero every rotated query and key",
@@ -240,7 +272,8 @@ absl::Status ReadRopeScaling(HfConfigReader& config, const std::string& path, Mo
   const JsonValue* value = config.Take("rope_scaling");
   if (value == nullptr) return absl::OkStatus();
   if (value->kind != JsonValue::Kind::kObject) {
-    return config.Error("rope_scaling", absl::StrCat("is ", HfConfigReader::Describe(*value), ", not an object"));
+    return config.Error("rope_scaling",
+                        absl::StrCat("is ", HfConfigReader::Describe(*value), ", not an object"));
   }
   HfConfigReader scaling(*value, path, "rope_scaling.");
   // transformers reads "rope_type", and "type" from configs older than 4.43.
@@ -250,9 +283,11 @@ absl::Status ReadRopeScaling(HfConfigReader& config, const std::string& path, Mo
   if (type == "default") return scaling.CheckAllKnown();
   if (type == "yarn") return ReadYarn(scaling, model);
   if (type != "llama3") {
-    return scaling.Error("rope_type", absl::StrCat("is ", UserText(type), ", which tetra does not implement "
-                                                   "(it implements \"llama3\", Llama 3.1's scaling, and "
-                                                   "\"yarn\", DeepSeek-V3's)"));
+    return scaling.Error("rope_type",
+                         absl::StrCat("is ", UserText(type),
+                                      ", which tetra does not implement "
+                                      "(it implements \"llama3\", Llama 3.1's scaling, and "
+                                      "\"yarn\", DeepSeek-V3's)"));
   }
   RopeScalingConfig& s = *model->mutable_rope_scaling();
   s.set_rope_type(type);
@@ -261,11 +296,14 @@ absl::Status ReadRopeScaling(HfConfigReader& config, const std::string& path, Mo
   ASSIGN_OR_RETURN(const double high, scaling.Double("high_freq_factor", -1));
   ASSIGN_OR_RETURN(const int32_t original, scaling.Int("original_max_position_embeddings", 0));
   // transformers requires all four for llama3.
-  for (auto [key, missing] : {std::pair{"factor", factor < 0}, std::pair{"low_freq_factor", low < 0},
-                              std::pair{"high_freq_factor", high < 0},
-                              std::pair{"original_max_position_embeddings", original == 0}}) {
-    if (missing) return scaling.Error(key, "is missing: llama3 rope scaling needs factor, low_freq_factor, "
-                                           "high_freq_factor and original_max_position_embeddings");
+  for (auto [key, missing] :
+       {std::pair{"factor", factor < 0}, std::pair{"low_freq_factor", low < 0},
+        std::pair{"high_freq_factor", high < 0},
+        std::pair{"original_max_position_embeddings", original == 0}}) {
+    if (missing)
+      return scaling.Error(key,
+                           "is missing: llama3 rope scaling needs factor, low_freq_factor, "
+                           "high_freq_factor and original_max_position_embeddings");
   }
   s.set_factor(factor);
   s.set_low_freq_factor(low);
@@ -309,17 +347,22 @@ struct HfClassInfo {
 };
 
 constexpr HfClassInfo kHfClasses[] = {
-    {HfClass::kLlama, "llama", "LlamaForCausalLM", 32000, 4096, 11008, 32, 32, 0, 1e-6, 2048, 1, 2, 0, 1e4},
-    {HfClass::kMistral, "mistral", "MistralForCausalLM", 32000, 4096, 14336, 32, 32, 8, 1e-6, 131072, 1, 2, 0, 1e4},
-    {HfClass::kQwen2, "qwen2", "Qwen2ForCausalLM", 151936, 4096, 22016, 32, 32, 32, 1e-6, 32768, -1, -1, 0, 1e4},
-    {HfClass::kQwen3, "qwen3", "Qwen3ForCausalLM", 151936, 4096, 22016, 32, 32, 32, 1e-6, 32768, -1, -1, 128, 1e4},
-    {HfClass::kMixtral, "mixtral", "MixtralForCausalLM", 32000, 4096, 14336, 32, 32, 8, 1e-5, 131072, 1, 2, 0, 1e6},
-    {HfClass::kQwen3Moe, "qwen3_moe", "Qwen3MoeForCausalLM", 151936, 2048, 6144, 24, 32, 4, 1e-6, 32768, -1, -1, 0,
-     1e4},
-    {HfClass::kDeepseekV3, "deepseek_v3", "DeepseekV3ForCausalLM", 129280, 7168, 18432, 61, 128, 0, 1e-6, 4096, 0, 1,
+    {HfClass::kLlama, "llama", "LlamaForCausalLM", 32000, 4096, 11008, 32, 32, 0, 1e-6, 2048, 1, 2,
      0, 1e4},
-    {HfClass::kGlm4Moe, "glm4_moe", "Glm4MoeForCausalLM", 151552, 4096, 10944, 46, 96, 8, 1e-5, 131072, -1, -1, 0,
-     1e4},
+    {HfClass::kMistral, "mistral", "MistralForCausalLM", 32000, 4096, 14336, 32, 32, 8, 1e-6,
+     131072, 1, 2, 0, 1e4},
+    {HfClass::kQwen2, "qwen2", "Qwen2ForCausalLM", 151936, 4096, 22016, 32, 32, 32, 1e-6, 32768, -1,
+     -1, 0, 1e4},
+    {HfClass::kQwen3, "qwen3", "Qwen3ForCausalLM", 151936, 4096, 22016, 32, 32, 32, 1e-6, 32768, -1,
+     -1, 128, 1e4},
+    {HfClass::kMixtral, "mixtral", "MixtralForCausalLM", 32000, 4096, 14336, 32, 32, 8, 1e-5,
+     131072, 1, 2, 0, 1e6},
+    {HfClass::kQwen3Moe, "qwen3_moe", "Qwen3MoeForCausalLM", 151936, 2048, 6144, 24, 32, 4, 1e-6,
+     32768, -1, -1, 0, 1e4},
+    {HfClass::kDeepseekV3, "deepseek_v3", "DeepseekV3ForCausalLM", 129280, 7168, 18432, 61, 128, 0,
+     1e-6, 4096, 0, 1, 0, 1e4},
+    {HfClass::kGlm4Moe, "glm4_moe", "Glm4MoeForCausalLM", 151552, 4096, 10944, 46, 96, 8, 1e-5,
+     131072, -1, -1, 0, 1e4},
 };
 
 // The config keys transformers' modelling code reads for each class (its
@@ -328,10 +371,11 @@ constexpr HfClassInfo kHfClasses[] = {
 // it does not take is refused. Every other key is metadata.
 const std::set<std::string_view>& MathKeys(HfClass id) {
   static const auto* const kLlama = new std::set<std::string_view>{
-      "attention_bias", "attention_dropout", "head_dim", "hidden_act", "hidden_size", "initializer_range",
-      "intermediate_size", "max_position_embeddings", "mlp_bias", "num_attention_heads", "num_hidden_layers",
-      "num_key_value_heads", "pad_token_id", "pretraining_tp", "rms_norm_eps", "rope_scaling", "rope_theta",
-      "tie_word_embeddings", "vocab_size",
+      "attention_bias", "attention_dropout", "head_dim", "hidden_act", "hidden_size",
+      "initializer_range", "intermediate_size", "max_position_embeddings", "mlp_bias",
+      "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "pad_token_id",
+      "pretraining_tp", "rms_norm_eps", "rope_scaling", "rope_theta", "tie_word_embeddings",
+      "vocab_size",
       // Every class's: weights stored quantized, transformers 5's RoPE section.
       "quantization_config", "rope_parameters"};
   // Mistral's, Qwen2's and Qwen3's attention: Llama's projections (Qwen2's
@@ -355,26 +399,28 @@ const std::set<std::string_view>& MathKeys(HfClass id) {
   }();
   static const auto* const kMixtral = [] {
     auto* keys = new std::set<std::string_view>(*kMistral);
-    keys->insert({"num_local_experts", "num_experts_per_tok", "output_router_logits", "router_aux_loss_coef",
-                  "router_jitter_noise"});
+    keys->insert({"num_local_experts", "num_experts_per_tok", "output_router_logits",
+                  "router_aux_loss_coef", "router_jitter_noise"});
     return keys;
   }();
   static const auto* const kQwen3Moe = [] {
     auto* keys = new std::set<std::string_view>(*kQwen3);
     keys->insert({"num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
-                  "decoder_sparse_step", "mlp_only_layers", "output_router_logits", "router_aux_loss_coef"});
+                  "decoder_sparse_step", "mlp_only_layers", "output_router_logits",
+                  "router_aux_loss_coef"});
     return keys;
   }();
   static const auto* const kMoe = [] {
     auto* keys = new std::set<std::string_view>(*kLlama);
-    keys->insert({"moe_intermediate_size", "n_shared_experts", "n_routed_experts", "routed_scaling_factor", "n_group",
-                  "topk_group", "num_experts_per_tok", "first_k_dense_replace", "norm_topk_prob"});
+    keys->insert({"moe_intermediate_size", "n_shared_experts", "n_routed_experts",
+                  "routed_scaling_factor", "n_group", "topk_group", "num_experts_per_tok",
+                  "first_k_dense_replace", "norm_topk_prob"});
     return keys;
   }();
   static const auto* const kDeepseekV3 = [] {
     auto* keys = new std::set<std::string_view>(*kMoe);
-    keys->insert({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim", "qk_head_dim",
-                  "rope_interleave", "num_nextn_predict_layers",
+    keys->insert({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim",
+                  "qk_nope_head_dim", "qk_head_dim", "rope_interleave", "num_nextn_predict_layers",
                   // DeepSeek's own remote code's router keys.
                   "scoring_func", "topk_method", "moe_layer_freq", "seq_aux"});
     return keys;
@@ -420,12 +466,14 @@ absl::Status ReadCommonKeys(HfConfigReader& config, const HfClassInfo& cls, Mode
   ASSIGN_OR_RETURN(const int32_t intermediate, config.Int("intermediate_size", cls.intermediate));
   ASSIGN_OR_RETURN(const int32_t layers, config.Int("num_hidden_layers", cls.layers));
   ASSIGN_OR_RETURN(const int32_t heads, config.Int("num_attention_heads", cls.heads));
-  ASSIGN_OR_RETURN(const int32_t kv_heads, config.Int("num_key_value_heads", cls.kv_heads > 0 ? cls.kv_heads : heads));
+  ASSIGN_OR_RETURN(const int32_t kv_heads,
+                   config.Int("num_key_value_heads", cls.kv_heads > 0 ? cls.kv_heads : heads));
   ASSIGN_OR_RETURN(const double eps, config.Double("rms_norm_eps", cls.rms_norm_eps));
   ASSIGN_OR_RETURN(const double theta, config.Double("rope_theta", cls.rope_theta));
   ASSIGN_OR_RETURN(const bool tied, config.Bool("tie_word_embeddings", false));
   ASSIGN_OR_RETURN(const double init_range, config.Double("initializer_range", 0.02));
-  ASSIGN_OR_RETURN(const int32_t max_positions, config.Int("max_position_embeddings", cls.max_positions));
+  ASSIGN_OR_RETURN(const int32_t max_positions,
+                   config.Int("max_position_embeddings", cls.max_positions));
   ASSIGN_OR_RETURN(const int32_t depths, config.Int("num_nextn_predict_layers", 0));
   m->set_vocab_size(vocab);
   m->set_hidden_size(hidden);
@@ -463,8 +511,10 @@ absl::Status ReadCommonKeys(HfConfigReader& config, const HfClassInfo& cls, Mode
   } else if (cls.eos >= 0 && !config.IsNull("eos_token_id")) {
     m->add_eos_token_id(cls.eos);
   }
-  RETURN_IF_ERROR(config.Require("hidden_act", JsonString("silu"), "tetra's MLP is SwiGLU (\"silu\")"));
-  RETURN_IF_ERROR(config.Require("attention_dropout", JsonNumber(0), "tetra trains without dropout"));
+  RETURN_IF_ERROR(
+      config.Require("hidden_act", JsonString("silu"), "tetra's MLP is SwiGLU (\"silu\")"));
+  RETURN_IF_ERROR(
+      config.Require("attention_dropout", JsonNumber(0), "tetra trains without dropout"));
   m->set_hf_architecture(cls.architecture);
   return absl::OkStatus();
 }
@@ -475,7 +525,8 @@ absl::Status ReadHeadDim(HfConfigReader& config, const HfClassInfo& cls, ModelCo
   const int32_t heads = m->num_attention_heads();
   const int32_t even = heads > 0 && m->hidden_size() % heads == 0 ? m->hidden_size() / heads : 0;
   if (config.IsNull("head_dim")) config.Take("head_dim");
-  ASSIGN_OR_RETURN(const int32_t head_dim, config.Int("head_dim", cls.head_dim > 0 ? cls.head_dim : even));
+  ASSIGN_OR_RETURN(const int32_t head_dim,
+                   config.Int("head_dim", cls.head_dim > 0 ? cls.head_dim : even));
   if (head_dim != even) m->set_head_dim(head_dim);
   return absl::OkStatus();
 }
@@ -489,14 +540,16 @@ absl::Status ReadHeadDim(HfConfigReader& config, const HfClassInfo& cls, ModelCo
 absl::Status ReadLlamaFamilyKeys(HfConfigReader& config, const HfClassInfo& cls, ModelConfig* m) {
   RETURN_IF_ERROR(ReadHeadDim(config, cls, m));
   if (cls.id == HfClass::kLlama || Qwen3Attention(cls.id)) {
-    RETURN_IF_ERROR(config.Require("attention_bias", JsonBool(false),
-                                   "it adds biases to all of q, k, v and o_proj, and tetra's o_proj has none"));
+    RETURN_IF_ERROR(
+        config.Require("attention_bias", JsonBool(false),
+                       "it adds biases to all of q, k, v and o_proj, and tetra's o_proj has none"));
   }
   m->set_qkv_bias(cls.id == HfClass::kQwen2);
   m->set_qk_norm(Qwen3Attention(cls.id));
   switch (cls.id) {
     case HfClass::kLlama:
-      RETURN_IF_ERROR(config.Require("mlp_bias", JsonBool(false), "tetra's projections have no bias"));
+      RETURN_IF_ERROR(
+          config.Require("mlp_bias", JsonBool(false), "tetra's projections have no bias"));
       break;
     case HfClass::kMistral:
     case HfClass::kMixtral: {
@@ -515,12 +568,14 @@ absl::Status ReadLlamaFamilyKeys(HfConfigReader& config, const HfClassInfo& cls,
       // Read only with use_sliding_window.
       for (const char* key : {"sliding_window", "max_window_layers"}) config.Take(key);
       if (const JsonValue* types = config.Take("layer_types")) {
-        const bool all_full = types->kind == JsonValue::Kind::kArray &&
-                              std::all_of(types->items.begin(), types->items.end(), [](const JsonValue& t) {
-                                return t.kind == JsonValue::Kind::kString && t.string == "full_attention";
-                              });
+        const bool all_full =
+            types->kind == JsonValue::Kind::kArray &&
+            std::all_of(types->items.begin(), types->items.end(), [](const JsonValue& t) {
+              return t.kind == JsonValue::Kind::kString && t.string == "full_attention";
+            });
         if (!all_full) {
-          return config.Error("layer_types", absl::StrCat("is not \"full_attention\" on every layer, ", kFull));
+          return config.Error("layer_types",
+                              absl::StrCat("is not \"full_attention\" on every layer, ", kFull));
         }
       }
     }
@@ -565,28 +620,33 @@ absl::Status ReadMoeKeys(HfConfigReader& config, const MoeDefaults& d, ModelConf
 // (model.moe.aux_loss_alpha) is 0, as transformers trains.
 absl::Status ReadSoftmaxMoeKeys(HfConfigReader& config, HfClass id, ModelConfig* m) {
   const bool mixtral = id == HfClass::kMixtral;
-  ASSIGN_OR_RETURN(const int32_t experts, config.Int(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : 128));
+  ASSIGN_OR_RETURN(const int32_t experts,
+                   config.Int(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : 128));
   ASSIGN_OR_RETURN(const int32_t per_token, config.Int("num_experts_per_tok", mixtral ? 2 : 8));
   ASSIGN_OR_RETURN(const int32_t width, mixtral ? absl::StatusOr<int32_t>(m->intermediate_size())
                                                 : config.Int("moe_intermediate_size", 768));
-  ASSIGN_OR_RETURN(const bool norm_topk, mixtral ? absl::StatusOr<bool>(true) : config.Bool("norm_topk_prob", false));
+  ASSIGN_OR_RETURN(const bool norm_topk,
+                   mixtral ? absl::StatusOr<bool>(true) : config.Bool("norm_topk_prob", false));
   int32_t dense_layers = 0;
   if (!mixtral) {
-    RETURN_IF_ERROR(config.Require("decoder_sparse_step", JsonNumber(1),
-                                   "tetra's MoE layers run from the first after the dense ones to the last"));
+    RETURN_IF_ERROR(
+        config.Require("decoder_sparse_step", JsonNumber(1),
+                       "tetra's MoE layers run from the first after the dense ones to the last"));
     if (const JsonValue* only = config.Take("mlp_only_layers")) {
       bool prefix = only->kind == JsonValue::Kind::kArray;
       for (size_t i = 0; prefix && i < only->items.size(); ++i) {
         prefix = only->items[i].integer && *only->items[i].integer == static_cast<int64_t>(i);
       }
       if (!prefix) {
-        return config.Error("mlp_only_layers", "is not a first run of layers [0, 1, ..., d - 1], but tetra's "
-                                               "dense layers are the first ones");
+        return config.Error("mlp_only_layers",
+                            "is not a first run of layers [0, 1, ..., d - 1], but tetra's "
+                            "dense layers are the first ones");
       }
       dense_layers = static_cast<int32_t>(only->items.size());
     }
   } else {
-    RETURN_IF_ERROR(config.Require("router_jitter_noise", JsonNumber(0), "tetra's router reads its input as it is"));
+    RETURN_IF_ERROR(config.Require("router_jitter_noise", JsonNumber(0),
+                                   "tetra's router reads its input as it is"));
   }
   ASSIGN_OR_RETURN(const bool balance, config.Bool("output_router_logits", false));
   ASSIGN_OR_RETURN(const double coef, config.Double("router_aux_loss_coef", 0.001));
@@ -632,17 +692,22 @@ absl::Status ReadDeepseekV3Keys(HfConfigReader& config, ModelConfig* m) {
   m->set_qk_nope_head_dim(nope);
   m->set_v_head_dim(v_dim);
   m->set_rope_interleave(interleave);
-  RETURN_IF_ERROR(config.Require("head_dim", JsonNumber(rope), "DeepseekV3's head_dim is qk_rope_head_dim"));
-  RETURN_IF_ERROR(config.Require("qk_head_dim", JsonNumber(nope + rope),
-                                 "DeepseekV3's qk_head_dim is qk_nope_head_dim + qk_rope_head_dim"));
+  RETURN_IF_ERROR(
+      config.Require("head_dim", JsonNumber(rope), "DeepseekV3's head_dim is qk_rope_head_dim"));
+  RETURN_IF_ERROR(
+      config.Require("qk_head_dim", JsonNumber(nope + rope),
+                     "DeepseekV3's qk_head_dim is qk_nope_head_dim + qk_rope_head_dim"));
   RETURN_IF_ERROR(ReadMoeKeys(config, kDeepseekV3Moe, m));
-  constexpr char kRouter[] = "DeepseekV3ForCausalLM's router is sigmoid-scored, group-limited (noaux_tc) on every "
-                             "layer from first_k_dense_replace on";
+  constexpr char kRouter[] =
+      "DeepseekV3ForCausalLM's router is sigmoid-scored, group-limited (noaux_tc) on every "
+      "layer from first_k_dense_replace on";
   RETURN_IF_ERROR(config.Require("scoring_func", JsonString("sigmoid"), kRouter));
   RETURN_IF_ERROR(config.Require("topk_method", JsonString("noaux_tc"), kRouter));
   RETURN_IF_ERROR(config.Require("moe_layer_freq", JsonNumber(1), kRouter));
-  RETURN_IF_ERROR(config.Require("seq_aux", JsonBool(true), "tetra's balance loss is sequence-wise"));
-  RETURN_IF_ERROR(config.Require("attention_bias", JsonBool(false), "tetra's MLA projections have no bias"));
+  RETURN_IF_ERROR(
+      config.Require("seq_aux", JsonBool(true), "tetra's balance loss is sequence-wise"));
+  RETURN_IF_ERROR(
+      config.Require("attention_bias", JsonBool(false), "tetra's MLA projections have no bias"));
   // Training and launch settings of DeepSeek's remote code, not the model's
   // math: tetra takes them from the recipe (model.moe.aux_loss_alpha,
   // parallel.expert).
@@ -654,17 +719,22 @@ absl::Status ReadDeepseekV3Keys(HfConfigReader& config, ModelConfig* m) {
 // (partial_rotary_factor 1) and no query/key norms.
 absl::Status ReadGlm4MoeKeys(HfConfigReader& config, ModelConfig* m) {
   if (m->num_attention_heads() > 0 && m->hidden_size() % m->num_attention_heads() == 0) {
-    RETURN_IF_ERROR(config.Require("head_dim", JsonNumber(m->hidden_size() / m->num_attention_heads()),
+    RETURN_IF_ERROR(config.Require("head_dim",
+                                   JsonNumber(m->hidden_size() / m->num_attention_heads()),
                                    "tetra's head_dim is hidden_size / num_attention_heads"));
   }
   // Absent, Glm4MoeConfig's default rotates half the head dims.
   if (config.Take("partial_rotary_factor") == nullptr) {
-    return config.Error("partial_rotary_factor", "is missing, so transformers would rotate half of each head's dims "
-                                                 "(Glm4MoeConfig's default 0.5), but tetra rotates all of them");
+    return config.Error("partial_rotary_factor",
+                        "is missing, so transformers would rotate half of each head's dims "
+                        "(Glm4MoeConfig's default 0.5), but tetra rotates all of them");
   }
-  RETURN_IF_ERROR(config.Require("partial_rotary_factor", JsonNumber(1), "tetra rotates every head dim"));
-  RETURN_IF_ERROR(config.Require("use_qk_norm", JsonBool(false), "tetra's attention has no query/key norms"));
-  RETURN_IF_ERROR(config.Require("attention_bias", JsonBool(false), "tetra's projections have no bias"));
+  RETURN_IF_ERROR(
+      config.Require("partial_rotary_factor", JsonNumber(1), "tetra rotates every head dim"));
+  RETURN_IF_ERROR(
+      config.Require("use_qk_norm", JsonBool(false), "tetra's attention has no query/key norms"));
+  RETURN_IF_ERROR(
+      config.Require("attention_bias", JsonBool(false), "tetra's projections have no bias"));
   return ReadMoeKeys(config, kGlm4MoeMoe, m);
 }
 
@@ -674,7 +744,8 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
   constexpr char kFileHint[] = "config.json must be the file Hugging Face's save_pretrained writes";
   ASSIGN_OR_RETURN(const JsonValue root, ReadJsonFile(path, size_t{16} << 20, kFileHint));
   if (root.kind != JsonValue::Kind::kObject) {
-    return UserError(absl::StrCat(path, " holds ", JsonKindName(root.kind), ", not a JSON object"), kFileHint);
+    return UserError(absl::StrCat(path, " holds ", JsonKindName(root.kind), ", not a JSON object"),
+                     kFileHint);
   }
   HfConfigReader config(root, path);
   ASSIGN_OR_RETURN(const std::string model_type, config.String("model_type", ""));
@@ -683,16 +754,19 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
     if (model_type == c.model_type) cls = &c;
   }
   if (cls == nullptr) {
-    return config.Error("model_type", absl::StrCat("is ", model_type.empty() ? "missing" : UserText(model_type),
-                                                   ", but tetra reads \"llama\", \"mistral\", \"mixtral\", "
-                                                   "\"qwen2\", \"qwen3\", \"qwen3_moe\", \"deepseek_v3\" and "
-                                                   "\"glm4_moe\" checkpoints"));
+    return config.Error("model_type",
+                        absl::StrCat("is ", model_type.empty() ? "missing" : UserText(model_type),
+                                     ", but tetra reads \"llama\", \"mistral\", \"mixtral\", "
+                                     "\"qwen2\", \"qwen3\", \"qwen3_moe\", \"deepseek_v3\" and "
+                                     "\"glm4_moe\" checkpoints"));
   }
   if (const JsonValue* architectures = config.Take("architectures")) {
-    const bool causal_lm = architectures->kind == JsonValue::Kind::kArray && architectures->items.size() == 1 &&
+    const bool causal_lm = architectures->kind == JsonValue::Kind::kArray &&
+                           architectures->items.size() == 1 &&
                            architectures->items[0].kind == JsonValue::Kind::kString &&
                            architectures->items[0].string == cls->architecture;
-    if (!causal_lm) return config.Error("architectures", absl::StrCat("is not [\"", cls->architecture, "\"]"));
+    if (!causal_lm)
+      return config.Error("architectures", absl::StrCat("is not [\"", cls->architecture, "\"]"));
   }
   ModelConfig m;
   RETURN_IF_ERROR(ReadCommonKeys(config, *cls, &m));
@@ -718,16 +792,19 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
   RETURN_IF_ERROR(ReadRopeScaling(config, path, &m));
   if (const JsonValue* quantization = config.Take("quantization_config")) {
     const JsonValue* method = quantization->Find("quant_method");
-    return config.Error("quantization_config",
-                        absl::StrCat("says the weights are stored quantized (",
-                                     method != nullptr ? HfConfigReader::Describe(*method) : "an unnamed method",
-                                     "), but tetra trains from bf16 or fp32 weights"),
-                        "convert the checkpoint to bf16 first (for DeepSeek-V3's fp8 weights, its "
-                        "inference/fp8_cast_bf16.py), drop quantization_config, and give init_from that directory");
+    return config.Error(
+        "quantization_config",
+        absl::StrCat("says the weights are stored quantized (",
+                     method != nullptr ? HfConfigReader::Describe(*method) : "an unnamed method",
+                     "), but tetra trains from bf16 or fp32 weights"),
+        "convert the checkpoint to bf16 first (for DeepSeek-V3's fp8 weights, its "
+        "inference/fp8_cast_bf16.py), drop quantization_config, and give init_from that directory");
   }
-  ASSIGN_OR_RETURN(const std::vector<std::string> ignored, config.Untaken(MathKeys(cls->id), cls->architecture));
+  ASSIGN_OR_RETURN(const std::vector<std::string> ignored,
+                   config.Untaken(MathKeys(cls->id), cls->architecture));
   if (!ignored.empty()) {
-    TETRA_LOG() << path << ": ignored " << ignored.size() << " key" << (ignored.size() == 1 ? "" : "s")
+    TETRA_LOG() << path << ": ignored " << ignored.size() << " key"
+                << (ignored.size() == 1 ? "" : "s")
                 << " that change nothing transformers computes for " << cls->architecture << ": "
                 << absl::StrJoin(ignored, ", ");
   }
@@ -738,13 +815,15 @@ namespace {
 
 // The first field set in `recipe` (recursing into set messages) whose value
 // differs from `hf`'s, as "model.x is A in the recipe but B in PATH".
-std::string FirstDisagreement(const google::protobuf::Message& recipe, const google::protobuf::Message& hf,
-                              const std::string& prefix, const std::string& path) {
+std::string FirstDisagreement(const google::protobuf::Message& recipe,
+                              const google::protobuf::Message& hf, const std::string& prefix,
+                              const std::string& path) {
   std::vector<const google::protobuf::FieldDescriptor*> set;
   recipe.GetReflection()->ListFields(recipe, &set);
   for (const google::protobuf::FieldDescriptor* field : set) {
     const std::string name = prefix + field->name();
-    if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE && !field->is_repeated()) {
+    if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE &&
+        !field->is_repeated()) {
       const std::string inner =
           FirstDisagreement(recipe.GetReflection()->GetMessage(recipe, field),
                             hf.GetReflection()->GetMessage(hf, field), name + ".", path);
@@ -752,21 +831,25 @@ std::string FirstDisagreement(const google::protobuf::Message& recipe, const goo
       continue;
     }
     std::vector<std::string> mine, theirs;
-    const int count_mine = field->is_repeated() ? recipe.GetReflection()->FieldSize(recipe, field) : 1;
+    const int count_mine =
+        field->is_repeated() ? recipe.GetReflection()->FieldSize(recipe, field) : 1;
     const int count_theirs = field->is_repeated() ? hf.GetReflection()->FieldSize(hf, field) : 1;
     for (int i = 0; i < count_mine; ++i) {
-      google::protobuf::TextFormat::PrintFieldValueToString(recipe, field, field->is_repeated() ? i : -1,
-                                                          &mine.emplace_back());
+      google::protobuf::TextFormat::PrintFieldValueToString(
+          recipe, field, field->is_repeated() ? i : -1, &mine.emplace_back());
     }
     for (int i = 0; i < count_theirs; ++i) {
-      google::protobuf::TextFormat::PrintFieldValueToString(hf, field, field->is_repeated() ? i : -1,
-                                                          &theirs.emplace_back());
+      google::protobuf::TextFormat::PrintFieldValueToString(
+          hf, field, field->is_repeated() ? i : -1, &theirs.emplace_back());
     }
     if (mine == theirs) continue;
     auto text = [](const std::vector<std::string>& v) {
-      return v.empty() ? std::string("unset") : v.size() == 1 ? v[0] : absl::StrCat("[", absl::StrJoin(v, ", "), "]");
+      return v.empty()       ? std::string("unset")
+             : v.size() == 1 ? v[0]
+                             : absl::StrCat("[", absl::StrJoin(v, ", "), "]");
     };
-    return absl::StrCat(name, " is ", text(mine), " in the recipe but ", text(theirs), " in ", path);
+    return absl::StrCat(name, " is ", text(mine), " in the recipe but ", text(theirs), " in ",
+                        path);
   }
   return "";
 }
@@ -776,9 +859,10 @@ std::string FirstDisagreement(const google::protobuf::Message& recipe, const goo
 absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const ModelConfig& hf,
                                               const std::string& path) {
   if (recipe.has_moe() && !hf.has_moe()) {
-    return UserError(absl::StrCat("the recipe's model.moe section describes a mixture of experts, but ", path,
-                                  " describes a dense model"),
-                     "remove model.moe from the recipe, or start from a mixture-of-experts checkpoint");
+    return UserError(
+        absl::StrCat("the recipe's model.moe section describes a mixture of experts, but ", path,
+                     " describes a dense model"),
+        "remove model.moe from the recipe, or start from a mixture-of-experts checkpoint");
   }
   // 0 key-value heads means one per attention head (of the model, hf's):
   // compare what it means.
@@ -798,8 +882,9 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
   if (!recipe.has_moe()) recipe_view.clear_moe();
   const std::string disagreement = FirstDisagreement(recipe_view, hf, "model.", path);
   if (!disagreement.empty()) {
-    return UserError(disagreement, "remove the field from the recipe's model section: with a Hugging Face "
-                                   "directory as init_from, the model comes from its config.json");
+    return UserError(disagreement,
+                     "remove the field from the recipe's model section: with a Hugging Face "
+                     "directory as init_from, the model comes from its config.json");
   }
   ModelConfig merged = hf;
   if (recipe.has_make_vocab_size_divisible_by()) {
@@ -807,21 +892,25 @@ absl::StatusOr<ModelConfig> MergeWithHfConfig(const ModelConfig& recipe, const M
   }
   const MoeConfig& moe = recipe.moe();
   if (moe.has_aux_loss_alpha()) merged.mutable_moe()->set_aux_loss_alpha(moe.aux_loss_alpha());
-  if (moe.has_bias_update_speed()) merged.mutable_moe()->set_bias_update_speed(moe.bias_update_speed());
+  if (moe.has_bias_update_speed())
+    merged.mutable_moe()->set_bias_update_speed(moe.bias_update_speed());
   if (moe.has_capacity_factor()) merged.mutable_moe()->set_capacity_factor(moe.capacity_factor());
-  if (moe.has_router_aux_loss_coef()) merged.mutable_moe()->set_router_aux_loss_coef(moe.router_aux_loss_coef());
+  if (moe.has_router_aux_loss_coef())
+    merged.mutable_moe()->set_router_aux_loss_coef(moe.router_aux_loss_coef());
   return merged;
 }
 
 namespace {
 
 std::string YarnJson(const RopeScalingConfig& s) {
-  std::string json = absl::StrCat("{\"rope_type\": \"yarn\", \"factor\": ", Number(s.factor()),
-                                  ", \"original_max_position_embeddings\": ", s.original_max_position_embeddings(),
-                                  ", \"beta_fast\": ", Number(s.beta_fast()), ", \"beta_slow\": ", Number(s.beta_slow()));
+  std::string json = absl::StrCat(
+      "{\"rope_type\": \"yarn\", \"factor\": ", Number(s.factor()),
+      ", \"original_max_position_embeddings\": ", s.original_max_position_embeddings(),
+      ", \"beta_fast\": ", Number(s.beta_fast()), ", \"beta_slow\": ", Number(s.beta_slow()));
   // 0 is tetra's "absent"; transformers would take an attention_factor of 0 as it is.
-  for (const auto& [key, value] : {std::pair{"mscale", s.mscale()}, std::pair{"mscale_all_dim", s.mscale_all_dim()},
-                                   std::pair{"attention_factor", s.attention_factor()}}) {
+  for (const auto& [key, value] :
+       {std::pair{"mscale", s.mscale()}, std::pair{"mscale_all_dim", s.mscale_all_dim()},
+        std::pair{"attention_factor", s.attention_factor()}}) {
     if (value != 0) absl::StrAppend(&json, ", \"", key, "\": ", Number(value));
   }
   if (!s.truncate()) absl::StrAppend(&json, ", \"truncate\": false");
@@ -831,17 +920,20 @@ std::string YarnJson(const RopeScalingConfig& s) {
 std::string RopeScalingJson(const RopeScalingConfig& s) {
   if (s.rope_type() == "yarn") return YarnJson(s);
   if (s.rope_type() != "llama3") return "null";
-  return absl::StrCat("{\"rope_type\": \"llama3\", \"factor\": ", Number(s.factor()),
-                      ", \"low_freq_factor\": ", Number(s.low_freq_factor()),
-                      ", \"high_freq_factor\": ", Number(s.high_freq_factor()),
-                      ", \"original_max_position_embeddings\": ", s.original_max_position_embeddings(), "}");
+  return absl::StrCat(
+      "{\"rope_type\": \"llama3\", \"factor\": ", Number(s.factor()),
+      ", \"low_freq_factor\": ", Number(s.low_freq_factor()),
+      ", \"high_freq_factor\": ", Number(s.high_freq_factor()),
+      ", \"original_max_position_embeddings\": ", s.original_max_position_embeddings(), "}");
 }
 
 }  // namespace
 
 namespace {
 
-bool SoftmaxMoe(const ModelConfig& m) { return m.moe().n_routed_experts() > 0 && m.moe().scoring_func() == "softmax"; }
+bool SoftmaxMoe(const ModelConfig& m) {
+  return m.moe().n_routed_experts() > 0 && m.moe().scoring_func() == "softmax";
+}
 
 // The class an export names: model.hf_architecture (the class it was read
 // from), else DeepseekV3 for multi-head latent attention, Glm4Moe for Llama
@@ -852,8 +944,8 @@ const HfClassInfo& ExportClass(const ModelConfig& m) {
   for (const HfClassInfo& c : kHfClasses) {
     if (c.architecture == m.hf_architecture()) return c;
   }
-  const HfClass id = UsesMla(m)                         ? HfClass::kDeepseekV3
-                     : SoftmaxMoe(m)                  ? (m.qk_norm() ? HfClass::kQwen3Moe : HfClass::kMixtral)
+  const HfClass id = UsesMla(m)      ? HfClass::kDeepseekV3
+                     : SoftmaxMoe(m) ? (m.qk_norm() ? HfClass::kQwen3Moe : HfClass::kMixtral)
                      : m.moe().n_routed_experts() > 0 ? HfClass::kGlm4Moe
                      : m.qk_norm()                    ? HfClass::kQwen3
                      : m.qkv_bias()                   ? HfClass::kQwen2
@@ -873,8 +965,10 @@ std::string ClassMismatch(const HfClassInfo& cls, const ModelConfig& m) {
   const bool softmax_class = cls.id == HfClass::kMixtral || cls.id == HfClass::kQwen3Moe;
   const MoeConfig& moe = m.moe();
   const bool has_moe = moe.n_routed_experts() > 0;
-  if (m.qkv_bias() != (cls.id == HfClass::kQwen2)) return "model.qkv_bias (q/k/v biases: Qwen2's alone)";
-  if (m.qk_norm() != Qwen3Attention(cls.id)) return "model.qk_norm (q/k head norms: Qwen3's and Qwen3Moe's alone)";
+  if (m.qkv_bias() != (cls.id == HfClass::kQwen2))
+    return "model.qkv_bias (q/k/v biases: Qwen2's alone)";
+  if (m.qk_norm() != Qwen3Attention(cls.id))
+    return "model.qk_norm (q/k head norms: Qwen3's and Qwen3Moe's alone)";
   if (m.sliding_window() > 0 && !MistralAttention(cls.id)) {
     return "model.sliding_window (Mistral's and Mixtral's alone)";
   }
@@ -884,11 +978,14 @@ std::string ClassMismatch(const HfClassInfo& cls, const ModelConfig& m) {
     return "model.moe.scoring_func \"softmax\" (its router scores sigmoid)";
   }
   if (!softmax_class) return "";
-  if (has_moe && !SoftmaxMoe(m)) return "model.moe.scoring_func \"sigmoid\" (its router scores softmax)";
+  if (has_moe && !SoftmaxMoe(m))
+    return "model.moe.scoring_func \"sigmoid\" (its router scores softmax)";
   if (moe.n_shared_experts() > 0 || moe.n_group() > 1 || moe.routed_scaling_factor() != 1) {
-    return "model.moe's shared experts, expert groups or routed_scaling_factor (its router has none)";
+    return "model.moe's shared experts, expert groups or routed_scaling_factor (its router has "
+           "none)";
   }
-  if (cls.id == HfClass::kMixtral && (!has_moe || !moe.norm_topk_prob() || moe.first_k_dense_replace() > 0)) {
+  if (cls.id == HfClass::kMixtral &&
+      (!has_moe || !moe.norm_topk_prob() || moe.first_k_dense_replace() > 0)) {
     return "MoE (Mixtral's layers are all MoE, their top-k weights renormalised)";
   }
   return "";
@@ -901,16 +998,17 @@ using JsonKeys = std::vector<std::pair<std::string, std::string>>;
 void AddMoeKeys(const ModelConfig& m, JsonKeys* keys) {
   const MoeConfig& e = m.moe();
   const bool dense = e.n_routed_experts() == 0;
-  keys->insert(keys->end(), {{"n_routed_experts", absl::StrCat(e.n_routed_experts())},
-                             {"num_experts_per_tok", absl::StrCat(e.num_experts_per_tok())},
-                             {"n_shared_experts", absl::StrCat(e.n_shared_experts())},
-                             {"moe_intermediate_size", absl::StrCat(e.moe_intermediate_size())},
-                             {"first_k_dense_replace",
-                              absl::StrCat(dense ? m.num_hidden_layers() : e.first_k_dense_replace())},
-                             {"norm_topk_prob", e.norm_topk_prob() ? "true" : "false"},
-                             {"routed_scaling_factor", Number(e.routed_scaling_factor())},
-                             {"n_group", absl::StrCat(e.n_group())},
-                             {"topk_group", absl::StrCat(e.topk_group())}});
+  keys->insert(keys->end(),
+               {{"n_routed_experts", absl::StrCat(e.n_routed_experts())},
+                {"num_experts_per_tok", absl::StrCat(e.num_experts_per_tok())},
+                {"n_shared_experts", absl::StrCat(e.n_shared_experts())},
+                {"moe_intermediate_size", absl::StrCat(e.moe_intermediate_size())},
+                {"first_k_dense_replace",
+                 absl::StrCat(dense ? m.num_hidden_layers() : e.first_k_dense_replace())},
+                {"norm_topk_prob", e.norm_topk_prob() ? "true" : "false"},
+                {"routed_scaling_factor", Number(e.routed_scaling_factor())},
+                {"n_group", absl::StrCat(e.n_group())},
+                {"topk_group", absl::StrCat(e.topk_group())}});
 }
 
 // Mixtral's and Qwen3Moe's expert keys (ReadSoftmaxMoeKeys), transformers'
@@ -924,12 +1022,13 @@ void AddSoftmaxMoeKeys(const ModelConfig& m, HfClass id, JsonKeys* keys) {
   } else {
     std::vector<int> dense(e.n_routed_experts() > 0 ? e.first_k_dense_replace() : 0);
     for (size_t i = 0; i < dense.size(); ++i) dense[i] = static_cast<int>(i);
-    keys->insert(keys->end(), {{"num_experts", absl::StrCat(e.n_routed_experts())},
-                               {"num_experts_per_tok", absl::StrCat(e.num_experts_per_tok())},
-                               {"moe_intermediate_size", absl::StrCat(e.moe_intermediate_size())},
-                               {"norm_topk_prob", e.norm_topk_prob() ? "true" : "false"},
-                               {"decoder_sparse_step", "1"},
-                               {"mlp_only_layers", absl::StrCat("[", absl::StrJoin(dense, ", "), "]")}});
+    keys->insert(keys->end(),
+                 {{"num_experts", absl::StrCat(e.n_routed_experts())},
+                  {"num_experts_per_tok", absl::StrCat(e.num_experts_per_tok())},
+                  {"moe_intermediate_size", absl::StrCat(e.moe_intermediate_size())},
+                  {"norm_topk_prob", e.norm_topk_prob() ? "true" : "false"},
+                  {"decoder_sparse_step", "1"},
+                  {"mlp_only_layers", absl::StrCat("[", absl::StrJoin(dense, ", "), "]")}});
   }
   const double coef = e.router_aux_loss_coef();
   keys->insert(keys->end(), {{"output_router_logits", coef > 0 ? "true" : "false"},
@@ -941,15 +1040,17 @@ void AddSoftmaxMoeKeys(const ModelConfig& m, HfClass id, JsonKeys* keys) {
 absl::Status CheckHfExportable(const ModelConfig& model) {
   const HfClassInfo& cls = ExportClass(model);
   if (!model.hf_architecture().empty() && model.hf_architecture() != cls.architecture) {
-    return UserError(absl::StrCat("model.hf_architecture is ", UserText(model.hf_architecture()),
-                                  ", not a class tetra exports"),
-                     "use LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                     "DeepseekV3ForCausalLM or Glm4MoeForCausalLM, or leave it empty");
+    return UserError(
+        absl::StrCat("model.hf_architecture is ", UserText(model.hf_architecture()),
+                     ", not a class tetra exports"),
+        "use LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+        "DeepseekV3ForCausalLM or Glm4MoeForCausalLM, or leave it empty");
   }
   if (const std::string mismatch = ClassMismatch(cls, model); !mismatch.empty()) {
-    return UserError(absl::StrCat("this model's ", mismatch, " is not what Hugging Face's ", cls.architecture,
-                                  ", the class its export would name, computes"),
-                     "set model.hf_architecture to the class that computes this model, or leave it empty");
+    return UserError(
+        absl::StrCat("this model's ", mismatch, " is not what Hugging Face's ", cls.architecture,
+                     ", the class its export would name, computes"),
+        "set model.hf_architecture to the class that computes this model, or leave it empty");
   }
   return absl::OkStatus();
 }
@@ -964,23 +1065,25 @@ std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) 
       {"vocab_size", absl::StrCat(m.vocab_size())},
       {"hidden_size", absl::StrCat(m.hidden_size())},
       // Mixtral's is its experts' width.
-      {"intermediate_size", absl::StrCat(cls.id == HfClass::kMixtral ? m.moe().moe_intermediate_size()
-                                                                      : m.intermediate_size())},
+      {"intermediate_size",
+       absl::StrCat(cls.id == HfClass::kMixtral ? m.moe().moe_intermediate_size()
+                                                : m.intermediate_size())},
       {"num_hidden_layers", absl::StrCat(m.num_hidden_layers())},
       {"num_attention_heads", absl::StrCat(m.num_attention_heads())},
   };
   if (cls.id == HfClass::kDeepseekV3) {
     // DeepseekV3Config's own values of its derived keys; num_key_value_heads
     // is unused by MLA (its default: the heads).
-    keys.insert(keys.end(), {{"num_key_value_heads", absl::StrCat(m.num_attention_heads())},
-                             {"head_dim", absl::StrCat(m.qk_rope_head_dim())},
-                             {"kv_lora_rank", absl::StrCat(m.kv_lora_rank())},
-                             {"q_lora_rank", m.q_lora_rank() > 0 ? absl::StrCat(m.q_lora_rank()) : "null"},
-                             {"qk_nope_head_dim", absl::StrCat(m.qk_nope_head_dim())},
-                             {"qk_rope_head_dim", absl::StrCat(m.qk_rope_head_dim())},
-                             {"qk_head_dim", absl::StrCat(QkHeadDim(m))},
-                             {"v_head_dim", absl::StrCat(m.v_head_dim())},
-                             {"rope_interleave", m.rope_interleave() ? "true" : "false"}});
+    keys.insert(keys.end(),
+                {{"num_key_value_heads", absl::StrCat(m.num_attention_heads())},
+                 {"head_dim", absl::StrCat(m.qk_rope_head_dim())},
+                 {"kv_lora_rank", absl::StrCat(m.kv_lora_rank())},
+                 {"q_lora_rank", m.q_lora_rank() > 0 ? absl::StrCat(m.q_lora_rank()) : "null"},
+                 {"qk_nope_head_dim", absl::StrCat(m.qk_nope_head_dim())},
+                 {"qk_rope_head_dim", absl::StrCat(m.qk_rope_head_dim())},
+                 {"qk_head_dim", absl::StrCat(QkHeadDim(m))},
+                 {"v_head_dim", absl::StrCat(m.v_head_dim())},
+                 {"rope_interleave", m.rope_interleave() ? "true" : "false"}});
   } else {
     keys.insert(keys.end(), {{"num_key_value_heads", absl::StrCat(KeyValueHeads(m))},
                              {"head_dim", absl::StrCat(HeadDim(m))}});
@@ -988,22 +1091,26 @@ std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) 
   if (cls.id == HfClass::kGlm4Moe) {
     keys.insert(keys.end(), {{"partial_rotary_factor", "1.0"}, {"use_qk_norm", "false"}});
   }
-  keys.insert(keys.end(), {
-      {"hidden_act", Quoted("silu")},
-      {"max_position_embeddings",
-       absl::StrCat(m.max_position_embeddings() > 0 ? m.max_position_embeddings() : seq_length)},
-      {"rms_norm_eps", Number(m.rms_norm_eps())},
-      {"rope_theta", Number(m.rope_theta())},
-      {"rope_scaling", RopeScalingJson(m.rope_scaling())},
-      {"tie_word_embeddings", m.tie_word_embeddings() ? "true" : "false"},
-      {"attention_dropout", "0.0"},
-      {"initializer_range", Number(m.initializer_range())},
-  });
+  keys.insert(keys.end(),
+              {
+                  {"hidden_act", Quoted("silu")},
+                  {"max_position_embeddings",
+                   absl::StrCat(m.max_position_embeddings() > 0 ? m.max_position_embeddings()
+                                                                : seq_length)},
+                  {"rms_norm_eps", Number(m.rms_norm_eps())},
+                  {"rope_theta", Number(m.rope_theta())},
+                  {"rope_scaling", RopeScalingJson(m.rope_scaling())},
+                  {"tie_word_embeddings", m.tie_word_embeddings() ? "true" : "false"},
+                  {"attention_dropout", "0.0"},
+                  {"initializer_range", Number(m.initializer_range())},
+              });
   // Qwen2's biases are in its code, Mistral's family has none: neither reads the key.
-  if (cls.id != HfClass::kQwen2 && !MistralAttention(cls.id)) keys.emplace_back("attention_bias", "false");
+  if (cls.id != HfClass::kQwen2 && !MistralAttention(cls.id))
+    keys.emplace_back("attention_bias", "false");
   if (cls.id == HfClass::kLlama) keys.emplace_back("mlp_bias", "false");
   if (MistralAttention(cls.id)) {
-    keys.emplace_back("sliding_window", m.sliding_window() > 0 ? absl::StrCat(m.sliding_window()) : "null");
+    keys.emplace_back("sliding_window",
+                      m.sliding_window() > 0 ? absl::StrCat(m.sliding_window()) : "null");
   }
   if (cls.id == HfClass::kQwen2 || Qwen3Attention(cls.id)) {
     keys.insert(keys.end(), {{"use_sliding_window", "false"},
@@ -1011,36 +1118,46 @@ std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) 
                              {"max_window_layers", absl::StrCat(m.num_hidden_layers())}});
   }
   if (cls.id == HfClass::kDeepseekV3 || cls.id == HfClass::kGlm4Moe) AddMoeKeys(m, &keys);
-  if (cls.id == HfClass::kMixtral || cls.id == HfClass::kQwen3Moe) AddSoftmaxMoeKeys(m, cls.id, &keys);
+  if (cls.id == HfClass::kMixtral || cls.id == HfClass::kQwen3Moe)
+    AddSoftmaxMoeKeys(m, cls.id, &keys);
   // The remote-code readers of DeepSeek-V3 checkpoints (vLLM, SGLang) read the router's kind here.
   if (cls.id == HfClass::kDeepseekV3 && m.moe().n_routed_experts() > 0) {
-    keys.insert(keys.end(), {{"scoring_func", Quoted("sigmoid")}, {"topk_method", Quoted("noaux_tc")}});
+    keys.insert(keys.end(),
+                {{"scoring_func", Quoted("sigmoid")}, {"topk_method", Quoted("noaux_tc")}});
   }
   // DeepSeek-V3's name; transformers keeps it as an attribute.
   if (m.num_nextn_predict_layers() > 0) {
     keys.emplace_back("num_nextn_predict_layers", absl::StrCat(m.num_nextn_predict_layers()));
   }
   // An absent id would take the class's default; null says "none".
-  keys.emplace_back("bos_token_id", m.bos_token_id() >= 0 ? absl::StrCat(m.bos_token_id()) : "null");
-  if (m.eos_token_id_size() == 1) keys.emplace_back("eos_token_id", absl::StrCat(m.eos_token_id(0)));
+  keys.emplace_back("bos_token_id",
+                    m.bos_token_id() >= 0 ? absl::StrCat(m.bos_token_id()) : "null");
+  if (m.eos_token_id_size() == 1)
+    keys.emplace_back("eos_token_id", absl::StrCat(m.eos_token_id(0)));
   if (m.eos_token_id_size() > 1) {
-    keys.emplace_back("eos_token_id", absl::StrCat("[", absl::StrJoin(m.eos_token_id(), ", "), "]"));
+    keys.emplace_back("eos_token_id",
+                      absl::StrCat("[", absl::StrJoin(m.eos_token_id(), ", "), "]"));
   }
   if (m.eos_token_id_size() == 0) keys.emplace_back("eos_token_id", "null");
   // The rest of the class's config fields, at the values tetra's math has.
-  keys.insert(keys.end(), {{"pad_token_id", "null"}, {"pretraining_tp", "1"}, {"use_cache", "true"}});
+  keys.insert(keys.end(),
+              {{"pad_token_id", "null"}, {"pretraining_tp", "1"}, {"use_cache", "true"}});
   keys.emplace_back("torch_dtype", Quoted(dtype == DType::kBF16 ? "bfloat16" : "float32"));
   std::vector<std::string> lines;
-  for (const auto& [key, value] : keys) lines.push_back(absl::StrCat("  ", Quoted(key), ": ", value));
+  for (const auto& [key, value] : keys)
+    lines.push_back(absl::StrCat("  ", Quoted(key), ": ", value));
   return absl::StrCat("{\n", absl::StrJoin(lines, ",\n"), "\n}\n");
 }
 
 std::string HfGenerationConfigJson(const ModelConfig& m) {
   std::vector<std::string> lines;
-  if (m.bos_token_id() >= 0) lines.push_back(absl::StrCat("  \"bos_token_id\": ", m.bos_token_id()));
-  if (m.eos_token_id_size() == 1) lines.push_back(absl::StrCat("  \"eos_token_id\": ", m.eos_token_id(0)));
+  if (m.bos_token_id() >= 0)
+    lines.push_back(absl::StrCat("  \"bos_token_id\": ", m.bos_token_id()));
+  if (m.eos_token_id_size() == 1)
+    lines.push_back(absl::StrCat("  \"eos_token_id\": ", m.eos_token_id(0)));
   if (m.eos_token_id_size() > 1) {
-    lines.push_back(absl::StrCat("  \"eos_token_id\": [", absl::StrJoin(m.eos_token_id(), ", "), "]"));
+    lines.push_back(
+        absl::StrCat("  \"eos_token_id\": [", absl::StrJoin(m.eos_token_id(), ", "), "]"));
   }
   if (lines.empty()) return "";
   return absl::StrCat("{\n", absl::StrJoin(lines, ",\n"), "\n}\n");

@@ -50,12 +50,12 @@ struct FormatDType {
 
 // Every dtype the safetensors format defines (safetensors/src/tensor.rs).
 constexpr FormatDType kFormatDTypes[] = {
-    {"F32", DType::kF32, 32},    {"BF16", DType::kBF16, 16},     {"F16", DType::kF16, 16},
-    {"I32", DType::kI32, 32},    {"F64", std::nullopt, 64},      {"I64", std::nullopt, 64},
-    {"U64", std::nullopt, 64},   {"U32", std::nullopt, 32},      {"I16", std::nullopt, 16},
-    {"U16", std::nullopt, 16},   {"I8", std::nullopt, 8},        {"U8", std::nullopt, 8},
-    {"BOOL", std::nullopt, 8},   {"F8_E4M3", std::nullopt, 8},   {"F8_E5M2", std::nullopt, 8},
-    {"F8_E8M0", std::nullopt, 8}, {"C64", std::nullopt, 64},     {"F6_E2M3", std::nullopt, 6},
+    {"F32", DType::kF32, 32},     {"BF16", DType::kBF16, 16},   {"F16", DType::kF16, 16},
+    {"I32", DType::kI32, 32},     {"F64", std::nullopt, 64},    {"I64", std::nullopt, 64},
+    {"U64", std::nullopt, 64},    {"U32", std::nullopt, 32},    {"I16", std::nullopt, 16},
+    {"U16", std::nullopt, 16},    {"I8", std::nullopt, 8},      {"U8", std::nullopt, 8},
+    {"BOOL", std::nullopt, 8},    {"F8_E4M3", std::nullopt, 8}, {"F8_E5M2", std::nullopt, 8},
+    {"F8_E8M0", std::nullopt, 8}, {"C64", std::nullopt, 64},    {"F6_E2M3", std::nullopt, 6},
     {"F6_E3M2", std::nullopt, 6}, {"F4", std::nullopt, 4},
 };
 absl::StatusOr<FormatDType> ParseDType(const std::string& name) {
@@ -75,10 +75,9 @@ absl::Status ParseMetadata(const JsonValue& value, std::map<std::string, std::st
   }
   for (size_t i = 0; i < value.keys.size(); ++i) {
     if (value.items[i].kind != JsonValue::Kind::kString) {
-      return absl::InvalidArgumentError(absl::StrCat("\"__metadata__\" entry ",
-                                                     UserText(value.keys[i]), " is ",
-                                                     JsonKindName(value.items[i].kind),
-                                                     ", expected a string"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"__metadata__\" entry ", UserText(value.keys[i]), " is ",
+                       JsonKindName(value.items[i].kind), ", expected a string"));
     }
     (*out)[value.keys[i]] = value.items[i].string;
   }
@@ -131,8 +130,8 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
   const std::optional<int64_t> numel = CheckedNumElements(info.entry.shape);
   int64_t nbits;
   if (!numel || __builtin_mul_overflow(*numel, int64_t{parsed_dtype->bits}, &nbits)) {
-    return error(absl::StrFormat("has shape %s, too large to address",
-                                 ShapeString(info.entry.shape)));
+    return error(
+        absl::StrFormat("has shape %s, too large to address", ShapeString(info.entry.shape)));
   }
   if (nbits % 8 != 0) {
     return error(absl::StrFormat("has shape %s of %s, %d bits, which is not whole bytes",
@@ -152,11 +151,10 @@ absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonVa
         offsets_string, data_size, data_size));
   }
   if (end - begin != nbytes) {
-    return error(
-        absl::StrFormat("has data_offsets %s spanning %d bytes, but shape %s of %s "
-                        "needs %d bytes",
-                        offsets_string, end - begin, ShapeString(info.entry.shape),
-                        dtype->string, nbytes));
+    return error(absl::StrFormat(
+        "has data_offsets %s spanning %d bytes, but shape %s of %s "
+        "needs %d bytes",
+        offsets_string, end - begin, ShapeString(info.entry.shape), dtype->string, nbytes));
   }
   info.begin = static_cast<uint64_t>(begin);
   info.end = static_cast<uint64_t>(end);
@@ -196,8 +194,7 @@ absl::Status CheckTiling(const std::vector<TensorInfo>& tensors, uint64_t data_s
   if (covered != data_size) {
     return absl::InvalidArgumentError(
         previous == nullptr
-            ? absl::StrFormat("the header lists no tensors but %d data bytes follow it",
-                              data_size)
+            ? absl::StrFormat("the header lists no tensors but %d data bytes follow it", data_size)
             : absl::StrFormat("the data buffer has %d bytes after the last tensor, %s",
                               data_size - covered, label(*previous)));
   }
@@ -294,9 +291,8 @@ absl::Status SafetensorsFile::ReadF32(std::string_view name, float* out) const {
   const int64_t n = NumElements(entry.shape);
   const int64_t offset = data_offset_ + static_cast<int64_t>(begin_offsets_[it->second]);
   if (entry.dtype == DType::kF32) {
-    return mapping_.ReadRange(offset, n * 4, [&](const uint8_t* src) {
-      std::memcpy(out, src, n * sizeof(float));
-    });
+    return mapping_.ReadRange(
+        offset, n * 4, [&](const uint8_t* src) { std::memcpy(out, src, n * sizeof(float)); });
   }
   if (entry.dtype == DType::kBF16 || entry.dtype == DType::kF16) {
     float (*convert)(uint16_t) = entry.dtype == DType::kBF16 ? Bf16ToFloat : Fp16ToFloat;
@@ -353,8 +349,8 @@ absl::StatusOr<std::string> BuildHeader(const std::string& path,
     }
     for (int64_t d : t.shape) {
       if (d < 0) {
-        return UserError(absl::StrCat("cannot write safetensors file ", path, ": tensor \"",
-                                      t.name, "\" has negative shape ", ShapeString(t.shape)),
+        return UserError(absl::StrCat("cannot write safetensors file ", path, ": tensor \"", t.name,
+                                      "\" has negative shape ", ShapeString(t.shape)),
                          "shapes list element counts, which are never negative");
       }
     }
@@ -392,19 +388,21 @@ absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<SafetensorsTensorRef>& tensors, DType dtype,
                               const std::map<std::string, std::string>& metadata) {
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
-    return UserError(absl::StrCat("cannot write safetensors file ", path, " as ",
-                                  DTypeName(dtype), ": tetra writes F32 or BF16"),
+    return UserError(absl::StrCat("cannot write safetensors file ", path, " as ", DTypeName(dtype),
+                                  ": tetra writes F32 or BF16"),
                      "export as F32, or as BF16 for half the size (tetra export --dtype bf16)");
   }
   ASSIGN_OR_RETURN(std::string header, BuildHeader(path, tensors, dtype, metadata));
 
-  ASSIGN_OR_RETURN(AtomicFile file,
-                   AtomicFile::Create(path, absl::StrCat("check that the directory of ", path,
-                                                         " exists and is writable, with free space")));
+  ASSIGN_OR_RETURN(
+      AtomicFile file,
+      AtomicFile::Create(path, absl::StrCat("check that the directory of ", path,
+                                            " exists and is writable, with free space")));
   const uint64_t header_size = header.size();
   RETURN_IF_ERROR(file.Append(&header_size, kLengthFieldBytes));
   RETURN_IF_ERROR(file.Append(header));
-  for (const SafetensorsTensorRef& tensor : tensors) RETURN_IF_ERROR(WriteTensorData(file, tensor, dtype));
+  for (const SafetensorsTensorRef& tensor : tensors)
+    RETURN_IF_ERROR(WriteTensorData(file, tensor, dtype));
   return file.Commit();
 }
 

@@ -22,9 +22,10 @@ constexpr char kWeightsHint[] =
 constexpr size_t kMaxIndexBytes = 256 << 20;
 
 absl::Status IndexError(const std::string& path, const std::string& problem) {
-  return UserError(absl::StrCat("sharded checkpoint index ", path, ": ", problem),
-                   "the index must be the model.safetensors.index.json that save_pretrained writes beside "
-                   "its shard files");
+  return UserError(
+      absl::StrCat("sharded checkpoint index ", path, ": ", problem),
+      "the index must be the model.safetensors.index.json that save_pretrained writes beside "
+      "its shard files");
 }
 
 }  // namespace
@@ -53,11 +54,12 @@ absl::StatusOr<WeightFiles> WeightFiles::Open(const std::string& path) {
     } else {
       const bool pickle = fs::exists(dir / "pytorch_model.bin", error) ||
                           fs::exists(dir / "pytorch_model.bin.index.json", error);
-      return UserError(absl::StrCat("the directory ", path, " holds neither ", kSingleName, " nor ", kIndexName,
-                                    pickle ? " (only PyTorch pickle weights, which tetra does not read)" : ""),
-                       pickle ? "convert it to safetensors, e.g. load it in transformers and save_pretrained "
-                                "it again (safe_serialization is the default)"
-                              : kWeightsHint);
+      return UserError(
+          absl::StrCat("the directory ", path, " holds neither ", kSingleName, " nor ", kIndexName,
+                       pickle ? " (only PyTorch pickle weights, which tetra does not read)" : ""),
+          pickle ? "convert it to safetensors, e.g. load it in transformers and save_pretrained "
+                   "it again (safe_serialization is the default)"
+                 : kWeightsHint);
     }
   }
   if (!absl::EndsWith(file, ".index.json")) {
@@ -79,15 +81,18 @@ absl::StatusOr<WeightFiles> WeightFiles::Open(const std::string& path) {
     const std::string& tensor = weight_map->keys[i];
     const JsonValue& shard = weight_map->items[i];
     if (shard.kind != JsonValue::Kind::kString || shard.string.empty() ||
-        shard.string.find('/') != std::string::npos || shard.string == "." || shard.string == "..") {
-      return IndexError(file, absl::StrCat("tensor ", UserText(tensor), " maps to ",
-                                           shard.kind == JsonValue::Kind::kString ? UserText(shard.string)
-                                                                                  : JsonKindName(shard.kind),
-                                           ", not the name of a shard file beside the index"));
+        shard.string.find('/') != std::string::npos || shard.string == "." ||
+        shard.string == "..") {
+      return IndexError(
+          file, absl::StrCat("tensor ", UserText(tensor), " maps to ",
+                             shard.kind == JsonValue::Kind::kString ? UserText(shard.string)
+                                                                    : JsonKindName(shard.kind),
+                             ", not the name of a shard file beside the index"));
     }
     auto [it, added] = shard_index.emplace(shard.string, files.files_.size());
     if (added) {
-      ASSIGN_OR_RETURN(SafetensorsFile opened, SafetensorsFile::Open((dir / shard.string).string()));
+      ASSIGN_OR_RETURN(SafetensorsFile opened,
+                       SafetensorsFile::Open((dir / shard.string).string()));
       files.files_.push_back(std::move(opened));
     }
     if (files.files_[it->second].Find(tensor) == nullptr) {
@@ -101,11 +106,12 @@ absl::StatusOr<WeightFiles> WeightFiles::Open(const std::string& path) {
     for (const SafetensorsEntry& entry : files.files_[s].entries()) {
       auto it = files.file_of_.find(entry.name);
       if (it == files.file_of_.end() || it->second != s) {
-        return IndexError(file, absl::StrCat("shard ", files.files_[s].path(), " holds tensor ", UserText(entry.name),
-                                             ", which the index ",
-                                             it == files.file_of_.end()
-                                                 ? std::string("does not list")
-                                                 : absl::StrCat("places in ", files.files_[it->second].path())));
+        return IndexError(
+            file, absl::StrCat("shard ", files.files_[s].path(), " holds tensor ",
+                               UserText(entry.name), ", which the index ",
+                               it == files.file_of_.end()
+                                   ? std::string("does not list")
+                                   : absl::StrCat("places in ", files.files_[it->second].path())));
       }
     }
   }

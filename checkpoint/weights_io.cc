@@ -42,8 +42,9 @@ absl::Status CheckAgainstModel(const WeightFiles& files, const ModelConfig& mode
     if (entry == nullptr) {
       missing.push_back(t.name);
     } else if (entry->shape != t.shape) {
-      mismatched.push_back(absl::StrCat(t.name, " is ", ShapeString(entry->shape), " in the file but ",
-                                        ShapeString(t.shape), " in the model"));
+      mismatched.push_back(absl::StrCat(t.name, " is ", ShapeString(entry->shape),
+                                        " in the file but ", ShapeString(t.shape),
+                                        " in the model"));
     }
   }
   for (const SafetensorsEntry* entry : files.entries()) {
@@ -51,10 +52,15 @@ absl::Status CheckAgainstModel(const WeightFiles& files, const ModelConfig& mode
   }
   if (missing.empty() && mismatched.empty() && extra.empty()) return absl::OkStatus();
   std::vector<std::string> problems;
-  if (!missing.empty()) problems.push_back(absl::StrCat(missing.size(), " missing (", ListSome(missing), ")"));
-  if (!mismatched.empty()) problems.push_back(absl::StrCat(mismatched.size(), " with the wrong shape (", ListSome(mismatched), ")"));
-  if (!extra.empty()) problems.push_back(absl::StrCat(extra.size(), " not in the model (", ListSome(extra), ")"));
-  return UserError(absl::StrCat("weights in ", files.path(), " do not match the model: ", absl::StrJoin(problems, "; ")),
+  if (!missing.empty())
+    problems.push_back(absl::StrCat(missing.size(), " missing (", ListSome(missing), ")"));
+  if (!mismatched.empty())
+    problems.push_back(
+        absl::StrCat(mismatched.size(), " with the wrong shape (", ListSome(mismatched), ")"));
+  if (!extra.empty())
+    problems.push_back(absl::StrCat(extra.size(), " not in the model (", ListSome(extra), ")"));
+  return UserError(absl::StrCat("weights in ", files.path(),
+                                " do not match the model: ", absl::StrJoin(problems, "; ")),
                    "the model section of the config must describe the checkpoint's architecture "
                    "(sizes, num_key_value_heads, tie_word_embeddings, model.moe)");
 }
@@ -72,9 +78,10 @@ absl::Status LoadWeights(const std::string& path, const ModelConfig& model, Para
     RETURN_IF_ERROR(files.ReadF32(p.name, global.f32()));
     for (int64_t i = 0; i < global.numel(); ++i) {
       if (!std::isfinite(global.f32()[i])) {
-        return UserError(absl::StrCat("weights in ", path, ": tensor ", p.name, " holds ", global.f32()[i],
-                                      " at element ", i, ", so training would start diverged"),
-                         "start from a checkpoint whose weights are all finite");
+        return UserError(
+            absl::StrCat("weights in ", path, ": tensor ", p.name, " holds ", global.f32()[i],
+                         " at element ", i, ", so training would start diverged"),
+            "start from a checkpoint whose weights are all finite");
       }
     }
     Tensor slice = Tensor::Empty(p.value.shape());
@@ -95,7 +102,8 @@ Tensor GatherGlobal(const Parameter& p, Communicator& tp) {
   TETRA_CHECK(p.shard.count * p.shard.replicas == tp.size() &&
               p.shard.index == tp.rank() / p.shard.replicas)
       << p.name << ": slice " << p.shard.index << " of " << p.shard.count << " (x"
-      << p.shard.replicas << ") does not match tensor-parallel rank " << tp.rank() << " of " << tp.size();
+      << p.shard.replicas << ") does not match tensor-parallel rank " << tp.rank() << " of "
+      << tp.size();
   const int64_t local = p.value.numel();
   // Gathered where the values live, rearranged on the host.
   Tensor slices = Tensor::Empty({tp.size() * local}, p.value.dtype(), p.value.device());
@@ -202,19 +210,25 @@ void GatherStages(Communicator& pp, std::vector<NamedTensor>& globals) {
   }
 }
 
-
 namespace {
 
 // A model directory's files about its tokenizer and its generation, not its
 // weights, which transformers' from_pretrained of a tokenizer or a
 // GenerationConfig reads.
-constexpr const char* kOriginFiles[] = {
-    "tokenizer.json",    "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-    "tokenizer.model",   "vocab.json",            "merges.txt",              "chat_template.jinja",
-    "chat_template.json", "generation_config.json"};
+constexpr const char* kOriginFiles[] = {"tokenizer.json",
+                                        "tokenizer_config.json",
+                                        "special_tokens_map.json",
+                                        "added_tokens.json",
+                                        "tokenizer.model",
+                                        "vocab.json",
+                                        "merges.txt",
+                                        "chat_template.jinja",
+                                        "chat_template.json",
+                                        "generation_config.json"};
 
 // Copies the origin's files (kOriginFiles) that exist into `dir`; their names.
-absl::StatusOr<std::vector<std::string>> CopyOriginFiles(const std::string& origin, const std::string& dir,
+absl::StatusOr<std::vector<std::string>> CopyOriginFiles(const std::string& origin,
+                                                         const std::string& dir,
                                                          const char* write_hint) {
   std::vector<std::string> copied;
   const std::string config = origin.empty() ? "" : HfConfigPathOf(origin);
@@ -223,9 +237,10 @@ absl::StatusOr<std::vector<std::string>> CopyOriginFiles(const std::string& orig
   for (const char* name : kOriginFiles) {
     std::error_code error;
     if (!std::filesystem::is_regular_file(from / name, error)) continue;
-    ASSIGN_OR_RETURN(const std::string bytes,
-                     ReadInputFile((from / name).string(), "the run's init_from model directory's file",
-                                   "the export copies it from init_from: check the directory is readable"));
+    ASSIGN_OR_RETURN(
+        const std::string bytes,
+        ReadInputFile((from / name).string(), "the run's init_from model directory's file",
+                      "the export copies it from init_from: check the directory is readable"));
     RETURN_IF_ERROR(WriteFileAtomically(dir + "/" + name, bytes, write_hint));
     copied.push_back(name);
   }
@@ -234,10 +249,9 @@ absl::StatusOr<std::vector<std::string>> CopyOriginFiles(const std::string& orig
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> WriteHfModelDirectory(const std::string& dir,
-                                                               const std::vector<NamedTensor>& tensors,
-                                                               const ModelConfig& model, int64_t seq_length,
-                                                               DType dtype, const HfExportExtras& extras) {
+absl::StatusOr<std::vector<std::string>> WriteHfModelDirectory(
+    const std::string& dir, const std::vector<NamedTensor>& tensors, const ModelConfig& model,
+    int64_t seq_length, DType dtype, const HfExportExtras& extras) {
   RETURN_IF_ERROR(CheckHfExportable(model));
   std::error_code error;
   std::filesystem::create_directories(dir, error);
@@ -251,8 +265,10 @@ absl::StatusOr<std::vector<std::string>> WriteHfModelDirectory(const std::string
   all_metadata.insert(extras.metadata.begin(), extras.metadata.end());
   RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", refs, dtype, all_metadata));
   constexpr char kHint[] = "check the disk has space and the directory is writable";
-  RETURN_IF_ERROR(WriteFileAtomically(dir + "/config.json", HfConfigJson(model, seq_length, dtype), kHint));
-  ASSIGN_OR_RETURN(const std::vector<std::string> copied, CopyOriginFiles(extras.origin, dir, kHint));
+  RETURN_IF_ERROR(
+      WriteFileAtomically(dir + "/config.json", HfConfigJson(model, seq_length, dtype), kHint));
+  ASSIGN_OR_RETURN(const std::vector<std::string> copied,
+                   CopyOriginFiles(extras.origin, dir, kHint));
   const std::string generation = HfGenerationConfigJson(model);
   const bool origin_generation =
       std::find(copied.begin(), copied.end(), "generation_config.json") != copied.end();
@@ -262,9 +278,10 @@ absl::StatusOr<std::vector<std::string>> WriteHfModelDirectory(const std::string
   return copied;
 }
 
-absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, const ModelConfig& model,
-                           int64_t seq_length, DType dtype, Communicator& tp, bool write,
-                           Communicator* ep, Communicator* pp, const std::string& origin) {
+absl::Status ExportWeights(const std::string& dir, const ParameterStore& store,
+                           const ModelConfig& model, int64_t seq_length, DType dtype,
+                           Communicator& tp, bool write, Communicator* ep, Communicator* pp,
+                           const std::string& origin) {
   // Every tensor-parallel (and expert-parallel) rank takes part in the gathers; one writes.
   const bool gather_experts = ep != nullptr && ep->size() > 1;
   std::vector<NamedTensor> globals;
@@ -272,11 +289,14 @@ absl::Status ExportWeights(const std::string& dir, const ParameterStore& store, 
     if (!(gather_experts && p.expert)) globals.push_back({p.name, GatherGlobal(p, tp)});
   }
   if (gather_experts) {
-    for (NamedTensor& expert : GatherExperts(store, model, tp, *ep)) globals.push_back(std::move(expert));
+    for (NamedTensor& expert : GatherExperts(store, model, tp, *ep))
+      globals.push_back(std::move(expert));
   }
   if (pp != nullptr && pp->size() > 1 && tp.rank() == 0) GatherStages(*pp, globals);
   if (!write) return absl::OkStatus();
-  return WriteHfModelDirectory(dir, globals, model, seq_length, dtype, {.metadata = {}, .origin = origin}).status();
+  return WriteHfModelDirectory(dir, globals, model, seq_length, dtype,
+                               {.metadata = {}, .origin = origin})
+      .status();
 }
 
 }  // namespace tetra

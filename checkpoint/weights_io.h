@@ -69,10 +69,9 @@ struct HfExportExtras {
 // has none and token ids are known, tetra's generation_config.json. A model
 // no Hugging Face class computes is refused. Returns the files copied from
 // the origin.
-absl::StatusOr<std::vector<std::string>> WriteHfModelDirectory(const std::string& dir,
-                                                               const std::vector<NamedTensor>& tensors,
-                                                               const ModelConfig& model, int64_t seq_length,
-                                                               DType dtype, const HfExportExtras& extras = {});
+absl::StatusOr<std::vector<std::string>> WriteHfModelDirectory(
+    const std::string& dir, const std::vector<NamedTensor>& tensors, const ModelConfig& model,
+    int64_t seq_length, DType dtype, const HfExportExtras& extras = {});
 
 // Gathers the whole model and writes it with WriteHfModelDirectory.
 // Collective over `tp`; for an expert-parallel model over

@@ -53,14 +53,15 @@ std::string DescribeGroupRank(const Communicator& comm, int rank) {
   return absl::StrCat("rank ", rank, " (world ", comm.ranks()[rank], ")");
 }
 
-std::string DescribeSendRecv(const Communicator& comm, const Tensor& send, int to, const Tensor& recv,
-                             int from) {
+std::string DescribeSendRecv(const Communicator& comm, const Tensor& send, int to,
+                             const Tensor& recv, int from) {
   return absl::StrCat("send_recv of ", send.numel(), " ", DTypeName(send.dtype()), " to ",
                       DescribeGroupRank(comm, to), " and ", recv.numel(), " from ",
                       DescribeGroupRank(comm, from), " on ", DescribeGroup(comm));
 }
 
-CommHandle Both(CommHandle a, CommHandle b, std::function<std::string()> describe, double timeout_s) {
+CommHandle Both(CommHandle a, CommHandle b, std::function<std::string()> describe,
+                double timeout_s) {
   auto pair = std::make_shared<std::pair<CommHandle, CommHandle>>(std::move(a), std::move(b));
   return CommHandle(
       [pair] {

@@ -38,11 +38,12 @@ std::string DescribeOp(const Communicator& comm, const std::string& op, int64_t 
 // "rank 1 (world 3)"
 std::string DescribeGroupRank(const Communicator& comm, int rank);
 // "send_recv of 8 F32 to rank 1 (world 1), from rank 1 (world 1), on group ..."
-std::string DescribeSendRecv(const Communicator& comm, const Tensor& send, int to, const Tensor& recv,
-                             int from);
+std::string DescribeSendRecv(const Communicator& comm, const Tensor& send, int to,
+                             const Tensor& recv, int from);
 
 // A handle complete once both `a` and `b` are (a send and a receive posted together).
-CommHandle Both(CommHandle a, CommHandle b, std::function<std::string()> describe, double timeout_s);
+CommHandle Both(CommHandle a, CommHandle b, std::function<std::string()> describe,
+                double timeout_s);
 
 }  // namespace tetra
 

@@ -117,9 +117,12 @@ std::vector<double> GatherDoubles(Communicator& group, double value) {
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMean: return "mean";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMean:
+      return "mean";
   }
   return "?";
 }
@@ -139,11 +142,11 @@ double MaxOverRanks(Communicator& group, double value) {
 
 absl::Status AgreeOnStatus(Communicator& group, absl::Status status) {
   // The lowest failed rank, as -max(-rank); group.size() when none failed.
-  const int failed = static_cast<int>(
-      -MaxOverRanks(group, -(status.ok() ? group.size() : group.rank())));
+  const int failed =
+      static_cast<int>(-MaxOverRanks(group, -(status.ok() ? group.size() : group.rank())));
   if (!status.ok() || failed == group.size()) return status;
-  return absl::AbortedError(absl::StrCat("rank ", group.ranks()[failed],
-                                         " failed (see its error above)"));
+  return absl::AbortedError(
+      absl::StrCat("rank ", group.ranks()[failed], " failed (see its error above)"));
 }
 
 std::string DescribeGroup(const Communicator& comm) {
@@ -213,8 +216,7 @@ CommHandle Communicator::AllToAllAsync(const Tensor& send, const Tensor& recv) {
 
 CommHandle Communicator::AllToAllVAsync(const Tensor& send, const std::vector<int64_t>& send_counts,
                                         const std::vector<int64_t>& send_offsets,
-                                        const Tensor& recv,
-                                        const std::vector<int64_t>& recv_counts,
+                                        const Tensor& recv, const std::vector<int64_t>& recv_counts,
                                         const std::vector<int64_t>& recv_offsets) {
   if (Communicator* host = HostRouteFor(send)) {
     return host->AllToAllVAsync(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
@@ -223,8 +225,8 @@ CommHandle Communicator::AllToAllVAsync(const Tensor& send, const std::vector<in
   const int64_t send_extent = CheckBlocks(*this, send_counts, send_offsets, "send");
   const int64_t recv_extent = CheckBlocks(*this, recv_counts, recv_offsets, "recv");
   TETRA_CHECK(send_extent <= send.numel() && recv_extent <= recv.numel())
-      << "all_to_all_v: the blocks reach element " << send_extent << " of send and "
-      << recv_extent << " of recv, which hold " << send.numel() << " and " << recv.numel();
+      << "all_to_all_v: the blocks reach element " << send_extent << " of send and " << recv_extent
+      << " of recv, which hold " << send.numel() << " and " << recv.numel();
   CheckDisjoint(ElementRange(send, 0, send_extent), ElementRange(recv, 0, recv_extent),
                 "all_to_all_v");
   return StartAllToAllV(send, send_counts, send_offsets, recv, recv_counts, recv_offsets);
@@ -285,7 +287,8 @@ CommHandle::CommHandle(std::function<bool()> poll, std::function<std::string()> 
       on_timeout_(std::move(on_timeout)),
       timeout_s_(timeout_s),
       done_(false) {
-  TETRA_CHECK(poll_ != nullptr && describe_ != nullptr) << "a pending CommHandle needs poll and describe";
+  TETRA_CHECK(poll_ != nullptr && describe_ != nullptr)
+      << "a pending CommHandle needs poll and describe";
   TETRA_CHECK(timeout_s_ > 0) << "comm timeout must be positive, got " << timeout_s_ << " s";
 }
 

@@ -10,9 +10,9 @@
 #include "core/logging.h"
 
 // A failed MPI call is a broken invariant: fatal, with MPI's own words.
-#define TETRA_MPI_CHECK(call)                                                        \
-  do {                                                                               \
-    const int tetra_mpi_rc = (call);                                                 \
+#define TETRA_MPI_CHECK(call)                                                                \
+  do {                                                                                       \
+    const int tetra_mpi_rc = (call);                                                         \
     TETRA_CHECK(tetra_mpi_rc == MPI_SUCCESS) << #call << ": " << MpiErrorText(tetra_mpi_rc); \
   } while (0)
 
@@ -31,11 +31,15 @@ std::string MpiErrorText(int code) {
 
 MPI_Datatype MpiType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kF64: return MPI_DOUBLE;
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kF64:
+      return MPI_DOUBLE;
     case DType::kBF16:
-    case DType::kF16: return MPI_UINT16_T;  // moved, never reduced
+    case DType::kF16:
+      return MPI_UINT16_T;  // moved, never reduced
   }
   TETRA_CHECK(false) << "unknown dtype";
   return MPI_DATATYPE_NULL;
@@ -128,7 +132,10 @@ std::unique_ptr<Communicator> MpiWorld(double timeout_s) {
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, std::vector<int> world_ranks,
                                  double timeout_s)
-    : comm_(comm), name_(std::move(name)), world_ranks_(std::move(world_ranks)), timeout_s_(timeout_s) {
+    : comm_(comm),
+      name_(std::move(name)),
+      world_ranks_(std::move(world_ranks)),
+      timeout_s_(timeout_s) {
   TETRA_CHECK(timeout_s_ > 0) << "comm timeout must be positive, got " << timeout_s_ << " s";
   TETRA_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   TETRA_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -140,12 +147,14 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, std::vector<in
   TETRA_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
   std::vector<int> ranks(size), in_world(size);
   for (int r = 0; r < size; ++r) ranks[r] = r;
-  TETRA_MPI_CHECK(MPI_Group_translate_ranks(group, size, ranks.data(), world_group, in_world.data()));
+  TETRA_MPI_CHECK(
+      MPI_Group_translate_ranks(group, size, ranks.data(), world_group, in_world.data()));
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
   TETRA_CHECK(in_world == world_ranks_)
-      << "group " << name_ << ": MPI communicator has world ranks [" << absl::StrJoin(in_world, ", ")
-      << "], expected [" << absl::StrJoin(world_ranks_, ", ") << "]";
+      << "group " << name_ << ": MPI communicator has world ranks ["
+      << absl::StrJoin(in_world, ", ") << "], expected [" << absl::StrJoin(world_ranks_, ", ")
+      << "]";
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -197,8 +206,8 @@ CommHandle MpiCommunicator::StartReduceScatter(const Tensor& send, const Tensor&
     if (op == ReduceOp::kMean) DivideInPlace(recv.raw(), recv.numel(), size);
   };
   TETRA_MPI_CHECK(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send.raw(),
-                                            in_place ? send.raw() : recv.raw(), n, type,
-                                            MpiOp(op), comm_, &pending->request));
+                                            in_place ? send.raw() : recv.raw(), n, type, MpiOp(op),
+                                            comm_, &pending->request));
   return Watch(std::move(pending), [this, op, count = send.numel(), dtype = send.dtype()] {
     return DescribeOp(*this, OpWithReduction("reduce_scatter", op), count, dtype);
   });
@@ -247,7 +256,8 @@ CommHandle MpiCommunicator::StartAllToAllV(const Tensor& send,
   int64_t sent = 0, received = 0;
   for (int r = 0; r < p; ++r) sent += send_counts[r], received += recv_counts[r];
   return Watch(std::move(pending), [this, sent, received, dtype = send.dtype()] {
-    return DescribeOp(*this, "all_to_all_v", sent, dtype, absl::StrCat("(", received, " received)"));
+    return DescribeOp(*this, "all_to_all_v", sent, dtype,
+                      absl::StrCat("(", received, " received)"));
   });
 }
 
@@ -293,15 +303,19 @@ CommHandle MpiCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) {
   });
 }
 
-CommHandle MpiCommunicator::StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) {
-  return Both(StartRecv(recv, from, 0), StartSend(send, to, 0),
-              [this, send, to, recv, from] { return DescribeSendRecv(*this, send, to, recv, from); }, timeout_s_);
+CommHandle MpiCommunicator::StartSendRecv(const Tensor& send, int to, const Tensor& recv,
+                                          int from) {
+  return Both(
+      StartRecv(recv, from, 0), StartSend(send, to, 0),
+      [this, send, to, recv, from] { return DescribeSendRecv(*this, send, to, recv, from); },
+      timeout_s_);
 }
 
 CommHandle MpiCommunicator::StartBarrier() {
   auto pending = std::make_shared<Pending>();
   TETRA_MPI_CHECK(MPI_Ibarrier(comm_, &pending->request));
-  return Watch(std::move(pending), [this] { return absl::StrCat("barrier on ", DescribeGroup(*this)); });
+  return Watch(std::move(pending),
+               [this] { return absl::StrCat("barrier on ", DescribeGroup(*this)); });
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::Split(const std::vector<int>& world_ranks,
@@ -309,8 +323,9 @@ std::unique_ptr<Communicator> MpiCommunicator::Split(const std::vector<int>& wor
   const int me = world_ranks_[rank_];
   const auto mine = std::find(world_ranks.begin(), world_ranks.end(), me);
   TETRA_CHECK(std::is_sorted(world_ranks.begin(), world_ranks.end()) && mine != world_ranks.end())
-      << "split of " << name_ << " into " << name << ": world ranks [" << absl::StrJoin(world_ranks, ", ")
-      << "] must be ascending and contain this rank (" << me << ")";
+      << "split of " << name_ << " into " << name << ": world ranks ["
+      << absl::StrJoin(world_ranks, ", ") << "] must be ascending and contain this rank (" << me
+      << ")";
   // Each rank's group is named by its first world rank. Gathering them (a
   // watched collective) lets every rank check that all agree on the groups
   // before MPI_Comm_split, which has no non-blocking form.
@@ -327,7 +342,8 @@ std::unique_ptr<Communicator> MpiCommunicator::Split(const std::vector<int>& wor
       << absl::StrJoin(world_ranks, ", ") << "] but the ranks that named the same first rank are ["
       << absl::StrJoin(members, ", ") << "]; every rank must pass its own group of one partition";
   MPI_Comm comm;
-  TETRA_MPI_CHECK(MPI_Comm_split(comm_, color, static_cast<int>(mine - world_ranks.begin()), &comm));
+  TETRA_MPI_CHECK(
+      MPI_Comm_split(comm_, color, static_cast<int>(mine - world_ranks.begin()), &comm));
   return std::make_unique<MpiCommunicator>(comm, name, world_ranks, timeout_s_);
 }
 

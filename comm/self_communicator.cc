@@ -60,7 +60,9 @@ CommHandle SelfCommunicator::StartBroadcast(const Tensor&, int) { return CommHan
 // lone send or receive and serves itself for a send_recv.
 CommHandle SelfCommunicator::StartSend(const Tensor&, int, int) { return NoPeer("send"); }
 CommHandle SelfCommunicator::StartRecv(const Tensor&, int, int) { return NoPeer("recv"); }
-CommHandle SelfCommunicator::StartSendRecv(const Tensor&, int, const Tensor&, int) { return NoPeer("send_recv"); }
+CommHandle SelfCommunicator::StartSendRecv(const Tensor&, int, const Tensor&, int) {
+  return NoPeer("send_recv");
+}
 
 CommHandle SelfCommunicator::StartBarrier() { return CommHandle(); }
 

@@ -23,7 +23,8 @@ Tensor HostResult(const Tensor& t) {
 // `handle`, complete once the result in `host` is back in `out` (nothing to
 // copy where `out` is the host tensor itself), keeping `staged` alive until
 // the operation has completed.
-CommHandle Returned(CommHandle handle, std::vector<Tensor> staged, const Tensor& host, const Tensor& out) {
+CommHandle Returned(CommHandle handle, std::vector<Tensor> staged, const Tensor& host,
+                    const Tensor& out) {
   return std::move(handle).Then([staged = std::move(staged), host, out] {
     if (out.defined() && host.raw() != out.raw()) out.CopyFrom(host);
   });
@@ -64,11 +65,13 @@ bool StagedCommunicator::Advance(Transfer& t) {
   if (!t.started) {
     t.started = true;
     if (t.recv.defined()) {
-      t.go_ahead_sent = host_->SendAsync(Tensor::View(&t.go_ahead_out, {1}, DType::kI32), t.from, kGoAheadTag);
+      t.go_ahead_sent =
+          host_->SendAsync(Tensor::View(&t.go_ahead_out, {1}, DType::kI32), t.from, kGoAheadTag);
       t.data_received = host_->RecvAsync(t.recv, t.from, kDataTag);
     }
     if (t.send.defined()) {
-      t.go_ahead_received = host_->RecvAsync(Tensor::View(&t.go_ahead_in, {1}, DType::kI32), t.to, kGoAheadTag);
+      t.go_ahead_received =
+          host_->RecvAsync(Tensor::View(&t.go_ahead_in, {1}, DType::kI32), t.to, kGoAheadTag);
     }
   }
   if (t.send.defined() && !t.sending && t.go_ahead_received.Test()) {
@@ -88,7 +91,8 @@ void StagedCommunicator::RunTransfers() {
   }
 }
 
-CommHandle StagedCommunicator::Enqueue(const Tensor& send, int to, const Tensor& recv, int from, std::string what) {
+CommHandle StagedCommunicator::Enqueue(const Tensor& send, int to, const Tensor& recv, int from,
+                                       std::string what) {
   auto transfer = std::make_shared<Transfer>();
   transfer->send = send;
   transfer->to = to;
@@ -98,7 +102,8 @@ CommHandle StagedCommunicator::Enqueue(const Tensor& send, int to, const Tensor&
   RunTransfers();
   const std::string description = absl::StrCat(
       what, " on ", DescribeGroup(*this),
-      " (run as NCCL runs it: one point-to-point call at a time in posting order, a send ending once its "
+      " (run as NCCL runs it: one point-to-point call at a time in posting order, a send ending "
+      "once its "
       "receiver reaches the matching receive; two ranks that each post a lone send, or each a lone "
       "receive, to the other first deadlock: post such a pair with SendRecvAsync)");
   return CommHandle(
@@ -109,7 +114,8 @@ CommHandle StagedCommunicator::Enqueue(const Tensor& send, int to, const Tensor&
       [description] { return description; }, timeout_s());
 }
 
-StagedCommunicator::StagedCommunicator(std::unique_ptr<Communicator> host) : host_(std::move(host)) {
+StagedCommunicator::StagedCommunicator(std::unique_ptr<Communicator> host)
+    : host_(std::move(host)) {
   TETRA_CHECK(host_ != nullptr && host_->Serves(DeviceType::kCPU))
       << "the staged communicator moves tensors through a host communicator";
 }
@@ -126,7 +132,8 @@ void StagedCommunicator::CheckSameCollective(const std::string& operation,
   if (size() == 1) return;
   const int n = size();
   std::vector<char> mine(kOperationBytes, '\0'), all(static_cast<size_t>(n) * kOperationBytes);
-  std::memcpy(mine.data(), operation.data(), std::min<size_t>(operation.size(), kOperationBytes - 1));
+  std::memcpy(mine.data(), operation.data(),
+              std::min<size_t>(operation.size(), kOperationBytes - 1));
   constexpr int64_t words = kOperationBytes / sizeof(int32_t);
   host_->AllGather(Tensor::View(mine.data(), {words}, DType::kI32),
                    Tensor::View(all.data(), {n * words}, DType::kI32));
@@ -134,12 +141,15 @@ void StagedCommunicator::CheckSameCollective(const std::string& operation,
     const std::string theirs(all.data() + static_cast<size_t>(r) * kOperationBytes);
     TETRA_CHECK(theirs == mine.data())
         << "collective #" << index << " on " << DescribeGroup(*this) << ": this rank (" << rank()
-        << ") issues " << mine.data() << " but " << DescribeGroupRank(*this, r) << " issues " << theirs
-        << "; every rank of a group must issue the same collectives in the same order (NCCL would hang)";
+        << ") issues " << mine.data() << " but " << DescribeGroupRank(*this, r) << " issues "
+        << theirs
+        << "; every rank of a group must issue the same collectives in the same order (NCCL would "
+           "hang)";
   }
   if (send_counts == nullptr) return;
   // Row r: what rank r sends to each rank; column rank() must be what this rank expects.
-  std::vector<double> my_counts(send_counts->begin(), send_counts->end()), counts(static_cast<size_t>(n) * n);
+  std::vector<double> my_counts(send_counts->begin(), send_counts->end()),
+      counts(static_cast<size_t>(n) * n);
   host_->AllGather(Tensor::View(my_counts.data(), {n}, DType::kF64),
                    Tensor::View(counts.data(), {n * n}, DType::kF64));
   for (int r = 0; r < n; ++r) {
@@ -152,31 +162,42 @@ void StagedCommunicator::CheckSameCollective(const std::string& operation,
 }
 
 CommHandle StagedCommunicator::StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) {
-  CheckSameCollective(Sized(absl::StrCat("all_reduce (", ReduceOpName(op), ")"), recv.numel(), recv.dtype()));
+  CheckSameCollective(
+      Sized(absl::StrCat("all_reduce (", ReduceOpName(op), ")"), recv.numel(), recv.dtype()));
   // In place on the host stays in place; on the device the staged copies are distinct.
-  return Staged(send, recv, [&](const Tensor& s, const Tensor& r) { return host_->AllReduceAsync(s, r, op); });
+  return Staged(send, recv,
+                [&](const Tensor& s, const Tensor& r) { return host_->AllReduceAsync(s, r, op); });
 }
 
-CommHandle StagedCommunicator::StartReduceScatter(const Tensor& send, const Tensor& recv, ReduceOp op) {
-  CheckSameCollective(Sized(absl::StrCat("reduce_scatter (", ReduceOpName(op), ")"), send.numel(), send.dtype()));
-  return Staged(send, recv, [&](const Tensor& s, const Tensor& r) { return host_->ReduceScatterAsync(s, r, op); });
+CommHandle StagedCommunicator::StartReduceScatter(const Tensor& send, const Tensor& recv,
+                                                  ReduceOp op) {
+  CheckSameCollective(
+      Sized(absl::StrCat("reduce_scatter (", ReduceOpName(op), ")"), send.numel(), send.dtype()));
+  return Staged(send, recv, [&](const Tensor& s, const Tensor& r) {
+    return host_->ReduceScatterAsync(s, r, op);
+  });
 }
 
 CommHandle StagedCommunicator::StartAllGather(const Tensor& send, const Tensor& recv) {
   CheckSameCollective(Sized("all_gather", recv.numel(), recv.dtype()));
-  return Staged(send, recv, [&](const Tensor& s, const Tensor& r) { return host_->AllGatherAsync(s, r); });
+  return Staged(send, recv,
+                [&](const Tensor& s, const Tensor& r) { return host_->AllGatherAsync(s, r); });
 }
 
 CommHandle StagedCommunicator::StartAllToAll(const Tensor& send, const Tensor& recv) {
   CheckSameCollective(Sized("all_to_all", send.numel(), send.dtype()));
-  return Staged(send, recv, [&](const Tensor& s, const Tensor& r) { return host_->AllToAllAsync(s, r); });
+  return Staged(send, recv,
+                [&](const Tensor& s, const Tensor& r) { return host_->AllToAllAsync(s, r); });
 }
 
-CommHandle StagedCommunicator::StartAllToAllV(const Tensor& send, const std::vector<int64_t>& send_counts,
-                                              const std::vector<int64_t>& send_offsets, const Tensor& recv,
+CommHandle StagedCommunicator::StartAllToAllV(const Tensor& send,
+                                              const std::vector<int64_t>& send_counts,
+                                              const std::vector<int64_t>& send_offsets,
+                                              const Tensor& recv,
                                               const std::vector<int64_t>& recv_counts,
                                               const std::vector<int64_t>& recv_offsets) {
-  CheckSameCollective(absl::StrCat("all_to_all_v of ", DTypeName(send.dtype())), &send_counts, &recv_counts);
+  CheckSameCollective(absl::StrCat("all_to_all_v of ", DTypeName(send.dtype())), &send_counts,
+                      &recv_counts);
   return Staged(
       send, recv,
       [&](const Tensor& s, const Tensor& r) {
@@ -192,14 +213,17 @@ CommHandle StagedCommunicator::StartBroadcast(const Tensor& buffer, int root) {
 }
 
 CommHandle StagedCommunicator::StartSend(const Tensor& buffer, int peer, int tag) {
-  TETRA_CHECK(tag == 0) << "send: NCCL has no tags (got " << tag << "); order the transfers instead";
+  TETRA_CHECK(tag == 0) << "send: NCCL has no tags (got " << tag
+                        << "); order the transfers instead";
   const Tensor host = OnHost(buffer);
   return Enqueue(host, peer, Tensor(), -1,
-                 absl::StrCat(Sized("send", buffer.numel(), buffer.dtype()), " to ", DescribeGroupRank(*this, peer)));
+                 absl::StrCat(Sized("send", buffer.numel(), buffer.dtype()), " to ",
+                              DescribeGroupRank(*this, peer)));
 }
 
 CommHandle StagedCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) {
-  TETRA_CHECK(tag == 0) << "recv: NCCL has no tags (got " << tag << "); order the transfers instead";
+  TETRA_CHECK(tag == 0) << "recv: NCCL has no tags (got " << tag
+                        << "); order the transfers instead";
   const Tensor host = HostResult(buffer);
   return Returned(Enqueue(Tensor(), -1, host, peer,
                           absl::StrCat(Sized("recv", buffer.numel(), buffer.dtype()), " from ",
@@ -207,7 +231,8 @@ CommHandle StagedCommunicator::StartRecv(const Tensor& buffer, int peer, int tag
                   {}, host, buffer);
 }
 
-CommHandle StagedCommunicator::StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) {
+CommHandle StagedCommunicator::StartSendRecv(const Tensor& send, int to, const Tensor& recv,
+                                             int from) {
   const Tensor host_send = OnHost(send), host_recv = HostResult(recv);
   return Returned(Enqueue(host_send, to, host_recv, from,
                           absl::StrCat(Sized("send_recv", send.numel(), send.dtype()), " to ",

@@ -85,12 +85,14 @@ class StagedCommunicator : public Communicator {
 
   // Gathers every rank's `operation` (and, when given, its all-to-all send
   // counts, checked against this rank's `recv_counts`); fatal on a mismatch.
-  void CheckSameCollective(const std::string& operation, const std::vector<int64_t>* send_counts = nullptr,
+  void CheckSameCollective(const std::string& operation,
+                           const std::vector<int64_t>* send_counts = nullptr,
                            const std::vector<int64_t>* recv_counts = nullptr);
 
   std::unique_ptr<Communicator> host_;
   int64_t collectives_ = 0;  // issued on this group so far: names a mismatch
-  std::deque<std::shared_ptr<Transfer>> transfers_;  // point-to-point calls not yet run, in posting order
+  std::deque<std::shared_ptr<Transfer>>
+      transfers_;  // point-to-point calls not yet run, in posting order
 };
 
 }  // namespace tetra

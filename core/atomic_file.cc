@@ -35,7 +35,9 @@ AtomicFile::AtomicFile(std::string path, std::string hint, int fd)
     : path_(std::move(path)), hint_(std::move(hint)), fd_(fd) {}
 
 AtomicFile::AtomicFile(AtomicFile&& other) noexcept
-    : path_(std::move(other.path_)), hint_(std::move(other.hint_)), fd_(std::exchange(other.fd_, -1)) {}
+    : path_(std::move(other.path_)),
+      hint_(std::move(other.hint_)),
+      fd_(std::exchange(other.fd_, -1)) {}
 
 AtomicFile::~AtomicFile() {
   if (fd_ < 0) return;
@@ -78,7 +80,8 @@ absl::Status AtomicFile::Commit() {
   return SyncDirectory(directory.empty() ? "." : directory.string(), hint_);
 }
 
-absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes, const std::string& hint) {
+absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes,
+                                 const std::string& hint) {
   ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::Create(path, hint));
   RETURN_IF_ERROR(file.Append(bytes));
   return file.Commit();

@@ -39,7 +39,8 @@ class AtomicFile {
 };
 
 // `bytes` as the whole file at `path` (AtomicFile).
-absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes, const std::string& hint);
+absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes,
+                                 const std::string& hint);
 
 // fsyncs the directory `path`, so the names created in it are on disk.
 absl::Status SyncDirectory(const std::string& path, const std::string& hint);

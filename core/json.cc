@@ -49,7 +49,8 @@ class JsonParser {
   unsigned char Peek() const { return static_cast<unsigned char>(text_[pos_]); }
 
   void SkipWhitespace() {
-    while (!AtEnd() && (Peek() == ' ' || Peek() == '\t' || Peek() == '\n' || Peek() == '\r')) ++pos_;
+    while (!AtEnd() && (Peek() == ' ' || Peek() == '\t' || Peek() == '\n' || Peek() == '\r'))
+      ++pos_;
   }
 
   static std::string Describe(unsigned char c) {
@@ -58,7 +59,8 @@ class JsonParser {
   }
 
   bool ParseValue(JsonValue* out, int depth) {
-    if (depth > kMaxDepth) return Fail(absl::StrCat("JSON nested deeper than ", kMaxDepth, " levels"));
+    if (depth > kMaxDepth)
+      return Fail(absl::StrCat("JSON nested deeper than ", kMaxDepth, " levels"));
     SkipWhitespace();
     if (AtEnd()) return Fail("the text ends where a value was expected");
     const unsigned char c = Peek();
@@ -84,7 +86,7 @@ class JsonParser {
 
   bool ParseObject(JsonValue* out, int depth) {
     out->kind = JsonValue::Kind::kObject;
-    ++pos_;  // '{'
+    ++pos_;                                 // '{'
     absl::flat_hash_set<std::string> seen;  // a header may hold tens of thousands of keys
     SkipWhitespace();
     if (!AtEnd() && Peek() == '}') {
@@ -94,7 +96,8 @@ class JsonParser {
     while (true) {
       SkipWhitespace();
       if (AtEnd()) return Fail("the text ends inside an object");
-      if (Peek() != '"') return Fail(absl::StrCat("expected a string key, found ", Describe(Peek())));
+      if (Peek() != '"')
+        return Fail(absl::StrCat("expected a string key, found ", Describe(Peek())));
       const size_t key_start = pos_;
       std::string key;
       if (!ParseString(&key)) return false;
@@ -114,7 +117,9 @@ class JsonParser {
         ++pos_;
         return true;
       }
-      if (Peek() != ',') return Fail(absl::StrCat("expected ',' or '}' after an object member, found ", Describe(Peek())));
+      if (Peek() != ',')
+        return Fail(
+            absl::StrCat("expected ',' or '}' after an object member, found ", Describe(Peek())));
       ++pos_;
     }
   }
@@ -136,7 +141,9 @@ class JsonParser {
         ++pos_;
         return true;
       }
-      if (Peek() != ',') return Fail(absl::StrCat("expected ',' or ']' after an array element, found ", Describe(Peek())));
+      if (Peek() != ',')
+        return Fail(
+            absl::StrCat("expected ',' or ']' after an array element, found ", Describe(Peek())));
       ++pos_;
     }
   }
@@ -225,7 +232,8 @@ class JsonParser {
     } else {
       return Fail(absl::StrFormat("invalid UTF-8 lead byte 0x%02x in a string", lead));
     }
-    if (text_.size() - pos_ <= static_cast<size_t>(continuation)) return Fail("the text ends inside a UTF-8 sequence");
+    if (text_.size() - pos_ <= static_cast<size_t>(continuation))
+      return Fail("the text ends inside a UTF-8 sequence");
     for (int i = 1; i <= continuation; ++i) {
       const auto c = static_cast<unsigned char>(text_[pos_ + i]);
       const unsigned char lo = i == 1 ? second_min : 0x80, hi = i == 1 ? second_max : 0xbf;
@@ -292,10 +300,12 @@ class JsonParser {
     const std::string_view literal = text_.substr(start, pos_ - start);
     if (integral) {
       int64_t value;
-      const auto [end, error] = std::from_chars(literal.data(), literal.data() + literal.size(), value);
+      const auto [end, error] =
+          std::from_chars(literal.data(), literal.data() + literal.size(), value);
       if (error == std::errc() && end == literal.data() + literal.size()) out->integer = value;
     }
-    const auto [end, error] = std::from_chars(literal.data(), literal.data() + literal.size(), out->number);
+    const auto [end, error] =
+        std::from_chars(literal.data(), literal.data() + literal.size(), out->number);
     if (error == std::errc::result_out_of_range || !std::isfinite(out->number)) {
       pos_ = start;
       return Fail("number out of the range of a double");
@@ -320,12 +330,18 @@ const JsonValue* JsonValue::Find(std::string_view key) const {
 
 const char* JsonKindName(JsonValue::Kind kind) {
   switch (kind) {
-    case JsonValue::Kind::kNull: return "null";
-    case JsonValue::Kind::kBool: return "a boolean";
-    case JsonValue::Kind::kNumber: return "a number";
-    case JsonValue::Kind::kString: return "a string";
-    case JsonValue::Kind::kArray: return "an array";
-    case JsonValue::Kind::kObject: return "an object";
+    case JsonValue::Kind::kNull:
+      return "null";
+    case JsonValue::Kind::kBool:
+      return "a boolean";
+    case JsonValue::Kind::kNumber:
+      return "a number";
+    case JsonValue::Kind::kString:
+      return "a string";
+    case JsonValue::Kind::kArray:
+      return "an array";
+    case JsonValue::Kind::kObject:
+      return "an object";
   }
   return "?";
 }
@@ -334,7 +350,8 @@ absl::StatusOr<JsonValue> ParseJson(std::string_view text, size_t* error_offset)
   return JsonParser(text).ParseDocument(error_offset);
 }
 
-absl::StatusOr<JsonValue> ReadJsonFile(const std::string& path, size_t max_bytes, const std::string& hint) {
+absl::StatusOr<JsonValue> ReadJsonFile(const std::string& path, size_t max_bytes,
+                                       const std::string& hint) {
   ASSIGN_OR_RETURN(const InputFile file, InputFile::Open(path, "JSON file", hint));
   if (static_cast<uint64_t>(file.size()) > max_bytes) {
     return UserError(absl::StrCat(path, " is ", file.size(), " bytes, more than the ", max_bytes,
@@ -345,7 +362,9 @@ absl::StatusOr<JsonValue> ReadJsonFile(const std::string& path, size_t max_bytes
   size_t offset = 0;
   absl::StatusOr<JsonValue> value = ParseJson(text, &offset);
   if (!value.ok()) {
-    return UserError(absl::StrCat(path, " is not valid JSON: at byte ", offset, ": ", value.status().message()), hint);
+    return UserError(
+        absl::StrCat(path, " is not valid JSON: at byte ", offset, ": ", value.status().message()),
+        hint);
   }
   return value;
 }
@@ -355,11 +374,21 @@ void AppendJsonString(std::string_view s, std::string* out) {
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
       default:
         if (c < 0x20) {
           out->append(absl::StrFormat("\\u%04x", c));

@@ -42,7 +42,8 @@ absl::StatusOr<JsonValue> ParseJson(std::string_view text, size_t* error_offset 
 // Reads and parses the JSON file at `path` (a regular file of at most
 // `max_bytes`). Errors name the path (and the byte where parsing stopped) and
 // end with `hint`.
-absl::StatusOr<JsonValue> ReadJsonFile(const std::string& path, size_t max_bytes, const std::string& hint);
+absl::StatusOr<JsonValue> ReadJsonFile(const std::string& path, size_t max_bytes,
+                                       const std::string& hint);
 
 // Appends `s` to `out` as a JSON string literal (quotes, escapes).
 void AppendJsonString(std::string_view s, std::string* out);

@@ -34,9 +34,9 @@ class LogLine {
 }  // namespace tetra
 
 #define TETRA_LOG() ::tetra::LogLine(__FILE__, __LINE__, /*fatal=*/false)
-#define TETRA_CHECK(cond)                                              \
-  if (cond) {                                                          \
-  } else                                                               \
+#define TETRA_CHECK(cond) \
+  if (cond) {             \
+  } else                  \
     ::tetra::LogLine(__FILE__, __LINE__, /*fatal=*/true) << "check failed: " #cond " "
 
 #endif  // TETRA_CORE_LOGGING_H_

@@ -53,6 +53,8 @@ double CounterRng::Normal(uint64_t index) const {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
-double CounterRng::Uniform(uint64_t index, int lane) const { return UniformOpen(Bits(index)[lane]); }
+double CounterRng::Uniform(uint64_t index, int lane) const {
+  return UniformOpen(Bits(index)[lane]);
+}
 
 }  // namespace tetra

@@ -6,25 +6,38 @@ namespace tetra {
 
 const char* SpanKindName(SpanKind kind) {
   switch (kind) {
-    case SpanKind::kStep: return "step";
-    case SpanKind::kForward: return "forward";
-    case SpanKind::kBackward: return "backward";
-    case SpanKind::kOptimizer: return "optimizer";
-    case SpanKind::kCommTp: return "comm tp";
-    case SpanKind::kCommDp: return "comm dp";
-    case SpanKind::kCommPp: return "comm pp";
-    case SpanKind::kCommEp: return "comm ep";
+    case SpanKind::kStep:
+      return "step";
+    case SpanKind::kForward:
+      return "forward";
+    case SpanKind::kBackward:
+      return "backward";
+    case SpanKind::kOptimizer:
+      return "optimizer";
+    case SpanKind::kCommTp:
+      return "comm tp";
+    case SpanKind::kCommDp:
+      return "comm dp";
+    case SpanKind::kCommPp:
+      return "comm pp";
+    case SpanKind::kCommEp:
+      return "comm ep";
   }
   return "?";
 }
 
 int SpanTrack(SpanKind kind) {
   switch (kind) {
-    case SpanKind::kCommTp: return 1;
-    case SpanKind::kCommDp: return 2;
-    case SpanKind::kCommPp: return 3;
-    case SpanKind::kCommEp: return 4;
-    default: return 0;
+    case SpanKind::kCommTp:
+      return 1;
+    case SpanKind::kCommDp:
+      return 2;
+    case SpanKind::kCommPp:
+      return 3;
+    case SpanKind::kCommEp:
+      return 4;
+    default:
+      return 0;
   }
 }
 

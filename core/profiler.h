@@ -32,7 +32,7 @@ struct ProfileEvent {
   const char* name;  // a static string
   double start_us;   // since the profiler's origin
   double duration_us;
-  int64_t arg;       // micro-batch or step index; -1 when none
+  int64_t arg;  // micro-batch or step index; -1 when none
 };
 
 class Profiler {
@@ -62,7 +62,9 @@ class ScopedSpan {
  public:
   explicit ScopedSpan(SpanKind kind, const char* name = nullptr, int64_t arg = -1)
       : kind_(kind), name_(name), arg_(arg), start_(std::chrono::steady_clock::now()) {}
-  ~ScopedSpan() { Profiler::Get().Add(kind_, name_, start_, std::chrono::steady_clock::now(), arg_); }
+  ~ScopedSpan() {
+    Profiler::Get().Add(kind_, name_, start_, std::chrono::steady_clock::now(), arg_);
+  }
   ScopedSpan(const ScopedSpan&) = delete;
   ScopedSpan& operator=(const ScopedSpan&) = delete;
 

@@ -9,9 +9,9 @@
 #define TETRA_CONCAT_INNER(a, b) a##b
 #define TETRA_CONCAT(a, b) TETRA_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    ::absl::Status _tetra_status = (expr);     \
+#define RETURN_IF_ERROR(expr)                      \
+  do {                                             \
+    ::absl::Status _tetra_status = (expr);         \
     if (!_tetra_status.ok()) return _tetra_status; \
   } while (0)
 

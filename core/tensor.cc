@@ -28,11 +28,16 @@ size_t DTypeSize(DType dtype) {
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kI32: return "I32";
-    case DType::kF64: return "F64";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kI32:
+      return "I32";
+    case DType::kF64:
+      return "F64";
   }
   return "?";
 }
@@ -40,8 +45,8 @@ const char* DTypeName(DType dtype) {
 int64_t NumElements(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
-    TETRA_CHECK(!__builtin_mul_overflow(n, d, &n)) << "shape " << ShapeString(shape)
-                                                    << " has more elements than int64 holds";
+    TETRA_CHECK(!__builtin_mul_overflow(n, d, &n))
+        << "shape " << ShapeString(shape) << " has more elements than int64 holds";
   }
   return n;
 }
@@ -54,7 +59,9 @@ std::optional<int64_t> CheckedNumElements(const Shape& shape) {
   return n;
 }
 
-std::string ShapeString(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string ShapeString(const Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 namespace {
 

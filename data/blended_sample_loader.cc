@@ -7,7 +7,8 @@
 
 namespace tetra {
 
-BlendedSampleLoader::BlendedSampleLoader(std::vector<SampleLoader> data_sets, std::vector<double> weights)
+BlendedSampleLoader::BlendedSampleLoader(std::vector<SampleLoader> data_sets,
+                                         std::vector<double> weights)
     : data_sets_(std::move(data_sets)), index_(weights) {
   TETRA_CHECK(!data_sets_.empty() && data_sets_.size() == weights.size())
       << data_sets_.size() << " data sets, " << weights.size() << " weights";
@@ -31,7 +32,8 @@ absl::Status BlendedSampleLoader::LoadSamples(int64_t first_sample, int64_t coun
   const int64_t seq = seq_length();
   for (int64_t i = 0; i < count; ++i) {
     const BlendingIndex::Draw draw = index_.At(first_sample + i);
-    RETURN_IF_ERROR(data_sets_[draw.data_set].Load(draw.sample, 1, inputs + i * seq, targets + i * seq));
+    RETURN_IF_ERROR(
+        data_sets_[draw.data_set].Load(draw.sample, 1, inputs + i * seq, targets + i * seq));
   }
   return absl::OkStatus();
 }

@@ -31,7 +31,8 @@ class BlendedSampleLoader final : public SampleSource {
   void set_epoch_callback(EpochCallback callback) override;
 
  private:
-  absl::Status LoadSamples(int64_t first_sample, int64_t count, int32_t* inputs, int32_t* targets) override;
+  absl::Status LoadSamples(int64_t first_sample, int64_t count, int32_t* inputs,
+                           int32_t* targets) override;
 
   std::vector<SampleLoader> data_sets_;
   BlendingIndex index_;

@@ -65,20 +65,24 @@ double NumpySum(const std::vector<double>& values) {
 }
 
 absl::StatusOr<DataBlend> ParseDataBlend(const std::string& text, const std::string& field) {
-  const std::vector<std::string> words = absl::StrSplit(text, absl::ByAnyChar(" \t\n\r\f\v"), absl::SkipEmpty());
+  const std::vector<std::string> words =
+      absl::StrSplit(text, absl::ByAnyChar(" \t\n\r\f\v"), absl::SkipEmpty());
   if (words.empty()) {
-    return UserError(absl::StrCat(field, " ", UserText(text), " names no data set"),
-                     absl::StrCat("set ", field, " to a data set prefix or a blend such as ", kBlendExample));
+    return UserError(
+        absl::StrCat(field, " ", UserText(text), " names no data set"),
+        absl::StrCat("set ", field, " to a data set prefix or a blend such as ", kBlendExample));
   }
   if (words.size() == 1) return DataBlend{.prefixes = words, .weights = {}};
   if (words.size() % 2 != 0) {
-    return UserError(absl::StrCat(field, " ", UserText(text), " has ", words.size(),
-                                  " words, but a Megatron-LM blend is pairs of weight and prefix"),
-                     absl::StrCat("set ", field, " to one prefix, or to weights and prefixes such as ", kBlendExample));
+    return UserError(
+        absl::StrCat(field, " ", UserText(text), " has ", words.size(),
+                     " words, but a Megatron-LM blend is pairs of weight and prefix"),
+        absl::StrCat("set ", field, " to one prefix, or to weights and prefixes such as ",
+                     kBlendExample));
   }
   if (words.size() / 2 > kMaxDataSets) {
-    return UserError(absl::StrCat(field, " blends ", words.size() / 2, " data sets, more than Megatron-LM's ",
-                                  kMaxDataSets),
+    return UserError(absl::StrCat(field, " blends ", words.size() / 2,
+                                  " data sets, more than Megatron-LM's ", kMaxDataSets),
                      "merge data sets into fewer prefixes");
   }
   DataBlend blend;
@@ -88,13 +92,14 @@ absl::StatusOr<DataBlend> ParseDataBlend(const std::string& text, const std::str
     const std::string& prefix = words[i + 1];
     double weight = 0;
     if (!absl::SimpleAtod(word, &weight)) {
-      return UserError(absl::StrCat(field, ": the weight of data set ", UserText(prefix), " (word ", i + 1, ") is ",
-                                    UserText(word), ", not a number"),
-                       absl::StrCat("write each data set's weight before its prefix, e.g. ", kBlendExample));
+      return UserError(
+          absl::StrCat(field, ": the weight of data set ", UserText(prefix), " (word ", i + 1,
+                       ") is ", UserText(word), ", not a number"),
+          absl::StrCat("write each data set's weight before its prefix, e.g. ", kBlendExample));
     }
     if (!std::isfinite(weight) || weight <= 0) {
-      return UserError(absl::StrCat(field, ": the weight of data set ", UserText(prefix), " is ", UserText(word),
-                                    ", but weights must be positive and finite"),
+      return UserError(absl::StrCat(field, ": the weight of data set ", UserText(prefix), " is ",
+                                    UserText(word), ", but weights must be positive and finite"),
                        "give every data set a weight above 0 (weights are normalised to sum 1)");
     }
     weights.push_back(weight);

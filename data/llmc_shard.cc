@@ -20,8 +20,9 @@ class LlmcShardStream : public TokenStream {
  protected:
   absl::Status ReadInRange(int64_t begin, int64_t count, int32_t* out) const override {
     const int64_t token_bytes = TokenTypeSize(type_);
-    return file_.ReadRange(kLlmcHeaderBytes + begin * token_bytes, count * token_bytes,
-                           [&](const uint8_t* tokens) { ConvertTokens(type_, tokens, count, out); });
+    return file_.ReadRange(
+        kLlmcHeaderBytes + begin * token_bytes, count * token_bytes,
+        [&](const uint8_t* tokens) { ConvertTokens(type_, tokens, count, out); });
   }
 
  private:
@@ -88,10 +89,9 @@ absl::Status WriteLlmcShard(const std::string& path, const std::vector<int32_t>&
   const int64_t max_token =
       uint32_tokens ? std::numeric_limits<int32_t>::max() : std::numeric_limits<uint16_t>::max();
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return UserError(
-        absl::StrFormat("%s: %d tokens do not fit one llm.c shard (at most 2^31 - 1)", path,
-                        tokens.size()),
-        "split the tokens over several shards and read them with a glob");
+    return UserError(absl::StrFormat("%s: %d tokens do not fit one llm.c shard (at most 2^31 - 1)",
+                                     path, tokens.size()),
+                     "split the tokens over several shards and read them with a glob");
   }
   std::string bytes;
   bytes.reserve(kLlmcHeaderBytes + tokens.size() * (uint32_tokens ? 4 : 2));
@@ -102,8 +102,8 @@ absl::Status WriteLlmcShard(const std::string& path, const std::vector<int32_t>&
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] > max_token) {
       return UserError(
-          absl::StrFormat("%s: token %d at position %d does not fit a %s llm.c shard [0, %d]",
-                          path, tokens[i], i, uint32_tokens ? "uint32" : "uint16", max_token),
+          absl::StrFormat("%s: token %d at position %d does not fit a %s llm.c shard [0, %d]", path,
+                          tokens[i], i, uint32_tokens ? "uint32" : "uint16", max_token),
           uint32_tokens ? "token ids are never negative; check the tokenizer's output"
                         : "write uint32 tokens (magic 20240801) for vocabularies above 65536");
     }

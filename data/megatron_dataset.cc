@@ -69,7 +69,10 @@ class MegatronStream : public TokenStream {
  public:
   MegatronStream(std::string name, MappedFile data, TokenType type, std::vector<Run> runs,
                  int64_t num_tokens)
-      : name_(std::move(name)), data_(std::move(data)), type_(type), runs_(std::move(runs)),
+      : name_(std::move(name)),
+        data_(std::move(data)),
+        type_(type),
+        runs_(std::move(runs)),
         num_tokens_(num_tokens) {}
   int64_t size() const override { return num_tokens_; }
   const std::string& name() const override { return name_; }
@@ -154,8 +157,7 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenMegatronDataset(const std::stri
             "%s: truncated Megatron index: the header promises %d sequences and %d documents "
             "(%.0f bytes of tables) but only %d bytes follow the header",
             index_path, num_sequences, num_documents,
-            static_cast<double>(num_sequences) * 12 + static_cast<double>(num_documents) * 8,
-            body),
+            static_cast<double>(num_sequences) * 12 + static_cast<double>(num_documents) * 8, body),
         kRecreateHint);
   }
   const uint8_t* lengths = bytes + kIndexHeaderBytes;
@@ -176,8 +178,8 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenMegatronDataset(const std::stri
                           prefix, prefix, kRecreateHint));
     }
     const bool continues_run =
-        !runs.empty() && runs.back().byte_offset + (num_tokens - runs.back().start) * token_bytes ==
-                             pointer;
+        !runs.empty() &&
+        runs.back().byte_offset + (num_tokens - runs.back().start) * token_bytes == pointer;
     if (length > 0 && !continues_run) runs.push_back({pointer, num_tokens});
     num_tokens += length;
   }

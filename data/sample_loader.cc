@@ -13,7 +13,8 @@ namespace tetra {
 absl::StatusOr<SampleLoader> SampleLoader::Create(std::unique_ptr<TokenStream> stream,
                                                   int64_t seq_length, bool shuffle, uint64_t seed,
                                                   int64_t vocab_size, int data_set) {
-  TETRA_CHECK(vocab_size >= 1 && data_set >= 0) << "vocab_size " << vocab_size << ", data set " << data_set;
+  TETRA_CHECK(vocab_size >= 1 && data_set >= 0)
+      << "vocab_size " << vocab_size << ", data set " << data_set;
   if (seq_length < 1) {
     return UserError(absl::StrFormat("train.seq_length is %d, expected at least 1", seq_length),
                      "set train.seq_length to the sample length in tokens, e.g. 256");
@@ -27,8 +28,8 @@ absl::StatusOr<SampleLoader> SampleLoader::Create(std::unique_ptr<TokenStream> s
   return SampleLoader(std::move(stream), seq_length, shuffle, seed, vocab_size, data_set);
 }
 
-SampleLoader::SampleLoader(std::unique_ptr<TokenStream> stream, int64_t seq_length,
-                           bool shuffle, uint64_t seed, int64_t vocab_size, int data_set)
+SampleLoader::SampleLoader(std::unique_ptr<TokenStream> stream, int64_t seq_length, bool shuffle,
+                           uint64_t seed, int64_t vocab_size, int data_set)
     : stream_(std::move(stream)),
       seq_length_(seq_length),
       samples_per_epoch_((stream_->size() - 1) / seq_length),
@@ -41,7 +42,8 @@ SampleLoader::SampleLoader(std::unique_ptr<TokenStream> stream, int64_t seq_leng
 const std::vector<int64_t>& SampleLoader::Permutation(int64_t epoch) {
   if (epoch != permutation_epoch_) {
     // Data set d's epochs draw from streams d x 2^32 past a lone stream's.
-    CounterRng rng(seed_, StableHash("tetra.data.shuffle") + (static_cast<uint64_t>(data_set_) << 32) +
+    CounterRng rng(seed_, StableHash("tetra.data.shuffle") +
+                              (static_cast<uint64_t>(data_set_) << 32) +
                               static_cast<uint64_t>(epoch));
     permutation_.resize(samples_per_epoch_);
     for (int64_t i = 0; i < samples_per_epoch_; ++i) permutation_[i] = i;
@@ -67,7 +69,8 @@ absl::Status SampleLoader::LoadSamples(int64_t first_sample, int64_t count, int3
   for (int64_t i = 0; i < count; ++i) {
     const int64_t sample = first_sample + i;
     const int64_t epoch = EpochOf(sample);
-    if (last_epoch_ >= 0 && epoch > last_epoch_ && epoch_callback_) epoch_callback_(stream_->name(), epoch);
+    if (last_epoch_ >= 0 && epoch > last_epoch_ && epoch_callback_)
+      epoch_callback_(stream_->name(), epoch);
     last_epoch_ = epoch;
     const int64_t start = PositionOf(sample) * seq_length_;
     RETURN_IF_ERROR(stream_->Read(start, seq_length_ + 1, buffer_.data()));

@@ -34,7 +34,9 @@ class SampleLoader final : public SampleSource {
                                              int64_t seq_length, bool shuffle, uint64_t seed,
                                              int64_t vocab_size, int data_set = 0);
 
-  void set_epoch_callback(EpochCallback callback) override { epoch_callback_ = std::move(callback); }
+  void set_epoch_callback(EpochCallback callback) override {
+    epoch_callback_ = std::move(callback);
+  }
 
   int64_t samples_per_epoch() const override { return samples_per_epoch_; }
   int64_t seq_length() const override { return seq_length_; }
@@ -45,9 +47,10 @@ class SampleLoader final : public SampleSource {
   const TokenStream& stream() const { return *stream_; }
 
  private:
-  absl::Status LoadSamples(int64_t first_sample, int64_t count, int32_t* inputs, int32_t* targets) override;
-  SampleLoader(std::unique_ptr<TokenStream> stream, int64_t seq_length, bool shuffle,
-               uint64_t seed, int64_t vocab_size, int data_set);
+  absl::Status LoadSamples(int64_t first_sample, int64_t count, int32_t* inputs,
+                           int32_t* targets) override;
+  SampleLoader(std::unique_ptr<TokenStream> stream, int64_t seq_length, bool shuffle, uint64_t seed,
+               int64_t vocab_size, int data_set);
   // An error for the first token of buffer_ outside [0, vocab_size_); buffer_
   // holds the stream's tokens from position `start`.
   absl::Status CheckVocabulary(int64_t start) const;

@@ -37,7 +37,8 @@ class SampleSource {
 
  protected:
   // Load with first_sample >= 0 and count >= 0.
-  virtual absl::Status LoadSamples(int64_t first_sample, int64_t count, int32_t* inputs, int32_t* targets) = 0;
+  virtual absl::Status LoadSamples(int64_t first_sample, int64_t count, int32_t* inputs,
+                                   int32_t* targets) = 0;
 };
 
 }  // namespace tetra

@@ -189,9 +189,8 @@ absl::Status CheckKnobs(const SyntheticConfig& config, int64_t vocab_size, int64
                      "raise data.synthetic.num_tokens, e.g. to 4194304");
   }
   if (seq_length < 1) {
-    return UserError(
-        absl::StrFormat("synthetic data: seq_length is %d, expected >= 1", seq_length),
-        "set train.seq_length to the sample length in tokens, e.g. 256");
+    return UserError(absl::StrFormat("synthetic data: seq_length is %d, expected >= 1", seq_length),
+                     "set train.seq_length to the sample length in tokens, e.g. 256");
   }
   // Context keys are base-V numbers of `order` digits in 62 bits.
   double key_bits = config.order() * std::log2(static_cast<double>(vocab_size));
@@ -207,9 +206,9 @@ absl::Status CheckKnobs(const SyntheticConfig& config, int64_t vocab_size, int64
 // Phase 1: the contexts reachable from a seeded start, breadth-first, with
 // their next-token distributions and successor contexts.
 struct ReachableChain {
-  std::vector<uint64_t> keys;              // (contexts) each context's block key
-  std::vector<NextDistribution> next;      // (contexts)
-  std::vector<int32_t> successors;         // (contexts, b), -1 for a zero-probability candidate
+  std::vector<uint64_t> keys;          // (contexts) each context's block key
+  std::vector<NextDistribution> next;  // (contexts)
+  std::vector<int32_t> successors;     // (contexts, b), -1 for a zero-probability candidate
 };
 
 absl::StatusOr<ReachableChain> ExploreReachableContexts(const ChainParams& params) {
@@ -240,9 +239,10 @@ absl::StatusOr<ReachableChain> ExploreReachableContexts(const ChainParams& param
     }
     chain.next.push_back(DrawNext(params, chain.keys[v]));
     for (int e = 0; e < b; ++e) {
-      chain.successors.push_back(chain.next[v].probs[e] > 0
-                                     ? add((chain.keys[v] % oldest_digit) * vocab_size + chain.next[v].tokens[e])
-                                     : -1);
+      chain.successors.push_back(
+          chain.next[v].probs[e] > 0
+              ? add((chain.keys[v] % oldest_digit) * vocab_size + chain.next[v].tokens[e])
+              : -1);
     }
   }
   return chain;
@@ -283,7 +283,8 @@ std::vector<int32_t> ClosedClass(const ReachableChain& chain, int b) {
 // probabilities (n, b)), by power iteration on the lazy chain (P + I)/2: the
 // same fixed point, and no oscillation when the chain is periodic.
 absl::StatusOr<std::vector<double>> StationaryDistribution(const std::vector<int32_t>& successors,
-                                                           const std::vector<double>& probs, int32_t n, int b) {
+                                                           const std::vector<double>& probs,
+                                                           int32_t n, int b) {
   std::vector<double> pi(n, 1.0 / n), stepped(n);
   for (int64_t iteration = 0;; ++iteration) {
     if (iteration == kMaxPowerIterations) {
@@ -320,7 +321,8 @@ struct ClassTables {
   std::vector<int32_t> successors;      // (n, b), -1 for a zero-probability candidate
 };
 
-ClassTables KeepClass(const ChainParams& params, const ReachableChain& chain, const std::vector<int32_t>& local) {
+ClassTables KeepClass(const ChainParams& params, const ReachableChain& chain,
+                      const std::vector<int32_t>& local) {
   const int k = params.order, b = params.branching;
   ClassTables t;
   for (size_t v = 0; v < chain.keys.size(); ++v) {
@@ -359,13 +361,14 @@ size_t Pick(absl::Span<const double> probs, double u) {
 absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
     const SyntheticConfig& config, int64_t vocab_size, uint64_t seed, int64_t seq_length) {
   RETURN_IF_ERROR(CheckKnobs(config, vocab_size, seq_length));
-  const ChainParams params{seed, vocab_size, config.order(), config.branching(), config.concentration()};
+  const ChainParams params{seed, vocab_size, config.order(), config.branching(),
+                           config.concentration()};
   ASSIGN_OR_RETURN(const ReachableChain chain, ExploreReachableContexts(params));
   ClassTables tables = KeepClass(params, chain, ClosedClass(chain, params.branching));
   auto source = std::unique_ptr<SyntheticSource>(new SyntheticSource());
   SyntheticSource& s = *source;
-  s.name_ = absl::StrFormat("synthetic(order=%d, branching=%d, concentration=%g, seed=%d)", params.order,
-                            params.branching, params.concentration, seed);
+  s.name_ = absl::StrFormat("synthetic(order=%d, branching=%d, concentration=%g, seed=%d)",
+                            params.order, params.branching, params.concentration, seed);
   s.order_ = params.order;
   s.branching_ = params.branching;
   s.vocab_size_ = vocab_size;
@@ -374,7 +377,8 @@ absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
   s.next_tokens_ = std::move(tables.next_tokens);
   s.next_probs_ = std::move(tables.next_probs);
   ASSIGN_OR_RETURN(s.pi_, StationaryDistribution(tables.successors, s.next_probs_,
-                                                 static_cast<int32_t>(s.context_index_.size()), params.branching));
+                                                 static_cast<int32_t>(s.context_index_.size()),
+                                                 params.branching));
   s.ComputeEntropies();
   RETURN_IF_ERROR(s.CheckFloor(seq_length, params.concentration));
   s.Generate(tables.successors, seed, config.num_tokens());
@@ -397,7 +401,8 @@ void SyntheticSource::ComputeEntropies() {
     }
     for (const auto& [key, p] : block_probs_[m]) block_entropy[m] -= p * std::log(p);
   }
-  for (int j = 0; j + 1 < k; ++j) leading_entropy_.push_back(block_entropy[j + 2] - block_entropy[j + 1]);
+  for (int j = 0; j + 1 < k; ++j)
+    leading_entropy_.push_back(block_entropy[j + 2] - block_entropy[j + 1]);
 }
 
 absl::Status SyntheticSource::CheckFloor(int64_t seq_length, double concentration) const {
@@ -424,7 +429,8 @@ absl::Status SyntheticSource::CheckFloor(int64_t seq_length, double concentratio
   return absl::OkStatus();
 }
 
-void SyntheticSource::Generate(const std::vector<int32_t>& successors, uint64_t seed, int64_t num_tokens) {
+void SyntheticSource::Generate(const std::vector<int32_t>& successors, uint64_t seed,
+                               int64_t num_tokens) {
   // The first context from pi, then the chain, one Philox uniform per position.
   const int k = order_, b = branching_;
   CounterRng sample_rng(seed, StableHash("tetra.synthetic.sample"));
@@ -433,7 +439,8 @@ void SyntheticSource::Generate(const std::vector<int32_t>& successors, uint64_t 
   tokens_.assign(first.begin(), first.end());
   tokens_.reserve(num_tokens);
   for (int64_t t = k; t < num_tokens; ++t) {
-    const size_t e = Pick(absl::MakeConstSpan(next_probs_).subspan(int64_t{context} * b, b), sample_rng.Uniform(t));
+    const size_t e = Pick(absl::MakeConstSpan(next_probs_).subspan(int64_t{context} * b, b),
+                          sample_rng.Uniform(t));
     tokens_.push_back(next_tokens_[int64_t{context} * b + e]);
     context = successors[int64_t{context} * b + e];
   }

@@ -34,8 +34,7 @@ class SyntheticSource : public TokenStream {
   // invalid knobs, and for a trivial source: LossFloor(seq_length) must be at
   // least 0.5 nats and at most ln(vocab_size) - 1 nats.
   static absl::StatusOr<std::unique_ptr<SyntheticSource>> Create(const SyntheticConfig& config,
-                                                                 int64_t vocab_size,
-                                                                 uint64_t seed,
+                                                                 int64_t vocab_size, uint64_t seed,
                                                                  int64_t seq_length);
 
   // Nats per token of the chain: sum_c pi(c) H(next | c).
@@ -74,10 +73,10 @@ class SyntheticSource : public TokenStream {
   int order_ = 0;
   int branching_ = 0;
   int64_t vocab_size_ = 0;
-  std::vector<int32_t> context_tokens_;   // (contexts, order)
-  std::vector<int32_t> next_tokens_;      // (contexts, branching)
-  std::vector<double> next_probs_;        // (contexts, branching)
-  std::vector<double> pi_;                // (contexts)
+  std::vector<int32_t> context_tokens_;  // (contexts, order)
+  std::vector<int32_t> next_tokens_;     // (contexts, branching)
+  std::vector<double> next_probs_;       // (contexts, branching)
+  std::vector<double> pi_;               // (contexts)
   std::unordered_map<uint64_t, int32_t> context_index_;
   // block_probs_[m]: stationary probability of each m-token block (by key).
   std::vector<std::unordered_map<uint64_t, double>> block_probs_;

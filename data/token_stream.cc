@@ -108,8 +108,7 @@ bool HasGlobCharacters(const std::string& pattern) {
 }
 
 // The paths `pattern` matches, sorted by name; an error if there are none.
-absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern,
-                                              const std::string& what) {
+absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern, const std::string& what) {
   glob_t matches;
   int rc = glob(pattern.c_str(), 0, nullptr, &matches);
   std::vector<std::string> paths;
@@ -198,7 +197,8 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenTokenFiles(DataConfig::Format f
       ASSIGN_OR_RETURN(auto index_files,
                        Glob(prefix_pattern + ".idx", "Megatron index (.idx) files"));
       prefixes.clear();
-      for (const auto& index_file : index_files) prefixes.push_back(StripSuffix(index_file, ".idx"));
+      for (const auto& index_file : index_files)
+        prefixes.push_back(StripSuffix(index_file, ".idx"));
     }
     for (const auto& prefix : prefixes) {
       ASSIGN_OR_RETURN(auto part, OpenMegatronDataset(prefix));

@@ -36,22 +36,27 @@ absl::StatusOr<OpenedSamples> OpenFileSamples(const TrainerConfig& config, const
     ASSIGN_OR_RETURN(blend, ParseDataBlend(path, field));
   }
   if (blend.weights.empty()) {
-    ASSIGN_OR_RETURN(std::unique_ptr<TokenStream> stream, OpenTokenFiles(data.format(), blend.prefixes[0]));
+    ASSIGN_OR_RETURN(std::unique_ptr<TokenStream> stream,
+                     OpenTokenFiles(data.format(), blend.prefixes[0]));
     std::string description = absl::StrFormat("%s (%d tokens)", blend.prefixes[0], stream->size());
-    ASSIGN_OR_RETURN(SampleLoader loader, SampleLoader::Create(std::move(stream), seq, shuffle, seed, vocab));
+    ASSIGN_OR_RETURN(SampleLoader loader,
+                     SampleLoader::Create(std::move(stream), seq, shuffle, seed, vocab));
     return OpenedSamples{std::make_unique<SampleLoader>(std::move(loader)), std::move(description)};
   }
   std::vector<SampleLoader> data_sets;
   std::vector<std::string> parts;
   for (size_t d = 0; d < blend.prefixes.size(); ++d) {
-    ASSIGN_OR_RETURN(std::unique_ptr<TokenStream> stream, OpenTokenFiles(data.format(), blend.prefixes[d]));
-    parts.push_back(absl::StrFormat("%.4g %s (%d tokens)", blend.weights[d], blend.prefixes[d], stream->size()));
-    ASSIGN_OR_RETURN(SampleLoader loader,
-                     SampleLoader::Create(std::move(stream), seq, shuffle, seed, vocab, static_cast<int>(d)));
+    ASSIGN_OR_RETURN(std::unique_ptr<TokenStream> stream,
+                     OpenTokenFiles(data.format(), blend.prefixes[d]));
+    parts.push_back(absl::StrFormat("%.4g %s (%d tokens)", blend.weights[d], blend.prefixes[d],
+                                    stream->size()));
+    ASSIGN_OR_RETURN(SampleLoader loader, SampleLoader::Create(std::move(stream), seq, shuffle,
+                                                               seed, vocab, static_cast<int>(d)));
     data_sets.push_back(std::move(loader));
   }
-  return OpenedSamples{std::make_unique<BlendedSampleLoader>(std::move(data_sets), std::move(blend.weights)),
-                       absl::StrCat("blend of ", absl::StrJoin(parts, ", "))};
+  return OpenedSamples{
+      std::make_unique<BlendedSampleLoader>(std::move(data_sets), std::move(blend.weights)),
+      absl::StrCat("blend of ", absl::StrJoin(parts, ", "))};
 }
 
 }  // namespace
@@ -67,11 +72,13 @@ absl::StatusOr<TrainingData> OpenTrainingData(const TrainerConfig& config) {
     result.description = absl::StrFormat(
         "synthetic order-%d Markov source, %d tokens, entropy rate %.4f nats, loss floor %.4f nats",
         data.synthetic().order(), source->size(), source->EntropyRate(), *result.loss_floor);
-    ASSIGN_OR_RETURN(SampleLoader loader, SampleLoader::Create(std::move(source), seq, data.shuffle(),
-                                                               config.train().seed(), vocab));
+    ASSIGN_OR_RETURN(
+        SampleLoader loader,
+        SampleLoader::Create(std::move(source), seq, data.shuffle(), config.train().seed(), vocab));
     result.loader = std::make_unique<SampleLoader>(std::move(loader));
   } else {
-    ASSIGN_OR_RETURN(OpenedSamples train, OpenFileSamples(config, "data.path", data.path(), data.shuffle()));
+    ASSIGN_OR_RETURN(OpenedSamples train,
+                     OpenFileSamples(config, "data.path", data.path(), data.shuffle()));
     result.loader = std::move(train.samples);
     result.description = std::move(train.description);
   }
@@ -79,8 +86,8 @@ absl::StatusOr<TrainingData> OpenTrainingData(const TrainerConfig& config) {
     TETRA_LOG() << "tetra: data exhausted (" << data_set << "), starting epoch " << epoch;
   });
   if (!data.valid_path().empty()) {
-    ASSIGN_OR_RETURN(OpenedSamples valid,
-                     OpenFileSamples(config, "data.valid_path", data.valid_path(), /*shuffle=*/false));
+    ASSIGN_OR_RETURN(OpenedSamples valid, OpenFileSamples(config, "data.valid_path",
+                                                          data.valid_path(), /*shuffle=*/false));
     result.validation = std::move(valid.samples);
   }
   return result;

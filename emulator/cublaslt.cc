@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
-#include "absl/strings/str_format.h"
 #include "emulator/emulated_device.h"
 #include "emulator/failure.h"
 
@@ -56,21 +56,30 @@ enum class Element { kF32, kBF16, kF16 };
 // Bytes of one element of a type the runtime knows; 0 for an unknown type.
 size_t ElementBytes(cudaDataType_t type) {
   switch (type) {
-    case CUDA_R_32F: return 4;
-    case CUDA_R_64F: return 8;
-    case CUDA_R_16F: return 2;
-    case CUDA_R_32I: return 4;
-    case CUDA_R_16BF: return 2;
+    case CUDA_R_32F:
+      return 4;
+    case CUDA_R_64F:
+      return 8;
+    case CUDA_R_16F:
+      return 2;
+    case CUDA_R_32I:
+      return 4;
+    case CUDA_R_16BF:
+      return 2;
   }
   return 0;
 }
 
 std::optional<Element> ElementOf(cudaDataType_t type) {
   switch (type) {
-    case CUDA_R_32F: return Element::kF32;
-    case CUDA_R_16BF: return Element::kBF16;
-    case CUDA_R_16F: return Element::kF16;
-    default: return std::nullopt;
+    case CUDA_R_32F:
+      return Element::kF32;
+    case CUDA_R_16BF:
+      return Element::kBF16;
+    case CUDA_R_16F:
+      return Element::kF16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -86,7 +95,8 @@ bool IsComputeType(cublasComputeType_t type) {
     case CUBLAS_COMPUTE_32I_PEDANTIC:
     case CUBLAS_COMPUTE_32F_FAST_16F:
     case CUBLAS_COMPUTE_32F_FAST_16BF:
-    case CUBLAS_COMPUTE_32F_FAST_TF32: return true;
+    case CUBLAS_COMPUTE_32F_FAST_TF32:
+      return true;
   }
   return false;
 }
@@ -99,20 +109,29 @@ bool IsSupportedTypeCombination(const cublasLtMatmulDescOpaque_t& desc, cudaData
   if (desc.compute_type != CUBLAS_COMPUTE_32F || desc.scale_type != CUDA_R_32F) return false;
   if (a != b || c != d) return false;
   switch (a) {
-    case CUDA_R_32F: return c == CUDA_R_32F;
-    case CUDA_R_16BF: return c == CUDA_R_16BF || c == CUDA_R_32F;
-    case CUDA_R_16F: return c == CUDA_R_16F || c == CUDA_R_32F;
-    default: return false;
+    case CUDA_R_32F:
+      return c == CUDA_R_32F;
+    case CUDA_R_16BF:
+      return c == CUDA_R_16BF || c == CUDA_R_32F;
+    case CUDA_R_16F:
+      return c == CUDA_R_16F || c == CUDA_R_32F;
+    default:
+      return false;
   }
 }
 
 const char* TypeName(cudaDataType_t type) {
   switch (type) {
-    case CUDA_R_32F: return "CUDA_R_32F";
-    case CUDA_R_64F: return "CUDA_R_64F";
-    case CUDA_R_16F: return "CUDA_R_16F";
-    case CUDA_R_32I: return "CUDA_R_32I";
-    case CUDA_R_16BF: return "CUDA_R_16BF";
+    case CUDA_R_32F:
+      return "CUDA_R_32F";
+    case CUDA_R_64F:
+      return "CUDA_R_64F";
+    case CUDA_R_16F:
+      return "CUDA_R_16F";
+    case CUDA_R_32I:
+      return "CUDA_R_32I";
+    case CUDA_R_16BF:
+      return "CUDA_R_16BF";
   }
   return "an unknown type";
 }
@@ -132,10 +151,11 @@ cublasStatus_t CheckProblem(const cublasLtMatmulDescOpaque_t& desc,
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (!IsSupportedTypeCombination(desc, a.type, b.type, c.type, d.type)) {
-    Explain(absl::StrFormat("cuBLASLt has no kernel for A %s, B %s, C %s, D %s (compute type %d): "
-                            "A and B must be of one type, C and D fp32 or the inputs' type",
-                            TypeName(a.type), TypeName(b.type), TypeName(c.type),
-                            TypeName(d.type), static_cast<int>(desc.compute_type)));
+    Explain(
+        absl::StrFormat("cuBLASLt has no kernel for A %s, B %s, C %s, D %s (compute type %d): "
+                        "A and B must be of one type, C and D fp32 or the inputs' type",
+                        TypeName(a.type), TypeName(b.type), TypeName(c.type), TypeName(d.type),
+                        static_cast<int>(desc.compute_type)));
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   return CUBLAS_STATUS_SUCCESS;
@@ -178,12 +198,16 @@ void LoadAs(const char* base, int64_t count, int64_t stride, float* out, ToFloat
 
 void Load(Element type, const char* base, int64_t count, int64_t stride, float* out) {
   switch (type) {
-    case Element::kF32: LoadAs<float>(base, count, stride, out, [](float x) { return x; }); return;
+    case Element::kF32:
+      LoadAs<float>(base, count, stride, out, [](float x) { return x; });
+      return;
     case Element::kBF16:
       LoadAs<uint16_t>(base, count, stride, out,
                        [](uint16_t x) { return __bfloat162float(__ushort_as_bfloat16(x)); });
       return;
-    case Element::kF16: LoadAs<uint16_t>(base, count, stride, out, HalfToFloat); return;
+    case Element::kF16:
+      LoadAs<uint16_t>(base, count, stride, out, HalfToFloat);
+      return;
   }
 }
 
@@ -191,7 +215,9 @@ void Load(Element type, const char* base, int64_t count, int64_t stride, float* 
 void Store(Element type, const float* values, int64_t count, char* base) {
   for (int64_t i = 0; i < count; ++i) {
     switch (type) {
-      case Element::kF32: std::memcpy(base + 4 * i, &values[i], 4); break;
+      case Element::kF32:
+        std::memcpy(base + 4 * i, &values[i], 4);
+        break;
       case Element::kBF16: {
         const uint16_t x = __bfloat16_as_ushort(__float2bfloat16_rn(values[i]));
         std::memcpy(base + 2 * i, &x, 2);
@@ -309,30 +335,48 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle) {
 
 const char* cublasLtGetStatusName(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
   }
   return "CUBLAS_STATUS_UNKNOWN";
 }
 
 const char* cublasLtGetStatusString(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_SUCCESS:
+      return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "the functionality requested is not supported";
   }
   return "unknown status";
 }

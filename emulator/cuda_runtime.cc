@@ -3,7 +3,6 @@
 // name and limits), memory (device_memory.h), streams and events
 // (streams.h) and kernel engine (kernel_engine.h).
 #include <cuda_runtime_api.h>
-
 #include <unistd.h>
 
 #include <atomic>
@@ -135,20 +134,28 @@ uint64_t NextSeed() {
 
 const char* KindName(MemoryKind kind) {
   switch (kind) {
-    case MemoryKind::kDevice: return "device memory";
-    case MemoryKind::kPinned: return "pinned host memory";
-    case MemoryKind::kPageable: return "pageable host memory";
+    case MemoryKind::kDevice:
+      return "device memory";
+    case MemoryKind::kPinned:
+      return "pinned host memory";
+    case MemoryKind::kPageable:
+      return "pageable host memory";
   }
   return "memory";
 }
 
 const char* CopyName(cudaMemcpyKind kind) {
   switch (kind) {
-    case cudaMemcpyHostToHost: return "cudaMemcpyHostToHost";
-    case cudaMemcpyHostToDevice: return "cudaMemcpyHostToDevice";
-    case cudaMemcpyDeviceToHost: return "cudaMemcpyDeviceToHost";
-    case cudaMemcpyDeviceToDevice: return "cudaMemcpyDeviceToDevice";
-    case cudaMemcpyDefault: return "cudaMemcpyDefault";
+    case cudaMemcpyHostToHost:
+      return "cudaMemcpyHostToHost";
+    case cudaMemcpyHostToDevice:
+      return "cudaMemcpyHostToDevice";
+    case cudaMemcpyDeviceToHost:
+      return "cudaMemcpyDeviceToHost";
+    case cudaMemcpyDeviceToDevice:
+      return "cudaMemcpyDeviceToDevice";
+    case cudaMemcpyDefault:
+      return "cudaMemcpyDefault";
   }
   return "an unknown copy kind";
 }
@@ -170,12 +177,11 @@ cudaError_t Copy(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
   const size_t src_span = src_pitch * (height - 1) + width;
   const MemoryKind to = KindOf(dst, dst_span, call), from = KindOf(src, src_span, call);
   const bool to_device = to == MemoryKind::kDevice, from_device = from == MemoryKind::kDevice;
-  const bool matches =
-      kind == cudaMemcpyDefault ||
-      (kind == cudaMemcpyHostToHost && !to_device && !from_device) ||
-      (kind == cudaMemcpyHostToDevice && to_device && !from_device) ||
-      (kind == cudaMemcpyDeviceToHost && !to_device && from_device) ||
-      (kind == cudaMemcpyDeviceToDevice && to_device && from_device);
+  const bool matches = kind == cudaMemcpyDefault ||
+                       (kind == cudaMemcpyHostToHost && !to_device && !from_device) ||
+                       (kind == cudaMemcpyHostToDevice && to_device && !from_device) ||
+                       (kind == cudaMemcpyDeviceToHost && !to_device && from_device) ||
+                       (kind == cudaMemcpyDeviceToDevice && to_device && from_device);
   if (!matches) {
     Fail(absl::StrFormat("%s with %s from %p (%s) to %p (%s): the pointers do not match the kind",
                          call, CopyName(kind), src, KindName(from), dst, KindName(to)));
@@ -309,15 +315,32 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   if (cudaError_t e = emulator::CheckDevice(device); e != cudaSuccess) return e;
   switch (attr) {
-    case cudaDevAttrMaxThreadsPerBlock: *value = emulator::kMaxThreadsPerBlock; break;
-    case cudaDevAttrMaxGridDimY: *value = 65535; break;
-    case cudaDevAttrMaxGridDimZ: *value = 65535; break;
-    case cudaDevAttrMultiProcessorCount: *value = emulator::kMultiprocessors; break;
-    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emulator::kMaxSharedBytes; break;
-    case cudaDevAttrMemoryPoolsSupported: *value = 1; break;
-    default: return emulator::Record(cudaErrorInvalidValue);
+    case cudaDevAttrMaxThreadsPerBlock:
+      *value = emulator::kMaxThreadsPerBlock;
+      break;
+    case cudaDevAttrMaxGridDimY:
+      *value = 65535;
+      break;
+    case cudaDevAttrMaxGridDimZ:
+      *value = 65535;
+      break;
+    case cudaDevAttrMultiProcessorCount:
+      *value = emulator::kMultiprocessors;
+      break;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;
+      break;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = emulator::kMaxSharedBytes;
+      break;
+    case cudaDevAttrMemoryPoolsSupported:
+      *value = 1;
+      break;
+    default:
+      return emulator::Record(cudaErrorInvalidValue);
   }
   return cudaSuccess;
 }
@@ -343,33 +366,54 @@ cudaError_t cudaPeekAtLastError() { return emulator::last_error; }
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
-    case cudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidMemcpyDirection:
+      return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidPitchValue:
+      return "cudaErrorInvalidPitchValue";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress:
+      return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchOutOfResources:
+      return "cudaErrorLaunchOutOfResources";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
   }
   return "cudaErrorUnknown";
 }
 
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorNotReady: return "device not ready";
-    default: return cudaGetErrorName(error);
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorNotReady:
+      return "device not ready";
+    default:
+      return cudaGetErrorName(error);
   }
 }
 
@@ -424,7 +468,8 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  const cudaError_t e = emulator::Copy(dst, bytes, src, bytes, bytes, 1, kind, nullptr, "cudaMemcpy");
+  const cudaError_t e =
+      emulator::Copy(dst, bytes, src, bytes, bytes, 1, kind, nullptr, "cudaMemcpy");
   emulator::WaitForStream(nullptr);
   return e;
 }
@@ -444,7 +489,8 @@ cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return cudaSuccess;
   if (emulator::KindOf(dst, bytes, "cudaMemsetAsync") != emulator::MemoryKind::kDevice) {
-    emulator::Fail(absl::StrFormat("cudaMemsetAsync of %d bytes at %p: not device memory", bytes, dst));
+    emulator::Fail(
+        absl::StrFormat("cudaMemsetAsync of %d bytes at %p: not device memory", bytes, dst));
   }
   emulator::Enqueue(stream, [dst, value, bytes] { std::memset(dst, value, bytes); });
   return cudaSuccess;

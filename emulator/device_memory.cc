@@ -18,9 +18,9 @@ constexpr size_t kAlignment = 256;  // cudaMalloc's
 constexpr unsigned char kPattern = 0xA5;
 
 struct Allocation {
-  size_t bytes;     // what was asked for
-  size_t padded;    // bytes rounded up to kAlignment: [bytes, padded) holds kPattern
-  char* mapping;    // the mapping: pages of the allocation, then one guard page
+  size_t bytes;   // what was asked for
+  size_t padded;  // bytes rounded up to kAlignment: [bytes, padded) holds kPattern
+  char* mapping;  // the mapping: pages of the allocation, then one guard page
   size_t mapped;
   int device;
 };
@@ -72,7 +72,8 @@ void* AllocateDevice(size_t bytes, int device) {
   }
   const size_t data = RoundUp(padded, PageBytes());
   const size_t mapped = data + PageBytes();
-  void* mapping = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* mapping = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mapping == MAP_FAILED) Fail(absl::StrFormat("cannot map %d bytes of device memory", mapped));
   char* base = static_cast<char*>(mapping);
   mprotect(base + data, PageBytes(), PROT_NONE);
@@ -113,9 +114,10 @@ void CheckOverruns(int device) {
     const unsigned char* tail = reinterpret_cast<const unsigned char*>(begin) + a.bytes;
     for (size_t i = 0; i < a.padded - a.bytes; ++i) {
       if (tail[i] != kPattern) {
-        Fail(absl::StrFormat("a write past the end of the %d-byte device allocation at %#x: "
-                             "byte %d (%d past its end) was written",
-                             a.bytes, begin, a.bytes + i, i + 1));
+        Fail(
+            absl::StrFormat("a write past the end of the %d-byte device allocation at %#x: "
+                            "byte %d (%d past its end) was written",
+                            a.bytes, begin, a.bytes + i, i + 1));
       }
     }
   }
@@ -146,10 +148,10 @@ MemoryKind KindOf(const void* p, size_t bytes, const char* call) {
   if (device != memory.device.end()) {
     const uintptr_t end = device->first + device->second.bytes;
     if (reinterpret_cast<uintptr_t>(p) + bytes > end) {
-      Fail(absl::StrFormat("%s: %d bytes at %p run %d bytes past the end of their %d-byte device "
-                           "allocation",
-                           call, bytes, p, reinterpret_cast<uintptr_t>(p) + bytes - end,
-                           device->second.bytes));
+      Fail(absl::StrFormat(
+          "%s: %d bytes at %p run %d bytes past the end of their %d-byte device "
+          "allocation",
+          call, bytes, p, reinterpret_cast<uintptr_t>(p) + bytes - end, device->second.bytes));
     }
     return MemoryKind::kDevice;
   }

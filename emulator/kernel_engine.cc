@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <boost/context/fiber.hpp>
 #include <boost/context/stack_context.hpp>
+#include <cstdio>
 #include <memory>
 #include <numeric>
 #include <utility>
@@ -115,9 +115,12 @@ std::string Describe(const CudaThread& t) {
 
 const char* OpName(WarpOp op) {
   switch (op) {
-    case WarpOp::kSyncWarp: return "__syncwarp";
-    case WarpOp::kShuffle: return "__shfl_sync";
-    case WarpOp::kShuffleXor: return "__shfl_xor_sync";
+    case WarpOp::kSyncWarp:
+      return "__syncwarp";
+    case WarpOp::kShuffle:
+      return "__shfl_sync";
+    case WarpOp::kShuffleXor:
+      return "__shfl_xor_sync";
   }
   return "a warp operation";
 }
@@ -148,9 +151,10 @@ bool TryCompleteWarpOperation(Block& block, const CudaThread& t) {
                            Describe(t), lane, t.mask));
     }
     if (u.state == State::kWarp && (u.op != t.op || u.mask != t.mask)) {
-      Fail(absl::StrFormat("lanes %d and %d of warp %d meet at different warp operations: %s "
-                           "with mask %#x and %s with mask %#x",
-                           t.lane, lane, t.warp, OpName(t.op), t.mask, OpName(u.op), u.mask));
+      Fail(
+          absl::StrFormat("lanes %d and %d of warp %d meet at different warp operations: %s "
+                          "with mask %#x and %s with mask %#x",
+                          t.lane, lane, t.warp, OpName(t.op), t.mask, OpName(u.op), u.mask));
     }
     if (u.state != State::kWarp) all_arrived = false;
   }
@@ -184,16 +188,18 @@ bool TryCompleteWarpOperation(Block& block, const CudaThread& t) {
     for (int lane = 0; lane < 32; ++lane) {
       const CudaThread& u = block.threads[t.warp * 32 + lane];
       if ((t.mask >> lane & 1u) && u.state == State::kBarrier) {
-        example = absl::StrFormat("; %s waits at %s (mask %#x) for lane %d, which waits at "
-                                  "__syncthreads",
-                                  Describe(t), OpName(t.op), t.mask, lane);
+        example = absl::StrFormat(
+            "; %s waits at %s (mask %#x) for lane %d, which waits at "
+            "__syncthreads",
+            Describe(t), OpName(t.op), t.mask, lane);
         break;
       }
     }
   }
-  Fail(absl::StrFormat("the block's threads wait for each other forever: %d at __syncthreads, %d "
-                       "at warp operations, %d exited%s",
-                       at_barrier, at_warp, exited, example));
+  Fail(
+      absl::StrFormat("the block's threads wait for each other forever: %d at __syncthreads, %d "
+                      "at warp operations, %d exited%s",
+                      at_barrier, at_warp, exited, example));
 }
 
 void ReleaseBarrier(Block& block) {
@@ -212,9 +218,9 @@ void RunBlock(Block& block, const dim3& block_idx, SplitMix64& rng) {
   block.arrived.assign((n + 31) / 32, 0u);
   for (int i = 0; i < n; ++i) {
     CudaThread& t = block.threads[i];
-    t.indices = {dim3(i % run.block.x, i / run.block.x % run.block.y,
-                      i / (run.block.x * run.block.y)),
-                 block_idx, run.block, run.grid};
+    t.indices = {
+        dim3(i % run.block.x, i / run.block.x % run.block.y, i / (run.block.x * run.block.y)),
+        block_idx, run.block, run.grid};
     t.lane = i % 32;
     t.warp = i / 32;
     t.fiber = context::fiber(std::allocator_arg, PooledStack{},
@@ -267,17 +273,15 @@ void OnFault(int, siginfo_t* info, void*) {
     return;  // the fault repeats, now with the previous handling
   }
   char message[1024];
-  const int n = std::snprintf(message, sizeof(message),
-                              "tetra emulated GPU: illegal address %p (outside every device "
-                              "allocation, or past a CUDA thread's stack) in %s, thread (%u, %u, "
-                              "%u) of block (%u, %u, %u)\n",
-                              info->si_addr, Running().c_str(),
-                              current_thread->indices.thread_idx.x,
-                              current_thread->indices.thread_idx.y,
-                              current_thread->indices.thread_idx.z,
-                              current_thread->indices.block_idx.x,
-                              current_thread->indices.block_idx.y,
-                              current_thread->indices.block_idx.z);
+  const int n =
+      std::snprintf(message, sizeof(message),
+                    "tetra emulated GPU: illegal address %p (outside every device "
+                    "allocation, or past a CUDA thread's stack) in %s, thread (%u, %u, "
+                    "%u) of block (%u, %u, %u)\n",
+                    info->si_addr, Running().c_str(), current_thread->indices.thread_idx.x,
+                    current_thread->indices.thread_idx.y, current_thread->indices.thread_idx.z,
+                    current_thread->indices.block_idx.x, current_thread->indices.block_idx.y,
+                    current_thread->indices.block_idx.z);
   if (n > 0) (void)!write(STDERR_FILENO, message, std::min<size_t>(n, sizeof(message) - 1));
   std::abort();
 }

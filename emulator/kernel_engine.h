@@ -20,9 +20,9 @@ namespace tetra::emulator {
 struct KernelRun {
   std::string name;
   dim3 grid, block;
-  size_t shared_bytes;          // dynamic shared memory per block
-  std::function<void()> body;   // one CUDA thread: the kernel called with its arguments
-  uint64_t seed;                // of the threads' order
+  size_t shared_bytes;         // dynamic shared memory per block
+  std::function<void()> body;  // one CUDA thread: the kernel called with its arguments
+  uint64_t seed;               // of the threads' order
 };
 
 void RunKernel(const KernelRun& run);

@@ -135,24 +135,28 @@ Scheduler& TheScheduler() {
 bool IsValidType(int type) { return type >= ncclInt8 && type <= ncclBfloat16; }
 
 const char* TypeName(ncclDataType_t type) {
-  static constexpr const char* kNames[] = {"ncclInt8",    "ncclUint8",   "ncclInt32",   "ncclUint32",
-                                           "ncclInt64",   "ncclUint64",  "ncclFloat16", "ncclFloat32",
-                                           "ncclFloat64", "ncclBfloat16"};
+  static constexpr const char* kNames[] = {
+      "ncclInt8",   "ncclUint8",   "ncclInt32",   "ncclUint32",  "ncclInt64",
+      "ncclUint64", "ncclFloat16", "ncclFloat32", "ncclFloat64", "ncclBfloat16"};
   return kNames[type];
 }
 
 size_t TypeBytes(ncclDataType_t type) {
   switch (type) {
     case ncclInt8:
-    case ncclUint8: return 1;
+    case ncclUint8:
+      return 1;
     case ncclFloat16:
-    case ncclBfloat16: return 2;
+    case ncclBfloat16:
+      return 2;
     case ncclInt32:
     case ncclUint32:
-    case ncclFloat32: return 4;
+    case ncclFloat32:
+      return 4;
     case ncclInt64:
     case ncclUint64:
-    case ncclFloat64: return 8;
+    case ncclFloat64:
+      return 8;
   }
   return 0;
 }
@@ -163,16 +167,25 @@ bool IsFloat(ncclDataType_t type) {
 
 MPI_Datatype MpiType(ncclDataType_t type) {
   switch (type) {
-    case ncclInt8: return MPI_INT8_T;
-    case ncclUint8: return MPI_UINT8_T;
-    case ncclInt32: return MPI_INT32_T;
-    case ncclUint32: return MPI_UINT32_T;
-    case ncclInt64: return MPI_INT64_T;
-    case ncclUint64: return MPI_UINT64_T;
+    case ncclInt8:
+      return MPI_INT8_T;
+    case ncclUint8:
+      return MPI_UINT8_T;
+    case ncclInt32:
+      return MPI_INT32_T;
+    case ncclUint32:
+      return MPI_UINT32_T;
+    case ncclInt64:
+      return MPI_INT64_T;
+    case ncclUint64:
+      return MPI_UINT64_T;
     case ncclFloat16:
-    case ncclBfloat16: return MPI_UINT16_T;  // reduced by the operations of Ops16
-    case ncclFloat32: return MPI_FLOAT;
-    case ncclFloat64: return MPI_DOUBLE;
+    case ncclBfloat16:
+      return MPI_UINT16_T;  // reduced by the operations of Ops16
+    case ncclFloat32:
+      return MPI_FLOAT;
+    case ncclFloat64:
+      return MPI_DOUBLE;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -265,10 +278,14 @@ void PreMultiply(char* data, size_t n, ncclDataType_t type, int nranks) {
     case ncclFloat16:
       return ScaleEach16<Half>(data, n, Half::ToFloat(Half::FromFloat(static_cast<float>(scale))));
     case ncclBfloat16:
-      return ScaleEach16<Bfloat16>(data, n, Bfloat16::ToFloat(Bfloat16::FromFloat(static_cast<float>(scale))));
-    case ncclFloat32: return ScaleEach<float>(data, n, static_cast<float>(scale));
-    case ncclFloat64: return ScaleEach<double>(data, n, scale);
-    default: return;
+      return ScaleEach16<Bfloat16>(
+          data, n, Bfloat16::ToFloat(Bfloat16::FromFloat(static_cast<float>(scale))));
+    case ncclFloat32:
+      return ScaleEach<float>(data, n, static_cast<float>(scale));
+    case ncclFloat64:
+      return ScaleEach<double>(data, n, scale);
+    default:
+      return;
   }
 }
 
@@ -289,13 +306,20 @@ void DivideEach(char* data, size_t n, int nranks) {
 // NCCL's ncclAvg of integers: the sum divided by nranks, truncating.
 void PostDivide(char* data, size_t n, ncclDataType_t type, int nranks) {
   switch (type) {
-    case ncclInt8: return DivideEach<int8_t>(data, n, nranks);
-    case ncclUint8: return DivideEach<uint8_t>(data, n, nranks);
-    case ncclInt32: return DivideEach<int32_t>(data, n, nranks);
-    case ncclUint32: return DivideEach<uint32_t>(data, n, nranks);
-    case ncclInt64: return DivideEach<int64_t>(data, n, nranks);
-    case ncclUint64: return DivideEach<uint64_t>(data, n, nranks);
-    default: return;
+    case ncclInt8:
+      return DivideEach<int8_t>(data, n, nranks);
+    case ncclUint8:
+      return DivideEach<uint8_t>(data, n, nranks);
+    case ncclInt32:
+      return DivideEach<int32_t>(data, n, nranks);
+    case ncclUint32:
+      return DivideEach<uint32_t>(data, n, nranks);
+    case ncclInt64:
+      return DivideEach<int64_t>(data, n, nranks);
+    case ncclUint64:
+      return DivideEach<uint64_t>(data, n, nranks);
+    default:
+      return;
   }
 }
 
@@ -344,17 +368,18 @@ void ExpectDeviceMemory(const Op& op, const char* operand, const void* p, size_t
   if (bytes == 0) return;
   const std::optional<DeviceRange> start = FindDeviceRange(p, 1);
   if (!start.has_value()) {
-    Fail(absl::StrFormat("%s: %s %p is not device memory (a real GPU faults reading it)", Describe(op), operand,
-                         p));
+    Fail(absl::StrFormat("%s: %s %p is not device memory (a real GPU faults reading it)",
+                         Describe(op), operand, p));
   }
   if (!FindDeviceRange(p, bytes).has_value()) {
     const size_t offset = static_cast<const char*>(p) - start->begin;
-    Fail(absl::StrFormat("%s: %s %p spans %d bytes and runs past its device allocation by %d bytes", Describe(op),
-                         operand, p, bytes, offset + bytes - start->bytes));
+    Fail(absl::StrFormat("%s: %s %p spans %d bytes and runs past its device allocation by %d bytes",
+                         Describe(op), operand, p, bytes, offset + bytes - start->bytes));
   }
   if (start->device != op.comm->device) {
-    Fail(absl::StrFormat("%s: %s %p is memory of emulated GPU %d, but the communicator is on GPU %d",
-                         Describe(op), operand, p, start->device, op.comm->device));
+    Fail(
+        absl::StrFormat("%s: %s %p is memory of emulated GPU %d, but the communicator is on GPU %d",
+                        Describe(op), operand, p, start->device, op.comm->device));
   }
 }
 
@@ -374,11 +399,16 @@ void CheckBuffers(const Op& op) {
       ExpectDeviceMemory(op, "recvbuff", op.recv, all);
       return;
     case Kind::kBroadcast:
-      if (op.comm->rank == op.peer) ExpectDeviceMemory(op, "sendbuff", op.send, bytes);  // only the root's is read
+      if (op.comm->rank == op.peer)
+        ExpectDeviceMemory(op, "sendbuff", op.send, bytes);  // only the root's is read
       ExpectDeviceMemory(op, "recvbuff", op.recv, bytes);
       return;
-    case Kind::kSend: ExpectDeviceMemory(op, "sendbuff", op.send, bytes); return;
-    case Kind::kRecv: ExpectDeviceMemory(op, "recvbuff", op.recv, bytes); return;
+    case Kind::kSend:
+      ExpectDeviceMemory(op, "sendbuff", op.send, bytes);
+      return;
+    case Kind::kRecv:
+      ExpectDeviceMemory(op, "recvbuff", op.recv, bytes);
+      return;
   }
 }
 
@@ -395,7 +425,8 @@ const void* Input(Op& op, size_t send_bytes, size_t recv_bytes) {
   if (!pre_multiply && !Overlap(op.send, send_bytes, op.recv, recv_bytes)) return op.send;
   const auto* send = static_cast<const char*>(op.send);
   op.staging.assign(send, send + send_bytes);
-  if (pre_multiply) PreMultiply(op.staging.data(), send_bytes / TypeBytes(op.type), op.type, op.comm->nranks);
+  if (pre_multiply)
+    PreMultiply(op.staging.data(), send_bytes / TypeBytes(op.type), op.type, op.comm->nranks);
   return op.staging.data();
 }
 
@@ -407,11 +438,13 @@ void Failed(Op& op, int rc) {
   MPI_Error_class(rc, &error_class);
   if (error_class == MPI_ERR_TRUNCATE) {
     RaiseAsync(*op.comm, ncclInvalidUsage,
-               absl::StrFormat("%s: more data arrived than the %d bytes posted: the ranks posted different "
-                               "counts or types (NCCL would hang or corrupt memory)",
-                               Describe(op), Bytes(op)));
+               absl::StrFormat(
+                   "%s: more data arrived than the %d bytes posted: the ranks posted different "
+                   "counts or types (NCCL would hang or corrupt memory)",
+                   Describe(op), Bytes(op)));
   } else {
-    RaiseAsync(*op.comm, ncclRemoteError, absl::StrFormat("%s failed in MPI: %s", Describe(op), MpiErrorText(rc)));
+    RaiseAsync(*op.comm, ncclRemoteError,
+               absl::StrFormat("%s failed in MPI: %s", Describe(op), MpiErrorText(rc)));
   }
 }
 
@@ -424,22 +457,24 @@ void Start(Op& op, const std::vector<Op>& ops) {
   int rc = MPI_SUCCESS;
   switch (op.kind) {
     case Kind::kAllReduce:
-      rc = MPI_Iallreduce(Input(op, bytes, bytes), op.recv, count, type, MpiOp(op.red_op, op.type), comm.mpi,
-                          &op.request);
+      rc = MPI_Iallreduce(Input(op, bytes, bytes), op.recv, count, type, MpiOp(op.red_op, op.type),
+                          comm.mpi, &op.request);
       break;
     case Kind::kReduceScatter:
-      rc = MPI_Ireduce_scatter_block(Input(op, all, bytes), op.recv, count, type, MpiOp(op.red_op, op.type),
-                                     comm.mpi, &op.request);
+      rc = MPI_Ireduce_scatter_block(Input(op, all, bytes), op.recv, count, type,
+                                     MpiOp(op.red_op, op.type), comm.mpi, &op.request);
       break;
     case Kind::kAllGather:
-      rc = MPI_Iallgather(Input(op, bytes, all), count, type, op.recv, count, type, comm.mpi, &op.request);
+      rc = MPI_Iallgather(Input(op, bytes, all), count, type, op.recv, count, type, comm.mpi,
+                          &op.request);
       break;
     case Kind::kBroadcast:
       if (comm.rank == op.peer && op.send != op.recv) std::memmove(op.recv, op.send, bytes);
       rc = MPI_Ibcast(op.recv, count, type, op.peer, comm.mpi, &op.request);
       break;
     case Kind::kSend:
-      if (op.peer != comm.rank) rc = MPI_Issend(op.send, count, type, op.peer, 0, comm.mpi, &op.request);
+      if (op.peer != comm.rank)
+        rc = MPI_Issend(op.send, count, type, op.peer, 0, comm.mpi, &op.request);
       break;
     case Kind::kRecv:
       if (op.peer == comm.rank) {
@@ -465,10 +500,11 @@ void Poll(Op& op) {
   if (received != static_cast<int>(op.count)) {
     op.failed = true;
     RaiseAsync(*op.comm, ncclInvalidUsage,
-               absl::StrFormat("%s: the sender sent %s %s elements: a send and its receive must have the same "
-                               "count and type (NCCL would hang or corrupt memory)",
-                               Describe(op), received == MPI_UNDEFINED ? "not whole" : std::to_string(received),
-                               TypeName(op.type)));
+               absl::StrFormat(
+                   "%s: the sender sent %s %s elements: a send and its receive must have the same "
+                   "count and type (NCCL would hang or corrupt memory)",
+                   Describe(op), received == MPI_UNDEFINED ? "not whole" : std::to_string(received),
+                   TypeName(op.type)));
   }
 }
 
@@ -575,7 +611,8 @@ void Arrive(Launch& launch) {
 // position on its communicator, as NCCL's planner does; ncclInvalidUsage
 // where one lacks its partner or their sizes differ.
 ncclResult_t PairSelfTransfers(std::vector<Op>& ops, bool grouped) {
-  std::map<const CommState*, std::pair<std::vector<size_t>, std::vector<size_t>>> self;  // sends, receives
+  std::map<const CommState*, std::pair<std::vector<size_t>, std::vector<size_t>>>
+      self;  // sends, receives
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     if (IsCollective(op.kind) || op.peer != op.comm->rank) continue;
@@ -586,29 +623,33 @@ ncclResult_t PairSelfTransfers(std::vector<Op>& ops, bool grouped) {
     if (!grouped) {
       const Op& op = ops[sends.empty() ? receives[0] : sends[0]];
       const bool send = op.kind == Kind::kSend;
-      return Refuse(ncclInvalidUsage,
-                    absl::StrFormat("%s: rank %d %s itself outside ncclGroupStart/End; NCCL takes a send to "
-                                    "oneself only with a receive from oneself in the same group (Trying to "
-                                    "%s to self without a matching %s)",
-                                    op.name, comm->rank, send ? "sends to" : "receives from", send ? "send" : "recv",
-                                    send ? "recv" : "send"));
+      return Refuse(
+          ncclInvalidUsage,
+          absl::StrFormat("%s: rank %d %s itself outside ncclGroupStart/End; NCCL takes a send to "
+                          "oneself only with a receive from oneself in the same group (Trying to "
+                          "%s to self without a matching %s)",
+                          op.name, comm->rank, send ? "sends to" : "receives from",
+                          send ? "send" : "recv", send ? "recv" : "send"));
     }
     if (sends.size() != receives.size()) {
       const bool send_unpaired = sends.size() > receives.size();
       return Refuse(ncclInvalidUsage,
-                    absl::StrFormat("ncclGroupEnd: rank %d's group has %d sends to itself and %d receives from "
-                                    "itself; NCCL pairs each with the other (Trying to %s to self without a "
-                                    "matching %s)",
-                                    comm->rank, sends.size(), receives.size(), send_unpaired ? "send" : "recv",
-                                    send_unpaired ? "recv" : "send"));
+                    absl::StrFormat(
+                        "ncclGroupEnd: rank %d's group has %d sends to itself and %d receives from "
+                        "itself; NCCL pairs each with the other (Trying to %s to self without a "
+                        "matching %s)",
+                        comm->rank, sends.size(), receives.size(), send_unpaired ? "send" : "recv",
+                        send_unpaired ? "recv" : "send"));
     }
     for (size_t i = 0; i < sends.size(); ++i) {
       Op& receive = ops[receives[i]];
       const Op& send = ops[sends[i]];
       if (Bytes(send) != Bytes(receive)) {
-        return Refuse(ncclInvalidUsage,
-                      absl::StrFormat("ncclGroupEnd: rank %d sends %d bytes to itself into a receive of %d bytes",
-                                      comm->rank, Bytes(send), Bytes(receive)));
+        return Refuse(
+            ncclInvalidUsage,
+            absl::StrFormat(
+                "ncclGroupEnd: rank %d sends %d bytes to itself into a receive of %d bytes",
+                comm->rank, Bytes(send), Bytes(receive)));
       }
       receive.self_send = sends[i];
     }
@@ -619,11 +660,13 @@ ncclResult_t PairSelfTransfers(std::vector<Op>& ops, bool grouped) {
 // Posts `ops` (one call's, or one group's) on their streams.
 ncclResult_t Post(std::vector<Op> ops, bool grouped) {
   if (ops.empty()) return ncclSuccess;
-  if (const ncclResult_t result = PairSelfTransfers(ops, grouped); result != ncclSuccess) return result;
+  if (const ncclResult_t result = PairSelfTransfers(ops, grouped); result != ncclSuccess)
+    return result;
   auto launch = std::make_shared<Launch>();
   std::vector<cudaStream_t> streams;
   for (const Op& op : ops) {
-    if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) streams.push_back(op.stream);
+    if (std::find(streams.begin(), streams.end(), op.stream) == streams.end())
+      streams.push_back(op.stream);
     bool listed = false;
     for (const auto& [comm, ticket] : launch->tickets) listed = listed || comm == op.comm;
     if (!listed) launch->tickets.emplace_back(op.comm, 0);
@@ -646,7 +689,8 @@ ncclResult_t Post(std::vector<Op> ops, bool grouped) {
 struct Group {
   int depth = 0;
   std::vector<Op> ops;
-  ncclResult_t error = ncclSuccess;  // the first call refused inside the group: ncclGroupEnd returns it
+  ncclResult_t error =
+      ncclSuccess;  // the first call refused inside the group: ncclGroupEnd returns it
 };
 
 Group& ThisThreadsGroup() {
@@ -656,26 +700,30 @@ Group& ThisThreadsGroup() {
 
 // NCCL's argument checks for an operation on `comm`.
 ncclResult_t Check(const Op& op, const CommState* comm) {
-  if (comm == nullptr) return Refuse(ncclInvalidArgument, absl::StrFormat("%s: comm argument is NULL", op.name));
+  if (comm == nullptr)
+    return Refuse(ncclInvalidArgument, absl::StrFormat("%s: comm argument is NULL", op.name));
   if (!IsValidType(op.type)) {
-    return Refuse(ncclInvalidArgument,
-                  absl::StrFormat("%s: invalid type %d (the emulated NCCL has ncclInt8 to ncclBfloat16)", op.name,
-                                  static_cast<int>(op.type)));
+    return Refuse(
+        ncclInvalidArgument,
+        absl::StrFormat("%s: invalid type %d (the emulated NCCL has ncclInt8 to ncclBfloat16)",
+                        op.name, static_cast<int>(op.type)));
   }
   if (IsReduction(op.kind) && (op.red_op < ncclSum || op.red_op >= ncclNumOps)) {
-    return Refuse(ncclInvalidArgument,
-                  absl::StrFormat("%s: invalid reduction operation %d", op.name, static_cast<int>(op.red_op)));
+    return Refuse(ncclInvalidArgument, absl::StrFormat("%s: invalid reduction operation %d",
+                                                       op.name, static_cast<int>(op.red_op)));
   }
-  if (op.kind != Kind::kAllReduce && op.kind != Kind::kReduceScatter && op.kind != Kind::kAllGather &&
-      (op.peer < 0 || op.peer >= comm->nranks)) {
-    return Refuse(ncclInvalidArgument,
-                  absl::StrFormat("%s: invalid %s %d (it should be in the 0..%d range)", op.name,
-                                  op.kind == Kind::kBroadcast ? "root" : "peer", op.peer, comm->nranks - 1));
+  if (op.kind != Kind::kAllReduce && op.kind != Kind::kReduceScatter &&
+      op.kind != Kind::kAllGather && (op.peer < 0 || op.peer >= comm->nranks)) {
+    return Refuse(
+        ncclInvalidArgument,
+        absl::StrFormat("%s: invalid %s %d (it should be in the 0..%d range)", op.name,
+                        op.kind == Kind::kBroadcast ? "root" : "peer", op.peer, comm->nranks - 1));
   }
   if (op.count > INT_MAX) {
-    Fail(absl::StrFormat("%s: count %d is more than the emulated NCCL moves in one call (INT_MAX elements: MPI "
-                         "counts are ints)",
-                         op.name, op.count));
+    Fail(absl::StrFormat(
+        "%s: count %d is more than the emulated NCCL moves in one call (INT_MAX elements: MPI "
+        "counts are ints)",
+        op.name, op.count));
   }
   return ncclSuccess;
 }
@@ -704,7 +752,8 @@ ncclResult_t GroupStart() {
 
 ncclResult_t GroupEnd() {
   Group& group = ThisThreadsGroup();
-  if (group.depth == 0) return Refuse(ncclInvalidUsage, "ncclGroupEnd: not in a group (no ncclGroupStart)");
+  if (group.depth == 0)
+    return Refuse(ncclInvalidUsage, "ncclGroupEnd: not in a group (no ncclGroupStart)");
   if (--group.depth > 0) return ncclSuccess;
   std::vector<Op> ops = std::move(group.ops);
   const ncclResult_t error = group.error;
@@ -731,10 +780,12 @@ ncclResult_t CheckMpi(const char* call) {
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalised);
   if (initialised == 0 || finalised != 0) {
-    return Refuse(ncclSystemError,
-                  absl::StrFormat("%s: the emulated NCCL runs over MPI, which is not running: initialise it with "
-                                  "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) first",
-                                  call));
+    return Refuse(
+        ncclSystemError,
+        absl::StrFormat(
+            "%s: the emulated NCCL runs over MPI, which is not running: initialise it with "
+            "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) first",
+            call));
   }
   return ncclSuccess;
 }
@@ -755,7 +806,8 @@ int Tag(BootstrapTag tag) {
 // waits through it, so each message reaches the bootstrap it belongs to.
 struct Mailbox {
   std::mutex mutex;
-  std::multimap<std::tuple<int, int64_t, int64_t>, std::vector<int64_t>> stash;  // by tag, creator, nonce
+  std::multimap<std::tuple<int, int64_t, int64_t>, std::vector<int64_t>>
+      stash;  // by tag, creator, nonce
 };
 
 Mailbox& TheMailbox() {
@@ -803,7 +855,8 @@ void Coordinate(const IdContents& id, int nranks, std::vector<MPI_Request>& send
   std::vector<int64_t> members(nranks, -1), joined;
   int64_t status = kJoined;
   for (int i = 0; i < nranks; ++i) {
-    const std::vector<int64_t> join = Await(Tag(kJoinTag), id.creator, static_cast<int64_t>(id.nonce));
+    const std::vector<int64_t> join =
+        Await(Tag(kJoinTag), id.creator, static_cast<int64_t>(id.nonce));
     const int64_t size = join[2], rank = join[3], world_rank = join[4];
     if (std::find(joined.begin(), joined.end(), world_rank) != joined.end()) {
       status = kProcessTwice;
@@ -821,8 +874,8 @@ void Coordinate(const IdContents& id, int nranks, std::vector<MPI_Request>& send
   replies.assign(joined.size(), reply);
   for (size_t i = 0; i < joined.size(); ++i) {
     sends.emplace_back();
-    MPI_Isend(replies[i].data(), static_cast<int>(reply.size()), MPI_INT64_T, static_cast<int>(joined[i]),
-              Tag(kReplyTag), MPI_COMM_WORLD, &sends.back());
+    MPI_Isend(replies[i].data(), static_cast<int>(reply.size()), MPI_INT64_T,
+              static_cast<int>(joined[i]), Tag(kReplyTag), MPI_COMM_WORLD, &sends.back());
   }
 }
 
@@ -830,26 +883,31 @@ void Coordinate(const IdContents& id, int nranks, std::vector<MPI_Request>& send
 ncclResult_t Bootstrap(const IdContents& id, int nranks, int rank, MPI_Comm* mpi) {
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  const std::vector<int64_t> join = {id.creator, static_cast<int64_t>(id.nonce), nranks, rank, world_rank};
+  const std::vector<int64_t> join = {id.creator, static_cast<int64_t>(id.nonce), nranks, rank,
+                                     world_rank};
   std::vector<MPI_Request> sends(1);
-  MPI_Isend(join.data(), static_cast<int>(join.size()), MPI_INT64_T, id.creator, Tag(kJoinTag), MPI_COMM_WORLD,
-            &sends[0]);
+  MPI_Isend(join.data(), static_cast<int>(join.size()), MPI_INT64_T, id.creator, Tag(kJoinTag),
+            MPI_COMM_WORLD, &sends[0]);
   std::vector<std::vector<int64_t>> replies;  // the creator's, alive until sent
   if (world_rank == id.creator) Coordinate(id, nranks, sends, replies);
-  const std::vector<int64_t> reply = Await(Tag(kReplyTag), id.creator, static_cast<int64_t>(id.nonce));
+  const std::vector<int64_t> reply =
+      Await(Tag(kReplyTag), id.creator, static_cast<int64_t>(id.nonce));
   MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
   switch (reply[2]) {
-    case kJoined: break;
+    case kJoined:
+      break;
     case kSizesDiffer:
-      return Refuse(ncclInvalidUsage, absl::StrFormat("ncclCommInitRank: the members of one ncclUniqueId give "
-                                                      "different nranks (this rank, %d, gives %d)",
-                                                      rank, nranks));
+      return Refuse(ncclInvalidUsage,
+                    absl::StrFormat("ncclCommInitRank: the members of one ncclUniqueId give "
+                                    "different nranks (this rank, %d, gives %d)",
+                                    rank, nranks));
     case kRankTaken:
       return Refuse(ncclInvalidUsage,
                     "ncclCommInitRank: two members of one ncclUniqueId give the same rank");
     default:
       return Refuse(ncclInvalidUsage,
-                    "ncclCommInitRank: a process joined one ncclUniqueId twice; the emulated NCCL has one rank "
+                    "ncclCommInitRank: a process joined one ncclUniqueId twice; the emulated NCCL "
+                    "has one rank "
                     "per process in a communicator");
   }
   const std::vector<int> members(reply.begin() + 3, reply.end());
@@ -860,7 +918,8 @@ ncclResult_t Bootstrap(const IdContents& id, int nranks, int rank, MPI_Comm* mpi
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
   if (rc != MPI_SUCCESS) {
-    return Refuse(ncclSystemError, "ncclCommInitRank: MPI_Comm_create_group failed: " + MpiErrorText(rc));
+    return Refuse(ncclSystemError,
+                  "ncclCommInitRank: MPI_Comm_create_group failed: " + MpiErrorText(rc));
   }
   // Errors come back as results: a truncated receive is the caller's error.
   MPI_Comm_set_errhandler(*mpi, MPI_ERRORS_RETURN);
@@ -868,7 +927,8 @@ ncclResult_t Bootstrap(const IdContents& id, int nranks, int rank, MPI_Comm* mpi
 }
 
 ncclResult_t GetUniqueId(ncclUniqueId* unique_id) {
-  if (unique_id == nullptr) return Refuse(ncclInvalidArgument, "ncclGetUniqueId: uniqueId argument is NULL");
+  if (unique_id == nullptr)
+    return Refuse(ncclInvalidArgument, "ncclGetUniqueId: uniqueId argument is NULL");
   if (const ncclResult_t result = CheckMpi("ncclGetUniqueId"); result != ncclSuccess) return result;
   static std::atomic<uint64_t> made{0};
   IdContents id{};
@@ -880,43 +940,52 @@ ncclResult_t GetUniqueId(ncclUniqueId* unique_id) {
   return ncclSuccess;
 }
 
-ncclResult_t InitRank(std::shared_ptr<CommState>* comm, int nranks, const ncclUniqueId& unique_id, int rank) {
+ncclResult_t InitRank(std::shared_ptr<CommState>* comm, int nranks, const ncclUniqueId& unique_id,
+                      int rank) {
   if (nranks < 1) {
-    return Refuse(ncclInvalidArgument, absl::StrFormat("ncclCommInitRank: invalid comm size %d", nranks));
+    return Refuse(ncclInvalidArgument,
+                  absl::StrFormat("ncclCommInitRank: invalid comm size %d", nranks));
   }
   if (rank < 0 || rank >= nranks) {
-    return Refuse(ncclInvalidArgument, absl::StrFormat("ncclCommInitRank: invalid rank %d (it should be in the "
-                                                       "0..%d range)",
-                                                       rank, nranks - 1));
+    return Refuse(ncclInvalidArgument,
+                  absl::StrFormat("ncclCommInitRank: invalid rank %d (it should be in the "
+                                  "0..%d range)",
+                                  rank, nranks - 1));
   }
-  if (const ncclResult_t result = CheckMpi("ncclCommInitRank"); result != ncclSuccess) return result;
+  if (const ncclResult_t result = CheckMpi("ncclCommInitRank"); result != ncclSuccess)
+    return result;
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
   if (level < MPI_THREAD_MULTIPLE) {
-    return Refuse(ncclSystemError,
-                  absl::StrFormat("ncclCommInitRank: the emulated NCCL needs MPI initialised with "
-                                  "MPI_THREAD_MULTIPLE (it has thread level %d): its operations call MPI from the "
-                                  "emulated streams' worker threads",
-                                  level));
+    return Refuse(
+        ncclSystemError,
+        absl::StrFormat(
+            "ncclCommInitRank: the emulated NCCL needs MPI initialised with "
+            "MPI_THREAD_MULTIPLE (it has thread level %d): its operations call MPI from the "
+            "emulated streams' worker threads",
+            level));
   }
   IdContents id;
   std::memcpy(&id, unique_id.internal, sizeof(id));
   if (std::memcmp(id.magic, kIdMagic, sizeof(kIdMagic)) != 0) {
-    return Refuse(ncclInvalidArgument, "ncclCommInitRank: the ncclUniqueId was not made by ncclGetUniqueId");
+    return Refuse(ncclInvalidArgument,
+                  "ncclCommInitRank: the ncclUniqueId was not made by ncclGetUniqueId");
   }
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   if (nranks > world_size) {
     return Refuse(ncclInvalidArgument,
-                  absl::StrFormat("ncclCommInitRank: nranks %d is more than the %d MPI processes (the emulated "
-                                  "NCCL has one rank per process)",
-                                  nranks, world_size));
+                  absl::StrFormat(
+                      "ncclCommInitRank: nranks %d is more than the %d MPI processes (the emulated "
+                      "NCCL has one rank per process)",
+                      nranks, world_size));
   }
   auto state = std::make_shared<CommState>();
   state->rank = rank;
   state->nranks = nranks;
   state->device = CurrentDevice();
-  if (const ncclResult_t result = Bootstrap(id, nranks, rank, &state->mpi); result != ncclSuccess) return result;
+  if (const ncclResult_t result = Bootstrap(id, nranks, rank, &state->mpi); result != ncclSuccess)
+    return result;
   *comm = std::move(state);
   return ncclSuccess;
 }
@@ -960,7 +1029,9 @@ std::shared_ptr<tetra::emulator::CommState> StateOf(ncclComm_t comm) {
 
 extern "C" {
 
-ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) { return tetra::emulator::GetUniqueId(uniqueId); }
+ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  return tetra::emulator::GetUniqueId(uniqueId);
+}
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   if (comm == nullptr) {
@@ -989,8 +1060,9 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   if (comm == nullptr || asyncError == nullptr) {
-    return tetra::emulator::Refuse(ncclInvalidArgument, absl::StrFormat("ncclCommGetAsyncError: %s argument is NULL",
-                                                                        comm == nullptr ? "comm" : "asyncError"));
+    return tetra::emulator::Refuse(ncclInvalidArgument,
+                                   absl::StrFormat("ncclCommGetAsyncError: %s argument is NULL",
+                                                   comm == nullptr ? "comm" : "asyncError"));
   }
   *asyncError = comm->state->async_error;
   return ncclSuccess;
@@ -998,15 +1070,24 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
 
 const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error";
-    case ncclSystemError: return "unhandled system error";
-    case ncclInternalError: return "internal error";
-    case ncclInvalidArgument: return "invalid argument";
-    case ncclInvalidUsage: return "invalid usage";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error";
+    case ncclSystemError:
+      return "unhandled system error";
+    case ncclInternalError:
+      return "internal error";
+    case ncclInvalidArgument:
+      return "invalid argument";
+    case ncclInvalidUsage:
+      return "invalid usage";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -1019,51 +1100,81 @@ const char* ncclGetLastError(ncclComm_t) {
   return copy.c_str();
 }
 
-ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream) {
   using tetra::emulator::Kind;
-  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kAllReduce, .name = "ncclAllReduce",
-                                                 .send = sendbuff, .recv = recvbuff, .count = count,
-                                                 .type = datatype, .red_op = op, .stream = stream});
-}
-
-ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  using tetra::emulator::Kind;
-  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kReduceScatter, .name = "ncclReduceScatter",
-                                                 .send = sendbuff, .recv = recvbuff, .count = recvcount,
-                                                 .type = datatype, .red_op = op, .stream = stream});
-}
-
-ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                           ncclComm_t comm, cudaStream_t stream) {
-  using tetra::emulator::Kind;
-  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kAllGather, .name = "ncclAllGather",
-                                                 .send = sendbuff, .recv = recvbuff, .count = sendcount,
-                                                 .type = datatype, .stream = stream});
-}
-
-ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                           ncclComm_t comm, cudaStream_t stream) {
-  using tetra::emulator::Kind;
-  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kBroadcast, .name = "ncclBroadcast",
-                                                 .send = sendbuff, .recv = recvbuff, .count = count,
-                                                 .type = datatype, .peer = root, .stream = stream});
-}
-
-ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                      cudaStream_t stream) {
-  using tetra::emulator::Kind;
-  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kSend, .name = "ncclSend", .send = sendbuff,
-                                                 .count = count, .type = datatype, .peer = peer,
+  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kAllReduce,
+                                                 .name = "ncclAllReduce",
+                                                 .send = sendbuff,
+                                                 .recv = recvbuff,
+                                                 .count = count,
+                                                 .type = datatype,
+                                                 .red_op = op,
                                                  .stream = stream});
 }
 
-ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                      cudaStream_t stream) {
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                               cudaStream_t stream) {
   using tetra::emulator::Kind;
-  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kRecv, .name = "ncclRecv", .recv = recvbuff,
-                                                 .count = count, .type = datatype, .peer = peer,
+  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kReduceScatter,
+                                                 .name = "ncclReduceScatter",
+                                                 .send = sendbuff,
+                                                 .recv = recvbuff,
+                                                 .count = recvcount,
+                                                 .type = datatype,
+                                                 .red_op = op,
+                                                 .stream = stream});
+}
+
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  using tetra::emulator::Kind;
+  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kAllGather,
+                                                 .name = "ncclAllGather",
+                                                 .send = sendbuff,
+                                                 .recv = recvbuff,
+                                                 .count = sendcount,
+                                                 .type = datatype,
+                                                 .stream = stream});
+}
+
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+  using tetra::emulator::Kind;
+  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kBroadcast,
+                                                 .name = "ncclBroadcast",
+                                                 .send = sendbuff,
+                                                 .recv = recvbuff,
+                                                 .count = count,
+                                                 .type = datatype,
+                                                 .peer = root,
+                                                 .stream = stream});
+}
+
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  using tetra::emulator::Kind;
+  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kSend,
+                                                 .name = "ncclSend",
+                                                 .send = sendbuff,
+                                                 .count = count,
+                                                 .type = datatype,
+                                                 .peer = peer,
+                                                 .stream = stream});
+}
+
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  using tetra::emulator::Kind;
+  return tetra::emulator::Submit(StateOf(comm), {.kind = Kind::kRecv,
+                                                 .name = "ncclRecv",
+                                                 .recv = recvbuff,
+                                                 .count = count,
+                                                 .type = datatype,
+                                                 .peer = peer,
                                                  .stream = stream});
 }
 

@@ -90,7 +90,8 @@ class Profile {
     // Collectives run beside these ops and are not timed here: a one-GPU run has none.
     std::fprintf(stderr, "tetra op profile by kind (communication not included):\n");
     for (const auto& [kind, seconds] : by_kind) {
-      std::fprintf(stderr, "  %-26s %10.4f s %6.1f%%\n", kind.c_str(), seconds, 100.0 * seconds / total);
+      std::fprintf(stderr, "  %-26s %10.4f s %6.1f%%\n", kind.c_str(), seconds,
+                   100.0 * seconds / total);
     }
   }
 

@@ -28,15 +28,15 @@ inline constexpr int32_t kIgnoredTarget = -1;
 // visible (causal false, Tk of its own), and merges the blocks by their lse
 // (ops::AttentionMerge).
 struct AttentionShape {
-  int64_t batch;           // B
-  int64_t seq;             // T, queries per sequence
-  int64_t q_heads;         // Hq, a multiple of kv_heads
-  int64_t kv_heads;        // Hkv
-  int64_t head_dim;        // D, of queries and keys
-  int64_t v_head_dim = 0;  // Dv, of values and outputs; 0: the same as D
+  int64_t batch;             // B
+  int64_t seq;               // T, queries per sequence
+  int64_t q_heads;           // Hq, a multiple of kv_heads
+  int64_t kv_heads;          // Hkv
+  int64_t head_dim;          // D, of queries and keys
+  int64_t v_head_dim = 0;    // Dv, of values and outputs; 0: the same as D
   double softmax_scale = 0;  // 0: 1 / sqrt(D)
-  int64_t kv_seq = 0;   // keys (and values) per sequence; 0: the same as seq
-  bool causal = true;   // query t sees keys 0..t (needs kv_seq == seq); false: every key
+  int64_t kv_seq = 0;        // keys (and values) per sequence; 0: the same as seq
+  bool causal = true;        // query t sees keys 0..t (needs kv_seq == seq); false: every key
 
   int64_t value_dim() const { return v_head_dim == 0 ? head_dim : v_head_dim; }
   int64_t keys() const { return kv_seq == 0 ? seq : kv_seq; }

@@ -48,11 +48,11 @@ bool OnDevice(const Tensor& t) {
 // Times the op (kernels/op_profile.h) on whichever backend runs it, and
 // runs `call` (a tetra::cuda function) and returns when t is on the device.
 #if TETRA_HAVE_CUDA
-#define TETRA_ON_DEVICE(t, call)                \
+#define TETRA_ON_DEVICE(t, call)                  \
   const OpTimer op_timer(__func__, (t).device()); \
   if (OnDevice(t)) return cuda::call
 #else
-#define TETRA_ON_DEVICE(t, call)                \
+#define TETRA_ON_DEVICE(t, call)                  \
   const OpTimer op_timer(__func__, (t).device()); \
   OnDevice(t)
 #endif
@@ -81,9 +81,11 @@ class HostF32 {
  private:
   float* Wide(const Tensor& t, bool output) {
     if (!t.defined()) return nullptr;
-    TETRA_CHECK(t.device() == DeviceType::kCPU) << "a device tensor given to a host op (mixed devices)";
+    TETRA_CHECK(t.device() == DeviceType::kCPU)
+        << "a device tensor given to a host op (mixed devices)";
     if (t.dtype() == DType::kF32) return t.f32();
-    TETRA_CHECK(t.dtype() == DType::kBF16) << "a host op on a " << DTypeName(t.dtype()) << " tensor";
+    TETRA_CHECK(t.dtype() == DType::kBF16)
+        << "a host op on a " << DTypeName(t.dtype()) << " tensor";
     Tensor wide = Tensor::Empty(t.shape());
     Cast(t, wide);
     if (output) {
@@ -117,8 +119,8 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
   TETRA_ON_DEVICE(x, LinearBackward(dy, x, w, dx, dw, accumulate_dx, real_out));
   ExpectHost(dy);
   HostF32 f32;
-  cpu::LinearBackward(f32.In(dy), f32.In(x), f32.In(w), rows, in, real_out, out, f32.Out(dx), f32.Out(dw),
-                      accumulate_dx);
+  cpu::LinearBackward(f32.In(dy), f32.In(x), f32.In(w), rows, in, real_out, out, f32.Out(dx),
+                      f32.Out(dw), accumulate_dx);
 }
 
 void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
@@ -183,8 +185,9 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
   TETRA_ON_DEVICE(x, RmsNormBackward(dy, x, w, rstd, dx, dw, dx_add));
   ExpectHost(x, dx_add);
   HostF32 f32;
-  cpu::RmsNormBackward(f32.In(dy), f32.In(x), f32.In(w), f32.In(rstd), Rows(x), x.dim(-1), f32.Out(dx),
-                       f32.Out(dw), f32.In(dx_add), dx.defined() && dx.dtype() == DType::kBF16);
+  cpu::RmsNormBackward(f32.In(dy), f32.In(x), f32.In(w), f32.In(rstd), Rows(x), x.dim(-1),
+                       f32.Out(dx), f32.Out(dw), f32.In(dx_add),
+                       dx.defined() && dx.dtype() == DType::kBF16);
 }
 
 void Rope(const Tensor& x, const RopeTable& table) {
@@ -202,7 +205,6 @@ void RopeBackward(const Tensor& dx, const RopeTable& table) {
   HostF32 f32;
   cpu::RopeBackward(f32.Out(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table);
 }
-
 
 void SplitQkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
                   const Tensor& v) {
@@ -229,8 +231,7 @@ void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved) {
   TETRA_ON_DEVICE(x, DecoupledRope(x, table, interleaved, /*backward=*/false));
   ExpectHost(x);
   HostF32 f32;
-  cpu::DecoupledRopeForward(f32.Out(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), table,
-                            interleaved);
+  cpu::DecoupledRopeForward(f32.Out(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), table, interleaved);
 }
 
 void DecoupledRopeBackward(const Tensor& dx, const RopeTable& table, bool interleaved) {
@@ -242,12 +243,12 @@ void DecoupledRopeBackward(const Tensor& dx, const RopeTable& table, bool interl
                              interleaved);
 }
 
-
 namespace {
 
 // `columns` columns of every row from src's column src_column to dst's
 // column dst_column.
-void CopyColumns(const Tensor& src, int64_t src_column, const Tensor& dst, int64_t dst_column, int64_t columns) {
+void CopyColumns(const Tensor& src, int64_t src_column, const Tensor& dst, int64_t dst_column,
+                 int64_t columns) {
   if (OnDevice(dst)) {
 #if TETRA_HAVE_CUDA
     return cuda::CopyColumns(src, src_column, dst, dst_column, columns);
@@ -295,7 +296,6 @@ void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Te
   cpu::MlaMergeKeyValueBackward(f32.In(dkey), f32.In(dvalue), d, f32.Out(dkv), f32.Out(dk_pe));
 }
 
-
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse) {
   CheckAttention("attention", shape, q, k, v, out, lse);
@@ -312,8 +312,8 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
   TETRA_ON_DEVICE(q, AttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv));
   ExpectHost(q);
   HostF32 f32;
-  cpu::AttentionBackward(shape, f32.In(dout), f32.In(q), f32.In(k), f32.In(v), f32.In(out), f32.In(lse),
-                         f32.Out(dq), f32.Out(dk), f32.Out(dv));
+  cpu::AttentionBackward(shape, f32.In(dout), f32.In(q), f32.In(k), f32.In(v), f32.In(out),
+                         f32.In(lse), f32.Out(dq), f32.Out(dk), f32.Out(dv));
 }
 
 void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor& out,
@@ -350,15 +350,15 @@ void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   cpu::SwigluForward(f32.In(gate), f32.In(up), gate.numel(), f32.Out(out));
 }
 
-void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
-                    const Tensor& dgate, const Tensor& dup) {
+void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up, const Tensor& dgate,
+                    const Tensor& dup) {
   CheckSwiglu("swiglu backward", {&gate, &up, &dout, &dgate, &dup});
   TETRA_ON_DEVICE(gate, SwigluBackward(dout, gate, up, dgate, dup));
   ExpectHost(gate);
   HostF32 f32;
-  cpu::SwigluBackward(f32.In(dout), f32.In(gate), f32.In(up), gate.numel(), f32.Out(dgate), f32.Out(dup));
+  cpu::SwigluBackward(f32.In(dout), f32.In(gate), f32.In(up), gate.numel(), f32.Out(dgate),
+                      f32.Out(dup));
 }
-
 
 void SwigluPacked(const Tensor& gate_up, const Tensor& out) {
   const auto [rows, width] = CheckSwigluPacked("packed swiglu", gate_up, out);
@@ -383,19 +383,20 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
   ExpectHost(logits);
   HostF32 f32;
   return cpu::CrossEntropyForwardBackward(f32.In(logits), targets.data<int32_t>(), Rows(logits),
-                                          logits.dim(-1), vocab_size, grad_scale,
-                                          f32.Out(dlogits), nullptr);
+                                          logits.dim(-1), vocab_size, grad_scale, f32.Out(dlogits),
+                                          nullptr);
 }
 
 void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,
                           int64_t vocab_size, const Tensor& row_max, const Tensor& target_logit) {
   const int64_t rows = Rows(logits);
   CheckCrossEntropyRowStats(logits, targets, vocab_begin, row_max, target_logit);
-  TETRA_ON_DEVICE(logits, CrossEntropyRowStats(logits, targets, vocab_begin, vocab_size, row_max, target_logit));
+  TETRA_ON_DEVICE(logits, CrossEntropyRowStats(logits, targets, vocab_begin, vocab_size, row_max,
+                                               target_logit));
   ExpectHost(logits, targets, row_max, target_logit);
   HostF32 f32;
-  cpu::CrossEntropyRowStats(f32.In(logits), targets.data<int32_t>(), rows, logits.dim(-1), vocab_begin,
-                            vocab_size, f32.Out(row_max), f32.Out(target_logit));
+  cpu::CrossEntropyRowStats(f32.In(logits), targets.data<int32_t>(), rows, logits.dim(-1),
+                            vocab_begin, vocab_size, f32.Out(row_max), f32.Out(target_logit));
 }
 
 void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab_size,
@@ -405,8 +406,8 @@ void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab
   TETRA_ON_DEVICE(logits, CrossEntropySumExp(logits, vocab_begin, vocab_size, row_max, sum_exp));
   ExpectHost(logits, row_max, sum_exp);
   HostF32 f32;
-  cpu::CrossEntropySumExp(f32.In(logits), f32.In(row_max), rows, logits.dim(-1), vocab_begin, vocab_size,
-                          sum_exp.data<double>());
+  cpu::CrossEntropySumExp(f32.In(logits), f32.In(row_max), rows, logits.dim(-1), vocab_begin,
+                          vocab_size, sum_exp.data<double>());
 }
 
 double CrossEntropyLoss(const Tensor& targets, const Tensor& row_max, const Tensor& target_logit,
@@ -424,32 +425,34 @@ void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t v
                           float grad_scale, const Tensor& dlogits) {
   const int64_t rows = Rows(logits);
   CheckCrossEntropyGradient(logits, targets, vocab_begin, row_max, sum_exp, dlogits);
-  TETRA_ON_DEVICE(logits, CrossEntropyGradient(logits, targets, vocab_begin, vocab_size, row_max, sum_exp,
-                                               grad_scale, dlogits));
+  TETRA_ON_DEVICE(logits, CrossEntropyGradient(logits, targets, vocab_begin, vocab_size, row_max,
+                                               sum_exp, grad_scale, dlogits));
   ExpectHost(logits, targets, row_max, sum_exp, dlogits);
   HostF32 f32;
-  cpu::CrossEntropyGradient(f32.In(logits), targets.data<int32_t>(), f32.In(row_max), sum_exp.data<double>(), rows,
-                            logits.dim(-1), vocab_begin, vocab_size, grad_scale, f32.Out(dlogits));
+  cpu::CrossEntropyGradient(f32.In(logits), targets.data<int32_t>(), f32.In(row_max),
+                            sum_exp.data<double>(), rows, logits.dim(-1), vocab_begin, vocab_size,
+                            grad_scale, f32.Out(dlogits));
 }
-
 
 void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& scores) {
   CheckRouter("router scores", spec, logits, Tensor());
   TETRA_CHECK(scores.shape() == logits.shape() && scores.dtype() == DType::kF32)
-      << "router scores " << ShapeString(scores.shape()) << " of logits " << ShapeString(logits.shape());
+      << "router scores " << ShapeString(scores.shape()) << " of logits "
+      << ShapeString(logits.shape());
   TETRA_ON_DEVICE(logits, RouterScores(spec, logits, scores));
   ExpectHost(logits, scores);
   HostF32 f32;
   cpu::RouterScores(spec, f32.In(logits), logits.dim(0), f32.Out(scores));
 }
 
-void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias, const Tensor& expert,
-                const Tensor& weights) {
+void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias,
+                const Tensor& expert, const Tensor& weights) {
   CheckRouterTopK(spec, scores, bias, expert, weights);
   TETRA_ON_DEVICE(scores, RouterTopK(spec, scores, bias, expert, weights));
   ExpectHost(scores, bias, expert, weights);
   HostF32 f32;
-  cpu::RouterTopK(spec, f32.In(scores), f32.In(bias), scores.dim(0), expert.data<int32_t>(), f32.Out(weights));
+  cpu::RouterTopK(spec, f32.In(scores), f32.In(bias), scores.dim(0), expert.data<int32_t>(),
+                  f32.Out(weights));
 }
 
 void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
@@ -458,8 +461,8 @@ void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const T
   TETRA_ON_DEVICE(scores, RouterWeightsBackward(spec, scores, expert, dweights, dscores));
   ExpectHost(scores, expert, dweights, dscores);
   HostF32 f32;
-  cpu::RouterWeightsBackward(spec, f32.In(scores), expert.data<int32_t>(), f32.In(dweights), scores.dim(0),
-                             f32.Out(dscores));
+  cpu::RouterWeightsBackward(spec, f32.In(scores), expert.data<int32_t>(), f32.In(dweights),
+                             scores.dim(0), f32.Out(dscores));
 }
 
 void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
@@ -471,10 +474,10 @@ void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Te
   cpu::RouterScoresBackward(spec, f32.In(scores), f32.In(dscores), scores.dim(0), f32.Out(dlogits));
 }
 
-
-void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Tensor& expert, int64_t batch,
-                          int64_t seq, int64_t whole_seq, const Tensor& stats) {
-  CheckSequenceBalance("sequence balance stats", spec, scores, expert, batch, seq, whole_seq, stats);
+void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
+                          int64_t batch, int64_t seq, int64_t whole_seq, const Tensor& stats) {
+  CheckSequenceBalance("sequence balance stats", spec, scores, expert, batch, seq, whole_seq,
+                       stats);
   TETRA_ON_DEVICE(scores, SequenceBalanceStats(spec, scores, expert, batch, seq, whole_seq, stats));
   ExpectHost(scores, expert, stats);
   HostF32 f32;
@@ -482,21 +485,25 @@ void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Te
                             stats.data<double>());
 }
 
-double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& stats, int64_t batch,
-                           int64_t seq, int64_t whole_seq, float grad_scale, const Tensor& dscores) {
-  CheckSequenceBalance("sequence balance loss", spec, scores, Tensor(), batch, seq, whole_seq, stats, dscores);
-  TETRA_ON_DEVICE(scores, SequenceBalanceLoss(spec, scores, stats, batch, seq, whole_seq, grad_scale, dscores));
+double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const Tensor& stats,
+                           int64_t batch, int64_t seq, int64_t whole_seq, float grad_scale,
+                           const Tensor& dscores) {
+  CheckSequenceBalance("sequence balance loss", spec, scores, Tensor(), batch, seq, whole_seq,
+                       stats, dscores);
+  TETRA_ON_DEVICE(
+      scores, SequenceBalanceLoss(spec, scores, stats, batch, seq, whole_seq, grad_scale, dscores));
   ExpectHost(scores, stats, dscores);
   HostF32 f32;
-  return cpu::SequenceBalanceLoss(spec, f32.In(scores), stats.data<double>(), batch, seq, whole_seq, grad_scale,
-                                  f32.Out(dscores));
+  return cpu::SequenceBalanceLoss(spec, f32.In(scores), stats.data<double>(), batch, seq, whole_seq,
+                                  grad_scale, f32.Out(dscores));
 }
 
 void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor& loads) {
   CheckCountExpertLoads(spec, expert, loads);
   TETRA_ON_DEVICE(expert, CountExpertLoads(spec, expert, loads));
   ExpectHost(expert, loads);
-  cpu::CountExpertLoads(spec, expert.data<int32_t>(), expert.numel() / spec.top_k, loads.data<int32_t>());
+  cpu::CountExpertLoads(spec, expert.data<int32_t>(), expert.numel() / spec.top_k,
+                        loads.data<int32_t>());
 }
 
 void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
@@ -506,15 +513,18 @@ void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
   cpu::UpdateRouterBias(loads.data<int32_t>(), static_cast<int>(bias.numel()), speed, bias.f32());
 }
 
-int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity, const Tensor& send_row,
-                      const Tensor& send_token, const Tensor& expert_counts) {
+int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
+                      const Tensor& send_row, const Tensor& send_token,
+                      const Tensor& expert_counts) {
   CheckDispatchOrder(expert, weights, send_row, send_token, expert_counts);
-  TETRA_ON_DEVICE(expert, DispatchOrder(expert, weights, capacity, send_row, send_token, expert_counts));
+  TETRA_ON_DEVICE(expert,
+                  DispatchOrder(expert, weights, capacity, send_row, send_token, expert_counts));
   ExpectHost(expert, weights, send_row, send_token, expert_counts);
   HostF32 f32;
-  return cpu::DispatchOrder(expert.data<int32_t>(), f32.In(weights), expert.dim(0), static_cast<int>(expert.dim(1)),
-                            static_cast<int>(expert_counts.numel()), capacity, send_row.data<int32_t>(),
-                            send_token.data<int32_t>(), expert_counts.data<int32_t>());
+  return cpu::DispatchOrder(
+      expert.data<int32_t>(), f32.In(weights), expert.dim(0), static_cast<int>(expert.dim(1)),
+      static_cast<int>(expert_counts.numel()), capacity, send_row.data<int32_t>(),
+      send_token.data<int32_t>(), expert_counts.data<int32_t>());
 }
 
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
@@ -522,7 +532,8 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   TETRA_ON_DEVICE(src, GatherRows(src, index, dst));
   ExpectHost(src, index, dst);
   HostF32 f32;
-  cpu::GatherRows(f32.In(src), Rows(src), index.data<int32_t>(), index.numel(), src.dim(-1), f32.Out(dst));
+  cpu::GatherRows(f32.In(src), Rows(src), index.data<int32_t>(), index.numel(), src.dim(-1),
+                  f32.Out(dst));
 }
 
 void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, const Tensor& dst) {
@@ -535,15 +546,16 @@ void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, 
                    static_cast<int>(index.dim(1)), c, f32.Out(dst));
 }
 
-void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& index, const Tensor& weights,
-                         const Tensor& dsrc, const Tensor& dweights) {
+void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& index,
+                         const Tensor& weights, const Tensor& dsrc, const Tensor& dweights) {
   CheckCombineRowsBackward(ddst, src, index, weights, dsrc, dweights);
   const int64_t n = Rows(ddst), c = ddst.dim(-1);
   TETRA_ON_DEVICE(ddst, CombineRowsBackward(ddst, src, index, weights, dsrc, dweights));
   ExpectHost(ddst, src, index, weights, dsrc, dweights);
   HostF32 f32;
-  cpu::CombineRowsBackward(f32.In(ddst), f32.In(src), Rows(src), index.data<int32_t>(), f32.In(weights), n,
-                           static_cast<int>(index.dim(1)), c, f32.Out(dsrc), f32.Out(dweights));
+  cpu::CombineRowsBackward(f32.In(ddst), f32.In(src), Rows(src), index.data<int32_t>(),
+                           f32.In(weights), n, static_cast<int>(index.dim(1)), c, f32.Out(dsrc),
+                           f32.Out(dweights));
 }
 
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
@@ -564,8 +576,8 @@ double SumOfSquares(const Tensor& x) {
 }
 
 double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<double>& weights) {
-  TETRA_CHECK(xs.size() == weights.size())
-      << "weighted sum of squares of " << xs.size() << " tensors with " << weights.size() << " weights";
+  TETRA_CHECK(xs.size() == weights.size()) << "weighted sum of squares of " << xs.size()
+                                           << " tensors with " << weights.size() << " weights";
   for (const Tensor& x : xs) {
     TETRA_CHECK(x.dtype() == DType::kF32 && x.device() == xs.front().device())
         << "weighted sum of squares of a " << DTypeName(x.dtype())
@@ -593,7 +605,8 @@ void Scale(const Tensor& x, float factor) {
 void ScaleMultiTensor(const std::vector<Tensor>& xs, float factor) {
   for (const Tensor& x : xs) {
     TETRA_CHECK(x.dtype() == DType::kF32 && x.device() == xs.front().device())
-        << "multi-tensor scale of a " << DTypeName(x.dtype()) << " tensor: fp32 tensors on one device expected";
+        << "multi-tensor scale of a " << DTypeName(x.dtype())
+        << " tensor: fp32 tensors on one device expected";
   }
   if (xs.empty()) return;
   TETRA_ON_DEVICE(xs.front(), ScaleMultiTensor(xs, factor));

@@ -94,8 +94,7 @@ void SplitColumns(const Tensor& in, const Tensor& a, const Tensor& b);
 // MLA's per-head keys and values, one dtype: kv (B*T, H (Dn + Dv)), each
 // head's [k_nope | v] as kv_b_proj writes them, and the shared rotary key
 // k_pe (B*T, R) -> key (B, T, H, Dn + R) = [k_nope | k_pe], value (B, T, H, Dv).
-void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key,
-                      const Tensor& value);
+void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key, const Tensor& value);
 // Its adjoint: dkv = [dkey's first Dn | dvalue] per head and dk_pe = the sum
 // over heads of dkey's last R dims, both written.
 void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Tensor& dkv,
@@ -127,8 +126,8 @@ void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor
 
 // out = silu(gate) * up, elementwise.
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
-void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
-                    const Tensor& dgate, const Tensor& dup);
+void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up, const Tensor& dgate,
+                    const Tensor& dup);
 // The packed forms, on the fused gate/up projection's output: gate_up
 // (N, 2I) holds each row's gate, then its up; out and dout (N, I); dgate_up
 // (N, 2I) receives each row's dgate, then its dup, and may alias gate_up.
@@ -188,7 +187,8 @@ void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Te
 // holding its chunks in between. Here are `seq` tokens of each of `batch`
 // sequences of `whole_seq` tokens (seq == whole_seq without context parallelism).
 // stats (batch, 2E) fp64: per sequence f_i = E / (k whole_seq) x its choices of
-// expert i (E values), then P_i = sum over its tokens here of s_i / sum_j s_j / whole_seq (E values).
+// expert i (E values), then P_i = sum over its tokens here of s_i / sum_j s_j / whole_seq (E
+// values).
 void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
                           int64_t batch, int64_t seq, int64_t whole_seq, const Tensor& stats);
 // sum over sequences and experts of f_i P_i from `stats` (summed over the
@@ -207,7 +207,8 @@ void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias);
 // (N k) int32 of which the first M rows are used, expert_counts (E) int32;
 // capacity < 0: every pair kept. Returns M.
 int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
-                      const Tensor& send_row, const Tensor& send_token, const Tensor& expert_counts);
+                      const Tensor& send_row, const Tensor& send_token,
+                      const Tensor& expert_counts);
 // dst (M, C) row i = src row index[i], index (M) int32.
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
 // dst (N, C) row t = sum over kept pairs of weights[t, j] x src row index[t, j]

@@ -16,8 +16,10 @@ void ScaleLlama3(const RopeScaling& s, std::vector<float>& inv_freq) {
   const float factor = static_cast<float>(s.factor);
   const float low = static_cast<float>(s.low_freq_factor);
   const float old_context = static_cast<float>(s.original_max_position_embeddings);
-  const float low_freq_wavelen = static_cast<float>(s.original_max_position_embeddings / s.low_freq_factor);
-  const float high_freq_wavelen = static_cast<float>(s.original_max_position_embeddings / s.high_freq_factor);
+  const float low_freq_wavelen =
+      static_cast<float>(s.original_max_position_embeddings / s.low_freq_factor);
+  const float high_freq_wavelen =
+      static_cast<float>(s.original_max_position_embeddings / s.high_freq_factor);
   const float band = static_cast<float>(s.high_freq_factor - s.low_freq_factor);
   for (float& f : inv_freq) {
     const float wavelen = (1.0f / f) * static_cast<float>(2 * M_PI);
@@ -41,8 +43,10 @@ void ScaleLlama3(const RopeScaling& s, std::vector<float>& inv_freq) {
 // product and sum rounded on its own as torch's separate ops round them (so
 // never contracted into an FMA). pos_freq[i] = theta^(2i / dim) in fp32,
 // inv_freq its reciprocals, scaled in place. Returns the attention factor.
-[[gnu::optimize("fp-contract=off")]] double ScaleYarn(const RopeScaling& s, int64_t dim, double theta,
-                                                      const std::vector<float>& pos_freq, std::vector<float>& inv_freq) {
+[[gnu::optimize("fp-contract=off")]] double ScaleYarn(const RopeScaling& s, int64_t dim,
+                                                      double theta,
+                                                      const std::vector<float>& pos_freq,
+                                                      std::vector<float>& inv_freq) {
   const double factor = s.factor;
   const double original = s.original_max_position_embeddings;
   // The dim whose frequency turns `rotations` times over the original context.
@@ -66,7 +70,8 @@ void ScaleLlama3(const RopeScaling& s, std::vector<float>& inv_freq) {
     inv_freq[i] = interpolation * (1.0f - keep) + extrapolation * keep;
   }
   if (s.attention_factor != 0) return s.attention_factor;
-  if (s.mscale != 0 && s.mscale_all_dim != 0) return YarnMscale(factor, s.mscale) / YarnMscale(factor, s.mscale_all_dim);
+  if (s.mscale != 0 && s.mscale_all_dim != 0)
+    return YarnMscale(factor, s.mscale) / YarnMscale(factor, s.mscale_all_dim);
   return YarnMscale(factor, 1);
 }
 

@@ -40,8 +40,8 @@ struct RopeScaling {
   double high_freq_factor = 4;
   double beta_fast = 32;
   double beta_slow = 1;
-  double mscale = 0;          // 0: absent
-  double mscale_all_dim = 0;  // 0: absent
+  double mscale = 0;            // 0: absent
+  double mscale_all_dim = 0;    // 0: absent
   double attention_factor = 0;  // 0: derived from factor, mscale, mscale_all_dim
   bool truncate = true;
 };

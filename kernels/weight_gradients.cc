@@ -47,8 +47,9 @@ void WeightGradients::Run(Deferred& deferred) {
   deferred.kept.clear();
 }
 
-void WeightGradients::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
-                                     const Tensor& dw, bool accumulate_dx, int64_t real_out) {
+void WeightGradients::LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                     const Tensor& dx, const Tensor& dw, bool accumulate_dx,
+                                     int64_t real_out) {
   if (!deferring()) {
     ops::LinearBackward(dy, x, w, dx, dw, accumulate_dx, real_out);
     return;
@@ -57,8 +58,9 @@ void WeightGradients::LinearBackward(const Tensor& dy, const Tensor& x, const Te
   Add([=] { ops::LinearBackward(dy, x, w, Tensor(), dw, /*accumulate_dx=*/false, real_out); });
 }
 
-void WeightGradients::RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
-                                      const Tensor& dx, const Tensor& dw, const Tensor& dx_add) {
+void WeightGradients::RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                      const Tensor& rstd, const Tensor& dx, const Tensor& dw,
+                                      const Tensor& dx_add) {
   if (!deferring()) {
     ops::RmsNormBackward(dy, x, w, rstd, dx, dw, dx_add);
     return;

@@ -53,11 +53,11 @@ class WeightGradients {
   Tensor Keep(const Tensor& t);
 
   // ops::LinearBackward: dx now, dw += dy^T x now or deferred.
-  void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx, const Tensor& dw,
-                      bool accumulate_dx = false, int64_t real_out = -1);
+  void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
+                      const Tensor& dw, bool accumulate_dx = false, int64_t real_out = -1);
   // ops::RmsNormBackward: dx now, dw deferred (dy kept first: dx may alias it).
-  void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
-                       const Tensor& dw, const Tensor& dx_add = Tensor());
+  void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                       const Tensor& dx, const Tensor& dw, const Tensor& dx_add = Tensor());
 
  private:
   Deferred* deferred_ = nullptr;

@@ -37,16 +37,18 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
       attention_(parallelism.context_group()) {
   if (c.qkv_bias()) {
     // Zeros, as transformers initialises a Linear's bias; split as the weights' rows.
-    q_bias_ = &store.Add(prefix + ".q_proj.bias", {c.num_attention_heads() * head_dim_}, Init::kZeros, 0.0,
-                         parallelism.Column());
+    q_bias_ = &store.Add(prefix + ".q_proj.bias", {c.num_attention_heads() * head_dim_},
+                         Init::kZeros, 0.0, parallelism.Column());
     k_bias_ = &store.Add(prefix + ".k_proj.bias", {KeyValueHeads(c) * head_dim_}, Init::kZeros, 0.0,
                          parallelism.KeyValueColumn(KeyValueHeads(c)));
     v_bias_ = &store.Add(prefix + ".v_proj.bias", {KeyValueHeads(c) * head_dim_}, Init::kZeros, 0.0,
                          parallelism.KeyValueColumn(KeyValueHeads(c)));
   }
   if (c.qk_norm()) {
-    q_norm_.emplace(store, prefix + ".q_norm.weight", head_dim_, static_cast<float>(c.rms_norm_eps()));
-    k_norm_.emplace(store, prefix + ".k_norm.weight", head_dim_, static_cast<float>(c.rms_norm_eps()));
+    q_norm_.emplace(store, prefix + ".q_norm.weight", head_dim_,
+                    static_cast<float>(c.rms_norm_eps()));
+    k_norm_.emplace(store, prefix + ".k_norm.weight", head_dim_,
+                    static_cast<float>(c.rms_norm_eps()));
     // Held whole by every rank, but each rank's gradient flows back from its own heads only.
     if (parallelism.tp_size() > 1) {
       q_norm_->weight().grad_partial_over = k_norm_->weight().grad_partial_over = parallelism.tp;
@@ -56,7 +58,8 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
   // from each rank's query heads.
   if (parallelism.kv_replicas->size() > 1) {
     k_proj_.grad_partial_over = v_proj_.grad_partial_over = parallelism.kv_replicas;
-    if (k_bias_ != nullptr) k_bias_->grad_partial_over = v_bias_->grad_partial_over = parallelism.kv_replicas;
+    if (k_bias_ != nullptr)
+      k_bias_->grad_partial_over = v_bias_->grad_partial_over = parallelism.kv_replicas;
   }
 }
 
@@ -92,7 +95,8 @@ void AttentionLayer::ProjectSeparately(int slot, Activations& a, const RopeTable
   ops::Rope(a.k, rope);
 }
 
-void AttentionLayer::ProjectSeparatelyBackward(int slot, const Activations& a, const RopeTable& rope) {
+void AttentionLayer::ProjectSeparatelyBackward(int slot, const Activations& a,
+                                               const RopeTable& rope) {
   WeightGradients& w = weight_gradients_;
   ops::RopeBackward(dq_, rope);
   ops::RopeBackward(dk_, rope);
@@ -147,8 +151,8 @@ Tensor AttentionLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dx_, a.x.shape());
   WeightGradients& w = weight_gradients_;
   w.LinearBackward(w.Keep(region_.ExitBackward(dy)), a.attn, o_proj_.compute, dattn_, o_proj_.grad);
-  attention_.Backward({batch, seq, q_heads_, kv_heads_, head_dim_}, dattn_, a.q, a.k, a.v, a.attn, a.lse, dq_,
-                      dk_, dv_);
+  attention_.Backward({batch, seq, q_heads_, kv_heads_, head_dim_}, dattn_, a.q, a.k, a.v, a.attn,
+                      a.lse, dq_, dk_, dv_);
   // The packed gradient view spans q, k and v's own gradient slices, so a
   // kv_replicas partial sum (grad_partial_over) still finds k's and v's.
   if (const std::optional<StackedParameters> qkv = PackedQkv()) {

@@ -92,14 +92,14 @@ class AttentionLayer {
   int64_t q_heads_, kv_heads_, head_dim_;  // this rank's heads
   Parameter &q_proj_, &k_proj_, &v_proj_, &o_proj_;
   Parameter *q_bias_ = nullptr, *k_bias_ = nullptr, *v_bias_ = nullptr;  // model.qkv_bias
-  std::optional<RmsNormLayer> q_norm_, k_norm_;                           // model.qk_norm
-  const ParameterStore& store_;  // StackedQkv's views
+  std::optional<RmsNormLayer> q_norm_, k_norm_;                          // model.qk_norm
+  const ParameterStore& store_;                                          // StackedQkv's views
   WeightGradients& weight_gradients_;
   TensorParallelRegion region_;  // Exit and the backward passes
   RotaryTable rope_;
   ContextParallelAttention attention_;  // plain attention without context parallelism
   ActivationSlots<Activations> slots_;
-  Tensor y_;                                        // forward scratch
+  Tensor y_;                          // forward scratch
   Tensor dattn_, dq_, dk_, dv_, dx_;  // backward scratch
   Tensor qkv_;  // (B*T, (Hq + 2 Hkv) D): the fused projection's output, then its gradient
 };

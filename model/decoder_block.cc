@@ -27,8 +27,8 @@ DecoderBlock::DecoderBlock(ParameterStore& store, int layer, const ModelConfig& 
       post_attention_norm_(store, LayerPrefix(layer) + ".post_attention_layernorm.weight",
                            c.hidden_size(), c.rms_norm_eps(), parallelism) {
   if (IsMoeLayer(c, layer)) {
-    moe_ = std::make_unique<MoeMlpLayer>(store, LayerPrefix(layer) + "." + MoeNamesOf(c).block, c, parallelism,
-                                         balance);
+    moe_ = std::make_unique<MoeMlpLayer>(store, LayerPrefix(layer) + "." + MoeNamesOf(c).block, c,
+                                         parallelism, balance);
   } else {
     mlp_ = std::make_unique<MlpLayer>(store, LayerPrefix(layer) + ".mlp", c, parallelism);
   }
@@ -51,8 +51,10 @@ const Tensor& DecoderBlock::Forward(int slot, const Tensor& x, int64_t batch, in
   const Tensor& h = post_attention_norm_.ForwardSum(
       slot, x, AttentionForward(slot, input_norm_.Forward(slot, x), batch, seq), a.residual);
   // out = r + mlp(h), written once.
-  ops::Add(a.residual,
-           moe_ ? moe_->Forward(slot, h, batch, seq, grad_scale, recompute) : mlp_->Forward(slot, h), a.out);
+  ops::Add(
+      a.residual,
+      moe_ ? moe_->Forward(slot, h, batch, seq, grad_scale, recompute) : mlp_->Forward(slot, h),
+      a.out);
   return a.out;
 }
 

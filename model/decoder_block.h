@@ -24,7 +24,8 @@ class DecoderBlock {
   // `balance`: an MoE layer's share of the model's router balance loss
   // (moe/router_balance.h), or null.
   DecoderBlock(ParameterStore& store, int layer, const ModelConfig& config,
-               const LayerParallelism& parallelism = SingleRankParallelism(), RouterBalance* balance = nullptr);
+               const LayerParallelism& parallelism = SingleRankParallelism(),
+               RouterBalance* balance = nullptr);
   // x (rows, C) of B = `batch` sequences of T = `seq` tokens -> out (rows, C).
   // Keeps r and out, which the norms keep as their inputs, in `slot`
   // (activation_slots.h). grad_scale: the weight of the cross-entropy sum in
@@ -57,8 +58,8 @@ class DecoderBlock {
   Tensor AttentionBackward(int slot, const Tensor& dy);
 
   RmsNormLayer input_norm_;
-  std::unique_ptr<AttentionLayer> attention_;   // Llama attention
-  std::unique_ptr<MlaAttentionLayer> mla_;      // multi-head latent attention
+  std::unique_ptr<AttentionLayer> attention_;  // Llama attention
+  std::unique_ptr<MlaAttentionLayer> mla_;     // multi-head latent attention
   RmsNormLayer post_attention_norm_;
   std::unique_ptr<MlpLayer> mlp_;     // dense blocks
   std::unique_ptr<MoeMlpLayer> moe_;  // MoE blocks

@@ -11,7 +11,8 @@ namespace tetra {
 Parameter& AddEmbeddingTable(ParameterStore& store, const ModelConfig& c,
                              const LayerParallelism& parallelism) {
   return store.Add("model.embed_tokens.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
-                   c.initializer_range(), parallelism.Vocabulary(PaddedVocabSize(c, parallelism.tp_size())));
+                   c.initializer_range(),
+                   parallelism.Vocabulary(PaddedVocabSize(c, parallelism.tp_size())));
 }
 
 void CopyTokenIds(const int32_t* ids, int64_t n, Tensor* dst) {
@@ -27,7 +28,8 @@ void CopyTokenIds(const int32_t* ids, int64_t n, Tensor* dst) {
 
 EmbeddingLayer::EmbeddingLayer(ParameterStore& store, const ModelConfig& c,
                                const LayerParallelism& parallelism)
-    : EmbeddingLayer(AddEmbeddingTable(store, c, parallelism), store.weight_gradients(), parallelism) {}
+    : EmbeddingLayer(AddEmbeddingTable(store, c, parallelism), store.weight_gradients(),
+                     parallelism) {}
 
 EmbeddingLayer::EmbeddingLayer(Parameter& table, WeightGradients& weight_gradients,
                                const LayerParallelism& parallelism)
@@ -56,9 +58,9 @@ Tensor EmbeddingLayer::Forward(int slot, const Tensor& tokens) {
 
 void EmbeddingLayer::Backward(int slot, const Tensor& dout) {
   const Tensor& tokens = slots_.ForBackward(slot).tokens;
-  const Tensor dlookup =
-      sequence_parallel_ ? ReduceScatterToSequenceParallelRegionBackward(dout, tp_, &dlookup_)
-                         : ReduceFromTensorParallelRegionBackward(dout, tp_);
+  const Tensor dlookup = sequence_parallel_
+                             ? ReduceScatterToSequenceParallelRegionBackward(dout, tp_, &dlookup_)
+                             : ReduceFromTensorParallelRegionBackward(dout, tp_);
   // The table's gradient is all of this backward's arithmetic: all W.
   weight_gradients_.Add([=, this, kept = weight_gradients_.Keep(dlookup)] {
     if (tp_.size() == 1) {

@@ -42,9 +42,7 @@ class EmbeddingLayer {
   void Backward(int slot, const Tensor& dout);
   // Frees the scratch shared by the slots (what one forward or backward
   // uses and the next overwrites); ReleaseActivations the slots too.
-  void ReleaseScratch() {
-    ReleaseTensors({&lookup_, &dlookup_});
-  }
+  void ReleaseScratch() { ReleaseTensors({&lookup_, &dlookup_}); }
   void ReleaseActivations() {
     slots_.Clear();
     ReleaseScratch();

@@ -7,8 +7,8 @@
 
 namespace tetra {
 
-LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelParallelism& parallelism,
-                       Storage storage)
+LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed,
+                             const ModelParallelism& parallelism, Storage storage)
     : config_(c), store_(seed, storage), groups_(c, parallelism) {
   TETRA_CHECK(!parallelism.chunks.empty()) << "a model needs at least one chunk";
   int next_layer = 0;
@@ -35,14 +35,14 @@ LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelPar
   if (has_embedding) embedding_ = std::make_unique<EmbeddingLayer>(store_, c, layers);
   if (c.moe().router_aux_loss_coef() > 0) {
     const int moe_layers = c.num_hidden_layers() - c.moe().first_k_dense_replace();
-    router_balance_ =
-        std::make_unique<RouterBalance>(moe_layers, RouterSpecFromConfig(c.moe()), c.moe().router_aux_loss_coef());
+    router_balance_ = std::make_unique<RouterBalance>(moe_layers, RouterSpecFromConfig(c.moe()),
+                                                      c.moe().router_aux_loss_coef());
   }
   for (Chunk& chunk : chunks_) {
     for (int i = 0; i < chunk.stage.num_layers; ++i) {
       const size_t first = store_.all().size();
-      chunk.blocks.push_back(std::make_unique<DecoderBlock>(store_, chunk.stage.first_layer + i, c, layers,
-                                                            router_balance_.get()));
+      chunk.blocks.push_back(std::make_unique<DecoderBlock>(store_, chunk.stage.first_layer + i, c,
+                                                            layers, router_balance_.get()));
       chunk.block_first_parameter.push_back(&store_.all()[first]);
     }
   }
@@ -55,16 +55,19 @@ LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelPar
                                                  c.rms_norm_eps(), layers);
     // Drawn from the same (seed, name, index) as the first stage's table, so
     // the two copies start equal.
-    if (table_on_last_stage && !has_embedding) embedding_copy_ = &AddEmbeddingTable(store_, c, layers);
+    if (table_on_last_stage && !has_embedding)
+      embedding_copy_ = &AddEmbeddingTable(store_, c, layers);
     Parameter* table = has_embedding ? &embedding_->weight() : embedding_copy_;
     Parameter* head_weight = table;
     if (!c.tie_word_embeddings()) {
       head_weight = &store_.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
-                                c.initializer_range(), layers.Vocabulary(PaddedVocabSize(c, layers.tp_size())));
+                                c.initializer_range(),
+                                layers.Vocabulary(PaddedVocabSize(c, layers.tp_size())));
     }
     head_ = std::make_unique<LmHeadLayer>(*head_weight, store_.weight_gradients(), layers);
     for (int depth = 1; depth <= c.num_nextn_predict_layers(); ++depth) {
-      mtp_.push_back(std::make_unique<MultiTokenPredictionLayer>(store_, depth, c, *table, *head_weight, layers));
+      mtp_.push_back(std::make_unique<MultiTokenPredictionLayer>(store_, depth, c, *table,
+                                                                 *head_weight, layers));
     }
   } else if (table_on_last_stage && has_embedding) {
     embedding_copy_ = &embedding_->weight();
@@ -74,8 +77,8 @@ LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed, const ModelPar
 }
 
 Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
-                              const Tensor& hidden_in, const int32_t* targets, int64_t batch,
-                              int64_t seq, float grad_scale, bool with_grad, double* loss_sum) {
+                                 const Tensor& hidden_in, const int32_t* targets, int64_t batch,
+                                 int64_t seq, float grad_scale, bool with_grad, double* loss_sum) {
   TETRA_CHECK(chunk >= 0 && chunk < num_chunks()) << "chunk " << chunk << " of " << num_chunks();
   const Chunk& c = chunks_[chunk];
   MicroBatch& micro_batch = micro_batches_.ForForward(slot);
@@ -149,15 +152,15 @@ Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
 }
 
 Tensor LanguageModel::ForwardStage(int slot, int chunk, const int32_t* inputs,
-                                const Tensor& hidden_in, const int32_t* targets, int64_t batch,
-                                int64_t seq, float grad_scale, double* loss_sum) {
-  return RunForward(slot, chunk, inputs, hidden_in, targets, batch, seq, grad_scale, /*with_grad=*/true,
-                    loss_sum);
+                                   const Tensor& hidden_in, const int32_t* targets, int64_t batch,
+                                   int64_t seq, float grad_scale, double* loss_sum) {
+  return RunForward(slot, chunk, inputs, hidden_in, targets, batch, seq, grad_scale,
+                    /*with_grad=*/true, loss_sum);
 }
 
 Tensor LanguageModel::EvaluateStage(int slot, int chunk, const int32_t* inputs,
-                                 const Tensor& hidden_in, const int32_t* targets, int64_t batch,
-                                 int64_t seq, double* loss_sum) {
+                                    const Tensor& hidden_in, const int32_t* targets, int64_t batch,
+                                    int64_t seq, double* loss_sum) {
   return RunForward(slot, chunk, inputs, hidden_in, targets, batch, seq, 0.0f, /*with_grad=*/false,
                     loss_sum);
 }
@@ -171,7 +174,8 @@ Tensor LanguageModel::BackwardInputStage(int slot, int chunk, const Tensor& d_hi
   return RunBackward(slot, chunk, d_hidden_out, nullptr, /*split=*/true);
 }
 
-void LanguageModel::BackwardWeightStage(int slot, int chunk, const GradientReadyCallback& on_ready) {
+void LanguageModel::BackwardWeightStage(int slot, int chunk,
+                                        const GradientReadyCallback& on_ready) {
   MicroBatch& micro_batch = micro_batches_.ForBackward(slot);
   TETRA_CHECK(micro_batch.awaiting_weights && micro_batch.weight_chunk == chunk)
       << "weight gradients of chunk " << chunk << " in activation slot " << slot
@@ -213,7 +217,8 @@ Tensor LanguageModel::RunBackward(int slot, int chunk, const Tensor& d_hidden_ou
   return d_input;
 }
 
-Tensor LanguageModel::RunBlocksBackward(int slot, const Chunk& c, MicroBatch& micro_batch, const Tensor& d_hidden_out,
+Tensor LanguageModel::RunBlocksBackward(int slot, const Chunk& c, MicroBatch& micro_batch,
+                                        const Tensor& d_hidden_out,
                                         const std::function<void(int64_t)>& ready_from) {
   // The first chunk's first registered parameter is at offset 0, so its last
   // call below is ready_from(0). A tied head writes the embedding's gradient
@@ -224,7 +229,8 @@ Tensor LanguageModel::RunBlocksBackward(int slot, const Chunk& c, MicroBatch& mi
     // The depths, last first: each gives its input's gradient to the one
     // before it, depth 1 to model.norm's output beside the main head's.
     Tensor d_normed;
-    for (auto depth = mtp_.rbegin(); depth != mtp_.rend(); ++depth) d_normed = (*depth)->Backward(slot, d_normed);
+    for (auto depth = mtp_.rbegin(); depth != mtp_.rend(); ++depth)
+      d_normed = (*depth)->Backward(slot, d_normed);
     d = head_->Backward(slot);
     if (d_normed.defined()) ops::Add(d_normed, d);
     d = final_norm_->Backward(slot, d);
@@ -235,8 +241,8 @@ Tensor LanguageModel::RunBlocksBackward(int slot, const Chunk& c, MicroBatch& mi
   const int recomputed = static_cast<int>(micro_batch.block_inputs.size());
   for (int i = static_cast<int>(c.blocks.size()) - 1; i >= 0; --i) {
     if (i < recomputed) {
-      c.blocks[i]->Forward(/*slot=*/0, micro_batch.block_inputs[i], micro_batch.batch, micro_batch.seq,
-                           micro_batch.grad_scale, /*recompute=*/true);
+      c.blocks[i]->Forward(/*slot=*/0, micro_batch.block_inputs[i], micro_batch.batch,
+                           micro_batch.seq, micro_batch.grad_scale, /*recompute=*/true);
     }
     d = c.blocks[i]->Backward(i < recomputed ? 0 : slot, d);
     if (i < recomputed) c.blocks[i]->ReleaseActivations();

@@ -61,7 +61,7 @@ class LanguageModel {
   // Storage::kShapesOnly describes the model without allocating its weights
   // (it cannot run).
   LanguageModel(const ModelConfig& config, uint64_t seed, const ModelParallelism& parallelism = {},
-             Storage storage = Storage::kAllocated);
+                Storage storage = Storage::kAllocated);
 
   // One micro-batch through chunk `chunk` in activation slot `slot`
   // (activation_slots.h): a schedule (1F1B) runs the forwards of several
@@ -173,11 +173,12 @@ class LanguageModel {
   };
 
   // BackwardStage, or with `split` its B half (the W half kept in the slot).
-  Tensor RunBackward(int slot, int chunk, const Tensor& d_hidden_out, const GradientReadyCallback& on_ready,
-                     bool split);
+  Tensor RunBackward(int slot, int chunk, const Tensor& d_hidden_out,
+                     const GradientReadyCallback& on_ready, bool split);
   // The layers' backward of chunk `c` from d_hidden_out, calling ready_from
   // at each readiness point (GradientReadyCallback).
-  Tensor RunBlocksBackward(int slot, const Chunk& c, MicroBatch& micro_batch, const Tensor& d_hidden_out,
+  Tensor RunBlocksBackward(int slot, const Chunk& c, MicroBatch& micro_batch,
+                           const Tensor& d_hidden_out,
                            const std::function<void(int64_t)>& ready_from);
   // ForwardStage; when !with_grad (EvaluateStage) the slot awaits no backward.
   Tensor RunForward(int slot, int chunk, const int32_t* inputs, const Tensor& hidden_in,

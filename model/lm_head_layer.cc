@@ -5,8 +5,11 @@
 
 namespace tetra {
 
-LmHeadLayer::LmHeadLayer(Parameter& weight, WeightGradients& weight_gradients, const LayerParallelism& parallelism)
-    : weight_(weight), weight_gradients_(weight_gradients), region_(*parallelism.tp, parallelism.sequence_parallel) {}
+LmHeadLayer::LmHeadLayer(Parameter& weight, WeightGradients& weight_gradients,
+                         const LayerParallelism& parallelism)
+    : weight_(weight),
+      weight_gradients_(weight_gradients),
+      region_(*parallelism.tp, parallelism.sequence_parallel) {}
 
 double LmHeadLayer::ForwardLoss(int slot, const Tensor& x, const Tensor& targets, float grad_scale,
                                 bool with_grad) {
@@ -26,7 +29,8 @@ Tensor LmHeadLayer::Backward(int slot) {
   // rows only: a sum over padding columns would round d x otherwise (their
   // zeros change the GEMM's blocking), and the padding rows of d W stay 0.
   // The logits' gradient lives in the slot until W: no copy.
-  weight_gradients_.LinearBackward(a.logits, a.x, weight_.compute, dx_, weight_.grad, /*accumulate_dx=*/false,
+  weight_gradients_.LinearBackward(a.logits, a.x, weight_.compute, dx_, weight_.grad,
+                                   /*accumulate_dx=*/false,
                                    weight_.RealElements() / weight_.value.dim(1));
   return region_.EnterBackward(dx_);
 }

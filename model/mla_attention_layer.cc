@@ -23,11 +23,10 @@ MlaAttentionLayer::MlaAttentionLayer(ParameterStore& store, const std::string& p
                     ? &store.Add(prefix + ".q_a_proj.weight", {c.q_lora_rank(), c.hidden_size()},
                                  Init::kNormal, c.initializer_range(), parallelism.Replicated())
                     : nullptr),
-      q_a_norm_(HasQueryLatent(c)
-                    ? std::make_unique<RmsNormLayer>(store, prefix + ".q_a_layernorm.weight",
-                                                     c.q_lora_rank(), kMlaLatentNormEps,
-                                                     parallelism)
-                    : nullptr),
+      q_a_norm_(HasQueryLatent(c) ? std::make_unique<RmsNormLayer>(
+                                        store, prefix + ".q_a_layernorm.weight", c.q_lora_rank(),
+                                        kMlaLatentNormEps, parallelism)
+                                  : nullptr),
       q_proj_(store.Add(prefix + (HasQueryLatent(c) ? ".q_b_proj.weight" : ".q_proj.weight"),
                         {int64_t{c.num_attention_heads()} * QkHeadDim(c),
                          HasQueryLatent(c) ? c.q_lora_rank() : c.hidden_size()},
@@ -41,8 +40,8 @@ MlaAttentionLayer::MlaAttentionLayer(ParameterStore& store, const std::string& p
                            {int64_t{c.num_attention_heads()} * (nope_dim_ + v_dim_), kv_rank_},
                            Init::kNormal, c.initializer_range(), parallelism.Column())),
       o_proj_(store.Add(prefix + ".o_proj.weight",
-                        {c.hidden_size(), int64_t{c.num_attention_heads()} * v_dim_},
-                        Init::kNormal, OutputProjectionStd(c), parallelism.Row())),
+                        {c.hidden_size(), int64_t{c.num_attention_heads()} * v_dim_}, Init::kNormal,
+                        OutputProjectionStd(c), parallelism.Row())),
       weight_gradients_(store.weight_gradients()),
       region_(*parallelism.tp, parallelism.sequence_parallel),
       rope_(rope_dim_, c.rope_theta(), RotaryScaling(c), parallelism.context()),
@@ -123,8 +122,8 @@ Tensor MlaAttentionLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dkv_normed_, a.kv_latent.shape());
   EnsureShape(&dx_, a.x.shape());
   WeightGradients& w = weight_gradients_;
-  w.LinearBackward(w.Keep(region_.ExitBackward(dy)), a.attn.Reshape({rows, heads_ * v_dim_}), o_proj_.compute,
-                   dattn_, o_proj_.grad);
+  w.LinearBackward(w.Keep(region_.ExitBackward(dy)), a.attn.Reshape({rows, heads_ * v_dim_}),
+                   o_proj_.compute, dattn_, o_proj_.grad);
   attention_.Backward(Shape(batch, seq), dattn_, a.q, a.k, a.v, a.attn, a.lse, dq_, dk_, dv_);
 
   // Keys and values back to the latent and the rotary key.
@@ -134,8 +133,9 @@ Tensor MlaAttentionLayer::Backward(int slot, const Tensor& dy) {
   const Tensor& dkv_latent = kv_a_norm_.Backward(slot, dkv_normed_);
   w.LinearBackward(w.Keep(dkv_latent), a.x, kv_a_proj_.compute.Slice(0, kv_rank_), dx_,
                    kv_a_proj_.grad.Slice(0, kv_rank_));
-  w.LinearBackward(w.Keep(dk_pe_), a.x, kv_a_proj_.compute.Slice(kv_rank_, kv_rank_ + rope_dim_), dx_,
-                   kv_a_proj_.grad.Slice(kv_rank_, kv_rank_ + rope_dim_), /*accumulate_dx=*/true);
+  w.LinearBackward(w.Keep(dk_pe_), a.x, kv_a_proj_.compute.Slice(kv_rank_, kv_rank_ + rope_dim_),
+                   dx_, kv_a_proj_.grad.Slice(kv_rank_, kv_rank_ + rope_dim_),
+                   /*accumulate_dx=*/true);
 
   // Queries.
   ops::DecoupledRopeBackward(dq_, rope, interleaved_);
@@ -143,7 +143,8 @@ Tensor MlaAttentionLayer::Backward(int slot, const Tensor& dy) {
     EnsureShape(&dq_normed_, a.q_latent.shape());
     w.LinearBackward(w.Keep(dq_), a.q_normed, q_proj_.compute, dq_normed_, q_proj_.grad);
     const Tensor& dq_latent = q_a_norm_->Backward(slot, dq_normed_);
-    w.LinearBackward(w.Keep(dq_latent), a.x, q_a_proj_->compute, dx_, q_a_proj_->grad, /*accumulate_dx=*/true);
+    w.LinearBackward(w.Keep(dq_latent), a.x, q_a_proj_->compute, dx_, q_a_proj_->grad,
+                     /*accumulate_dx=*/true);
   } else {
     w.LinearBackward(w.Keep(dq_), a.x, q_proj_.compute, dx_, q_proj_.grad, /*accumulate_dx=*/true);
   }
@@ -162,7 +163,8 @@ void MlaAttentionLayer::ReleaseScratch() {
   kv_a_norm_.ReleaseScratch();
   region_.Release();
   attention_.ReleaseScratch();
-  ReleaseTensors({&kv_, &k_pe_, &y_, &dattn_, &dq_, &dk_, &dv_, &dkv_, &dk_pe_, &dkv_normed_, &dq_normed_, &dx_});
+  ReleaseTensors({&kv_, &k_pe_, &y_, &dattn_, &dq_, &dk_, &dv_, &dkv_, &dk_pe_, &dkv_normed_,
+                  &dq_normed_, &dx_});
 }
 
 }  // namespace tetra

@@ -54,11 +54,11 @@ class MlaAttentionLayer {
     explicit Activations(const TensorParallelRegion& like)
         : entry(like.tp(), like.sequence_parallel()) {}
     TensorParallelRegion entry;
-    Tensor x;                   // (B*T, C)
-    Tensor q_latent, q_normed;  // (B*T, Rq): q_a_proj's output and its norm (q_lora_rank > 0)
+    Tensor x;                     // (B*T, C)
+    Tensor q_latent, q_normed;    // (B*T, Rq): q_a_proj's output and its norm (q_lora_rank > 0)
     Tensor kv_latent, kv_normed;  // (B*T, L): c_kv and its norm
-    Tensor q, k, attn;  // q, k (B, T, H/tp, Dn + R) roped; attn (B, T, H/tp, Dv)
-    Tensor v, lse;      // v (B, T, H/tp, Dv); lse (B, H/tp, T)
+    Tensor q, k, attn;            // q, k (B, T, H/tp, Dn + R) roped; attn (B, T, H/tp, Dv)
+    Tensor v, lse;                // v (B, T, H/tp, Dv); lse (B, H/tp, T)
   };
   AttentionShape Shape(int64_t batch, int64_t seq) const;
 

@@ -64,7 +64,8 @@ Tensor MlpLayer::Backward(int slot, const Tensor& dy) {
   EnsureShape(&dact_, act.shape());
   EnsureShape(&dx_, a.x.shape());
   WeightGradients& w = weight_gradients_;
-  w.LinearBackward(w.Keep(region_.ExitBackward(dy)), act, down_proj_.compute, dact_, down_proj_.grad);
+  w.LinearBackward(w.Keep(region_.ExitBackward(dy)), act, down_proj_.compute, dact_,
+                   down_proj_.grad);
   if (recompute_activation_) act_ = Tensor();
   if (const std::optional<StackedParameters> gate_up = GateUp()) {
     // One dW GEMM into both gradients' slots, one dx GEMM summing over both.
@@ -76,7 +77,8 @@ Tensor MlpLayer::Backward(int slot, const Tensor& dy) {
     EnsureShape(&dup_, a.up.shape());
     ops::SwigluBackward(dact_, a.gate, a.up, dgate_, dup_);
     w.LinearBackward(w.Keep(dgate_), a.x, gate_proj_.compute, dx_, gate_proj_.grad);
-    w.LinearBackward(w.Keep(dup_), a.x, up_proj_.compute, dx_, up_proj_.grad, /*accumulate_dx=*/true);
+    w.LinearBackward(w.Keep(dup_), a.x, up_proj_.compute, dx_, up_proj_.grad,
+                     /*accumulate_dx=*/true);
   }
   return region_.EnterBackward(dx_);
 }

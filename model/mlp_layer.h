@@ -74,7 +74,7 @@ class MlpLayer {
   TensorParallelRegion region_;  // Exit and the backward passes
   ActivationSlots<Activations> slots_;
   bool recompute_activation_ = false;
-  Tensor y_;                                   // forward scratch (N, C)
+  Tensor y_;    // forward scratch (N, C)
   Tensor act_;  // the activation while it is in use, under selective recompute
   Tensor dact_, dgate_up_, dgate_, dup_, dx_;  // backward scratch
 };

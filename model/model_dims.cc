@@ -24,8 +24,8 @@ absl::Status CheckDivisible(const std::string& field, int64_t n, const std::stri
       absl::StrCat(field, " to a multiple of ", tp, " (e.g. ", (n + tp - 1) / tp * tp, ")");
   const int divisor = LargestDivisorUpTo(n, tp);
   return UserError(
-      absl::StrCat(field, " ", n, " is not divisible by parallel.tensor ", tp, ": each of the ",
-                   tp, " tensor-parallel ranks holds an equal share of the ", what),
+      absl::StrCat(field, " ", n, " is not divisible by parallel.tensor ", tp, ": each of the ", tp,
+                   " tensor-parallel ranks holds an equal share of the ", what),
       divisor > 1 ? absl::StrCat("set parallel.tensor to a divisor of ", n, " (e.g. ", divisor,
                                  "), or ", multiple)
                   : absl::StrCat("set ", multiple, ", or parallel.tensor to 1"));
@@ -58,13 +58,15 @@ absl::Status ValidateTensorParallel(const ModelConfig& c, int tp, bool sequence_
                                  "MLP's intermediate features", tp));
   if (sequence_parallel && rows_per_micro_batch % tp != 0) {
     return UserError(
-        absl::StrCat("parallel.sequence_parallel splits the ", rows_per_micro_batch,
-                     " token rows a rank holds of a micro-batch (train.micro_batch_size x train.seq_length "
-                     "/ parallel.context) "
-                     "over parallel.tensor ", tp, " ranks, but ", rows_per_micro_batch,
-                     " is not a multiple of ", tp),
+        absl::StrCat(
+            "parallel.sequence_parallel splits the ", rows_per_micro_batch,
+            " token rows a rank holds of a micro-batch (train.micro_batch_size x train.seq_length "
+            "/ parallel.context) "
+            "over parallel.tensor ",
+            tp, " ranks, but ", rows_per_micro_batch, " is not a multiple of ", tp),
         absl::StrCat("set train.seq_length or train.micro_batch_size so that those rows are a "
-                     "multiple of ", tp, ", or set parallel.sequence_parallel to false"));
+                     "multiple of ",
+                     tp, ", or set parallel.sequence_parallel to false"));
   }
   return absl::OkStatus();
 }

@@ -25,16 +25,17 @@ inline int HeadDim(const ModelConfig& c) {
 // model.rope_scaling as the RoPE table takes it.
 inline RopeScaling RotaryScaling(const ModelConfig& c) {
   const RopeScalingConfig& s = c.rope_scaling();
-  RopeScaling scaling{.factor = s.factor(),
-                      .original_max_position_embeddings = static_cast<double>(s.original_max_position_embeddings()),
-                      .low_freq_factor = s.low_freq_factor(),
-                      .high_freq_factor = s.high_freq_factor(),
-                      .beta_fast = s.beta_fast(),
-                      .beta_slow = s.beta_slow(),
-                      .mscale = s.mscale(),
-                      .mscale_all_dim = s.mscale_all_dim(),
-                      .attention_factor = s.attention_factor(),
-                      .truncate = s.truncate()};
+  RopeScaling scaling{
+      .factor = s.factor(),
+      .original_max_position_embeddings = static_cast<double>(s.original_max_position_embeddings()),
+      .low_freq_factor = s.low_freq_factor(),
+      .high_freq_factor = s.high_freq_factor(),
+      .beta_fast = s.beta_fast(),
+      .beta_slow = s.beta_slow(),
+      .mscale = s.mscale(),
+      .mscale_all_dim = s.mscale_all_dim(),
+      .attention_factor = s.attention_factor(),
+      .truncate = s.truncate()};
   if (s.rope_type() == "llama3") scaling.type = RopeScaling::Type::kLlama3;
   if (s.rope_type() == "yarn") scaling.type = RopeScaling::Type::kYarn;
   return scaling;

@@ -34,7 +34,8 @@ std::unique_ptr<Communicator> SplitKeyValueReplicas(Communicator& tp, int replic
 TensorShard LayerParallelism::Column() const { return Slice(0, tp_rank(), tp_size(), 1); }
 
 TensorShard LayerParallelism::Vocabulary(int64_t padded_vocab) const {
-  return TensorShard{.dim = 0, .index = tp_rank(), .count = tp_size(), .padded_extent = padded_vocab};
+  return TensorShard{
+      .dim = 0, .index = tp_rank(), .count = tp_size(), .padded_extent = padded_vocab};
 }
 
 TensorShard LayerParallelism::Row() const { return Slice(1, tp_rank(), tp_size(), 1); }

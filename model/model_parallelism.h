@@ -66,7 +66,9 @@ struct LayerParallelism {
   // cp, or a group of this rank alone.
   Communicator& context_group() const;
   // The tokens of each sequence this rank holds.
-  ContextShard context() const { return {.size = context_group().size(), .rank = context_group().rank()}; }
+  ContextShard context() const {
+    return {.size = context_group().size(), .rank = context_group().rank()};
+  }
   int tp_rank() const { return tp->rank(); }
   int tp_size() const { return tp->size(); }
   // Weights (out, in) of column-parallel linears: dim 0 split over tp.

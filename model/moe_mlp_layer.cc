@@ -12,8 +12,8 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
       gate_(store.Add(prefix + ".gate.weight", {c.moe().n_routed_experts(), c.hidden_size()},
                       Init::kNormal, c.initializer_range(), parallelism.Replicated())),
       bias_(HasCorrectionBias(c.moe())
-                ? &store.Add(prefix + ".gate.e_score_correction_bias", {c.moe().n_routed_experts()}, Init::kZeros,
-                             0.0, parallelism.Replicated(), /*trainable=*/false)
+                ? &store.Add(prefix + ".gate.e_score_correction_bias", {c.moe().n_routed_experts()},
+                             Init::kZeros, 0.0, parallelism.Replicated(), /*trainable=*/false)
                 : nullptr),
       balance_(balance),
       weight_gradients_(store.weight_gradients()),
@@ -49,14 +49,14 @@ const std::vector<ExpertWeights>& MoeMlpLayer::Experts() {
   // is before the first forward: build the list once.
   if (!experts_.empty()) return experts_;
   for (const ExpertParameters& p : expert_parameters_) {
-    experts_.push_back({p.gate->compute, p.up->compute, p.down->compute, p.gate->grad, p.up->grad,
-                        p.down->grad});
+    experts_.push_back(
+        {p.gate->compute, p.up->compute, p.down->compute, p.gate->grad, p.up->grad, p.down->grad});
   }
   return experts_;
 }
 
-Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t seq,
-                            float grad_scale, bool recompute) {
+Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t seq, float grad_scale,
+                            bool recompute) {
   Activations& a = slots_.ForForward(slot);
   a.x = x;
   const int64_t n = x.dim(0), e = router_.num_experts;
@@ -89,10 +89,12 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
     const int64_t whole_seq = seq * cp_.size();
     const float aux_scale = static_cast<float>(aux_loss_alpha_ * grad_scale * whole_seq);
     EnsureShape(&balance_stats_, {batch, 2 * e}, DType::kF64);
-    ops::SequenceBalanceStats(router_, a.routing.scores, a.routing.expert, batch, seq, whole_seq, balance_stats_);
+    ops::SequenceBalanceStats(router_, a.routing.scores, a.routing.expert, batch, seq, whole_seq,
+                              balance_stats_);
     if (cp_.size() > 1) SumOverContext(balance_stats_);
-    const double aux = aux_loss_alpha_ * ops::SequenceBalanceLoss(router_, a.routing.scores, balance_stats_,
-                                                                  batch, seq, whole_seq, aux_scale, a.daux);
+    const double aux =
+        aux_loss_alpha_ * ops::SequenceBalanceLoss(router_, a.routing.scores, balance_stats_, batch,
+                                                   seq, whole_seq, aux_scale, a.daux);
     if (!recompute) aux_loss_sum_ += aux / cp_.size();
   }
   dispatcher_.Plan(a.routing, &a.plan);
@@ -122,7 +124,8 @@ Tensor MoeMlpLayer::Backward(int slot, const Tensor& dy) {
   // The router: through the combine weights and the balance loss, to the gate.
   EnsureShape(&dscores_, a.routing.scores.shape(), DType::kF32);
   dscores_.CopyFrom(a.daux);
-  if (balance_ != nullptr) aux_loss_sum_ += balance_->AddScoreGradient(slot, a.batch, a.grad_scale, dscores_);
+  if (balance_ != nullptr)
+    aux_loss_sum_ += balance_->AddScoreGradient(slot, a.batch, a.grad_scale, dscores_);
   ops::RouterWeightsBackward(router_, a.routing.scores, a.routing.expert, dweights_, dscores_);
   EnsureShape(&dlogits_, a.routing.scores.shape(), DType::kF32);
   ops::RouterScoresBackward(router_, a.routing.scores, dscores_, dlogits_);
@@ -156,8 +159,9 @@ void MoeMlpLayer::ReleaseActivations() {
 
 void MoeMlpLayer::ReleaseScratch() {
   experts_region_.Release();
-  ReleaseTensors({&logits_, &send_, &y_grouped_, &out_, &dy_send_, &dy_grouped_, &dx_grouped_, &dx_send_, &dx_,
-                  &dweights_, &dscores_, &dlogits_, &dx_router_, &dx_router_narrow_, &dact_, &dgate_, &dup_, &balance_stats_, &gathered_stats_});
+  ReleaseTensors({&logits_, &send_, &y_grouped_, &out_, &dy_send_, &dy_grouped_, &dx_grouped_,
+                  &dx_send_, &dx_, &dweights_, &dscores_, &dlogits_, &dx_router_,
+                  &dx_router_narrow_, &dact_, &dgate_, &dup_, &balance_stats_, &gathered_stats_});
   if (shared_) shared_->ReleaseScratch();
 }
 
@@ -175,7 +179,8 @@ void MoeMlpLayer::SumOverContext(const Tensor& stats) {
   cp_.AllGather(stats, gathered_stats_);
   const Tensor flat = stats.Reshape({stats.numel()});
   flat.CopyFrom(gathered_stats_.Slice(0, 1).Reshape({stats.numel()}));
-  for (int r = 1; r < cp_.size(); ++r) ops::Add(gathered_stats_.Slice(r, r + 1).Reshape({stats.numel()}), flat);
+  for (int r = 1; r < cp_.size(); ++r)
+    ops::Add(gathered_stats_.Slice(r, r + 1).Reshape({stats.numel()}), flat);
 }
 
 void MoeMlpLayer::UpdateBias(const Tensor& loads, double speed) {

@@ -42,7 +42,8 @@ class MoeMlpLayer {
   // `balance`: the model's transformers-style balance loss over all MoE
   // layers (model.moe.router_aux_loss_coef), or null.
   MoeMlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& config,
-              const LayerParallelism& parallelism = SingleRankParallelism(), RouterBalance* balance = nullptr);
+              const LayerParallelism& parallelism = SingleRankParallelism(),
+              RouterBalance* balance = nullptr);
   // x (N, C), N = batch x seq token rows -> y (N, C). grad_scale weights the
   // balance loss in the gradient as it weights the cross-entropy sum.
   // Collective over the expert-parallel group. A recompute (activation
@@ -72,15 +73,15 @@ class MoeMlpLayer {
 
  private:
   struct Activations {
-    Tensor x;                 // (N, C) the caller's input
-    Tensor x_router;          // (N, C) fp32: x as the router reads it (x itself in fp32)
+    Tensor x;         // (N, C) the caller's input
+    Tensor x_router;  // (N, C) fp32: x as the router reads it (x itself in fp32)
     Routing routing;
     DispatchPlan plan;
-    Tensor grouped;           // (R, C) rows for this rank's experts
+    Tensor grouped;  // (R, C) rows for this rank's experts
     GroupedActivations experts;
-    Tensor y_send;            // (M, C) expert outputs, in send order
-    Tensor daux;              // (N, E) the balance loss's score gradient
-    int64_t batch = 0;        // sequences, and the cross-entropy's weight, for RouterBalance
+    Tensor y_send;      // (M, C) expert outputs, in send order
+    Tensor daux;        // (N, E) the balance loss's score gradient
+    int64_t batch = 0;  // sequences, and the cross-entropy's weight, for RouterBalance
     float grad_scale = 0;
   };
 
@@ -89,7 +90,7 @@ class MoeMlpLayer {
   Parameter& gate_;
   Parameter* bias_;  // the correction bias (HasCorrectionBias), else null
   RouterBalance* balance_;
-  Tensor no_bias_;   // (E) zeros, the routing's bias without one
+  Tensor no_bias_;  // (E) zeros, the routing's bias without one
   WeightGradients& weight_gradients_;
   // Views of this rank's experts' parameters, in expert order (made after
   // ParameterStore::Pack has moved them).
@@ -102,7 +103,7 @@ class MoeMlpLayer {
   };
   std::vector<ExpertParameters> expert_parameters_;
   std::vector<ExpertWeights> experts_;
-  std::unique_ptr<MlpLayer> shared_;    // absent when n_shared_experts is 0
+  std::unique_ptr<MlpLayer> shared_;  // absent when n_shared_experts is 0
   TokenDispatcher dispatcher_;
   TensorParallelRegion experts_region_;  // the experts' sums over tp
   Communicator& cp_;  // the context group: sequences' balance statistics add up over it
@@ -113,7 +114,7 @@ class MoeMlpLayer {
   int64_t dropped_ = 0;
   // Scratch.
   Tensor logits_, send_, y_grouped_, out_;
-  Tensor balance_stats_;  // (batch, 2E) fp64: the balance loss's per-sequence f and P
+  Tensor balance_stats_;   // (batch, 2E) fp64: the balance loss's per-sequence f and P
   Tensor gathered_stats_;  // (cp, batch x 2E) fp64: every context rank's
   Tensor dy_send_, dy_grouped_, dx_grouped_, dx_send_, dx_, dweights_, dscores_, dlogits_;
   Tensor dx_router_, dx_router_narrow_;  // (N, C) the router's input gradient, fp32 and narrowed

@@ -14,14 +14,19 @@ std::string DepthPrefix(const ModelConfig& c, int depth) {
 
 }  // namespace
 
-MultiTokenPredictionLayer::MultiTokenPredictionLayer(ParameterStore& store, int depth, const ModelConfig& c,
-                                                     Parameter& embedding_table, Parameter& head_weight,
+MultiTokenPredictionLayer::MultiTokenPredictionLayer(ParameterStore& store, int depth,
+                                                     const ModelConfig& c,
+                                                     Parameter& embedding_table,
+                                                     Parameter& head_weight,
                                                      const LayerParallelism& parallelism)
     : depth_(depth),
-      enorm_(store, DepthPrefix(c, depth) + ".enorm.weight", c.hidden_size(), c.rms_norm_eps(), parallelism),
-      hnorm_(store, DepthPrefix(c, depth) + ".hnorm.weight", c.hidden_size(), c.rms_norm_eps(), parallelism),
-      eh_proj_(store.Add(DepthPrefix(c, depth) + ".eh_proj.weight", {c.hidden_size(), 2 * int64_t{c.hidden_size()}},
-                         Init::kNormal, c.initializer_range(), parallelism.Replicated())),
+      enorm_(store, DepthPrefix(c, depth) + ".enorm.weight", c.hidden_size(), c.rms_norm_eps(),
+             parallelism),
+      hnorm_(store, DepthPrefix(c, depth) + ".hnorm.weight", c.hidden_size(), c.rms_norm_eps(),
+             parallelism),
+      eh_proj_(store.Add(DepthPrefix(c, depth) + ".eh_proj.weight",
+                         {c.hidden_size(), 2 * int64_t{c.hidden_size()}}, Init::kNormal,
+                         c.initializer_range(), parallelism.Replicated())),
       block_(store, c.num_hidden_layers() + depth - 1, c, parallelism),
       shared_head_norm_(store, DepthPrefix(c, depth) + ".shared_head.norm.weight", c.hidden_size(),
                         c.rms_norm_eps(), parallelism),
@@ -32,9 +37,10 @@ MultiTokenPredictionLayer::MultiTokenPredictionLayer(ParameterStore& store, int 
   if (parallelism.sequence_parallel) eh_proj_.grad_partial_over = parallelism.tp;
 }
 
-const Tensor& MultiTokenPredictionLayer::Forward(int slot, const Tensor& h_prev, const int32_t* targets,
-                                                 int64_t batch, int64_t seq, float grad_scale,
-                                                 float loss_grad_scale, double* loss_sum) {
+const Tensor& MultiTokenPredictionLayer::Forward(int slot, const Tensor& h_prev,
+                                                 const int32_t* targets, int64_t batch, int64_t seq,
+                                                 float grad_scale, float loss_grad_scale,
+                                                 double* loss_sum) {
   Activations& a = slots_.ForForward(slot);
   // Position i embeds token i + k, inputs[i + k] = targets[i + k - 1], and
   // predicts targets[i + k]; past the sequence, token 0 and no target.
@@ -57,7 +63,8 @@ const Tensor& MultiTokenPredictionLayer::Forward(int slot, const Tensor& h_prev,
   EnsureShape(&a.projected, {rows, hidden});
   ops::ConcatColumns(e, h, a.joined);
   ops::Linear(a.joined, eh_proj_.compute, a.projected);
-  const Tensor& out = shared_head_norm_.Forward(slot, block_.Forward(slot, a.projected, batch, seq, grad_scale));
+  const Tensor& out =
+      shared_head_norm_.Forward(slot, block_.Forward(slot, a.projected, batch, seq, grad_scale));
   *loss_sum = head_.ForwardLoss(slot, out, targets_, loss_grad_scale, /*with_grad=*/true);
   return out;
 }

@@ -100,13 +100,16 @@ Parameter& ParameterStore::Add(std::string name, const Shape& global_shape, Init
   const Shape local = ShardShape(global_shape, shard);
   // A device run's weights are drawn in their slots of the flat buffers
   // (Pack): on the GPU in milliseconds, with no host copy of them.
-  const bool allocate = storage_ == Storage::kAllocated && CurrentPlacement().device == DeviceType::kCPU;
-  parameters_.push_back(Parameter{name, allocate ? Tensor::Empty(local) : Tensor::Unallocated(local),
+  const bool allocate =
+      storage_ == Storage::kAllocated && CurrentPlacement().device == DeviceType::kCPU;
+  parameters_.push_back(Parameter{name,
+                                  allocate ? Tensor::Empty(local) : Tensor::Unallocated(local),
                                   allocate ? Tensor::Zeros(local) : Tensor::Unallocated(local),
                                   /*weight_decay=*/global_shape.size() >= 2, global_shape, shard});
   inits_.push_back({init, std});
   Parameter& p = parameters_.back();
-  TETRA_CHECK(by_name_.emplace(std::move(name), &p).second) << "parameter " << p.name << " registered twice";
+  TETRA_CHECK(by_name_.emplace(std::move(name), &p).second)
+      << "parameter " << p.name << " registered twice";
   p.trainable = trainable;
   p.compute = p.value;  // until Pack
   if (allocate) Initialize(p.value, p, seed_, init, std);
@@ -127,9 +130,12 @@ void ParameterStore::Pack(int64_t total_multiple, int64_t expert_total_multiple)
   const int64_t multiples[2] = {total_multiple, expert_total_multiple};
   const Placement& placement = CurrentPlacement();
   for (int expert = 0; expert < 2; ++expert) {
-    const int64_t padded = (totals[expert] + multiples[expert] - 1) / multiples[expert] * multiples[expert];
-    (expert ? expert_flat_values_ : flat_values_) = Tensor::Zeros({padded}, DType::kF32, placement.device);
-    (expert ? expert_flat_grads_ : flat_grads_) = Tensor::Zeros({padded}, DType::kF32, placement.device);
+    const int64_t padded =
+        (totals[expert] + multiples[expert] - 1) / multiples[expert] * multiples[expert];
+    (expert ? expert_flat_values_ : flat_values_) =
+        Tensor::Zeros({padded}, DType::kF32, placement.device);
+    (expert ? expert_flat_grads_ : flat_grads_) =
+        Tensor::Zeros({padded}, DType::kF32, placement.device);
     if (placement.compute != DType::kF32) {
       (expert ? expert_flat_compute_ : flat_compute_) =
           Tensor::Zeros({padded}, placement.compute, placement.device);
@@ -151,7 +157,8 @@ void ParameterStore::Pack(int64_t total_multiple, int64_t expert_total_multiple)
     if (p.grad.defined()) grad.CopyFrom(p.grad);  // else still the buffer's zeros
     p.grad = grad;
     const Tensor& compute = p.expert ? expert_flat_compute_ : flat_compute_;
-    p.compute = compute.defined() ? compute.Slice(p.flat_offset, end).Reshape(p.value.shape()) : p.value;
+    p.compute =
+        compute.defined() ? compute.Slice(p.flat_offset, end).Reshape(p.value.shape()) : p.value;
   }
   RefreshCompute();
 }

@@ -27,8 +27,8 @@ class Communicator;
 
 // How a parameter's global tensor is split over the tensor-parallel group.
 struct TensorShard {
-  int dim = -1;      // the split dim; -1: this rank holds the whole tensor
-  int index = 0;     // this rank holds slice `index` of `count` equal slices
+  int dim = -1;   // the split dim; -1: this rank holds the whole tensor
+  int index = 0;  // this rank holds slice `index` of `count` equal slices
   int count = 1;
   int replicas = 1;  // ranks of the group holding this same slice (e.g. norm weights: tp)
   // Dim 0 only: the extent the slices divide, above the global one when rows
@@ -135,8 +135,8 @@ class ParameterStore {
   // Where the layers' backwards send their weight-gradient halves: run at
   // once, or kept for a split backward's W (kernels/weight_gradients.h).
   WeightGradients& weight_gradients() { return weight_gradients_; }
-  int64_t NumElements() const;        // this rank's slices
-  int64_t GlobalNumElements() const;  // the whole tensors of the parameters held here
+  int64_t NumElements() const;              // this rank's slices
+  int64_t GlobalNumElements() const;        // the whole tensors of the parameters held here
   int64_t ExpertGlobalNumElements() const;  // the same, routed experts' only
 
  private:

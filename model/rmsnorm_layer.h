@@ -31,9 +31,7 @@ class RmsNormLayer {
   const Tensor& Backward(int slot, const Tensor& dy, const Tensor& dx_add = Tensor());
   // Frees the scratch shared by the slots (what one forward or backward
   // uses and the next overwrites); ReleaseActivations the slots too.
-  void ReleaseScratch() {
-    ReleaseTensors({&dx_});
-  }
+  void ReleaseScratch() { ReleaseTensors({&dx_}); }
   void ReleaseActivations() {
     slots_.Clear();
     ReleaseScratch();

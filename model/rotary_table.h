@@ -15,7 +15,8 @@ namespace tetra {
 class RotaryTable {
  public:
   // `rotary_dim` dims rotate (a whole head in Llama, qk_rope_head_dim in MLA).
-  RotaryTable(int64_t rotary_dim, double theta, const RopeScaling& scaling, const ContextShard& context = {})
+  RotaryTable(int64_t rotary_dim, double theta, const RopeScaling& scaling,
+              const ContextShard& context = {})
       : rotary_dim_(rotary_dim), theta_(theta), scaling_(scaling), context_(context) {}
   // The table for this rank's `seq` tokens of each sequence, where
   // CurrentPlacement() computes.

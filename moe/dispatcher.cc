@@ -31,15 +31,15 @@ TokenDispatcher::TokenDispatcher(int num_experts, int top_k, double capacity_fac
 void TokenDispatcher::Plan(const Routing& routing, DispatchPlan* plan) {
   const int64_t pairs = routing.expert.numel();
   const DeviceType device = routing.expert.device();
-  const int64_t capacity =
-      capacity_factor_ > 0
-          ? static_cast<int64_t>(std::ceil(capacity_factor_ * static_cast<double>(pairs) / num_experts_))
-          : -1;
+  const int64_t capacity = capacity_factor_ > 0
+                               ? static_cast<int64_t>(std::ceil(
+                                     capacity_factor_ * static_cast<double>(pairs) / num_experts_))
+                               : -1;
   EnsureShape(&plan->send_row, routing.expert.shape(), DType::kI32, device);
   EnsureShape(&plan->send_token, {pairs}, DType::kI32, device);
   EnsureShape(&plan->expert_counts, {num_experts_}, DType::kI32, device);
-  plan->rows = ops::DispatchOrder(routing.expert, routing.weights, capacity, plan->send_row, plan->send_token,
-                                  plan->expert_counts);
+  plan->rows = ops::DispatchOrder(routing.expert, routing.weights, capacity, plan->send_row,
+                                  plan->send_token, plan->expert_counts);
   plan->dropped = pairs - plan->rows;
 
   // The counts steer the all-to-all: they live on the host.
@@ -80,7 +80,8 @@ void TokenDispatcher::Permute(const DispatchPlan& plan, const Tensor& x, Tensor*
   ops::GatherRows(x, plan.send_token.Slice(0, plan.rows), *send);
 }
 
-void TokenDispatcher::Unpermute(const DispatchPlan& plan, const Tensor& dsend, const Tensor& dx) const {
+void TokenDispatcher::Unpermute(const DispatchPlan& plan, const Tensor& dsend,
+                                const Tensor& dx) const {
   ops::CombineRows(dsend, plan.send_row, Tensor(), dx);
 }
 
@@ -98,17 +99,21 @@ void TokenDispatcher::Exchange(const Tensor& from, const std::vector<int64_t>& f
   ep_.AllToAllV(from, scaled(from_counts), scaled(from_offsets), to, scaled(to_counts),
                 scaled(to_offsets));
   for (int r = 0; r < ep_.size(); ++r) {
-    if (r != ep_.rank()) bytes_ += static_cast<double>(from_counts[r] * c) * DTypeSize(from.dtype());
+    if (r != ep_.rank())
+      bytes_ += static_cast<double>(from_counts[r] * c) * DTypeSize(from.dtype());
   }
 }
 
 void TokenDispatcher::ToExperts(const DispatchPlan& plan, const Tensor& send, Tensor* grouped) {
-  const int64_t rows = plan.recv_offsets.empty() ? 0 : plan.recv_offsets.back() + plan.recv_counts.back();
+  const int64_t rows =
+      plan.recv_offsets.empty() ? 0 : plan.recv_offsets.back() + plan.recv_counts.back();
   EnsureShape(&received_, {rows, send.dim(1)}, send.dtype(), send.device());
   EnsureShape(grouped, {rows, send.dim(1)}, send.dtype(), send.device());
-  Exchange(send, plan.send_counts, plan.send_offsets, received_, plan.recv_counts, plan.recv_offsets);
+  Exchange(send, plan.send_counts, plan.send_offsets, received_, plan.recv_counts,
+           plan.recv_offsets);
   for (const DispatchPlan::RowBlock& b : plan.blocks) {
-    grouped->Slice(b.grouped, b.grouped + b.rows).CopyFrom(received_.Slice(b.arrival, b.arrival + b.rows));
+    grouped->Slice(b.grouped, b.grouped + b.rows)
+        .CopyFrom(received_.Slice(b.arrival, b.arrival + b.rows));
   }
 }
 
@@ -116,9 +121,11 @@ void TokenDispatcher::FromExperts(const DispatchPlan& plan, const Tensor& groupe
   EnsureShape(&received_, grouped.shape(), grouped.dtype(), grouped.device());
   EnsureShape(send, {plan.rows, grouped.dim(1)}, grouped.dtype(), grouped.device());
   for (const DispatchPlan::RowBlock& b : plan.blocks) {
-    received_.Slice(b.arrival, b.arrival + b.rows).CopyFrom(grouped.Slice(b.grouped, b.grouped + b.rows));
+    received_.Slice(b.arrival, b.arrival + b.rows)
+        .CopyFrom(grouped.Slice(b.grouped, b.grouped + b.rows));
   }
-  Exchange(received_, plan.recv_counts, plan.recv_offsets, *send, plan.send_counts, plan.send_offsets);
+  Exchange(received_, plan.recv_counts, plan.recv_offsets, *send, plan.send_counts,
+           plan.send_offsets);
 }
 
 void TokenDispatcher::Combine(const DispatchPlan& plan, const Tensor& weights, const Tensor& y,
@@ -126,8 +133,9 @@ void TokenDispatcher::Combine(const DispatchPlan& plan, const Tensor& weights, c
   ops::CombineRows(y, plan.send_row, weights, out);
 }
 
-void TokenDispatcher::CombineBackward(const DispatchPlan& plan, const Tensor& weights, const Tensor& y,
-                                      const Tensor& dout, Tensor* dy, const Tensor& dweights) const {
+void TokenDispatcher::CombineBackward(const DispatchPlan& plan, const Tensor& weights,
+                                      const Tensor& y, const Tensor& dout, Tensor* dy,
+                                      const Tensor& dweights) const {
   EnsureShape(dy, y.shape(), y.dtype(), y.device());
   ops::CombineRowsBackward(dout, y, plan.send_row, weights, *dy, dweights);
 }

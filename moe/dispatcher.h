@@ -29,10 +29,10 @@ namespace tetra {
 
 // Where one micro-batch's pairs go; made by TokenDispatcher::Plan, kept for the backward.
 struct DispatchPlan {
-  Tensor send_row;     // (N, k) int32: each pair's row in send; -1 when dropped
-  Tensor send_token;   // (N k) int32: the token of each send row (the first M)
+  Tensor send_row;       // (N, k) int32: each pair's row in send; -1 when dropped
+  Tensor send_token;     // (N k) int32: the token of each send row (the first M)
   Tensor expert_counts;  // (E) int32: send rows of each expert
-  int64_t rows = 0;    // M, the pairs kept
+  int64_t rows = 0;      // M, the pairs kept
   std::vector<int64_t> send_counts, send_offsets;  // rows to each ep rank (M in all)
   std::vector<int64_t> recv_counts, recv_offsets;  // rows from each ep rank (R in all)
   // Rows arrive grouped by (source rank, local expert); the experts take them

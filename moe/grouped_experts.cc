@@ -6,10 +6,10 @@
 namespace tetra {
 
 void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
-                          const std::vector<int64_t>& rows, const Tensor& x,
-                          GroupedActivations* a, Tensor* y, bool keep_activation) {
-  TETRA_CHECK(rows.size() == experts.size()) << rows.size() << " row counts for "
-                                             << experts.size() << " experts";
+                          const std::vector<int64_t>& rows, const Tensor& x, GroupedActivations* a,
+                          Tensor* y, bool keep_activation) {
+  TETRA_CHECK(rows.size() == experts.size())
+      << rows.size() << " row counts for " << experts.size() << " experts";
   const int64_t total = x.dim(0), width = experts.empty() ? 0 : experts[0].gate_proj.dim(0);
   a->x = x;
   EnsureShape(&a->gate, {total, width});
@@ -35,9 +35,9 @@ void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
   if (!keep_activation) a->act = Tensor();
 }
 
-void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,
-                           const GroupedActivations& a, const Tensor& dy, Tensor* dx,
-                           Tensor* dact, Tensor* dgate, Tensor* dup, WeightGradients& weight_gradients) {
+void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts, const GroupedActivations& a,
+                           const Tensor& dy, Tensor* dx, Tensor* dact, Tensor* dgate, Tensor* dup,
+                           WeightGradients& weight_gradients) {
   EnsureShape(dx, a.x.shape());
   EnsureShape(dact, a.gate.shape());
   // Recomputed (selective recompute) with the forward's op, so bit for bit;
@@ -53,7 +53,8 @@ void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,
     const int64_t end = begin + a.rows[e];
     if (end > begin) {
       const ExpertWeights& weights = experts[e];
-      const Tensor x = a.x.Slice(begin, end), gate = a.gate.Slice(begin, end), up = a.up.Slice(begin, end);
+      const Tensor x = a.x.Slice(begin, end), gate = a.gate.Slice(begin, end),
+                   up = a.up.Slice(begin, end);
       const Tensor act = (a.act.defined() ? a.act : recomputed).Slice(begin, end);
       if (!a.act.defined()) ops::Swiglu(gate, up, act);
       const Tensor da = dact->Slice(begin, end), dg = dgate->Slice(begin, end),
@@ -61,7 +62,8 @@ void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,
       w.LinearBackward(kept_dy.Slice(begin, end), act, weights.down_proj, da, weights.down_grad);
       ops::SwigluBackward(da, gate, up, dg, du);
       w.LinearBackward(w.Keep(dg), x, weights.gate_proj, d_in, weights.gate_grad);
-      w.LinearBackward(w.Keep(du), x, weights.up_proj, d_in, weights.up_grad, /*accumulate_dx=*/true);
+      w.LinearBackward(w.Keep(du), x, weights.up_proj, d_in, weights.up_grad,
+                       /*accumulate_dx=*/true);
     }
     begin = end;
   }

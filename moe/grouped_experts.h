@@ -22,9 +22,9 @@ struct ExpertWeights {
 
 // What the backward needs.
 struct GroupedActivations {
-  Tensor x;               // (R, C) the input rows (shared with the caller's)
-  Tensor gate, up;        // (R, I)
-  Tensor act;             // (R, I); undefined when the backward recomputes it
+  Tensor x;                   // (R, C) the input rows (shared with the caller's)
+  Tensor gate, up;            // (R, I)
+  Tensor act;                 // (R, I); undefined when the backward recomputes it
   std::vector<int64_t> rows;  // rows of each expert, in order
 };
 
@@ -34,15 +34,15 @@ struct GroupedActivations {
 // from gate and up. x is kept, not copied: leave it unchanged until the
 // backward.
 void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
-                          const std::vector<int64_t>& rows, const Tensor& x,
-                          GroupedActivations* a, Tensor* y, bool keep_activation = true);
+                          const std::vector<int64_t>& rows, const Tensor& x, GroupedActivations* a,
+                          Tensor* y, bool keep_activation = true);
 
 // dy (R, C) -> *dx (R, C), written; the experts' weight gradients
 // accumulate through `weight_gradients` (now, or deferred to a split
 // backward's W: kernels/weight_gradients.h).
-void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts,
-                           const GroupedActivations& a, const Tensor& dy, Tensor* dx,
-                           Tensor* scratch_dact, Tensor* scratch_dgate, Tensor* scratch_dup,
+void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts, const GroupedActivations& a,
+                           const Tensor& dy, Tensor* dx, Tensor* scratch_dact,
+                           Tensor* scratch_dgate, Tensor* scratch_dup,
                            WeightGradients& weight_gradients);
 
 }  // namespace tetra

@@ -24,10 +24,12 @@ void RouterBalance::Add(int slot, const Tensor& scores, const Tensor& expert) {
   ++s.layers;
 }
 
-double RouterBalance::AddScoreGradient(int slot, int64_t batch, float grad_scale, const Tensor& dscores) {
+double RouterBalance::AddScoreGradient(int slot, int64_t batch, float grad_scale,
+                                       const Tensor& dscores) {
   Sums& s = slots_.at(slot);
-  TETRA_CHECK(s.layers == moe_layers_) << "the router balance loss's backward of micro-batch slot " << slot
-                                       << " before all " << moe_layers_ << " MoE layers' forwards";
+  TETRA_CHECK(s.layers == moe_layers_)
+      << "the router balance loss's backward of micro-batch slot " << slot << " before all "
+      << moe_layers_ << " MoE layers' forwards";
   double share = 0;
   if (!s.final) {
     const int experts = spec_.num_experts;

@@ -36,7 +36,8 @@ ParameterCounts CountParameters(const ModelConfig& m) {
   p.layers = m.num_hidden_layers();
   const MoeConfig& moe = m.moe();
   // Sizes ValidateConfig bounds; MoE layers follow the first first_k_dense_replace.
-  p.moe_layers = moe.n_routed_experts() > 0 ? std::max(0, p.layers - moe.first_k_dense_replace()) : 0;
+  p.moe_layers =
+      moe.n_routed_experts() > 0 ? std::max(0, p.layers - moe.first_k_dense_replace()) : 0;
   p.mtp_depths = m.num_nextn_predict_layers();
   p.mtp_moe = moe.n_routed_experts() > 0;
   p.mtp_join = 2 * c * c + 3 * c;
@@ -57,16 +58,18 @@ ParameterCounts CountParameters(const ModelConfig& m) {
 
 int64_t ActiveParameters(const ModelConfig& m) {
   const ParameterCounts p = CountParameters(m);
-  return static_cast<int64_t>(p.layers * (p.attention + p.norms) + (p.layers - p.moe_layers) * p.dense_mlp +
-                              p.moe_layers * p.active_moe_mlp + p.final_norm + p.embedding /*LM head*/);
+  return static_cast<int64_t>(
+      p.layers * (p.attention + p.norms) + (p.layers - p.moe_layers) * p.dense_mlp +
+      p.moe_layers * p.active_moe_mlp + p.final_norm + p.embedding /*LM head*/);
 }
 
 double TrainingFlopsPerToken(const ModelConfig& m, int64_t seq_length) {
   const ParameterCounts p = CountParameters(m);
-  const double depth = p.mtp_join + p.attention + p.norms + (p.mtp_moe ? p.active_moe_mlp : p.dense_mlp) +
-                       p.embedding /*LM head*/;
+  const double depth = p.mtp_join + p.attention + p.norms +
+                       (p.mtp_moe ? p.active_moe_mlp : p.dense_mlp) + p.embedding /*LM head*/;
   const double layers = m.num_hidden_layers() + p.mtp_depths;
-  return 6.0 * (ActiveParameters(m) + p.mtp_depths * depth) + 6.0 * layers * seq_length * AttentionWidth(m);
+  return 6.0 * (ActiveParameters(m) + p.mtp_depths * depth) +
+         6.0 * layers * seq_length * AttentionWidth(m);
 }
 
 }  // namespace tetra

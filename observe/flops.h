@@ -26,18 +26,20 @@ namespace tetra {
 // planner divides them).
 struct ParameterCounts {
   int layers = 0, moe_layers = 0;  // the first layers - moe_layers are dense
-  double attention = 0;            // per layer: q, k, v, o projections (MLA: its projections and latent norms)
-  double norms = 0;                // per layer: the two RMSNorm weights
-  double dense_mlp = 0;            // per dense layer: gate, up, down
-  double router = 0;               // per MoE layer: the gate over the routed experts
-  double routed_experts = 0;       // per MoE layer: every routed expert
-  double shared_experts = 0;       // per MoE layer
-  double active_moe_mlp = 0;       // per token of an MoE layer: router, shared and k routed experts
-  double embedding = 0;            // vocab x hidden: the input table, and the LM head's
+  double attention =
+      0;             // per layer: q, k, v, o projections (MLA: its projections and latent norms)
+  double norms = 0;  // per layer: the two RMSNorm weights
+  double dense_mlp = 0;       // per dense layer: gate, up, down
+  double router = 0;          // per MoE layer: the gate over the routed experts
+  double routed_experts = 0;  // per MoE layer: every routed expert
+  double shared_experts = 0;  // per MoE layer
+  double active_moe_mlp = 0;  // per token of an MoE layer: router, shared and k routed experts
+  double embedding = 0;       // vocab x hidden: the input table, and the LM head's
   double final_norm = 0;
-  int mtp_depths = 0;               // multi-token prediction depths
-  bool mtp_moe = false;             // whether their layers are MoE (any routed experts: their index is past the dense ones)
-  double mtp_join = 0;              // per depth: eh_proj (2C -> C) and the enorm, hnorm and shared_head norms
+  int mtp_depths = 0;    // multi-token prediction depths
+  bool mtp_moe = false;  // whether their layers are MoE (any routed experts: their index is past
+                         // the dense ones)
+  double mtp_join = 0;   // per depth: eh_proj (2C -> C) and the enorm, hnorm and shared_head norms
 };
 
 ParameterCounts CountParameters(const ModelConfig& model);

@@ -1,10 +1,10 @@
 #include "observe/metrics_log.h"
 
 #include <cerrno>
-#include <cinttypes>
-#include <cstdio>
 #include <charconv>
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -36,9 +36,11 @@ std::string Duration(double seconds) {
 }  // namespace
 
 std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m) {
-  std::vector<std::pair<const char*, double>> fields = {
-      {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm}, {"tokens_per_s", m.tokens_per_s},
-      {"tflops", m.tflops}};
+  std::vector<std::pair<const char*, double>> fields = {{"loss", m.loss},
+                                                        {"lr", m.lr},
+                                                        {"grad_norm", m.grad_norm},
+                                                        {"tokens_per_s", m.tokens_per_s},
+                                                        {"tflops", m.tflops}};
   auto add = [&fields](const char* name, const std::optional<double>& value) {
     if (value) fields.emplace_back(name, *value);
   };
@@ -84,12 +86,14 @@ std::vector<std::pair<const char*, double>> RunFields(const RunLayout& r) {
 
 std::string MetricsJson(const StepMetrics& m) {
   std::string json = absl::StrCat("{\"step\": ", m.step);
-  for (const auto& [name, value] : StepFields(m)) absl::StrAppend(&json, ", \"", name, "\": ", Number(value));
+  for (const auto& [name, value] : StepFields(m))
+    absl::StrAppend(&json, ", \"", name, "\": ", Number(value));
   if (m.run) {
     for (const auto& [name, value] : RunFields(*m.run)) {
       absl::StrAppend(&json, ", \"", name, "\": ", Number(value));
     }
-    absl::StrAppend(&json, ", \"schedule\": \"", ParallelConfig::Schedule_Name(m.run->schedule), "\"");
+    absl::StrAppend(&json, ", \"schedule\": \"", ParallelConfig::Schedule_Name(m.run->schedule),
+                    "\"");
   }
   json += "}";
   return json;
@@ -125,8 +129,9 @@ absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, int64_t res
     f = nullptr;
   }
   if (f == nullptr) {
-    return UserError(absl::StrCat("cannot open log.metrics_path ", path, ": ", std::strerror(errno)),
-                     "point log.metrics_path at a writable directory");
+    return UserError(
+        absl::StrCat("cannot open log.metrics_path ", path, ": ", std::strerror(errno)),
+        "point log.metrics_path at a writable directory");
   }
   MetricsLog log;
   log.path_ = path;

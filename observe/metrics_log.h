@@ -34,11 +34,11 @@ struct RunLayout {
 
 struct StepMetrics {
   int step = 0;
-  double loss = 0;       // mean token cross-entropy over the global batch
+  double loss = 0;  // mean token cross-entropy over the global batch
   double lr = 0;
   double grad_norm = 0;  // global L2 norm before clipping
   double tokens_per_s = 0;
-  double tflops = 0;     // achieved model TFLOP/s per rank
+  double tflops = 0;  // achieved model TFLOP/s per rank
   double step_time_s = 0;
   std::optional<double> mfu;         // tflops / device peak, when the peak is known
   std::optional<double> loss_floor;  // synthetic data only
@@ -55,7 +55,7 @@ struct StepMetrics {
   // Device runs: cudaMalloc and cudaFree calls the step made (each waits for
   // the device), largest over ranks; 0 where memory comes from the pool.
   std::optional<double> device_mallocs;
-  std::optional<RunLayout> run;             // the first line of a run only
+  std::optional<RunLayout> run;  // the first line of a run only
   // Mixture-of-experts models: the balance term as added to the objective
   // (alpha included, summed over layers), the max over layers of max / mean
   // tokens per expert, pairs dropped over capacity, the all-to-all bytes this
@@ -79,7 +79,8 @@ std::vector<std::pair<const char*, double>> RunFields(const RunLayout& r);
 // One JSON line: "step", StepFields, and the run's layout on its first line.
 std::string MetricsJson(const StepMetrics& m);
 
-// "step 20/200 | loss 2.3456 (floor 1.2345) | lr 3.00e-04 | grad norm 0.812 | 12345 tok/s | 4.56 GFLOP/s | ETA 1m23s"
+// "step 20/200 | loss 2.3456 (floor 1.2345) | lr 3.00e-04 | grad norm 0.812 | 12345 tok/s | 4.56
+// GFLOP/s | ETA 1m23s"
 std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s);
 
 class MetricsLog {

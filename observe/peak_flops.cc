@@ -10,9 +10,9 @@ PeakTflops DevicePeakTflops(const std::string& name) {
     PeakTflops peak;
   };
   static constexpr Entry kTable[] = {
-      {"H100 PCIe", {756, 51}},  {"H100 NVL", {835, 60}}, {"H100", {989, 67}},
-      {"H800 PCIe", {756, 51}},  {"H800", {989, 67}},     {"H200 NVL", {835, 60}},
-      {"H200", {989, 67}},       {"A100", {312, 19.5}},   {"A800", {312, 19.5}},
+      {"H100 PCIe", {756, 51}}, {"H100 NVL", {835, 60}}, {"H100", {989, 67}},
+      {"H800 PCIe", {756, 51}}, {"H800", {989, 67}},     {"H200 NVL", {835, 60}},
+      {"H200", {989, 67}},      {"A100", {312, 19.5}},   {"A800", {312, 19.5}},
   };
   for (const Entry& e : kTable) {
     if (name.find(e.substring) != std::string::npos) return e.peak;

@@ -31,10 +31,17 @@ double PeakResidentBytes() {
 
 void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTiming& local,
                    StepMetrics& m) {
-  constexpr int kFields = 9, kMeans = 7;  // the first kMeans are averaged, the rest the largest taken
-  std::array<double, kFields> mine = {local.fwd_s,     local.bwd_s,     local.optimizer_s,
-                                      local.comm_tp_s, local.comm_dp_s, local.comm_pp_s,
-                                      local.comm_ep_s, local.peak_memory_bytes, local.device_mallocs.value_or(-1)};
+  constexpr int kFields = 9,
+                kMeans = 7;  // the first kMeans are averaged, the rest the largest taken
+  std::array<double, kFields> mine = {local.fwd_s,
+                                      local.bwd_s,
+                                      local.optimizer_s,
+                                      local.comm_tp_s,
+                                      local.comm_dp_s,
+                                      local.comm_pp_s,
+                                      local.comm_ep_s,
+                                      local.peak_memory_bytes,
+                                      local.device_mallocs.value_or(-1)};
   // Every rank's fields, one F64 gather per step.
   std::vector<double> all(kFields * world.size());
   world.AllGather(Tensor::View(mine.data(), {kFields}, DType::kF64),

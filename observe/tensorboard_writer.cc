@@ -46,8 +46,9 @@ absl::StatusOr<TensorBoardWriter> TensorBoardWriter::Open(const std::string& dir
       absl::StrCat(dir, "/events.out.tfevents.", static_cast<int64_t>(WallTime()), ".", host);
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) {
-    return UserError(absl::StrCat("cannot create ", path, " for log.tensorboard_dir: ", std::strerror(errno)),
-                     "point log.tensorboard_dir at a writable directory");
+    return UserError(
+        absl::StrCat("cannot create ", path, " for log.tensorboard_dir: ", std::strerror(errno)),
+        "point log.tensorboard_dir at a writable directory");
   }
   TensorBoardWriter writer;
   writer.path_ = path;
@@ -79,9 +80,10 @@ absl::Status TensorBoardWriter::WriteRecord(const std::string& data) {
   const std::string record = TfRecord(data);
   if (std::fwrite(record.data(), 1, record.size(), file_.get()) != record.size() ||
       std::fflush(file_.get()) != 0) {
-    return UserError(absl::StrCat("writing TensorBoard events to ", path_, " failed: ", std::strerror(errno)),
-                     "check the disk has space, or point log.tensorboard_dir elsewhere",
-                     absl::StatusCode::kDataLoss);
+    return UserError(
+        absl::StrCat("writing TensorBoard events to ", path_, " failed: ", std::strerror(errno)),
+        "check the disk has space, or point log.tensorboard_dir elsewhere",
+        absl::StatusCode::kDataLoss);
   }
   return absl::OkStatus();
 }

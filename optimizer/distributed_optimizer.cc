@@ -33,7 +33,8 @@ DistributedOptimizer::DistributedOptimizer(Tensor flat_values, Tensor flat_compu
       << "flat values " << DTypeName(values_.dtype()) << " " << ShapeString(values_.shape())
       << " do not match the flat gradients " << ShapeString(grads_.shape());
   TETRA_CHECK(!compute_.defined() || compute_.shape() == values_.shape())
-      << "compute copy " << ShapeString(compute_.shape()) << " of flat values " << ShapeString(values_.shape());
+      << "compute copy " << ShapeString(compute_.shape()) << " of flat values "
+      << ShapeString(values_.shape());
   std::sort(segments.begin(), segments.end(),
             [](const FlatSegment& a, const FlatSegment& b) { return a.offset < b.offset; });
   int64_t previous_end = 0;
@@ -132,7 +133,8 @@ void DistributedOptimizer::Step(double lr, int step) {
     if (!zero1()) continue;
     // Owned range k is this rank's block of bucket k: gathered in place.
     const FlatRange& bucket = reducer_.buckets()[k];
-    gathers[k] = reducer_.dp().AllGatherAsync(range_of(values_, owned[k]), range_of(values_, bucket));
+    gathers[k] =
+        reducer_.dp().AllGatherAsync(range_of(values_, owned[k]), range_of(values_, bucket));
     // MPI progresses every request inside any MPI call: testing the oldest suffices.
     while (gathered < k && gathers[gathered].Test()) ++gathered;
   }
@@ -142,7 +144,8 @@ void DistributedOptimizer::Step(double lr, int step) {
       gathers[k].Wait();
       if (!compute_.defined()) continue;
       const FlatRange& bucket = reducer_.buckets()[k];
-      for (const FlatRange& others : {FlatRange{bucket.begin, owned[k].begin}, FlatRange{owned[k].end, bucket.end}}) {
+      for (const FlatRange& others :
+           {FlatRange{bucket.begin, owned[k].begin}, FlatRange{owned[k].end, bucket.end}}) {
         if (others.size() > 0) ops::Cast(range_of(values_, others), range_of(compute_, others));
       }
     }

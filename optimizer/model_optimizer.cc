@@ -53,10 +53,12 @@ FinalizedGradients ModelOptimizer::FinalizeGradients() {
   FinalizedGradients result;
   const std::vector<MoeMlpLayer*> moe_layers = model_.moe_layers();
   // Every stage joins the sums, MoE layers or not.
-  if (model_.config().moe().n_routed_experts() > 0) result.moe = SumMoeLoads(moe_layers, global_batch_, parallel_);
-  result.grad_norm = experts_ ? std::sqrt(SumOverRanks(parallel_.model(), dense_.LocalGradSquaredSum() +
-                                                                             experts_->LocalGradSquaredSum()))
-                              : dense_.GradNorm();
+  if (model_.config().moe().n_routed_experts() > 0)
+    result.moe = SumMoeLoads(moe_layers, global_batch_, parallel_);
+  result.grad_norm =
+      experts_ ? std::sqrt(SumOverRanks(parallel_.model(), dense_.LocalGradSquaredSum() +
+                                                               experts_->LocalGradSquaredSum()))
+               : dense_.GradNorm();
   return result;
 }
 
@@ -69,7 +71,8 @@ void ModelOptimizer::Step(const FinalizedGradients& gradients, double lr, int64_
   }
   if (gradients.moe) UpdateMoeBiases(model_.moe_layers(), *gradients.moe, bias_update_speed_);
 #if TETRA_HAVE_CUDA
-  if (model_.parameters().flat_values().device() == DeviceType::kCUDA) cuda::Synchronize();  // the step's kernels count in its time
+  if (model_.parameters().flat_values().device() == DeviceType::kCUDA)
+    cuda::Synchronize();  // the step's kernels count in its time
 #endif
 }
 

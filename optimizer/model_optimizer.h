@@ -32,8 +32,8 @@ namespace tetra {
 
 // What a step's backward leaves for the update.
 struct FinalizedGradients {
-  double grad_norm = 0;          // the global L2 norm before clipping
-  std::optional<MoeLoads> moe;   // models with routed experts
+  double grad_norm = 0;         // the global L2 norm before clipping
+  std::optional<MoeLoads> moe;  // models with routed experts
 };
 
 class ModelOptimizer {
@@ -60,7 +60,9 @@ class ModelOptimizer {
   // The dense gradients' data-parallel reducer: which parts this rank holds summed.
   const GradientReducer& reducer() const { return reducer_; }
   // Null without routed experts.
-  const DistributedOptimizer* experts() const { return experts_ ? &experts_->optimizer() : nullptr; }
+  const DistributedOptimizer* experts() const {
+    return experts_ ? &experts_->optimizer() : nullptr;
+  }
 
  private:
   LanguageModel& model_;

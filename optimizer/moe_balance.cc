@@ -34,7 +34,8 @@ MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_bat
   size_t at = 0;
   for (MoeMlpLayer* layer : layers) {
     const size_t experts = layer->loads().numel();
-    imbalance = std::max(imbalance, LoadImbalance({loads.begin() + at, loads.begin() + at + experts}));
+    imbalance =
+        std::max(imbalance, LoadImbalance({loads.begin() + at, loads.begin() + at + experts}));
     at += experts;
     aux += layer->aux_loss_sum();
     dropped += static_cast<double>(layer->dropped());
@@ -43,7 +44,8 @@ MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_bat
   // Stages hold other layers: their sums add up over the pipeline.
   Communicator &loss = parallel.loss(), &pipeline = parallel.pipeline();
   MoeStepStats& stats = result.stats;
-  stats.aux_loss = SumOverRanks(pipeline, SumOverRanks(loss, aux)) / static_cast<double>(global_batch);
+  stats.aux_loss =
+      SumOverRanks(pipeline, SumOverRanks(loss, aux)) / static_cast<double>(global_batch);
   stats.dropped_tokens = SumOverRanks(pipeline, SumOverRanks(loss, dropped));
   stats.load_imbalance = MaxOverRanks(pipeline, imbalance);
   stats.all_to_all_bytes = MaxOverRanks(pipeline, MaxOverRanks(loss, bytes));

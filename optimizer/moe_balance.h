@@ -16,14 +16,15 @@
 namespace tetra {
 
 struct MoeStepStats {
-  double aux_loss = 0;        // the balance term in the objective, summed over layers
-  double load_imbalance = 1;  // max over layers of max / mean tokens per expert
-  double dropped_tokens = 0;  // pairs dropped over capacity, whole job
+  double aux_loss = 0;          // the balance term in the objective, summed over layers
+  double load_imbalance = 1;    // max over layers of max / mean tokens per expert
+  double dropped_tokens = 0;    // pairs dropped over capacity, whole job
   double all_to_all_bytes = 0;  // the largest over ranks
 };
 
 struct MoeLoads {
-  Tensor summed;  // every layer's tokens per expert over the global batch, packed, int32, on the layers' device
+  Tensor summed;  // every layer's tokens per expert over the global batch, packed, int32, on the
+                  // layers' device
   MoeStepStats stats;
 };
 

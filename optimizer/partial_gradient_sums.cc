@@ -6,13 +6,17 @@
 
 namespace tetra {
 
-PartialGradientSums::PartialGradientSums(const ParameterStore& store, const std::vector<FlatRange>& owned)
+PartialGradientSums::PartialGradientSums(const ParameterStore& store,
+                                         const std::vector<FlatRange>& owned)
     : flat_grads_(store.flat_grads()) {
   for (const Parameter& p : store.all()) {
     if (p.grad_partial_over == nullptr || p.grad_partial_over->size() == 1) continue;
-    TETRA_CHECK(!p.expert) << p.name << ": a routed expert's gradient summed over a group is not supported";
-    auto group = std::find_if(groups_.begin(), groups_.end(), [&](const Group& g) { return g.comm == p.grad_partial_over; });
-    if (group == groups_.end()) group = groups_.insert(groups_.end(), Group{p.grad_partial_over, {}, Tensor()});
+    TETRA_CHECK(!p.expert) << p.name
+                           << ": a routed expert's gradient summed over a group is not supported";
+    auto group = std::find_if(groups_.begin(), groups_.end(),
+                              [&](const Group& g) { return g.comm == p.grad_partial_over; });
+    if (group == groups_.end())
+      group = groups_.insert(groups_.end(), Group{p.grad_partial_over, {}, Tensor()});
     const FlatRange whole{p.flat_offset, p.flat_offset + p.grad.numel()};
     for (const FlatRange& mine : owned) {
       const FlatRange part{std::max(whole.begin, mine.begin), std::min(whole.end, mine.end)};

@@ -29,7 +29,8 @@ Shape HalfShape(const Tensor& whole, int seq_dim) {
 // halves = whole's two chunks, in whole's dtype.
 void Split(const Tensor& whole, int seq_dim, std::array<Tensor, 2>& halves) {
   const int64_t rows = RowsBefore(whole, seq_dim);
-  for (Tensor& half : halves) EnsureShape(&half, HalfShape(whole, seq_dim), whole.dtype(), whole.device());
+  for (Tensor& half : halves)
+    EnsureShape(&half, HalfShape(whole, seq_dim), whole.dtype(), whole.device());
   ops::SplitColumns(AsRows(whole, rows), AsRows(halves[0], rows), AsRows(halves[1], rows));
 }
 
@@ -59,7 +60,8 @@ void Accumulate(const Tensor& part, Tensor& acc, bool first, Tensor& widened) {
 std::vector<CommHandle> RingShift(Communicator& ring, const std::vector<Tensor>& send,
                                   const std::vector<Tensor>& recv) {
   const int n = ring.size(), r = ring.rank();
-  TETRA_CHECK(send.size() == recv.size()) << "ring shift of " << send.size() << " tensors into " << recv.size();
+  TETRA_CHECK(send.size() == recv.size())
+      << "ring shift of " << send.size() << " tensors into " << recv.size();
   std::vector<CommHandle> handles;
   for (size_t i = 0; i < send.size(); ++i) {
     handles.push_back(ring.SendRecvAsync(send[i], (r + 1) % n, recv[i], (r + n - 1) % n));
@@ -87,8 +89,9 @@ void WaitAll(std::vector<CommHandle>& handles) {
 
 }  // namespace
 
-void ContextParallelAttention::Forward(const AttentionShape& local, const Tensor& q, const Tensor& k,
-                                       const Tensor& v, const Tensor& out, const Tensor& lse) {
+void ContextParallelAttention::Forward(const AttentionShape& local, const Tensor& q,
+                                       const Tensor& k, const Tensor& v, const Tensor& out,
+                                       const Tensor& lse) {
   const int n = cp_.size(), r = cp_.rank();
   if (n == 1) {
     ops::Attention(local, q, k, v, out, lse);
@@ -142,7 +145,8 @@ void ContextParallelAttention::Forward(const AttentionShape& local, const Tensor
 void ContextParallelAttention::Merge(bool first, int half) {
   if (first) {
     Accumulate(out_halves_[half], out_acc_[half], /*first=*/true, widened_);
-    EnsureShape(&lse_acc_[half], lse_halves_[half].shape(), DType::kF32, lse_halves_[half].device());
+    EnsureShape(&lse_acc_[half], lse_halves_[half].shape(), DType::kF32,
+                lse_halves_[half].device());
     lse_acc_[half].CopyFrom(lse_halves_[half]);
   } else {
     ops::AttentionMerge(out_halves_[half], lse_halves_[half], out_acc_[half], lse_acc_[half]);
@@ -154,10 +158,10 @@ void ContextParallelAttention::AccumulateHalves(const Tensor& whole, Halves& acc
   for (int h = 0; h < 2; ++h) Accumulate(grad_halves_[h], acc[h], first, widened_);
 }
 
-void ContextParallelAttention::Backward(const AttentionShape& local, const Tensor& dout, const Tensor& q,
-                                        const Tensor& k, const Tensor& v, const Tensor& out,
-                                        const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                                        const Tensor& dv) {
+void ContextParallelAttention::Backward(const AttentionShape& local, const Tensor& dout,
+                                        const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& out, const Tensor& lse, const Tensor& dq,
+                                        const Tensor& dk, const Tensor& dv) {
   const int n = cp_.size(), r = cp_.rank();
   if (n == 1) {
     ops::AttentionBackward(local, dout, q, k, v, out, lse, dq, dk, dv);
@@ -195,8 +199,10 @@ void ContextParallelAttention::Backward(const AttentionShape& local, const Tenso
   AccumulateHalves(block_dv_, dv_acc_[held], /*first=*/true);
   auto pass_grads_on = [&] {
     std::vector<Tensor> send, recv;
-    for (const Halves* acc : {&dk_acc_[held], &dv_acc_[held]}) send.insert(send.end(), acc->begin(), acc->end());
-    for (const Halves* acc : {&dk_acc_[1 - held], &dv_acc_[1 - held]}) recv.insert(recv.end(), acc->begin(), acc->end());
+    for (const Halves* acc : {&dk_acc_[held], &dv_acc_[held]})
+      send.insert(send.end(), acc->begin(), acc->end());
+    for (const Halves* acc : {&dk_acc_[1 - held], &dv_acc_[1 - held]})
+      recv.insert(recv.end(), acc->begin(), acc->end());
     std::vector<CommHandle> shift = RingShift(cp_, send, recv);
     WaitAll(shift);
     held = 1 - held;
@@ -205,19 +211,21 @@ void ContextParallelAttention::Backward(const AttentionShape& local, const Tenso
     pass_grads_on();
     WaitAll(kv_shift);
     const Tensor held_k = ring_k_[i % 2], held_v = ring_v_[i % 2];
-    if (i + 1 < n) kv_shift = RingShift(cp_, {held_k, held_v}, {ring_k_[(i + 1) % 2], ring_v_[(i + 1) % 2]});
+    if (i + 1 < n)
+      kv_shift = RingShift(cp_, {held_k, held_v}, {ring_k_[(i + 1) % 2], ring_v_[(i + 1) % 2]});
     const int j = (r - i + n) % n;
     if (j < r) {
       Split(held_k, 1, k_halves_);
       Split(held_v, 1, v_halves_);
-      ops::AttentionBackward(first_keys, dout, q, k_halves_[0], v_halves_[0], out, lse, block_dq_, half_dk_,
-                             half_dv_);
+      ops::AttentionBackward(first_keys, dout, q, k_halves_[0], v_halves_[0], out, lse, block_dq_,
+                             half_dk_, half_dv_);
       AccumulateHalves(block_dq_, dq_acc_, /*first=*/false);
       Accumulate(half_dk_, dk_acc_[held][0], /*first=*/false, widened_);
       Accumulate(half_dv_, dv_acc_[held][0], /*first=*/false, widened_);
     } else {
-      ops::AttentionBackward(last_queries, dout_halves_[1], q_halves_[1], held_k, held_v, final_out_halves_[1],
-                             final_lse_halves_[1], half_dq_, block_dk_, block_dv_);
+      ops::AttentionBackward(last_queries, dout_halves_[1], q_halves_[1], held_k, held_v,
+                             final_out_halves_[1], final_lse_halves_[1], half_dq_, block_dk_,
+                             block_dv_);
       Accumulate(half_dq_, dq_acc_[1], /*first=*/false, widened_);
       AccumulateHalves(block_dk_, dk_acc_[held], /*first=*/false);
       AccumulateHalves(block_dv_, dv_acc_[held], /*first=*/false);
@@ -225,7 +233,8 @@ void ContextParallelAttention::Backward(const AttentionShape& local, const Tenso
   }
   // One more hop takes each accumulator home.
   pass_grads_on();
-  for (auto [halves, grad] : {std::pair{&dq_acc_, &dq}, std::pair{&dk_acc_[held], &dk}, std::pair{&dv_acc_[held], &dv}}) {
+  for (auto [halves, grad] :
+       {std::pair{&dq_acc_, &dq}, std::pair{&dk_acc_[held], &dk}, std::pair{&dv_acc_[held], &dv}}) {
     EnsureShape(&joined_, grad->shape(), DType::kF32, grad->device());
     Join(*halves, 1, joined_);
     ops::Cast(joined_, *grad);
@@ -233,13 +242,14 @@ void ContextParallelAttention::Backward(const AttentionShape& local, const Tenso
 }
 
 void ContextParallelAttention::ReleaseScratch() {
-  for (Tensor* t : {&block_out_, &block_lse_, &joined_, &block_dq_, &block_dk_, &block_dv_, &half_dq_, &half_dk_,
-                    &half_dv_, &widened_}) {
+  for (Tensor* t : {&block_out_, &block_lse_, &joined_, &block_dq_, &block_dk_, &block_dv_,
+                    &half_dq_, &half_dk_, &half_dv_, &widened_}) {
     *t = Tensor();
   }
-  for (Halves* h : {&out_halves_, &lse_halves_, &out_acc_, &lse_acc_, &q_halves_, &dout_halves_,
-                    &final_out_halves_, &final_lse_halves_, &k_halves_, &v_halves_, &grad_halves_, &dq_acc_,
-                    &dk_acc_[0], &dk_acc_[1], &dv_acc_[0], &dv_acc_[1], &ring_k_, &ring_v_}) {
+  for (Halves* h :
+       {&out_halves_, &lse_halves_, &out_acc_, &lse_acc_, &q_halves_, &dout_halves_,
+        &final_out_halves_, &final_lse_halves_, &k_halves_, &v_halves_, &grad_halves_, &dq_acc_,
+        &dk_acc_[0], &dk_acc_[1], &dv_acc_[0], &dv_acc_[1], &ring_k_, &ring_v_}) {
     *h = Halves{};
   }
 }

@@ -33,7 +33,9 @@ int64_t Product(std::initializer_list<int64_t> factors) {
   return product;
 }
 
-std::string JoinedGroup(const std::vector<int>& group) { return absl::StrCat("[", absl::StrJoin(group, ", "), "]"); }
+std::string JoinedGroup(const std::vector<int>& group) {
+  return absl::StrCat("[", absl::StrJoin(group, ", "), "]");
+}
 
 // How much of a user's order string (or one of its tokens) an error quotes: a
 // whole valid order is 14 characters.
@@ -55,10 +57,13 @@ absl::StatusOr<std::array<int, kNumAxes>> ParseOrder(const std::string& order) {
     int axis = 0;
     while (axis < kNumAxes && tokens[i] != kAxisNames[axis]) ++axis;
     if (axis == kNumAxes) {
-      return UserError(
-          absl::StrCat("parallel.order ", quoted, " has unknown axis ", UserText(tokens[i], kOrderShown)), hint);
+      return UserError(absl::StrCat("parallel.order ", quoted, " has unknown axis ",
+                                    UserText(tokens[i], kOrderShown)),
+                       hint);
     }
-    if (seen[axis]) return UserError(absl::StrCat("parallel.order ", quoted, " names ", tokens[i], " twice"), hint);
+    if (seen[axis])
+      return UserError(absl::StrCat("parallel.order ", quoted, " names ", tokens[i], " twice"),
+                       hint);
     seen[axis] = true;
     slots[i] = axis;
   }
@@ -67,7 +72,8 @@ absl::StatusOr<std::array<int, kNumAxes>> ParseOrder(const std::string& order) {
     if (!seen[axis]) missing.push_back(kAxisNames[axis]);
   }
   if (!missing.empty()) {
-    return UserError(absl::StrCat("parallel.order ", quoted, " lacks ", absl::StrJoin(missing, ", ")), hint);
+    return UserError(
+        absl::StrCat("parallel.order ", quoted, " lacks ", absl::StrJoin(missing, ", ")), hint);
   }
   return slots;
 }
@@ -97,20 +103,24 @@ std::string WorkingOrder(const std::array<int, kNumAxes>& order) {
 // Checks every size and derives data; returns the shape.
 absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) {
   if (world_size < 1) {
-    return UserError(absl::StrCat("the world size is ", world_size, ", but a run needs at least 1 rank"),
-                     "launch 1 or more ranks");
+    return UserError(
+        absl::StrCat("the world size is ", world_size, ", but a run needs at least 1 rank"),
+        "launch 1 or more ranks");
   }
-  for (auto [name, size] : {std::pair{"tensor", config.tensor()}, std::pair{"context", config.context()},
-                            std::pair{"pipeline", config.pipeline()}, std::pair{"expert", config.expert()}}) {
+  for (auto [name, size] :
+       {std::pair{"tensor", config.tensor()}, std::pair{"context", config.context()},
+        std::pair{"pipeline", config.pipeline()}, std::pair{"expert", config.expert()}}) {
     if (size < 1) {
-      return UserError(absl::StrCat("parallel.", name, " is ", size, ", but every parallel size must be at least 1"),
+      return UserError(absl::StrCat("parallel.", name, " is ", size,
+                                    ", but every parallel size must be at least 1"),
                        absl::StrCat("set parallel.", name, " to 1 or more"));
     }
   }
   if (config.data() < 0) {
-    return UserError(absl::StrCat("parallel.data is ", config.data(),
-                                  ", but it must be at least 1, or 0 to derive it from the world size"),
-                     "set parallel.data to 0");
+    return UserError(
+        absl::StrCat("parallel.data is ", config.data(),
+                     ", but it must be at least 1, or 0 to derive it from the world size"),
+        "set parallel.data to 0");
   }
   MeshShape shape;
   shape.world = world_size;
@@ -125,22 +135,26 @@ absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) 
   if (config.data() == 0) {
     if (!model_divides) {
       const int64_t below = world_size / model_size * model_size;
-      return UserError(absl::StrCat("parallel.data 0 means the world size over ", model_factors, " = ", model_size,
-                                    ", but the world size ", world_size, " is not a multiple of ", model_size),
-                       absl::StrCat("launch ", below > 0 ? absl::StrCat(below, " or ") : "", below + model_size,
-                                    " ranks, or choose tensor x pipeline dividing ", world_size));
+      return UserError(
+          absl::StrCat("parallel.data 0 means the world size over ", model_factors, " = ",
+                       model_size, ", but the world size ", world_size, " is not a multiple of ",
+                       model_size),
+          absl::StrCat("launch ", below > 0 ? absl::StrCat(below, " or ") : "", below + model_size,
+                       " ranks, or choose tensor x pipeline dividing ", world_size));
     }
     shape.dp = static_cast<int>(world_size / model_size);
   } else {
     shape.dp = config.data();
     const int64_t product = Product({shape.tp, shape.cp, shape.pp, shape.dp});
     if (product != world_size) {
-      return UserError(absl::StrCat("parallel sizes ", model_factors, " x data ", shape.dp, " = ", product,
-                                    ", but the world size is ", world_size),
+      return UserError(absl::StrCat("parallel sizes ", model_factors, " x data ", shape.dp, " = ",
+                                    product, ", but the world size is ", world_size),
                        model_divides
                            ? absl::StrCat("set parallel.data to ", world_size / model_size,
-                                          " (or 0 to derive it from the world size), or launch ", product, " ranks")
-                           : absl::StrCat("launch ", product, " ranks, or choose sizes whose product is ", world_size));
+                                          " (or 0 to derive it from the world size), or launch ",
+                                          product, " ranks")
+                           : absl::StrCat("launch ", product,
+                                          " ranks, or choose sizes whose product is ", world_size));
     }
   }
   const int replicas = shape.dp * shape.cp;  // ranks holding the same dense weights
@@ -150,8 +164,9 @@ absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) 
       if (replicas % d == 0) divisors.push_back(d);
     }
     return UserError(
-        absl::StrCat("parallel.expert ", shape.ep, " does not divide data ", shape.dp, " x context ", shape.cp, " = ",
-                     replicas, ", the ranks that hold the same dense weights and split the experts"),
+        absl::StrCat("parallel.expert ", shape.ep, " does not divide data ", shape.dp,
+                     " x context ", shape.cp, " = ", replicas,
+                     ", the ranks that hold the same dense weights and split the experts"),
         absl::StrCat("set parallel.expert to one of ", absl::StrJoin(divisors, ", ")));
   }
   shape.edp = replicas / shape.ep;
@@ -192,9 +207,11 @@ Mesh::GroupSet Mesh::Partition(const Layout& layout, int world, std::initializer
   set.group_of_rank.assign(world, -1);
   for (int rank = 0; rank < world; ++rank) {
     int base = rank;
-    for (int axis : axes) base -= (rank / layout.stride[axis]) % layout.size[axis] * layout.stride[axis];
+    for (int axis : axes)
+      base -= (rank / layout.stride[axis]) % layout.size[axis] * layout.stride[axis];
     if (base == rank) set.groups.emplace_back();
-    const int group = base == rank ? static_cast<int>(set.groups.size()) - 1 : set.group_of_rank[base];
+    const int group =
+        base == rank ? static_cast<int>(set.groups.size()) - 1 : set.group_of_rank[base];
     set.groups[group].push_back(rank);
     set.group_of_rank[rank] = group;
   }
@@ -239,15 +256,17 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
   // a separate expert-tensor group; tetra refuses the orders that would need
   // one).
   const std::string working = absl::StrCat("e.g. \"", WorkingOrder(order), "\"");
-  for (auto [kind, axis, name, hint] : {std::tuple{GroupKind::kPipeline, kPp, "pipeline", "put pp last"},
-                                        std::tuple{GroupKind::kTensor, kTp, "tensor", "put tp first"}}) {
+  for (auto [kind, axis, name, hint] :
+       {std::tuple{GroupKind::kPipeline, kPp, "pipeline", "put pp last"},
+        std::tuple{GroupKind::kTensor, kTp, "tensor", "put tp first"}}) {
     const GroupSet expert = Partition(mesh.expert_, s.world, {axis});
     if (expert.groups == set(kind).groups) continue;
     int rank = 0;
     while (mesh.Group(kind, rank) == expert.groups[expert.group_of_rank[rank]]) ++rank;
     return UserError(
-        absl::StrCat("parallel.order \"", mesh.order_, "\" gives dense and expert weights different ", name,
-                     " groups (rank ", rank, ": dense ", JoinedGroup(mesh.Group(kind, rank)), ", expert ",
+        absl::StrCat("parallel.order \"", mesh.order_,
+                     "\" gives dense and expert weights different ", name, " groups (rank ", rank,
+                     ": dense ", JoinedGroup(mesh.Group(kind, rank)), ", expert ",
                      JoinedGroup(expert.groups[expert.group_of_rank[rank]]), ")"),
         absl::StrCat(hint, ", ", working));
   }
@@ -256,10 +275,12 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
   // some orders whose pipeline groups agree, e.g. "tp-pp-cp-ep-dp" with
   // expert > 1.
   if (order.back() != kPp && s.pp > 1 && s.edp != s.dp) {
-    return UserError(absl::StrCat("parallel.order \"", mesh.order_, "\" does not end in pp, which Megatron-LM ",
-                                  "requires with pipeline ", s.pp, " when the expert layers' data-parallel size (expert-data ",
-                                  s.edp, ") differs from the dense layers' (data ", s.dp, ")"),
-                     absl::StrCat("put pp last, ", working));
+    return UserError(
+        absl::StrCat("parallel.order \"", mesh.order_, "\" does not end in pp, which Megatron-LM ",
+                     "requires with pipeline ", s.pp,
+                     " when the expert layers' data-parallel size (expert-data ", s.edp,
+                     ") differs from the dense layers' (data ", s.dp, ")"),
+        absl::StrCat("put pp last, ", working));
   }
 
   GroupSet& embedding = set(GroupKind::kEmbedding);
@@ -274,8 +295,11 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
 }
 
 RankCoords Mesh::Coords(int rank) const {
-  TETRA_CHECK(rank >= 0 && rank < shape_.world) << "rank " << rank << " outside world " << shape_.world;
-  auto coord = [rank](const Layout& layout, int axis) { return rank / layout.stride[axis] % layout.size[axis]; };
+  TETRA_CHECK(rank >= 0 && rank < shape_.world)
+      << "rank " << rank << " outside world " << shape_.world;
+  auto coord = [rank](const Layout& layout, int axis) {
+    return rank / layout.stride[axis] % layout.size[axis];
+  };
   return {.tp = coord(dense_, kTp),
           .cp = coord(dense_, kCp),
           .ep = coord(expert_, kEp),
@@ -285,14 +309,17 @@ RankCoords Mesh::Coords(int rank) const {
 }
 
 int Mesh::Rank(const RankCoords& c) const {
-  TETRA_CHECK(c.tp >= 0 && c.tp < shape_.tp && c.cp >= 0 && c.cp < shape_.cp && c.dp >= 0 && c.dp < shape_.dp &&
-              c.pp >= 0 && c.pp < shape_.pp)
-      << "coordinates tp " << c.tp << " cp " << c.cp << " dp " << c.dp << " pp " << c.pp << " outside the mesh";
-  return c.tp * dense_.stride[kTp] + c.cp * dense_.stride[kCp] + c.dp * dense_.stride[kDp] + c.pp * dense_.stride[kPp];
+  TETRA_CHECK(c.tp >= 0 && c.tp < shape_.tp && c.cp >= 0 && c.cp < shape_.cp && c.dp >= 0 &&
+              c.dp < shape_.dp && c.pp >= 0 && c.pp < shape_.pp)
+      << "coordinates tp " << c.tp << " cp " << c.cp << " dp " << c.dp << " pp " << c.pp
+      << " outside the mesh";
+  return c.tp * dense_.stride[kTp] + c.cp * dense_.stride[kCp] + c.dp * dense_.stride[kDp] +
+         c.pp * dense_.stride[kPp];
 }
 
 const std::vector<int>& Mesh::Group(GroupKind kind, int rank) const {
-  TETRA_CHECK(rank >= 0 && rank < shape_.world) << "rank " << rank << " outside world " << shape_.world;
+  TETRA_CHECK(rank >= 0 && rank < shape_.world)
+      << "rank " << rank << " outside world " << shape_.world;
   static const auto* const kNone = new std::vector<int>();  // never destroyed, so safe at exit
   const GroupSet& set = groups_[static_cast<int>(kind)];
   const int group = set.group_of_rank[rank];

@@ -45,7 +45,13 @@ struct MeshShape {
 
   // The shape with these free sizes (edp and world derived; ep divides dp x cp).
   static MeshShape Of(int tp, int pp, int dp, int ep = 1, int cp = 1) {
-    return {.tp = tp, .cp = cp, .pp = pp, .dp = dp, .ep = ep, .edp = dp * cp / ep, .world = tp * cp * pp * dp};
+    return {.tp = tp,
+            .cp = cp,
+            .pp = pp,
+            .dp = dp,
+            .ep = ep,
+            .edp = dp * cp / ep,
+            .world = tp * cp * pp * dp};
   }
   bool operator==(const MeshShape&) const = default;
 };
@@ -58,17 +64,25 @@ struct RankCoords {
 };
 
 // The kinds of groups. kDataContext is dp x cp (the ranks holding the same
-// dense weights, whose token losses and gradients add up); kModel is tp x pp (the ranks holding one full replica of
-// the dense weights); kEmbedding holds the first and last stage of each
-// pipeline group (the ranks whose tied embedding gradients are summed), so
-// middle stages belong to no embedding group.
+// dense weights, whose token losses and gradients add up); kModel is tp x pp (the ranks holding one
+// full replica of the dense weights); kEmbedding holds the first and last stage of each pipeline
+// group (the ranks whose tied embedding gradients are summed), so middle stages belong to no
+// embedding group.
 enum class GroupKind {
-  kTensor, kContext, kData, kDataContext, kPipeline, kExpert, kExpertData, kModel, kEmbedding
+  kTensor,
+  kContext,
+  kData,
+  kDataContext,
+  kPipeline,
+  kExpert,
+  kExpertData,
+  kModel,
+  kEmbedding
 };
 inline constexpr std::array<GroupKind, 9> kGroupKinds = {
-    GroupKind::kTensor,   GroupKind::kContext, GroupKind::kData,       GroupKind::kDataContext,
-    GroupKind::kPipeline, GroupKind::kExpert,  GroupKind::kExpertData, GroupKind::kModel,
-    GroupKind::kEmbedding};
+    GroupKind::kTensor,      GroupKind::kContext,  GroupKind::kData,
+    GroupKind::kDataContext, GroupKind::kPipeline, GroupKind::kExpert,
+    GroupKind::kExpertData,  GroupKind::kModel,    GroupKind::kEmbedding};
 
 // "tp", "cp", "dp", "dpcp", "pp", "ep", "edp", "mp", "embd".
 const char* GroupKindName(GroupKind kind);

@@ -25,8 +25,10 @@ absl::StatusOr<ParallelState> ParallelState::Create(const ParallelConfig& parall
   state.tensor_ = split(m.Group(GroupKind::kTensor, rank), "tp");
   state.context_ = split(m.Group(GroupKind::kContext, rank), "cp");
   state.batch_ = split(m.Group(GroupKind::kData, rank), "dp");
-  if (m.shape().cp > 1) state.own_data_context_ = split(m.Group(GroupKind::kDataContext, rank), "dpcp");
-  state.data_context_ = state.own_data_context_ ? state.own_data_context_.get() : state.batch_.get();
+  if (m.shape().cp > 1)
+    state.own_data_context_ = split(m.Group(GroupKind::kDataContext, rank), "dpcp");
+  state.data_context_ =
+      state.own_data_context_ ? state.own_data_context_.get() : state.batch_.get();
   state.pipeline_ = split(m.Group(GroupKind::kPipeline, rank), "pp");
   state.model_ = split(m.Group(GroupKind::kModel, rank), "mp");
   state.expert_ = split(m.Group(GroupKind::kExpert, rank), "ep");

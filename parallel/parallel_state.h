@@ -60,7 +60,8 @@ class ParallelState {
   bool is_logging_rank() const { return world_->rank() == 0; }
 
  private:
-  ParallelState(Mesh mesh, std::unique_ptr<Communicator> world) : mesh_(std::move(mesh)), world_(std::move(world)) {}
+  ParallelState(Mesh mesh, std::unique_ptr<Communicator> world)
+      : mesh_(std::move(mesh)), world_(std::move(world)) {}
 
   Mesh mesh_;
   RankCoords coords_;

@@ -64,8 +64,7 @@ Tensor GatherFromSequenceParallelRegionBackward(const Tensor& dy, Communicator& 
   return ReduceScatterRows(dy, tp, scattered, "gather_from_sequence_parallel_region backward");
 }
 
-Tensor ReduceScatterToSequenceParallelRegion(const Tensor& y, Communicator& tp,
-                                             Tensor* scattered) {
+Tensor ReduceScatterToSequenceParallelRegion(const Tensor& y, Communicator& tp, Tensor* scattered) {
   return ReduceScatterRows(y, tp, scattered, "reduce_scatter_to_sequence_parallel_region");
 }
 

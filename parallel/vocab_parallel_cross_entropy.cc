@@ -38,7 +38,8 @@ double VocabParallelCrossEntropy(const Tensor& logits, const Tensor& targets, fl
 
   const double loss = ops::CrossEntropyLoss(targets, row_max, target_logit, sum_exp);
   if (dlogits.defined()) {
-    ops::CrossEntropyGradient(logits, targets, begin, vocab_size, row_max, sum_exp, grad_scale, dlogits);
+    ops::CrossEntropyGradient(logits, targets, begin, vocab_size, row_max, sum_exp, grad_scale,
+                              dlogits);
   }
   return loss;
 }

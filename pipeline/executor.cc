@@ -51,7 +51,8 @@ PipelineExecutor::PipelineExecutor(LanguageModel& model, Communicator& pipeline,
   int last_gradient = -1;  // the step's last backward (fused) or W
   for (size_t i = 0; i < actions_.size(); ++i) {
     const ActionType type = actions_[i].type;
-    if (type == (split_backward_ ? ActionType::kWeight : ActionType::kBackward)) last_gradient = static_cast<int>(i);
+    if (type == (split_backward_ ? ActionType::kWeight : ActionType::kBackward))
+      last_gradient = static_cast<int>(i);
   }
   // The gradient-ready callback promises a suffix of the flat buffers, which
   // the step's last gradient computation can give only on the first chunk;
@@ -82,8 +83,8 @@ void PipelineExecutor::ReleaseBuffer(Tensor buffer) {
 Tensor PipelineExecutor::CopyToBuffer(const Tensor& data) {
   Tensor buffer = AcquireBuffer();
   TETRA_CHECK(data.numel() == buffer.numel())
-      << "pipeline message of shape " << ShapeString(data.shape()) << ", expected (" << rows_ << ", "
-      << hidden_ << ")";
+      << "pipeline message of shape " << ShapeString(data.shape()) << ", expected (" << rows_
+      << ", " << hidden_ << ")";
   buffer.CopyFrom(data);
   return buffer;
 }
@@ -126,8 +127,9 @@ void PipelineExecutor::Wait(CommHandle& handle) {
   wait_seconds_ += timer.Seconds();
 }
 
-absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float grad_scale,
-                                              const LanguageModel::GradientReadyCallback& on_ready) {
+absl::StatusOr<double> PipelineExecutor::Step(
+    const LoadMicroBatch& load, float grad_scale,
+    const LanguageModel::GradientReadyCallback& on_ready) {
   Timer step_timer;
   wait_seconds_ = 0;
   executed_.clear();
@@ -151,7 +153,8 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
   // where it waited) or handed over on this rank.
   auto take_input = [&](const Action& a, InFlight& mb, bool receives, std::vector<Tensor>& local) {
     if (!receives) {
-      TETRA_CHECK(local[a.micro_batch].defined()) << ActionText(a) << " before the chunk that feeds it on this rank";
+      TETRA_CHECK(local[a.micro_batch].defined())
+          << ActionText(a) << " before the chunk that feeds it on this rank";
       mb.received = std::move(local[a.micro_batch]);
       local[a.micro_batch] = Tensor();
       return;
@@ -160,7 +163,8 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
     executed_.push_back(mb.receive_action);
   };
   // Where a computation's result goes: a send's buffer, or this rank's next chunk.
-  auto hand_on = [&](const Action& a, const Tensor& result, bool sends, std::vector<Tensor>& local) {
+  auto hand_on = [&](const Action& a, const Tensor& result, bool sends,
+                     std::vector<Tensor>& local) {
     (sends ? outputs[Piece(a)] : local[a.micro_batch]) = CopyToBuffer(result);
   };
   int live_activations = 0;
@@ -195,8 +199,10 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
       case ActionType::kForward: {
         const auto free_slot = std::find(slot_busy.begin(), slot_busy.end(), false);
         mb.slot = static_cast<int>(free_slot - slot_busy.begin());
-        if (free_slot == slot_busy.end()) slot_busy.push_back(true);
-        else *free_slot = true;
+        if (free_slot == slot_busy.end())
+          slot_busy.push_back(true);
+        else
+          *free_slot = true;
         peak_activations_ = std::max(peak_activations_, ++live_activations);
         if (stage.has_embedding || stage.has_head) Load(load, a.micro_batch, &status);
         if (!stage.has_embedding) {
@@ -205,8 +211,9 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
         executed_.push_back(a);
         double stage_loss = 0;
         const ScopedSpan span(SpanKind::kForward, nullptr, a.micro_batch);
-        const Tensor out = model_.ForwardStage(mb.slot, a.chunk, inputs_.data(), mb.received, targets_.data(),
-                                               batch_, seq_, grad_scale, &stage_loss);
+        const Tensor out =
+            model_.ForwardStage(mb.slot, a.chunk, inputs_.data(), mb.received, targets_.data(),
+                                batch_, seq_, grad_scale, &stage_loss);
         // The output lives in the slot until its next forward: the send takes a copy.
         if (!stage.has_head) hand_on(a, out, peers_[a.chunk].activation_to >= 0, local_activation);
         ReleaseBuffer(std::move(mb.received));
@@ -219,11 +226,13 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
         executed_.push_back(a);
         const ScopedSpan span(SpanKind::kBackward, nullptr, a.micro_batch);
         const Tensor d_input =
-            split_backward_ ? model_.BackwardInputStage(mb.slot, a.chunk, mb.received)
-                  : model_.BackwardStage(mb.slot, a.chunk, mb.received,
-                                         static_cast<int>(i) == ready_action_ ? on_ready : nullptr);
+            split_backward_
+                ? model_.BackwardInputStage(mb.slot, a.chunk, mb.received)
+                : model_.BackwardStage(mb.slot, a.chunk, mb.received,
+                                       static_cast<int>(i) == ready_action_ ? on_ready : nullptr);
         // d input lives in the model until its next backward: the send takes a copy.
-        if (!stage.has_embedding) hand_on(a, d_input, peers_[a.chunk].gradient_to >= 0, local_gradient);
+        if (!stage.has_embedding)
+          hand_on(a, d_input, peers_[a.chunk].gradient_to >= 0, local_gradient);
         ReleaseBuffer(std::move(mb.received));
         mb.received = Tensor();
         if (!split_backward_) release_slot(mb);
@@ -232,7 +241,8 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
       case ActionType::kWeight: {
         executed_.push_back(a);
         const ScopedSpan span(SpanKind::kBackward, "weight gradients", a.micro_batch);
-        model_.BackwardWeightStage(mb.slot, a.chunk, static_cast<int>(i) == ready_action_ ? on_ready : nullptr);
+        model_.BackwardWeightStage(mb.slot, a.chunk,
+                                   static_cast<int>(i) == ready_action_ ? on_ready : nullptr);
         release_slot(mb);
         break;
       }
@@ -245,7 +255,8 @@ absl::StatusOr<double> PipelineExecutor::Step(const LoadMicroBatch& load, float 
   return loss_sum;
 }
 
-absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load, int micro_batches) {
+absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load,
+                                                      int micro_batches) {
   double loss_sum = 0;
   absl::Status status;
   Tensor handed;  // a chunk's output for this rank's next chunk (DualPipeV's turn of the V)
@@ -260,7 +271,9 @@ absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load
         hidden = AcquireBuffer();
         pipeline_.Recv(hidden, peers_[c].activation_from);
       } else if (!stage.has_embedding) {
-        TETRA_CHECK(handed.defined()) << "chunk " << c << " has no input: no rank sends it one, nor this rank's chunk before it";
+        TETRA_CHECK(handed.defined())
+            << "chunk " << c
+            << " has no input: no rank sends it one, nor this rank's chunk before it";
         hidden = std::move(handed);
         handed = Tensor();
       }

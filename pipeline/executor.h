@@ -13,12 +13,11 @@
 // message order is deadlock-free under blocking semantics, so the looser
 // non-blocking order is too. Messages carry no tags, as NCCL has none: the
 // checker proves each pair of ranks meets its messages in the same order
-// (rendezvous matching), so posting them in table order matches them. Each (micro-batch, chunk) takes a model
-// activation slot as its forward starts and gives it back after its backward,
-// so a schedule holds as many slots as it keeps forwards in flight. In the
-// zero-bubble schedules (ZB-H1, DualPipeV) a backward is its input-gradient
-// half B (LanguageModel::BackwardInputStage) and the table's later W runs the
-// weight gradients it kept (BackwardWeightStage): the slot is given back
+// (rendezvous matching), so posting them in table order matches them. Each (micro-batch, chunk)
+// takes a model activation slot as its forward starts and gives it back after its backward, so a
+// schedule holds as many slots as it keeps forwards in flight. In the zero-bubble schedules (ZB-H1,
+// DualPipeV) a backward is its input-gradient half B (LanguageModel::BackwardInputStage) and the
+// table's later W runs the weight gradients it kept (BackwardWeightStage): the slot is given back
 // after W. A forward or backward whose table posts no receive (DualPipeV's
 // turn of the V, two neighbouring virtual stages on one rank) reads what the
 // other chunk of this rank handed over, with no message. Messages

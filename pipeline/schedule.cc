@@ -22,7 +22,8 @@ namespace {
 constexpr int64_t kMaxChunkPasses = int64_t{1} << 22;
 
 StagePlacement PlacementOfSpec(const ScheduleSpec& spec) {
-  return spec.kind == ScheduleKind::kDualPipeV ? StagePlacement::kVShape : StagePlacement::kInterleaved;
+  return spec.kind == ScheduleKind::kDualPipeV ? StagePlacement::kVShape
+                                               : StagePlacement::kInterleaved;
 }
 
 // A rank's computations in order, each marked when it pairs with the next
@@ -40,7 +41,8 @@ Action VirtualMicroBatch(const ScheduleSpec& spec, int k, ActionType type) {
   const int chunk_in_order = (k % group) / spec.stages;
   return Action{.type = type,
                 .micro_batch = (k / group) * spec.stages + k % spec.stages,
-                .chunk = type == ActionType::kForward ? chunk_in_order : spec.virtual_stages - 1 - chunk_in_order};
+                .chunk = type == ActionType::kForward ? chunk_in_order
+                                                      : spec.virtual_stages - 1 - chunk_in_order};
 }
 
 // Forwards a rank runs before its first backward, for the 1F1B family.
@@ -81,13 +83,15 @@ std::vector<Work> OneFOneBFamilyOrder(const ScheduleSpec& spec, int rank) {
       order.push_back({VirtualMicroBatch(spec, weights++, ActionType::kWeight)});
     }
   };
-  for (int k = 0; k < warmup; ++k) order.push_back({VirtualMicroBatch(spec, k, ActionType::kForward)});
+  for (int k = 0; k < warmup; ++k)
+    order.push_back({VirtualMicroBatch(spec, k, ActionType::kForward)});
   for (int k = 0; k < total - warmup; ++k) {
     order.push_back({VirtualMicroBatch(spec, k + warmup, ActionType::kForward)});
     backward(k);
   }
   for (int k = total - warmup; k < total; ++k) backward(k);
-  while (split && weights < total) order.push_back({VirtualMicroBatch(spec, weights++, ActionType::kWeight)});
+  while (split && weights < total)
+    order.push_back({VirtualMicroBatch(spec, weights++, ActionType::kWeight)});
   return order;
 }
 
@@ -131,7 +135,8 @@ class DualPipeVOrder {
       Backward(0, /*postpone_weight=*/true);
     }
     for (int i = 0; i < r + 1; ++i) Weight();  // 8
-    TETRA_CHECK(pending_.empty() && next_[0][0] == m && next_[0][1] == m && next_[1][0] == m && next_[1][1] == m)
+    TETRA_CHECK(pending_.empty() && next_[0][0] == m && next_[0][1] == m && next_[1][0] == m &&
+                next_[1][1] == m)
         << "DualPipeV order of rank " << r << " of " << p << " with " << m << " micro-batches";
     return std::move(order_);
   }
@@ -151,7 +156,8 @@ class DualPipeVOrder {
     }
   }
   void Weight() {
-    TETRA_CHECK(!pending_.empty()) << "DualPipeV order of rank " << rank_ << ": no postponed weight gradient";
+    TETRA_CHECK(!pending_.empty())
+        << "DualPipeV order of rank " << rank_ << ": no postponed weight gradient";
     order_.push_back({pending_.front()});
     pending_.pop_front();
   }
@@ -218,7 +224,8 @@ std::vector<std::vector<Action>> PlaceMessages(const ScheduleSpec& spec,
         // One step: a computation, or a pair. Both computations of a pair
         // are placed at its start and their outputs exist when it ends.
         const size_t first = next[rank], count = order[first].paired_with_next ? 2 : 1;
-        TETRA_CHECK(first + count <= order.size()) << "a pair at the end of rank " << rank << "'s order";
+        TETRA_CHECK(first + count <= order.size())
+            << "a pair at the end of rank " << rank << "'s order";
         int start = clock[rank], finish = 0;
         for (size_t i = first; i < first + count && start >= 0; ++i) {
           const Action& a = order[i].action;
@@ -246,11 +253,19 @@ std::vector<std::vector<Action>> PlaceMessages(const ScheduleSpec& spec,
           if (to_rank == rank) continue;
           const int64_t seq = sequence[rank]++;
           placed[rank].push_back(
-              {done, 0, rank, seq,
-               {forward ? ActionType::kSendActivation : ActionType::kSendGradient, a.micro_batch, a.chunk, to_rank}});
+              {done,
+               0,
+               rank,
+               seq,
+               {forward ? ActionType::kSendActivation : ActionType::kSendGradient, a.micro_batch,
+                a.chunk, to_rank}});
           placed[to_rank].push_back(
-              {done, 0, rank, seq,
-               {forward ? ActionType::kRecvActivation : ActionType::kRecvGradient, a.micro_batch, to_chunk, rank}});
+              {done,
+               0,
+               rank,
+               seq,
+               {forward ? ActionType::kRecvActivation : ActionType::kRecvGradient, a.micro_batch,
+                to_chunk, rank}});
         }
         clock[rank] = finish;
         next[rank] += count;
@@ -261,8 +276,8 @@ std::vector<std::vector<Action>> PlaceMessages(const ScheduleSpec& spec,
   std::vector<std::vector<Action>> tables(p);
   for (int rank = 0; rank < p; ++rank) {
     TETRA_CHECK(next[rank] == orders[rank].size())
-        << "the compute orders of the " << ScheduleKindName(spec.kind) << " schedule wait on each other at rank "
-        << rank;
+        << "the compute orders of the " << ScheduleKindName(spec.kind)
+        << " schedule wait on each other at rank " << rank;
     std::sort(placed[rank].begin(), placed[rank].end(), [](const Placed& a, const Placed& b) {
       return std::tie(a.time, a.is_compute, a.sender, a.sequence) <
              std::tie(b.time, b.is_compute, b.sender, b.sequence);
@@ -295,7 +310,8 @@ bool SplitsBackward(ScheduleKind kind) {
 }
 
 bool IsCompute(ActionType type) {
-  return type == ActionType::kForward || type == ActionType::kBackward || type == ActionType::kWeight;
+  return type == ActionType::kForward || type == ActionType::kBackward ||
+         type == ActionType::kWeight;
 }
 
 bool IsPairedForwardBackward(ScheduleKind kind, const Action& first, const Action& second) {
@@ -323,7 +339,8 @@ std::string ActionText(const Action& action) {
     }
     return {"unknown action", ""};
   }();
-  std::string text = absl::StrCat(verb, " of micro-batch ", action.micro_batch, " chunk ", action.chunk);
+  std::string text =
+      absl::StrCat(verb, " of micro-batch ", action.micro_batch, " chunk ", action.chunk);
   if (!IsCompute(action.type)) absl::StrAppend(&text, preposition, " rank ", action.peer);
   return text;
 }
@@ -353,67 +370,83 @@ int RankOfVirtualStage(const ScheduleSpec& spec, int stage) {
 
 absl::Status ValidateScheduleSpec(const ScheduleSpec& spec) {
   if (spec.stages < 1 || spec.virtual_stages < 1) {
-    return UserError(absl::StrCat("parallel.pipeline ", spec.stages, " and parallel.virtual_stages ",
-                                  spec.virtual_stages, " must both be at least 1"),
-                     "set parallel.pipeline to the number of pipeline stages and virtual_stages to 1 or more");
+    return UserError(
+        absl::StrCat("parallel.pipeline ", spec.stages, " and parallel.virtual_stages ",
+                     spec.virtual_stages, " must both be at least 1"),
+        "set parallel.pipeline to the number of pipeline stages and virtual_stages to 1 or more");
   }
   if (spec.micro_batches < 1) {
-    return UserError(absl::StrCat("a pipeline step needs at least 1 micro-batch, but there are ", spec.micro_batches),
-                     "micro-batches per step = train.global_batch_size / (train.micro_batch_size x data); raise "
-                     "global_batch_size");
+    return UserError(
+        absl::StrCat("a pipeline step needs at least 1 micro-batch, but there are ",
+                     spec.micro_batches),
+        "micro-batches per step = train.global_batch_size / (train.micro_batch_size x data); raise "
+        "global_batch_size");
   }
   const int64_t passes = int64_t{spec.stages} * spec.virtual_stages * spec.micro_batches;
   if (passes > kMaxChunkPasses) {
-    return UserError(absl::StrCat("the pipeline schedule of parallel.pipeline ", spec.stages, " x virtual_stages ",
-                                  spec.virtual_stages, " x ", spec.micro_batches, " micro-batches per step has ",
-                                  passes, " chunk passes, more than the ", kMaxChunkPasses, " tetra plans"),
-                     "micro-batches per step = train.global_batch_size / (train.micro_batch_size x data): raise "
-                     "micro_batch_size or lower global_batch_size");
+    return UserError(
+        absl::StrCat("the pipeline schedule of parallel.pipeline ", spec.stages,
+                     " x virtual_stages ", spec.virtual_stages, " x ", spec.micro_batches,
+                     " micro-batches per step has ", passes, " chunk passes, more than the ",
+                     kMaxChunkPasses, " tetra plans"),
+        "micro-batches per step = train.global_batch_size / (train.micro_batch_size x data): raise "
+        "micro_batch_size or lower global_batch_size");
   }
   if (spec.kind == ScheduleKind::kDualPipeV) {
     if (spec.virtual_stages != 2) {
-      return UserError(absl::StrCat("the DualPipeV schedule runs 2 model chunks per rank (rank r holds virtual "
-                                    "stages r and 2 x pipeline - 1 - r), but parallel.virtual_stages is ",
-                                    spec.virtual_stages),
-                       "set parallel.virtual_stages to 2 for parallel.schedule DUALPIPE_V");
+      return UserError(
+          absl::StrCat("the DualPipeV schedule runs 2 model chunks per rank (rank r holds virtual "
+                       "stages r and 2 x pipeline - 1 - r), but parallel.virtual_stages is ",
+                       spec.virtual_stages),
+          "set parallel.virtual_stages to 2 for parallel.schedule DUALPIPE_V");
     }
     if (spec.stages < 2) {
-      return UserError(absl::StrCat("the DualPipeV schedule needs parallel.pipeline 2 or more, but it is ",
-                                    spec.stages),
-                       "set parallel.pipeline to 2 or more, or parallel.schedule to ONE_F_ONE_B");
+      return UserError(
+          absl::StrCat("the DualPipeV schedule needs parallel.pipeline 2 or more, but it is ",
+                       spec.stages),
+          "set parallel.pipeline to 2 or more, or parallel.schedule to ONE_F_ONE_B");
     }
     if (spec.micro_batches < 2 * spec.stages) {
-      return UserError(absl::StrCat("the DualPipeV schedule needs at least 2 x parallel.pipeline = ",
-                                    2 * spec.stages, " micro-batches per step, but there are ", spec.micro_batches),
-                       absl::StrCat("micro-batches per step = train.global_batch_size / (train.micro_batch_size x "
-                                    "data); make it ",
-                                    2 * spec.stages, " or more, or use fewer pipeline stages"));
+      return UserError(
+          absl::StrCat(
+              "the DualPipeV schedule needs at least 2 x parallel.pipeline = ", 2 * spec.stages,
+              " micro-batches per step, but there are ", spec.micro_batches),
+          absl::StrCat(
+              "micro-batches per step = train.global_batch_size / (train.micro_batch_size x "
+              "data); make it ",
+              2 * spec.stages, " or more, or use fewer pipeline stages"));
     }
     return absl::OkStatus();
   }
   if (spec.kind != ScheduleKind::kInterleaved && spec.virtual_stages != 1) {
-    return UserError(absl::StrCat("the ", ScheduleKindName(spec.kind), " schedule runs 1 model chunk per rank, but ",
+    return UserError(absl::StrCat("the ", ScheduleKindName(spec.kind),
+                                  " schedule runs 1 model chunk per rank, but ",
                                   "parallel.virtual_stages is ", spec.virtual_stages),
                      spec.kind == ScheduleKind::kZeroBubbleH1
-                         ? "set parallel.virtual_stages to 1, or parallel.schedule to DUALPIPE_V for 2 chunks per "
+                         ? "set parallel.virtual_stages to 1, or parallel.schedule to DUALPIPE_V "
+                           "for 2 chunks per "
                            "rank with split backwards"
-                         : "set parallel.virtual_stages to 1, or parallel.schedule to ONE_F_ONE_B for the interleaved "
+                         : "set parallel.virtual_stages to 1, or parallel.schedule to ONE_F_ONE_B "
+                           "for the interleaved "
                            "schedule");
   }
   if (spec.kind == ScheduleKind::kInterleaved && spec.virtual_stages > 1) {
     if (spec.stages < 2) {
-      return UserError(absl::StrCat("parallel.virtual_stages ", spec.virtual_stages,
-                                    " interleaves model chunks over pipeline ranks, but parallel.pipeline is ",
-                                    spec.stages),
-                       "set parallel.virtual_stages to 1, or parallel.pipeline to 2 or more");
+      return UserError(
+          absl::StrCat("parallel.virtual_stages ", spec.virtual_stages,
+                       " interleaves model chunks over pipeline ranks, but parallel.pipeline is ",
+                       spec.stages),
+          "set parallel.virtual_stages to 1, or parallel.pipeline to 2 or more");
     }
     if (spec.micro_batches % spec.stages != 0) {
-      return UserError(absl::StrCat("the interleaved 1F1B schedule (parallel.virtual_stages ", spec.virtual_stages,
-                                    ") needs the micro-batches per step, ", spec.micro_batches,
-                                    ", to be a multiple of parallel.pipeline ", spec.stages),
-                       absl::StrCat("micro-batches per step = train.global_batch_size / (train.micro_batch_size x "
-                                    "data); make it a multiple of ",
-                                    spec.stages, ", or set parallel.virtual_stages to 1"));
+      return UserError(
+          absl::StrCat("the interleaved 1F1B schedule (parallel.virtual_stages ",
+                       spec.virtual_stages, ") needs the micro-batches per step, ",
+                       spec.micro_batches, ", to be a multiple of parallel.pipeline ", spec.stages),
+          absl::StrCat(
+              "micro-batches per step = train.global_batch_size / (train.micro_batch_size x "
+              "data); make it a multiple of ",
+              spec.stages, ", or set parallel.virtual_stages to 1"));
     }
   }
   return absl::OkStatus();
@@ -433,39 +466,45 @@ absl::StatusOr<std::vector<Action>> BuildSchedule(const ScheduleSpec& spec, int 
   return std::move(tables[rank]);
 }
 
-std::string BatchSplitHint(int64_t global_batch_size, int64_t micro_batch_size, int64_t data_parallel) {
-  auto splits = [&](int64_t micro, int64_t ranks) { return global_batch_size % (micro * ranks) == 0; };
+std::string BatchSplitHint(int64_t global_batch_size, int64_t micro_batch_size,
+                           int64_t data_parallel) {
+  auto splits = [&](int64_t micro, int64_t ranks) {
+    return global_batch_size % (micro * ranks) == 0;
+  };
   std::vector<std::string> fixes;
   int64_t micro = micro_batch_size - 1;
   while (micro >= 1 && !splits(micro, data_parallel)) --micro;
   if (micro >= 1) fixes.push_back(absl::StrCat("set train.micro_batch_size to ", micro));
   const int64_t per_step = micro_batch_size * data_parallel;
-  fixes.push_back(absl::StrCat(fixes.empty() ? "set " : "", "train.global_batch_size to a multiple of ", per_step,
-                               " (e.g. ", (global_batch_size / per_step + 1) * per_step, ")"));
+  fixes.push_back(absl::StrCat(fixes.empty() ? "set " : "",
+                               "train.global_batch_size to a multiple of ", per_step, " (e.g. ",
+                               (global_batch_size / per_step + 1) * per_step, ")"));
   int64_t ranks = data_parallel - 1;
   while (ranks >= 1 && !splits(micro_batch_size, ranks)) --ranks;
   if (ranks >= 1) {
-    fixes.push_back(absl::StrCat("run ", ranks, " data-parallel rank", ranks == 1 ? "" : "s", " instead of ",
-                                 data_parallel));
+    fixes.push_back(absl::StrCat("run ", ranks, " data-parallel rank", ranks == 1 ? "" : "s",
+                                 " instead of ", data_parallel));
   }
   return absl::StrJoin(fixes, ", or ");
 }
 
-absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config, int data_parallel) {
+absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config,
+                                                    int data_parallel) {
   const ParallelConfig& parallel = config.parallel();
   const TrainConfig& train = config.train();
   const int64_t per_micro_batch = int64_t{train.micro_batch_size()} * data_parallel;
   if (per_micro_batch < 1) {
-    return UserError(absl::StrCat("train.micro_batch_size ", train.micro_batch_size(), " x data-parallel size ",
-                                  data_parallel, " must be at least 1"),
+    return UserError(absl::StrCat("train.micro_batch_size ", train.micro_batch_size(),
+                                  " x data-parallel size ", data_parallel, " must be at least 1"),
                      "set train.micro_batch_size to the samples per micro-batch, e.g. 1");
   }
   if (train.global_batch_size() % per_micro_batch != 0) {
-    return UserError(absl::StrCat("train.global_batch_size ", train.global_batch_size(),
-                                  " is not a multiple of train.micro_batch_size ", train.micro_batch_size(),
-                                  " x data-parallel size ", data_parallel, " = ", per_micro_batch,
-                                  ", so the pipeline has no whole number of micro-batches per step"),
-                     BatchSplitHint(train.global_batch_size(), train.micro_batch_size(), data_parallel));
+    return UserError(
+        absl::StrCat("train.global_batch_size ", train.global_batch_size(),
+                     " is not a multiple of train.micro_batch_size ", train.micro_batch_size(),
+                     " x data-parallel size ", data_parallel, " = ", per_micro_batch,
+                     ", so the pipeline has no whole number of micro-batches per step"),
+        BatchSplitHint(train.global_batch_size(), train.micro_batch_size(), data_parallel));
   }
   ScheduleSpec spec;
   spec.stages = parallel.pipeline();
@@ -490,7 +529,8 @@ absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config,
       spec.kind = ScheduleKind::kOneFOneB;
       break;
   }
-  if (spec.kind == ScheduleKind::kOneFOneB && spec.virtual_stages > 1) spec.kind = ScheduleKind::kInterleaved;
+  if (spec.kind == ScheduleKind::kOneFOneB && spec.virtual_stages > 1)
+    spec.kind = ScheduleKind::kInterleaved;
   RETURN_IF_ERROR(ValidateScheduleSpec(spec));
   return spec;
 }

@@ -127,7 +127,15 @@ struct ScheduleSpec {
 // kBackward: the whole backward, or its input-gradient half B where the
 // kind SplitsBackward; kWeight: the weight-gradient half W (no peer, no
 // message).
-enum class ActionType { kForward, kBackward, kSendActivation, kRecvActivation, kSendGradient, kRecvGradient, kWeight };
+enum class ActionType {
+  kForward,
+  kBackward,
+  kSendActivation,
+  kRecvActivation,
+  kSendGradient,
+  kRecvGradient,
+  kWeight
+};
 
 struct Action {
   ActionType type = ActionType::kForward;
@@ -206,7 +214,8 @@ absl::StatusOr<ScheduleSpec> ScheduleSpecFromConfig(const TrainerConfig& config,
 // below `data_parallel` that would, where they exist. E.g. for 16, 16, 4:
 // "set train.micro_batch_size to 4, or train.global_batch_size to a multiple
 // of 64 (e.g. 64), or run 1 data-parallel rank instead of 4".
-std::string BatchSplitHint(int64_t global_batch_size, int64_t micro_batch_size, int64_t data_parallel);
+std::string BatchSplitHint(int64_t global_batch_size, int64_t micro_batch_size,
+                           int64_t data_parallel);
 
 }  // namespace tetra
 

@@ -45,18 +45,24 @@ Step StepOf(ActionType type) {
   return kForwarded;
 }
 
-bool IsSend(ActionType type) { return type == ActionType::kSendActivation || type == ActionType::kSendGradient; }
-bool IsGradient(ActionType type) { return type == ActionType::kSendGradient || type == ActionType::kRecvGradient; }
+bool IsSend(ActionType type) {
+  return type == ActionType::kSendActivation || type == ActionType::kSendGradient;
+}
+bool IsGradient(ActionType type) {
+  return type == ActionType::kSendGradient || type == ActionType::kRecvGradient;
+}
 
 absl::Status ActionError(const std::vector<std::vector<Action>>& orders, int rank, size_t index,
                          const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("schedule check: rank ", rank, " action ", index, " (",
-                                                 ActionText(orders[rank][index]), "): ", what));
+  return absl::InvalidArgumentError(absl::StrCat("schedule check: rank ", rank, " action ", index,
+                                                 " (", ActionText(orders[rank][index]),
+                                                 "): ", what));
 }
 
 // "rank 1 waits at action 4 (...); ..." for every rank r with next[r] short
 // of its order's end; empty when every rank finished.
-std::string StuckRanks(const std::vector<std::vector<Action>>& orders, const std::vector<size_t>& next) {
+std::string StuckRanks(const std::vector<std::vector<Action>>& orders,
+                       const std::vector<size_t>& next) {
   std::vector<std::string> stuck;
   for (size_t rank = 0; rank < orders.size(); ++rank) {
     if (next[rank] < orders[rank].size()) {
@@ -82,7 +88,8 @@ int SourceStage(const ScheduleSpec& spec, int rank, const Action& a) {
 // A dense index for the message a send or receive belongs to.
 size_t MessageIndex(const ScheduleSpec& spec, int rank, const Action& a) {
   const int num_virtual = spec.stages * spec.virtual_stages;
-  return (static_cast<size_t>(a.micro_batch) * num_virtual + SourceStage(spec, rank, a)) * 2 + IsGradient(a.type);
+  return (static_cast<size_t>(a.micro_batch) * num_virtual + SourceStage(spec, rank, a)) * 2 +
+         IsGradient(a.type);
 }
 size_t NumMessages(const ScheduleSpec& spec) {
   return static_cast<size_t>(spec.micro_batches) * spec.stages * spec.virtual_stages * 2;
@@ -92,44 +99,50 @@ size_t NumMessages(const ScheduleSpec& spec) {
 // chunk of the spec, a computation no peer, a weight gradient only where the
 // kind splits backwards, and a message the rank holding the neighbouring
 // virtual stage it goes to or comes from, when another rank holds it.
-absl::Status CheckActionsInSpec(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& orders) {
+absl::Status CheckActionsInSpec(const ScheduleSpec& spec,
+                                const std::vector<std::vector<Action>>& orders) {
   RETURN_IF_ERROR(ValidateScheduleSpec(spec));
   if (static_cast<int>(orders.size()) != spec.stages) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("schedule check: ", orders.size(), " tables for ", spec.stages, " pipeline ranks"));
+    return absl::InvalidArgumentError(absl::StrCat("schedule check: ", orders.size(),
+                                                   " tables for ", spec.stages, " pipeline ranks"));
   }
   const int v = spec.virtual_stages, num_virtual = spec.stages * v;
   for (int rank = 0; rank < spec.stages; ++rank) {
     for (size_t i = 0; i < orders[rank].size(); ++i) {
       const Action& a = orders[rank][i];
       if (a.micro_batch < 0 || a.micro_batch >= spec.micro_batches || a.chunk < 0 || a.chunk >= v) {
-        return ActionError(orders, rank, i,
-                           absl::StrCat("outside ", spec.micro_batches, " micro-batches x ", v, " chunks"));
+        return ActionError(
+            orders, rank, i,
+            absl::StrCat("outside ", spec.micro_batches, " micro-batches x ", v, " chunks"));
       }
       if (IsCompute(a.type)) {
         if (a.peer != -1) return ActionError(orders, rank, i, "a computation names no peer");
         if (a.type == ActionType::kWeight && !SplitsBackward(spec.kind)) {
-          return ActionError(orders, rank, i,
-                             absl::StrCat("the ", ScheduleKindName(spec.kind),
-                                          " schedule runs whole backwards, with no separate weight gradient"));
+          return ActionError(
+              orders, rank, i,
+              absl::StrCat("the ", ScheduleKindName(spec.kind),
+                           " schedule runs whole backwards, with no separate weight gradient"));
         }
         continue;
       }
       const int stage = VirtualStage(spec, rank, a.chunk);
       const int other = IsSend(a.type) == IsGradient(a.type) ? stage - 1 : stage + 1;
       if (other < 0 || other >= num_virtual) {
-        return ActionError(orders, rank, i,
-                           absl::StrCat("virtual stage ", stage, " of ", num_virtual, " has no such neighbour"));
+        return ActionError(
+            orders, rank, i,
+            absl::StrCat("virtual stage ", stage, " of ", num_virtual, " has no such neighbour"));
       }
       const int other_rank = RankOfVirtualStage(spec, other);
       if (other_rank == rank) {
-        return ActionError(orders, rank, i,
-                           absl::StrCat("virtual stages ", std::min(stage, other), " and ", std::max(stage, other),
-                                        " are both on rank ", rank, ": their data passes without a message"));
+        return ActionError(
+            orders, rank, i,
+            absl::StrCat("virtual stages ", std::min(stage, other), " and ", std::max(stage, other),
+                         " are both on rank ", rank, ": their data passes without a message"));
       }
       if (a.peer != other_rank) {
-        return ActionError(orders, rank, i,
-                           absl::StrCat("the neighbouring virtual stage ", other, " is on rank ", other_rank));
+        return ActionError(
+            orders, rank, i,
+            absl::StrCat("the neighbouring virtual stage ", other, " is on rank ", other_rank));
       }
     }
   }
@@ -150,9 +163,9 @@ class Checker {
     for (int rank = 0; rank < spec_.stages; ++rank) {
       if (report.ranks[rank].peak_activations > ActivationBound(spec_, rank)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "schedule check: rank ", rank, " holds the activations of ", report.ranks[rank].peak_activations,
-            " micro-batch chunks at once, more than the ", ScheduleKindName(spec_.kind), " bound of ",
-            ActivationBound(spec_, rank)));
+            "schedule check: rank ", rank, " holds the activations of ",
+            report.ranks[rank].peak_activations, " micro-batch chunks at once, more than the ",
+            ScheduleKindName(spec_.kind), " bound of ", ActivationBound(spec_, rank)));
       }
     }
     return report;
@@ -193,11 +206,13 @@ class Checker {
       // The neighbouring virtual stage this computation reads, and its chunk
       // when it is on this rank.
       const int neighbour = a.type == ActionType::kForward ? stage - 1 : stage + 1;
-      const bool reads_neighbour = a.type == ActionType::kForward || a.type == ActionType::kBackward;
+      const bool reads_neighbour =
+          a.type == ActionType::kForward || a.type == ActionType::kBackward;
       const int local = reads_neighbour ? local_chunk(neighbour) : -1;
-      const uint8_t received = a.type == ActionType::kForward    ? (first || local >= 0 ? 0 : kReceivedActivation)
-                               : a.type == ActionType::kBackward ? (last || local >= 0 ? 0 : kReceivedGradient)
-                                                                 : 0;
+      const uint8_t received =
+          a.type == ActionType::kForward    ? (first || local >= 0 ? 0 : kReceivedActivation)
+          : a.type == ActionType::kBackward ? (last || local >= 0 ? 0 : kReceivedGradient)
+                                            : 0;
       const uint8_t needs = a.type == ActionType::kForward          ? received
                             : a.type == ActionType::kSendActivation ? kForwarded
                             : a.type == ActionType::kBackward       ? (kForwarded | received)
@@ -206,18 +221,20 @@ class Checker {
                                                                     : 0;
       if ((state & needs) != needs) {
         if (a.type == ActionType::kWeight) return Fail(rank, i, "comes before its backward");
-        return Fail(rank, i, (state & kForwarded) || !(needs & kForwarded)
-                                 ? "comes before the receive or computation it depends on"
-                                 : "comes before its forward");
+        return Fail(rank, i,
+                    (state & kForwarded) || !(needs & kForwarded)
+                        ? "comes before the receive or computation it depends on"
+                        : "comes before its forward");
       }
       if (local >= 0) {
         const Step input = a.type == ActionType::kForward ? kForwarded : kBackwarded;
         if (!(state_of(a.micro_batch, local) & input)) {
-          return Fail(rank, i,
-                      absl::StrCat("comes before the ", ActionText({a.type, a.micro_batch, local, -1}),
-                                   ", whose output it reads on this rank (virtual stages ",
-                                   std::min(stage, neighbour), " and ", std::max(stage, neighbour),
-                                   " are both here)"));
+          return Fail(
+              rank, i,
+              absl::StrCat("comes before the ", ActionText({a.type, a.micro_batch, local, -1}),
+                           ", whose output it reads on this rank (virtual stages ",
+                           std::min(stage, neighbour), " and ", std::max(stage, neighbour),
+                           " are both here)"));
         }
       }
       state |= step;
@@ -229,8 +246,9 @@ class Checker {
         for (ActionType type : {ActionType::kForward, ActionType::kBackward, ActionType::kWeight}) {
           if (type == ActionType::kWeight && !split) continue;
           if (!(state & StepOf(type))) {
-            return absl::InvalidArgumentError(absl::StrCat("schedule check: rank ", rank, " never runs the ",
-                                                           ActionText({type, micro_batch, chunk, -1})));
+            return absl::InvalidArgumentError(
+                absl::StrCat("schedule check: rank ", rank, " never runs the ",
+                             ActionText({type, micro_batch, chunk, -1})));
           }
         }
       }
@@ -264,7 +282,8 @@ class Checker {
   absl::Status CheckNoDeadlock() const {
     std::vector<size_t> next(spec_.stages, 0);
     auto skip_compute = [&](int rank) {
-      while (next[rank] < tables_[rank].size() && IsCompute(tables_[rank][next[rank]].type)) ++next[rank];
+      while (next[rank] < tables_[rank].size() && IsCompute(tables_[rank][next[rank]].type))
+        ++next[rank];
     };
     for (bool progress = true; progress;) {
       progress = false;
@@ -304,8 +323,10 @@ absl::StatusOr<ScheduleReport> SimulateTimeline(const ScheduleSpec& spec,
   std::vector<int> sent_at(NumMessages(spec), -1);
   std::vector<size_t> next(spec.stages, 0);
   std::vector<int> clock(spec.stages, 0), live(spec.stages, 0);
-  std::vector<std::vector<int>> live_per_chunk(spec.stages, std::vector<int>(spec.virtual_stages, 0));
-  for (RankReport& rank : report.ranks) rank.peak_activations_per_chunk.assign(spec.virtual_stages, 0);
+  std::vector<std::vector<int>> live_per_chunk(spec.stages,
+                                               std::vector<int>(spec.virtual_stages, 0));
+  for (RankReport& rank : report.ranks)
+    rank.peak_activations_per_chunk.assign(spec.virtual_stages, 0);
   // A chunk's activations are live from its forward until the computation
   // that last reads them: the weight gradient where backwards split.
   const ActionType frees = SplitsBackward(spec.kind) ? ActionType::kWeight : ActionType::kBackward;
@@ -335,8 +356,10 @@ absl::StatusOr<ScheduleReport> SimulateTimeline(const ScheduleSpec& spec,
     }
   }
   const std::string stalled = StuckRanks(orders, next);
-  if (!stalled.empty()) return absl::InvalidArgumentError(absl::StrCat("schedule timeline: stalled: ", stalled));
-  for (int rank = 0; rank < spec.stages; ++rank) report.step_time = std::max(report.step_time, clock[rank]);
+  if (!stalled.empty())
+    return absl::InvalidArgumentError(absl::StrCat("schedule timeline: stalled: ", stalled));
+  for (int rank = 0; rank < spec.stages; ++rank)
+    report.step_time = std::max(report.step_time, clock[rank]);
   for (RankReport& rank : report.ranks) rank.idle_time = report.step_time - rank.busy_time;
   return report;
 }
@@ -392,12 +415,13 @@ absl::StatusOr<ScheduleReport> CheckSchedule(const ScheduleSpec& spec,
   return Checker(spec, tables).Run();
 }
 
-absl::StatusOr<std::vector<Action>> MakeSchedule(const TrainerConfig& config, int data_parallel, int pp_rank) {
+absl::StatusOr<std::vector<Action>> MakeSchedule(const TrainerConfig& config, int data_parallel,
+                                                 int pp_rank) {
   ASSIGN_OR_RETURN(const ScheduleSpec spec, ScheduleSpecFromConfig(config, data_parallel));
   ASSIGN_OR_RETURN(std::vector<std::vector<Action>> tables, BuildAllSchedules(spec));
   const absl::Status checked = CheckSchedule(spec, tables).status();
-  TETRA_CHECK(checked.ok()) << "the " << ScheduleKindName(spec.kind) << " schedule's tables fail the checker: "
-                            << checked.message();
+  TETRA_CHECK(checked.ok()) << "the " << ScheduleKindName(spec.kind)
+                            << " schedule's tables fail the checker: " << checked.message();
   return std::move(tables[pp_rank]);
 }
 

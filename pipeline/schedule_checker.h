@@ -133,7 +133,8 @@ absl::StatusOr<ScheduleReport> CheckSchedule(const ScheduleSpec& spec,
 // ranks, after the tables of every rank have passed CheckSchedule (a table
 // that fails is a bug, checked). Without pipeline parallelism this is the
 // one-stage table: each micro-batch's forward, then its backward.
-absl::StatusOr<std::vector<Action>> MakeSchedule(const TrainerConfig& config, int data_parallel, int pp_rank);
+absl::StatusOr<std::vector<Action>> MakeSchedule(const TrainerConfig& config, int data_parallel,
+                                                 int pp_rank);
 
 }  // namespace tetra
 

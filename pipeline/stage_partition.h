@@ -47,7 +47,8 @@ struct ChunkLocation {
   int pp_rank = 0;
   int chunk = 0;
 };
-inline ChunkLocation LocateVirtualStage(int stage, int pp, StagePlacement placement = StagePlacement::kInterleaved) {
+inline ChunkLocation LocateVirtualStage(int stage, int pp,
+                                        StagePlacement placement = StagePlacement::kInterleaved) {
   const int chunk = stage / pp, offset = stage % pp;
   const bool reversed = placement == StagePlacement::kVShape && chunk % 2 == 1;
   return {.pp_rank = reversed ? pp - 1 - offset : offset, .chunk = chunk};
@@ -77,9 +78,10 @@ struct StagePartition {
 // each >= 0, summing to num_hidden_layers (in model order, whatever the
 // placement). Any other input is a UserError (core/user_error.h) naming the
 // numbers.
-absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, int virtual_stages,
-                                               absl::Span<const int32_t> pipeline_layers = {},
-                                               StagePlacement placement = StagePlacement::kInterleaved);
+absl::StatusOr<StagePartition> PartitionStages(
+    int num_hidden_layers, int pp, int virtual_stages,
+    absl::Span<const int32_t> pipeline_layers = {},
+    StagePlacement placement = StagePlacement::kInterleaved);
 
 // The placement a schedule uses: the V shape for parallel.schedule
 // DUALPIPE_V, else interleaved.
@@ -89,8 +91,8 @@ StagePlacement PlacementOf(ParallelConfig::Schedule schedule);
 // pipeline_last_stage_layers): `first` layers on the first of `stages`
 // virtual stages and `last` on the last (-1: unset, an even share), the
 // others the rest evenly; a UserError naming the numbers when they do not.
-absl::StatusOr<std::vector<int32_t>> FirstLastStageLayers(int num_hidden_layers, int64_t stages, int first,
-                                                          int last);
+absl::StatusOr<std::vector<int32_t>> FirstLastStageLayers(int num_hidden_layers, int64_t stages,
+                                                          int first, int last);
 
 // The same from a run's config (model.num_hidden_layers, parallel.pipeline,
 // parallel.virtual_stages, parallel.pipeline_layers or the first and last

@@ -23,10 +23,10 @@ namespace {
 // A model's shape, in parameters (observe/flops.h's counts) and activation elements.
 struct ModelShape {
   double c, q, kv, vocab;
-  ModelConfig model;  // for the padded vocabulary's rows under each tp (PaddedVocabSize)
+  ModelConfig model;         // for the padded vocabulary's rows under each tp (PaddedVocabSize)
   int layers, dense_layers;  // the first `dense_layers` have a dense MLP, the rest MoE
   bool moe;
-  double attention;      // q, k, v, o projections (MLA: all its projections and latent norms)
+  double attention;  // q, k, v, o projections (MLA: all its projections and latent norms)
   // Of `attention`, what every tensor-parallel rank holds whole: MLA's down
   // projections (q_a_proj, kv_a_proj_with_mqa) and latent norms; 0 for Llama.
   double attention_whole;
@@ -34,8 +34,8 @@ struct ModelShape {
   // over tp (heads) and whole on every rank (MLA's latents and their norms).
   double attention_saved, attention_saved_whole;
   double attention_width;  // head dims of the scores' and values' products (observe/flops.cc)
-  double norms;          // two RMSNorm weights
-  double dense_mlp;      // gate, up, down
+  double norms;            // two RMSNorm weights
+  double dense_mlp;        // gate, up, down
   double router, routed, shared;  // per MoE layer: all routed experts, the shared ones
   double active_moe_mlp;          // per token: router + shared + k routed experts
   int k, experts;
@@ -108,7 +108,8 @@ double LayerActivations(const ModelShape& s, bool moe_layer, int tp, bool select
     split = common + products * s.dense_mlp / (3 * s.c);
   } else {
     const double shared_experts = s.shared / (3 * s.c * std::max(1.0, s.moe_intermediate));
-    split = common + (s.k + shared_experts) * products * s.moe_intermediate + 2 * s.k * s.c + s.experts;
+    split =
+        common + (s.k + shared_experts) * products * s.moe_intermediate + 2 * s.k * s.c + s.experts;
   }
   return split / tp + s.attention_saved_whole;
 }
@@ -140,13 +141,14 @@ double KeyValueWidth(const ModelShape& s, int tp) {
 //     and the search does not propose it.)
 // So about the layer's linear inputs again (for Llama the gradients 2c + q +
 // 2kv + 2f and the norms' 2c, against the linears' inputs 2c + q + f).
-double KeptForWeightGradients(const ModelShape& s, bool moe_layer, int tp, Recompute::Value recompute) {
+double KeptForWeightGradients(const ModelShape& s, bool moe_layer, int tp,
+                              Recompute::Value recompute) {
   const ModelConfig& m = s.model;
   double split = 2 * s.c, whole = 2 * s.c;  // the norms; o and down (the experts' below)
   if (UsesMla(m)) {
     const double h = m.num_attention_heads();
     split += h * QkHeadDim(m) + h * (m.qk_nope_head_dim() + m.v_head_dim());  // q_b (q_proj), kv_b
-    whole += m.q_lora_rank() + m.kv_lora_rank() + m.qk_rope_head_dim();         // q_a, kv_a
+    whole += m.q_lora_rank() + m.kv_lora_rank() + m.qk_rope_head_dim();       // q_a, kv_a
   } else {
     split += s.q + 2 * s.kv;
   }
@@ -159,7 +161,8 @@ double KeptForWeightGradients(const ModelShape& s, bool moe_layer, int tp, Recom
     const double copies = s.k + shared_experts;
     swiglu = copies * s.moe_intermediate;
     split += 2 * swiglu;
-    whole += (copies - 1) * s.c + s.experts;  // each copy's down output (one counted above), the router
+    whole +=
+        (copies - 1) * s.c + s.experts;  // each copy's down output (one counted above), the router
   }
   return split / tp + whole + (recompute == Recompute::SELECTIVE ? swiglu / tp : 0);
 }
@@ -172,15 +175,17 @@ ScheduleSpec PlannedSchedule(const TrainerConfig& config, const MeshShape& mesh)
   const TrainConfig& train = config.train();
   ScheduleSpec spec;
   spec.stages = mesh.pp;
-  spec.micro_batches = static_cast<int>(std::max<int64_t>(
-      1, train.global_batch_size() / std::max<int64_t>(1, int64_t{train.micro_batch_size()} * mesh.dp)));
+  spec.micro_batches = static_cast<int>(
+      std::max<int64_t>(1, train.global_batch_size() /
+                               std::max<int64_t>(1, int64_t{train.micro_batch_size()} * mesh.dp)));
   return spec;
 }
 
 // Micro-batch chunks whose activations `spec` keeps at once on pipeline
 // rank `rank`: the checker's bound, and never more than the step's m x v.
 int ChunksInFlight(const ScheduleSpec& spec, int rank) {
-  return std::min<int64_t>(ActivationBound(spec, rank), int64_t{spec.micro_batches} * spec.virtual_stages);
+  return std::min<int64_t>(ActivationBound(spec, rank),
+                           int64_t{spec.micro_batches} * spec.virtual_stages);
 }
 
 // For a kind that SplitsBackward, the most micro-batch chunks a rank holds
@@ -201,7 +206,8 @@ std::vector<PendingWeights> PendingWeightChunks(ScheduleSpec spec) {
   spec.micro_batches = std::min(spec.micro_batches, 4 * spec.stages);
   using Key = std::tuple<int, int, int, int>;
   static std::mutex mutex;
-  static std::map<Key, std::vector<PendingWeights>>* cache = new std::map<Key, std::vector<PendingWeights>>;
+  static std::map<Key, std::vector<PendingWeights>>* cache =
+      new std::map<Key, std::vector<PendingWeights>>;
   const Key key{static_cast<int>(spec.kind), spec.stages, spec.micro_batches, spec.virtual_stages};
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = cache->find(key); it != cache->end()) return it->second;
@@ -247,7 +253,8 @@ double LayerCost(const ModelShape& s, int layer) {
 double EmbeddingCost(const ModelShape& s) { return s.c; }
 double HeadCost(const ModelShape& s) {
   const double head = s.vocab * s.c + s.c;
-  return head + s.mtp * (s.mtp_join + s.attention + s.norms + (s.mtp_moe ? s.active_moe_mlp : s.dense_mlp) + head);
+  return head + s.mtp * (s.mtp_join + s.attention + s.norms +
+                         (s.mtp_moe ? s.active_moe_mlp : s.dense_mlp) + head);
 }
 
 // The cost of each virtual stage (model order) holding `layers`.
@@ -300,7 +307,8 @@ std::vector<int> BalancedStageLayers(const ModelShape& s, int stages) {
 // The layers of each virtual stage of `spec` (model order): the config's own
 // split where it has one for this pipeline (PartitionStages), else the
 // balanced one.
-std::vector<int> PlannedStageLayers(const TrainerConfig& config, const ModelShape& s, const ScheduleSpec& spec) {
+std::vector<int> PlannedStageLayers(const TrainerConfig& config, const ModelShape& s,
+                                    const ScheduleSpec& spec) {
   const ParallelConfig& p = config.parallel();
   if (p.pipeline() == spec.stages && p.virtual_stages() == spec.virtual_stages) {
     if (absl::StatusOr<StagePartition> own = PartitionStages(config); own.ok()) {
@@ -315,13 +323,16 @@ std::vector<int> PlannedStageLayers(const TrainerConfig& config, const ModelShap
 // What each pipeline rank holds: the layers of its chunks (DualPipeV's in a
 // V, rank 0 holding the first and the last virtual stage; else
 // interleaved), the embedding with virtual stage 0, the head with the last.
-std::vector<StageLayers> Stages(const ModelShape& s, const ScheduleSpec& spec, const std::vector<int>& layers) {
-  const StagePlacement placement =
-      spec.kind == ScheduleKind::kDualPipeV ? StagePlacement::kVShape : StagePlacement::kInterleaved;
+std::vector<StageLayers> Stages(const ModelShape& s, const ScheduleSpec& spec,
+                                const std::vector<int>& layers) {
+  const StagePlacement placement = spec.kind == ScheduleKind::kDualPipeV
+                                       ? StagePlacement::kVShape
+                                       : StagePlacement::kInterleaved;
   std::vector<StageLayers> stages(spec.stages);
   int first = 0;
   for (size_t v = 0; v < layers.size(); ++v) {
-    StageLayers& st = stages[LocateVirtualStage(static_cast<int>(v), spec.stages, placement).pp_rank];
+    StageLayers& st =
+        stages[LocateVirtualStage(static_cast<int>(v), spec.stages, placement).pp_rank];
     const int dense = std::max(0, std::min(first + layers[v], s.dense_layers) - first);
     st.dense += dense;
     st.moe += layers[v] - dense;
@@ -392,7 +403,8 @@ SharedNode SharedNodeFor(const ClusterConfig& c, int world) {
     node.compute_share = 1.0 / node.ranks;
   } else {
     const int threads = node.cores / node.ranks;
-    node.compute_share = double{1.0} * threads / node.cores * (threads > 1 ? c.thread_efficiency() : 1.0);
+    node.compute_share =
+        double{1.0} * threads / node.cores * (threads > 1 ? c.thread_efficiency() : 1.0);
   }
   return node;
 }
@@ -407,7 +419,9 @@ Link LinkFor(const ClusterConfig& c, int span) {
   return {c.ib_gbps(), c.ib_latency_us()};
 }
 // One send to a neighbour (pipeline stages, the context-parallel ring).
-double SendSeconds(double bytes, const Link& link) { return bytes / (link.gbps * 1e9) + link.latency_us * 1e-6; }
+double SendSeconds(double bytes, const Link& link) {
+  return bytes / (link.gbps * 1e9) + link.latency_us * 1e-6;
+}
 
 // n's divisors, ascending.
 std::vector<int> Divisors(int n) {
@@ -431,7 +445,8 @@ ElementBytes ClusterElementBytes(const ClusterConfig& cluster) {
 // Why the best layout splits sequences: the best layout without context
 // parallelism and its step, or the leanest one and the memory it lacks.
 // `plans` ranked as PlanLayouts ranks them.
-std::string WithoutContextParallelism(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster) {
+std::string WithoutContextParallelism(const std::vector<LayoutPrediction>& plans,
+                                      const ClusterConfig& cluster) {
   std::vector<const LayoutPrediction*> whole;  // each sequence on one rank
   for (const LayoutPrediction& p : plans) {
     if (p.layout.mesh.cp == 1) whole.push_back(&p);
@@ -439,11 +454,12 @@ std::string WithoutContextParallelism(const std::vector<LayoutPrediction>& plans
   if (whole.empty()) return "Without context parallelism no layout runs this model and batch.\n";
   if (whole.front()->fits) {
     return absl::StrFormat("Without context parallelism the best is %s: step %.4g s, MFU %.1f%%.\n",
-                           LayoutName(whole.front()->layout), whole.front()->time.step_s(), whole.front()->mfu * 100);
+                           LayoutName(whole.front()->layout), whole.front()->time.step_s(),
+                           whole.front()->mfu * 100);
   }
-  const LayoutPrediction& leanest = **std::min_element(whole.begin(), whole.end(), [](auto* a, auto* b) {
-    return a->memory.total() < b->memory.total();
-  });
+  const LayoutPrediction& leanest =
+      **std::min_element(whole.begin(), whole.end(),
+                         [](auto* a, auto* b) { return a->memory.total() < b->memory.total(); });
   return absl::StrFormat("Without context parallelism no layout fits: the leanest, %s, needs %s.\n",
                          LayoutName(leanest.layout), MemoryText(leanest.memory, cluster));
 }
@@ -458,16 +474,17 @@ DeviceParameters LargestStageParameters(const ModelShape& s, const PlanLayout& l
   return best;
 }
 
-
 }  // namespace
 
 DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout) {
   const ModelShape s = ShapeOf(model);
   const ScheduleSpec one_chunk{.stages = layout.mesh.pp};
-  return LargestStageParameters(s, layout, Stages(s, one_chunk, BalancedStageLayers(s, layout.mesh.pp)));
+  return LargestStageParameters(s, layout,
+                                Stages(s, one_chunk, BalancedStageLayers(s, layout.mesh.pp)));
 }
 
-MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, const ElementBytes& bytes) {
+MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l,
+                              const ElementBytes& bytes) {
   const ModelShape s = ShapeOf(config.model());
   const TrainConfig& train = config.train();
   const double tokens = RankTokens(train, l.mesh);
@@ -475,7 +492,8 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
   const ScheduleSpec schedule = PlannedSchedule(config, l.mesh);
   const std::vector<PendingWeights> pending_w = PendingWeightChunks(schedule);
   const double edp = l.mesh.edp;
-  const std::vector<StageLayers> stages = Stages(s, schedule, PlannedStageLayers(config, s, schedule));
+  const std::vector<StageLayers> stages =
+      Stages(s, schedule, PlannedStageLayers(config, s, schedule));
   MemoryEstimate most;
   for (int r = 0; r < l.mesh.pp; ++r) {
     const StageLayers& st = stages[r];
@@ -484,18 +502,22 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
     MemoryEstimate mem;
     mem.weights = (p.dense + p.expert) * bytes.weight;
     mem.grads = (p.dense + p.expert) * bytes.grad;
-    mem.optimizer =
-        (l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert) * bytes.optimizer;
+    mem.optimizer = (l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp
+                                       : p.dense + p.expert) *
+                    bytes.optimizer;
     // Micro-batches' worth of the stage's activations in flight: chunks of
     // 1 / v of its layers each (1F1B: min(m, pp - r) micro-batches).
-    const double in_flight = static_cast<double>(ChunksInFlight(schedule, r)) / schedule.virtual_stages;
+    const double in_flight =
+        static_cast<double>(ChunksInFlight(schedule, r)) / schedule.virtual_stages;
     // Per rank; sequence parallelism (tp > 1) splits a recomputed layer's input over tp.
     const int tp = l.mesh.tp;
-    const bool full = l.recompute == Recompute::FULL, selective = l.recompute == Recompute::SELECTIVE;
+    const bool full = l.recompute == Recompute::FULL,
+               selective = l.recompute == Recompute::SELECTIVE;
     const double dense_layer = LayerActivations(s, false, tp, selective),
                  moe_layer = LayerActivations(s, true, tp, selective);
     const double per_token_layer = std::max(st.dense ? dense_layer : 0.0, st.moe ? moe_layer : 0.0);
-    const double stored_per_token = full ? layers * s.c / tp : st.dense * dense_layer + st.moe * moe_layer;
+    const double stored_per_token =
+        full ? layers * s.c / tp : st.dense * dense_layer + st.moe * moe_layer;
     mem.activations = in_flight * tokens * stored_per_token * bytes.activation;
     if (full) mem.activations += tokens * per_token_layer * bytes.activation;
     // B to W: the chunks waiting for their W (PendingWeightChunks; their
@@ -506,9 +528,11 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
     const double pending = static_cast<double>(pending_w[r].chunks) / schedule.virtual_stages;
     const double dense_grads = KeptForWeightGradients(s, false, tp, l.recompute),
                  moe_grads = KeptForWeightGradients(s, true, tp, l.recompute);
-    mem.activations += pending * tokens * (st.dense * dense_grads + st.moe * moe_grads) * bytes.activation;
+    mem.activations +=
+        pending * tokens * (st.dense * dense_grads + st.moe * moe_grads) * bytes.activation;
     // The embedding's W reads the lookup's gradient, (tokens, c).
-    if (st.embedding) mem.activations += pending_w[r].embedding_chunk * tokens * s.c * bytes.activation;
+    if (st.embedding)
+      mem.activations += pending_w[r].embedding_chunk * tokens * s.c * bytes.activation;
     // The ring's receive buffers while a layer's attention runs: a second
     // K/V block, and in the backward a dK/dV block.
     if (l.mesh.cp > 1) mem.activations += tokens * 2 * KeyValueWidth(s, tp) * bytes.activation;
@@ -523,14 +547,14 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l, 
       // main head and each depth (fp32, as the logits; in the micro-batch's
       // slot until its W, so beside the one being computed).
       const double head_pending = pending_w[r].head_chunk;
-      mem.activations +=
-          head_pending * tokens * s.mtp * ((s.mtp_moe ? moe_grads : dense_grads) + s.c) * bytes.activation;
+      mem.activations += head_pending * tokens * s.mtp *
+                         ((s.mtp_moe ? moe_grads : dense_grads) + s.c) * bytes.activation;
       mem.activations += head_pending * (1 + s.mtp) * tokens *
                          static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
       // fp32 logits of the padded vocabulary and their gradient, in place:
       // the main head's and each depth's.
-      mem.activations +=
-          (1 + s.mtp) * tokens * static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
+      mem.activations += (1 + s.mtp) * tokens *
+                         static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
     }
     if (mem.total() > most.total()) most = mem;
   }
@@ -545,12 +569,14 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   const int world = l.mesh.world, tp = l.mesh.tp, cp = l.mesh.cp;
   LayoutPrediction out;
   out.layout = l;
-  out.micro_batches = static_cast<int>(train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.mesh.dp));
+  out.micro_batches =
+      static_cast<int>(train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.mesh.dp));
   out.memory = EstimateMemory(config, l, ClusterElementBytes(cluster));
   out.schedule = PlannedSchedule(config, l.mesh);
   const int m = out.micro_batches;
   const SharedNode node = SharedNodeFor(cluster, world);
-  const double flops_rate = cluster.peak_tflops() * 1e12 * cluster.compute_efficiency() * node.compute_share;
+  const double flops_rate =
+      cluster.peak_tflops() * 1e12 * cluster.compute_efficiency() * node.compute_share;
   const double memory_rate = cluster.memory_gbps() * 1e9 * node.memory_share;
   const double act_bytes = cluster.activation_bytes();
   const Link tp_link = LinkFor(cluster, tp);
@@ -562,7 +588,8 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
 
   out.stage_layers = PlannedStageLayers(config, s, out.schedule);
   const std::vector<StageLayers> stages = Stages(s, out.schedule, out.stage_layers);
-  double slowest_mb = 0, slowest_compute = 0, slowest_tp = 0, slowest_ep = 0, slowest_cp = 0, slowest_bwd = 0;
+  double slowest_mb = 0, slowest_compute = 0, slowest_tp = 0, slowest_ep = 0, slowest_cp = 0,
+         slowest_bwd = 0;
   for (int r = 0; r < l.mesh.pp; ++r) {
     const StageLayers& st = stages[r];
     const int layers = st.dense + st.moe;
@@ -590,11 +617,12 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
     // the (tokens, c) activation; the embedding and the loss add two, and
     // each prediction depth its layer's four, a lookup's and a loss's.
     const double tp_count = layers * (full ? 6 : 4) + 2 + 6 * depths;
-    const double tp_time = tp_count * AllReduceSeconds(tokens * s.c * act_bytes, tp, tp_link.gbps, tp_link.latency_us);
+    const double tp_time =
+        tp_count * AllReduceSeconds(tokens * s.c * act_bytes, tp, tp_link.gbps, tp_link.latency_us);
     // EP: dispatch and combine, forward and backward, of the k copies of each token.
     const double ep_time = (st.moe + (s.mtp_moe ? depths : 0)) * 4 *
-                           AllToAllSeconds(tokens * s.k * s.c * act_bytes / tp, l.mesh.ep, ep_link.gbps,
-                                           ep_link.latency_us) *
+                           AllToAllSeconds(tokens * s.k * s.c * act_bytes / tp, l.mesh.ep,
+                                           ep_link.gbps, ep_link.latency_us) *
                            (1 - cluster.ep_overlap());
     // CP: each attention's ring. The forward computes cp blocks (each 1 / cp
     // of the rank's attention) while passing its K/V block on cp - 1 times;
@@ -607,8 +635,8 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
       const double forward_block = 2 * tokens * seq * s.attention_width / tp / cp / flops_rate;
       const double backward_block = 2 * forward_block;
       const double forward = (cp - 1) * std::max(0.0, block - forward_block);
-      const double backward =
-          (cp - 1) * std::max(0.0, 2 * block - backward_block) + std::max(0.0, block - backward_block);
+      const double backward = (cp - 1) * std::max(0.0, 2 * block - backward_block) +
+                              std::max(0.0, block - backward_block);
       cp_time = (layers + depths) * ((full ? 2 : 1) * forward + backward);
     }
     const double total = compute + tp_time + ep_time + cp_time;
@@ -640,14 +668,19 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   auto reduce = [&](double params, int n) {
     if (n <= 1 || params == 0) return 0.0;
     const double bytes = params * cluster.grad_bytes();
-    const double buckets = std::ceil(bytes / (config.parallel().dp_bucket_mb() * GradientReducer::kBytesPerMb));
-    return AllReduceSeconds(bytes, n, dp_link.gbps, 0) + buckets * 2.0 * (n - 1) * dp_link.latency_us * 1e-6;
+    const double buckets =
+        std::ceil(bytes / (config.parallel().dp_bucket_mb() * GradientReducer::kBytesPerMb));
+    return AllReduceSeconds(bytes, n, dp_link.gbps, 0) +
+           buckets * 2.0 * (n - 1) * dp_link.latency_us * 1e-6;
   };
-  const double dp_time = reduce(p.dense, DenseReplicas(l.mesh)) + reduce(p.expert, static_cast<int>(edp));
+  const double dp_time =
+      reduce(p.dense, DenseReplicas(l.mesh)) + reduce(p.expert, static_cast<int>(edp));
   t.dp_s = std::max(0.0, dp_time - cluster.dp_overlap() * slowest_bwd);
   // AdamW reads and writes weights, gradient and state of the parameters it owns.
-  const double owned = l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert;
-  t.optimizer_s = 2 * owned * (cluster.weight_bytes() + cluster.grad_bytes() + cluster.optimizer_bytes()) /
+  const double owned =
+      l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert;
+  t.optimizer_s = 2 * owned *
+                  (cluster.weight_bytes() + cluster.grad_bytes() + cluster.optimizer_bytes()) /
                   memory_rate;
   t.overhead_s = cluster.step_overhead_s();
 
@@ -659,7 +692,8 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   return out;
 }
 
-std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const ClusterConfig& cluster, int world) {
+std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const ClusterConfig& cluster,
+                                          int world) {
   const ModelConfig& m = config.model();
   const bool experts = m.has_moe() && m.moe().n_routed_experts() > 0;
   std::vector<LayoutPrediction> plans;
@@ -676,7 +710,8 @@ std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const Clu
           // A split backward's W reads activations full recompute does not keep.
           const bool full_recompute_runs = !SplitsBackward(PlannedSchedule(config, mesh).kind);
           for (int zero : {0, 1}) {
-            for (Recompute::Value recompute : {Recompute::NONE, Recompute::SELECTIVE, Recompute::FULL}) {
+            for (Recompute::Value recompute :
+                 {Recompute::NONE, Recompute::SELECTIVE, Recompute::FULL}) {
               if (recompute == Recompute::FULL && !full_recompute_runs) continue;
               plans.push_back(PredictLayout(config, cluster, {mesh, zero, recompute}));
             }
@@ -685,15 +720,17 @@ std::vector<LayoutPrediction> PlanLayouts(const TrainerConfig& config, const Clu
       }
     }
   }
-  std::stable_sort(plans.begin(), plans.end(), [](const LayoutPrediction& a, const LayoutPrediction& b) {
-    if (a.fits != b.fits) return a.fits;
-    return a.time.step_s() < b.time.step_s();
-  });
+  std::stable_sort(plans.begin(), plans.end(),
+                   [](const LayoutPrediction& a, const LayoutPrediction& b) {
+                     if (a.fits != b.fits) return a.fits;
+                     return a.time.step_s() < b.time.step_s();
+                   });
   return plans;
 }
 
 std::string LayoutName(const PlanLayout& l) {
-  std::string name = absl::StrFormat("tp %d x cp %d x pp %d x dp %d", l.mesh.tp, l.mesh.cp, l.mesh.pp, l.mesh.dp);
+  std::string name =
+      absl::StrFormat("tp %d x cp %d x pp %d x dp %d", l.mesh.tp, l.mesh.cp, l.mesh.pp, l.mesh.dp);
   if (l.mesh.ep > 1) absl::StrAppendFormat(&name, " (ep %d)", l.mesh.ep);
   if (l.zero_stage >= 1) absl::StrAppend(&name, ", ZeRO-1");
   if (l.recompute == Recompute::FULL) absl::StrAppend(&name, ", recompute");
@@ -703,7 +740,8 @@ std::string LayoutName(const PlanLayout& l) {
 
 std::string MemoryText(const MemoryEstimate& memory, const ClusterConfig& cluster) {
   return absl::StrFormat(
-      "%.1f GB per device (weights %.1f, gradients %.1f, optimizer %.1f, activations %.1f) of %.1f usable",
+      "%.1f GB per device (weights %.1f, gradients %.1f, optimizer %.1f, activations %.1f) of %.1f "
+      "usable",
       memory.total() / 1e9, memory.weights / 1e9, memory.grads / 1e9, memory.optimizer / 1e9,
       memory.activations / 1e9, cluster.hbm_bytes() * cluster.usable_memory_fraction() / 1e9);
 }
@@ -722,10 +760,11 @@ std::string ScheduleSummary(const ScheduleSpec& spec) {
 // an even one: Megatron-LM's first and last stages' counts where the others
 // are even, else the whole list.
 std::string SplitSettings(const std::vector<int>& layers) {
-  if (std::adjacent_find(layers.begin(), layers.end(), std::not_equal_to<>()) == layers.end()) return "";
-  const bool middle_even = layers.size() < 4 ||
-                           std::adjacent_find(layers.begin() + 1, layers.end() - 1, std::not_equal_to<>()) ==
-                               layers.end() - 1;
+  if (std::adjacent_find(layers.begin(), layers.end(), std::not_equal_to<>()) == layers.end())
+    return "";
+  const bool middle_even =
+      layers.size() < 4 || std::adjacent_find(layers.begin() + 1, layers.end() - 1,
+                                              std::not_equal_to<>()) == layers.end() - 1;
   if (!middle_even) {
     return absl::StrFormat(" Layers per virtual stage: --set parallel.pipeline_layers=%s.",
                            absl::StrJoin(layers, ","));
@@ -733,39 +772,47 @@ std::string SplitSettings(const std::vector<int>& layers) {
   return absl::StrFormat(
       " Layers: %d on the first virtual stage, %d on the last, %d on each other (--set "
       "parallel.pipeline_first_stage_layers=%d --set parallel.pipeline_last_stage_layers=%d).",
-      layers.front(), layers.back(), layers.size() > 2 ? layers[1] : 0, layers.front(), layers.back());
+      layers.front(), layers.back(), layers.size() > 2 ? layers[1] : 0, layers.front(),
+      layers.back());
 }
 
-std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top) {
+std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster,
+                       int top) {
   const double usable = cluster.hbm_bytes() * cluster.usable_memory_fraction();
   const int rows = std::min<int>(top, static_cast<int>(plans.size()));
   size_t width = std::string("layout").size();
   for (int i = 0; i < rows; ++i) width = std::max(width, LayoutName(plans[i].layout).size());
   std::string text = absl::StrFormat(
-      "cluster %s: %d nodes x %d devices, %.4g TFLOP/s peak %s (%.0f%% achieved), %.1f GB usable of %.1f GB\n",
+      "cluster %s: %d nodes x %d devices, %.4g TFLOP/s peak %s (%.0f%% achieved), %.1f GB usable "
+      "of %.1f GB\n",
       cluster.name(), cluster.nodes(), cluster.devices_per_node(), cluster.peak_tflops(),
-      cluster.shared_compute() ? "per node, shared" : "each", cluster.compute_efficiency() * 100, usable / 1e9,
-      cluster.hbm_bytes() / 1e9);
+      cluster.shared_compute() ? "per node, shared" : "each", cluster.compute_efficiency() * 100,
+      usable / 1e9, cluster.hbm_bytes() / 1e9);
   // The config's schedule, which every pipelined layout runs.
-  const auto pipelined = std::find_if(plans.begin(), plans.end(), [](auto& p) { return p.schedule.stages > 1; });
+  const auto pipelined =
+      std::find_if(plans.begin(), plans.end(), [](auto& p) { return p.schedule.stages > 1; });
   if (pipelined != plans.end()) {
     const ScheduleSpec& spec = pipelined->schedule;
-    absl::StrAppendFormat(&text, "pipeline schedule: %s%s (the bubble column is its idle time with equal stages)\n",
-                          ScheduleKindName(spec.kind),
-                          spec.virtual_stages > 1 ? absl::StrFormat(", %d chunks per rank", spec.virtual_stages)
-                                                  : std::string());
+    absl::StrAppendFormat(
+        &text, "pipeline schedule: %s%s (the bubble column is its idle time with equal stages)\n",
+        ScheduleKindName(spec.kind),
+        spec.virtual_stages > 1 ? absl::StrFormat(", %d chunks per rank", spec.virtual_stages)
+                                : std::string());
   }
-  absl::StrAppendFormat(&text, "%-*s %9s %10s %8s %7s %8s %7s %8s %8s %8s %7s\n", width, "layout", "memory GB",
-                        "step s", "compute", "tp", "ep", "cp", "bubble", "dp+pp", "opt", "MFU");
+  absl::StrAppendFormat(&text, "%-*s %9s %10s %8s %7s %8s %7s %8s %8s %8s %7s\n", width, "layout",
+                        "memory GB", "step s", "compute", "tp", "ep", "cp", "bubble", "dp+pp",
+                        "opt", "MFU");
   for (int i = 0; i < rows; ++i) {
     const LayoutPrediction& p = plans[i];
     const TimeEstimate& t = p.time;
-    absl::StrAppendFormat(&text, "%-*s %9.1f %10.4g %8.3g %7.3g %8.3g %7.3g %8.3g %8.3g %8.3g %6.1f%%%s\n", width,
-                          LayoutName(p.layout), p.memory.total() / 1e9, t.step_s(), t.compute_s, t.tp_s, t.ep_s,
-                          t.cp_s, t.bubble_s, t.dp_s + t.pp_s, t.optimizer_s, p.mfu * 100,
-                          p.fits ? "" : "  (does not fit)");
+    absl::StrAppendFormat(&text,
+                          "%-*s %9.1f %10.4g %8.3g %7.3g %8.3g %7.3g %8.3g %8.3g %8.3g %6.1f%%%s\n",
+                          width, LayoutName(p.layout), p.memory.total() / 1e9, t.step_s(),
+                          t.compute_s, t.tp_s, t.ep_s, t.cp_s, t.bubble_s, t.dp_s + t.pp_s,
+                          t.optimizer_s, p.mfu * 100, p.fits ? "" : "  (does not fit)");
   }
-  const int fitting = static_cast<int>(std::count_if(plans.begin(), plans.end(), [](auto& p) { return p.fits; }));
+  const int fitting =
+      static_cast<int>(std::count_if(plans.begin(), plans.end(), [](auto& p) { return p.fits; }));
   absl::StrAppendFormat(&text, "%d of %d layouts fit in memory.\n", fitting, plans.size());
   if (fitting == 0) {
     return text + "No layout fits: add devices, enable recompute, or shrink the micro-batch.\n";
@@ -777,9 +824,9 @@ std::string PlanReport(const std::vector<LayoutPrediction>& plans, const Cluster
       "best: %s, %s.%s Memory %s. Step %.4g s: compute %.0f%%, TP %.0f%%, EP %.0f%%, "
       "CP %.0f%%, bubble %.0f%%, DP+PP %.0f%%, optimizer %.0f%%; MFU %.1f%%.\n",
       LayoutName(best.layout), ScheduleSummary(best.schedule), SplitSettings(best.stage_layers),
-      MemoryText(best.memory, cluster), t.step_s(),
-      100 * t.compute_s / t.step_s(), 100 * t.tp_s / t.step_s(), 100 * t.ep_s / t.step_s(),
-      100 * t.cp_s / t.step_s(), 100 * t.bubble_s / t.step_s(), 100 * (t.dp_s + t.pp_s) / t.step_s(),
+      MemoryText(best.memory, cluster), t.step_s(), 100 * t.compute_s / t.step_s(),
+      100 * t.tp_s / t.step_s(), 100 * t.ep_s / t.step_s(), 100 * t.cp_s / t.step_s(),
+      100 * t.bubble_s / t.step_s(), 100 * (t.dp_s + t.pp_s) / t.step_s(),
       100 * t.optimizer_s / t.step_s(), best.mfu * 100);
   if (best.layout.mesh.cp > 1) absl::StrAppend(&text, WithoutContextParallelism(plans, cluster));
   return text;

@@ -89,9 +89,9 @@ struct LayoutPrediction {
   std::vector<int> stage_layers;
   MemoryEstimate memory;
   TimeEstimate time;
-  double mfu = 0;            // model FLOPs (no recompute) per device over step time and peak
+  double mfu = 0;              // model FLOPs (no recompute) per device over step time and peak
   double bubble_fraction = 0;  // bubble_s / step
-  bool fits = false;         // memory.total() <= usable HBM
+  bool fits = false;           // memory.total() <= usable HBM
 };
 
 // Bytes per element of what a device holds: weights (with any compute copy),
@@ -113,7 +113,8 @@ DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout&
 
 // Memory per device of the stage that needs most under `layout` (as the
 // header's opening describes), for `config`'s model, batch and schedule.
-MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& layout, const ElementBytes& bytes);
+MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& layout,
+                              const ElementBytes& bytes);
 
 // The prediction for one layout; `config` gives the model, batch, micro-batch
 // and schedule.
@@ -139,7 +140,8 @@ std::string ScheduleSummary(const ScheduleSpec& spec);
 // rows), why the best wins and, where it uses
 // context parallelism, what the best layout without it would be or why none
 // fits.
-std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster, int top);
+std::string PlanReport(const std::vector<LayoutPrediction>& plans, const ClusterConfig& cluster,
+                       int top);
 
 }  // namespace tetra
 

@@ -59,7 +59,8 @@ std::optional<double> MemAvailable() {
   for (std::string line; std::getline(file, line);) {
     const std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
     int64_t kib = 0;
-    if (words.size() >= 2 && words[0] == "MemAvailable:" && absl::SimpleAtoi(words[1], &kib)) return kib * 1024.0;
+    if (words.size() >= 2 && words[0] == "MemAvailable:" && absl::SimpleAtoi(words[1], &kib))
+      return kib * 1024.0;
   }
   return std::nullopt;
 }
@@ -88,17 +89,20 @@ std::optional<HostLimit> CgroupAvailable() {
     const std::vector<std::string> controllers = absl::StrSplit(fields[1], ',');
     const Files* files = nullptr;
     if (fields[0] == "0" && fields[1].empty()) files = &kV2;
-    if (std::find(controllers.begin(), controllers.end(), "memory") != controllers.end()) files = &kV1;
+    if (std::find(controllers.begin(), controllers.end(), "memory") != controllers.end())
+      files = &kV1;
     if (files == nullptr) continue;
     // From the process's cgroup "/a/b" up through "/a" to the root "".
-    for (std::string relative = fields[2] == "/" ? "" : fields[2];; relative.resize(relative.rfind('/'))) {
+    for (std::string relative = fields[2] == "/" ? "" : fields[2];;
+         relative.resize(relative.rfind('/'))) {
       const std::string dir = files->root + relative;
       const std::optional<double> limit = ReadNumber(absl::StrCat(dir, "/", files->limit));
       const std::optional<double> usage = ReadNumber(absl::StrCat(dir, "/", files->usage));
       if (limit && usage) {
-        const double left =
-            std::max(0.0, *limit - *usage + StatValue(absl::StrCat(dir, "/memory.stat"), files->inactive));
-        if (!least || left < least->bytes) least = HostLimit{left, absl::StrCat("the memory cgroup limit of ", dir)};
+        const double left = std::max(
+            0.0, *limit - *usage + StatValue(absl::StrCat(dir, "/memory.stat"), files->inactive));
+        if (!least || left < least->bytes)
+          least = HostLimit{left, absl::StrCat("the memory cgroup limit of ", dir)};
       }
       if (relative.empty() || relative[0] != '/') break;
     }
@@ -111,8 +115,8 @@ struct Part {
   double bytes;
 };
 
-absl::Status Refuse(const char* subject, const std::vector<Part>& parts, int ranks, const std::string& has,
-                    const std::string& hint) {
+absl::Status Refuse(const char* subject, const std::vector<Part>& parts, int ranks,
+                    const std::string& has, const std::string& hint) {
   double total = 0;
   std::vector<std::string> named;
   for (const Part& part : parts) {
@@ -120,10 +124,12 @@ absl::Status Refuse(const char* subject, const std::vector<Part>& parts, int ran
     total += part.bytes;
     named.push_back(absl::StrCat(part.name, " ", Size(part.bytes)));
   }
-  return UserError(absl::StrCat(subject, " needs ", Size(total), " per rank (", absl::StrJoin(named, ", "), ")",
-                                ranks > 1 ? absl::StrCat(" for each of the ", ranks, " ranks on this machine") : "",
-                                " but ", has),
-                   hint);
+  return UserError(
+      absl::StrCat(
+          subject, " needs ", Size(total), " per rank (", absl::StrJoin(named, ", "), ")",
+          ranks > 1 ? absl::StrCat(" for each of the ", ranks, " ranks on this machine") : "",
+          " but ", has),
+      hint);
 }
 
 }  // namespace
@@ -144,7 +150,8 @@ MachineMemory ReadMachineMemory(int host_ranks, bool gpu) {
   if (gpu) {
     const cuda::DeviceMemory device = cuda::CurrentDeviceMemory();
     machine.device_bytes = static_cast<double>(device.free_bytes);
-    machine.device_name = absl::StrFormat("GPU %d (%s)", cuda::CurrentDevice(), cuda::CurrentDeviceName());
+    machine.device_name =
+        absl::StrFormat("GPU %d (%s)", cuda::CurrentDevice(), cuda::CurrentDeviceName());
     const int devices = std::max(1, cuda::DeviceCount());
     machine.device_ranks = (machine.host_ranks + devices - 1) / devices;
   }
@@ -161,11 +168,15 @@ absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layo
   // The GPU computes in bf16 unless told FP32 (AUTO is bf16 there); the CPU
   // in fp32 unless told BF16.
   const Precision::Value precision = config.train().precision();
-  const bool bf16 = training && (precision == Precision::BF16 || (on_device && precision == Precision::AUTO));
+  const bool bf16 =
+      training && (precision == Precision::BF16 || (on_device && precision == Precision::AUTO));
   // fp32 master weights (+ the bf16 compute copy), fp32 gradients, AdamW's two fp32 moments.
-  const ElementBytes bytes = training ? ElementBytes{.weight = bf16 ? 6.0 : 4.0, .grad = 4, .optimizer = 8,
-                                                     .activation = bf16 ? 2.0 : 4.0}
-                                      : ElementBytes{.weight = 4, .grad = 4, .optimizer = 0, .activation = 0};
+  const ElementBytes bytes =
+      training ? ElementBytes{.weight = bf16 ? 6.0 : 4.0,
+                              .grad = 4,
+                              .optimizer = 8,
+                              .activation = bf16 ? 2.0 : 4.0}
+               : ElementBytes{.weight = 4, .grad = 4, .optimizer = 0, .activation = 0};
   MemoryEstimate model = EstimateMemory(config, layout, bytes);
   if (!training) model.activations = 0;  // the estimate's fp32 logits included
   // Every rank generates the whole synthetic stream, int32 tokens.
@@ -179,29 +190,36 @@ absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layo
   const Part data_part = {"synthetic tokens", data};
 
   const std::string data_hint =
-      "lower data.synthetic.num_tokens (it needs only train.steps x global_batch_size x seq_length + 1), or "
+      "lower data.synthetic.num_tokens (it needs only train.steps x global_batch_size x seq_length "
+      "+ 1), or "
       "train fewer steps";
   std::string model_hint;
   if (!training) {
-    model_hint = "tetra export builds the whole model in one process: run it where there is more memory, or "
-                 "export a smaller model";
+    model_hint =
+        "tetra export builds the whole model in one process: run it where there is more memory, or "
+        "export a smaller model";
   } else if (model.activations > model.weights + model.grads + model.optimizer) {
-    model_hint = "shorten train.seq_length or train.micro_batch_size, split each sequence over more ranks "
-                 "(parallel.context), or split the layers over more ranks (parallel.pipeline, or "
-                 "parallel.tensor with sequence_parallel)";
+    model_hint =
+        "shorten train.seq_length or train.micro_batch_size, split each sequence over more ranks "
+        "(parallel.context), or split the layers over more ranks (parallel.pipeline, or "
+        "parallel.tensor with sequence_parallel)";
   } else {
-    model_hint = "split the model over more ranks (parallel.tensor, parallel.pipeline; optimizer.zero_stage 1 "
-                 "shards the AdamW moments over the data-parallel ranks), or use a smaller model";
+    model_hint =
+        "split the model over more ranks (parallel.tensor, parallel.pipeline; optimizer.zero_stage "
+        "1 "
+        "shards the AdamW moments over the data-parallel ranks), or use a smaller model";
   }
-  const std::string host_has =
-      machine.host_bytes ? absl::StrCat("this machine has ", Size(*machine.host_bytes), " available (",
-                                        machine.host_source, ")")
-                         : "";
+  const std::string host_has = machine.host_bytes
+                                   ? absl::StrCat("this machine has ", Size(*machine.host_bytes),
+                                                  " available (", machine.host_source, ")")
+                                   : "";
   const int ranks = machine.host_ranks;
   if (on_device) {
     if (machine.device_bytes && model.total() * machine.device_ranks > *machine.device_bytes) {
-      return Refuse("the model", model_parts, machine.device_ranks,
-                    absl::StrCat(machine.device_name, " has ", Size(*machine.device_bytes), " free"), model_hint);
+      return Refuse(
+          "the model", model_parts, machine.device_ranks,
+          absl::StrCat(machine.device_name, " has ", Size(*machine.device_bytes), " free"),
+          model_hint);
     }
     if (machine.host_bytes && data * ranks > *machine.host_bytes) {
       return Refuse("the training data", {data_part}, ranks, host_has, data_hint);
@@ -211,7 +229,8 @@ absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layo
   if (machine.host_bytes && (model.total() + data) * ranks > *machine.host_bytes) {
     std::vector<Part> parts = model_parts;
     parts.push_back(data_part);
-    return Refuse("the model", parts, ranks, host_has, data > model.total() ? data_hint : model_hint);
+    return Refuse("the model", parts, ranks, host_has,
+                  data > model.total() ? data_hint : model_hint);
   }
   return absl::OkStatus();
 }

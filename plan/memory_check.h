@@ -32,7 +32,7 @@ struct MachineMemory {
   std::string host_source;           // where host_bytes comes from, for the message
   int host_ranks = 1;
   std::optional<double> device_bytes;  // free on this rank's GPU (train.device CUDA)
-  int device_ranks = 1;                 // ranks sharing that GPU (the staged backend's tests)
+  int device_ranks = 1;                // ranks sharing that GPU (the staged backend's tests)
   std::string device_name;             // e.g. "GPU 0 (NVIDIA H200)"
 };
 

@@ -87,6 +87,9 @@ set_tests_properties(reference.hf_directories_match_transformers reference.hf_fa
 add_test(NAME structure.includes_point_up
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/structure/check_include_layers.py)
 set_tests_properties(structure.includes_point_up PROPERTIES LABELS unit TIMEOUT 60)
+# Every C++/CUDA file is formatted as .clang-format says (clang-format 14).
+add_test(NAME structure.clang_format COMMAND ${PROJECT_SOURCE_DIR}/tools/format.sh --check)
+set_tests_properties(structure.clang_format PROPERTIES LABELS unit TIMEOUT 120)
 # The GPU machine's bundle (tools/gpu/make_gpu_bundle.sh) runs a 2-rank job by itself.
 add_test(NAME gpu_bundle.runs_a_two_rank_job_by_itself
          COMMAND ${PROJECT_SOURCE_DIR}/tests/tools/check_gpu_bundle.sh ${PROJECT_BINARY_DIR})

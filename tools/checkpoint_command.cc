@@ -27,17 +27,21 @@ absl::StatusOr<CheckpointReader> OpenCheckpoint(const std::string& dir) {
   // Error codes, not exceptions: DIR may be anything (a symlink loop, a file).
   std::error_code error;
   if (std::filesystem::exists(std::filesystem::path(dir) / kManifestFileName, error) || error) {
-    if (!std::filesystem::exists(std::filesystem::path(dir) / kCompleteMarkerName, error) && !error) {
-      std::cout << "tetra: warning: " << dir << " has no " << kCompleteMarkerName
-                << " marker: its save did not finish, and its manifest cannot be checked against it\n";
+    if (!std::filesystem::exists(std::filesystem::path(dir) / kCompleteMarkerName, error) &&
+        !error) {
+      std::cout
+          << "tetra: warning: " << dir << " has no " << kCompleteMarkerName
+          << " marker: its save did not finish, and its manifest cannot be checked against it\n";
     }
     return CheckpointReader::Open(dir);
   }
-  ASSIGN_OR_RETURN(const std::optional<CheckpointEntry> entry, NewestCompleteCheckpoint(dir, std::cout));
+  ASSIGN_OR_RETURN(const std::optional<CheckpointEntry> entry,
+                   NewestCompleteCheckpoint(dir, std::cout));
   if (!entry) {
-    return UserError(absl::StrCat(dir, " holds no complete checkpoint (no step_NNNNNNNN directory with a ",
-                                  kCompleteMarkerName, " marker)"),
-                     "point at a checkpoint.dir or one of its step directories");
+    return UserError(
+        absl::StrCat(dir, " holds no complete checkpoint (no step_NNNNNNNN directory with a ",
+                     kCompleteMarkerName, " marker)"),
+        "point at a checkpoint.dir or one of its step directories");
   }
   return CheckpointReader::Open(entry->path);
 }
@@ -49,14 +53,16 @@ absl::Status Inspect(const CheckpointReader& reader) {
   std::cout << absl::StrFormat(
       "checkpoint %s (format %d)\n"
       "  step %d, %d samples consumed (global batch %d), seed %d\n"
-      "  written by %d ranks: tensor %d x pipeline %d x data %d, expert %d, virtual stages %d, ZeRO-%d\n"
+      "  written by %d ranks: tensor %d x pipeline %d x data %d, expert %d, virtual stages %d, "
+      "ZeRO-%d\n"
       "  model: %d layers, hidden %d, %d heads (%d key-value), intermediate %d, vocab %d%s\n",
       reader.dir(), m.format_version(), m.state().step(), m.state().consumed_samples(),
-      m.state().global_batch_size(), m.state().seed(), l.world(), l.tensor(), l.pipeline(), l.data(),
-      l.expert(), l.virtual_stages(), l.zero_stage(), model.num_hidden_layers(), model.hidden_size(),
-      model.num_attention_heads(),
+      m.state().global_batch_size(), m.state().seed(), l.world(), l.tensor(), l.pipeline(),
+      l.data(), l.expert(), l.virtual_stages(), l.zero_stage(), model.num_hidden_layers(),
+      model.hidden_size(), model.num_attention_heads(),
       model.num_key_value_heads() ? model.num_key_value_heads() : model.num_attention_heads(),
-      model.intermediate_size(), model.vocab_size(), model.tie_word_embeddings() ? ", tied embeddings" : "");
+      model.intermediate_size(), model.vocab_size(),
+      model.tie_word_embeddings() ? ", tied embeddings" : "");
   int64_t parameters = 0, shards = 0, bytes = 0;
   for (const TensorRecord& tensor : m.tensors()) {
     // Reading the whole tensor checks every shard's size and CRC and that they cover it.
@@ -65,8 +71,9 @@ absl::Status Inspect(const CheckpointReader& reader) {
     if (tensor.kind() == TensorRecord::WEIGHT) parameters += NumElements(shape);
     shards += tensor.shards_size();
     for (const ShardRecord& shard : tensor.shards()) bytes += static_cast<int64_t>(shard.bytes());
-    std::cout << absl::StrFormat("  %-10s %-48s %-12s %d shard%s\n", KindName(tensor.kind()), tensor.name(),
-                                 ShapeString(shape), tensor.shards_size(), tensor.shards_size() == 1 ? "" : "s");
+    std::cout << absl::StrFormat("  %-10s %-48s %-12s %d shard%s\n", KindName(tensor.kind()),
+                                 tensor.name(), ShapeString(shape), tensor.shards_size(),
+                                 tensor.shards_size() == 1 ? "" : "s");
   }
   std::cout << absl::StrFormat(
       "  %d tensors, %d parameters, %d files, %d bytes of data: all %d shard checksums verified\n",
@@ -86,15 +93,16 @@ absl::Status Export(const CheckpointReader& reader, const std::string& out, DTyp
     globals.push_back({tensor.name(), global});
   }
   const std::string& origin = manifest.config().init_from();
-  ASSIGN_OR_RETURN(const std::vector<std::string> copied,
-                   WriteHfModelDirectory(out, globals, manifest.config().model(),
-                                         manifest.config().train().seq_length(), dtype,
-                                         {.metadata = {{"step", absl::StrCat(manifest.state().step())}},
-                                          .origin = origin}));
+  ASSIGN_OR_RETURN(
+      const std::vector<std::string> copied,
+      WriteHfModelDirectory(
+          out, globals, manifest.config().model(), manifest.config().train().seq_length(), dtype,
+          {.metadata = {{"step", absl::StrCat(manifest.state().step())}}, .origin = origin}));
   std::cout << "tetra: wrote " << globals.size() << " tensors of step " << manifest.state().step()
             << " with config.json to " << out << "\n";
   if (!copied.empty()) {
-    std::cout << "tetra: with " << absl::StrJoin(copied, ", ") << " from the run's init_from " << origin << "\n";
+    std::cout << "tetra: with " << absl::StrJoin(copied, ", ") << " from the run's init_from "
+              << origin << "\n";
   }
   return absl::OkStatus();
 }
@@ -103,9 +111,11 @@ absl::Status Export(const CheckpointReader& reader, const std::string& out, DTyp
 
 absl::Status CheckpointCommand(int argc, char** argv) {
   const std::string action = argc >= 3 ? argv[2] : "";
-  if ((action != "inspect" && action != "export") || argc < 4 || std::string(argv[3]).rfind("--", 0) == 0) {
-    return UserError("tetra checkpoint needs an action (inspect or export) and a checkpoint directory",
-                     kUsageHint);
+  if ((action != "inspect" && action != "export") || argc < 4 ||
+      std::string(argv[3]).rfind("--", 0) == 0) {
+    return UserError(
+        "tetra checkpoint needs an action (inspect or export) and a checkpoint directory",
+        kUsageHint);
   }
   const std::string dir = argv[3];
   if (action == "inspect") {
@@ -113,10 +123,12 @@ absl::Status CheckpointCommand(int argc, char** argv) {
     ASSIGN_OR_RETURN(CheckpointReader reader, OpenCheckpoint(dir));
     return Inspect(reader);
   }
-  ASSIGN_OR_RETURN(ParsedFlags flags, ParseFlags(argc, argv, 4, "checkpoint export", {"out", "dtype"}));
+  ASSIGN_OR_RETURN(ParsedFlags flags,
+                   ParseFlags(argc, argv, 4, "checkpoint export", {"out", "dtype"}));
   if (!flags.values.count("out")) {
-    return UserError("tetra checkpoint export needs --out MODEL_DIR",
-                     "tetra checkpoint export DIR --out exported/ (a Hugging Face model directory)");
+    return UserError(
+        "tetra checkpoint export needs --out MODEL_DIR",
+        "tetra checkpoint export DIR --out exported/ (a Hugging Face model directory)");
   }
   ASSIGN_OR_RETURN(const DType dtype, ExportDTypeFlag(flags));
   ASSIGN_OR_RETURN(CheckpointReader reader, OpenCheckpoint(dir));

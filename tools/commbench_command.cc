@@ -38,12 +38,18 @@ constexpr BenchOp kAllOps[] = {BenchOp::kAllReduce, BenchOp::kReduceScatter, Ben
 
 const char* OpName(BenchOp op) {
   switch (op) {
-    case BenchOp::kAllReduce: return "all_reduce";
-    case BenchOp::kReduceScatter: return "reduce_scatter";
-    case BenchOp::kAllGather: return "all_gather";
-    case BenchOp::kAllToAll: return "all_to_all";
-    case BenchOp::kBroadcast: return "broadcast";
-    case BenchOp::kSendRecv: return "send_recv";
+    case BenchOp::kAllReduce:
+      return "all_reduce";
+    case BenchOp::kReduceScatter:
+      return "reduce_scatter";
+    case BenchOp::kAllGather:
+      return "all_gather";
+    case BenchOp::kAllToAll:
+      return "all_to_all";
+    case BenchOp::kBroadcast:
+      return "broadcast";
+    case BenchOp::kSendRecv:
+      return "send_recv";
   }
   return "?";
 }
@@ -53,12 +59,15 @@ const char* OpName(BenchOp op) {
 // is comparable to link speed whatever the rank count.
 double BusFactor(BenchOp op, int n) {
   switch (op) {
-    case BenchOp::kAllReduce: return 2.0 * (n - 1) / n;
+    case BenchOp::kAllReduce:
+      return 2.0 * (n - 1) / n;
     case BenchOp::kReduceScatter:
     case BenchOp::kAllGather:
-    case BenchOp::kAllToAll: return static_cast<double>(n - 1) / n;
+    case BenchOp::kAllToAll:
+      return static_cast<double>(n - 1) / n;
     case BenchOp::kBroadcast:
-    case BenchOp::kSendRecv: return 1;
+    case BenchOp::kSendRecv:
+      return 1;
   }
   return 1;
 }
@@ -81,9 +90,15 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& flag, const std::string& t
   int shift = 0;
   if (!digits.empty()) {
     switch (absl::ascii_toupper(digits.back())) {
-      case 'K': shift = 10; break;
-      case 'M': shift = 20; break;
-      case 'G': shift = 30; break;
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
     }
     if (shift > 0) digits.pop_back();
   }
@@ -95,20 +110,21 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& flag, const std::string& t
   return value << shift;
 }
 
-absl::StatusOr<int64_t> ParsePositive(const std::string& flag, const std::string& text, int64_t min) {
+absl::StatusOr<int64_t> ParsePositive(const std::string& flag, const std::string& text,
+                                      int64_t min) {
   int64_t value = 0;
   if (!absl::SimpleAtoi(text, &value) || value < min) {
-    return UserError(absl::StrCat("tetra commbench: --", flag, " ", text, " is not an integer >= ", min),
-                     absl::StrCat("e.g. --", flag, " ", std::max<int64_t>(min, 2)));
+    return UserError(
+        absl::StrCat("tetra commbench: --", flag, " ", text, " is not an integer >= ", min),
+        absl::StrCat("e.g. --", flag, " ", std::max<int64_t>(min, 2)));
   }
   return value;
 }
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
-  ASSIGN_OR_RETURN(ParsedFlags flags,
-                   ParseFlags(argc, argv, 2, "commbench",
-                              {"op", "group", "min-bytes", "max-bytes", "factor", "iters", "warmup",
-                               "device", "timeout"}));
+  ASSIGN_OR_RETURN(ParsedFlags flags, ParseFlags(argc, argv, 2, "commbench",
+                                                 {"op", "group", "min-bytes", "max-bytes", "factor",
+                                                  "iters", "warmup", "device", "timeout"}));
   Options options;
   auto value = [&](const std::string& name, const std::string& fallback) {
     return flags.values.count(name) ? flags.values.at(name) : fallback;
@@ -118,13 +134,15 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
     if (op == "all" || op == OpName(candidate)) options.ops.push_back(candidate);
   }
   if (options.ops.empty()) {
-    return UserError(absl::StrCat("tetra commbench: --op ", op, " is not an operation"),
-                     "use all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, send_recv or all");
+    return UserError(
+        absl::StrCat("tetra commbench: --op ", op, " is not an operation"),
+        "use all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, send_recv or all");
   }
   options.group = value("group", "world");
   if (options.group != "world" && options.group != "even_odd" && options.group != "pairs") {
-    return UserError(absl::StrCat("tetra commbench: --group ", options.group, " is not a group layout"),
-                     "use world, even_odd (two groups by rank parity) or pairs (ranks 2k and 2k+1)");
+    return UserError(
+        absl::StrCat("tetra commbench: --group ", options.group, " is not a group layout"),
+        "use world, even_odd (two groups by rank parity) or pairs (ranks 2k and 2k+1)");
   }
   ASSIGN_OR_RETURN(options.min_bytes, ParseBytes("min-bytes", value("min-bytes", "8")));
   ASSIGN_OR_RETURN(options.max_bytes, ParseBytes("max-bytes", value("max-bytes", "64M")));
@@ -151,8 +169,8 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
 // The world ranks of this rank's group under the --group layout.
 absl::StatusOr<std::vector<int>> GroupRanks(const std::string& layout, int me, int world_size) {
   if (layout != "world" && world_size % 2 != 0) {
-    return UserError(absl::StrCat("tetra commbench: --group ", layout, " needs an even number of ranks, got ",
-                                  world_size),
+    return UserError(absl::StrCat("tetra commbench: --group ", layout,
+                                  " needs an even number of ranks, got ", world_size),
                      "launch an even number of ranks or use --group world");
   }
   std::vector<int> ranks;
@@ -183,7 +201,9 @@ std::vector<float> Download(const Tensor& t) {
 
 // Inputs are small integers, so every sum is exact and the check is exact.
 float Value(int rank, int64_t i) { return static_cast<float>((i * 7 + rank * 13) % 31 - 15); }
-float Element(int src, int dst, int64_t j) { return static_cast<float>((src * 31 + dst * 7 + j * 3) % 61 - 30); }
+float Element(int src, int dst, int64_t j) {
+  return static_cast<float>((src * 31 + dst * 7 + j * 3) % 61 - 30);
+}
 
 // One operation at one size on this rank: the inputs, what recv must hold
 // after one run, and how to start it. `bytes` and `count` are nccl-tests'
@@ -198,7 +218,8 @@ struct Case {
 // Null when `bytes` is too small for one element per block.
 std::optional<Case> MakeCase(BenchOp op, Communicator& comm, int64_t bytes) {
   const int n = comm.size(), me = comm.rank();
-  const bool blocked = op == BenchOp::kReduceScatter || op == BenchOp::kAllGather || op == BenchOp::kAllToAll;
+  const bool blocked =
+      op == BenchOp::kReduceScatter || op == BenchOp::kAllGather || op == BenchOp::kAllToAll;
   const int64_t c = bytes / static_cast<int64_t>(sizeof(float)) / (blocked ? n : 1);
   if (c == 0) return std::nullopt;
   Case k;
@@ -211,13 +232,18 @@ std::optional<Case> MakeCase(BenchOp op, Communicator& comm, int64_t bytes) {
   };
   switch (op) {
     case BenchOp::kAllReduce:
-      for (int64_t i = 0; i < c; ++i) k.send.push_back(Value(me, i)), k.expected.push_back(sum_over_ranks(i));
-      k.start = [&comm](const Tensor& s, const Tensor& r) { return comm.AllReduceAsync(s, r, ReduceOp::kSum); };
+      for (int64_t i = 0; i < c; ++i)
+        k.send.push_back(Value(me, i)), k.expected.push_back(sum_over_ranks(i));
+      k.start = [&comm](const Tensor& s, const Tensor& r) {
+        return comm.AllReduceAsync(s, r, ReduceOp::kSum);
+      };
       break;
     case BenchOp::kReduceScatter:
       for (int64_t i = 0; i < n * c; ++i) k.send.push_back(Value(me, i));
       for (int64_t j = 0; j < c; ++j) k.expected.push_back(sum_over_ranks(me * c + j));
-      k.start = [&comm](const Tensor& s, const Tensor& r) { return comm.ReduceScatterAsync(s, r, ReduceOp::kSum); };
+      k.start = [&comm](const Tensor& s, const Tensor& r) {
+        return comm.ReduceScatterAsync(s, r, ReduceOp::kSum);
+      };
       break;
     case BenchOp::kAllGather:
       for (int64_t j = 0; j < c; ++j) k.send.push_back(Value(me, j));
@@ -228,7 +254,8 @@ std::optional<Case> MakeCase(BenchOp op, Communicator& comm, int64_t bytes) {
       break;
     case BenchOp::kAllToAll:
       for (int q = 0; q < n; ++q) {
-        for (int64_t j = 0; j < c; ++j) k.send.push_back(Element(me, q, j)), k.expected.push_back(Element(q, me, j));
+        for (int64_t j = 0; j < c; ++j)
+          k.send.push_back(Element(me, q, j)), k.expected.push_back(Element(q, me, j));
       }
       k.start = [&comm](const Tensor& s, const Tensor& r) { return comm.AllToAllAsync(s, r); };
       break;
@@ -240,11 +267,14 @@ std::optional<Case> MakeCase(BenchOp op, Communicator& comm, int64_t bytes) {
     case BenchOp::kSendRecv: {
       // A ring: each rank sends to the next and receives from the previous.
       const int next = (me + 1) % n, prev = (me + n - 1) % n;
-      for (int64_t j = 0; j < c; ++j) k.send.push_back(Element(me, next, j)), k.expected.push_back(Element(prev, me, j));
+      for (int64_t j = 0; j < c; ++j)
+        k.send.push_back(Element(me, next, j)), k.expected.push_back(Element(prev, me, j));
       // One grouped exchange: ungrouped, NCCL refuses it at world size 1
       // (a send to oneself) and deadlocks it from 2 up (every rank waits in
       // its receive).
-      k.start = [&comm, next, prev](const Tensor& s, const Tensor& r) { return comm.SendRecvAsync(s, next, r, prev); };
+      k.start = [&comm, next, prev](const Tensor& s, const Tensor& r) {
+        return comm.SendRecvAsync(s, next, r, prev);
+      };
       break;
     }
   }
@@ -300,7 +330,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> BenchCommunicator(std::unique_ptr<
   }
   const int local_rank = LocalRank();
   const cudaError_t set = cudaSetDevice(local_rank % devices);
-  TETRA_CHECK(set == cudaSuccess) << "cudaSetDevice(" << local_rank % devices << "): " << cudaGetErrorString(set);
+  TETRA_CHECK(set == cudaSuccess) << "cudaSetDevice(" << local_rank % devices
+                                  << "): " << cudaGetErrorString(set);
   RETURN_IF_ERROR(AgreeOnStatus(*host, LoadNccl().status()));
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(host)));
 #else
@@ -317,8 +348,9 @@ absl::Status CommbenchCommand(int argc, char** argv) {
   std::unique_ptr<Communicator> world = MpiWorld(options.timeout_s);
   ASSIGN_OR_RETURN(const std::vector<int> group_ranks,
                    GroupRanks(options.group, world->rank(), world->size()));
-  std::unique_ptr<Communicator> host_group =
-      options.group == "world" ? MpiWorld(options.timeout_s) : world->Split(group_ranks, options.group);
+  std::unique_ptr<Communicator> host_group = options.group == "world"
+                                                 ? MpiWorld(options.timeout_s)
+                                                 : world->Split(group_ranks, options.group);
   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                    BenchCommunicator(std::move(host_group), options.device));
 
@@ -348,16 +380,17 @@ absl::Status CommbenchCommand(int argc, char** argv) {
       busbw_sum += busbw;
       ++rows;
       if (printer) {
-        std::cout << absl::StrFormat("%14d %12d %6s %6s %11.2f %9.3f %9.3f %7d\n", k->bytes, k->count,
-                                     "float", reduces ? "sum" : "none", row.seconds * 1e6, algbw,
-                                     busbw, row.wrong)
+        std::cout << absl::StrFormat("%14d %12d %6s %6s %11.2f %9.3f %9.3f %7d\n", k->bytes,
+                                     k->count, "float", reduces ? "sum" : "none", row.seconds * 1e6,
+                                     algbw, busbw, row.wrong)
                   << std::flush;
       }
     }
   }
   if (printer) {
-    std::cout << absl::StrFormat("# Avg bus bandwidth    : %.3f GB/s\n# Wrong elements       : %d\n",
-                                 rows > 0 ? busbw_sum / rows : 0.0, total_wrong);
+    std::cout << absl::StrFormat(
+        "# Avg bus bandwidth    : %.3f GB/s\n# Wrong elements       : %d\n",
+        rows > 0 ? busbw_sum / rows : 0.0, total_wrong);
   }
   if (total_wrong > 0) {
     return absl::InternalError(absl::StrCat("tetra commbench: ", total_wrong,

@@ -42,7 +42,8 @@ constexpr char kUsage[] =
     "  tetra train  --config FILE.textproto [--set path.to.field=value ...]\n"
     "  tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]\n"
     "  tetra plan   --config FILE.textproto --world N [--json] [--gpus-per-node G] [--set ...]\n"
-    "  tetra plan   --config FILE.textproto --cluster CLUSTER.textproto [--world N] [--json] [--set ...]\n"
+    "  tetra plan   --config FILE.textproto --cluster CLUSTER.textproto [--world N] [--json] "
+    "[--set ...]\n"
     "  tetra report --out DIR [--config F --cluster C] RUN.jsonl ...\n"
     "  tetra checkpoint inspect DIR | export DIR --out MODEL_DIR [--dtype f32|bf16]\n"
     "  mpirun -np N tetra commbench [--op all_reduce|...|all] [--group world|even_odd|pairs] ...\n";
@@ -51,7 +52,8 @@ void PrintError(const absl::Status& status) {
   std::cerr << "tetra: error: " << status.message() << "\n" << std::flush;
 }
 
-absl::StatusOr<TrainerConfig> ConfigFromFlags(const ParsedFlags& flags, const std::string& command) {
+absl::StatusOr<TrainerConfig> ConfigFromFlags(const ParsedFlags& flags,
+                                              const std::string& command) {
   auto config = flags.values.find("config");
   if (config == flags.values.end()) {
     return UserError(absl::StrCat("tetra ", command, " needs --config FILE.textproto"),
@@ -74,7 +76,8 @@ absl::Status TrainCommand(int argc, char** argv) {
     world = std::make_unique<SelfCommunicator>();
   }
   ASSIGN_OR_RETURN(world, MakeTrainingWorld(config, std::move(world), std::cout));
-  ASSIGN_OR_RETURN(const ParallelState parallel, ParallelState::Create(config.parallel(), std::move(world)));
+  ASSIGN_OR_RETURN(const ParallelState parallel,
+                   ParallelState::Create(config.parallel(), std::move(world)));
   absl::Status status = Train(config, parallel, std::cout).status();
   if (!status.ok() && session) {
     // Other ranks may be inside a collective: finalising MPI could wait for
@@ -93,13 +96,14 @@ absl::Status ExportCommand(int argc, char** argv) {
     return UserError("tetra export needs --out DIR", "tetra export --config F --out exported/");
   }
   ASSIGN_OR_RETURN(const DType dtype, ExportDTypeFlag(flags));
-  RETURN_IF_ERROR(CheckRankMemory(config, PlanLayout{}, MemoryUse::kWeights, ReadMachineMemory(1, /*gpu=*/false)));
+  RETURN_IF_ERROR(CheckRankMemory(config, PlanLayout{}, MemoryUse::kWeights,
+                                  ReadMachineMemory(1, /*gpu=*/false)));
   LanguageModel model(config.model(), config.train().seed());
-  if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), model.parameters()));
+  if (!config.init_from().empty())
+    RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), model.parameters()));
   SelfCommunicator self;
   return ExportWeights(flags.values.at("out"), model.parameters(), config.model(),
-                       config.train().seq_length(), dtype,
-                       self, /*write=*/true);
+                       config.train().seq_length(), dtype, self, /*write=*/true);
 }
 
 int Run(int argc, char** argv) {

@@ -15,9 +15,12 @@ namespace tetra {
 absl::StatusOr<MetricsLine> ParseMetricsLine(const std::string& line) {
   size_t at = 0;
   absl::StatusOr<JsonValue> json = ParseJson(line, &at);
-  if (!json.ok()) return absl::InvalidArgumentError(absl::StrCat(json.status().message(), " at character ", at + 1));
+  if (!json.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat(json.status().message(), " at character ", at + 1));
   if (json->kind != JsonValue::Kind::kObject) {
-    return absl::InvalidArgumentError(absl::StrCat("expected an object, not ", JsonKindName(json->kind)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected an object, not ", JsonKindName(json->kind)));
   }
   MetricsLine fields;
   for (size_t i = 0; i < json->keys.size(); ++i) {
@@ -27,8 +30,8 @@ absl::StatusOr<MetricsLine> ParseMetricsLine(const std::string& line) {
     } else if (value.kind == JsonValue::Kind::kNull) {  // a non-finite number
       fields[json->keys[i]] = std::numeric_limits<double>::quiet_NaN();
     } else if (value.kind != JsonValue::Kind::kString) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("field \"", json->keys[i], "\" is ", JsonKindName(value.kind), ", not a number"));
+      return absl::InvalidArgumentError(absl::StrCat("field \"", json->keys[i], "\" is ",
+                                                     JsonKindName(value.kind), ", not a number"));
     }
   }
   return fields;
@@ -39,31 +42,35 @@ namespace {
 // The first line's "schedule" (parallel.schedule's name, a string) and
 // "virtual_stages"; runs from before they were written ran 1F1B (interleaved
 // where virtual_stages says so) and default to it.
-absl::Status ReadSchedule(const std::string& path, const std::string& first_text, const MetricsLine& first,
-                          RunLayout* layout) {
-  const absl::StatusOr<JsonValue> json = ParseJson(first_text);  // parsed once already: it is an object
-  if (const JsonValue* schedule = json.ok() ? json->Find("schedule") : nullptr; schedule != nullptr) {
+absl::Status ReadSchedule(const std::string& path, const std::string& first_text,
+                          const MetricsLine& first, RunLayout* layout) {
+  const absl::StatusOr<JsonValue> json =
+      ParseJson(first_text);  // parsed once already: it is an object
+  if (const JsonValue* schedule = json.ok() ? json->Find("schedule") : nullptr;
+      schedule != nullptr) {
     if (schedule->kind != JsonValue::Kind::kString ||
         !ParallelConfig::Schedule_Parse(schedule->string, &layout->schedule)) {
-      return UserError(absl::StrCat(path, ": the first line's schedule is ",
-                                    schedule->kind == JsonValue::Kind::kString ? UserText(schedule->string)
-                                                                               : JsonKindName(schedule->kind),
-                                    ", not a parallel.schedule name"),
-                       "pass the metrics of a run written by tetra train");
+      return UserError(
+          absl::StrCat(path, ": the first line's schedule is ",
+                       schedule->kind == JsonValue::Kind::kString ? UserText(schedule->string)
+                                                                  : JsonKindName(schedule->kind),
+                       ", not a parallel.schedule name"),
+          "pass the metrics of a run written by tetra train");
     }
   }
   const double v = first.count("virtual_stages") ? first.at("virtual_stages") : 1;
   if (!(v >= 1 && v <= 1 << 20 && v == std::floor(v))) {
-    return UserError(absl::StrCat(path, ": the first line's virtual_stages is ", v, ", not a size from 1 to 2^20"),
+    return UserError(absl::StrCat(path, ": the first line's virtual_stages is ", v,
+                                  ", not a size from 1 to 2^20"),
                      "pass the metrics of a run written by tetra train");
   }
   layout->virtual_stages = static_cast<int>(v);
   if (const absl::StatusOr<ScheduleSpec> spec = RunScheduleSpec(*layout); !spec.ok()) {
     const std::string what(spec.status().message());
     return UserError(absl::StrCat(path, ": the first line's schedule ",
-                                  ParallelConfig::Schedule_Name(layout->schedule), " with virtual_stages ",
-                                  layout->virtual_stages, " cannot be what ran: ",
-                                  what.substr(0, what.find("\nhint: "))),
+                                  ParallelConfig::Schedule_Name(layout->schedule),
+                                  " with virtual_stages ", layout->virtual_stages,
+                                  " cannot be what ran: ", what.substr(0, what.find("\nhint: "))),
                      "pass the metrics of a run written by tetra train");
   }
   return absl::OkStatus();
@@ -94,9 +101,9 @@ double Median(std::vector<double> values) {
 }
 
 absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string content,
-                   ReadInputFile(path, "metrics file",
-                                 "pass the log.metrics_path files of finished runs"));
+  ASSIGN_OR_RETURN(
+      const std::string content,
+      ReadInputFile(path, "metrics file", "pass the log.metrics_path files of finished runs"));
   std::istringstream file(content);
   std::vector<MetricsLine> lines;
   std::string text, first_text;
@@ -105,25 +112,30 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
     if (lines.empty()) first_text = text;
     absl::StatusOr<MetricsLine> line = ParseMetricsLine(text);
     if (!line.ok()) {
-      return UserError(absl::StrCat(path, " line ", number, " is not a metrics object: ", line.status().message()),
+      return UserError(absl::StrCat(path, " line ", number,
+                                    " is not a metrics object: ", line.status().message()),
                        "pass files written by tetra train's log.metrics_path");
     }
     lines.push_back(*std::move(line));
   }
-  if (lines.empty()) return UserError(absl::StrCat(path, " holds no steps"), "pass the metrics of a run that ran");
+  if (lines.empty())
+    return UserError(absl::StrCat(path, " holds no steps"), "pass the metrics of a run that ran");
   const MetricsLine& first = lines.front();
   if (!first.count("world_size")) {
-    return UserError(absl::StrCat(path, " has no run layout (world_size, tensor, ...) on its first line"),
-                     "rerun with this tetra version, which writes the layout with the first step");
+    return UserError(
+        absl::StrCat(path, " has no run layout (world_size, tensor, ...) on its first line"),
+        "rerun with this tetra version, which writes the layout with the first step");
   }
   RunSummary run;
   run.path = path;
   run.steps = static_cast<int>(lines.size());
-  auto integer = [&](const char* name) { return first.count(name) ? static_cast<int>(first.at(name)) : 0; };
+  auto integer = [&](const char* name) {
+    return first.count(name) ? static_cast<int>(first.at(name)) : 0;
+  };
   // The layout's sizes: positive whole numbers (ints, as the config has them)
   // whose product is the world size.
-  for (const char* name : {"world_size", "tensor", "pipeline", "data", "expert", "global_batch_size",
-                           "micro_batch_size", "seq_length"}) {
+  for (const char* name : {"world_size", "tensor", "pipeline", "data", "expert",
+                           "global_batch_size", "micro_batch_size", "seq_length"}) {
     const double value = first.count(name) ? first.at(name) : 0;
     if (!(value >= 1 && value <= std::numeric_limits<int>::max() && value == std::floor(value))) {
       return UserError(absl::StrCat(path, ": the first line's ", name, " is ", value,
@@ -134,13 +146,15 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
   const int tensor = integer("tensor"), pipeline = integer("pipeline"), data = integer("data");
   // Runs from before context parallelism wrote no "context": 1.
   const double context_value = first.count("context") ? first.at("context") : 1;
-  const int context = context_value >= 1 && context_value <= 1 << 20 && context_value == std::floor(context_value)
-                          ? static_cast<int>(context_value)
-                          : 0;
+  const int context =
+      context_value >= 1 && context_value <= 1 << 20 && context_value == std::floor(context_value)
+          ? static_cast<int>(context_value)
+          : 0;
   if (context == 0 || int64_t{tensor} * context * pipeline * data != integer("world_size") ||
       (int64_t{data} * context) % integer("expert") != 0) {
-    return UserError(absl::StrCat(path, ": the first line's layout (world_size ", integer("world_size"), ", tensor ",
-                                  tensor, ", context ", context_value, ", pipeline ", pipeline, ", data ", data,
+    return UserError(absl::StrCat(path, ": the first line's layout (world_size ",
+                                  integer("world_size"), ", tensor ", tensor, ", context ",
+                                  context_value, ", pipeline ", pipeline, ", data ", data,
                                   ", expert ", integer("expert"), ") is not one a run can have"),
                      "pass the metrics of a run written by tetra train");
   }

@@ -24,7 +24,8 @@ absl::StatusOr<MetricsLine> ParseMetricsLine(const std::string& line);
 
 struct RunSummary {
   std::string path;
-  RunLayout layout;  // the first line's run fields (schedule and virtual_stages: 1F1B, 1 when absent)
+  RunLayout
+      layout;     // the first line's run fields (schedule and virtual_stages: 1F1B, 1 when absent)
   int steps = 0;  // lines read
   // Medians over steps 2..N (step 1 alone when the run has one step).
   double step_time_s = 0, best_step_time_s = 0, tokens_per_s = 0;

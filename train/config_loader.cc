@@ -121,11 +121,10 @@ std::string Quoted(const std::string& message, std::string_view open) {
 // (UserText), so a hostile path never floods the terminal.
 std::string ShownPath(std::string_view path) {
   constexpr size_t kMaxPlainChars = 128;
-  const bool plain = path.size() <= kMaxPlainChars &&
-                     std::all_of(path.begin(), path.end(), [](char c) {
-                       return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
-                              c == '.';
-                     });
+  const bool plain =
+      path.size() <= kMaxPlainChars && std::all_of(path.begin(), path.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+      });
   return plain ? std::string(path) : UserText(path);
 }
 
@@ -139,10 +138,9 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
     // protobuf's message quotes the offending token whole; a long or binary
     // one is shown short.
     constexpr size_t kMaxPlainChars = 200;
-    const bool plain = message.size() <= kMaxPlainChars &&
-                       std::all_of(message.begin(), message.end(), [](char c) {
-                         return c >= 0x20 && c < 0x7f;
-                       });
+    const bool plain =
+        message.size() <= kMaxPlainChars &&
+        std::all_of(message.begin(), message.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
     what_ = where + (plain ? message : UserText(message, kMaxPlainChars));
     hint_ = "the config is protobuf text format; see configs/tiny_dense.textproto";
     // protobuf 3.21 says: Message type "tetra.ModelConfig" has no field named "x".
@@ -175,16 +173,26 @@ class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
 // The field's default as `--set` would take it, for examples in hints.
 std::string DefaultText(const FieldDescriptor* field) {
   switch (field->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: return absl::StrCat(field->default_value_int32());
-    case FieldDescriptor::CPPTYPE_INT64: return absl::StrCat(field->default_value_int64());
-    case FieldDescriptor::CPPTYPE_UINT32: return absl::StrCat(field->default_value_uint32());
-    case FieldDescriptor::CPPTYPE_UINT64: return absl::StrCat(field->default_value_uint64());
-    case FieldDescriptor::CPPTYPE_DOUBLE: return absl::StrCat(field->default_value_double());
-    case FieldDescriptor::CPPTYPE_FLOAT: return absl::StrCat(field->default_value_float());
-    case FieldDescriptor::CPPTYPE_BOOL: return field->default_value_bool() ? "true" : "false";
-    case FieldDescriptor::CPPTYPE_ENUM: return field->default_value_enum()->name();
-    case FieldDescriptor::CPPTYPE_STRING: return "VALUE";
-    case FieldDescriptor::CPPTYPE_MESSAGE: break;
+    case FieldDescriptor::CPPTYPE_INT32:
+      return absl::StrCat(field->default_value_int32());
+    case FieldDescriptor::CPPTYPE_INT64:
+      return absl::StrCat(field->default_value_int64());
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return absl::StrCat(field->default_value_uint32());
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return absl::StrCat(field->default_value_uint64());
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return absl::StrCat(field->default_value_double());
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return absl::StrCat(field->default_value_float());
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return field->default_value_bool() ? "true" : "false";
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return field->default_value_enum()->name();
+    case FieldDescriptor::CPPTYPE_STRING:
+      return "VALUE";
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
   }
   return "VALUE";
 }
@@ -302,17 +310,16 @@ absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
     const Descriptor* type = message->GetDescriptor();
     const FieldDescriptor* field = type->FindFieldByName(parts[i]);
     if (field == nullptr) {
-      return UserError(
-          absl::StrCat("--set ", ShownPath(path), ": ", type->name(), " has no field ",
-                       UserText(parts[i])),
-          NearestFieldHint(type, parts[i]));
+      return UserError(absl::StrCat("--set ", ShownPath(path), ": ", type->name(), " has no field ",
+                                    UserText(parts[i])),
+                       NearestFieldHint(type, parts[i]));
     }
     bool last = i + 1 == parts.size();
     if (field->is_repeated()) {
       if (!last || field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-        return UserError(absl::StrCat("--set ", ShownPath(path), ": ", parts[i],
-                                      " is a repeated message field"),
-                         "set it in the config file");
+        return UserError(
+            absl::StrCat("--set ", ShownPath(path), ": ", parts[i], " is a repeated message field"),
+            "set it in the config file");
       }
       // A comma list replaces the whole field ("" empties it).
       message->GetReflection()->ClearField(message, field);
@@ -323,10 +330,10 @@ absl::Status ApplyOverride(std::string_view assignment, TrainerConfig* config) {
     }
     if (!last) {
       if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
-        const std::string scalar_path =
-            absl::StrJoin(parts.begin(), parts.begin() + i + 1, ".");
+        const std::string scalar_path = absl::StrJoin(parts.begin(), parts.begin() + i + 1, ".");
         return UserError(
-            absl::StrCat("--set ", ShownPath(path), ": ", parts[i], " is a scalar and has no fields"),
+            absl::StrCat("--set ", ShownPath(path), ": ", parts[i],
+                         " is a scalar and has no fields"),
             absl::StrCat("set it directly, e.g. --set ", scalar_path, "=", DefaultText(field)));
       }
       message = message->GetReflection()->MutableMessage(message, field);
@@ -353,9 +360,11 @@ void ApplyScheduleDefaults(TrainerConfig* config) {
   }
 }
 
-absl::StatusOr<TrainerConfig> LoadRecipe(const std::string& path, const std::vector<std::string>& overrides) {
+absl::StatusOr<TrainerConfig> LoadRecipe(const std::string& path,
+                                         const std::vector<std::string>& overrides) {
   ASSIGN_OR_RETURN(TrainerConfig config, LoadConfigFile(path));
-  for (const std::string& assignment : overrides) RETURN_IF_ERROR(ApplyOverride(assignment, &config));
+  for (const std::string& assignment : overrides)
+    RETURN_IF_ERROR(ApplyOverride(assignment, &config));
   RETURN_IF_ERROR(TakeModelFromHfDirectory(&config));
   ApplyScheduleDefaults(&config);
   return config;

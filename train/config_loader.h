@@ -37,12 +37,12 @@ void ApplyScheduleDefaults(TrainerConfig* config);
 // order, TakeModelFromHfDirectory (the model of init_from's config.json),
 // ApplyScheduleDefaults. No check against a world size (tetra plan and
 // report weigh layouts of any size).
-absl::StatusOr<TrainerConfig> LoadRecipe(const std::string& path, const std::vector<std::string>& overrides);
+absl::StatusOr<TrainerConfig> LoadRecipe(const std::string& path,
+                                         const std::vector<std::string>& overrides);
 
 // LoadRecipe, then ValidateConfig for a job of `world_size` ranks.
 absl::StatusOr<TrainerConfig> LoadConfig(const std::string& path,
-                                         const std::vector<std::string>& overrides,
-                                         int world_size);
+                                         const std::vector<std::string>& overrides, int world_size);
 
 }  // namespace tetra
 

@@ -23,7 +23,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeTrainingWorld(const TrainerCon
                                                                 std::ostream& progress) {
   CommBackend::Value backend = config.parallel().comm_backend();
   if (config.train().device() != Device::CUDA) {
-    if (backend == CommBackend::MPI && world->size() > 1) return std::make_unique<StagedCommunicator>(std::move(world));
+    if (backend == CommBackend::MPI && world->size() > 1)
+      return std::make_unique<StagedCommunicator>(std::move(world));
     return world;
   }
 #if TETRA_HAVE_CUDA
@@ -35,20 +36,23 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeTrainingWorld(const TrainerCon
     usable = UserError(absl::StrCat("train.device is CUDA, but this rank sees no GPU: ", why),
                        "run on a GPU machine (check nvidia-smi), or set train.device to CPU");
   } else if (backend == CommBackend::NCCL && ranks_here > devices) {
-    usable = UserError(absl::StrFormat("parallel.comm_backend is NCCL, but %d ranks share this machine's %d GPUs "
-                                       "and NCCL takes one GPU per rank",
-                                       ranks_here, devices),
-                       absl::StrFormat("launch at most %d ranks per machine, or set parallel.comm_backend to MPI "
-                                       "(staged through host memory: for tests, not speed)",
-                                       devices));
+    usable = UserError(
+        absl::StrFormat("parallel.comm_backend is NCCL, but %d ranks share this machine's %d GPUs "
+                        "and NCCL takes one GPU per rank",
+                        ranks_here, devices),
+        absl::StrFormat("launch at most %d ranks per machine, or set parallel.comm_backend to MPI "
+                        "(staged through host memory: for tests, not speed)",
+                        devices));
   }
   RETURN_IF_ERROR(AgreeOnStatus(*world, std::move(usable)));
   if (backend == CommBackend::AUTO) {
     backend = ranks_here <= devices ? CommBackend::NCCL : CommBackend::MPI;
     if (backend == CommBackend::MPI && world->rank() == 0) {
       progress << absl::StrFormat(
-          "tetra: warning: %d ranks share this machine's %d GPUs, which NCCL cannot do: tensors move through "
-          "host memory and MPI (parallel.comm_backend MPI), correct but slow; launch one rank per GPU for speed\n",
+          "tetra: warning: %d ranks share this machine's %d GPUs, which NCCL cannot do: tensors "
+          "move through "
+          "host memory and MPI (parallel.comm_backend MPI), correct but slow; launch one rank per "
+          "GPU for speed\n",
           ranks_here, devices);
     }
   }

@@ -19,17 +19,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-absl::Status NotWritable(const std::string& field, const std::string& path, const std::string& cause) {
+absl::Status NotWritable(const std::string& field, const std::string& path,
+                         const std::string& cause) {
   return UserError(absl::StrCat(field, " ", path, " cannot be written: ", cause),
-                   absl::StrCat("point ", field, " at a place this job can write (it is checked before the "
+                   absl::StrCat("point ", field,
+                                " at a place this job can write (it is checked before the "
                                 "first step, so no run ends with its output lost)"));
 }
 
 // Creates `dir`, the directory of `path` (the value of `field`).
-absl::Status CreateDirectory(const std::string& field, const std::string& path, const std::string& dir) {
+absl::Status CreateDirectory(const std::string& field, const std::string& path,
+                             const std::string& dir) {
   std::error_code error;
   if (!dir.empty()) fs::create_directories(dir, error);
-  if (error) return NotWritable(field, path, absl::StrCat("creating directory ", dir, ": ", error.message()));
+  if (error)
+    return NotWritable(field, path,
+                       absl::StrCat("creating directory ", dir, ": ", error.message()));
   return absl::OkStatus();
 }
 
@@ -42,12 +47,15 @@ absl::Status CheckWritableDirectory(const std::string& field, const std::string&
   // Named by host and pid: ranks probing one shared directory never collide.
   const std::string probe = absl::StrCat(dir, "/.tetra_write_probe.", host, ".", getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return NotWritable(field, dir, absl::StrCat("creating a file in it: ", std::strerror(errno)));
+  if (fd < 0)
+    return NotWritable(field, dir, absl::StrCat("creating a file in it: ", std::strerror(errno)));
   const bool written = ::write(fd, "x", 1) == 1;
   const int write_error = errno;
   ::close(fd);
   ::unlink(probe.c_str());
-  if (!written) return NotWritable(field, dir, absl::StrCat("writing a file in it: ", std::strerror(write_error)));
+  if (!written)
+    return NotWritable(field, dir,
+                       absl::StrCat("writing a file in it: ", std::strerror(write_error)));
   return absl::OkStatus();
 }
 
@@ -67,7 +75,8 @@ absl::Status CheckOutputsWritable(const TrainerConfig& config, Communicator& wor
   const LogConfig& log = config.log();
   std::vector<std::pair<const char*, const std::string*>> directories, files;
   if (world.rank() == 0) {
-    directories = {{"export_path", &config.export_path()}, {"log.tensorboard_dir", &log.tensorboard_dir()}};
+    directories = {{"export_path", &config.export_path()},
+                   {"log.tensorboard_dir", &log.tensorboard_dir()}};
     files = {{"log.metrics_path", &log.metrics_path()}, {"log.trace_path", &log.trace_path()}};
   }
   directories.emplace_back("checkpoint.dir", &config.checkpoint().dir());

@@ -29,9 +29,12 @@ bool StopRequest::Agreed(Communicator& world) const {
 
 const char* StopRequest::SignalName() const {
   switch (received_signal) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    default: return "a signal on another rank";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    default:
+      return "a signal on another rank";
   }
 }
 

@@ -35,7 +35,8 @@ TrainStep::TrainStep(const TrainerConfig& config, const ParallelState& parallel,
       rank_batch_(global_batch_ / parallel.batch().size()),
       context_{.size = parallel.context().size(), .rank = parallel.context().rank()} {}
 
-absl::Status TrainStep::LoadMicroBatch(SampleSource& source, int64_t first, int32_t* inputs, int32_t* targets) {
+absl::Status TrainStep::LoadMicroBatch(SampleSource& source, int64_t first, int32_t* inputs,
+                                       int32_t* targets) {
   if (context_.size == 1) return source.Load(first, micro_, inputs, targets);
   whole_inputs_.resize(micro_ * seq_);
   whole_targets_.resize(micro_ * seq_);
@@ -55,7 +56,8 @@ absl::Status TrainStep::Run(int64_t step, StepMetrics& m) {
       [&](int k, int32_t* inputs, int32_t* targets) {
         return LoadMicroBatch(data_, first_sample + k * micro_, inputs, targets);
       },
-      1.0f / static_cast<float>(tokens_per_step()), [&](int64_t ready) { optimizer_.GradientsReadyFrom(ready); });
+      1.0f / static_cast<float>(tokens_per_step()),
+      [&](int64_t ready) { optimizer_.GradientsReadyFrom(ready); });
   // Gradients finish on every rank, failed or not, so that a failed load ends
   // the step everywhere here instead of leaving the others in a collective.
   const FinalizedGradients gradients = optimizer_.FinalizeGradients();
@@ -63,7 +65,8 @@ absl::Status TrainStep::Run(int64_t step, StepMetrics& m) {
   // After the gradient buckets, which share the loss group's communicator.
   m.loss = StepLoss(parallel_, *loss_sum, static_cast<double>(tokens_per_step()));
   if (config_.model().num_nextn_predict_layers() > 0) {
-    m.mtp_loss = StepLoss(parallel_, model_.TakeMtpLossSum(), static_cast<double>(tokens_per_step()));
+    m.mtp_loss =
+        StepLoss(parallel_, model_.TakeMtpLossSum(), static_cast<double>(tokens_per_step()));
   }
 
   const ScopedSpan optimizer_span(SpanKind::kOptimizer);
@@ -71,9 +74,11 @@ absl::Status TrainStep::Run(int64_t step, StepMetrics& m) {
   if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
     return UserError(
         absl::StrFormat("training diverged at step %d: loss %g, gradient norm %g (weights were "
-                        "not updated)", step, m.loss, m.grad_norm),
+                        "not updated)",
+                        step, m.loss, m.grad_norm),
         absl::StrFormat("lower optimizer.lr (now %g), add optimizer.warmup_steps, or keep "
-                        "optimizer.clip_grad > 0", config_.optimizer().lr()),
+                        "optimizer.clip_grad > 0",
+                        config_.optimizer().lr()),
         absl::StatusCode::kInternal);
   }
   m.lr = LearningRate(config_.optimizer(), step, config_.train().steps());
@@ -91,17 +96,20 @@ absl::Status TrainStep::Run(int64_t step, StepMetrics& m) {
 void TrainStep::AddBubble(StepMetrics& m) const {
   if (parallel_.pipeline().size() == 1) return;
   // Mean over ranks of the time each waited on its pipeline neighbours.
-  m.bubble_fraction = SumOverRanks(parallel_.world(), executor_.wait_seconds() / executor_.step_seconds()) /
-                      parallel_.world().size();
+  m.bubble_fraction =
+      SumOverRanks(parallel_.world(), executor_.wait_seconds() / executor_.step_seconds()) /
+      parallel_.world().size();
 }
 
 absl::StatusOr<double> TrainStep::Evaluate(SampleSource& validation) {
   const int64_t samples =
-      std::min(config_.log().eval_batches() * global_batch_, validation.samples_per_epoch()) / micro_ * micro_;
+      std::min(config_.log().eval_batches() * global_batch_, validation.samples_per_epoch()) /
+      micro_ * micro_;
   if (samples == 0) {
-    return UserError(absl::StrCat("data.valid_path holds ", validation.samples_per_epoch(),
-                                  " samples of ", seq_, " tokens, fewer than one micro-batch of ", micro_),
-                     "use a larger validation set or a smaller train.micro_batch_size");
+    return UserError(
+        absl::StrCat("data.valid_path holds ", validation.samples_per_epoch(), " samples of ", seq_,
+                     " tokens, fewer than one micro-batch of ", micro_),
+        "use a larger validation set or a smaller train.micro_batch_size");
   }
   Communicator& batch = parallel_.batch();
   const int64_t micro_batches = samples / micro_;
@@ -109,7 +117,8 @@ absl::StatusOr<double> TrainStep::Evaluate(SampleSource& validation) {
   const int64_t mine = (micro_batches - batch.rank() + batch.size() - 1) / batch.size();
   const absl::StatusOr<double> loss_sum = executor_.EvaluateLoss(
       [&](int k, int32_t* inputs, int32_t* targets) {
-        return LoadMicroBatch(validation, (batch.rank() + k * batch.size()) * micro_, inputs, targets);
+        return LoadMicroBatch(validation, (batch.rank() + k * batch.size()) * micro_, inputs,
+                              targets);
       },
       static_cast<int>(mine));
   RETURN_IF_ERROR(AgreeOnStatus(parallel_.world(), loss_sum.status()));

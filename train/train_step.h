@@ -54,7 +54,8 @@ class TrainStep {
  private:
   // Samples first .. first + micro_ - 1 of `source` into the executor's
   // buffers: this rank's chunks of each under context parallelism.
-  absl::Status LoadMicroBatch(SampleSource& source, int64_t first, int32_t* inputs, int32_t* targets);
+  absl::Status LoadMicroBatch(SampleSource& source, int64_t first, int32_t* inputs,
+                              int32_t* targets);
 
   const TrainerConfig& config_;
   const ParallelState& parallel_;

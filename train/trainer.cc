@@ -56,11 +56,12 @@ std::string RunSummary(const std::vector<StepMetrics>& steps, double seconds) {
   const size_t window = std::min<size_t>(100, steps.size());
   double mean = 0;
   for (size_t i = steps.size() - window; i < steps.size(); ++i) mean += steps[i].loss / window;
-  std::string line = absl::StrFormat("tetra: done: %d steps in %.1f s | loss %.4f (mean of the last %d steps)",
-                                     steps.size(), seconds, mean, window);
+  std::string line =
+      absl::StrFormat("tetra: done: %d steps in %.1f s | loss %.4f (mean of the last %d steps)",
+                      steps.size(), seconds, mean, window);
   if (steps.back().loss_floor) {
-    absl::StrAppendFormat(&line, ", %.4f nats above the data's floor %.4f", mean - *steps.back().loss_floor,
-                          *steps.back().loss_floor);
+    absl::StrAppendFormat(&line, ", %.4f nats above the data's floor %.4f",
+                          mean - *steps.back().loss_floor, *steps.back().loss_floor);
   }
   return line;
 }
@@ -101,8 +102,10 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
   const double peak_tflops = PlaceOnDevice(config, &placement);
   // Before the data and the model take any memory; every rank stops if one must.
   const PlanLayout layout{.mesh = mesh, .zero_stage = config.optimizer().zero_stage()};
-  const MachineMemory machine = ReadMachineMemory(RanksOnThisMachine(), train.device() == Device::CUDA);
-  RETURN_IF_ERROR(AgreeOnStatus(parallel.world(), CheckRankMemory(config, layout, MemoryUse::kTraining, machine)));
+  const MachineMemory machine =
+      ReadMachineMemory(RanksOnThisMachine(), train.device() == Device::CUDA);
+  RETURN_IF_ERROR(AgreeOnStatus(parallel.world(),
+                                CheckRankMemory(config, layout, MemoryUse::kTraining, machine)));
   // Progress and metrics come from one rank; the others compute the same numbers.
   std::ostream null_stream(nullptr);
   std::ostream& progress = parallel.is_logging_rank() ? progress_stream : null_stream;
@@ -115,21 +118,25 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
 
   ASSIGN_OR_RETURN(StagePartition partition, PartitionStages(config));
   const int pipeline_rank = parallel.pipeline().rank();
-  LanguageModel model(config.model(), train.seed(),
-                      {&parallel.tensor(), config.parallel().sequence_parallel(),
-                       /*flat_multiple=*/GradientReducer::PaddedSize(1, parallel.grad().size()),
-                       partition.Chunks(pipeline_rank), &parallel.expert(),
-                       /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, parallel.expert_data().size()),
-                       &parallel.context()});
+  LanguageModel model(
+      config.model(), train.seed(),
+      {&parallel.tensor(), config.parallel().sequence_parallel(),
+       /*flat_multiple=*/GradientReducer::PaddedSize(1, parallel.grad().size()),
+       partition.Chunks(pipeline_rank), &parallel.expert(),
+       /*expert_flat_multiple=*/GradientReducer::PaddedSize(1, parallel.expert_data().size()),
+       &parallel.context()});
   model.set_mtp_loss_scaling_factor(train.mtp_loss_scaling_factor());
   if (train.recompute() == Recompute::FULL) model.set_full_recompute(train.recompute_layers());
   if (train.recompute() == Recompute::SELECTIVE) model.set_selective_recompute();
   ParameterStore& store = model.parameters();
-  if (!config.init_from().empty()) RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), store));
+  if (!config.init_from().empty())
+    RETURN_IF_ERROR(LoadWeights(config.init_from(), config.model(), store));
   ModelOptimizer optimizer(model, config, parallel);
-  ASSIGN_OR_RETURN(std::vector<Action> schedule, MakeSchedule(config, parallel.batch().size(), pipeline_rank));
+  ASSIGN_OR_RETURN(std::vector<Action> schedule,
+                   MakeSchedule(config, parallel.batch().size(), pipeline_rank));
   // Under context parallelism each rank runs its chunks of every sequence.
-  PipelineExecutor executor(model, parallel.pipeline(), std::move(schedule), train.micro_batch_size(),
+  PipelineExecutor executor(model, parallel.pipeline(), std::move(schedule),
+                            train.micro_batch_size(),
                             train.seq_length() / parallel.context().size());
   TrainStep train_step(config, parallel, *data.loader, model, optimizer, executor);
   const double flops_per_step =
@@ -138,24 +145,28 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
   // pipeline, leaving out the last stage's copy of the embedding table. Each
   // expert-parallel rank holds 1 / ep of the routed experts.
   const Parameter* table_copy = model.embedding_copy();
-  const int64_t copied =
-      table_copy && !model.chunk(0).has_embedding ? tetra::NumElements(table_copy->global_shape) : 0;
+  const int64_t copied = table_copy && !model.chunk(0).has_embedding
+                             ? tetra::NumElements(table_copy->global_shape)
+                             : 0;
   const double num_parameters =
       SumOverRanks(parallel.pipeline(), store.GlobalNumElements() - copied +
                                             (mesh.ep - 1) * store.ExpertGlobalNumElements());
 
   progress << absl::StrFormat(
-      "tetra: %d-layer model, %.0f parameters | %d ranks (tensor %d x context %d x pipeline %d x data %d%s), %d threads "
-      "each | "
-      "data: %s | %d steps of %d tokens\n",
-      config.model().num_hidden_layers(), num_parameters, mesh.world, mesh.tp, mesh.cp, mesh.pp, mesh.dp,
-      config.optimizer().zero_stage() == 1 ? ", ZeRO-1" : "", cpu::CpuThreads(), data.description,
-      train.steps(), train_step.tokens_per_step())
+                  "tetra: %d-layer model, %.0f parameters | %d ranks (tensor %d x context %d x "
+                  "pipeline %d x data %d%s), %d threads "
+                  "each | "
+                  "data: %s | %d steps of %d tokens\n",
+                  config.model().num_hidden_layers(), num_parameters, mesh.world, mesh.tp, mesh.cp,
+                  mesh.pp, mesh.dp, config.optimizer().zero_stage() == 1 ? ", ZeRO-1" : "",
+                  cpu::CpuThreads(), data.description, train.steps(), train_step.tokens_per_step())
            << std::flush;
-  for (const std::string& warning : ConfigWarnings(config)) progress << "tetra: warning: " << warning << "\n";
+  for (const std::string& warning : ConfigWarnings(config))
+    progress << "tetra: warning: " << warning << "\n";
 
-  ASSIGN_OR_RETURN(const int64_t resumed, ResumeFromCheckpoint(config, store, optimizer.dense(),
-                                                               optimizer.experts(), parallel, progress));
+  ASSIGN_OR_RETURN(const int64_t resumed,
+                   ResumeFromCheckpoint(config, store, optimizer.dense(), optimizer.experts(),
+                                        parallel, progress));
   std::optional<MetricsLog> metrics;
   std::optional<TensorBoardWriter> tensorboard;
   absl::Status opened = [&]() -> absl::Status {
@@ -171,7 +182,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
   RETURN_IF_ERROR(AgreeOnStatus(parallel.world(), std::move(opened)));
   std::optional<TraceWriter> trace;
   if (!config.log().trace_path().empty()) {
-    ASSIGN_OR_RETURN(StepRange trace_steps, ParseTraceSteps(config.log().trace_steps(), train.steps()));
+    ASSIGN_OR_RETURN(StepRange trace_steps,
+                     ParseTraceSteps(config.log().trace_steps(), train.steps()));
     trace.emplace(config.log().trace_path(), trace_steps);
   }
   std::optional<StopRequest> stop_request;  // with somewhere to save, a signal stops cleanly
@@ -205,8 +217,12 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
     }
     AddStepTiming(parallel.world(), mesh, timing, m);
     if (step == resumed + 1) {  // a report reads the run's layout from its first line
-      m.run = RunLayout{mesh, train.global_batch_size(), train.micro_batch_size(), train.seq_length(),
-                        config.optimizer().zero_stage(), config.parallel().schedule(),
+      m.run = RunLayout{mesh,
+                        train.global_batch_size(),
+                        train.micro_batch_size(),
+                        train.seq_length(),
+                        config.optimizer().zero_stage(),
+                        config.parallel().schedule(),
                         config.parallel().virtual_stages()};
     }
     m.tokens_per_s = train_step.tokens_per_step() / m.step_time_s;
@@ -218,7 +234,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
     m.optimizer_bytes = memory.optimizer_bytes;
     train_step.AddBubble(m);
     const int eval_interval = config.log().eval_interval();
-    if (data.validation && ((eval_interval > 0 && step % eval_interval == 0) || step == train.steps())) {
+    if (data.validation &&
+        ((eval_interval > 0 && step % eval_interval == 0) || step == train.steps())) {
       ASSIGN_OR_RETURN(m.val_loss, train_step.Evaluate(*data.validation));
     }
     if (metrics) RETURN_IF_ERROR(metrics->Append(m));
@@ -231,13 +248,15 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
 
     const bool stop = stop_request && stop_request->Agreed(parallel.world());
     if (stop || CheckpointDue(config.checkpoint(), step, train.steps())) {
-      ASSIGN_OR_RETURN(const std::string saved,
-                       SaveCheckpoint(config, step, store, optimizer.dense(), optimizer.experts(), parallel));
+      ASSIGN_OR_RETURN(
+          const std::string saved,
+          SaveCheckpoint(config, step, store, optimizer.dense(), optimizer.experts(), parallel));
       progress << "tetra: checkpoint saved to " << saved << "\n" << std::flush;
     }
     if (stop) {
       progress << "tetra: stopped by " << stop_request->SignalName() << " after step " << step
-               << "; resume by running the same command\n" << std::flush;
+               << "; resume by running the same command\n"
+               << std::flush;
       return result;
     }
   }
@@ -246,8 +265,8 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
   // rank when ep is 1) of every pipeline stage take part.
   if (!config.export_path().empty() && parallel.expert_data().rank() == 0) {
     RETURN_IF_ERROR(ExportWeights(config.export_path(), store, config.model(), train.seq_length(),
-                                  DType::kF32, parallel.tensor(), parallel.is_logging_rank(), &parallel.expert(),
-                                  &parallel.pipeline(), config.init_from()));
+                                  DType::kF32, parallel.tensor(), parallel.is_logging_rank(),
+                                  &parallel.expert(), &parallel.pipeline(), config.init_from()));
     progress << "tetra: weights exported to " << config.export_path() << "\n";
   }
   return result;

@@ -10,16 +10,18 @@
 #include "core/logging.h"
 
 // Failed CUDA and NCCL calls are broken invariants: fatal, with file:line.
-#define TETRA_NCCL_CUDA_CHECK(call)                                                        \
-  do {                                                                                     \
-    const cudaError_t tetra_cuda_rc = (call);                                              \
-    TETRA_CHECK(tetra_cuda_rc == cudaSuccess) << #call << ": " << cudaGetErrorString(tetra_cuda_rc); \
+#define TETRA_NCCL_CUDA_CHECK(call)                            \
+  do {                                                         \
+    const cudaError_t tetra_cuda_rc = (call);                  \
+    TETRA_CHECK(tetra_cuda_rc == cudaSuccess)                  \
+        << #call << ": " << cudaGetErrorString(tetra_cuda_rc); \
   } while (0)
-#define TETRA_NCCL_CHECK(call)                                                             \
-  do {                                                                                     \
-    const ncclResult_t tetra_nccl_rc = (call);                                             \
-    TETRA_CHECK(tetra_nccl_rc == ncclSuccess) << #call << ": " << Nccl().GetErrorString(tetra_nccl_rc) \
-                                              << " (" << Nccl().GetLastError(nullptr) << ")";          \
+#define TETRA_NCCL_CHECK(call)                                           \
+  do {                                                                   \
+    const ncclResult_t tetra_nccl_rc = (call);                           \
+    TETRA_CHECK(tetra_nccl_rc == ncclSuccess)                            \
+        << #call << ": " << Nccl().GetErrorString(tetra_nccl_rc) << " (" \
+        << Nccl().GetLastError(nullptr) << ")";                          \
   } while (0)
 
 namespace tetra {
@@ -27,11 +29,16 @@ namespace {
 
 ncclDataType_t NcclType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF16: return ncclFloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kF64: return ncclFloat64;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kF64:
+      return ncclFloat64;
   }
   TETRA_CHECK(false) << "unknown dtype";
   return ncclFloat32;
@@ -41,9 +48,12 @@ ncclRedOp_t NcclOp(ReduceOp op, DType dtype, const char* op_name) {
   TETRA_CHECK(op != ReduceOp::kMean || dtype != DType::kI32)
       << op_name << ": mean of I32 is not defined (integer division); reduce with sum";
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMean: return ncclAvg;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMean:
+      return ncclAvg;
   }
   return ncclSum;
 }
@@ -65,7 +75,8 @@ NcclCommunicator::NcclCommunicator(std::unique_ptr<Communicator> host, cudaStrea
   TETRA_NCCL_CUDA_CHECK(cudaMemsetAsync(barrier_word_, 0, sizeof(int), stream_));
 }
 
-std::unique_ptr<NcclCommunicator> NcclCommunicator::OnOwnStream(std::unique_ptr<Communicator> host) {
+std::unique_ptr<NcclCommunicator> NcclCommunicator::OnOwnStream(
+    std::unique_ptr<Communicator> host) {
   auto stream = std::make_shared<cuda::Stream>();
   auto comm = std::make_unique<NcclCommunicator>(std::move(host), stream->get());
   comm->own_stream_ = std::move(stream);
@@ -93,15 +104,16 @@ CommHandle NcclCommunicator::Watch(std::function<std::string()> describe) {
   auto poll = [comm, event] {
     ncclResult_t async_error = ncclSuccess;
     TETRA_NCCL_CHECK(Nccl().CommGetAsyncError(comm, &async_error));
-    TETRA_CHECK(async_error == ncclSuccess) << "NCCL asynchronous error: "
-                                           << Nccl().GetErrorString(async_error) << " ("
-                                           << Nccl().GetLastError(comm) << ")";
+    TETRA_CHECK(async_error == ncclSuccess)
+        << "NCCL asynchronous error: " << Nccl().GetErrorString(async_error) << " ("
+        << Nccl().GetLastError(comm) << ")";
     const cudaError_t state = cudaEventQuery(event.get());
     if (state == cudaErrorNotReady) return false;
     TETRA_NCCL_CUDA_CHECK(state);
     return true;
   };
-  return CommHandle(std::move(poll), std::move(describe), timeout_s(), [comm] { Nccl().CommAbort(comm); });
+  return CommHandle(std::move(poll), std::move(describe), timeout_s(),
+                    [comm] { Nccl().CommAbort(comm); });
 }
 
 CommHandle NcclCommunicator::StartAllReduce(const Tensor& send, const Tensor& recv, ReduceOp op) {
@@ -118,8 +130,8 @@ CommHandle NcclCommunicator::StartReduceScatter(const Tensor& send, const Tensor
                                                 ReduceOp op) {
   const ncclRedOp_t nccl_op = NcclOp(op, send.dtype(), "reduce_scatter");
   AfterCurrentStream();
-  TETRA_NCCL_CHECK(Nccl().ReduceScatter(send.raw(), recv.raw(), recv.numel(), NcclType(send.dtype()),
-                                        nccl_op, comm_, stream_));
+  TETRA_NCCL_CHECK(Nccl().ReduceScatter(send.raw(), recv.raw(), recv.numel(),
+                                        NcclType(send.dtype()), nccl_op, comm_, stream_));
   return Watch([this, op, count = send.numel(), dtype = send.dtype()] {
     return DescribeOp(*this, OpWithReduction("reduce_scatter", op), count, dtype);
   });
@@ -135,8 +147,7 @@ CommHandle NcclCommunicator::StartAllGather(const Tensor& send, const Tensor& re
 }
 
 void NcclCommunicator::EnqueueAllToAll(const Tensor& send, const std::vector<int64_t>& send_counts,
-                                       const std::vector<int64_t>& send_offsets,
-                                       const Tensor& recv,
+                                       const std::vector<int64_t>& send_offsets, const Tensor& recv,
                                        const std::vector<int64_t>& recv_counts,
                                        const std::vector<int64_t>& recv_offsets) {
   const ncclDataType_t type = NcclType(send.dtype());
@@ -176,7 +187,8 @@ CommHandle NcclCommunicator::StartAllToAllV(const Tensor& send,
   int64_t sent = 0, received = 0;
   for (int r = 0; r < size(); ++r) sent += send_counts[r], received += recv_counts[r];
   return Watch([this, sent, received, dtype = send.dtype()] {
-    return DescribeOp(*this, "all_to_all_v", sent, dtype, absl::StrCat("(", received, " received)"));
+    return DescribeOp(*this, "all_to_all_v", sent, dtype,
+                      absl::StrCat("(", received, " received)"));
   });
 }
 
@@ -190,7 +202,8 @@ CommHandle NcclCommunicator::StartBroadcast(const Tensor& buffer, int root) {
 }
 
 CommHandle NcclCommunicator::StartSend(const Tensor& buffer, int peer, int tag) {
-  TETRA_CHECK(tag == 0) << "send: NCCL has no tags (got " << tag << "); order the transfers instead";
+  TETRA_CHECK(tag == 0) << "send: NCCL has no tags (got " << tag
+                        << "); order the transfers instead";
   AfterCurrentStream();
   TETRA_NCCL_CHECK(
       Nccl().Send(buffer.raw(), buffer.numel(), NcclType(buffer.dtype()), peer, comm_, stream_));
@@ -200,7 +213,8 @@ CommHandle NcclCommunicator::StartSend(const Tensor& buffer, int peer, int tag) 
 }
 
 CommHandle NcclCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) {
-  TETRA_CHECK(tag == 0) << "recv: NCCL has no tags (got " << tag << "); order the transfers instead";
+  TETRA_CHECK(tag == 0) << "recv: NCCL has no tags (got " << tag
+                        << "); order the transfers instead";
   AfterCurrentStream();
   TETRA_NCCL_CHECK(
       Nccl().Recv(buffer.raw(), buffer.numel(), NcclType(buffer.dtype()), peer, comm_, stream_));
@@ -209,26 +223,33 @@ CommHandle NcclCommunicator::StartRecv(const Tensor& buffer, int peer, int tag) 
   });
 }
 
-CommHandle NcclCommunicator::StartSendRecv(const Tensor& send, int to, const Tensor& recv, int from) {
+CommHandle NcclCommunicator::StartSendRecv(const Tensor& send, int to, const Tensor& recv,
+                                           int from) {
   AfterCurrentStream();
   TETRA_NCCL_CHECK(Nccl().GroupStart());
-  TETRA_NCCL_CHECK(Nccl().Send(send.raw(), send.numel(), NcclType(send.dtype()), to, comm_, stream_));
-  TETRA_NCCL_CHECK(Nccl().Recv(recv.raw(), recv.numel(), NcclType(recv.dtype()), from, comm_, stream_));
+  TETRA_NCCL_CHECK(
+      Nccl().Send(send.raw(), send.numel(), NcclType(send.dtype()), to, comm_, stream_));
+  TETRA_NCCL_CHECK(
+      Nccl().Recv(recv.raw(), recv.numel(), NcclType(recv.dtype()), from, comm_, stream_));
   TETRA_NCCL_CHECK(Nccl().GroupEnd());
-  return Watch([this, send, to, recv, from] { return DescribeSendRecv(*this, send, to, recv, from); });
+  return Watch(
+      [this, send, to, recv, from] { return DescribeSendRecv(*this, send, to, recv, from); });
 }
 
 CommHandle NcclCommunicator::StartBarrier() {
   AfterCurrentStream();
-  TETRA_NCCL_CHECK(Nccl().AllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream_));
+  TETRA_NCCL_CHECK(
+      Nccl().AllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream_));
   return Watch([this] { return absl::StrCat("barrier on ", DescribeGroup(*this)); });
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::Split(const std::vector<int>& world_ranks,
                                                       const std::string& name) {
-  std::unique_ptr<Communicator> host = host_->Split(world_ranks, name);  // collective over this group
+  std::unique_ptr<Communicator> host =
+      host_->Split(world_ranks, name);  // collective over this group
   // A group of one moves nothing: no NCCL communicator (and its buffers) for it.
-  if (host->size() == 1) return std::make_unique<SelfCommunicator>(host->ranks()[0], name, timeout_s());
+  if (host->size() == 1)
+    return std::make_unique<SelfCommunicator>(host->ranks()[0], name, timeout_s());
   auto comm = std::make_unique<NcclCommunicator>(std::move(host), stream_);
   comm->own_stream_ = own_stream_;
   return comm;

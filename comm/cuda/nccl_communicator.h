@@ -91,7 +91,7 @@ class NcclCommunicator : public Communicator {
   std::shared_ptr<cuda::Stream> own_stream_;  // set by OnOwnStream; stream_ is it
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
-  int* barrier_word_ = nullptr;  // device memory for StartBarrier
+  int* barrier_word_ = nullptr;      // device memory for StartBarrier
   cuda::Event current_stream_done_;  // for AfterCurrentStream
 };
 

@@ -13,19 +13,21 @@ namespace tetra {
 absl::StatusOr<NcclLibrary> OpenNcclLibrary(const char* file) {
   void* handle = dlopen(file, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    return UserError(absl::StrCat("NCCL is needed for GPU communication but ", file, " cannot be loaded: ",
-                                  dlerror()),
-                     "install NCCL (the CUDA toolkit's, or `pip install nvidia-nccl-cu13`) and add the "
-                     "directory holding libnccl.so.2 to LD_LIBRARY_PATH");
+    return UserError(
+        absl::StrCat("NCCL is needed for GPU communication but ", file,
+                     " cannot be loaded: ", dlerror()),
+        "install NCCL (the CUDA toolkit's, or `pip install nvidia-nccl-cu13`) and add the "
+        "directory holding libnccl.so.2 to LD_LIBRARY_PATH");
   }
   NcclLibrary nccl{};
   absl::Status missing;
   auto resolve = [&](auto& function, const char* name) {
     function = reinterpret_cast<std::remove_reference_t<decltype(function)>>(dlsym(handle, name));
     if (function == nullptr && missing.ok()) {
-      missing = UserError(absl::StrCat("the ", file, " found has no ", name, ": it is older than the NCCL ",
-                                       NCCL_MAJOR, ".", NCCL_MINOR, " tetra is built against"),
-                          "put a newer NCCL's directory first on LD_LIBRARY_PATH");
+      missing = UserError(
+          absl::StrCat("the ", file, " found has no ", name, ": it is older than the NCCL ",
+                       NCCL_MAJOR, ".", NCCL_MINOR, " tetra is built against"),
+          "put a newer NCCL's directory first on LD_LIBRARY_PATH");
     }
   };
   resolve(nccl.GetUniqueId, "ncclGetUniqueId");

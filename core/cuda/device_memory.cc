@@ -28,7 +28,8 @@ bool PoolReady() {
   int supported = 0;
   TETRA_CUDA_CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
   if (!supported) {
-    TETRA_LOG() << "warning: GPU " << device << " has no stream-ordered memory pool: device memory comes from "
+    TETRA_LOG() << "warning: GPU " << device
+                << " has no stream-ordered memory pool: device memory comes from "
                 << "cudaMalloc and cudaFree, which wait for the device";
     without_pool.insert(device);
     return false;

@@ -20,7 +20,8 @@ inline float __bfloat162float(__nv_bfloat16 h) {
 inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return {static_cast<unsigned short>((bits >> 16) | 0x40u)};
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return {static_cast<unsigned short>((bits >> 16) | 0x40u)};
   bits += 0x7fffu + ((bits >> 16) & 1u);  // round half to even
   return {static_cast<unsigned short>(bits >> 16)};
 }

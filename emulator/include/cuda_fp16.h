@@ -35,8 +35,8 @@ inline __half __float2half_rn(float f) {
   // From 65520 (halfway between fp16's largest, 65504, and 2^16) up: infinity.
   if (magnitude >= 0x477ff000u) return {static_cast<unsigned short>(sign | 0x7c00u)};
   if (magnitude < 0x38800000u) {  // below the smallest normal: in units of 2^-24, to nearest even
-    return {static_cast<unsigned short>(sign | static_cast<unsigned short>(
-                                                   std::nearbyint(std::fabs(f) * 0x1p24f)))};
+    return {static_cast<unsigned short>(
+        sign | static_cast<unsigned short>(std::nearbyint(std::fabs(f) * 0x1p24f)))};
   }
   magnitude += 0xfffu + ((magnitude >> 13) & 1u);  // round half to even
   return {static_cast<unsigned short>(sign | ((magnitude - 0x38000000u) >> 13))};

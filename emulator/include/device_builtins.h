@@ -106,8 +106,8 @@ inline unsigned __float_as_uint(float f) {
 }
 
 // CUDA's global min and max overloads.
-#define TETRA_EMULATOR_MIN_MAX(T)                       \
-  inline T min(T a, T b) { return b < a ? b : a; }      \
+#define TETRA_EMULATOR_MIN_MAX(T)                  \
+  inline T min(T a, T b) { return b < a ? b : a; } \
   inline T max(T a, T b) { return a < b ? b : a; }
 TETRA_EMULATOR_MIN_MAX(int)
 TETRA_EMULATOR_MIN_MAX(unsigned)

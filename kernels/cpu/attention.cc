@@ -150,7 +150,7 @@ struct Layout {
     return (b * shape.q_heads + h) * shape.seq + t;
   }
   int64_t QRow(int64_t b, int64_t t) const { return b * shape.seq + t; }  // query t's row
-  int64_t KRow(int64_t b, int64_t j) const { return b * keys + j; }        // key j's row
+  int64_t KRow(int64_t b, int64_t j) const { return b * keys + j; }       // key j's row
   // Keys that query tile [t0, t0 + rows) sees: a prefix of the key sequence.
   int64_t TileKeys(int64_t t0, int64_t rows) const { return shape.causal ? t0 + rows : keys; }
   const AttentionShape shape;
@@ -171,8 +171,8 @@ struct Layout {
 // uninitialised: every step writes its part before reading it.
 struct TileScratch {
   explicit TileScratch(const Layout& l)
-      : buffer(std::make_unique_for_overwrite<float[]>(
-            (2 * l.keys + l.dim + l.value_dim + 2) * kTileRows)),
+      : buffer(std::make_unique_for_overwrite<float[]>((2 * l.keys + l.dim + l.value_dim + 2) *
+                                                       kTileRows)),
         scores(buffer.get()),
         grad_scores(scores + l.keys * kTileRows),
         q_t(grad_scores + l.keys * kTileRows),
@@ -209,11 +209,19 @@ float Dot(const float* a, const float* b, int64_t n) {
 // Scores of query tile [t0, t0 + rows) against its keys [0, l.TileKeys(t0,
 // rows)), as S^T (keys, kTileRows) in `scores`: raw q.k, with the causal
 // mask as -inf when the attention is causal.
-void TileScores(const Layout& l, const float* q_t, const float* k_head, int64_t t0,
-                int64_t rows, float* scores) {
+void TileScores(const Layout& l, const float* q_t, const float* k_head, int64_t t0, int64_t rows,
+                float* scores) {
   const int64_t keys = l.TileKeys(t0, rows);
-  RunGemm({.m = keys, .n = rows, .depth = l.dim, .a = k_head, .a_row = l.k_row,
-           .a_col = 1, .b = q_t, .ldb = kTileRows, .c = scores, .ldc = kTileRows,
+  RunGemm({.m = keys,
+           .n = rows,
+           .depth = l.dim,
+           .a = k_head,
+           .a_row = l.k_row,
+           .a_col = 1,
+           .b = q_t,
+           .ldb = kTileRows,
+           .c = scores,
+           .ldc = kTileRows,
            .accumulate = false});
   if (!l.shape.causal) return;
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
@@ -257,9 +265,17 @@ void ForwardTile(const Layout& l, const float* q, const float* k, const float* v
 
   // out rows = (P V) / denominator.
   float* out_tile = out + l.OutOffset(b, t0, h);
-  RunGemm({.m = rows, .n = l.value_dim, .depth = keys, .a = scores, .a_row = 1,
-           .a_col = kTileRows, .b = v + l.VOffset(b, 0, g), .ldb = l.v_row, .c = out_tile,
-           .ldc = l.out_row, .accumulate = false});
+  RunGemm({.m = rows,
+           .n = l.value_dim,
+           .depth = keys,
+           .a = scores,
+           .a_row = 1,
+           .a_col = kTileRows,
+           .b = v + l.VOffset(b, 0, g),
+           .ldb = l.v_row,
+           .c = out_tile,
+           .ldc = l.out_row,
+           .accumulate = false});
   for (int64_t i = 0; i < rows; ++i) {
     const float inv = 1.0f / denom[i];
     float* row = out_tile + i * l.out_row;
@@ -273,8 +289,7 @@ void ForwardTile(const Layout& l, const float* q, const float* k, const float* v
 // last one; without the causal mask, any).
 void BackwardTile(const Layout& l, const float* dout, const float* q, const float* k,
                   const float* v, const float* out, const float* lse, float* dq, float* dk,
-                  float* dv, int64_t b, int64_t h, int64_t tile, bool first,
-                  TileScratch& scratch) {
+                  float* dv, int64_t b, int64_t h, int64_t tile, bool first, TileScratch& scratch) {
   const AttentionShape& s = l.shape;
   const int64_t t0 = tile * kTileRows;
   const int64_t rows = std::min(kTileRows, s.seq - t0);
@@ -306,12 +321,28 @@ void BackwardTile(const Layout& l, const float* dout, const float* q, const floa
     for (int64_t i = 0; i < rows; ++i) row[i] = VecExp(l.scale * row[i] - row_lse[i]);
   }
   // dv[keys] += P^T dout_tile.
-  RunGemm({.m = keys, .n = l.value_dim, .depth = rows, .a = probs, .a_row = kTileRows,
-           .a_col = 1, .b = dout_tile, .ldb = l.out_row, .c = dv_head, .ldc = l.v_row,
+  RunGemm({.m = keys,
+           .n = l.value_dim,
+           .depth = rows,
+           .a = probs,
+           .a_row = kTileRows,
+           .a_col = 1,
+           .b = dout_tile,
+           .ldb = l.out_row,
+           .c = dv_head,
+           .ldc = l.v_row,
            .accumulate = !first});
   // dP^T = v[keys] dout_tile^T, then dS^T = P^T * (dP^T - rowsum(dout * out)) * scale.
-  RunGemm({.m = keys, .n = rows, .depth = l.value_dim, .a = v_head, .a_row = l.v_row, .a_col = 1,
-           .b = scratch.dout_t, .ldb = kTileRows, .c = grad_scores, .ldc = kTileRows,
+  RunGemm({.m = keys,
+           .n = rows,
+           .depth = l.value_dim,
+           .a = v_head,
+           .a_row = l.v_row,
+           .a_col = 1,
+           .b = scratch.dout_t,
+           .ldb = kTileRows,
+           .c = grad_scores,
+           .ldc = kTileRows,
            .accumulate = false});
   for (int64_t j = 0; j < keys; ++j) {
     const float* p_row = probs + j * kTileRows;
@@ -319,11 +350,27 @@ void BackwardTile(const Layout& l, const float* dout, const float* q, const floa
     for (int64_t i = 0; i < rows; ++i) row[i] = p_row[i] * (row[i] - dout_dot_out[i]) * l.scale;
   }
   // dq_tile = dS k[keys]; dk[keys] += dS^T q_tile.
-  RunGemm({.m = rows, .n = l.dim, .depth = keys, .a = grad_scores, .a_row = 1,
-           .a_col = kTileRows, .b = k_head, .ldb = l.k_row, .c = dq + l.QOffset(b, t0, h),
-           .ldc = l.q_row, .accumulate = false});
-  RunGemm({.m = keys, .n = l.dim, .depth = rows, .a = grad_scores, .a_row = kTileRows,
-           .a_col = 1, .b = q_tile, .ldb = l.q_row, .c = dk_head, .ldc = l.k_row,
+  RunGemm({.m = rows,
+           .n = l.dim,
+           .depth = keys,
+           .a = grad_scores,
+           .a_row = 1,
+           .a_col = kTileRows,
+           .b = k_head,
+           .ldb = l.k_row,
+           .c = dq + l.QOffset(b, t0, h),
+           .ldc = l.q_row,
+           .accumulate = false});
+  RunGemm({.m = keys,
+           .n = l.dim,
+           .depth = rows,
+           .a = grad_scores,
+           .a_row = kTileRows,
+           .a_col = 1,
+           .b = q_tile,
+           .ldb = l.q_row,
+           .c = dk_head,
+           .ldc = l.k_row,
            .accumulate = !first});
 }
 

@@ -60,7 +60,8 @@ bool CheckTarget(int32_t target, int64_t row, int64_t vocab_size) {
 double CrossEntropyForwardBackward(const float* logits, const int32_t* targets, int64_t rows,
                                    int64_t width, int64_t vocab_size, float grad_scale,
                                    float* dlogits, float* row_losses) {
-  TETRA_CHECK(vocab_size > 0 && vocab_size <= width) << "vocab " << vocab_size << " of width " << width;
+  TETRA_CHECK(vocab_size > 0 && vocab_size <= width)
+      << "vocab " << vocab_size << " of width " << width;
   std::vector<double> losses(rows);
 #pragma omp parallel for schedule(static) if (rows * width >= kMinParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
@@ -111,7 +112,8 @@ void CrossEntropySumExp(const float* logits, const float* row_max, int64_t rows,
                         int64_t vocab_begin, int64_t vocab_size, double* sum_exp) {
   const int64_t real = RealColumns(width, vocab_begin, vocab_size);
 #pragma omp parallel for schedule(static) if (rows * width >= kMinParallelWork)
-  for (int64_t r = 0; r < rows; ++r) sum_exp[r] = SumExp(logits + r * width, real, row_max[r], nullptr);
+  for (int64_t r = 0; r < rows; ++r)
+    sum_exp[r] = SumExp(logits + r * width, real, row_max[r], nullptr);
 }
 
 double CrossEntropyLoss(const int32_t* targets, const float* row_max, const float* target_logit,

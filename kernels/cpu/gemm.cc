@@ -45,7 +45,8 @@ void LinearBackward(const float* dy, const float* x, const float* w, int64_t row
     Gemm(/*trans_a=*/false, /*trans_b=*/false, rows, in, out, 1.0f, dy, w,
          accumulate_dx ? 1.0f : 0.0f, dx, dy_stride);
   }
-  if (dw != nullptr) Gemm(/*trans_a=*/true, /*trans_b=*/false, out, in, rows, 1.0f, dy, x, 1.0f, dw, dy_stride);
+  if (dw != nullptr)
+    Gemm(/*trans_a=*/true, /*trans_b=*/false, out, in, rows, 1.0f, dy, x, 1.0f, dw, dy_stride);
 }
 
 }  // namespace tetra::cpu

@@ -10,8 +10,8 @@ namespace tetra::cpu {
 void MlaSplitKeyValue(const float* kv, const float* k_pe, const MlaKeyValueDims& d, float* key,
                       float* value) {
   const int64_t kv_dim = d.nope + d.value, key_dim = d.nope + d.rope;
-#pragma omp parallel for schedule(static) \
-    if (d.rows * d.heads * (key_dim + d.value) >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (d.rows * d.heads * (key_dim + d.value) >= \
+                                              kMinParallelWork)
   for (int64_t r = 0; r < d.rows; ++r) {
     for (int64_t h = 0; h < d.heads; ++h) {
       const float* in = kv + (r * d.heads + h) * kv_dim;
@@ -26,8 +26,8 @@ void MlaSplitKeyValue(const float* kv, const float* k_pe, const MlaKeyValueDims&
 void MlaMergeKeyValueBackward(const float* dkey, const float* dvalue, const MlaKeyValueDims& d,
                               float* dkv, float* dk_pe) {
   const int64_t kv_dim = d.nope + d.value, key_dim = d.nope + d.rope;
-#pragma omp parallel for schedule(static) \
-    if (d.rows * d.heads * (key_dim + d.value) >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (d.rows * d.heads * (key_dim + d.value) >= \
+                                              kMinParallelWork)
   for (int64_t r = 0; r < d.rows; ++r) {
     float* pe = dk_pe + r * d.rope;
     std::fill(pe, pe + d.rope, 0.0f);

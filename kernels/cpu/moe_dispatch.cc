@@ -8,8 +8,9 @@
 
 namespace tetra::cpu {
 
-int64_t DispatchOrder(const int32_t* expert, const float* weights, int64_t n, int k, int num_experts,
-                      int64_t capacity, int32_t* send_row, int32_t* send_token, int32_t* expert_counts) {
+int64_t DispatchOrder(const int32_t* expert, const float* weights, int64_t n, int k,
+                      int num_experts, int64_t capacity, int32_t* send_row, int32_t* send_token,
+                      int32_t* expert_counts) {
   const int64_t pairs = n * k;
   // The pairs of each expert, in pair order.
   std::vector<std::vector<int64_t>> by_expert(num_experts);
@@ -22,7 +23,8 @@ int64_t DispatchOrder(const int32_t* expert, const float* weights, int64_t n, in
     for (auto& list : by_expert) {
       if (static_cast<int64_t>(list.size()) <= capacity) continue;
       // Keep the highest weights (ties: the earlier pair), then restore pair order.
-      std::stable_sort(list.begin(), list.end(), [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
+      std::stable_sort(list.begin(), list.end(),
+                       [&](int64_t a, int64_t b) { return weights[a] > weights[b]; });
       list.resize(capacity);
       std::sort(list.begin(), list.end());
     }
@@ -44,18 +46,21 @@ namespace {
 // index[i] as a row of src, checked.
 int64_t Row(const int32_t* index, int64_t i, int64_t src_rows) {
   const int64_t row = index[i];
-  TETRA_CHECK(row >= 0 && row < src_rows) << "row " << row << " at " << i << " outside [0, " << src_rows << ")";
+  TETRA_CHECK(row >= 0 && row < src_rows)
+      << "row " << row << " at " << i << " outside [0, " << src_rows << ")";
   return row;
 }
 
 }  // namespace
 
-void GatherRows(const float* src, int64_t src_rows, const int32_t* index, int64_t m, int64_t c, float* dst) {
-  for (int64_t i = 0; i < m; ++i) std::memcpy(dst + i * c, src + Row(index, i, src_rows) * c, c * sizeof(float));
+void GatherRows(const float* src, int64_t src_rows, const int32_t* index, int64_t m, int64_t c,
+                float* dst) {
+  for (int64_t i = 0; i < m; ++i)
+    std::memcpy(dst + i * c, src + Row(index, i, src_rows) * c, c * sizeof(float));
 }
 
-void CombineRows(const float* src, int64_t src_rows, const int32_t* index, const float* weights, int64_t n,
-                 int k, int64_t c, float* dst) {
+void CombineRows(const float* src, int64_t src_rows, const int32_t* index, const float* weights,
+                 int64_t n, int k, int64_t c, float* dst) {
   for (int64_t t = 0; t < n; ++t) {
     float* out = dst + t * c;
     std::fill(out, out + c, 0.0f);
@@ -72,8 +77,9 @@ void CombineRows(const float* src, int64_t src_rows, const int32_t* index, const
   }
 }
 
-void CombineRowsBackward(const float* ddst, const float* src, int64_t src_rows, const int32_t* index,
-                         const float* weights, int64_t n, int k, int64_t c, float* dsrc, float* dweights) {
+void CombineRowsBackward(const float* ddst, const float* src, int64_t src_rows,
+                         const int32_t* index, const float* weights, int64_t n, int k, int64_t c,
+                         float* dsrc, float* dweights) {
   for (int64_t t = 0; t < n; ++t) {
     const float* d = ddst + t * c;
     for (int j = 0; j < k; ++j) {

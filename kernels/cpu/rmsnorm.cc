@@ -72,7 +72,7 @@ void RmsNormBackward(const float* dy, const float* x, const float* w, const floa
     }
   }
   if (dx == nullptr) return;
-  // With g = w * dy: dx = s * g - s^3 / dim * (g . x) * x.
+    // With g = w * dy: dx = s * g - s^3 / dim * (g . x) * x.
 #pragma omp parallel for schedule(static) if (rows * dim >= kMinParallelWork)
   for (int64_t r = 0; r < rows; ++r) {
     const float* dyr = dy + r * dim;

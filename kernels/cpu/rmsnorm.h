@@ -26,8 +26,8 @@ void AddRmsNormForward(const float* x, const float* delta, const float* w, int64
 // norm's gradient, that gradient first rounded to bf16 when round_bf16: the
 // numbers of a separate backward into a bf16 tensor and an add.
 void RmsNormBackward(const float* dy, const float* x, const float* w, const float* rstd,
-                     int64_t rows, int64_t dim, float* dx, float* dw,
-                     const float* dx_add = nullptr, bool round_bf16 = false);
+                     int64_t rows, int64_t dim, float* dx, float* dw, const float* dx_add = nullptr,
+                     bool round_bf16 = false);
 // Either of dx and dw may be null (the halves of a split backward): the
 // other is computed as in the whole one.
 

@@ -23,8 +23,8 @@ void CheckTable(int64_t seq, int64_t rotary_dim, const RopeTable& table) {
 // (sin_sign 1) or -angle (sin_sign -1); out may be in. Every op rotates
 // through this one compiled function (never inlined, so never contracted or
 // vectorised differently per caller): the fused split computes Rope's bits.
-ABSL_ATTRIBUTE_NOINLINE void RotateHeads(const float* in, float* out, int64_t heads, int64_t half, const float* cos,
-                 const float* sin, float sin_sign) {
+ABSL_ATTRIBUTE_NOINLINE void RotateHeads(const float* in, float* out, int64_t heads, int64_t half,
+                                         const float* cos, const float* sin, float sin_sign) {
   for (int64_t h = 0; h < heads; ++h) {
     const float* x1 = in + h * 2 * half;
     const float* x2 = x1 + half;
@@ -73,8 +73,8 @@ void MovePieces(const QkvPieces<const float>& from, const QkvPieces<float>& to, 
   const int64_t half = table.half_dim;
   const int64_t rows = batch * seq;
   const int64_t heads[2] = {q_heads, kv_heads};
-#pragma omp parallel for schedule(static) \
-    if (rows * (q_heads + 2 * kv_heads) * head_dim >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (rows * (q_heads + 2 * kv_heads) * head_dim >= \
+                                              kMinParallelWork)
   for (int64_t bt = 0; bt < rows; ++bt) {
     const int64_t pos = bt % seq;
     for (int piece = 0; piece < 2; ++piece) {
@@ -142,8 +142,8 @@ void DecoupledRopeForward(float* x, int64_t batch, int64_t seq, int64_t heads, i
   RotateTails(x, batch, seq, heads, head_dim, table, interleaved, 1.0f);
 }
 
-void DecoupledRopeBackward(float* dx, int64_t batch, int64_t seq, int64_t heads,
-                           int64_t head_dim, const RopeTable& table, bool interleaved) {
+void DecoupledRopeBackward(float* dx, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                           const RopeTable& table, bool interleaved) {
   RotateTails(dx, batch, seq, heads, head_dim, table, interleaved, -1.0f);
 }
 
@@ -159,8 +159,9 @@ void RopeBackward(float* dx, int64_t batch, int64_t seq, int64_t heads, int64_t 
 
 void SplitQkvRope(const float* qkv, int64_t batch, int64_t seq, int64_t q_heads, int64_t kv_heads,
                   int64_t head_dim, const RopeTable& table, float* q, float* k, float* v) {
-  MovePieces(Packed(qkv, q_heads, kv_heads, head_dim), Separate(q, k, v, q_heads, kv_heads, head_dim),
-             batch, seq, q_heads, kv_heads, head_dim, table, 1.0f);
+  MovePieces(Packed(qkv, q_heads, kv_heads, head_dim),
+             Separate(q, k, v, q_heads, kv_heads, head_dim), batch, seq, q_heads, kv_heads,
+             head_dim, table, 1.0f);
 }
 
 void MergeQkvRopeBackward(const float* dq, const float* dk, const float* dv, int64_t batch,

@@ -47,8 +47,8 @@ void DecoupledRopeForward(float* x, int64_t batch, int64_t seq, int64_t heads, i
                           const RopeTable& table, bool interleaved);
 // Its transpose, in place on dx: rotated back, then (interleaved) the pairs
 // moved back to their places.
-void DecoupledRopeBackward(float* dx, int64_t batch, int64_t seq, int64_t heads,
-                           int64_t head_dim, const RopeTable& table, bool interleaved);
+void DecoupledRopeBackward(float* dx, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                           const RopeTable& table, bool interleaved);
 
 }  // namespace tetra::cpu
 

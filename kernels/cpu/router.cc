@@ -45,9 +45,10 @@ void RouterScores(const RouterSpec& spec, const float* logits, int64_t n, float*
 void RouterTopK(const RouterSpec& spec, const float* scores, const float* bias, int64_t n,
                 int32_t* expert, float* weights) {
   const int e = spec.num_experts, k = spec.top_k;
-  TETRA_CHECK(spec.n_group >= 1 && e % spec.n_group == 0 && spec.topk_group <= spec.n_group && k <= e)
-      << "router of " << e << " experts in " << spec.n_group << " groups, top " << k << " of the best "
-      << spec.topk_group << " groups";
+  TETRA_CHECK(spec.n_group >= 1 && e % spec.n_group == 0 && spec.topk_group <= spec.n_group &&
+              k <= e)
+      << "router of " << e << " experts in " << spec.n_group << " groups, top " << k
+      << " of the best " << spec.topk_group << " groups";
   const int group_size = e / spec.n_group;
   std::vector<float> biased(e), group_score(spec.n_group);
   std::vector<int> order, groups;
@@ -76,7 +77,8 @@ void RouterTopK(const RouterSpec& spec, const float* scores, const float* bias, 
       expert[t * k + j] = order[j];
       sum += w[j] = s[order[j]];
     }
-    const float scale = spec.routed_scaling_factor / (spec.norm_topk_prob ? sum + kNormEpsilon : 1.0f);
+    const float scale =
+        spec.routed_scaling_factor / (spec.norm_topk_prob ? sum + kNormEpsilon : 1.0f);
     for (int j = 0; j < k; ++j) w[j] *= scale;
   }
 }
@@ -150,7 +152,8 @@ double SequenceBalanceLoss(const RouterSpec& spec, const float* scores, const do
       const double sum = std::accumulate(s, s + e, 0.0);
       double dot = 0;
       for (int i = 0; i < e; ++i) dot += grad_scale * f[i] / whole_seq * s[i] / sum;
-      for (int i = 0; i < e; ++i) ds[i] += static_cast<float>((grad_scale * f[i] / whole_seq - dot) / sum);
+      for (int i = 0; i < e; ++i)
+        ds[i] += static_cast<float>((grad_scale * f[i] / whole_seq - dot) / sum);
     }
   }
   return total;
@@ -159,7 +162,8 @@ double SequenceBalanceLoss(const RouterSpec& spec, const float* scores, const do
 void CountExpertLoads(const RouterSpec& spec, const int32_t* expert, int64_t n, int32_t* loads) {
   for (int64_t p = 0; p < n * spec.top_k; ++p) {
     TETRA_CHECK(expert[p] >= 0 && expert[p] < spec.num_experts)
-        << "expert " << expert[p] << " of choice " << p << " outside [0, " << spec.num_experts << ")";
+        << "expert " << expert[p] << " of choice " << p << " outside [0, " << spec.num_experts
+        << ")";
     ++loads[expert[p]];
   }
 }

@@ -44,8 +44,7 @@ __global__ void AdamWKernel(const __grid_constant__ AdamWLaunch launch) {
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const float g = a.grad[i];
     float m = a.m[i];
-    m = small_weight ? m + launch.lerp_weight * (g - m)
-                     : g - (g - m) * (1.0f - launch.lerp_weight);
+    m = small_weight ? m + launch.lerp_weight * (g - m) : g - (g - m) * (1.0f - launch.lerp_weight);
     const float v = a.v[i] * launch.beta2 + launch.one_minus_beta2 * g * g;
     a.m[i] = m;
     a.v[i] = v;
@@ -82,8 +81,8 @@ void AdamW(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) {
     if (t.param_bf16.defined()) ExpectDevice(t.param_bf16, "AdamW", "param_bf16");
     const int64_t n = t.param.numel();
     TETRA_CHECK(t.param.dtype() == DType::kF32 && t.grad.dtype() == DType::kF32 &&
-                t.m.dtype() == DType::kF32 && t.v.dtype() == DType::kF32 &&
-                t.grad.numel() == n && t.m.numel() == n && t.v.numel() == n &&
+                t.m.dtype() == DType::kF32 && t.v.dtype() == DType::kF32 && t.grad.numel() == n &&
+                t.m.numel() == n && t.v.numel() == n &&
                 (!t.param_bf16.defined() ||
                  (t.param_bf16.dtype() == DType::kBF16 && t.param_bf16.numel() == n)))
         << "AdamW: param " << ShapeString(t.param.shape())

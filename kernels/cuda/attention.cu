@@ -84,7 +84,7 @@ template <typename T>
 __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, T* out,
                               float* lse) {
   TETRA_DYNAMIC_SHARED(float, smem);
-  const int ldk = d.dim + 1;  // padded: lane j reads row j, conflict-free
+  const int ldk = d.dim + 1;              // padded: lane j reads row j, conflict-free
   float* q_s = smem;                      // (kBlockRows, D)
   float* k_s = q_s + kBlockRows * d.dim;  // (kTile, D + 1)
   float* v_s = k_s + kTile * ldk;         // (kTile, Dv)
@@ -94,11 +94,11 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
   LoadRows(q, d.seq, d.q_heads, d.dim, b, h, t0, kBlockRows, q_s, d.dim);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
-  #pragma unroll
+#pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     m[i] = -INFINITY;
     l[i] = 0.0f;
-    #pragma unroll
+#pragma unroll
     for (int c = 0; c < kDimChunks; ++c) acc[i][c] = 0.0f;
   }
   const int64_t key_end = KeyEnd(d, t0, kBlockRows);
@@ -111,7 +111,7 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
     const int64_t key = k0 + lane;
     float score[kRowsPerWarp], p[kRowsPerWarp];
     RowDots(q_s + warp * kRowsPerWarp * d.dim, k_s + lane * ldk, d.dim, score);
-    #pragma unroll
+#pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int64_t t = t0 + warp * kRowsPerWarp + i;
       p[i] = 0.0f;
@@ -124,30 +124,30 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
       const float correction = expf(m[i] - new_m);
       l[i] = l[i] * correction + WarpSum(p[i]);
       m[i] = new_m;
-      #pragma unroll
+#pragma unroll
       for (int c = 0; c < kDimChunks; ++c) acc[i][c] *= correction;
     }
     // acc[i] += sum_j p_ij V_j; each V element read serves every row.
     for (int j = 0; j < kTile; ++j) {
       float pj[kRowsPerWarp];
-      #pragma unroll
+#pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) pj[i] = __shfl_sync(0xffffffffu, p[i], j);
-      #pragma unroll
+#pragma unroll
       for (int c = 0; c < kDimChunks; ++c) {
         const int col = lane + 32 * c;
         if (col >= d.vdim) continue;
         const float vj = v_s[j * d.vdim + col];
-        #pragma unroll
+#pragma unroll
         for (int i = 0; i < kRowsPerWarp; ++i) acc[i][c] += pj[i] * vj;
       }
     }
   }
-  #pragma unroll
+#pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int64_t t = t0 + warp * kRowsPerWarp + i;
     if (t >= d.seq) continue;
     T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.vdim;
-    #pragma unroll
+#pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
       if (col < d.vdim) o[col] = FromFloat<T>(acc[i][c] / l[i]);
@@ -175,18 +175,18 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
   __syncthreads();
 
   float row_lse[kRowsPerWarp], row_delta[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
-  #pragma unroll
+#pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int r = warp * kRowsPerWarp + i;
     const int64_t t = t0 + r;
-    #pragma unroll
+#pragma unroll
     for (int c = 0; c < kDimChunks; ++c) acc[i][c] = 0.0f;
     row_lse[i] = 0.0f;
     row_delta[i] = 0.0f;
     if (t >= d.seq) continue;
     const T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.vdim;
     float partial = 0.0f;
-    #pragma unroll
+#pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
       if (col < d.vdim) partial += do_s[r * d.vdim + col] * ToFloat(o[col]);
@@ -206,7 +206,7 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
     float score[kRowsPerWarp], dp[kRowsPerWarp], ds[kRowsPerWarp];
     RowDots(q_s + warp * kRowsPerWarp * d.dim, k_s + lane * ldk, d.dim, score);
     RowDots(do_s + warp * kRowsPerWarp * d.vdim, v_s + lane * ldv, d.vdim, dp);
-    #pragma unroll
+#pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int64_t t = t0 + warp * kRowsPerWarp + i;
       ds[i] = 0.0f;
@@ -218,24 +218,24 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
     // acc[i] += sum_j dS_ij K_j; each K element read serves every row.
     for (int j = 0; j < kTile; ++j) {
       float dsj[kRowsPerWarp];
-      #pragma unroll
+#pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) dsj[i] = __shfl_sync(0xffffffffu, ds[i], j);
-      #pragma unroll
+#pragma unroll
       for (int c = 0; c < kDimChunks; ++c) {
         const int col = lane + 32 * c;
         if (col >= d.dim) continue;
         const float kj = k_s[j * ldk + col];
-        #pragma unroll
+#pragma unroll
         for (int i = 0; i < kRowsPerWarp; ++i) acc[i][c] += dsj[i] * kj;
       }
     }
   }
-  #pragma unroll
+#pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int64_t t = t0 + warp * kRowsPerWarp + i;
     if (t >= d.seq) continue;
     T* o = dq + ((b * d.seq + t) * d.q_heads + h) * d.dim;
-    #pragma unroll
+#pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
       if (col < d.dim) o[col] = FromFloat<T>(acc[i][c]);
@@ -246,17 +246,16 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
 // dV_s = sum_i P_is dO_i and dK_s = scale * sum_i dS_is Q_i over the queries
 // i that see key s (causal: i >= s) of every query head sharing kv head hkv.
 template <typename T>
-__global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, const T* k,
-                                   const T* v, const float* lse, const float* delta, T* dk,
-                                   T* dv) {
+__global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, const T* k, const T* v,
+                                   const float* lse, const float* delta, T* dk, T* dv) {
   TETRA_DYNAMIC_SHARED(float, smem);
   const int ldq = d.dim + 1, ldo = d.vdim + 1;  // padded: lane i reads query row i
-  float* k_s = smem;                        // (kBlockRows, D)
-  float* v_s = k_s + kBlockRows * d.dim;    // (kBlockRows, Dv)
-  float* q_s = v_s + kBlockRows * d.vdim;   // (kTile, D + 1)
-  float* do_s = q_s + kTile * ldq;          // (kTile, Dv + 1)
-  float* lse_s = do_s + kTile * ldo;        // (kTile)
-  float* delta_s = lse_s + kTile;           // (kTile)
+  float* k_s = smem;                            // (kBlockRows, D)
+  float* v_s = k_s + kBlockRows * d.dim;        // (kBlockRows, Dv)
+  float* q_s = v_s + kBlockRows * d.vdim;       // (kTile, D + 1)
+  float* do_s = q_s + kTile * ldq;              // (kTile, Dv + 1)
+  float* lse_s = do_s + kTile * ldo;            // (kTile)
+  float* delta_s = lse_s + kTile;               // (kTile)
   const int64_t b = blockIdx.z, hkv = blockIdx.y, s0 = int64_t{blockIdx.x} * kBlockRows;
   const int64_t group = d.q_heads / d.kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -264,9 +263,9 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
   LoadRows(v, d.keys, d.kv_heads, d.vdim, b, hkv, s0, kBlockRows, v_s, d.vdim);
 
   float dk_acc[kRowsPerWarp][kDimChunks], dv_acc[kRowsPerWarp][kDimChunks];
-  #pragma unroll
+#pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
-    #pragma unroll
+#pragma unroll
     for (int c = 0; c < kDimChunks; ++c) dk_acc[i][c] = dv_acc[i][c] = 0.0f;
   }
   for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
@@ -286,7 +285,7 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
       float score[kRowsPerWarp], dp[kRowsPerWarp], p[kRowsPerWarp], ds[kRowsPerWarp];
       RowDots(k_s + warp * kRowsPerWarp * d.dim, q_s + lane * ldq, d.dim, score);
       RowDots(v_s + warp * kRowsPerWarp * d.vdim, do_s + lane * ldo, d.vdim, dp);
-      #pragma unroll
+#pragma unroll
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const int64_t s = s0 + warp * kRowsPerWarp + i;
         p[i] = ds[i] = 0.0f;
@@ -299,34 +298,34 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
       // read serves every key of the warp.
       for (int j = 0; j < kTile; ++j) {
         float pj[kRowsPerWarp], dsj[kRowsPerWarp];
-        #pragma unroll
+#pragma unroll
         for (int i = 0; i < kRowsPerWarp; ++i) {
           pj[i] = __shfl_sync(0xffffffffu, p[i], j);
           dsj[i] = __shfl_sync(0xffffffffu, ds[i], j);
         }
-        #pragma unroll
+#pragma unroll
         for (int c = 0; c < kDimChunks; ++c) {
           const int col = lane + 32 * c;
           if (col < d.vdim) {
             const float doj = do_s[j * ldo + col];
-            #pragma unroll
+#pragma unroll
             for (int i = 0; i < kRowsPerWarp; ++i) dv_acc[i][c] += pj[i] * doj;
           }
           if (col < d.dim) {
             const float qj = q_s[j * ldq + col];
-            #pragma unroll
+#pragma unroll
             for (int i = 0; i < kRowsPerWarp; ++i) dk_acc[i][c] += dsj[i] * qj;
           }
         }
       }
     }
   }
-  #pragma unroll
+#pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int64_t s = s0 + warp * kRowsPerWarp + i;
     if (s >= d.keys) continue;
     const int64_t row = (b * d.keys + s) * d.kv_heads + hkv;
-    #pragma unroll
+#pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
       if (col < d.dim) dk[row * d.dim + col] = FromFloat<T>(dk_acc[i][c]);
@@ -343,8 +342,8 @@ Dims CheckedDims(const AttentionShape& s, const char* op, const Tensor& q, const
   const int64_t dv = s.value_dim(), keys = s.keys();
   TETRA_CHECK(s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0 &&
               s.head_dim <= kMaxDim && dv > 0 && dv <= kMaxDim)
-      << op << ": Hq " << s.q_heads << " Hkv " << s.kv_heads << " D " << s.head_dim << " Dv "
-      << dv << " (the kernel takes D, Dv <= " << kMaxDim << ")";
+      << op << ": Hq " << s.q_heads << " Hkv " << s.kv_heads << " D " << s.head_dim << " Dv " << dv
+      << " (the kernel takes D, Dv <= " << kMaxDim << ")";
   TETRA_CHECK(keys > 0 && (!s.causal || keys == s.seq))
       << op << ": " << s.seq << " queries over " << keys << " keys"
       << (s.causal ? " with the causal mask, which needs as many keys as queries" : "");
@@ -426,11 +425,11 @@ void OwnAttentionBackward(const AttentionShape& shape, const Tensor& dout, const
   DispatchFloat(q.dtype(), "AttentionBackward", [&](auto tag) {
     using T = decltype(tag);
     Launch(QueryGradKernel<T>, dim3(CeilDiv(d.seq, kBlockRows), d.q_heads, d.batch), q_smem, d,
-           dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.f32(),
-           delta, dq.data<T>());
-    Launch(KeyValueGradKernel<T>, dim3(CeilDiv(d.keys, kBlockRows), d.kv_heads, d.batch),
-           kv_smem, d, dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), lse.f32(), delta,
-           dk.data<T>(), dv.data<T>());
+           dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.f32(), delta,
+           dq.data<T>());
+    Launch(KeyValueGradKernel<T>, dim3(CeilDiv(d.keys, kBlockRows), d.kv_heads, d.batch), kv_smem,
+           d, dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), lse.f32(), delta, dk.data<T>(),
+           dv.data<T>());
   });
 }
 

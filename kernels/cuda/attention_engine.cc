@@ -19,41 +19,45 @@ namespace tetra::cuda {
 namespace {
 
 std::string DescribeShape(const AttentionShape& s) {
-  return "B " + std::to_string(s.batch) + " T " + std::to_string(s.seq) + " Tk " + std::to_string(s.keys()) +
-         " Hq " + std::to_string(s.q_heads) + " Hkv " + std::to_string(s.kv_heads) + " D " +
-         std::to_string(s.head_dim) + "/" + std::to_string(s.value_dim()) + (s.causal ? " causal" : " unmasked");
+  return "B " + std::to_string(s.batch) + " T " + std::to_string(s.seq) + " Tk " +
+         std::to_string(s.keys()) + " Hq " + std::to_string(s.q_heads) + " Hkv " +
+         std::to_string(s.kv_heads) + " D " + std::to_string(s.head_dim) + "/" +
+         std::to_string(s.value_dim()) + (s.causal ? " causal" : " unmasked");
 }
 
 // Logs once per shape and direction which engine runs it (and, for the own
 // kernel, why cuDNN did not).
-void SayEngine(const AttentionShape& s, bool backward, const char* engine, const std::string& why_not_cudnn) {
+void SayEngine(const AttentionShape& s, bool backward, const char* engine,
+               const std::string& why_not_cudnn) {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool>;
   static std::mutex mutex;
   static std::map<Key, bool> said;
   std::lock_guard<std::mutex> lock(mutex);
-  bool& done = said[Key{s.batch, s.seq, s.keys(), s.q_heads, s.kv_heads, s.head_dim, s.value_dim(), s.causal,
-                        backward}];
+  bool& done = said[Key{s.batch, s.seq, s.keys(), s.q_heads, s.kv_heads, s.head_dim, s.value_dim(),
+                        s.causal, backward}];
   if (done) return;
   done = true;
-  TETRA_LOG() << "attention " << (backward ? "backward" : "forward") << " " << DescribeShape(s) << ": " << engine
-              << (why_not_cudnn.empty() ? "" : " (" + why_not_cudnn + ")");
+  TETRA_LOG() << "attention " << (backward ? "backward" : "forward") << " " << DescribeShape(s)
+              << ": " << engine << (why_not_cudnn.empty() ? "" : " (" + why_not_cudnn + ")");
 }
 
 // Fatal unless the own kernel takes `s`, which cuDNN did not take for `why_not_cudnn`.
-void ExpectOwnKernelTakes(const AttentionShape& s, bool backward, const std::string& why_not_cudnn) {
+void ExpectOwnKernelTakes(const AttentionShape& s, bool backward,
+                          const std::string& why_not_cudnn) {
   std::string why_not_own;
   TETRA_CHECK(OwnAttentionTakes(s, &why_not_own))
-      << "no engine runs attention " << (backward ? "backward" : "forward") << " " << DescribeShape(s)
-      << ": cuDNN did not take it (" << why_not_cudnn << ") and " << why_not_own
-      << "\nhint: install cuDNN 9 for CUDA 13 (pip install nvidia-cudnn-cu13) with its lib directory on "
+      << "no engine runs attention " << (backward ? "backward" : "forward") << " "
+      << DescribeShape(s) << ": cuDNN did not take it (" << why_not_cudnn << ") and " << why_not_own
+      << "\nhint: install cuDNN 9 for CUDA 13 (pip install nvidia-cudnn-cu13) with its lib "
+         "directory on "
          "LD_LIBRARY_PATH, leave TETRA_CUDNN_ATTENTION unset, and train in bf16";
   SayEngine(s, backward, "tetra's own kernel", why_not_cudnn);
 }
 
 }  // namespace
 
-void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-               const Tensor& lse) {
+void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
+               const Tensor& out, const Tensor& lse) {
   std::string why;
   if (CudnnAttention(shape, q, k, v, out, lse, &why)) {
     SayEngine(shape, /*backward=*/false, "cuDNN fused flash attention", "");
@@ -63,9 +67,9 @@ void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, co
   OwnAttention(shape, q, k, v, out, lse);
 }
 
-void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q, const Tensor& k,
-                       const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                       const Tensor& dv) {
+void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
+                       const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                       const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   std::string why;
   if (CudnnAttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv, &why)) {
     SayEngine(shape, /*backward=*/true, "cuDNN fused flash attention", "");

@@ -15,7 +15,8 @@ constexpr int kThreads = 256;
 
 template <typename T>
 __global__ void AddBiasKernel(const T* bias, int64_t n, int64_t width, T* y) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     y[i] = FromFloat<T>(ToFloat(y[i]) + ToFloat(bias[i % width]));
   }
 }
@@ -38,8 +39,8 @@ void AddBias(const Tensor& bias, const Tensor& y) {
   if (n == 0) return;
   DispatchFloat(y.dtype(), "AddBias", [&](auto tag) {
     using T = decltype(tag);
-    LaunchKernel(AddBiasKernel<T>, GridFor(n, kThreads), kThreads, 0, CurrentStream(), bias.data<T>(), n,
-                 y.dim(-1), y.data<T>());
+    LaunchKernel(AddBiasKernel<T>, GridFor(n, kThreads), kThreads, 0, CurrentStream(),
+                 bias.data<T>(), n, y.dim(-1), y.data<T>());
   });
 }
 
@@ -50,8 +51,8 @@ void BiasGradient(const Tensor& dy, const Tensor& dbias) {
   if (width == 0) return;
   DispatchFloat(dy.dtype(), "BiasGradient", [&](auto tag) {
     using T = decltype(tag);
-    LaunchKernel(BiasGradientKernel<T>, GridFor(width, kThreads), kThreads, 0, CurrentStream(), dy.data<T>(),
-                 dy.numel() / width, width, dbias.f32());
+    LaunchKernel(BiasGradientKernel<T>, GridFor(width, kThreads), kThreads, 0, CurrentStream(),
+                 dy.data<T>(), dy.numel() / width, width, dbias.f32());
   });
 }
 

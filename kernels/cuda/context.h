@@ -13,7 +13,7 @@
 namespace tetra::cuda {
 
 cublasLtHandle_t CublasLtHandle();
-void* GemmWorkspace();  // the current stream's
+void* GemmWorkspace();                                    // the current stream's
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // as PyTorch on Hopper
 
 // At least `bytes` of device memory, valid until the next Scratch call on

@@ -16,11 +16,10 @@ void CopyColumns(const Tensor& src, int64_t src_column, const Tensor& dst, int64
   const size_t element = DTypeSize(src.dtype());
   const int64_t rows = src.numel() / src.dim(-1);
   if (rows == 0 || columns == 0) return;
-  TETRA_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dst.raw()) + dst_column * element,
-                                     dst.dim(-1) * element,
-                                     static_cast<const char*>(src.raw()) + src_column * element,
-                                     src.dim(-1) * element, columns * element, rows,
-                                     cudaMemcpyDeviceToDevice, CurrentStream()));
+  TETRA_CUDA_CHECK(cudaMemcpy2DAsync(
+      static_cast<char*>(dst.raw()) + dst_column * element, dst.dim(-1) * element,
+      static_cast<const char*>(src.raw()) + src_column * element, src.dim(-1) * element,
+      columns * element, rows, cudaMemcpyDeviceToDevice, CurrentStream()));
 }
 
 }  // namespace tetra::cuda

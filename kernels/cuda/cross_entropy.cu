@@ -5,11 +5,10 @@
 // sum of exp(x - max) in fp64, and the gradient exp(x - max) x
 // fp32(grad_scale / sum) - grad_scale x onehot, which may overwrite the
 // logits (no probabilities are stored). A row of a padded vocabulary is
-// read over its real columns only; its padding columns get gradient 0. The fused kernel reads each row
-// twice: once for the max and the sum together (an online sum, rescaled as
-// the max grows), once to write the gradient. The rows' statistics go to the
-// host, where the CPU's own code sums the rows' losses in row order, so both
-// backends add them alike and the loss is deterministic.
+// read over its real columns only; its padding columns get gradient 0. The fused kernel reads each
+// row twice: once for the max and the sum together (an online sum, rescaled as the max grows), once
+// to write the gradient. The rows' statistics go to the host, where the CPU's own code sums the
+// rows' losses in row order, so both backends add them alike and the loss is deterministic.
 #include <cfloat>
 #include <cstdio>
 #include <vector>
@@ -178,9 +177,9 @@ __global__ void CrossEntropyKernel(const T* logits, const int32_t* targets, int6
 // first `real` of them real (cpu::RealColumns) -> row_max, target_logit
 // (rows), 0 where another slice holds the target.
 template <typename T>
-__global__ void RowStatsKernel(const T* logits, const int32_t* targets, int64_t width,
-                               int64_t real, int64_t vocab_begin, int64_t vocab_size,
-                               float* row_max, float* target_logit) {
+__global__ void RowStatsKernel(const T* logits, const int32_t* targets, int64_t width, int64_t real,
+                               int64_t vocab_begin, int64_t vocab_size, float* row_max,
+                               float* target_logit) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   const T* x = logits + row * width;
@@ -204,9 +203,9 @@ __global__ void SumExpKernel(const T* logits, const float* row_max, int64_t widt
 
 // dlogits (rows, width), may be logits, from row_max and sum_exp (rows).
 template <typename T>
-__global__ void GradientKernel(const T* logits, const int32_t* targets, int64_t width,
-                               int64_t real, int64_t vocab_begin, const float* row_max,
-                               const double* sum_exp, float grad_scale, T* dlogits) {
+__global__ void GradientKernel(const T* logits, const int32_t* targets, int64_t width, int64_t real,
+                               int64_t vocab_begin, const float* row_max, const double* sum_exp,
+                               float grad_scale, T* dlogits) {
   const int64_t row = blockIdx.x;
   const int32_t target = targets[row];
   // An ignored row's onehot index is negative: none.
@@ -320,8 +319,8 @@ double CrossEntropyLoss(const Tensor& targets, const Tensor& row_max, const Tens
       << ShapeString(target_logit.shape()) << " for " << rows << " rows";
   TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows)
       << "CrossEntropyLoss: targets " << DTypeName(targets.dtype()) << ShapeString(targets.shape());
-  return LossOnHost(targets.data<int32_t>(), row_max.f32(), target_logit.f32(), sum_exp.data<double>(),
-                    rows);
+  return LossOnHost(targets.data<int32_t>(), row_max.f32(), target_logit.f32(),
+                    sum_exp.data<double>(), rows);
 }
 
 void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t vocab_begin,

@@ -27,8 +27,8 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
 // rows; otherwise an id outside the table traps the kernel.
 void Embedding(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, bool sharded,
                const Tensor& out);
-void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
-                       bool sharded, const Tensor& dtable);
+void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin, bool sharded,
+                       const Tensor& dtable);
 
 // x, w, y, dy, dx share a dtype; rstd and dw fp32 (dw accumulated).
 // AddRmsNorm's delta and sum and the backward's dx_add (undefined: none)
@@ -78,8 +78,8 @@ void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor
 void AddBias(const Tensor& bias, const Tensor& y);
 void BiasGradient(const Tensor& dy, const Tensor& dbias);
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
-void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
-                    const Tensor& dgate, const Tensor& dup);
+void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up, const Tensor& dgate,
+                    const Tensor& dup);
 void SwigluPacked(const Tensor& gate_up, const Tensor& out);
 void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up);
 
@@ -119,7 +119,8 @@ void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias);
 // it), weights and dweights fp32, indices int32. DispatchOrder waits for the
 // stream (its row count goes to the host).
 int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
-                      const Tensor& send_row, const Tensor& send_token, const Tensor& expert_counts);
+                      const Tensor& send_row, const Tensor& send_token,
+                      const Tensor& expert_counts);
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
 void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, const Tensor& dst);
 void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& index,

@@ -6,6 +6,8 @@
 // backward of the other.
 #include "kernels/cuda/cudnn_attention.h"
 
+#include <cuda_runtime_api.h>
+#include <cudnn_frontend.h>
 #include <dlfcn.h>
 
 #include <compare>
@@ -17,9 +19,6 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
-
-#include <cuda_runtime_api.h>
-#include <cudnn_frontend.h>
 
 #include "core/cuda/stream.h"
 #include "core/logging.h"
@@ -42,7 +41,7 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
 struct GraphKey {
   int64_t batch, seq, kv_seq, q_heads, kv_heads, qk_dim, v_dim;  // kv_seq: AttentionShape::keys()
-  float scale;  // AttentionShape::scale()
+  float scale;                                                   // AttentionShape::scale()
   bool causal;
   bool backward;
   bool deterministic;  // the backward's algorithm (true for every forward)
@@ -84,7 +83,8 @@ cudnnHandle_t Load() {
       return nullptr;
     }
   } catch (const std::exception& e) {  // the frontend throws when a cuDNN symbol is missing
-    TETRA_LOG() << "warning: the libcudnn.so.9 found cannot start (" << e.what() << "): " << fallback;
+    TETRA_LOG() << "warning: the libcudnn.so.9 found cannot start (" << e.what()
+                << "): " << fallback;
     return nullptr;
   }
   return handle;
@@ -249,10 +249,12 @@ const CachedGraph* Usable(const AttentionShape& s, bool backward, const Tensor& 
       std::lock_guard<std::mutex> lock(mutex);
       if (!said[key]) {
         said[key] = true;
-        TETRA_LOG() << "warning: cuDNN has no deterministic attention backward for B " << s.batch << " T " << s.seq
-                    << " Tk " << s.keys() << " Hq " << s.q_heads << " Hkv " << s.kv_heads << " D " << s.head_dim
-                    << "/" << v_dim << " (" << deterministic_why
-                    << "): its non-deterministic one runs (gradients may differ in the last bits from run to run)";
+        TETRA_LOG() << "warning: cuDNN has no deterministic attention backward for B " << s.batch
+                    << " T " << s.seq << " Tk " << s.keys() << " Hq " << s.q_heads << " Hkv "
+                    << s.kv_heads << " D " << s.head_dim << "/" << v_dim << " ("
+                    << deterministic_why
+                    << "): its non-deterministic one runs (gradients may differ in the last bits "
+                       "from run to run)";
       }
     }
   }
@@ -275,24 +277,30 @@ void Execute(const CachedGraph& graph, std::unordered_map<int64_t, void*> pointe
 
 bool CudnnLoaded() { return Handle() != nullptr; }
 
-bool CudnnAttention(const AttentionShape& shape, const Tensor& q, const Tensor& k,
-                    const Tensor& v, const Tensor& out, const Tensor& lse, std::string* why) {
+bool CudnnAttention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& out, const Tensor& lse, std::string* why) {
   const CachedGraph* graph = Usable(shape, /*backward=*/false, lse, {&q, &k, &v, &out}, why);
   if (graph == nullptr) return false;
-  Execute(*graph, {{kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()},
-                   {kStats, lse.raw()}});
+  Execute(*graph,
+          {{kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()}, {kStats, lse.raw()}});
   return true;
 }
 
 bool CudnnAttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
-                            const Tensor& k, const Tensor& v, const Tensor& out,
-                            const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                            const Tensor& dv, std::string* why) {
+                            const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                            std::string* why) {
   const CachedGraph* graph =
       Usable(shape, /*backward=*/true, lse, {&dout, &q, &k, &v, &out, &dq, &dk, &dv}, why);
   if (graph == nullptr) return false;
-  Execute(*graph, {{kQ, q.raw()}, {kK, k.raw()}, {kV, v.raw()}, {kO, out.raw()},
-                   {kStats, lse.raw()}, {kDO, dout.raw()}, {kDQ, dq.raw()}, {kDK, dk.raw()},
+  Execute(*graph, {{kQ, q.raw()},
+                   {kK, k.raw()},
+                   {kV, v.raw()},
+                   {kO, out.raw()},
+                   {kStats, lse.raw()},
+                   {kDO, dout.raw()},
+                   {kDQ, dq.raw()},
+                   {kDK, dk.raw()},
                    {kDV, dv.raw()}});
   return true;
 }

@@ -28,12 +28,11 @@ bool CudnnLoaded();
 // every tensor is bf16 (lse fp32), 16-byte aligned and cuDNN runs the shape:
 // true once enqueued on CurrentStream(); false, with nothing done and *why
 // saying why not, otherwise.
-bool CudnnAttention(const AttentionShape& shape, const Tensor& q, const Tensor& k,
-                    const Tensor& v, const Tensor& out, const Tensor& lse, std::string* why);
+bool CudnnAttention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const Tensor& out, const Tensor& lse, std::string* why);
 bool CudnnAttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
-                            const Tensor& k, const Tensor& v, const Tensor& out,
-                            const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                            const Tensor& dv, std::string* why);
+                            const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+                            const Tensor& dq, const Tensor& dk, const Tensor& dv, std::string* why);
 
 }  // namespace tetra::cuda
 

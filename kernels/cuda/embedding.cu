@@ -22,8 +22,8 @@ __device__ __forceinline__ int64_t TableRow(const int32_t* tokens, int64_t i, in
                                             int64_t rows, bool sharded) {
   const int64_t id = tokens[i];
   if (id < 0 || (!sharded && id >= rows)) {
-    printf("tetra embedding: token id %lld at %lld outside [0, %lld)\n",
-           static_cast<long long>(id), static_cast<long long>(i), static_cast<long long>(rows));
+    printf("tetra embedding: token id %lld at %lld outside [0, %lld)\n", static_cast<long long>(id),
+           static_cast<long long>(i), static_cast<long long>(rows));
     __trap();
   }
   const int64_t row = id - begin;
@@ -89,8 +89,8 @@ void Embedding(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, b
   });
 }
 
-void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
-                       bool sharded, const Tensor& dtable) {
+void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin, bool sharded,
+                       const Tensor& dtable) {
   ExpectDevice(tokens, "EmbeddingBackward", "tokens");
   ExpectDevice(dtable, "EmbeddingBackward", "dtable");
   ExpectDevice(dout, "EmbeddingBackward", "dout");

@@ -29,9 +29,12 @@ namespace {
 
 cudaDataType_t LtType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return CUDA_R_32F;
-    case DType::kBF16: return CUDA_R_16BF;
-    default: TETRA_CHECK(false) << "no cuBLASLt GEMM for " << DTypeName(dtype);
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    default:
+      TETRA_CHECK(false) << "no cuBLASLt GEMM for " << DTypeName(dtype);
   }
   return CUDA_R_32F;
 }
@@ -64,9 +67,9 @@ std::string Describe(const MatmulKey& key) {
   std::ostringstream out;
   out << "column-major GEMM m " << key.m << " n " << key.n << " k " << key.k << ", op(A) "
       << op(key.trans_a) << " op(B) " << op(key.trans_b) << ", lda " << key.lda << " ldb "
-      << key.ldb << " ldc " << key.ldc << ", A/B " << type(key.type_ab) << " C "
-      << type(key.type_c) << ", alignment A " << key.align_a << " B " << key.align_b << " C "
-      << key.align_c << " bytes";
+      << key.ldb << " ldc " << key.ldc << ", A/B " << type(key.type_ab) << " C " << type(key.type_c)
+      << ", alignment A " << key.align_a << " B " << key.align_b << " C " << key.align_c
+      << " bytes";
   return out.str();
 }
 
@@ -77,7 +80,7 @@ struct MatmulPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's order, best first
-  size_t first = 0;  // algos before this one were refused at launch
+  size_t first = 0;                         // algos before this one were refused at launch
 };
 
 MatmulPlan MakePlan(const MatmulKey& key) {
@@ -121,29 +124,37 @@ MatmulPlan MakePlan(const MatmulKey& key) {
     if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.algos.push_back(results[i].algo);
   }
   TETRA_CHECK(!plan.algos.empty())
-      << "cuBLASLt has no algorithm for " << Describe(key)
-      << " within a " << (kGemmWorkspaceBytes >> 20) << " MiB workspace";
+      << "cuBLASLt has no algorithm for " << Describe(key) << " within a "
+      << (kGemmWorkspaceBytes >> 20) << " MiB workspace";
   return plan;
 }
 
 // C (m, n) = A' (m, k) * B' (k, n) + beta * C, column-major, A' = op(A).
 void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int64_t n, int64_t k,
-            const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, float beta,
-            const Tensor& c, int64_t ldc) {
+            const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, float beta, const Tensor& c,
+            int64_t ldc) {
   ExpectDevice(a, "Linear", "an input");
   ExpectDevice(b, "Linear", "an input");
   ExpectDevice(c, "Linear", "the output");
-  TETRA_CHECK(a.dtype() == b.dtype()) << "GEMM inputs are " << DTypeName(a.dtype()) << " and "
-                                      << DTypeName(b.dtype());
+  TETRA_CHECK(a.dtype() == b.dtype())
+      << "GEMM inputs are " << DTypeName(a.dtype()) << " and " << DTypeName(b.dtype());
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum: C = beta * C, with beta 0 or 1 here
     if (beta == 0.0f) ZeroBytes(c.raw(), c.nbytes());
     return;
   }
-  const MatmulKey key{trans_a,        trans_b,           m,
-                      n,              k,                 lda,
-                      ldb,            ldc,               LtType(a.dtype()),
-                      LtType(c.dtype()), Alignment(a.raw()), Alignment(b.raw()),
+  const MatmulKey key{trans_a,
+                      trans_b,
+                      m,
+                      n,
+                      k,
+                      lda,
+                      ldb,
+                      ldc,
+                      LtType(a.dtype()),
+                      LtType(c.dtype()),
+                      Alignment(a.raw()),
+                      Alignment(b.raw()),
                       Alignment(c.raw())};
   static std::mutex mutex;
   static std::map<MatmulKey, MatmulPlan> plans;  // nodes are stable: plan stays valid
@@ -161,10 +172,10 @@ void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int
   // (a stream built on every call would cost the hot path).
   cublasStatus_t refused[kMaxAlgorithms];
   for (size_t i = first; i < plan->algos.size(); ++i) {
-    const cublasStatus_t status = cublasLtMatmul(
-        CublasLtHandle(), plan->desc, &alpha, a.raw(), plan->a, b.raw(), plan->b, &beta, c.raw(),
-        plan->c, c.raw(), plan->c, &plan->algos[i], GemmWorkspace(), kGemmWorkspaceBytes,
-        CurrentStream());
+    const cublasStatus_t status =
+        cublasLtMatmul(CublasLtHandle(), plan->desc, &alpha, a.raw(), plan->a, b.raw(), plan->b,
+                       &beta, c.raw(), plan->c, c.raw(), plan->c, &plan->algos[i], GemmWorkspace(),
+                       kGemmWorkspaceBytes, CurrentStream());
     if (status == CUBLAS_STATUS_SUCCESS) {
       if (i != first) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -177,7 +188,8 @@ void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int
   std::ostringstream refusals;
   if (first > 0) refusals << "algorithms 0 to " << first - 1 << " refused earlier, ";
   for (size_t i = first; i < plan->algos.size(); ++i) {
-    refusals << (i == first ? "" : ", ") << "algorithm " << i << " " << cublasLtGetStatusName(refused[i]);
+    refusals << (i == first ? "" : ", ") << "algorithm " << i << " "
+             << cublasLtGetStatusName(refused[i]);
   }
   TETRA_CHECK(false) << "cublasLtMatmul refused all " << plan->algos.size()
                      << " of the heuristic's algorithms for " << Describe(key) << " ("
@@ -197,7 +209,8 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
   // Only the first real_out outputs: dy's rows keep their stride `out`.
   // dw (out, in) += dy^T x; column-major: dw^T (in, out) += x^T (in, rows) op_T(dy^T).
-  if (dw.defined()) Matmul(CUBLAS_OP_N, CUBLAS_OP_T, in, real_out, rows, x, in, dy, out, 1.0f, dw, in);
+  if (dw.defined())
+    Matmul(CUBLAS_OP_N, CUBLAS_OP_T, in, real_out, rows, x, in, dy, out, 1.0f, dw, in);
   // dx (rows, in) = dy w; column-major: dx^T (in, rows) = w^T (in, out) dy^T (out, rows).
   if (dx.defined()) {
     Matmul(CUBLAS_OP_N, CUBLAS_OP_N, in, rows, real_out, w, in, dy, out,

@@ -25,11 +25,9 @@ void LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t share
                   cudaStream_t stream, Args&&... args) {
 #if TETRA_EMULATED_GPU
   // Arguments are copied once, converted to the parameters' types, as a launch does.
-  emulator::LaunchKernel(
-      reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, stream,
-      [kernel, ... params = static_cast<std::decay_t<Params>>(std::forward<Args>(args))] {
-        kernel(params...);
-      });
+  emulator::LaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, stream,
+                         [kernel, ... params = static_cast<std::decay_t<Params>>(
+                                      std::forward<Args>(args))] { kernel(params...); });
 #else
   kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
 #endif

@@ -45,7 +45,8 @@ __global__ void MergeKernel(const T* dkey, const T* dvalue, T* dkv, T* dk_pe, in
     } else {
       const int64_t e = idx - kvs, row = e / rope, j = e % rope;
       float sum = 0;
-      for (int64_t h = 0; h < heads; ++h) sum += ToFloat(dkey[(row * heads + h) * key_dim + nope + j]);
+      for (int64_t h = 0; h < heads; ++h)
+        sum += ToFloat(dkey[(row * heads + h) * key_dim + nope + j]);
       dk_pe[e] = FromFloat<T>(sum);
     }
   }
@@ -55,8 +56,8 @@ __global__ void MergeKernel(const T* dkey, const T* dvalue, T* dkv, T* dk_pe, in
 
 void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, int64_t nope, const Tensor& key,
                       const Tensor& value) {
-  for (const auto& [t, name] : {std::pair{&kv, "kv"}, {&k_pe, "k_pe"}, {&key, "key"},
-                                {&value, "value"}}) {
+  for (const auto& [t, name] :
+       {std::pair{&kv, "kv"}, {&k_pe, "k_pe"}, {&key, "key"}, {&value, "value"}}) {
     ExpectDevice(*t, "MlaSplitKeyValue", name);
   }
   const int64_t rows = key.dim(0) * key.dim(1), heads = key.dim(2);
@@ -72,8 +73,8 @@ void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, int64_t nope, const 
 
 void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, int64_t nope,
                               const Tensor& dkv, const Tensor& dk_pe) {
-  for (const auto& [t, name] : {std::pair{&dkey, "dkey"}, {&dvalue, "dvalue"}, {&dkv, "dkv"},
-                                {&dk_pe, "dk_pe"}}) {
+  for (const auto& [t, name] :
+       {std::pair{&dkey, "dkey"}, {&dvalue, "dvalue"}, {&dkv, "dkv"}, {&dk_pe, "dk_pe"}}) {
     ExpectDevice(*t, "MlaMergeKeyValueBackward", name);
   }
   const int64_t rows = dkey.dim(0) * dkey.dim(1), heads = dkey.dim(2);

@@ -29,13 +29,16 @@ __device__ __forceinline__ void Philox(uint32_t (&ctr)[4], uint32_t key0, uint32
 
 __global__ void FillNormalKernel(NormalInit init, int64_t n, float* x) {
   const int64_t step = init.local_extent * init.inner;
-  const uint32_t key0 = static_cast<uint32_t>(init.seed), key1 = static_cast<uint32_t>(init.seed >> 32);
+  const uint32_t key0 = static_cast<uint32_t>(init.seed),
+                 key1 = static_cast<uint32_t>(init.seed >> 32);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t outer = i / step, within = i % step;
-    const uint64_t g = static_cast<uint64_t>((outer * init.global_extent + init.offset) * init.inner + within);
+    const uint64_t g =
+        static_cast<uint64_t>((outer * init.global_extent + init.offset) * init.inner + within);
     uint32_t ctr[4] = {static_cast<uint32_t>(g), static_cast<uint32_t>(g >> 32),
-                       static_cast<uint32_t>(init.stream), static_cast<uint32_t>(init.stream >> 32)};
+                       static_cast<uint32_t>(init.stream),
+                       static_cast<uint32_t>(init.stream >> 32)};
     Philox(ctr, key0, key1);
     // UniformOpen (core/philox.h): never 0, so log is finite.
     const double u1 = (ctr[0] + 0.5) * (1.0 / 4294967296.0);

@@ -1,14 +1,13 @@
 // Elementwise and reduction ops on the device: sums of squares (for the global
 // gradient norm: one tensor, or a weighted list in a few launches and one
 // wait), scale, add and dtype casts.
-#include "kernels/cuda/reduce.h"
-
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
 #include "core/cuda/stream.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/reduce.h"
 
 namespace tetra::cuda {
 namespace {
@@ -42,7 +41,8 @@ template <typename T, bool kSquare>
 double Reduce(const T* x, int64_t n) {
   if (n == 0) return 0.0;
   // Its own buffer, not Scratch: callers reduce values they keep in Scratch.
-  static double* partial = static_cast<double*>(AllocateDeviceBuffer((kPartials + 1) * sizeof(double)));
+  static double* partial =
+      static_cast<double*>(AllocateDeviceBuffer((kPartials + 1) * sizeof(double)));
   LaunchKernel(PartialSumKernel<T, kSquare>, kPartials, kThreads, 0, CurrentStream(), x, n,
                partial);
   LaunchKernel(FinalSumKernel, 1, kThreads, 0, CurrentStream(), partial, kPartials,

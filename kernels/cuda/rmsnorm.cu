@@ -49,9 +49,8 @@ __global__ void RmsNormKernel(const T* x, const T* delta, const T* w, int64_t di
 
 // partial (groups, dim): group g sums dy * (x * rstd) over its rows.
 template <typename T>
-__global__ void RmsNormWeightPartialKernel(const T* dy, const T* x, const float* rstd,
-                                           int64_t rows, int64_t dim, int64_t rows_per_group,
-                                           float* partial) {
+__global__ void RmsNormWeightPartialKernel(const T* dy, const T* x, const float* rstd, int64_t rows,
+                                           int64_t dim, int64_t rows_per_group, float* partial) {
   const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (j >= dim) return;
   const int64_t begin = blockIdx.y * rows_per_group;
@@ -147,9 +146,12 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
   TETRA_CHECK(rstd.dtype() == DType::kF32 && (!dw.defined() || dw.dtype() == DType::kF32))
       << "RmsNormBackward: rstd and dw are fp32";
   const int64_t dim = x.dim(-1), rows = x.numel() / dim;
-  TETRA_CHECK(dy.numel() == x.numel() && (!dx.defined() || (dx.numel() == x.numel() && dx.dtype() == x.dtype())) &&
-              (!dw.defined() || dw.numel() == dim) && rstd.numel() == rows && dy.dtype() == x.dtype() &&
-              (!dx_add.defined() || (dx.defined() && dx_add.numel() == x.numel() && dx_add.dtype() == x.dtype())))
+  TETRA_CHECK(dy.numel() == x.numel() &&
+              (!dx.defined() || (dx.numel() == x.numel() && dx.dtype() == x.dtype())) &&
+              (!dw.defined() || dw.numel() == dim) && rstd.numel() == rows &&
+              dy.dtype() == x.dtype() &&
+              (!dx_add.defined() ||
+               (dx.defined() && dx_add.numel() == x.numel() && dx_add.dtype() == x.dtype())))
       << "RmsNormBackward: x " << ShapeString(x.shape()) << " dw " << ShapeString(dw.shape());
   if (rows == 0) return;
   const int64_t groups = std::min(kMaxRowGroups, CeilDiv(rows, 32));

@@ -61,8 +61,8 @@ __global__ void RopeKernel(T* x, int64_t rows, int64_t seq, int64_t heads, int64
     const int64_t row_head = idx / groups;
     const int64_t pos = (row_head / heads) % seq;
     T* head = x + row_head * 2 * half;
-    MovePairs<W>(head, head, half, idx % groups * W, cos_table + pos * half,
-                 sin_table + pos * half, sin_sign, /*rotate=*/true);
+    MovePairs<W>(head, head, half, idx % groups * W, cos_table + pos * half, sin_table + pos * half,
+                 sin_sign, /*rotate=*/true);
   }
 }
 
@@ -79,9 +79,10 @@ __global__ void QkvRopeKernel(T* packed, T* q, T* k, T* v, int64_t rows, int64_t
     const int64_t row_head = idx / groups;
     const int64_t row = row_head / heads, h = row_head % heads;
     const int64_t pos = row % seq;
-    T* separate = h < q_heads             ? q + (row * q_heads + h) * 2 * half
-                  : h < q_heads + kv_heads ? k + (row * kv_heads + h - q_heads) * 2 * half
-                                           : v + (row * kv_heads + h - q_heads - kv_heads) * 2 * half;
+    T* separate = h < q_heads ? q + (row * q_heads + h) * 2 * half
+                  : h < q_heads + kv_heads
+                      ? k + (row * kv_heads + h - q_heads) * 2 * half
+                      : v + (row * kv_heads + h - q_heads - kv_heads) * 2 * half;
     T* in_packed = packed + row_head * 2 * half;
     MovePairs<W>(backward ? separate : in_packed, backward ? in_packed : separate, half,
                  idx % groups * W, cos_table + pos * half, sin_table + pos * half,
@@ -129,8 +130,8 @@ void ExpectTable(const RopeTable& table, const char* op) {
 // otherwise one pair per thread.
 template <typename T>
 bool Vectorize(const RopeTable& table, std::initializer_list<const Tensor*> tensors) {
-  bool aligned = table.half_dim % kVectorWidth<T> == 0 && Aligned(table.cos.raw()) &&
-                 Aligned(table.sin.raw());
+  bool aligned =
+      table.half_dim % kVectorWidth<T> == 0 && Aligned(table.cos.raw()) && Aligned(table.sin.raw());
   for (const Tensor* t : tensors) aligned = aligned && Aligned(t->raw());
   return aligned;
 }

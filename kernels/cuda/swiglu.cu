@@ -52,10 +52,9 @@ __device__ __forceinline__ void SwigluBackwardPart(const T* dout, const T* gate,
 // Grid-stride, 16-byte vectors where every operand shares gate's alignment.
 template <typename T>
 __global__ void SwigluKernel(const T* gate, const T* up, VectorSplit split, T* out) {
-  ForEachPart<T>(split, blockIdx.x * int64_t{blockDim.x} + threadIdx.x,
-                 int64_t{gridDim.x} * blockDim.x, [&](int64_t i, auto part) {
-                   SwigluPart<decltype(part)::value>(gate + i, up + i, out + i);
-                 });
+  ForEachPart<T>(
+      split, blockIdx.x * int64_t{blockDim.x} + threadIdx.x, int64_t{gridDim.x} * blockDim.x,
+      [&](int64_t i, auto part) { SwigluPart<decltype(part)::value>(gate + i, up + i, out + i); });
 }
 
 template <typename T>
@@ -64,7 +63,7 @@ __global__ void SwigluBackwardKernel(const T* dout, const T* gate, const T* up, 
   ForEachPart<T>(split, blockIdx.x * int64_t{blockDim.x} + threadIdx.x,
                  int64_t{gridDim.x} * blockDim.x, [&](int64_t i, auto part) {
                    SwigluBackwardPart<decltype(part)::value>(dout + i, gate + i, up + i, dgate + i,
-                                                            dup + i);
+                                                             dup + i);
                  });
 }
 
@@ -146,8 +145,8 @@ void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   });
 }
 
-void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up,
-                    const Tensor& dgate, const Tensor& dup) {
+void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up, const Tensor& dgate,
+                    const Tensor& dup) {
   for (const Tensor* t : {&dout, &gate, &up, &dgate, &dup}) {
     ExpectDevice(*t, "SwigluBackward", "an operand");
     TETRA_CHECK(t->dtype() == gate.dtype()) << "SwigluBackward: operands differ in dtype";

@@ -47,8 +47,8 @@ template <typename T>
 __host__ __device__ inline VectorSplit SplitForVectors(const T* p, int64_t n, bool vectorize) {
   if (!vectorize) return {n, n, 0};
   // Bytes to the next boundary, a whole number of elements (p is T-aligned).
-  const int64_t to_boundary = (kVectorBytes - reinterpret_cast<uintptr_t>(p) % kVectorBytes) %
-                              kVectorBytes / sizeof(T);
+  const int64_t to_boundary =
+      (kVectorBytes - reinterpret_cast<uintptr_t>(p) % kVectorBytes) % kVectorBytes / sizeof(T);
   const int64_t head = to_boundary < n ? to_boundary : n;
   return {n, head, (n - head) / kVectorWidth<T>};
 }
@@ -144,9 +144,9 @@ __device__ __forceinline__ void StoreFloats(T* p, const float (&in)[W]) {
 #pragma unroll
     for (int c = 0; c < W / kW; ++c) {
       const float* i = in + c * kW;
-      StoreVector(p + c * kW, make_uint4(PackWord<T>(i), PackWord<T>(i + kPerWord),
-                                         PackWord<T>(i + 2 * kPerWord),
-                                         PackWord<T>(i + 3 * kPerWord)));
+      StoreVector(p + c * kW,
+                  make_uint4(PackWord<T>(i), PackWord<T>(i + kPerWord),
+                             PackWord<T>(i + 2 * kPerWord), PackWord<T>(i + 3 * kPerWord)));
     }
   }
 }

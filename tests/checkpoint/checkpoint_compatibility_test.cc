@@ -58,7 +58,8 @@ TEST(CheckpointCompatibilityTest, WhatMayChangeOnResumeResumes) {
   resumed.mutable_checkpoint()->set_dir("copy");
   resumed.mutable_data()->set_valid_path("/data/valid.bin");
   resumed.set_export_path("out");
-  resumed.mutable_model()->set_make_vocab_size_divisible_by(64);  // checkpoints hold the vocabulary unpadded
+  resumed.mutable_model()->set_make_vocab_size_divisible_by(
+      64);  // checkpoints hold the vocabulary unpadded
   EXPECT_TRUE(CheckResumable(resumed, saved, 10, kPath).ok());
   resumed.mutable_train()->set_steps(10);  // a resume that runs no step (exports what was saved)
   EXPECT_TRUE(CheckResumable(resumed, saved, 10, kPath).ok());
@@ -67,7 +68,8 @@ TEST(CheckpointCompatibilityTest, WhatMayChangeOnResumeResumes) {
 TEST(CheckpointCompatibilityTest, AnotherSeedModelOrDataIsRefusedNamingTheField) {
   const CheckpointManifest saved = SavedAt10(Saver());
   const std::vector<std::pair<std::function<void(TrainerConfig&)>, std::string>> changes = {
-      {[](TrainerConfig& c) { c.mutable_train()->set_seed(7); }, "train.seed 1234, but this run has 7"},
+      {[](TrainerConfig& c) { c.mutable_train()->set_seed(7); },
+       "train.seed 1234, but this run has 7"},
       {[](TrainerConfig& c) { c.mutable_model()->set_hidden_size(128); },
        "model.hidden_size 64, but this run has 128"},
       {[](TrainerConfig& c) { c.mutable_model()->set_rope_theta(500000); },
@@ -87,8 +89,9 @@ TEST(CheckpointCompatibilityTest, AnotherSeedModelOrDataIsRefusedNamingTheField)
     TrainerConfig other = Saver();
     change(other);
     const absl::Status status = CheckResumable(other, saved, 10, kPath);
-    EXPECT_THAT(Message(status), HasSubstr(std::string("checkpoint ") + kPath + " was written by a run with " +
-                                           message + ": it is another run's checkpoint"));
+    EXPECT_THAT(Message(status),
+                HasSubstr(std::string("checkpoint ") + kPath + " was written by a run with " +
+                          message + ": it is another run's checkpoint"));
     EXPECT_THAT(Message(status), HasSubstr("checkpoint.resume: false"));
     EXPECT_THAT(Message(status), UserErrorShape());
   }
@@ -102,24 +105,29 @@ TEST(CheckpointCompatibilityTest, AnotherSeedModelOrDataIsRefusedNamingTheField)
 
 TEST(CheckpointCompatibilityTest, StepsTheRunCannotContinueFromAreRefused) {
   const TrainerConfig run = Saver();
-  EXPECT_THAT(Message(CheckResumeStep(run, 21, kPath)),
-              HasSubstr(std::string("checkpoint ") + kPath + " is at step 21, beyond train.steps 20"));
+  EXPECT_THAT(
+      Message(CheckResumeStep(run, 21, kPath)),
+      HasSubstr(std::string("checkpoint ") + kPath + " is at step 21, beyond train.steps 20"));
   const int64_t huge = int64_t{1} << 62;
   const absl::Status beyond = CheckResumeStep(run, huge, kPath);
   EXPECT_EQ(beyond.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(Message(beyond), HasSubstr("is at step 4611686018427387904, beyond the 2147483647 steps"));
+  EXPECT_THAT(Message(beyond),
+              HasSubstr("is at step 4611686018427387904, beyond the 2147483647 steps"));
   EXPECT_THAT(Message(beyond), UserErrorShape());
   // The manifest at 2^62, whose samples (2^62 x 8) would overflow int64.
   CheckpointManifest saved = SavedAt10(run);
   saved.mutable_state()->set_step(huge);
   saved.mutable_state()->set_consumed_samples(std::numeric_limits<int64_t>::max());
-  EXPECT_THAT(Message(CheckResumable(run, saved, huge, kPath)), HasSubstr("beyond the 2147483647 steps"));
+  EXPECT_THAT(Message(CheckResumable(run, saved, huge, kPath)),
+              HasSubstr("beyond the 2147483647 steps"));
   EXPECT_THAT(Message(CheckResumable(run, saved, 10, kPath)),
               HasSubstr("is named for step 10 but its manifest says step 4611686018427387904"));
   saved = SavedAt10(run);
   saved.mutable_state()->set_consumed_samples(81);
-  EXPECT_THAT(Message(CheckResumable(run, saved, 10, kPath)),
-              HasSubstr("is at step 10 after 81 samples, but train.global_batch_size 8 would have consumed 80"));
+  EXPECT_THAT(
+      Message(CheckResumable(run, saved, 10, kPath)),
+      HasSubstr(
+          "is at step 10 after 81 samples, but train.global_batch_size 8 would have consumed 80"));
 }
 
 }  // namespace

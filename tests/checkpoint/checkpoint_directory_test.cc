@@ -33,7 +33,8 @@ class CheckpointDirectoryTest : public ::testing::Test {
   }
   std::vector<std::string> Names() {
     std::vector<std::string> names;
-    for (const fs::directory_entry& e : fs::directory_iterator(root_)) names.push_back(e.path().filename());
+    for (const fs::directory_entry& e : fs::directory_iterator(root_))
+      names.push_back(e.path().filename());
     std::sort(names.begin(), names.end());
     return names;
   }
@@ -60,14 +61,16 @@ TEST_F(CheckpointDirectoryTest, ResumePicksTheNewestCompleteAndNamesSkippedOnes)
   EXPECT_EQ((*entries)[2].step, 30);
   EXPECT_FALSE((*entries)[2].complete);
   std::ostringstream notes;
-  const absl::StatusOr<std::optional<CheckpointEntry>> newest = NewestCompleteCheckpoint(root_, notes);
+  const absl::StatusOr<std::optional<CheckpointEntry>> newest =
+      NewestCompleteCheckpoint(root_, notes);
   ASSERT_TRUE(newest.ok()) << newest.status();
   ASSERT_TRUE(newest->has_value());
   EXPECT_EQ((*newest)->step, 20);
   EXPECT_EQ((*newest)->path, root_ + "/step_00000020");
   EXPECT_THAT(notes.str(), HasSubstr(root_ + "/step_00000030 is incomplete"));
   std::ostringstream none;
-  const absl::StatusOr<std::optional<CheckpointEntry>> missing = NewestCompleteCheckpoint(root_ + "/missing", none);
+  const absl::StatusOr<std::optional<CheckpointEntry>> missing =
+      NewestCompleteCheckpoint(root_ + "/missing", none);
   ASSERT_TRUE(missing.ok()) << missing.status();
   EXPECT_FALSE(missing->has_value());
 }
@@ -80,13 +83,15 @@ TEST_F(CheckpointDirectoryTest, StepEntryThatIsNoDirectoryIsAnError) {
   std::ostringstream notes;
   absl::StatusOr<std::optional<CheckpointEntry>> newest = NewestCompleteCheckpoint(root_, notes);
   ASSERT_FALSE(newest.ok());
-  EXPECT_THAT(Message(newest.status()), HasSubstr("checkpoint " + root_ + "/step_00000020 is not a readable "
+  EXPECT_THAT(Message(newest.status()), HasSubstr("checkpoint " + root_ +
+                                                  "/step_00000020 is not a readable "
                                                   "directory: Too many levels of symbolic links"));
   EXPECT_THAT(Message(newest.status()), UserErrorShape());
   fs::remove(root_ + "/step_00000020");
   std::ofstream(root_ + "/step_00000020") << "a file";
-  EXPECT_THAT(Message(ListCheckpoints(root_).status()),
-              HasSubstr("checkpoint " + root_ + "/step_00000020 is not a readable directory\nhint: "));
+  EXPECT_THAT(
+      Message(ListCheckpoints(root_).status()),
+      HasSubstr("checkpoint " + root_ + "/step_00000020 is not a readable directory\nhint: "));
   EXPECT_FALSE(RemoveOldCheckpoints(root_, 1).ok());
 }
 

@@ -70,9 +70,10 @@ TEST_F(CheckpointLockTest, StaleLockFileIsTakenOverSayingSo) {
   WriteBytes(LockPath(), "host node9\npid 31337\nstarted 2026-01-01 00:00:00 UTC\n");
   absl::StatusOr<CheckpointLock> lock = CheckpointLock::Acquire(dir_, notes_);
   ASSERT_TRUE(lock.ok()) << lock.status();
-  EXPECT_EQ(notes_.str(), "tetra: taking over the lock " + LockPath() +
-                              " of pid \"31337\" on host \"node9\", started \"2026-01-01 00:00:00 UTC\", which "
-                              "ended without releasing it\n");
+  EXPECT_EQ(notes_.str(),
+            "tetra: taking over the lock " + LockPath() +
+                " of pid \"31337\" on host \"node9\", started \"2026-01-01 00:00:00 UTC\", which "
+                "ended without releasing it\n");
   EXPECT_THAT(ReadBytes(LockPath()), HasSubstr("\npid " + std::to_string(getpid()) + "\n"));
 }
 
@@ -96,7 +97,8 @@ TEST_F(CheckpointLockTest, UncreatableDirectoryIsAnError) {
   fs::create_directories(dir_);
   WriteBytes(dir_ + "/file", "x");  // nothing can be created under a file, even by root
   const absl::Status status = CheckpointLock::Acquire(dir_ + "/file/sub", notes_).status();
-  EXPECT_THAT(Message(status), HasSubstr("cannot create checkpoint.dir " + dir_ + "/file/sub: Not a directory"));
+  EXPECT_THAT(Message(status),
+              HasSubstr("cannot create checkpoint.dir " + dir_ + "/file/sub: Not a directory"));
   EXPECT_THAT(Message(status), UserErrorShape());
 }
 

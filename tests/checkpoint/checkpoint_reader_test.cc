@@ -27,7 +27,9 @@ using ::tetra::testing::WriteBytes;
 
 constexpr int64_t kRows = 4, kCols = 6;
 
-float GlobalValue(int64_t row, int64_t col) { return 100.0f + static_cast<float>(row * kCols + col); }
+float GlobalValue(int64_t row, int64_t col) {
+  return 100.0f + static_cast<float>(row * kCols + col);
+}
 
 std::vector<DimRange> Box(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   std::vector<DimRange> box(2);
@@ -60,8 +62,8 @@ class CheckpointReaderTest : public ::testing::Test {
   }
 
   // A shard of elements [flat_begin, flat_end) of the column box [c0, c1).
-  void AddShard(const std::string& file, uint64_t offset, int64_t c0, int64_t c1, int64_t flat_begin,
-                int64_t flat_end) {
+  void AddShard(const std::string& file, uint64_t offset, int64_t c0, int64_t c1,
+                int64_t flat_begin, int64_t flat_end) {
     std::string bytes;
     for (int64_t i = flat_begin; i < flat_end; ++i) {
       const float v = GlobalValue(i / (c1 - c0), c0 + i % (c1 - c0));
@@ -92,7 +94,8 @@ class CheckpointReaderTest : public ::testing::Test {
     copy->set_name(name);
     copy->set_kind(kind);
     for (ShardRecord& shard : *copy->mutable_shards()) {
-      const std::string bytes = ReadBytes(dir_ + "/" + shard.file()).substr(shard.offset(), shard.bytes());
+      const std::string bytes =
+          ReadBytes(dir_ + "/" + shard.file()).substr(shard.offset(), shard.bytes());
       shard.set_crc32c(ShardCrc32c(*copy, shard, bytes.data()));
     }
     return copy;
@@ -119,7 +122,8 @@ TEST_F(CheckpointReaderTest, AnyBoxComesBackWithItsGlobalValues) {
   absl::StatusOr<Tensor> global = reader->ReadGlobal(*w);
   ASSERT_TRUE(global.ok()) << global.status();
   ASSERT_EQ(global->shape(), (Shape{kRows, kCols}));
-  for (int64_t g = 0; g < kRows * kCols; ++g) EXPECT_EQ(global->f32()[g], GlobalValue(g / kCols, g % kCols));
+  for (int64_t g = 0; g < kRows * kCols; ++g)
+    EXPECT_EQ(global->f32()[g], GlobalValue(g / kCols, g % kCols));
   // A box across both halves and both pieces of the right half.
   absl::StatusOr<Tensor> box = reader->ReadBox(*w, Box(1, 3, 2, 5));
   ASSERT_TRUE(box.ok()) << box.status();
@@ -135,7 +139,8 @@ TEST_F(CheckpointReaderTest, FlippedByteIsAnErrorNamingFileAndTensor) {
   WriteBytes(dir_ + "/b.bin", bytes);
   const absl::Status status = ReadAll();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(status.message(), HasSubstr("checkpoint file " + dir_ + "/b.bin is corrupt: \"w\" (weight) at bytes [36, 56)"));
+  EXPECT_THAT(status.message(), HasSubstr("checkpoint file " + dir_ +
+                                          "/b.bin is corrupt: \"w\" (weight) at bytes [36, 56)"));
   // A box that never touches the damaged piece still reads.
   absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
   ASSERT_TRUE(reader.ok());
@@ -145,22 +150,26 @@ TEST_F(CheckpointReaderTest, FlippedByteIsAnErrorNamingFileAndTensor) {
 TEST_F(CheckpointReaderTest, TruncatedFileIsAnErrorNamingFileAndTensor) {
   std::filesystem::resize_file(dir_ + "/b.bin", 50);
   EXPECT_THAT(ReadAll().message(),
-              HasSubstr("checkpoint file " + dir_ + "/b.bin is truncated: \"w\" (weight) needs 20 bytes at "
+              HasSubstr("checkpoint file " + dir_ +
+                        "/b.bin is truncated: \"w\" (weight) needs 20 bytes at "
                         "offset 36 but the file has 50"));
   std::filesystem::remove(dir_ + "/a.bin");
-  EXPECT_THAT(ReadAll().message(), HasSubstr("cannot read checkpoint file " + dir_ + "/a.bin: No such file"));
+  EXPECT_THAT(ReadAll().message(),
+              HasSubstr("cannot read checkpoint file " + dir_ + "/a.bin: No such file"));
 }
 
 TEST_F(CheckpointReaderTest, UncoveredElementsAreAnError) {
   tensor_->mutable_shards()->RemoveLast();  // the piece [5, 12) of the right half
   WriteManifest();
-  EXPECT_THAT(ReadAll().message(), HasSubstr("holds only 17 of the 24 elements of \"w\" (weight) in [0:4, 0:6]"));
+  EXPECT_THAT(ReadAll().message(),
+              HasSubstr("holds only 17 of the 24 elements of \"w\" (weight) in [0:4, 0:6]"));
 }
 
 TEST_F(CheckpointReaderTest, InconsistentOrDamagedManifestIsAnError) {
   tensor_->mutable_shards(0)->set_bytes(44);  // 12 elements need 48
   WriteManifest();
-  EXPECT_THAT(ReadAll().message(), HasSubstr("is inconsistent: a shard of \"w\" (weight) in file \"a.bin\""));
+  EXPECT_THAT(ReadAll().message(),
+              HasSubstr("is inconsistent: a shard of \"w\" (weight) in file \"a.bin\""));
   tensor_->mutable_shards(0)->set_bytes(48);
   tensor_->mutable_shards(0)->mutable_box(1)->set_end(7);  // past the 6 columns
   WriteManifest();
@@ -174,7 +183,8 @@ TEST_F(CheckpointReaderTest, InconsistentOrDamagedManifestIsAnError) {
   WriteBytes(dir_ + "/" + kManifestFileName, "\xff\xff\xff garbage");
   EXPECT_THAT(ReadAll().message(), HasSubstr("is corrupt: it does not parse"));
   std::filesystem::remove(dir_ + "/" + kManifestFileName);
-  EXPECT_THAT(ReadAll().message(), HasSubstr("cannot read checkpoint manifest " + dir_ + "/manifest.pb"));
+  EXPECT_THAT(ReadAll().message(),
+              HasSubstr("cannot read checkpoint manifest " + dir_ + "/manifest.pb"));
 }
 
 // A tensor record no data could fill: a negative dim, a shape whose element
@@ -184,7 +194,8 @@ TEST_F(CheckpointReaderTest, InconsistentOrDamagedManifestIsAnError) {
 TEST_F(CheckpointReaderTest, ShapesNoDataCanFillAreErrorsNamingTheTensor) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   const std::vector<std::vector<int64_t>> shapes = {
-      {-1}, {kMax}, {int64_t{1} << 32, int64_t{1} << 32}, {int64_t{1} << 62}, {1000000, 1000000}, {3, -2}};
+      {-1},   {kMax}, {int64_t{1} << 32, int64_t{1} << 32}, {int64_t{1} << 62}, {1000000, 1000000},
+      {3, -2}};
   for (const std::vector<int64_t>& shape : shapes) {
     CheckpointManifest manifest = manifest_;
     TensorRecord* big = manifest.add_tensors();
@@ -193,7 +204,8 @@ TEST_F(CheckpointReaderTest, ShapesNoDataCanFillAreErrorsNamingTheTensor) {
     WriteManifest(manifest);
     absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
     absl::Status status = reader.status();
-    if (reader.ok()) status = reader->ReadGlobal(*reader->Find("big", TensorRecord::WEIGHT)).status();
+    if (reader.ok())
+      status = reader->ReadGlobal(*reader->Find("big", TensorRecord::WEIGHT)).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << ShapeString(shape) << ": " << status;
     EXPECT_THAT(Message(status), HasSubstr("\"big\" (weight)")) << ShapeString(shape);
     EXPECT_THAT(Message(status), UserErrorShape());
@@ -215,8 +227,10 @@ TEST_F(CheckpointReaderTest, ShardLargerThanItsFileIsFoundBeforeAllocating) {
   WriteManifest();
   absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
   ASSERT_TRUE(reader.ok()) << reader.status();
-  const absl::Status status = reader->ReadGlobal(*reader->Find("big", TensorRecord::WEIGHT)).status();
-  EXPECT_THAT(Message(status), HasSubstr("checkpoint file " + dir_ + "/a.bin is truncated: \"big\" (weight) needs "
+  const absl::Status status =
+      reader->ReadGlobal(*reader->Find("big", TensorRecord::WEIGHT)).status();
+  EXPECT_THAT(Message(status), HasSubstr("checkpoint file " + dir_ +
+                                         "/a.bin is truncated: \"big\" (weight) needs "
                                          "4000000000000 bytes at offset 0 but the file has 48"));
 }
 
@@ -243,7 +257,7 @@ TEST_F(CheckpointReaderTest, ByteCountsThatWrapAreInconsistent) {
 // file of a few dozen is an error, not an allocation.
 TEST_F(CheckpointReaderTest, ManifestClaimingMoreThanItsBytesIsCorrupt) {
   std::string bytes = manifest_.SerializeAsString();
-  bytes += '\x2a';  // field 5 (tensors), length-delimited
+  bytes += '\x2a';                  // field 5 (tensors), length-delimited
   uint64_t length = 1000000000000;  // as a varint: 7 bits a byte, low first
   for (; length >= 0x80; length >>= 7) bytes += static_cast<char>((length & 0x7f) | 0x80);
   bytes += static_cast<char>(length);
@@ -267,7 +281,8 @@ TEST_F(CheckpointReaderTest, ManifestThatIsADirectoryIsAnError) {
   std::filesystem::remove(dir_ + "/" + kManifestFileName);
   std::filesystem::create_directory(dir_ + "/" + kManifestFileName);
   const absl::Status status = CheckpointReader::Open(dir_).status();
-  EXPECT_THAT(Message(status), HasSubstr("checkpoint manifest " + dir_ + "/manifest.pb is a directory, not a "
+  EXPECT_THAT(Message(status), HasSubstr("checkpoint manifest " + dir_ +
+                                         "/manifest.pb is a directory, not a "
                                          "regular file"));
   EXPECT_THAT(Message(status), UserErrorShape());
 }
@@ -284,7 +299,8 @@ TEST_F(CheckpointReaderTest, SwappedNamesAreCorruptionNamingTheTensor) {
   WriteManifest();
   const absl::Status status = ReadAll();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(Message(status), HasSubstr("checkpoint file " + dir_ + "/a.bin is corrupt: \"w\" (weight) at bytes [0, 48)"));
+  EXPECT_THAT(Message(status), HasSubstr("checkpoint file " + dir_ +
+                                         "/a.bin is corrupt: \"w\" (weight) at bytes [0, 48)"));
   EXPECT_THAT(Message(status), UserErrorShape());
 }
 
@@ -297,7 +313,8 @@ TEST_F(CheckpointReaderTest, SwappedMomentsAreCorruptionNamingTheTensor) {
   WriteManifest();
   absl::StatusOr<CheckpointReader> reader = CheckpointReader::Open(dir_);
   ASSERT_TRUE(reader.ok()) << reader.status();
-  const absl::Status status = reader->ReadGlobal(*reader->Find("w", TensorRecord::EXP_AVG)).status();
+  const absl::Status status =
+      reader->ReadGlobal(*reader->Find("w", TensorRecord::EXP_AVG)).status();
   EXPECT_THAT(Message(status), HasSubstr("is corrupt: \"w\" (exp_avg) at bytes [0, 48)"));
 }
 
@@ -309,16 +326,19 @@ TEST_F(CheckpointReaderTest, ManifestAlteredAfterItsMarkerIsCorrupt) {
   WriteBytes(dir_ + "/" + kCompleteMarkerName, marker);
   absl::Status status = ReadAll();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(Message(status), HasSubstr("checkpoint manifest " + dir_ + "/manifest.pb is corrupt: its bytes have "
+  EXPECT_THAT(Message(status), HasSubstr("checkpoint manifest " + dir_ +
+                                         "/manifest.pb is corrupt: its bytes have "
                                          "CRC-32C "));
   EXPECT_THAT(Message(status), HasSubstr(" but " + dir_ + "/COMPLETE says "));
   EXPECT_THAT(Message(status), UserErrorShape());
   WriteBytes(dir_ + "/" + kCompleteMarkerName, "step 7\n");
-  EXPECT_THAT(Message(ReadAll()), HasSubstr("the completion marker " + dir_ + "/COMPLETE holds no valid "
+  EXPECT_THAT(Message(ReadAll()), HasSubstr("the completion marker " + dir_ +
+                                            "/COMPLETE holds no valid "
                                             "manifest_crc32c line"));
   std::filesystem::remove(dir_ + "/" + kCompleteMarkerName);
   std::filesystem::create_directory(dir_ + "/" + kCompleteMarkerName);
-  EXPECT_THAT(Message(ReadAll()), HasSubstr("completion marker " + dir_ + "/COMPLETE is a directory, not a "
+  EXPECT_THAT(Message(ReadAll()), HasSubstr("completion marker " + dir_ +
+                                            "/COMPLETE is a directory, not a "
                                             "regular file"));
   // A save that died before its marker: the manifest reads, unchecked (the
   // reader's callers skip such a directory or say so).
@@ -333,8 +353,9 @@ TEST_F(CheckpointReaderTest, ShapesThatOverflowOrThatNoFileHoldsAreErrors) {
   tensor_->set_shape(0, int64_t{1} << 32);
   tensor_->set_shape(1, int64_t{1} << 32);
   WriteManifest();
-  EXPECT_THAT(ReadAll().message(),
-              HasSubstr("gives \"w\" (weight) the shape [4294967296, 4294967296], which no tensor has"));
+  EXPECT_THAT(
+      ReadAll().message(),
+      HasSubstr("gives \"w\" (weight) the shape [4294967296, 4294967296], which no tensor has"));
   tensor_->set_shape(0, -4);
   WriteManifest();
   EXPECT_THAT(ReadAll().message(), HasSubstr("the shape [-4, 4294967296]"));
@@ -364,7 +385,8 @@ TEST_F(CheckpointReaderTest, ShapesThatOverflowOrThatNoFileHoldsAreErrors) {
   shard->set_bytes(kRows * kCols * 4);
   shard->set_offset(~uint64_t{0} - 8);
   WriteManifest();
-  EXPECT_THAT(ReadAll().message(), HasSubstr("is inconsistent: a shard of \"w\" (weight) in file \"a.bin\""));
+  EXPECT_THAT(ReadAll().message(),
+              HasSubstr("is inconsistent: a shard of \"w\" (weight) in file \"a.bin\""));
 }
 
 TEST(CheckpointReader3dTest, PiecesCutMidRowReadIntoAnInnerBox) {

@@ -54,9 +54,12 @@ std::string Edited(const std::string& key, const std::string& value) {
       const JsonValue& v = root.items[i];
       if (v.kind == JsonValue::Kind::kString) AppendJsonString(v.string, &item);
       if (v.kind == JsonValue::Kind::kBool) item = v.boolean ? "true" : "false";
-      if (v.kind == JsonValue::Kind::kNumber) item = v.integer ? std::to_string(*v.integer) : std::to_string(v.number);
-      if (v.kind == JsonValue::Kind::kArray && root.keys[i] == "architectures") item = "[\"LlamaForCausalLM\"]";
-      if (v.kind == JsonValue::Kind::kArray && root.keys[i] == "eos_token_id") item = "[128001, 128008, 128009]";
+      if (v.kind == JsonValue::Kind::kNumber)
+        item = v.integer ? std::to_string(*v.integer) : std::to_string(v.number);
+      if (v.kind == JsonValue::Kind::kArray && root.keys[i] == "architectures")
+        item = "[\"LlamaForCausalLM\"]";
+      if (v.kind == JsonValue::Kind::kArray && root.keys[i] == "eos_token_id")
+        item = "[128001, 128008, 128009]";
       if (v.kind == JsonValue::Kind::kObject) {
         item = R"({"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                    "original_max_position_embeddings": 8192, "rope_type": "llama3"})";
@@ -97,7 +100,8 @@ TEST(HfConfigTest, ReadsLlama31) {
 }
 
 TEST(HfConfigTest, AbsentKeysTakeLlamaConfigDefaults) {
-  absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("minimal", R"({"model_type": "llama"})"));
+  absl::StatusOr<ModelConfig> m =
+      ReadHfConfigJson(WriteConfig("minimal", R"({"model_type": "llama"})"));
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->vocab_size(), 32000);
   EXPECT_EQ(m->hidden_size(), 4096);
@@ -116,26 +120,35 @@ struct Refused {
 TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
   const Refused cases[] = {
       {"hidden_act", "\"gelu\"", "\"hidden_act\" is \"gelu\", but tetra's MLP is SwiGLU"},
-      {"attention_bias", "true", "\"attention_bias\" is true, but it adds biases to all of q, k, v and o_proj"},
+      {"attention_bias", "true",
+       "\"attention_bias\" is true, but it adds biases to all of q, k, v and o_proj"},
       {"mlp_bias", "true", "\"mlp_bias\" is true"},
-      {"attention_dropout", "0.1", "\"attention_dropout\" is 0.1, but tetra trains without dropout"},
+      {"attention_dropout", "0.1",
+       "\"attention_dropout\" is 0.1, but tetra trains without dropout"},
       {"head_dim", "63.5", "\"head_dim\" is 63.5, not an integer"},
       {"rope_scaling", R"({"rope_type": "yarn", "factor": 4.0})",
        "\"rope_scaling.original_max_position_embeddings\" is missing, so transformers would take"},
       {"rope_scaling", R"({"rope_type": "yarn", "original_max_position_embeddings": 4096})",
        "\"rope_scaling.factor\" is missing"},
-      {"rope_scaling", R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 2048})",
-       "\"rope_scaling.factor\" is 32 but max_position_embeddings 131072 / original_max_position_embeddings 2048 "
+      {"rope_scaling",
+       R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 2048})",
+       "\"rope_scaling.factor\" is 32 but max_position_embeddings 131072 / "
+       "original_max_position_embeddings 2048 "
        "is not"},
-      {"rope_scaling", R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+      {"rope_scaling",
+       R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
                          "attention_factor": 0.0})",
        "\"rope_scaling.attention_factor\" is 0"},
-      {"rope_scaling", R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+      {"rope_scaling",
+       R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
                          "low_freq_factor": 1.0})",
        "\"rope_scaling.low_freq_factor\" is not a setting tetra knows"},
-      {"rope_scaling", R"({"type": "linear", "factor": 2.0})", "\"rope_scaling.rope_type\" is \"linear\""},
-      {"rope_scaling", R"({"rope_type": "llama3", "factor": 8.0})", "\"rope_scaling.low_freq_factor\" is missing"},
-      {"rope_scaling", R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      {"rope_scaling", R"({"type": "linear", "factor": 2.0})",
+       "\"rope_scaling.rope_type\" is \"linear\""},
+      {"rope_scaling", R"({"rope_type": "llama3", "factor": 8.0})",
+       "\"rope_scaling.low_freq_factor\" is missing"},
+      {"rope_scaling",
+       R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 8192, "beta_fast": 32})",
        "\"rope_scaling.beta_fast\" is not a setting tetra knows"},
       {"model_type", "\"gpt2\"", "\"model_type\" is \"gpt2\""},
@@ -143,7 +156,8 @@ TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
       {"model_type", "\"deepseek_v3\"", "\"architectures\" is not [\"DeepseekV3ForCausalLM\"]"},
       {"architectures", "[\"LanguageModel\"]", "\"architectures\" is not [\"LlamaForCausalLM\"]"},
       {"quantization_config", R"({"quant_method": "fp8", "fmt": "e4m3"})",
-       "\"quantization_config\" says the weights are stored quantized (\"fp8\"), but tetra trains from bf16 or "
+       "\"quantization_config\" says the weights are stored quantized (\"fp8\"), but tetra trains "
+       "from bf16 or "
        "fp32 weights"},
       {"rope_parameters", R"({"rope_type": "default", "rope_theta": 10000.0})",
        "\"rope_parameters\" changes what transformers computes"},
@@ -162,12 +176,13 @@ TEST(HfConfigTest, WhatChangesTheMathAndIsNotImplementedIsAnError) {
 }
 
 TEST(HfConfigTest, NoOpValuesAndMetadataAreAccepted) {
-  for (const auto& [key, value] :
-       {std::pair{"sliding_window", "null"}, std::pair{"head_dim", "128"}, std::pair{"pretraining_tp", "2"},
-        // Not LlamaConfig's: no Llama code reads it.
-        std::pair{"sliding_window", "4096"},
-        std::pair{"_name_or_path", "\"meta-llama/Llama-3.1-8B\""}, std::pair{"rope_scaling", "null"},
-        std::pair{"rope_scaling", R"({"rope_type": "default"})"}}) {
+  for (const auto& [key, value] : {std::pair{"sliding_window", "null"},
+                                   std::pair{"head_dim", "128"}, std::pair{"pretraining_tp", "2"},
+                                   // Not LlamaConfig's: no Llama code reads it.
+                                   std::pair{"sliding_window", "4096"},
+                                   std::pair{"_name_or_path", "\"meta-llama/Llama-3.1-8B\""},
+                                   std::pair{"rope_scaling", "null"},
+                                   std::pair{"rope_scaling", R"({"rope_type": "default"})"}}) {
     absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("accepted", Edited(key, value)));
     EXPECT_TRUE(m.ok()) << key << "=" << value << ": " << m.status();
   }
@@ -186,9 +201,11 @@ TEST(HfConfigTest, KeysNoModellingCodeReadsAreMetadata) {
   const std::string log = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->hidden_size(), 4096);
-  EXPECT_THAT(log, HasSubstr("ignored 6 keys that change nothing transformers computes for LlamaForCausalLM: "
-                             "unk_token_id, is_llama_config, rope_interleaved, transformers.js_config, auto_map, "
-                             "sep_token_id"));
+  EXPECT_THAT(
+      log, HasSubstr(
+               "ignored 6 keys that change nothing transformers computes for LlamaForCausalLM: "
+               "unk_token_id, is_llama_config, rope_interleaved, transformers.js_config, auto_map, "
+               "sep_token_id"));
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
 }
 
@@ -226,7 +243,8 @@ TEST(HfConfigTest, RecipeFieldsMustAgreeWithConfigJson) {
               HasSubstr("model.num_key_value_heads is 32 in the recipe but 8"));
   ModelConfig moe;
   moe.mutable_moe()->set_n_routed_experts(8);
-  EXPECT_THAT(Message(MergeWithHfConfig(moe, hf, "c.json").status()), HasSubstr("mixture of experts"));
+  EXPECT_THAT(Message(MergeWithHfConfig(moe, hf, "c.json").status()),
+              HasSubstr("mixture of experts"));
 }
 
 TEST(HfConfigTest, ExportWritesWhatItReads) {
@@ -256,7 +274,8 @@ std::string WithYarn(const std::string& rope_scaling, const std::string& max_pos
 }
 
 TEST(HfConfigTest, ReadsDeepSeekV3Yarn) {
-  absl::StatusOr<ModelConfig> m = ReadHfConfigJson(WriteConfig("yarn", WithYarn(kDeepSeekV3Yarn, "163840")));
+  absl::StatusOr<ModelConfig> m =
+      ReadHfConfigJson(WriteConfig("yarn", WithYarn(kDeepSeekV3Yarn, "163840")));
   ASSERT_TRUE(m.ok()) << m.status();
   const RopeScalingConfig& s = m->rope_scaling();
   EXPECT_EQ(s.rope_type(), "yarn");
@@ -272,8 +291,10 @@ TEST(HfConfigTest, ReadsDeepSeekV3Yarn) {
 
   // transformers reads an absent or 0 beta as YaRN's 32 and 1.
   m = ReadHfConfigJson(WriteConfig(
-      "yarn_betas", WithYarn(R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
-                                 "beta_fast": 0})", "131072")));
+      "yarn_betas",
+      WithYarn(R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                                 "beta_fast": 0})",
+               "131072")));
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->rope_scaling().beta_fast(), 32);
   EXPECT_EQ(m->rope_scaling().beta_slow(), 1);
@@ -285,7 +306,8 @@ TEST(HfConfigTest, ExportWritesYarnAsItReadsIt) {
         std::pair{R"({"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
                       "beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 1.25, "truncate": false})",
                   "131072"}}) {
-    const ModelConfig hf = *ReadHfConfigJson(WriteConfig("yarn_in", WithYarn(rope_scaling, max_positions)));
+    const ModelConfig hf =
+        *ReadHfConfigJson(WriteConfig("yarn_in", WithYarn(rope_scaling, max_positions)));
     const std::string written = HfConfigJson(hf, /*seq_length=*/2048, DType::kF32);
     absl::StatusOr<ModelConfig> back = ReadHfConfigJson(WriteConfig("yarn_out", written));
     ASSERT_TRUE(back.ok()) << back.status() << "\n" << written;
@@ -312,7 +334,8 @@ TEST(HfConfigTest, ExportWritesYarnAsItReadsIt) {
 // A tiny DeepseekV3ForCausalLM's config.json as transformers 4.57.6's
 // save_pretrained wrote it (q_lora_rank None: a plain q_proj; YaRN; DeepSeek's
 // num_nextn_predict_layers kept as an attribute).
-constexpr char kDeepseekV3[] = R"({"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
+constexpr char kDeepseekV3[] =
+    R"({"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false,
   "attention_dropout": 0.0, "bos_token_id": 0, "dtype": "float32", "eos_token_id": 1, "first_k_dense_replace": 1,
   "head_dim": 4, "hidden_act": "silu", "hidden_size": 32, "initializer_range": 0.02, "intermediate_size": 48,
   "kv_lora_rank": 16, "max_position_embeddings": 64, "model_type": "deepseek_v3", "moe_intermediate_size": 16,
@@ -365,7 +388,8 @@ TEST(HfConfigTest, ReadsDeepseekV3AsTransformersSavesIt) {
 }
 
 TEST(HfConfigTest, AbsentKeysTakeEachClassDefaults) {
-  absl::StatusOr<ModelConfig> v3 = ReadHfConfigJson(WriteConfig("v3_minimal", R"({"model_type": "deepseek_v3"})"));
+  absl::StatusOr<ModelConfig> v3 =
+      ReadHfConfigJson(WriteConfig("v3_minimal", R"({"model_type": "deepseek_v3"})"));
   ASSERT_TRUE(v3.ok()) << v3.status();
   EXPECT_EQ(v3->vocab_size(), 129280);
   EXPECT_EQ(v3->num_hidden_layers(), 61);
@@ -423,13 +447,17 @@ void ExpectExportReadsBack(const std::string& text, const std::string& architect
 
 TEST(HfConfigTest, WhatDeepseekV3AndGlm4MoeComputeOtherwiseIsAnError) {
   ExpectEditedConfigs({
-      {kDeepseekV3, "\"head_dim\": 4", "\"head_dim\": 12", "\"head_dim\" is 12, but DeepseekV3's head_dim is"},
+      {kDeepseekV3, "\"head_dim\": 4", "\"head_dim\": 12",
+       "\"head_dim\" is 12, but DeepseekV3's head_dim is"},
       {kDeepseekV3, "\"qk_head_dim\": 12", "\"qk_head_dim\": 16", "\"qk_head_dim\" is 16"},
-      {kDeepseekV3, "\"use_cache\": true", "\"scoring_func\": \"softmax\"", "\"scoring_func\" is \"softmax\""},
-      {kDeepseekV3, "\"use_cache\": true", "\"topk_method\": \"greedy\"", "\"topk_method\" is \"greedy\""},
+      {kDeepseekV3, "\"use_cache\": true", "\"scoring_func\": \"softmax\"",
+       "\"scoring_func\" is \"softmax\""},
+      {kDeepseekV3, "\"use_cache\": true", "\"topk_method\": \"greedy\"",
+       "\"topk_method\" is \"greedy\""},
       {kDeepseekV3, "\"use_cache\": true", "\"quantization_config\": {}",
        "\"quantization_config\" says the weights are stored quantized (an unnamed method)"},
-      {kDeepseekV3, "\"q_lora_rank\": null", "\"q_lora_rank\": 1.5", "\"q_lora_rank\" is 1.5, not an integer"},
+      {kDeepseekV3, "\"q_lora_rank\": null", "\"q_lora_rank\": 1.5",
+       "\"q_lora_rank\" is 1.5, not an integer"},
       {kGlm4Moe, "\"partial_rotary_factor\": 1.0, ", "", "\"partial_rotary_factor\" is missing"},
       {kGlm4Moe, "\"partial_rotary_factor\": 1.0", "\"partial_rotary_factor\": 0.5",
        "\"partial_rotary_factor\" is 0.5"},
@@ -493,11 +521,13 @@ TEST(HfConfigTest, SoftmaxScoredMoeExportsAsMixtralOrQwen3Moe) {
   moe.set_hf_architecture("Glm4MoeForCausalLM");
   moe.set_qk_norm(false);
   const absl::Status status = CheckHfExportable(moe);
-  EXPECT_THAT(Message(status), HasSubstr("model.moe.scoring_func \"softmax\" (its router scores sigmoid)"));
+  EXPECT_THAT(Message(status),
+              HasSubstr("model.moe.scoring_func \"softmax\" (its router scores sigmoid)"));
   EXPECT_THAT(Message(status), UserErrorShape());
 }
 
-constexpr char kQwen3Moe[] = R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+constexpr char kQwen3Moe[] =
+    R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
     "hidden_size": 64, "head_dim": 16, "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2,
     "num_hidden_layers": 4, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
     "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [0, 1], "output_router_logits": false,
@@ -516,11 +546,13 @@ TEST(HfConfigTest, ReadsQwen3MoeAndMixtral) {
   EXPECT_EQ(qwen->moe().first_k_dense_replace(), 2);  // mlp_only_layers [0, 1]
   EXPECT_EQ(qwen->moe().scoring_func(), "softmax");
   EXPECT_EQ(qwen->moe().n_shared_experts(), 0);
-  EXPECT_EQ(qwen->moe().aux_loss_alpha(), 0);  // transformers trains without one here
+  EXPECT_EQ(qwen->moe().aux_loss_alpha(), 0);        // transformers trains without one here
   EXPECT_EQ(qwen->moe().router_aux_loss_coef(), 0);  // output_router_logits false: no balance loss
   std::string balanced = kQwen3Moe;
-  balanced.replace(balanced.find("\"output_router_logits\": false"), 29, "\"output_router_logits\": true");
-  absl::StatusOr<ModelConfig> with_loss = ReadHfConfigJson(WriteConfig("qwen3_moe_balanced", balanced));
+  balanced.replace(balanced.find("\"output_router_logits\": false"), 29,
+                   "\"output_router_logits\": true");
+  absl::StatusOr<ModelConfig> with_loss =
+      ReadHfConfigJson(WriteConfig("qwen3_moe_balanced", balanced));
   ASSERT_TRUE(with_loss.ok()) << with_loss.status();
   EXPECT_EQ(with_loss->moe().router_aux_loss_coef(), 0.001);
   const std::string written = HfConfigJson(*with_loss, 16, DType::kF32);
@@ -532,13 +564,14 @@ TEST(HfConfigTest, ReadsQwen3MoeAndMixtral) {
   EXPECT_EQ(mixtral->moe().first_k_dense_replace(), 0);
   EXPECT_EQ(mixtral->rope_theta(), 1e6);  // MixtralConfig's default
   // Qwen3MoeConfig's default norm_topk_prob is false.
-  absl::StatusOr<ModelConfig> minimal = ReadHfConfigJson(WriteConfig("q3m_minimal", R"({"model_type": "qwen3_moe"})"));
+  absl::StatusOr<ModelConfig> minimal =
+      ReadHfConfigJson(WriteConfig("q3m_minimal", R"({"model_type": "qwen3_moe"})"));
   ASSERT_TRUE(minimal.ok()) << minimal.status();
   EXPECT_FALSE(minimal->moe().norm_topk_prob());
   EXPECT_EQ(minimal->moe().n_routed_experts(), 128);
 
-  for (const auto& [text, architecture] : {std::pair{kQwen3Moe, "Qwen3MoeForCausalLM"},
-                                           std::pair{kMixtral, "MixtralForCausalLM"}}) {
+  for (const auto& [text, architecture] :
+       {std::pair{kQwen3Moe, "Qwen3MoeForCausalLM"}, std::pair{kMixtral, "MixtralForCausalLM"}}) {
     ExpectExportReadsBack(text, architecture);
   }
 }
@@ -549,19 +582,23 @@ TEST(HfConfigTest, WhatQwen3MoeAndMixtralComputeOtherwiseIsAnError) {
        "\"output_router_logits\" is 1, not true or false"},
       {kQwen3Moe, "\"mlp_only_layers\": [0, 1]", "\"mlp_only_layers\": [1]",
        "\"mlp_only_layers\" is not a first run of layers"},
-      {kQwen3Moe, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2", "\"decoder_sparse_step\" is 2"},
-      {kMixtral, "\"router_jitter_noise\": 0.0", "\"router_jitter_noise\": 0.1", "\"router_jitter_noise\" is 0.1"},
+      {kQwen3Moe, "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2",
+       "\"decoder_sparse_step\" is 2"},
+      {kMixtral, "\"router_jitter_noise\": 0.0", "\"router_jitter_noise\": 0.1",
+       "\"router_jitter_noise\" is 0.1"},
   });
 }
 
 // Llama's relatives as transformers 4.57 saves them (Qwen2, Qwen3 and
 // Mistral configs' own keys), and what each class's defaults give absent keys.
-constexpr char kQwen2[] = R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+constexpr char kQwen2[] =
+    R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
     "intermediate_size": 18944, "num_attention_heads": 28, "num_key_value_heads": 4, "num_hidden_layers": 28,
     "vocab_size": 152064, "max_position_embeddings": 131072, "max_window_layers": 28, "sliding_window": 131072,
     "use_sliding_window": false, "use_mrope": false, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
     "layer_types": ["full_attention", "full_attention"], "bos_token_id": 151643, "eos_token_id": 151643})";
-constexpr char kQwen3[] = R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+constexpr char kQwen3[] =
+    R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
     "head_dim": 128, "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 8,
     "num_hidden_layers": 28, "attention_bias": false, "sliding_window": null, "use_sliding_window": false,
     "tie_word_embeddings": true, "eos_token_id": 151645})";
@@ -574,14 +611,14 @@ TEST(HfConfigTest, ReadsQwenAndMistral) {
   ASSERT_TRUE(qwen2.ok()) << qwen2.status();
   EXPECT_TRUE(qwen2->qkv_bias());
   EXPECT_FALSE(qwen2->qk_norm());
-  EXPECT_EQ(qwen2->head_dim(), 0);  // 3584 / 28, as hidden / heads
+  EXPECT_EQ(qwen2->head_dim(), 0);        // 3584 / 28, as hidden / heads
   EXPECT_EQ(qwen2->sliding_window(), 0);  // use_sliding_window false
   EXPECT_EQ(qwen2->hf_architecture(), "Qwen2ForCausalLM");
   absl::StatusOr<ModelConfig> qwen3 = ReadHfConfigJson(WriteConfig("qwen3", kQwen3));
   ASSERT_TRUE(qwen3.ok()) << qwen3.status();
   EXPECT_TRUE(qwen3->qk_norm());
   EXPECT_FALSE(qwen3->qkv_bias());
-  EXPECT_EQ(qwen3->head_dim(), 128);  // not 1024 / 16
+  EXPECT_EQ(qwen3->head_dim(), 128);     // not 1024 / 16
   EXPECT_EQ(qwen3->bos_token_id(), -1);  // Qwen3Config has none
   absl::StatusOr<ModelConfig> mistral = ReadHfConfigJson(WriteConfig("mistral", kMistral));
   ASSERT_TRUE(mistral.ok()) << mistral.status();
@@ -590,12 +627,14 @@ TEST(HfConfigTest, ReadsQwenAndMistral) {
   EXPECT_EQ(mistral->hf_architecture(), "MistralForCausalLM");
 
   // Absent keys: each class's defaults.
-  absl::StatusOr<ModelConfig> q3 = ReadHfConfigJson(WriteConfig("q3_minimal", R"({"model_type": "qwen3"})"));
+  absl::StatusOr<ModelConfig> q3 =
+      ReadHfConfigJson(WriteConfig("q3_minimal", R"({"model_type": "qwen3"})"));
   ASSERT_TRUE(q3.ok()) << q3.status();
   EXPECT_EQ(HeadDim(*q3), 128);  // Qwen3Config's, here 4096 / 32 too
   EXPECT_EQ(q3->vocab_size(), 151936);
   EXPECT_EQ(q3->max_position_embeddings(), 32768);
-  absl::StatusOr<ModelConfig> m7 = ReadHfConfigJson(WriteConfig("m_minimal", R"({"model_type": "mistral"})"));
+  absl::StatusOr<ModelConfig> m7 =
+      ReadHfConfigJson(WriteConfig("m_minimal", R"({"model_type": "mistral"})"));
   ASSERT_TRUE(m7.ok()) << m7.status();
   EXPECT_EQ(m7->sliding_window(), 4096);  // MistralConfig's default window
   EXPECT_EQ(m7->num_key_value_heads(), 8);
@@ -608,9 +647,12 @@ TEST(HfConfigTest, WhatQwenAndMistralComputeOtherwiseIsAnError) {
        "\"use_sliding_window\" is true, but tetra implements Qwen's full attention on every layer"},
       {kQwen2, "\"full_attention\"]", "\"sliding_attention\"]",
        "\"layer_types\" is not \"full_attention\" on every layer"},
-      {kQwen3, "\"attention_bias\": false", "\"attention_bias\": true", "\"attention_bias\" is true"},
-      {kMistral, "\"sliding_window\": null", "\"sliding_window\": 4.5", "\"sliding_window\" is 4.5"},
-      {kMistral, "\"head_dim\": 128", "\"head_dim\": 128, \"attention_bias\": true, \"mlp_bias\": true",
+      {kQwen3, "\"attention_bias\": false", "\"attention_bias\": true",
+       "\"attention_bias\" is true"},
+      {kMistral, "\"sliding_window\": null", "\"sliding_window\": 4.5",
+       "\"sliding_window\" is 4.5"},
+      {kMistral, "\"head_dim\": 128",
+       "\"head_dim\": 128, \"attention_bias\": true, \"mlp_bias\": true",
        ""},  // keys MistralConfig and its code do not read: metadata
   });
 }
@@ -618,9 +660,10 @@ TEST(HfConfigTest, WhatQwenAndMistralComputeOtherwiseIsAnError) {
 TEST(HfConfigTest, ExportWritesQwenAndMistralAsItReadsThem) {
   std::string windowed = kMistral;
   windowed.replace(windowed.find("\"sliding_window\": null"), 22, "\"sliding_window\": 4096");
-  for (const auto& [text, architecture] :
-       {std::pair{std::string(kQwen2), "Qwen2ForCausalLM"}, std::pair{std::string(kQwen3), "Qwen3ForCausalLM"},
-        std::pair{std::string(kMistral), "MistralForCausalLM"}, std::pair{windowed, "MistralForCausalLM"}}) {
+  for (const auto& [text, architecture] : {std::pair{std::string(kQwen2), "Qwen2ForCausalLM"},
+                                           std::pair{std::string(kQwen3), "Qwen3ForCausalLM"},
+                                           std::pair{std::string(kMistral), "MistralForCausalLM"},
+                                           std::pair{windowed, "MistralForCausalLM"}}) {
     ExpectExportReadsBack(text, architecture);
   }
 }
@@ -637,14 +680,17 @@ TEST(HfConfigTest, ExportClassFollowsTheModelsFeatures) {
   EXPECT_EQ(HfArchitecture(m), "Qwen3ForCausalLM");
   m.set_hf_architecture("LlamaForCausalLM");
   EXPECT_THAT(Message(CheckHfExportable(m)),
-              HasSubstr("this model's model.qk_norm (q/k head norms: Qwen3's and Qwen3Moe's alone) is not what Hugging "
+              HasSubstr("this model's model.qk_norm (q/k head norms: Qwen3's and Qwen3Moe's alone) "
+                        "is not what Hugging "
                         "Face's "
                         "LlamaForCausalLM, the class its export would name, computes"));
   m.set_hf_architecture("GPT2LMHeadModel");
-  EXPECT_THAT(Message(CheckHfExportable(m)), HasSubstr("model.hf_architecture is \"GPT2LMHeadModel\""));
+  EXPECT_THAT(Message(CheckHfExportable(m)),
+              HasSubstr("model.hf_architecture is \"GPT2LMHeadModel\""));
   ModelConfig windowed;
   windowed.set_sliding_window(4096);
-  EXPECT_THAT(Message(CheckHfExportable(windowed)), HasSubstr("model.sliding_window (Mistral's and Mixtral's alone)"));
+  EXPECT_THAT(Message(CheckHfExportable(windowed)),
+              HasSubstr("model.sliding_window (Mistral's and Mixtral's alone)"));
 }
 
 }  // namespace

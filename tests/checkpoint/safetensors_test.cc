@@ -412,15 +412,15 @@ TEST_P(SafetensorsTilingTest, RefusedNamingTheTensorsOrBytes) {
   EXPECT_THAT(Message(file.status()), HasSubstr(path));
   EXPECT_THAT(Message(file.status()), HasSubstr(GetParam().expected_message));
   EXPECT_THAT(Message(file.status()), UserErrorShape());
-  EXPECT_THAT(Message(file.status()), HasSubstr("hint: Hugging Face's safetensors library refuses"));
+  EXPECT_THAT(Message(file.status()),
+              HasSubstr("hint: Hugging Face's safetensors library refuses"));
 }
 
 // Two F32 tensors of shape [2] (8 bytes each) at the offsets given.
 std::string TwoTensors(int a_begin, int b_begin) {
-  return absl::StrFormat(
-      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[%d,%d]},)"
-      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[%d,%d]}})",
-      a_begin, a_begin + 8, b_begin, b_begin + 8);
+  return absl::StrFormat(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[%d,%d]},)"
+                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[%d,%d]}})",
+                         a_begin, a_begin + 8, b_begin, b_begin + 8);
 }
 
 const TilingCase kTilingCases[] = {

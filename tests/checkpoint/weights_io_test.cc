@@ -92,14 +92,17 @@ TEST_F(WeightsIoTest, WholeModelTensorsAreWhatTheSingleRankModelRegisters) {
 TEST_F(WeightsIoTest, APipelineStageLoadsItsPartOfTheWholeFile) {
   const std::string weights = Export(TinyModel(), 5, "whole");
   // The second stage: layer 1, the final norm and the head.
-  LanguageModel stage(TinyModel(), 1, {.chunks = {PipelineStage{.first_layer = 1, .num_layers = 1, .has_embedding = false}}});
+  LanguageModel stage(
+      TinyModel(), 1,
+      {.chunks = {PipelineStage{.first_layer = 1, .num_layers = 1, .has_embedding = false}}});
   const absl::Status status = LoadWeights(weights, TinyModel(), stage.parameters());
   ASSERT_TRUE(status.ok()) << status;
   LanguageModel whole(TinyModel(), 5);
   for (const Parameter& p : stage.parameters().all()) {
     const Parameter* expected = whole.parameters().Find(p.name);
     ASSERT_NE(expected, nullptr) << p.name;
-    for (int64_t i = 0; i < p.value.numel(); ++i) ASSERT_EQ(p.value.f32()[i], expected->value.f32()[i]) << p.name;
+    for (int64_t i = 0; i < p.value.numel(); ++i)
+      ASSERT_EQ(p.value.f32()[i], expected->value.f32()[i]) << p.name;
   }
 }
 
@@ -120,7 +123,8 @@ TEST_F(WeightsIoTest, TheFileIsHeldAgainstTheWholeModel) {
   wider.set_intermediate_size(16);
   LanguageModel wide(wider, 1);
   status = LoadWeights(weights, wider, wide.parameters());
-  EXPECT_THAT(Message(status), HasSubstr("model.layers.0.mlp.gate_proj.weight is [12, 8] in the file but [16, 8]"));
+  EXPECT_THAT(Message(status),
+              HasSubstr("model.layers.0.mlp.gate_proj.weight is [12, 8] in the file but [16, 8]"));
 }
 
 TEST_F(WeightsIoTest, NonFiniteWeightsAreRefusedAndTheModelIsUnchanged) {
@@ -128,11 +132,13 @@ TEST_F(WeightsIoTest, NonFiniteWeightsAreRefusedAndTheModelIsUnchanged) {
   source.parameters().Find("model.layers.1.mlp.up_proj.weight")->value.f32()[7] = NAN;
   SelfCommunicator self;
   const std::string out = (dir_ / "nan").string();
-  ASSERT_TRUE(ExportWeights(out, source.parameters(), TinyModel(), 16, DType::kF32, self, true).ok());
+  ASSERT_TRUE(
+      ExportWeights(out, source.parameters(), TinyModel(), 16, DType::kF32, self, true).ok());
   LanguageModel model(TinyModel(), 1);
   const float before = model.parameters().all().front().value.f32()[0];
   const absl::Status status = LoadWeights(out, TinyModel(), model.parameters());
-  EXPECT_THAT(Message(status), HasSubstr("tensor model.layers.1.mlp.up_proj.weight holds nan at element 7"));
+  EXPECT_THAT(Message(status),
+              HasSubstr("tensor model.layers.1.mlp.up_proj.weight holds nan at element 7"));
   EXPECT_THAT(Message(status), UserErrorShape());
   EXPECT_EQ(model.parameters().all().front().value.f32()[0], before);
 }
@@ -174,16 +180,19 @@ TEST_F(WeightsIoTest, AShardedIndexAndItsShardsMustAgree) {
   EXPECT_THAT(Message(WeightFiles::Open(index).status()),
               HasSubstr("tensor \"model.embed_tokens.weight\" is not in b.safetensors"));
   // A shard holds a tensor the index does not list.
-  testing::WriteBytes(index, "{\"weight_map\": {" + weight_map.substr(0, weight_map.rfind(", ")) + "}}");
+  testing::WriteBytes(index,
+                      "{\"weight_map\": {" + weight_map.substr(0, weight_map.rfind(", ")) + "}}");
   EXPECT_THAT(Message(WeightFiles::Open(index).status()),
               HasSubstr("holds tensor \"lm_head.weight\", which the index does not list"));
   // Shard names stay beside the index.
   testing::WriteBytes(index, "{\"weight_map\": {\"x\": \"../a.safetensors\"}}");
-  EXPECT_THAT(Message(WeightFiles::Open(index).status()), HasSubstr("not the name of a shard file beside the index"));
+  EXPECT_THAT(Message(WeightFiles::Open(index).status()),
+              HasSubstr("not the name of a shard file beside the index"));
   testing::WriteBytes(index, "{\"metadata\": {}}");
   EXPECT_THAT(Message(WeightFiles::Open(index).status()), HasSubstr("no \"weight_map\" object"));
   testing::WriteBytes(index, "{\"weight_map\": {,}}");
-  EXPECT_THAT(Message(WeightFiles::Open(index).status()), HasSubstr("is not valid JSON: at byte 16"));
+  EXPECT_THAT(Message(WeightFiles::Open(index).status()),
+              HasSubstr("is not valid JSON: at byte 16"));
 }
 
 // An index or config.json that is a FIFO is refused at once, never waited on.
@@ -193,14 +202,16 @@ TEST_F(WeightsIoTest, AFifoIndexOrConfigIsAnErrorNotAHang) {
   ASSERT_EQ(mkfifo((model / "model.safetensors.index.json").c_str(), 0600), 0);
   EXPECT_THAT(Message(WeightFiles::Open(model.string()).status()), HasSubstr("is a FIFO"));
   ASSERT_EQ(mkfifo((model / "config.json").c_str(), 0600), 0);
-  EXPECT_THAT(Message(ReadHfConfigJson(HfConfigPathOf(model.string())).status()), HasSubstr("is a FIFO"));
+  EXPECT_THAT(Message(ReadHfConfigJson(HfConfigPathOf(model.string())).status()),
+              HasSubstr("is a FIFO"));
 }
 
 TEST_F(WeightsIoTest, ADirectoryWithoutSafetensorsSaysWhatItHolds) {
   const fs::path empty = dir_ / "empty";
   fs::create_directories(empty);
   absl::Status status = WeightFiles::Open(empty.string()).status();
-  EXPECT_THAT(Message(status), HasSubstr("holds neither model.safetensors nor model.safetensors.index.json"));
+  EXPECT_THAT(Message(status),
+              HasSubstr("holds neither model.safetensors nor model.safetensors.index.json"));
   EXPECT_THAT(Message(status), UserErrorShape());
   testing::WriteBytes((empty / "pytorch_model.bin").string(), "pickle");
   status = WeightFiles::Open(empty.string()).status();
@@ -216,7 +227,9 @@ TEST_F(WeightsIoTest, AnExportIsAHuggingFaceModelDirectory) {
   const fs::path out = Export(m, 5, "exported");
   EXPECT_TRUE(fs::exists(out / "model.safetensors"));
   const std::string config = testing::ReadBytes(out / "config.json");
-  EXPECT_THAT(config, HasSubstr("\"max_position_embeddings\": 16"));  // no model value: the run's seq_length
+  EXPECT_THAT(
+      config,
+      HasSubstr("\"max_position_embeddings\": 16"));  // no model value: the run's seq_length
   EXPECT_THAT(config, HasSubstr("\"rope_type\": \"llama3\""));
   EXPECT_THAT(testing::ReadBytes(out / "generation_config.json"), HasSubstr("\"eos_token_id\": 2"));
   EXPECT_EQ(HfConfigPathOf(out.string()), (out / "config.json").string());
@@ -237,7 +250,8 @@ TEST_F(WeightsIoTest, AnMoeNoClassComputesIsNotExported) {
   LanguageModel model(moe, 1);
   SelfCommunicator self;
   const std::string out = (dir_ / "softmax").string();
-  const absl::Status status = ExportWeights(out, model.parameters(), moe, 16, DType::kF32, self, true);
+  const absl::Status status =
+      ExportWeights(out, model.parameters(), moe, 16, DType::kF32, self, true);
   EXPECT_THAT(Message(status), HasSubstr("MixtralForCausalLM"));
   EXPECT_FALSE(fs::exists(out));  // nothing written
 }

@@ -68,12 +68,24 @@ std::vector<int> GroupOf(Layout layout, int me, int world_size) {
   for (int r = 0; r < world_size; ++r) {
     bool member = false;
     switch (layout) {
-      case Layout::kWorld: member = true; break;
-      case Layout::kParity: member = r % 2 == me % 2; break;
-      case Layout::kPairs: member = r / 2 == me / 2; break;
-      case Layout::kSelf: member = r == me; break;
-      case Layout::kParityInHalf: member = r % 2 == me % 2 && r / half == me / half; break;
-      case Layout::kHalfApart: member = r % half == me % half; break;
+      case Layout::kWorld:
+        member = true;
+        break;
+      case Layout::kParity:
+        member = r % 2 == me % 2;
+        break;
+      case Layout::kPairs:
+        member = r / 2 == me / 2;
+        break;
+      case Layout::kSelf:
+        member = r == me;
+        break;
+      case Layout::kParityInHalf:
+        member = r % 2 == me % 2 && r / half == me / half;
+        break;
+      case Layout::kHalfApart:
+        member = r % half == me % half;
+        break;
     }
     if (member) group.push_back(r);
   }
@@ -82,12 +94,18 @@ std::vector<int> GroupOf(Layout layout, int me, int world_size) {
 
 const char* LayoutName(Layout layout) {
   switch (layout) {
-    case Layout::kWorld: return "world";
-    case Layout::kParity: return "parity";
-    case Layout::kPairs: return "pairs";
-    case Layout::kSelf: return "self";
-    case Layout::kParityInHalf: return "parity_in_half";
-    case Layout::kHalfApart: return "half_apart";
+    case Layout::kWorld:
+      return "world";
+    case Layout::kParity:
+      return "parity";
+    case Layout::kPairs:
+      return "pairs";
+    case Layout::kSelf:
+      return "self";
+    case Layout::kParityInHalf:
+      return "parity_in_half";
+    case Layout::kHalfApart:
+      return "half_apart";
   }
   return "?";
 }
@@ -119,14 +137,17 @@ std::vector<int64_t> Counts(int blocks) { return {0, 1, 7, 1001, kLargeCount / b
 
 // Bitwise comparison; on a mismatch, names the first one and how many.
 template <typename T>
-void ExpectBitwiseEqual(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+void ExpectBitwiseEqual(const std::vector<T>& got, const std::vector<T>& want,
+                        const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int64_t wrong = 0, first = -1;
   for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && wrong++ == 0) first = static_cast<int64_t>(i);
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0 && wrong++ == 0)
+      first = static_cast<int64_t>(i);
   }
   EXPECT_EQ(wrong, 0) << what << ": first mismatch at " << first << ": got "
-                      << (first >= 0 ? +got[first] : T{}) << ", want " << (first >= 0 ? +want[first] : T{});
+                      << (first >= 0 ? +got[first] : T{}) << ", want "
+                      << (first >= 0 ? +want[first] : T{});
 }
 
 template <typename T>
@@ -191,7 +212,8 @@ void CheckAllGather(Communicator& comm, int64_t count, bool in_place) {
   const int n = comm.size(), me = comm.rank();
   std::vector<T> send(count), recv(n * count, static_cast<T>(kUntouched)), want(n * count);
   for (int r = 0; r < n; ++r) {
-    for (int64_t i = 0; i < count; ++i) want[r * count + i] = static_cast<T>(Value(WorldRank(comm, r), i));
+    for (int64_t i = 0; i < count; ++i)
+      want[r * count + i] = static_cast<T>(Value(WorldRank(comm, r), i));
   }
   std::copy(want.begin() + me * count, want.begin() + (me + 1) * count, send.begin());
   if (in_place) {
@@ -234,7 +256,8 @@ void CheckAllToAllV(Communicator& comm, int64_t unit) {
     send_size += send_counts[r] + 1;
     recv_size += recv_counts[r] + 1;
   }
-  std::vector<T> send(send_size, static_cast<T>(kUntouched)), recv(recv_size, static_cast<T>(kUntouched));
+  std::vector<T> send(send_size, static_cast<T>(kUntouched)),
+      recv(recv_size, static_cast<T>(kUntouched));
   std::vector<T> want = recv;
   for (int r = 0; r < n; ++r) {
     for (int64_t j = 0; j < send_counts[r]; ++j) {
@@ -254,8 +277,9 @@ void CheckBroadcast(Communicator& comm, int64_t count, int root) {
   for (int64_t i = 0; i < count; ++i) want[i] = static_cast<T>(Value(WorldRank(comm, root), i));
   if (comm.rank() == root) buffer = want;
   comm.Broadcast(View(buffer), root);
-  ExpectBitwiseEqual(buffer, want, Case<T>(comm, "broadcast", count, false) + " from root " +
-                                       std::to_string(root));
+  ExpectBitwiseEqual(
+      buffer, want,
+      Case<T>(comm, "broadcast", count, false) + " from root " + std::to_string(root));
 }
 
 // Each rank sends to the next and receives from the previous in one grouped
@@ -377,7 +401,8 @@ TEST_P(CollectivesTest, OverlappedOperations) {
   for (int r = 0; r < n; ++r) {
     for (int64_t i = 0; i < count; ++i) gather_want[r * count + i] = Value(WorldRank(comm(), r), i);
   }
-  std::copy(gather_want.begin() + me * count, gather_want.begin() + (me + 1) * count, gather_in.begin());
+  std::copy(gather_want.begin() + me * count, gather_want.begin() + (me + 1) * count,
+            gather_in.begin());
   std::vector<float> scatter_in = Input<float>(comm(), ReduceOp::kSum, n * count), scattered(count);
 
   CommHandle reduce = comm().AllReduceAsync(View(reduce_in), View(reduced), ReduceOp::kSum);
@@ -386,7 +411,8 @@ TEST_P(CollectivesTest, OverlappedOperations) {
   scatter.Wait();
   gather.Wait();
   reduce.Wait();
-  ExpectBitwiseEqual(reduced, Reduced<float>(comm(), ReduceOp::kSum, 0, count), "overlapped all_reduce");
+  ExpectBitwiseEqual(reduced, Reduced<float>(comm(), ReduceOp::kSum, 0, count),
+                     "overlapped all_reduce");
   ExpectBitwiseEqual(gathered, gather_want, "overlapped all_gather");
   ExpectBitwiseEqual(scattered, Reduced<float>(comm(), ReduceOp::kSum, me * count, count),
                      "overlapped reduce_scatter");
@@ -400,7 +426,8 @@ TEST_P(CollectivesTest, ViewsRoundTripHostData) {
   std::vector<int32_t> mine(kRows * kCols), all(n * kRows * kCols, kUntouched), want(all.size());
   for (int64_t i = 0; i < kRows * kCols; ++i) mine[i] = Value(me, i);
   for (int r = 0; r < n; ++r) {
-    for (int64_t i = 0; i < kRows * kCols; ++i) want[r * kRows * kCols + i] = Value(WorldRank(comm(), r), i);
+    for (int64_t i = 0; i < kRows * kCols; ++i)
+      want[r * kRows * kCols + i] = Value(WorldRank(comm(), r), i);
   }
   const Tensor view = Tensor::View(mine.data(), {kRows, kCols}, DType::kI32);
   EXPECT_EQ(view.raw(), mine.data());
@@ -439,7 +466,9 @@ uint16_t ExactBf16(double value) {
 TEST_P(CollectivesTest, Bf16SumsAccumulateInF32) {
   const int n = comm().size(), me = comm().rank();
   const int64_t count = 1001;
-  auto term = [n](int rank, int64_t i) { return Bf16Term(rank, n) * static_cast<float>(1 << (i % 4)); };
+  auto term = [n](int rank, int64_t i) {
+    return Bf16Term(rank, n) * static_cast<float>(1 << (i % 4));
+  };
   auto sum = [&](int64_t i) {
     double total = 0;
     for (int r = 0; r < n; ++r) total += term(r, i);
@@ -474,8 +503,8 @@ TEST_P(CollectivesTest, Bf16SumsAccumulateInF32) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CollectivesTest,
-                         testing::Values(Layout::kWorld, Layout::kParity, Layout::kPairs, Layout::kSelf,
-                                         Layout::kParityInHalf, Layout::kHalfApart),
+                         testing::Values(Layout::kWorld, Layout::kParity, Layout::kPairs,
+                                         Layout::kSelf, Layout::kParityInHalf, Layout::kHalfApart),
                          [](const testing::TestParamInfo<Layout>& info) {
                            return std::string(LayoutName(info.param));
                          });

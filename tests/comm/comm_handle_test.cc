@@ -1,8 +1,9 @@
 // CommHandle on its own (no MPI): completion, move semantics, and the
 // watchdog's timeout path, which must print what was waited for and end the
 // process through the abort handler.
-#include <string>
 #include <unistd.h>
+
+#include <string>
 #include <utility>
 
 #include "comm/communicator.h"
@@ -81,7 +82,8 @@ TEST_F(CommHandleDeathTest, TimeoutNamesTheOperationAndExits) {
         handle.Wait();
       },
       testing::ExitedWithCode(1),
-      "waited [0-9]+\\.[0-9] s for all_reduce \\(sum\\) of 1024 F32 on group dp \\(world ranks 1, 3\\) "
+      "waited [0-9]+\\.[0-9] s for all_reduce \\(sum\\) of 1024 F32 on group dp \\(world ranks 1, "
+      "3\\) "
       "without completing.*\nhint: .*parallel\\.comm_timeout_s");
 }
 

@@ -3,11 +3,12 @@
 // F32 widening), handles come back complete, Split keeps the world rank, and
 // send/recv to oneself and mismatched tensors are fatal checks. Inputs are
 // small integers, so results compare exactly.
+#include "comm/self_communicator.h"
+
 #include <cstdint>
 #include <numeric>
 #include <vector>
 
-#include "comm/self_communicator.h"
 #include "gtest/gtest.h"
 
 namespace tetra {
@@ -112,8 +113,9 @@ TEST(SelfCommunicatorTest, MismatchedTensorsAreABug) {
   std::vector<float> more(kCount + 1);
   EXPECT_DEATH(comm.AllReduce(View(floats, DType::kF32), View(more, DType::kF32), ReduceOp::kSum),
                "elements but recv");
-  EXPECT_DEATH(comm.ReduceScatter(View(more, DType::kF32), View(floats, DType::kF32), ReduceOp::kSum),
-               "blocks of recv");
+  EXPECT_DEATH(
+      comm.ReduceScatter(View(more, DType::kF32), View(floats, DType::kF32), ReduceOp::kSum),
+      "blocks of recv");
 }
 
 // NCCL refuses a lone send or receive to oneself; a grouped exchange with

@@ -19,7 +19,8 @@ namespace {
 constexpr double kTimeoutS = 60;
 
 Communicator& World() {
-  static std::unique_ptr<Communicator> world = std::make_unique<StagedCommunicator>(MpiWorld(kTimeoutS));
+  static std::unique_ptr<Communicator> world =
+      std::make_unique<StagedCommunicator>(MpiWorld(kTimeoutS));
   return *world;
 }
 
@@ -151,7 +152,9 @@ TEST_P(StagedCommunicatorTest, GroupedExchangesInAnyOrder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Groups, StagedCommunicatorTest, testing::Values(false, true),
-                         [](const testing::TestParamInfo<bool>& info) { return info.param ? "Pairs" : "World"; });
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Pairs" : "World";
+                         });
 
 }  // namespace
 }  // namespace tetra

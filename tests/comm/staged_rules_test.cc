@@ -32,12 +32,14 @@ JobResult BreakRule(const std::string& rule) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   setenv("OMP_NUM_THREADS", "1", 1);
   const std::string command = "timeout -k 5 " + std::to_string(kJobLimitS) + " " + TETRA_MPIEXEC +
-                              " --oversubscribe -np 2 " + TETRA_BREAK_NCCL_RULE + " " + rule + " 2>&1";
+                              " --oversubscribe -np 2 " + TETRA_BREAK_NCCL_RULE + " " + rule +
+                              " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   JobResult result;
   if (pipe == nullptr) return result;
   std::array<char, 4096> chunk;
-  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), n);
+  while (size_t n = fread(chunk.data(), 1, chunk.size(), pipe))
+    result.output.append(chunk.data(), n);
   const int status = pclose(pipe);
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   return result;

@@ -50,7 +50,8 @@ TEST(WatchdogTest, StuckRankEndsTheJobNamingTheOperation) {
   const std::string dir = dir_template;
   // `timeout` ends the job if the watchdog itself fails to.
   const std::string command = "timeout -k 5 " + std::to_string(kJobLimitS) + " " + TETRA_MPIEXEC +
-                              " --oversubscribe -np 2 " + TETRA_SKIP_COLLECTIVE + " " + dir + " 2>&1";
+                              " --oversubscribe -np 2 " + TETRA_SKIP_COLLECTIVE + " " + dir +
+                              " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string output;
@@ -60,7 +61,8 @@ TEST(WatchdogTest, StuckRankEndsTheJobNamingTheOperation) {
 
   ASSERT_TRUE(WIFEXITED(status)) << output;
   EXPECT_NE(WEXITSTATUS(status), 0) << output;
-  EXPECT_NE(WEXITSTATUS(status), 124) << "the watchdog did not end the job; `timeout` did\n" << output;
+  EXPECT_NE(WEXITSTATUS(status), 124) << "the watchdog did not end the job; `timeout` did\n"
+                                      << output;
   const std::string waited = "tetra: error: rank 0 (world) waited ";
   const size_t at = output.find(waited);
   ASSERT_NE(at, std::string::npos) << output;

@@ -45,7 +45,8 @@ std::unique_ptr<TokenStream> Stream(int d) {
 }
 
 SampleLoader Loader(int d, bool shuffle, uint64_t seed) {
-  absl::StatusOr<SampleLoader> loader = SampleLoader::Create(Stream(d), kSeq, shuffle, seed, kVocab, d);
+  absl::StatusOr<SampleLoader> loader =
+      SampleLoader::Create(Stream(d), kSeq, shuffle, seed, kVocab, d);
   EXPECT_TRUE(loader.ok()) << loader.status();
   return *std::move(loader);
 }
@@ -77,15 +78,17 @@ TEST(BlendedSampleLoaderTest, SampleIIsTheDrawnDataSetsOwnSample) {
     for (int d = 0; d < 3; ++d) alone.push_back(Loader(d, shuffle, 7));
     for (int64_t i = 0; i < kSamples; ++i) {
       const BlendingIndex::Draw draw = index.At(i);
-      ASSERT_EQ(Samples(blend, i, 1), Samples(alone[draw.data_set], draw.sample, 1)) << "sample " << i;
+      ASSERT_EQ(Samples(blend, i, 1), Samples(alone[draw.data_set], draw.sample, 1))
+          << "sample " << i;
     }
   }
   // By hand, unshuffled: samples 0..2 are c's 0, b's 0, a's 0
   // (data_blend_test works out the draws), i.e. tokens [3000, 3003),
   // [2000, 2003), [1000, 1003) as inputs.
   BlendedSampleLoader blend = Blend("0.2 a 0.3 b 0.5 c", false, 7);
-  EXPECT_THAT(Samples(blend, 0, 3), ElementsAre(3000, 3001, 3002, 2000, 2001, 2002, 1000, 1001, 1002,  // inputs
-                                                3001, 3002, 3003, 2001, 2002, 2003, 1001, 1002, 1003));
+  EXPECT_THAT(Samples(blend, 0, 3),
+              ElementsAre(3000, 3001, 3002, 2000, 2001, 2002, 1000, 1001, 1002,  // inputs
+                          3001, 3002, 3003, 2001, 2002, 2003, 1001, 1002, 1003));
   EXPECT_EQ(blend.samples_per_epoch(), 5 + 9 + 14);
   EXPECT_EQ(blend.seq_length(), kSeq);
 }
@@ -103,7 +106,8 @@ TEST(BlendedSampleLoaderTest, APureFunctionOfWeightsAndSeed) {
   const std::vector<int32_t> reseeded = Samples(other_seed, 0, 60);
   for (size_t k = 0; k < samples.size(); ++k) ASSERT_EQ(samples[k] / 1000, reseeded[k] / 1000) << k;
   // Unshuffled, the seed changes nothing.
-  BlendedSampleLoader plain = Blend("0.3 a 0.7 b", false, 11), plain_other = Blend("0.3 a 0.7 b", false, 12);
+  BlendedSampleLoader plain = Blend("0.3 a 0.7 b", false, 11),
+                      plain_other = Blend("0.3 a 0.7 b", false, 12);
   EXPECT_EQ(Samples(plain, 0, 60), Samples(plain_other, 0, 60));
 }
 
@@ -121,7 +125,8 @@ TEST(BlendedSampleLoaderTest, RandomAccessEqualsSequentialAccess) {
   for (int64_t first : {64, 8, 97, 0, 50, 49}) {
     const std::vector<int32_t> got = Samples(random, first, 3);
     std::vector<int32_t> want(all.begin() + first * kSeq, all.begin() + (first + 3) * kSeq);
-    want.insert(want.end(), all.begin() + 100 * kSeq + first * kSeq, all.begin() + 100 * kSeq + (first + 3) * kSeq);
+    want.insert(want.end(), all.begin() + 100 * kSeq + first * kSeq,
+                all.begin() + 100 * kSeq + (first + 3) * kSeq);
     EXPECT_EQ(got, want) << "from sample " << first;
   }
   std::vector<int32_t> inputs(kSeq), targets(kSeq);
@@ -131,8 +136,9 @@ TEST(BlendedSampleLoaderTest, RandomAccessEqualsSequentialAccess) {
 TEST(BlendedSampleLoaderTest, EachDataSetReportsItsOwnEpochs) {
   BlendedSampleLoader blend = Blend("0.5 a 0.5 b", false, 1);
   std::vector<std::string> reported;
-  blend.set_epoch_callback(
-      [&](const std::string& data_set, int64_t epoch) { reported.push_back(data_set + " " + std::to_string(epoch)); });
+  blend.set_epoch_callback([&](const std::string& data_set, int64_t epoch) {
+    reported.push_back(data_set + " " + std::to_string(epoch));
+  });
   // Equal weights alternate a, b, a, b, ... (ties to a): after 12 samples a
   // has given 6 (epoch 1 from its 6th, a's sample 5), b 6 (epoch 0).
   Samples(blend, 0, 12);
@@ -144,14 +150,17 @@ TEST(BlendedSampleLoaderTest, EachDataSetReportsItsOwnEpochs) {
 TEST(BlendedSampleLoaderTest, TokenOutsideTheVocabularyNamesItsDataSet) {
   std::vector<SampleLoader> data_sets;
   data_sets.push_back(Loader(0, false, 1));
-  auto bad = SampleLoader::Create(std::make_unique<VectorTokenStream>("bad.bin", std::vector<int32_t>{1, 2, -4, 3}),
-                                  kSeq, false, 1, kVocab, 1);
+  auto bad = SampleLoader::Create(
+      std::make_unique<VectorTokenStream>("bad.bin", std::vector<int32_t>{1, 2, -4, 3}), kSeq,
+      false, 1, kVocab, 1);
   ASSERT_TRUE(bad.ok());
   data_sets.push_back(*std::move(bad));
   BlendedSampleLoader blend(std::move(data_sets), {0.5, 0.5});
   std::vector<int32_t> inputs(2 * kSeq), targets(2 * kSeq);
-  const absl::Status status = blend.Load(0, 2, inputs.data(), targets.data());  // a's 0, then bad's 0
-  EXPECT_THAT(Message(status), HasSubstr("bad.bin: token at position 2 is -4, outside the vocabulary [0, 10000)"));
+  const absl::Status status =
+      blend.Load(0, 2, inputs.data(), targets.data());  // a's 0, then bad's 0
+  EXPECT_THAT(Message(status),
+              HasSubstr("bad.bin: token at position 2 is -4, outside the vocabulary [0, 10000)"));
   EXPECT_THAT(Message(status), UserErrorShape());
 }
 
@@ -180,10 +189,12 @@ TEST_F(OpenBlendTest, DataPathAndValidPathTakeBlends) {
   config_.mutable_data()->set_valid_path("1 " + Prefix(1) + " 1 " + Prefix(0));
   absl::StatusOr<TrainingData> data = OpenTrainingData(config_);
   ASSERT_TRUE(data.ok()) << data.status();
-  EXPECT_THAT(data->description, HasSubstr("blend of 0.4 " + Prefix(0) + " (16 tokens), 0.6 " + Prefix(1)));
+  EXPECT_THAT(data->description,
+              HasSubstr("blend of 0.4 " + Prefix(0) + " (16 tokens), 0.6 " + Prefix(1)));
   // Weights 0.4, 0.6: sample 0 is set1's 0 (0.6 > 0.4), sample 1 set0's 0.
-  EXPECT_THAT(Samples(*data->loader, 0, 2), ElementsAre(2000, 2001, 2002, 1000, 1001, 1002,  // inputs
-                                                        2001, 2002, 2003, 1001, 1002, 1003));
+  EXPECT_THAT(Samples(*data->loader, 0, 2),
+              ElementsAre(2000, 2001, 2002, 1000, 1001, 1002,  // inputs
+                          2001, 2002, 2003, 1001, 1002, 1003));
   ASSERT_NE(data->validation, nullptr);
   // Equal weights: set1 (listed first) first.
   EXPECT_THAT(Samples(*data->validation, 0, 1), ElementsAre(2000, 2001, 2002, 2001, 2002, 2003));
@@ -203,7 +214,8 @@ TEST_F(OpenBlendTest, BadBlendsAndMissingDataSetsAreUserErrors) {
   EXPECT_THAT(missing, UserErrorShape());
   config_.mutable_data()->set_path(Prefix(0));
   config_.mutable_data()->set_valid_path("x " + Prefix(0) + " 1 " + Prefix(1));
-  EXPECT_THAT(Message(OpenTrainingData(config_).status()), HasSubstr("data.valid_path: the weight of data set"));
+  EXPECT_THAT(Message(OpenTrainingData(config_).status()),
+              HasSubstr("data.valid_path: the weight of data set"));
 }
 
 }  // namespace

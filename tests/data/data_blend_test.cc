@@ -46,7 +46,8 @@ TEST(DataBlendTest, WeightsAndPrefixesInPairs) {
   EXPECT_EQ(unnormalised->weights, blend->weights);
   // A blend of one is still a blend (Megatron-LM builds a BlendedDataset).
   EXPECT_THAT(ParseDataBlend("2 only", "data.path")->weights, ElementsAre(1.0));
-  EXPECT_THAT(ParseDataBlend("1e-3 a 3e-3 b +4E-3 c", "data.path")->weights, ElementsAre(0.125, 0.375, 0.5));
+  EXPECT_THAT(ParseDataBlend("1e-3 a 3e-3 b +4E-3 c", "data.path")->weights,
+              ElementsAre(0.125, 0.375, 0.5));
 }
 
 TEST(DataBlendTest, NumpySumsInNumpysOrder) {
@@ -62,28 +63,35 @@ TEST(DataBlendTest, NumpySumsInNumpysOrder) {
 }
 
 TEST(DataBlendTest, BadBlendsAreClearErrors) {
-  auto error = [](const std::string& text) { return Message(ParseDataBlend(text, "data.path").status()); };
-  for (const char* bad : {"", "0.3 a 0.7", "x a 0.7 b", "0.3 a 0 b", "-1 a 2 b", "nan a 1 b", "inf a 1 b",
-                                 "1e999 a 1 b", "a 0.3 b 0.7"}) {
+  auto error = [](const std::string& text) {
+    return Message(ParseDataBlend(text, "data.path").status());
+  };
+  for (const char* bad : {"", "0.3 a 0.7", "x a 0.7 b", "0.3 a 0 b", "-1 a 2 b", "nan a 1 b",
+                          "inf a 1 b", "1e999 a 1 b", "a 0.3 b 0.7"}) {
     EXPECT_THAT(error(bad), UserErrorShape()) << bad;
   }
   EXPECT_THAT(error("   "), HasSubstr("data.path \"   \" names no data set"));
-  EXPECT_THAT(error("0.3 a 0.7"), HasSubstr("data.path \"0.3 a 0.7\" has 3 words, but a Megatron-LM blend is pairs "
-                                            "of weight and prefix"));
-  EXPECT_THAT(error("0.3 a 0.7"), HasSubstr("\nhint: set data.path to one prefix, or to weights and prefixes such "
-                                            "as \"0.3 prefixA 0.7 prefixB\""));
-  EXPECT_THAT(error("0.3 a seven b"),
-              HasSubstr("data.path: the weight of data set \"b\" (word 3) is \"seven\", not a number"));
+  EXPECT_THAT(error("0.3 a 0.7"),
+              HasSubstr("data.path \"0.3 a 0.7\" has 3 words, but a Megatron-LM blend is pairs "
+                        "of weight and prefix"));
+  EXPECT_THAT(error("0.3 a 0.7"),
+              HasSubstr("\nhint: set data.path to one prefix, or to weights and prefixes such "
+                        "as \"0.3 prefixA 0.7 prefixB\""));
+  EXPECT_THAT(
+      error("0.3 a seven b"),
+      HasSubstr("data.path: the weight of data set \"b\" (word 3) is \"seven\", not a number"));
   // Megatron-LM's unweighted list of prefixes is refused, naming the first word.
-  EXPECT_THAT(error("a b"), HasSubstr("the weight of data set \"b\" (word 1) is \"a\", not a number"));
-  EXPECT_THAT(error("0.3 a 0 b"),
-              HasSubstr("data.path: the weight of data set \"b\" is \"0\", but weights must be positive and finite"));
+  EXPECT_THAT(error("a b"),
+              HasSubstr("the weight of data set \"b\" (word 1) is \"a\", not a number"));
+  EXPECT_THAT(error("0.3 a 0 b"), HasSubstr("data.path: the weight of data set \"b\" is \"0\", but "
+                                            "weights must be positive and finite"));
   EXPECT_THAT(error("-1 a 2 b"), HasSubstr("the weight of data set \"a\" is \"-1\""));
   EXPECT_THAT(error("inf a 1 b"), HasSubstr("is \"inf\", but weights must be positive and finite"));
   // User text is quoted short and escaped: one line whatever the input.
   const std::string long_word(200, 'w');
   EXPECT_THAT(error(long_word + "\x01 a 1 b"), HasSubstr("... (201 bytes), not a number"));
-  EXPECT_THAT(Message(ParseDataBlend("0.3 a 0.7", "data.valid_path").status()), HasSubstr("data.valid_path \""));
+  EXPECT_THAT(Message(ParseDataBlend("0.3 a 0.7", "data.valid_path").status()),
+              HasSubstr("data.valid_path \""));
 }
 
 TEST(BlendingIndexTest, FirstDrawsByHand) {
@@ -107,8 +115,10 @@ TEST(BlendingIndexTest, FirstDrawsByHand) {
   BlendingIndex index(blend->weights);
   std::vector<Draw> draws;
   for (int64_t i = 0; i <= 10; ++i) draws.push_back(index.At(i));
-  EXPECT_EQ(draws, (std::vector<Draw>{{2, 0}, {1, 0}, {0, 0}, {2, 1}, {1, 1}, {2, 2}, {0, 1}, {2, 3}, {1, 2},
-                                      {2, 4}, {0, 2}}));
+  EXPECT_EQ(
+      draws,
+      (std::vector<Draw>{
+          {2, 0}, {1, 0}, {0, 0}, {2, 1}, {1, 1}, {2, 2}, {0, 1}, {2, 3}, {1, 2}, {2, 4}, {0, 2}}));
 }
 
 TEST(BlendingIndexTest, CountsStayWithinOneOfTheWeightsAtEveryPrefix) {
@@ -118,10 +128,12 @@ TEST(BlendingIndexTest, CountsStayWithinOneOfTheWeightsAtEveryPrefix) {
   std::vector<int64_t> counts(2, 0);
   for (int64_t n = 1; n <= 1000; ++n) {
     const Draw draw = index.At(n - 1);
-    ASSERT_EQ(draw.sample, counts[draw.data_set]) << "sample " << n - 1;  // each data set's samples in order
+    ASSERT_EQ(draw.sample, counts[draw.data_set])
+        << "sample " << n - 1;  // each data set's samples in order
     ++counts[draw.data_set];
     for (int d = 0; d < 2; ++d) {
-      ASSERT_LE(std::abs(counts[d] - blend->weights[d] * n), kProportionSlack) << "after " << n << " samples";
+      ASSERT_LE(std::abs(counts[d] - blend->weights[d] * n), kProportionSlack)
+          << "after " << n << " samples";
     }
   }
   EXPECT_EQ(counts, (std::vector<int64_t>{300, 700}));
@@ -136,8 +148,9 @@ TEST(BlendingIndexTest, RandomAccessEqualsSequentialAccess) {
   std::vector<Draw> expected;
   for (int64_t i = 0; i < kSamples; ++i) expected.push_back(sequential.At(i));
   BlendingIndex random(blend->weights);
-  for (int64_t i : {int64_t{140000}, int64_t{7}, kSamples - 1, int64_t{131072}, int64_t{131071}, int64_t{65536},
-                    int64_t{140001}, int64_t{0}, int64_t{65535}, int64_t{99999}, int64_t{99998}}) {
+  for (int64_t i :
+       {int64_t{140000}, int64_t{7}, kSamples - 1, int64_t{131072}, int64_t{131071}, int64_t{65536},
+        int64_t{140001}, int64_t{0}, int64_t{65535}, int64_t{99999}, int64_t{99998}}) {
     EXPECT_EQ(random.At(i), expected[i]) << "sample " << i;
   }
 }

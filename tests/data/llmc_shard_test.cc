@@ -190,7 +190,8 @@ TEST(LlmcShardTest, ShardTruncatedBetweenTwoReadsIsAnErrorNamingIt) {
     SCOPED_TRACE(begin);
     const absl::Status status = (*stream)->Read(begin, 9, out.data());
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-    EXPECT_THAT(Message(status), HasSubstr("llm.c shard " + path + " shrank from 2098176 to 3024 "
+    EXPECT_THAT(Message(status), HasSubstr("llm.c shard " + path +
+                                           " shrank from 2098176 to 3024 "
                                            "bytes while tetra was reading it"));
     EXPECT_THAT(Message(status), UserErrorShape());
   }

@@ -60,8 +60,8 @@ TEST(MegatronDatasetTest, WritesTheMmidIdxLayoutByteForByte) {
   const std::string prefix = TempPrefix("layout");
   ASSERT_TRUE(WriteMegatronDataset(prefix, {{1, 2, 3}, {258, 5}}, kMegatronUint16).ok());
   std::string expected_index = std::string("MMIDIDX\0\0", 9) + LittleEndian(1, 8) +  // version
-                               LittleEndian(8, 1) +                                 // uint16
-                               LittleEndian(2, 8) +                                 // sequences
+                               LittleEndian(8, 1) +                                  // uint16
+                               LittleEndian(2, 8) +                                  // sequences
                                LittleEndian(3, 8) +  // document indices: 0, 1, 2
                                LittleEndian(3, 4) + LittleEndian(2, 4) +  // lengths
                                LittleEndian(0, 8) + LittleEndian(6, 8) +  // byte pointers
@@ -78,12 +78,9 @@ TEST(MegatronDatasetTest, RoundTripsEveryIntegerDtype) {
     std::vector<std::vector<int32_t>> sequences;
   };
   const std::vector<Case> cases = {
-      {kMegatronUint8, {{0, 255}, {7}}},
-      {kMegatronInt8, {{-128, 127}, {}, {5}}},
-      {kMegatronInt16, {{-32768, 32767, 1}}},
-      {kMegatronInt32, {{-5, 2147483647}, {100000}}},
-      {kMegatronInt64, {{3, 128255}, {-2}}},
-      {kMegatronUint16, {{65535}, {50256, 0}}},
+      {kMegatronUint8, {{0, 255}, {7}}},      {kMegatronInt8, {{-128, 127}, {}, {5}}},
+      {kMegatronInt16, {{-32768, 32767, 1}}}, {kMegatronInt32, {{-5, 2147483647}, {100000}}},
+      {kMegatronInt64, {{3, 128255}, {-2}}},  {kMegatronUint16, {{65535}, {50256, 0}}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.code);
@@ -112,8 +109,7 @@ TEST(MegatronDatasetTest, SequencesAreReadInIndexOrderWhereverTheyLie) {
   // with a gap: the stream still follows the index.
   const std::string prefix = TempPrefix("scattered");
   WriteBytes(prefix + ".bin", LittleEndian(30, 4) + LittleEndian(31, 4) + LittleEndian(99, 4) +
-                                  LittleEndian(10, 4) + LittleEndian(11, 4) +
-                                  LittleEndian(12, 4));
+                                  LittleEndian(10, 4) + LittleEndian(11, 4) + LittleEndian(12, 4));
   WriteBytes(prefix + ".idx", std::string("MMIDIDX\0\0", 9) + LittleEndian(1, 8) +
                                   LittleEndian(kMegatronInt32, 1) + LittleEndian(2, 8) +
                                   LittleEndian(2, 8) + LittleEndian(3, 4) + LittleEndian(2, 4) +
@@ -142,7 +138,8 @@ TEST(MegatronDatasetTest, BinTruncatedBetweenTwoReadsIsAnErrorNamingIt) {
   ASSERT_EQ(truncate((prefix + ".bin").c_str(), 4 * 1000), 0);
   const absl::Status status = (*stream)->Read((1 << 20) - 4, 4, out.data());
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(Message(status), HasSubstr("Megatron data file " + prefix + ".bin shrank from "
+  EXPECT_THAT(Message(status), HasSubstr("Megatron data file " + prefix +
+                                         ".bin shrank from "
                                          "4194304 to 4000 bytes"));
   EXPECT_THAT(Message(status), UserErrorShape());
 }
@@ -151,12 +148,13 @@ TEST(MegatronDatasetTest, MissingIdxOrBinIsNamed) {
   const std::string prefix = TempPrefix("missing");
   ASSERT_TRUE(WriteMegatronDataset(prefix, {{1, 2}}, kMegatronUint16).ok());
   std::remove((prefix + ".bin").c_str());
-  EXPECT_THAT(OpenError(prefix), HasSubstr("cannot read Megatron data file " + prefix + ".bin: No such file"));
-  std::remove((prefix + ".idx").c_str());
-  EXPECT_THAT(OpenError(prefix), HasSubstr("cannot read Megatron index " + prefix + ".idx: No such file"));
   EXPECT_THAT(OpenError(prefix),
-              HasSubstr("\nhint: a Megatron data set is " + prefix + ".idx plus " + prefix +
-                        ".bin"));
+              HasSubstr("cannot read Megatron data file " + prefix + ".bin: No such file"));
+  std::remove((prefix + ".idx").c_str());
+  EXPECT_THAT(OpenError(prefix),
+              HasSubstr("cannot read Megatron index " + prefix + ".idx: No such file"));
+  EXPECT_THAT(OpenError(prefix), HasSubstr("\nhint: a Megatron data set is " + prefix +
+                                           ".idx plus " + prefix + ".bin"));
 }
 
 // Writes a valid two-sequence data set and returns its index bytes.

@@ -264,8 +264,7 @@ TEST(SyntheticSourceTest, StreamMatchesTheFloorAndTheTransitionProbabilities) {
     sum_sq += loss * loss;
   }
   const double mean = sum / num_samples;
-  const double standard_error =
-      std::sqrt((sum_sq / num_samples - mean * mean) / (num_samples - 1));
+  const double standard_error = std::sqrt((sum_sq / num_samples - mean * mean) / (num_samples - 1));
   EXPECT_NEAR(mean, source->LossFloor(seq_length), kTol.floor_sigmas * standard_error);
   EXPECT_GT(source->LossFloor(seq_length), source->EntropyRate());
 

@@ -100,8 +100,9 @@ class KernelEngineDeathTest : public ::testing::Test {
 
 TEST_F(KernelEngineDeathTest, GridYAbove65535IsRefused) {
   DeviceArray<float> out(std::vector<float>(4, 0));
-  EXPECT_DEATH(LaunchKernel(FillKernel, dim3(1, 70000), 32, 0, nullptr, out.get(), int64_t{4}, 1.0f),
-               "grid y of 70000 is outside \\[1, 65535\\].*cudaErrorInvalidConfiguration");
+  EXPECT_DEATH(
+      LaunchKernel(FillKernel, dim3(1, 70000), 32, 0, nullptr, out.get(), int64_t{4}, 1.0f),
+      "grid y of 70000 is outside \\[1, 65535\\].*cudaErrorInvalidConfiguration");
 }
 
 TEST_F(KernelEngineDeathTest, MoreThan1024ThreadsAreRefused) {
@@ -148,9 +149,7 @@ TEST_F(KernelEngineDeathTest, AShuffleWaitingForAnExitedLaneFails) {
       "__shfl_xor_sync of thread .* names lane 5 in mask 0xffffffff, which has exited");
 }
 
-__global__ void MaskWithoutMeKernel(float* out) {
-  out[threadIdx.x] = __shfl_sync(0x1u, 1.0f, 0);
-}
+__global__ void MaskWithoutMeKernel(float* out) { out[threadIdx.x] = __shfl_sync(0x1u, 1.0f, 0); }
 
 TEST_F(KernelEngineDeathTest, AMaskLeavingTheCallerOutFails) {
   DeviceArray<float> out(std::vector<float>(32, 0));
@@ -162,9 +161,7 @@ TEST_F(KernelEngineDeathTest, AMaskLeavingTheCallerOutFails) {
       "has mask 0x1, which leaves the lane out");
 }
 
-__global__ void VectorCopyKernel(const float* in, float* out) {
-  StoreVector(out, LoadVector(in));
-}
+__global__ void VectorCopyKernel(const float* in, float* out) { StoreVector(out, LoadVector(in)); }
 
 TEST_F(KernelEngineDeathTest, AMisaligned16ByteLoadFails) {
   DeviceArray<float> in(std::vector<float>(8, 1)), out(std::vector<float>(8, 0));

@@ -28,12 +28,12 @@ namespace tetra::emulator {
 namespace {
 
 // A failed NCCL call fails the test with NCCL's description and last error.
-#define ASSERT_NCCL_OK(call)                                                            \
-  do {                                                                                  \
-    const ncclResult_t tetra_nccl_result = (call);                                      \
-    ASSERT_EQ(tetra_nccl_result, ncclSuccess)                                           \
-        << #call << ": " << Nccl().GetErrorString(tetra_nccl_result) << " ("            \
-        << Nccl().GetLastError(nullptr) << ")";                                         \
+#define ASSERT_NCCL_OK(call)                                                 \
+  do {                                                                       \
+    const ncclResult_t tetra_nccl_result = (call);                           \
+    ASSERT_EQ(tetra_nccl_result, ncclSuccess)                                \
+        << #call << ": " << Nccl().GetErrorString(tetra_nccl_result) << " (" \
+        << Nccl().GetLastError(nullptr) << ")";                              \
   } while (0)
 
 // How long a test waits before it checks that an operation has not run.
@@ -59,7 +59,8 @@ class DeviceArray {
  public:
   explicit DeviceArray(const std::vector<T>& values) : size_(values.size()) {
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data_), size_ * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data_, values.data(), size_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data_, values.data(), size_ * sizeof(T), cudaMemcpyHostToDevice),
+              cudaSuccess);
   }
   ~DeviceArray() { cudaFree(data_); }
   DeviceArray(const DeviceArray&) = delete;
@@ -68,7 +69,8 @@ class DeviceArray {
   T* get() const { return data_; }
   std::vector<T> Read() const {
     std::vector<T> out(size_);
-    EXPECT_EQ(cudaMemcpy(out.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(out.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost),
+              cudaSuccess);
     return out;
   }
 
@@ -138,7 +140,8 @@ ncclComm_t MakeComm(const std::vector<int>& members) {
     MPI_Recv(&id, sizeof(id), MPI_BYTE, members[0], kIdTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   }
   ncclComm_t comm = nullptr;
-  const ncclResult_t result = Nccl().CommInitRank(&comm, static_cast<int>(members.size()), id, rank);
+  const ncclResult_t result =
+      Nccl().CommInitRank(&comm, static_cast<int>(members.size()), id, rank);
   EXPECT_EQ(result, ncclSuccess) << Nccl().GetLastError(nullptr);
   return comm;
 }
@@ -185,10 +188,14 @@ template <typename T>
 double Reduced(ncclRedOp_t op, int nranks, size_t i) {
   const int base = static_cast<int>(i % 7 + 1), sum = base * nranks * (nranks + 1) / 2;
   switch (op) {
-    case ncclSum: return sum;
-    case ncclMax: return base * nranks;
-    case ncclAvg: return Element<T>::kType == ncclInt32 ? sum / nranks : static_cast<double>(sum) / nranks;
-    default: return 0;
+    case ncclSum:
+      return sum;
+    case ncclMax:
+      return base * nranks;
+    case ncclAvg:
+      return Element<T>::kType == ncclInt32 ? sum / nranks : static_cast<double>(sum) / nranks;
+    default:
+      return 0;
   }
 }
 
@@ -201,14 +208,17 @@ void ExpectAllReduces(ncclComm_t comm, int rank, int nranks) {
   Stream stream;
   for (const ncclRedOp_t op : {ncclSum, ncclMax, ncclAvg}) {
     DeviceArray<T> send(input), recv(untouched), in_place(input);
-    ASSERT_NCCL_OK(Nccl().AllReduce(send.get(), recv.get(), kCount, Element<T>::kType, op, comm, stream.get()));
-    ASSERT_NCCL_OK(
-        Nccl().AllReduce(in_place.get(), in_place.get(), kCount, Element<T>::kType, op, comm, stream.get()));
+    ASSERT_NCCL_OK(Nccl().AllReduce(send.get(), recv.get(), kCount, Element<T>::kType, op, comm,
+                                    stream.get()));
+    ASSERT_NCCL_OK(Nccl().AllReduce(in_place.get(), in_place.get(), kCount, Element<T>::kType, op,
+                                    comm, stream.get()));
     stream.Synchronize();
     const std::vector<T> out = recv.Read(), out_in_place = in_place.Read();
     for (size_t i = 0; i < kCount; ++i) {
-      EXPECT_EQ(Element<T>::Get(out[i]), Reduced<T>(op, nranks, i)) << "op " << op << ", element " << i;
-      EXPECT_EQ(Element<T>::Get(out_in_place[i]), Reduced<T>(op, nranks, i)) << "in place, op " << op;
+      EXPECT_EQ(Element<T>::Get(out[i]), Reduced<T>(op, nranks, i))
+          << "op " << op << ", element " << i;
+      EXPECT_EQ(Element<T>::Get(out_in_place[i]), Reduced<T>(op, nranks, i))
+          << "in place, op " << op;
     }
   }
 }
@@ -262,10 +272,12 @@ TEST_F(NcclEmulatorTest, ReduceScatterGivesEachRankItsBlock) {
   for (size_t j = 0; j < input.size(); ++j) input[j] = static_cast<float>(Value(rank_, j));
   DeviceArray<float> send(input), recv(std::vector<float>(kBlock, -1)), in_place(input);
   Stream stream;
-  ASSERT_NCCL_OK(Nccl().ReduceScatter(send.get(), recv.get(), kBlock, ncclFloat32, ncclSum, world_, stream.get()));
+  ASSERT_NCCL_OK(Nccl().ReduceScatter(send.get(), recv.get(), kBlock, ncclFloat32, ncclSum, world_,
+                                      stream.get()));
   // In place: this rank's block of the send buffer is the receive buffer.
   float* const own_block = in_place.get() + rank_ * kBlock;
-  ASSERT_NCCL_OK(Nccl().ReduceScatter(in_place.get(), own_block, kBlock, ncclFloat32, ncclSum, world_, stream.get()));
+  ASSERT_NCCL_OK(Nccl().ReduceScatter(in_place.get(), own_block, kBlock, ncclFloat32, ncclSum,
+                                      world_, stream.get()));
   stream.Synchronize();
   const std::vector<float> out = recv.Read(), out_in_place = in_place.Read();
   for (size_t i = 0; i < kBlock; ++i) {
@@ -278,18 +290,22 @@ TEST_F(NcclEmulatorTest, ReduceScatterGivesEachRankItsBlock) {
 TEST_F(NcclEmulatorTest, AllGatherConcatenatesTheRanksInRankOrder) {
   constexpr size_t kCount = 6;
   std::vector<__nv_bfloat16> mine(kCount), everyone(size_ * kCount, __float2bfloat16_rn(-1));
-  for (size_t i = 0; i < kCount; ++i) mine[i] = __float2bfloat16_rn(static_cast<float>(Value(rank_, i)));
+  for (size_t i = 0; i < kCount; ++i)
+    mine[i] = __float2bfloat16_rn(static_cast<float>(Value(rank_, i)));
   for (size_t i = 0; i < kCount; ++i) everyone[rank_ * kCount + i] = mine[i];
-  DeviceArray<__nv_bfloat16> send(mine), recv(std::vector<__nv_bfloat16>(size_ * kCount)), in_place(everyone);
+  DeviceArray<__nv_bfloat16> send(mine), recv(std::vector<__nv_bfloat16>(size_ * kCount)),
+      in_place(everyone);
   Stream stream;
-  ASSERT_NCCL_OK(Nccl().AllGather(send.get(), recv.get(), kCount, ncclBfloat16, world_, stream.get()));
-  ASSERT_NCCL_OK(Nccl().AllGather(in_place.get() + rank_ * kCount, in_place.get(), kCount, ncclBfloat16, world_,
-                                  stream.get()));
+  ASSERT_NCCL_OK(
+      Nccl().AllGather(send.get(), recv.get(), kCount, ncclBfloat16, world_, stream.get()));
+  ASSERT_NCCL_OK(Nccl().AllGather(in_place.get() + rank_ * kCount, in_place.get(), kCount,
+                                  ncclBfloat16, world_, stream.get()));
   stream.Synchronize();
   const std::vector<__nv_bfloat16> out = recv.Read(), out_in_place = in_place.Read();
   for (int r = 0; r < size_; ++r) {
     for (size_t i = 0; i < kCount; ++i) {
-      EXPECT_EQ(__bfloat162float(out[r * kCount + i]), Value(r, i)) << "rank " << r << ", element " << i;
+      EXPECT_EQ(__bfloat162float(out[r * kCount + i]), Value(r, i))
+          << "rank " << r << ", element " << i;
       EXPECT_EQ(__bfloat162float(out_in_place[r * kCount + i]), Value(r, i)) << "in place";
     }
   }
@@ -304,9 +320,10 @@ TEST_F(NcclEmulatorTest, BroadcastCopiesTheRootsBuffer) {
   DeviceArray<int32_t> buffer(mine), send(mine), recv(std::vector<int32_t>(kCount, -1));
   Stream stream;
   const int last = size_ - 1;
-  ASSERT_NCCL_OK(Nccl().Broadcast(buffer.get(), buffer.get(), kCount, ncclInt32, last, world_, stream.get()));
-  ASSERT_NCCL_OK(Nccl().Broadcast(rank_ == 0 ? send.get() : nullptr, recv.get(), kCount, ncclInt32, 0, world_,
-                                  stream.get()));
+  ASSERT_NCCL_OK(
+      Nccl().Broadcast(buffer.get(), buffer.get(), kCount, ncclInt32, last, world_, stream.get()));
+  ASSERT_NCCL_OK(Nccl().Broadcast(rank_ == 0 ? send.get() : nullptr, recv.get(), kCount, ncclInt32,
+                                  0, world_, stream.get()));
   stream.Synchronize();
   const std::vector<int32_t> from_last = buffer.Read(), from_first = recv.Read();
   for (size_t i = 0; i < kCount; ++i) {
@@ -390,7 +407,8 @@ TEST_F(NcclEmulatorTest, GroupedSendsToOneselfAreCopies) {
   std::vector<int32_t> first(kCount), second(kCount);
   for (size_t i = 0; i < kCount; ++i) first[i] = Value(rank_, i), second[i] = -Value(rank_, i);
   DeviceArray<int32_t> send_first(first), send_second(second);
-  DeviceArray<int32_t> recv_first{std::vector<int32_t>(kCount)}, recv_second{std::vector<int32_t>(kCount)};
+  DeviceArray<int32_t> recv_first{std::vector<int32_t>(kCount)},
+      recv_second{std::vector<int32_t>(kCount)};
   Stream stream;
   ASSERT_NCCL_OK(Nccl().GroupStart());
   ASSERT_NCCL_OK(Nccl().Send(send_first.get(), kCount, ncclInt32, rank_, world_, stream.get()));
@@ -410,14 +428,16 @@ TEST_F(NcclEmulatorTest, SendToOneselfOutsideAGroupIsRefused) {
             std::string::npos)
       << Nccl().GetLastError(world_);
   EXPECT_EQ(Nccl().Recv(buffer.get(), 4, ncclFloat32, rank_, world_, nullptr), ncclInvalidUsage);
-  EXPECT_NE(std::string(Nccl().GetLastError(world_)).find("receives from itself outside ncclGroupStart/End"),
+  EXPECT_NE(std::string(Nccl().GetLastError(world_))
+                .find("receives from itself outside ncclGroupStart/End"),
             std::string::npos)
       << Nccl().GetLastError(world_);
   // In a group, a send to oneself needs its receive.
   ASSERT_NCCL_OK(Nccl().GroupStart());
   ASSERT_NCCL_OK(Nccl().Send(buffer.get(), 4, ncclFloat32, rank_, world_, nullptr));
   EXPECT_EQ(Nccl().GroupEnd(), ncclInvalidUsage);
-  EXPECT_NE(std::string(Nccl().GetLastError(world_)).find("Trying to send to self without a matching recv"),
+  EXPECT_NE(std::string(Nccl().GetLastError(world_))
+                .find("Trying to send to self without a matching recv"),
             std::string::npos)
       << Nccl().GetLastError(world_);
 }
@@ -431,7 +451,8 @@ TEST_F(NcclEmulatorTest, InvalidArgumentsAreRefused) {
   ncclUniqueId id;
   ASSERT_NCCL_OK(Nccl().GetUniqueId(&id));
   ncclComm_t comm = nullptr;
-  expect_refused(Nccl().CommInitRank(nullptr, 2, id, 0), ncclInvalidArgument, "comm argument is NULL");
+  expect_refused(Nccl().CommInitRank(nullptr, 2, id, 0), ncclInvalidArgument,
+                 "comm argument is NULL");
   expect_refused(Nccl().CommInitRank(&comm, 0, id, 0), ncclInvalidArgument, "invalid comm size 0");
   expect_refused(Nccl().CommInitRank(&comm, 2, id, 2), ncclInvalidArgument, "invalid rank 2");
   expect_refused(Nccl().CommInitRank(&comm, 2, id, -1), ncclInvalidArgument, "invalid rank -1");
@@ -439,26 +460,30 @@ TEST_F(NcclEmulatorTest, InvalidArgumentsAreRefused) {
 
   DeviceArray<float> buffer(std::vector<float>(4));
   Stream stream;
-  expect_refused(Nccl().Send(buffer.get(), 4, ncclFloat32, size_, world_, stream.get()), ncclInvalidArgument,
-                 "invalid peer");
-  expect_refused(Nccl().Recv(buffer.get(), 4, ncclFloat32, -1, world_, stream.get()), ncclInvalidArgument,
-                 "invalid peer -1");
-  expect_refused(Nccl().Broadcast(buffer.get(), buffer.get(), 4, ncclFloat32, size_, world_, stream.get()),
-                 ncclInvalidArgument, "invalid root");
-  expect_refused(Nccl().AllReduce(buffer.get(), buffer.get(), 4, static_cast<ncclDataType_t>(10), ncclSum, world_,
-                                  stream.get()),
+  expect_refused(Nccl().Send(buffer.get(), 4, ncclFloat32, size_, world_, stream.get()),
+                 ncclInvalidArgument, "invalid peer");
+  expect_refused(Nccl().Recv(buffer.get(), 4, ncclFloat32, -1, world_, stream.get()),
+                 ncclInvalidArgument, "invalid peer -1");
+  expect_refused(
+      Nccl().Broadcast(buffer.get(), buffer.get(), 4, ncclFloat32, size_, world_, stream.get()),
+      ncclInvalidArgument, "invalid root");
+  expect_refused(Nccl().AllReduce(buffer.get(), buffer.get(), 4, static_cast<ncclDataType_t>(10),
+                                  ncclSum, world_, stream.get()),
                  ncclInvalidArgument, "invalid type 10");
-  expect_refused(Nccl().AllReduce(buffer.get(), buffer.get(), 4, ncclFloat32, static_cast<ncclRedOp_t>(5), world_,
-                                  stream.get()),
+  expect_refused(Nccl().AllReduce(buffer.get(), buffer.get(), 4, ncclFloat32,
+                                  static_cast<ncclRedOp_t>(5), world_, stream.get()),
                  ncclInvalidArgument, "invalid reduction operation 5");
-  expect_refused(Nccl().AllReduce(buffer.get(), buffer.get(), 4, ncclFloat32, ncclSum, nullptr, stream.get()),
-                 ncclInvalidArgument, "comm argument is NULL");
+  expect_refused(
+      Nccl().AllReduce(buffer.get(), buffer.get(), 4, ncclFloat32, ncclSum, nullptr, stream.get()),
+      ncclInvalidArgument, "comm argument is NULL");
   expect_refused(Nccl().GroupEnd(), ncclInvalidUsage, "not in a group");
 
   // A refused call inside a group fails the group, whose other operations are dropped.
   ASSERT_NCCL_OK(Nccl().GroupStart());
-  ASSERT_NCCL_OK(Nccl().Send(buffer.get(), 4, ncclFloat32, (rank_ + 1) % size_, world_, stream.get()));
-  EXPECT_EQ(Nccl().Recv(buffer.get(), 4, ncclFloat32, size_, world_, stream.get()), ncclInvalidArgument);
+  ASSERT_NCCL_OK(
+      Nccl().Send(buffer.get(), 4, ncclFloat32, (rank_ + 1) % size_, world_, stream.get()));
+  EXPECT_EQ(Nccl().Recv(buffer.get(), 4, ncclFloat32, size_, world_, stream.get()),
+            ncclInvalidArgument);
   expect_refused(Nccl().GroupEnd(), ncclInvalidArgument, "invalid peer");
 }
 
@@ -470,13 +495,15 @@ TEST_F(NcclEmulatorTest, AllReduceReturnsBeforeItRuns) {
   DeviceArray<float> send(input), recv(std::vector<float>(kCount, -1));
   Stream stream;
   Gate gate(stream.get());
-  ASSERT_NCCL_OK(Nccl().AllReduce(send.get(), recv.get(), kCount, ncclFloat32, ncclSum, world_, stream.get()));
+  ASSERT_NCCL_OK(
+      Nccl().AllReduce(send.get(), recv.get(), kCount, ncclFloat32, ncclSum, world_, stream.get()));
   std::this_thread::sleep_for(kSettle);
   EXPECT_EQ(recv.Read(), std::vector<float>(kCount, -1));
   gate.Release();
   WaitForStream(stream.get());
   const std::vector<float> out = recv.Read();
-  for (size_t i = 0; i < kCount; ++i) EXPECT_EQ(out[i], Reduced<float>(ncclSum, size_, i)) << "element " << i;
+  for (size_t i = 0; i < kCount; ++i)
+    EXPECT_EQ(out[i], Reduced<float>(ncclSum, size_, i)) << "element " << i;
 }
 
 // A communicator's operations run in posting order across streams: the second
@@ -487,8 +514,10 @@ TEST_F(NcclEmulatorTest, OneCommunicatorsOperationsRunInPostingOrder) {
   DeviceArray<int32_t> first(input), second(input);
   Stream held, free;
   Gate gate(held.get());
-  ASSERT_NCCL_OK(Nccl().AllReduce(first.get(), first.get(), 3, ncclInt32, ncclSum, world_, held.get()));
-  ASSERT_NCCL_OK(Nccl().AllReduce(second.get(), second.get(), 3, ncclInt32, ncclMax, world_, free.get()));
+  ASSERT_NCCL_OK(
+      Nccl().AllReduce(first.get(), first.get(), 3, ncclInt32, ncclSum, world_, held.get()));
+  ASSERT_NCCL_OK(
+      Nccl().AllReduce(second.get(), second.get(), 3, ncclInt32, ncclMax, world_, free.get()));
   std::this_thread::sleep_for(kSettle);
   EXPECT_EQ(second.Read(), input);
   gate.Release();
@@ -541,7 +570,8 @@ TEST_F(NcclEmulatorTest, DestroyWaitsForPostedOperations) {
   DeviceArray<float> buffer(input);
   Stream stream;
   Gate gate(stream.get());
-  ASSERT_NCCL_OK(Nccl().AllReduce(buffer.get(), buffer.get(), 4, ncclFloat32, ncclMax, comm, stream.get()));
+  ASSERT_NCCL_OK(
+      Nccl().AllReduce(buffer.get(), buffer.get(), 4, ncclFloat32, ncclMax, comm, stream.get()));
   std::atomic<bool> destroyed{false};
   std::thread destroy([&] {
     EXPECT_EQ(Nccl().CommDestroy(comm), ncclSuccess);

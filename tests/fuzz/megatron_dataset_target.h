@@ -78,12 +78,24 @@ inline std::string MegatronDatasetProblem(const std::string& input, const std::s
       const size_t at = pointer + static_cast<size_t>(k) * width;
       int64_t value = 0;
       switch (code) {
-        case 1: value = LoadAt<uint8_t>(bin, at); break;
-        case 2: value = LoadAt<int8_t>(bin, at); break;
-        case 3: value = LoadAt<int16_t>(bin, at); break;
-        case 4: value = LoadAt<int32_t>(bin, at); break;
-        case 5: value = LoadAt<int64_t>(bin, at); break;
-        case 8: value = LoadAt<uint16_t>(bin, at); break;
+        case 1:
+          value = LoadAt<uint8_t>(bin, at);
+          break;
+        case 2:
+          value = LoadAt<int8_t>(bin, at);
+          break;
+        case 3:
+          value = LoadAt<int16_t>(bin, at);
+          break;
+        case 4:
+          value = LoadAt<int32_t>(bin, at);
+          break;
+        case 5:
+          value = LoadAt<int64_t>(bin, at);
+          break;
+        case 8:
+          value = LoadAt<uint16_t>(bin, at);
+          break;
       }
       want.push_back(static_cast<int32_t>(std::clamp<int64_t>(value, INT32_MIN, INT32_MAX)));
     }

@@ -103,10 +103,12 @@ Result NaiveAttention(const AttentionShape& s, const Inputs& in) {
         }
         double sum = 0;
         for (int64_t j = 0; j < seen(t); ++j) sum += std::exp(p[t * Tk + j] - max_score);
-        for (int64_t j = 0; j < seen(t); ++j) p[t * Tk + j] = std::exp(p[t * Tk + j] - max_score) / sum;
+        for (int64_t j = 0; j < seen(t); ++j)
+          p[t * Tk + j] = std::exp(p[t * Tk + j] - max_score) / sum;
         r.lse[(b * s.q_heads + h) * T + t] = max_score + std::log(sum);
         for (int64_t j = 0; j < seen(t); ++j) {
-          for (int64_t c = 0; c < Dv; ++c) r.out[oi(b, t, h) + c] += p[t * Tk + j] * in.v[vi(b, j, g) + c];
+          for (int64_t c = 0; c < Dv; ++c)
+            r.out[oi(b, t, h) + c] += p[t * Tk + j] * in.v[vi(b, j, g) + c];
         }
       }
       for (int64_t t = 0; t < T; ++t) {
@@ -114,7 +116,8 @@ Result NaiveAttention(const AttentionShape& s, const Inputs& in) {
         std::vector<double> dp(seen(t));
         double p_dot_dp = 0;
         for (int64_t j = 0; j < seen(t); ++j) {
-          for (int64_t c = 0; c < Dv; ++c) dp[j] += static_cast<double>(dout[c]) * in.v[vi(b, j, g) + c];
+          for (int64_t c = 0; c < Dv; ++c)
+            dp[j] += static_cast<double>(dout[c]) * in.v[vi(b, j, g) + c];
           p_dot_dp += p[t * Tk + j] * dp[j];
         }
         for (int64_t j = 0; j < seen(t); ++j) {
@@ -224,24 +227,49 @@ TEST_P(AttentionTest, BackwardMatchesFiniteDifferences) {
 // blocks): more and fewer keys than queries, GQA and multi-query, Dv below
 // and above D, as many keys as queries; then T = 70 queries (two tiles) over
 // 100 keys, more than a tile and not a multiple of one.
-INSTANTIATE_TEST_SUITE_P(
-    Unmasked, AttentionTest,
-    ::testing::Values(
-        AttentionShape{.batch = 2, .seq = 5, .q_heads = 4, .kv_heads = 2, .head_dim = 8,
-                       .kv_seq = 9, .causal = false},
-        AttentionShape{.batch = 2, .seq = 7, .q_heads = 4, .kv_heads = 1, .head_dim = 12,
-                       .v_head_dim = 8, .kv_seq = 3, .causal = false},
-        AttentionShape{.batch = 2, .seq = 6, .q_heads = 2, .kv_heads = 1, .head_dim = 4,
-                       .v_head_dim = 12, .kv_seq = 11, .causal = false},
-        AttentionShape{.batch = 2, .seq = 9, .q_heads = 2, .kv_heads = 2, .head_dim = 8,
-                       .causal = false},
-        AttentionShape{.batch = 1, .seq = 70, .q_heads = 4, .kv_heads = 2, .head_dim = 12,
-                       .v_head_dim = 8, .kv_seq = 100, .causal = false}),
-    [](const auto& info) {
-      std::ostringstream name;
-      name << info.param;
-      return name.str();
-    });
+INSTANTIATE_TEST_SUITE_P(Unmasked, AttentionTest,
+                         ::testing::Values(AttentionShape{.batch = 2,
+                                                          .seq = 5,
+                                                          .q_heads = 4,
+                                                          .kv_heads = 2,
+                                                          .head_dim = 8,
+                                                          .kv_seq = 9,
+                                                          .causal = false},
+                                           AttentionShape{.batch = 2,
+                                                          .seq = 7,
+                                                          .q_heads = 4,
+                                                          .kv_heads = 1,
+                                                          .head_dim = 12,
+                                                          .v_head_dim = 8,
+                                                          .kv_seq = 3,
+                                                          .causal = false},
+                                           AttentionShape{.batch = 2,
+                                                          .seq = 6,
+                                                          .q_heads = 2,
+                                                          .kv_heads = 1,
+                                                          .head_dim = 4,
+                                                          .v_head_dim = 12,
+                                                          .kv_seq = 11,
+                                                          .causal = false},
+                                           AttentionShape{.batch = 2,
+                                                          .seq = 9,
+                                                          .q_heads = 2,
+                                                          .kv_heads = 2,
+                                                          .head_dim = 8,
+                                                          .causal = false},
+                                           AttentionShape{.batch = 1,
+                                                          .seq = 70,
+                                                          .q_heads = 4,
+                                                          .kv_heads = 2,
+                                                          .head_dim = 12,
+                                                          .v_head_dim = 8,
+                                                          .kv_seq = 100,
+                                                          .causal = false}),
+                         [](const auto& info) {
+                           std::ostringstream name;
+                           name << info.param;
+                           return name.str();
+                         });
 
 class AttentionTileEdgeTest : public AttentionTest {};
 
@@ -253,12 +281,20 @@ INSTANTIATE_TEST_SUITE_P(Long, AttentionTileEdgeTest,
                          ::testing::Values(AttentionShape{1, 150, 4, 2, 40},
                                            AttentionShape{2, 130, 2, 1, 64},
                                            AttentionShape{1, 150, 4, 2, 48, 24},
-                                           AttentionShape{.batch = 1, .seq = 150, .q_heads = 4,
-                                                          .kv_heads = 2, .head_dim = 40,
-                                                          .kv_seq = 130, .causal = false},
-                                           AttentionShape{.batch = 2, .seq = 40, .q_heads = 2,
-                                                          .kv_heads = 1, .head_dim = 48,
-                                                          .v_head_dim = 24, .kv_seq = 200,
+                                           AttentionShape{.batch = 1,
+                                                          .seq = 150,
+                                                          .q_heads = 4,
+                                                          .kv_heads = 2,
+                                                          .head_dim = 40,
+                                                          .kv_seq = 130,
+                                                          .causal = false},
+                                           AttentionShape{.batch = 2,
+                                                          .seq = 40,
+                                                          .q_heads = 2,
+                                                          .kv_heads = 1,
+                                                          .head_dim = 48,
+                                                          .v_head_dim = 24,
+                                                          .kv_seq = 200,
                                                           .causal = false}),
                          [](const auto& info) {
                            std::ostringstream name;
@@ -293,10 +329,13 @@ TEST(AttentionStabilityTest, LargeScoresMatchNaiveReference) {
 // The backward sums several query heads and tiles into each dk/dv row; the
 // order must not depend on the run or the thread count, masked or not.
 TEST(AttentionDeterminismTest, BackwardIsBitIdenticalAcrossRunsAndThreadCounts) {
-  for (const AttentionShape& s :
-       {AttentionShape{2, 150, 4, 2, 40},
-        AttentionShape{.batch = 2, .seq = 150, .q_heads = 4, .kv_heads = 2, .head_dim = 40,
-                       .kv_seq = 90, .causal = false}}) {
+  for (const AttentionShape& s : {AttentionShape{2, 150, 4, 2, 40}, AttentionShape{.batch = 2,
+                                                                    .seq = 150,
+                                                                    .q_heads = 4,
+                                                                    .kv_heads = 2,
+                                                                    .head_dim = 40,
+                                                                    .kv_seq = 90,
+                                                                    .causal = false}}) {
     std::ostringstream name;
     name << s;
     SCOPED_TRACE(name.str());
@@ -389,8 +428,8 @@ void ExpectRingBlocksMatchWholeAttention(const AttentionShape& whole, int64_t sp
   const Output out11 = Forward(causal1, in11);
   Output merged = Forward(cross, in21);
   const Output out22 = Forward(causal2, in22);
-  AttentionMerge(B, n2, H, whole.value_dim(), out22.out.data(), out22.lse.data(),
-                 merged.out.data(), merged.lse.data());
+  AttentionMerge(B, n2, H, whole.value_dim(), out22.out.data(), out22.lse.data(), merged.out.data(),
+                 merged.lse.data());
   ExpectClose("out, chunk 1", out11.out, chunk(1, full.out, out_width), kRingTol);
   ExpectClose("lse, chunk 1", out11.lse, Steps(full.lse, B * H, T, 1, 0, n1), kRingTol);
   ExpectClose("out, chunk 2", merged.out, chunk(2, full.out, out_width), kRingTol);
@@ -412,8 +451,7 @@ void ExpectRingBlocksMatchWholeAttention(const AttentionShape& whole, int64_t sp
 // GQA with Dv != D.
 TEST(AttentionRingTest, HalvesMergedMatchWholeCausalAttention) {
   ExpectRingBlocksMatchWholeAttention(
-      {.batch = 2, .seq = 140, .q_heads = 4, .kv_heads = 2, .head_dim = 24, .v_head_dim = 16},
-      70);
+      {.batch = 2, .seq = 140, .q_heads = 4, .kv_heads = 2, .head_dim = 24, .v_head_dim = 16}, 70);
 }
 
 // Uneven chunks: 50 queries over 100 earlier keys.
@@ -424,8 +462,8 @@ TEST(AttentionRingTest, UnevenChunksMergedMatchWholeCausalAttention) {
 
 TEST(AttentionShapeTest, CausalWithOtherKeysIsFatal) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const AttentionShape s{.batch = 1, .seq = 4, .q_heads = 1, .kv_heads = 1, .head_dim = 4,
-                         .kv_seq = 6};
+  const AttentionShape s{
+      .batch = 1, .seq = 4, .q_heads = 1, .kv_heads = 1, .head_dim = 4, .kv_seq = 6};
   const Inputs in(s);
   std::vector<float> out(OutSize(s)), lse(LseSize(s));
   EXPECT_DEATH(AttentionForward(s, in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data()),
@@ -449,7 +487,7 @@ TEST(AttentionMergeTest, MatchesADirectComputation) {
   std::vector<float> part_lse = testing::RandomVector(B * H * T, 14, 3.0f);
   auto lse_at = [&](int64_t b, int64_t t, int64_t h) { return (b * H + h) * T + t; };
   lse[lse_at(0, 0, 0)] = part_lse[lse_at(0, 0, 0)] = -kInf;  // neither side has keys
-  lse[lse_at(0, 2, 1)] = -kInf;                               // out has none
+  lse[lse_at(0, 2, 1)] = -kInf;                              // out has none
   std::fill_n(out.begin() + ((0 * T + 2) * H + 1) * Dv, Dv, kNaN);
   part_lse[lse_at(1, 4, 2)] = -kInf;  // part_out has none (NaN above)
   lse[lse_at(1, 1, 0)] = 100.0f;

@@ -17,13 +17,16 @@ TEST(ConcatColumnsTest, RowsAreJoinedLeftThenRight) {
   const Tensor a = Iota(3, 2, 0), b = Iota(3, 3, 100);
   Tensor out = Tensor::Empty({3, 5});
   ops::ConcatColumns(a, b, out);
-  const std::vector<float> expected = {0, 1, 100, 101, 102, 2, 3, 103, 104, 105, 4, 5, 106, 107, 108};
+  const std::vector<float> expected = {0,   1,   100, 101, 102, 2,   3,  103,
+                                       104, 105, 4,   5,   106, 107, 108};
   EXPECT_EQ(std::vector<float>(out.f32(), out.f32() + out.numel()), expected);
 
   Tensor left = Tensor::Empty({3, 2}), right = Tensor::Empty({3, 3});
   ops::SplitColumns(out, left, right);
-  EXPECT_EQ(std::vector<float>(left.f32(), left.f32() + 6), std::vector<float>(a.f32(), a.f32() + 6));
-  EXPECT_EQ(std::vector<float>(right.f32(), right.f32() + 9), std::vector<float>(b.f32(), b.f32() + 9));
+  EXPECT_EQ(std::vector<float>(left.f32(), left.f32() + 6),
+            std::vector<float>(a.f32(), a.f32() + 6));
+  EXPECT_EQ(std::vector<float>(right.f32(), right.f32() + 9),
+            std::vector<float>(b.f32(), b.f32() + 9));
 }
 
 TEST(ConcatColumnsDeathTest, MismatchedShapesAreABug) {

@@ -39,8 +39,8 @@ double DirectRowLoss(const float* x, int64_t vocab, int32_t target) {
 TEST(CrossEntropyTest, LossMatchesDirectLogSumExp) {
   const std::vector<float> logits = RandomVector(kRows * kVocab, 1, 3.0f);
   std::vector<float> row_losses(kRows);
-  const double total = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
-                                                   1.0f, nullptr, row_losses.data());
+  const double total = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+                                                   kVocab, 1.0f, nullptr, row_losses.data());
   double expected_total = 0;
   for (int64_t r = 0; r < kRows; ++r) {
     const double expected = DirectRowLoss(logits.data() + r * kVocab, kVocab, kTargets[r]);
@@ -55,11 +55,11 @@ TEST(CrossEntropyTest, LargeLogitsAreStable) {
   std::vector<float> logits = RandomVector(kRows * kVocab, 2);
   std::vector<float> shifted = logits;
   for (float& x : shifted) x += 1000.0f;
-  const double loss = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
-                                                  1.0f, nullptr, nullptr);
+  const double loss = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+                                                  kVocab, 1.0f, nullptr, nullptr);
   std::vector<float> dlogits(kRows * kVocab);
-  const double shifted_loss = CrossEntropyForwardBackward(shifted.data(), kTargets.data(), kRows,
-                                                          kVocab, kVocab, 1.0f, dlogits.data(), nullptr);
+  const double shifted_loss = CrossEntropyForwardBackward(
+      shifted.data(), kTargets.data(), kRows, kVocab, kVocab, 1.0f, dlogits.data(), nullptr);
   ASSERT_TRUE(std::isfinite(shifted_loss));
   // fp32 logits near 1000 are spaced 6e-5 apart, so the shift itself rounds.
   EXPECT_NEAR(shifted_loss, loss, kRows * 1e-4);
@@ -69,12 +69,12 @@ TEST(CrossEntropyTest, LargeLogitsAreStable) {
 TEST(CrossEntropyTest, GradientMatchesFiniteDifferencesAndWorksInPlace) {
   std::vector<float> logits = RandomVector(kRows * kVocab, 3, 2.0f);
   auto loss = [&] {
-    return kGradScale * CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
-                                                    1.0f, nullptr, nullptr);
+    return kGradScale * CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+                                                    kVocab, 1.0f, nullptr, nullptr);
   };
   std::vector<float> dlogits(kRows * kVocab);
-  const double total = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
-                                                   kGradScale, dlogits.data(), nullptr);
+  const double total = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+                                                   kVocab, kGradScale, dlogits.data(), nullptr);
   ExpectGradientMatches("dlogits", logits.data(), kRows * kVocab, dlogits.data(), loss, kTol.grad);
   // Each row of softmax - onehot sums to 0.
   for (int64_t r = 0; r < kRows; ++r) {
@@ -99,17 +99,19 @@ TEST(CrossEntropyTest, GradientMatchesFiniteDifferencesAndWorksInPlace) {
 TEST(CrossEntropyTest, PiecesGiveTheFusedNumbers) {
   const std::vector<float> logits = RandomVector(kRows * kVocab, 2, 3.0f);
   std::vector<float> fused_grad(kRows * kVocab);
-  const double fused = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
-                                                   kGradScale, fused_grad.data(), nullptr);
+  const double fused = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+                                                   kVocab, kGradScale, fused_grad.data(), nullptr);
 
   std::vector<float> row_max(kRows), target_logit(kRows), grad(kRows * kVocab);
   std::vector<double> sums(kRows);
   CrossEntropyRowStats(logits.data(), kTargets.data(), kRows, kVocab, 0, kVocab, row_max.data(),
                        target_logit.data());
   CrossEntropySumExp(logits.data(), row_max.data(), kRows, kVocab, 0, kVocab, sums.data());
-  EXPECT_EQ(CrossEntropyLoss(kTargets.data(), row_max.data(), target_logit.data(), sums.data(), kRows), fused);
-  CrossEntropyGradient(logits.data(), kTargets.data(), row_max.data(), sums.data(), kRows, kVocab, 0, kVocab,
-                       kGradScale, grad.data());
+  EXPECT_EQ(
+      CrossEntropyLoss(kTargets.data(), row_max.data(), target_logit.data(), sums.data(), kRows),
+      fused);
+  CrossEntropyGradient(logits.data(), kTargets.data(), row_max.data(), sums.data(), kRows, kVocab,
+                       0, kVocab, kGradScale, grad.data());
   EXPECT_EQ(grad, fused_grad);
 
   // Two slices: ids [0, 6) and [6, 11).
@@ -117,30 +119,35 @@ TEST(CrossEntropyTest, PiecesGiveTheFusedNumbers) {
   const int64_t widths[2] = {kSplit, kVocab - kSplit};
   std::vector<std::vector<float>> slices(2);
   for (int64_t r = 0; r < kRows; ++r) {
-    slices[0].insert(slices[0].end(), logits.begin() + r * kVocab, logits.begin() + r * kVocab + kSplit);
-    slices[1].insert(slices[1].end(), logits.begin() + r * kVocab + kSplit, logits.begin() + (r + 1) * kVocab);
+    slices[0].insert(slices[0].end(), logits.begin() + r * kVocab,
+                     logits.begin() + r * kVocab + kSplit);
+    slices[1].insert(slices[1].end(), logits.begin() + r * kVocab + kSplit,
+                     logits.begin() + (r + 1) * kVocab);
   }
   std::vector<float> max(kRows, -INFINITY), target(kRows, 0.0f);
   for (int s = 0; s < 2; ++s) {
     std::vector<float> m(kRows), t(kRows);
-    CrossEntropyRowStats(slices[s].data(), kTargets.data(), kRows, widths[s], s * kSplit, kVocab, m.data(),
-                         t.data());
+    CrossEntropyRowStats(slices[s].data(), kTargets.data(), kRows, widths[s], s * kSplit, kVocab,
+                         m.data(), t.data());
     for (int64_t r = 0; r < kRows; ++r) max[r] = std::max(max[r], m[r]), target[r] += t[r];
   }
   std::vector<double> sum(kRows, 0.0);
   for (int s = 0; s < 2; ++s) {
     std::vector<double> part(kRows);
-    CrossEntropySumExp(slices[s].data(), max.data(), kRows, widths[s], s * kSplit, kVocab, part.data());
+    CrossEntropySumExp(slices[s].data(), max.data(), kRows, widths[s], s * kSplit, kVocab,
+                       part.data());
     for (int64_t r = 0; r < kRows; ++r) sum[r] += part[r];
   }
-  EXPECT_NEAR(CrossEntropyLoss(kTargets.data(), max.data(), target.data(), sum.data(), kRows), fused, 1e-12 * std::fabs(fused));
+  EXPECT_NEAR(CrossEntropyLoss(kTargets.data(), max.data(), target.data(), sum.data(), kRows),
+              fused, 1e-12 * std::fabs(fused));
   for (int s = 0; s < 2; ++s) {
     std::vector<float> d(slices[s].size());
-    CrossEntropyGradient(slices[s].data(), kTargets.data(), max.data(), sum.data(), kRows, widths[s], s * kSplit,
-                         kVocab, kGradScale, d.data());
+    CrossEntropyGradient(slices[s].data(), kTargets.data(), max.data(), sum.data(), kRows,
+                         widths[s], s * kSplit, kVocab, kGradScale, d.data());
     for (int64_t r = 0; r < kRows; ++r) {
       for (int64_t j = 0; j < widths[s]; ++j) {
-        EXPECT_NEAR(d[r * widths[s] + j], fused_grad[r * kVocab + s * kSplit + j], 1e-7f) << r << " " << j;
+        EXPECT_NEAR(d[r * widths[s] + j], fused_grad[r * kVocab + s * kSplit + j], 1e-7f)
+            << r << " " << j;
       }
     }
   }
@@ -154,17 +161,19 @@ TEST(CrossEntropyTest, PaddingColumnsAreLeftOut) {
   const std::vector<float> logits = RandomVector(kRows * kVocab, 5, 3.0f);
   std::vector<float> padded(kRows * kWidth, 50.0f);
   for (int64_t r = 0; r < kRows; ++r) {
-    std::copy(logits.begin() + r * kVocab, logits.begin() + (r + 1) * kVocab, padded.begin() + r * kWidth);
+    std::copy(logits.begin() + r * kVocab, logits.begin() + (r + 1) * kVocab,
+              padded.begin() + r * kWidth);
   }
   std::vector<float> grad(kRows * kVocab), padded_grad(kRows * kWidth, NAN);
-  const double loss = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab, kVocab,
-                                                  kGradScale, grad.data(), nullptr);
-  EXPECT_EQ(CrossEntropyForwardBackward(padded.data(), kTargets.data(), kRows, kWidth, kVocab, kGradScale,
-                                        padded_grad.data(), nullptr),
+  const double loss = CrossEntropyForwardBackward(logits.data(), kTargets.data(), kRows, kVocab,
+                                                  kVocab, kGradScale, grad.data(), nullptr);
+  EXPECT_EQ(CrossEntropyForwardBackward(padded.data(), kTargets.data(), kRows, kWidth, kVocab,
+                                        kGradScale, padded_grad.data(), nullptr),
             loss);
   for (int64_t r = 0; r < kRows; ++r) {
     for (int64_t j = 0; j < kWidth; ++j) {
-      EXPECT_EQ(padded_grad[r * kWidth + j], j < kVocab ? grad[r * kVocab + j] : 0.0f) << r << " " << j;
+      EXPECT_EQ(padded_grad[r * kWidth + j], j < kVocab ? grad[r * kVocab + j] : 0.0f)
+          << r << " " << j;
     }
   }
 
@@ -181,19 +190,22 @@ TEST(CrossEntropyTest, PaddingColumnsAreLeftOut) {
       }
     }
     std::vector<float> m(kRows), t(kRows);
-    CrossEntropyRowStats(slices[s].data(), kTargets.data(), kRows, kSlice, s * kSlice, kVocab, m.data(), t.data());
+    CrossEntropyRowStats(slices[s].data(), kTargets.data(), kRows, kSlice, s * kSlice, kVocab,
+                         m.data(), t.data());
     for (int64_t r = 0; r < kRows; ++r) max[r] = std::max(max[r], m[r]), target[r] += t[r];
   }
   for (int64_t s = 0; s < kSlices; ++s) {
     std::vector<double> part(kRows);
-    CrossEntropySumExp(slices[s].data(), max.data(), kRows, kSlice, s * kSlice, kVocab, part.data());
+    CrossEntropySumExp(slices[s].data(), max.data(), kRows, kSlice, s * kSlice, kVocab,
+                       part.data());
     for (int64_t r = 0; r < kRows; ++r) sum[r] += part[r];
   }
-  EXPECT_NEAR(CrossEntropyLoss(kTargets.data(), max.data(), target.data(), sum.data(), kRows), loss, 1e-12 * std::fabs(loss));
+  EXPECT_NEAR(CrossEntropyLoss(kTargets.data(), max.data(), target.data(), sum.data(), kRows), loss,
+              1e-12 * std::fabs(loss));
   for (int64_t s = 0; s < kSlices; ++s) {
     std::vector<float> d(slices[s].size(), NAN);
-    CrossEntropyGradient(slices[s].data(), kTargets.data(), max.data(), sum.data(), kRows, kSlice, s * kSlice,
-                         kVocab, kGradScale, d.data());
+    CrossEntropyGradient(slices[s].data(), kTargets.data(), max.data(), sum.data(), kRows, kSlice,
+                         s * kSlice, kVocab, kGradScale, d.data());
     for (int64_t r = 0; r < kRows; ++r) {
       for (int64_t j = 0; j < kSlice; ++j) {
         const int64_t id = s * kSlice + j;
@@ -212,8 +224,8 @@ TEST(CrossEntropyDeathTest, TargetOutsideVocabularyIsABug) {
   const std::vector<float> logits = RandomVector(kRows * kVocab, 4);
   std::vector<int32_t> targets = kTargets;
   targets[2] = kVocab;
-  EXPECT_DEATH(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, kVocab, 1.0f,
-                                           nullptr, nullptr),
+  EXPECT_DEATH(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, kVocab,
+                                           1.0f, nullptr, nullptr),
                "target 11 of row 2");
 }
 
@@ -229,22 +241,27 @@ TEST(CrossEntropyTest, IgnoredRowsAreLeftOut) {
   std::vector<float> kept_logits, kept_grad(kept.size() * kVocab);
   std::vector<int32_t> kept_targets;
   for (int64_t r : kept) {
-    kept_logits.insert(kept_logits.end(), logits.begin() + r * kVocab, logits.begin() + (r + 1) * kVocab);
+    kept_logits.insert(kept_logits.end(), logits.begin() + r * kVocab,
+                       logits.begin() + (r + 1) * kVocab);
     kept_targets.push_back(targets[r]);
   }
-  const double expected = CrossEntropyForwardBackward(kept_logits.data(), kept_targets.data(), kept.size(), kVocab,
-                                                      kVocab, kGradScale, kept_grad.data(), nullptr);
+  const double expected =
+      CrossEntropyForwardBackward(kept_logits.data(), kept_targets.data(), kept.size(), kVocab,
+                                  kVocab, kGradScale, kept_grad.data(), nullptr);
   std::vector<float> grad(kRows * kVocab, NAN), row_losses(kRows, NAN);
-  EXPECT_EQ(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, kVocab, kGradScale,
-                                        grad.data(), row_losses.data()),
+  EXPECT_EQ(CrossEntropyForwardBackward(logits.data(), targets.data(), kRows, kVocab, kVocab,
+                                        kGradScale, grad.data(), row_losses.data()),
             expected);
   std::vector<float> row_max(kRows), target_logit(kRows), pieces_grad(kRows * kVocab, NAN);
   std::vector<double> sums(kRows);
-  CrossEntropyRowStats(logits.data(), targets.data(), kRows, kVocab, 0, kVocab, row_max.data(), target_logit.data());
+  CrossEntropyRowStats(logits.data(), targets.data(), kRows, kVocab, 0, kVocab, row_max.data(),
+                       target_logit.data());
   CrossEntropySumExp(logits.data(), row_max.data(), kRows, kVocab, 0, kVocab, sums.data());
-  EXPECT_EQ(CrossEntropyLoss(targets.data(), row_max.data(), target_logit.data(), sums.data(), kRows), expected);
-  CrossEntropyGradient(logits.data(), targets.data(), row_max.data(), sums.data(), kRows, kVocab, 0, kVocab,
-                       kGradScale, pieces_grad.data());
+  EXPECT_EQ(
+      CrossEntropyLoss(targets.data(), row_max.data(), target_logit.data(), sums.data(), kRows),
+      expected);
+  CrossEntropyGradient(logits.data(), targets.data(), row_max.data(), sums.data(), kRows, kVocab, 0,
+                       kVocab, kGradScale, pieces_grad.data());
   size_t next_kept = 0;
   for (int64_t r = 0; r < kRows; ++r) {
     const bool ignored = targets[r] < 0;

@@ -84,16 +84,16 @@ TEST(EmbeddingDeathTest, TokenOutsideTableIsABug) {
   std::vector<float> dtable(kVocab * kDim);
   std::vector<int32_t> tokens = kTokens;
   tokens[4] = kVocab;  // one past the last row
-  EXPECT_DEATH(EmbeddingForward(tokens.data(), tokens.size(), table.data(), kVocab, kDim,
-                                rows.data()),
-               "token id 7 at 4 outside");
-  EXPECT_DEATH(EmbeddingBackward(tokens.data(), tokens.size(), rows.data(), kVocab, kDim,
-                                 dtable.data()),
-               "token id 7 at 4 outside");
+  EXPECT_DEATH(
+      EmbeddingForward(tokens.data(), tokens.size(), table.data(), kVocab, kDim, rows.data()),
+      "token id 7 at 4 outside");
+  EXPECT_DEATH(
+      EmbeddingBackward(tokens.data(), tokens.size(), rows.data(), kVocab, kDim, dtable.data()),
+      "token id 7 at 4 outside");
   tokens[4] = -1;
-  EXPECT_DEATH(EmbeddingForward(tokens.data(), tokens.size(), table.data(), kVocab, kDim,
-                                rows.data()),
-               "token id -1 at 4 outside");
+  EXPECT_DEATH(
+      EmbeddingForward(tokens.data(), tokens.size(), table.data(), kVocab, kDim, rows.data()),
+      "token id -1 at 4 outside");
 }
 
 // The op API passes the table's row count down: ops::Embedding checks the same.

@@ -152,14 +152,16 @@ TEST(LinearTest, PaddedOutputsTakeNoPart) {
   const std::vector<float> dy_padded = RandomVector(rows * padded, 19);
   std::vector<float> dy(rows * out);
   for (int64_t r = 0; r < rows; ++r) {
-    std::copy(dy_padded.begin() + r * padded, dy_padded.begin() + r * padded + out, dy.begin() + r * out);
+    std::copy(dy_padded.begin() + r * padded, dy_padded.begin() + r * padded + out,
+              dy.begin() + r * out);
   }
   std::vector<float> dx(rows * in), dw(out * in, 0.0f);
-  LinearBackward(dy.data(), x.data(), w_padded.data(), rows, in, out, out, dx.data(), dw.data(), false);
+  LinearBackward(dy.data(), x.data(), w_padded.data(), rows, in, out, out, dx.data(), dw.data(),
+                 false);
   std::vector<float> dx_padded(rows * in), dw_padded(padded * in, 7.0f);
   std::fill(dw_padded.begin(), dw_padded.begin() + out * in, 0.0f);
-  LinearBackward(dy_padded.data(), x.data(), w_padded.data(), rows, in, out, padded, dx_padded.data(),
-                 dw_padded.data(), false);
+  LinearBackward(dy_padded.data(), x.data(), w_padded.data(), rows, in, out, padded,
+                 dx_padded.data(), dw_padded.data(), false);
   EXPECT_EQ(dx_padded, dx);
   EXPECT_EQ(std::vector<float>(dw_padded.begin(), dw_padded.begin() + out * in), dw);
   for (int64_t i = out * in; i < padded * in; ++i) EXPECT_EQ(dw_padded[i], 7.0f) << i;

@@ -28,7 +28,9 @@ Tensor Floats(const std::vector<float>& values, const Shape& shape) {
   return t;
 }
 
-std::vector<int32_t> IntsOf(const Tensor& t, int64_t n) { return {t.data<int32_t>(), t.data<int32_t>() + n}; }
+std::vector<int32_t> IntsOf(const Tensor& t, int64_t n) {
+  return {t.data<int32_t>(), t.data<int32_t>() + n};
+}
 
 struct Order {
   Tensor send_row, send_token, counts;
@@ -87,7 +89,8 @@ TEST(MoeDispatchTest, CombineBackwardMatchesFiniteDifferences) {
   const int64_t n = 4, c = 3;
   const int k = 2;
   const Tensor index = Ints({2, 0, 1, -1, 4, 3, 6, 5}, {n, k});  // each row one pair's, as send_row
-  std::vector<float> src_values = testing::RandomVector(7 * c, 1), weight_values = testing::RandomVector(n * k, 2);
+  std::vector<float> src_values = testing::RandomVector(7 * c, 1),
+                     weight_values = testing::RandomVector(n * k, 2);
   Tensor src = Floats(src_values, {7, c}), weights = Floats(weight_values, {n, k});
   const std::vector<float> probe = testing::RandomVector(n * c, 3);
   Tensor out = Tensor::Empty({n, c});
@@ -100,7 +103,8 @@ TEST(MoeDispatchTest, CombineBackwardMatchesFiniteDifferences) {
   ops::CombineRowsBackward(Floats(probe, {n, c}), src, index, weights, dsrc, dweights);
   EXPECT_EQ(dweights.f32()[3], 0.0f);  // the dropped pair
   testing::ExpectGradientMatches("dsrc", src.f32(), src.numel(), dsrc.f32(), loss, kGradCheck);
-  testing::ExpectGradientMatches("dweights", weights.f32(), weights.numel(), dweights.f32(), loss, kGradCheck);
+  testing::ExpectGradientMatches("dweights", weights.f32(), weights.numel(), dweights.f32(), loss,
+                                 kGradCheck);
 }
 
 }  // namespace

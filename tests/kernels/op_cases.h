@@ -23,12 +23,16 @@ namespace tetra::testing {
 // Tolerances shared by many cases, with their reasons.
 // A bf16 output adds one rounding of at most 2^-9 relative to the fp32 result.
 inline constexpr double kBf16Rounding = 4e-3;
-inline constexpr Tolerance kElementwiseTol{1e-6, 2e-6,
-                                           "one or two fp32 operations per element; CUDA's expf (2 ulp) "
-                                           "against the CPU's polynomial (1.5 ulp), FMA contraction"};
-inline constexpr Tolerance kBf16ElementwiseTol{1e-6, kBf16Rounding, "elementwise, plus one bf16 rounding"};
+inline constexpr Tolerance kElementwiseTol{
+    1e-6, 2e-6,
+    "one or two fp32 operations per element; CUDA's expf (2 ulp) "
+    "against the CPU's polynomial (1.5 ulp), FMA contraction"};
+inline constexpr Tolerance kBf16ElementwiseTol{1e-6, kBf16Rounding,
+                                               "elementwise, plus one bf16 rounding"};
 
-inline Tolerance Elementwise(DType dtype) { return dtype == DType::kF32 ? kElementwiseTol : kBf16ElementwiseTol; }
+inline Tolerance Elementwise(DType dtype) {
+  return dtype == DType::kF32 ? kElementwiseTol : kBf16ElementwiseTol;
+}
 
 inline std::string CaseName(const std::string& op, DType dtype, const std::string& shape) {
   return absl::StrCat(op, " ", DTypeName(dtype), " ", shape);
@@ -38,22 +42,25 @@ inline void AddLinearCases(std::vector<OpCase>* cases) {
   // Both sides sum k <= 48 products of O(1) values in fp32, in different
   // orders: ~k x 6e-8 x |terms|, under 1e-5.
   constexpr Tolerance kFp32Tol{1e-4, 1e-4, "fp32 sums of 48 products in different orders"};
-  constexpr Tolerance kBf16OutTol{1e-4, kBf16Rounding, "fp32 sums of 48 products, one bf16 rounding"};
+  constexpr Tolerance kBf16OutTol{1e-4, kBf16Rounding,
+                                  "fp32 sums of 48 products, one bf16 rounding"};
   constexpr int64_t kRows = 37, kIn = 48, kOut = 29;  // odd sizes: no tile fits exactly
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     const Tolerance out_tol = dtype == DType::kF32 ? kFp32Tol : kBf16OutTol;
-    cases->push_back({CaseName("linear", dtype, "37x48 . 29x48^T"), [=](const Backend& b, Outputs* out) {
-                        const Tensor x = b.In(HostRandom({kRows, kIn}, 1), dtype);
-                        const Tensor w = b.In(HostRandom({kOut, kIn}, 2), dtype);
-                        const Tensor y = b.Out({kRows, kOut}, dtype), y32 = b.Out({kRows, kOut});
-                        ops::Linear(x, w, y);
-                        ops::Linear(x, w, y32);  // fp32 output of bf16 inputs
-                        out->Add("y", y, out_tol);
-                        out->Add("y fp32", y32, kFp32Tol);
-                      }});
+    cases->push_back(
+        {CaseName("linear", dtype, "37x48 . 29x48^T"), [=](const Backend& b, Outputs* out) {
+           const Tensor x = b.In(HostRandom({kRows, kIn}, 1), dtype);
+           const Tensor w = b.In(HostRandom({kOut, kIn}, 2), dtype);
+           const Tensor y = b.Out({kRows, kOut}, dtype), y32 = b.Out({kRows, kOut});
+           ops::Linear(x, w, y);
+           ops::Linear(x, w, y32);  // fp32 output of bf16 inputs
+           out->Add("y", y, out_tol);
+           out->Add("y fp32", y32, kFp32Tol);
+         }});
     for (bool accumulate_dx : {false, true}) {
       cases->push_back(
-          {CaseName(accumulate_dx ? "linear_backward accumulating dx" : "linear_backward", dtype, "37x48, 29x48"),
+          {CaseName(accumulate_dx ? "linear_backward accumulating dx" : "linear_backward", dtype,
+                    "37x48, 29x48"),
            [=](const Backend& b, Outputs* out) {
              const Tensor x = b.In(HostRandom({kRows, kIn}, 1), dtype);
              const Tensor w = b.In(HostRandom({kOut, kIn}, 2), dtype);
@@ -74,12 +81,14 @@ inline void AddLinearCases(std::vector<OpCase>* cases) {
                         const Tensor dy = b.In(HostRandom({kRows, kOut}, 3), dtype);
                         const Tensor dx = b.Out({kRows, kIn}, dtype);
                         const Tensor dw = b.In(HostRandom({kOut, kIn}, 5));
-                        ops::LinearBackward(dy, x, w, dx, dw, /*accumulate_dx=*/false, /*real_out=*/20);
+                        ops::LinearBackward(dy, x, w, dx, dw, /*accumulate_dx=*/false,
+                                            /*real_out=*/20);
                         out->Add("dx", dx, out_tol);
                         out->Add("dw", dw, kFp32Tol);
                       }});
     // The halves of a split backward (kernels/weight_gradients.h), each alone.
-    cases->push_back({CaseName("linear_backward halves", dtype, "37x48, 29x48"), [=](const Backend& b, Outputs* out) {
+    cases->push_back({CaseName("linear_backward halves", dtype, "37x48, 29x48"),
+                      [=](const Backend& b, Outputs* out) {
                         const Tensor x = b.In(HostRandom({kRows, kIn}, 1), dtype);
                         const Tensor w = b.In(HostRandom({kOut, kIn}, 2), dtype);
                         const Tensor dy = b.In(HostRandom({kRows, kOut}, 3), dtype);
@@ -104,27 +113,30 @@ inline void AddEmbeddingCases(std::vector<OpCase>* cases) {
     return HostInts(ids, {kTokens});
   }();
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    cases->push_back({CaseName("embedding", dtype, "97 ids of 50x40"), [=](const Backend& b, Outputs* out) {
-                        const Tensor ids = b.Exact(tokens);
-                        const Tensor table = b.In(HostRandom({kVocab, kDim}, 1), dtype);
-                        const Tensor y = b.Out({kTokens, kDim}, dtype);
-                        ops::Embedding(ids, table, y);
-                        out->Add("out", y, kExact);
-                        const Tensor dtable = b.In(HostRandom({kVocab, kDim}, 3));
-                        ops::EmbeddingBackward(ids, b.In(HostRandom({kTokens, kDim}, 2), dtype), dtable);
-                        out->Add("dtable", dtable, kScatterTol);
-                      }});
+    cases->push_back(
+        {CaseName("embedding", dtype, "97 ids of 50x40"), [=](const Backend& b, Outputs* out) {
+           const Tensor ids = b.Exact(tokens);
+           const Tensor table = b.In(HostRandom({kVocab, kDim}, 1), dtype);
+           const Tensor y = b.Out({kTokens, kDim}, dtype);
+           ops::Embedding(ids, table, y);
+           out->Add("out", y, kExact);
+           const Tensor dtable = b.In(HostRandom({kVocab, kDim}, 3));
+           ops::EmbeddingBackward(ids, b.In(HostRandom({kTokens, kDim}, 2), dtype), dtable);
+           out->Add("dtable", dtable, kScatterTol);
+         }});
   }
-  cases->push_back({CaseName("embedding_shard", DType::kF32, "ids [20, 35) of 50"), [=](const Backend& b, Outputs* out) {
-                      const int64_t begin = 20, rows = 15;
-                      const Tensor ids = b.Exact(tokens);
-                      const Tensor y = b.Out({kTokens, kDim});
-                      ops::EmbeddingShard(ids, b.In(HostRandom({rows, kDim}, 1)), begin, y);
-                      out->Add("out", y, kExact);
-                      const Tensor dtable = b.Exact(Tensor::Zeros({rows, kDim}));
-                      ops::EmbeddingShardBackward(ids, b.In(HostRandom({kTokens, kDim}, 2)), begin, dtable);
-                      out->Add("dtable", dtable, kScatterTol);
-                    }});
+  cases->push_back(
+      {CaseName("embedding_shard", DType::kF32, "ids [20, 35) of 50"),
+       [=](const Backend& b, Outputs* out) {
+         const int64_t begin = 20, rows = 15;
+         const Tensor ids = b.Exact(tokens);
+         const Tensor y = b.Out({kTokens, kDim});
+         ops::EmbeddingShard(ids, b.In(HostRandom({rows, kDim}, 1)), begin, y);
+         out->Add("out", y, kExact);
+         const Tensor dtable = b.Exact(Tensor::Zeros({rows, kDim}));
+         ops::EmbeddingShardBackward(ids, b.In(HostRandom({kTokens, kDim}, 2)), begin, dtable);
+         out->Add("dtable", dtable, kScatterTol);
+       }});
 }
 
 inline void AddRmsNormCases(std::vector<OpCase>* cases) {
@@ -151,18 +163,19 @@ inline void AddRmsNormCases(std::vector<OpCase>* cases) {
                         out->Add("dw", dw, kFp32Tol);
                       }});
     // The halves of a split backward (kernels/weight_gradients.h), each alone.
-    cases->push_back({CaseName("rmsnorm_backward halves", dtype, "45x300"), [=](const Backend& b, Outputs* out) {
-                        const Tensor x = b.In(HostRandom({kRows, kDim}, 1, 3.0f), dtype);
-                        const Tensor w = b.In(HostRandom({kDim}, 2), dtype);
-                        const Tensor y = b.Out({kRows, kDim}, dtype), rstd = b.Out({kRows});
-                        ops::RmsNorm(x, w, kEps, y, rstd);
-                        const Tensor dy = b.In(HostRandom({kRows, kDim}, 3), dtype);
-                        const Tensor dx = b.Out({kRows, kDim}, dtype), dw = b.In(HostRandom({kDim}, 4));
-                        ops::RmsNormBackward(dy, x, w, rstd, Tensor(), dw);
-                        ops::RmsNormBackward(dy, x, w, rstd, dx, Tensor());
-                        out->Add("dw alone", dw, kFp32Tol);
-                        out->Add("dx alone", dx, out_tol);
-                      }});
+    cases->push_back(
+        {CaseName("rmsnorm_backward halves", dtype, "45x300"), [=](const Backend& b, Outputs* out) {
+           const Tensor x = b.In(HostRandom({kRows, kDim}, 1, 3.0f), dtype);
+           const Tensor w = b.In(HostRandom({kDim}, 2), dtype);
+           const Tensor y = b.Out({kRows, kDim}, dtype), rstd = b.Out({kRows});
+           ops::RmsNorm(x, w, kEps, y, rstd);
+           const Tensor dy = b.In(HostRandom({kRows, kDim}, 3), dtype);
+           const Tensor dx = b.Out({kRows, kDim}, dtype), dw = b.In(HostRandom({kDim}, 4));
+           ops::RmsNormBackward(dy, x, w, rstd, Tensor(), dw);
+           ops::RmsNormBackward(dy, x, w, rstd, dx, Tensor());
+           out->Add("dw alone", dw, kFp32Tol);
+           out->Add("dx alone", dx, out_tol);
+         }});
   }
 }
 
@@ -173,28 +186,33 @@ inline void AddAddRmsNormCases(std::vector<OpCase>* cases) {
   constexpr Tolerance kFp32Tol{1e-5, 1e-5, "sums of 300 squares and of 45 rows in fp32 vs double"};
   // dx = dx_add + g: g's error (the rmsnorm case's 1e-5 + 1e-5 |g|, |g| < 3.1
   // here) stays absolute through the add, which both sides do alike.
-  constexpr Tolerance kFp32GradTol{5e-5, 1e-5, "rmsnorm_backward's dx error (|g| < 3.1), then one add"};
+  constexpr Tolerance kFp32GradTol{5e-5, 1e-5,
+                                   "rmsnorm_backward's dx error (|g| < 3.1), then one add"};
   // A bf16 rounding moves a value by at most 2^-8 of itself.
   constexpr Tolerance kBf16SumTol{0, kBf16Rounding, "one fp32 add, one bf16 rounding"};
-  constexpr Tolerance kBf16OutTol{1e-5, 9e-3, "the sum rounded to bf16 before the norm, y after, and that sum's rstd"};
-  constexpr Tolerance kBf16RstdTol{1e-5, 4e-3, "statistics of the bf16-rounded sum: at most 2^-8 relative"};
-  constexpr Tolerance kBf16GradTol{1.25e-2, kBf16Rounding,
-                                   "g (|g| < 3.1) rounded to bf16 before the add (2^-8 |g|), the sum after"};
+  constexpr Tolerance kBf16OutTol{
+      1e-5, 9e-3, "the sum rounded to bf16 before the norm, y after, and that sum's rstd"};
+  constexpr Tolerance kBf16RstdTol{1e-5, 4e-3,
+                                   "statistics of the bf16-rounded sum: at most 2^-8 relative"};
+  constexpr Tolerance kBf16GradTol{
+      1.25e-2, kBf16Rounding,
+      "g (|g| < 3.1) rounded to bf16 before the add (2^-8 |g|), the sum after"};
   constexpr int64_t kRows = 45, kDim = 300;  // dim not a multiple of the block
   constexpr float kEps = 1e-5f;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     const bool fp32 = dtype == DType::kF32;
-    cases->push_back({CaseName("add_rmsnorm", dtype, "45x300"), [=](const Backend& b, Outputs* out) {
-                        const Tensor x = b.In(HostRandom({kRows, kDim}, 1, 3.0f), dtype);
-                        const Tensor delta = b.In(HostRandom({kRows, kDim}, 2), dtype);
-                        const Tensor w = b.In(HostRandom({kDim}, 3), dtype);
-                        const Tensor sum = b.Out({kRows, kDim}, dtype), y = b.Out({kRows, kDim}, dtype),
-                                     rstd = b.Out({kRows});
-                        ops::AddRmsNorm(x, delta, w, kEps, sum, y, rstd);
-                        out->Add("sum", sum, fp32 ? kExact : kBf16SumTol);
-                        out->Add("y", y, fp32 ? kFp32Tol : kBf16OutTol);
-                        out->Add("rstd", rstd, fp32 ? kFp32Tol : kBf16RstdTol);
-                      }});
+    cases->push_back(
+        {CaseName("add_rmsnorm", dtype, "45x300"), [=](const Backend& b, Outputs* out) {
+           const Tensor x = b.In(HostRandom({kRows, kDim}, 1, 3.0f), dtype);
+           const Tensor delta = b.In(HostRandom({kRows, kDim}, 2), dtype);
+           const Tensor w = b.In(HostRandom({kDim}, 3), dtype);
+           const Tensor sum = b.Out({kRows, kDim}, dtype), y = b.Out({kRows, kDim}, dtype),
+                        rstd = b.Out({kRows});
+           ops::AddRmsNorm(x, delta, w, kEps, sum, y, rstd);
+           out->Add("sum", sum, fp32 ? kExact : kBf16SumTol);
+           out->Add("y", y, fp32 ? kFp32Tol : kBf16OutTol);
+           out->Add("rstd", rstd, fp32 ? kFp32Tol : kBf16RstdTol);
+         }});
     cases->push_back(
         {CaseName("rmsnorm_backward adding to dx", dtype, "45x300, dx += and dx = dx_add +"),
          [=](const Backend& b, Outputs* out) {
@@ -211,68 +229,74 @@ inline void AddAddRmsNormCases(std::vector<OpCase>* cases) {
            ops::RmsNormBackward(dy, x, w, rstd, residual_grad, dw, residual_grad);  // in place
            out->Add("dx in place", residual_grad, fp32 ? kFp32GradTol : kBf16GradTol);
          }});
-    cases->push_back({CaseName("add into out", dtype, "100003"), [=](const Backend& b, Outputs* out) {
-                        const Tensor x = b.In(HostRandom({100003}, 9), dtype);
-                        const Tensor y = b.In(HostRandom({100003}, 10), dtype);
-                        const Tensor sum = b.Out({100003}, dtype);
-                        ops::Add(x, y, sum);
-                        b.Round(sum, dtype);  // one fp32 add and one rounding per element on both sides
-                        out->Add("out", sum, kExact);
-                      }});
+    cases->push_back(
+        {CaseName("add into out", dtype, "100003"), [=](const Backend& b, Outputs* out) {
+           const Tensor x = b.In(HostRandom({100003}, 9), dtype);
+           const Tensor y = b.In(HostRandom({100003}, 10), dtype);
+           const Tensor sum = b.Out({100003}, dtype);
+           ops::Add(x, y, sum);
+           b.Round(sum, dtype);  // one fp32 add and one rounding per element on both sides
+           out->Add("out", sum, kExact);
+         }});
   }
 }
 
 // The global gradient norm's sum: many slices of one flat fp32 buffer, more
 // than the device fits in one launch, some empty, some several chunks long.
 inline void AddWeightedSumOfSquaresCases(std::vector<OpCase>* cases) {
-  constexpr Tolerance kSumTol{0, 1e-12, "squares summed in fp64 in other orders, weights applied per part"};
-  cases->push_back({"weighted_sum_of_squares F32 100 slices of 1.4M", [=](const Backend& b, Outputs* out) {
-                      std::vector<int64_t> sizes;
-                      int64_t total = 0;
-                      for (int64_t k = 0; k < 100; ++k) {
-                        sizes.push_back(k % 10 == 3 ? 0 : (k * 7919) % 20011 + (k % 17 == 0 ? 150001 : 1));
-                        total += sizes.back();
-                      }
-                      const Tensor flat = b.In(HostRandom({total}, 1));
-                      std::vector<Tensor> slices;
-                      std::vector<double> weights;
-                      int64_t offset = 0;
-                      for (int64_t k = 0; k < 100; ++k) {
-                        slices.push_back(flat.Slice(offset, offset + sizes[k]));
-                        weights.push_back(1.0 / static_cast<double>(1 + k % 3));  // 1/3: not a power of two
-                        offset += sizes[k];
-                      }
-                      out->Add("sum", ops::WeightedSumOfSquares(slices, weights), kSumTol);
-                      out->Add("empty list", ops::WeightedSumOfSquares({}, {}), kExact);
-                    }});
+  constexpr Tolerance kSumTol{0, 1e-12,
+                              "squares summed in fp64 in other orders, weights applied per part"};
+  cases->push_back(
+      {"weighted_sum_of_squares F32 100 slices of 1.4M", [=](const Backend& b, Outputs* out) {
+         std::vector<int64_t> sizes;
+         int64_t total = 0;
+         for (int64_t k = 0; k < 100; ++k) {
+           sizes.push_back(k % 10 == 3 ? 0 : (k * 7919) % 20011 + (k % 17 == 0 ? 150001 : 1));
+           total += sizes.back();
+         }
+         const Tensor flat = b.In(HostRandom({total}, 1));
+         std::vector<Tensor> slices;
+         std::vector<double> weights;
+         int64_t offset = 0;
+         for (int64_t k = 0; k < 100; ++k) {
+           slices.push_back(flat.Slice(offset, offset + sizes[k]));
+           weights.push_back(1.0 / static_cast<double>(1 + k % 3));  // 1/3: not a power of two
+           offset += sizes[k];
+         }
+         out->Add("sum", ops::WeightedSumOfSquares(slices, weights), kSumTol);
+         out->Add("empty list", ops::WeightedSumOfSquares({}, {}), kExact);
+       }});
   // Clipping's scale over the same kind of list: more tensors than one
   // launch takes, some empty; the gaps between the slices stay as they were.
-  cases->push_back({"scale_multi_tensor F32 60 slices of 0.5M", [=](const Backend& b, Outputs* out) {
-                      const Tensor flat = b.In(HostRandom({600000}, 2));
-                      std::vector<Tensor> slices;
-                      for (int64_t k = 0; k < 60; ++k) {
-                        const int64_t begin = k * 10000, size = k % 7 == 2 ? 0 : (k * 7919) % 9000 + 1;
-                        slices.push_back(flat.Slice(begin, begin + size));
-                      }
-                      ops::ScaleMultiTensor(slices, 0.37f);
-                      ops::ScaleMultiTensor({}, 2.0f);
-                      out->Add("flat", flat, kElementwiseTol);
-                    }});
+  cases->push_back(
+      {"scale_multi_tensor F32 60 slices of 0.5M", [=](const Backend& b, Outputs* out) {
+         const Tensor flat = b.In(HostRandom({600000}, 2));
+         std::vector<Tensor> slices;
+         for (int64_t k = 0; k < 60; ++k) {
+           const int64_t begin = k * 10000, size = k % 7 == 2 ? 0 : (k * 7919) % 9000 + 1;
+           slices.push_back(flat.Slice(begin, begin + size));
+         }
+         ops::ScaleMultiTensor(slices, 0.37f);
+         ops::ScaleMultiTensor({}, 2.0f);
+         out->Add("flat", flat, kElementwiseTol);
+       }});
 }
 
 inline void AddRopeCases(std::vector<OpCase>* cases) {
-  constexpr Tolerance kFp32Tol{1e-6, 1e-6, "two products and a sum with the same table; FMA contraction"};
+  constexpr Tolerance kFp32Tol{1e-6, 1e-6,
+                               "two products and a sum with the same table; FMA contraction"};
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (bool backward : {false, true}) {
-      cases->push_back({CaseName(backward ? "rope_backward" : "rope", dtype, "2x11x3x16 of a 16-position table"),
-                        [=](const Backend& b, Outputs* out) {
-                          RopeTable table = MakeRopeTable(16, 16, 10000.0);
-                          table.cos = b.In(table.cos);
-                          table.sin = b.In(table.sin);
-                          const Tensor x = b.In(HostRandom({2, 11, 3, 16}, 1), dtype);
-                          backward ? ops::RopeBackward(x, table) : ops::Rope(x, table);
-                          out->Add("x", x, dtype == DType::kF32 ? kFp32Tol : kBf16ElementwiseTol);
-                        }});
+      cases->push_back(
+          {CaseName(backward ? "rope_backward" : "rope", dtype, "2x11x3x16 of a 16-position table"),
+           [=](const Backend& b, Outputs* out) {
+             RopeTable table = MakeRopeTable(16, 16, 10000.0);
+             table.cos = b.In(table.cos);
+             table.sin = b.In(table.sin);
+             const Tensor x = b.In(HostRandom({2, 11, 3, 16}, 1), dtype);
+             backward ? ops::RopeBackward(x, table) : ops::Rope(x, table);
+             out->Add("x", x, dtype == DType::kF32 ? kFp32Tol : kBf16ElementwiseTol);
+           }});
     }
   }
 }
@@ -281,7 +305,8 @@ inline void AddRopeCases(std::vector<OpCase>* cases) {
 // halves in fp32 and bf16), D 20 (half 10: one pair per thread), and D 16
 // with the packed rows one element in (misaligned: one pair per thread).
 inline void AddQkvRopeCases(std::vector<OpCase>* cases) {
-  constexpr Tolerance kFp32Tol{1e-6, 1e-6, "two products and a sum with the same table; FMA contraction"};
+  constexpr Tolerance kFp32Tol{1e-6, 1e-6,
+                               "two products and a sum with the same table; FMA contraction"};
   constexpr int64_t kBatch = 2, kSeq = 11, kQHeads = 3, kKvHeads = 2;
   struct Layout {
     int64_t dim;
@@ -300,20 +325,25 @@ inline void AddQkvRopeCases(std::vector<OpCase>* cases) {
              table.cos = b.In(table.cos);
              table.sin = b.In(table.sin);
              const Shape packed_shape = {kBatch * kSeq, (kQHeads + 2 * kKvHeads) * dim};
-             const Shape q_shape = {kBatch, kSeq, kQHeads, dim}, kv_shape = {kBatch, kSeq, kKvHeads, dim};
+             const Shape q_shape = {kBatch, kSeq, kQHeads, dim},
+                         kv_shape = {kBatch, kSeq, kKvHeads, dim};
              const int64_t n = NumElements(packed_shape);
              const auto packed = [&](uint64_t stream) {
-               return shift ? b.In(HostRandom({n + 1}, stream), dtype).Slice(1, n + 1).Reshape(packed_shape)
+               return shift ? b.In(HostRandom({n + 1}, stream), dtype)
+                                  .Slice(1, n + 1)
+                                  .Reshape(packed_shape)
                             : b.In(HostRandom(packed_shape, stream), dtype);
              };
              const Tensor qkv = packed(1);
-             const Tensor q = b.Out(q_shape, dtype), k = b.Out(kv_shape, dtype), v = b.Out(kv_shape, dtype);
+             const Tensor q = b.Out(q_shape, dtype), k = b.Out(kv_shape, dtype),
+                          v = b.Out(kv_shape, dtype);
              ops::SplitQkvRope(qkv, table, q, k, v);
              out->Add("q", q, rotated_tol);
              out->Add("k", k, rotated_tol);
              out->Add("v", v, kExact);
              const Tensor dqkv = packed(2);  // overwritten
-             ops::MergeQkvRopeBackward(b.In(HostRandom(q_shape, 3), dtype), b.In(HostRandom(kv_shape, 4), dtype),
+             ops::MergeQkvRopeBackward(b.In(HostRandom(q_shape, 3), dtype),
+                                       b.In(HostRandom(kv_shape, 4), dtype),
                                        b.In(HostRandom(kv_shape, 5), dtype), table, dqkv);
              out->Add("dqkv", dqkv, rotated_tol);
            }});
@@ -325,39 +355,44 @@ inline void AddQkvRopeCases(std::vector<OpCase>* cases) {
 // and interleaved pairs), and its key/value split and merge (Dn 4, R 6, Dv 5,
 // 3 heads): copies, and a sum over 3 heads.
 inline void AddMlaCases(std::vector<OpCase>* cases) {
-  constexpr Tolerance kFp32Tol{1e-6, 1e-6, "two products and a sum with the same table; FMA contraction"};
+  constexpr Tolerance kFp32Tol{1e-6, 1e-6,
+                               "two products and a sum with the same table; FMA contraction"};
   constexpr Tolerance kSumTol{1e-6, 1e-6, "a sum of 3 terms in fp32"};
   constexpr int64_t kBatch = 2, kSeq = 11, kHeads = 3, kNope = 4, kRope = 6, kValue = 5;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     const Tolerance rotated_tol = dtype == DType::kF32 ? kFp32Tol : kBf16ElementwiseTol;
     for (bool interleaved : {false, true}) {
       for (bool backward : {false, true}) {
-        cases->push_back({CaseName(backward ? "decoupled_rope_backward" : "decoupled_rope", dtype,
-                                   absl::StrCat("2x11x3x10, 6 rotary dims", interleaved ? ", interleaved" : "")),
-                          [=](const Backend& b, Outputs* out) {
-                            RopeTable table = MakeRopeTable(16, kRope, 10000.0);
-                            table.cos = b.In(table.cos);
-                            table.sin = b.In(table.sin);
-                            const Tensor x = b.In(HostRandom({kBatch, kSeq, kHeads, kNope + kRope}, 1), dtype);
-                            backward ? ops::DecoupledRopeBackward(x, table, interleaved)
-                                     : ops::DecoupledRope(x, table, interleaved);
-                            out->Add("x", x, rotated_tol);
-                          }});
+        cases->push_back(
+            {CaseName(backward ? "decoupled_rope_backward" : "decoupled_rope", dtype,
+                      absl::StrCat("2x11x3x10, 6 rotary dims", interleaved ? ", interleaved" : "")),
+             [=](const Backend& b, Outputs* out) {
+               RopeTable table = MakeRopeTable(16, kRope, 10000.0);
+               table.cos = b.In(table.cos);
+               table.sin = b.In(table.sin);
+               const Tensor x = b.In(HostRandom({kBatch, kSeq, kHeads, kNope + kRope}, 1), dtype);
+               backward ? ops::DecoupledRopeBackward(x, table, interleaved)
+                        : ops::DecoupledRope(x, table, interleaved);
+               out->Add("x", x, rotated_tol);
+             }});
       }
     }
     cases->push_back(
-        {CaseName("mla_split_key_value and mla_merge_key_value_backward", dtype, "B2 T11 H3 Dn4 R6 Dv5"),
+        {CaseName("mla_split_key_value and mla_merge_key_value_backward", dtype,
+                  "B2 T11 H3 Dn4 R6 Dv5"),
          [=](const Backend& b, Outputs* out) {
-           const Shape kv_shape = {kBatch * kSeq, kHeads * (kNope + kValue)}, pe_shape = {kBatch * kSeq, kRope};
-           const Shape key_shape = {kBatch, kSeq, kHeads, kNope + kRope}, value_shape = {kBatch, kSeq, kHeads, kValue};
+           const Shape kv_shape = {kBatch * kSeq, kHeads * (kNope + kValue)},
+                       pe_shape = {kBatch * kSeq, kRope};
+           const Shape key_shape = {kBatch, kSeq, kHeads, kNope + kRope},
+                       value_shape = {kBatch, kSeq, kHeads, kValue};
            const Tensor key = b.Out(key_shape, dtype), value = b.Out(value_shape, dtype);
-           ops::MlaSplitKeyValue(b.In(HostRandom(kv_shape, 1), dtype), b.In(HostRandom(pe_shape, 2), dtype), key,
-                                 value);
+           ops::MlaSplitKeyValue(b.In(HostRandom(kv_shape, 1), dtype),
+                                 b.In(HostRandom(pe_shape, 2), dtype), key, value);
            out->Add("key", key, kExact);
            out->Add("value", value, kExact);
            const Tensor dkv = b.Out(kv_shape, dtype), dk_pe = b.Out(pe_shape, dtype);
-           ops::MlaMergeKeyValueBackward(b.In(HostRandom(key_shape, 3), dtype), b.In(HostRandom(value_shape, 4), dtype),
-                                         dkv, dk_pe);
+           ops::MlaMergeKeyValueBackward(b.In(HostRandom(key_shape, 3), dtype),
+                                         b.In(HostRandom(value_shape, 4), dtype), dkv, dk_pe);
            out->Add("dkv", dkv, kExact);
            out->Add("dk_pe", dk_pe, dtype == DType::kF32 ? kSumTol : kBf16ElementwiseTol);
          }});
@@ -369,17 +404,18 @@ inline void AddMlaCases(std::vector<OpCase>* cases) {
 inline void AddColumnCases(std::vector<OpCase>* cases) {
   constexpr int64_t kRows = 7, kA = 5, kB = 9;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    cases->push_back({CaseName("concat_columns and split_columns", dtype, "7x5 | 7x9"),
-                      [=](const Backend& b, Outputs* out) {
-                        const Tensor joined = b.Out({kRows, kA + kB}, dtype);
-                        ops::ConcatColumns(b.In(HostRandom({kRows, kA}, 1), dtype),
-                                           b.In(HostRandom({kRows, kB}, 2), dtype), joined);
-                        out->Add("joined", joined, kExact);
-                        const Tensor left = b.Out({kRows, kA}, dtype), right = b.Out({kRows, kB}, dtype);
-                        ops::SplitColumns(b.In(HostRandom({kRows, kA + kB}, 3), dtype), left, right);
-                        out->Add("left", left, kExact);
-                        out->Add("right", right, kExact);
-                      }});
+    cases->push_back(
+        {CaseName("concat_columns and split_columns", dtype, "7x5 | 7x9"),
+         [=](const Backend& b, Outputs* out) {
+           const Tensor joined = b.Out({kRows, kA + kB}, dtype);
+           ops::ConcatColumns(b.In(HostRandom({kRows, kA}, 1), dtype),
+                              b.In(HostRandom({kRows, kB}, 2), dtype), joined);
+           out->Add("joined", joined, kExact);
+           const Tensor left = b.Out({kRows, kA}, dtype), right = b.Out({kRows, kB}, dtype);
+           ops::SplitColumns(b.In(HostRandom({kRows, kA + kB}, 3), dtype), left, right);
+           out->Add("left", left, kExact);
+           out->Add("right", right, kExact);
+         }});
   }
 }
 
@@ -392,17 +428,21 @@ inline AttentionTolerances AttentionTol(const Backend& b, DType dtype) {
   // different orders, and CUDA's expf against the CPU's polynomial: a few
   // 1e-7; gradients sum P (dP - delta) over keys and query heads.
   constexpr Tolerance kForwardTol{1e-5, 1e-5, "dot products and softmax sums in other orders"};
-  constexpr Tolerance kBackwardTol{1e-5, 1e-4, "gradients summed over keys and query heads in other orders"};
+  constexpr Tolerance kBackwardTol{1e-5, 1e-4,
+                                   "gradients summed over keys and query heads in other orders"};
   // bf16 on the CPU: the reference's arithmetic on the same rounded inputs,
   // one bf16 rounding of each output.
-  constexpr Tolerance kBf16Tol{1e-4, kBf16Rounding, "identical inputs, fp32 arithmetic, one bf16 rounding"};
+  constexpr Tolerance kBf16Tol{1e-4, kBf16Rounding,
+                               "identical inputs, fp32 arithmetic, one bf16 rounding"};
   // bf16 on a GPU runs cuDNN's fused attention, which (as FlashAttention
   // does) also rounds the probabilities P and dS to bf16 to feed its
   // tensor-core GEMMs: each output moves by up to 2^-9 of the sum of its
   // terms' magnitudes, a few 1e-3 at these scales (a wrong mask or head
   // mapping is off by 0.1 and more).
-  constexpr Tolerance kDeviceBf16Tol{5e-3, kBf16Rounding, "bf16 inputs and outputs; P and dS rounded to bf16 for tensor cores"};
-  constexpr Tolerance kDeviceLseTol{1e-4, 1e-5, "fp32 statistics of the same inputs; exp2/log2 with log2(e) in the scale"};
+  constexpr Tolerance kDeviceBf16Tol{
+      5e-3, kBf16Rounding, "bf16 inputs and outputs; P and dS rounded to bf16 for tensor cores"};
+  constexpr Tolerance kDeviceLseTol{
+      1e-4, 1e-5, "fp32 statistics of the same inputs; exp2/log2 with log2(e) in the scale"};
   if (dtype == DType::kF32) return {kForwardTol, kForwardTol, kBackwardTol};
   if (b.device() == DeviceType::kCPU) return {kBf16Tol, kForwardTol, kBf16Tol};
   return {kDeviceBf16Tol, kDeviceLseTol, kDeviceBf16Tol};
@@ -410,30 +450,35 @@ inline AttentionTolerances AttentionTol(const Backend& b, DType dtype) {
 
 // One attention case: forward and backward of `s` in `dtype`.
 inline OpCase AttentionCase(const AttentionShape& s, DType dtype) {
-  return {CaseName(s.causal ? "attention" : "attention unmasked", dtype,
-                   absl::StrCat("B", s.batch, " T", s.seq, s.kv_seq == 0 ? "" : absl::StrCat(" Tk", s.kv_seq),
-                                " Hq", s.q_heads, " Hkv", s.kv_heads, " D", s.head_dim,
-                                s.v_head_dim == 0 ? "" : absl::StrCat(" Dv", s.v_head_dim),
-                                s.softmax_scale == 0 ? "" : absl::StrCat(" scale ", s.softmax_scale))),
-          [=](const Backend& b, Outputs* out) {
-            const Shape q_shape = {s.batch, s.seq, s.q_heads, s.head_dim};
-            const Shape k_shape = {s.batch, s.keys(), s.kv_heads, s.head_dim};
-            const Shape v_shape = {s.batch, s.keys(), s.kv_heads, s.value_dim()};
-            const Shape out_shape = {s.batch, s.seq, s.q_heads, s.value_dim()};
-            const Tensor q = b.In(HostRandom(q_shape, 1), dtype), k = b.In(HostRandom(k_shape, 2), dtype),
-                         v = b.In(HostRandom(v_shape, 3), dtype);
-            const Tensor y = b.Out(out_shape, dtype), lse = b.Out({s.batch, s.q_heads, s.seq});
-            ops::Attention(s, q, k, v, y, lse);
-            b.Round(y, dtype);  // the backward reads the stored output
-            const AttentionTolerances tol = AttentionTol(b, dtype);
-            out->Add("out", y, tol.out);
-            out->Add("lse", lse, tol.lse);
-            const Tensor dq = b.Out(q_shape, dtype), dk = b.Out(k_shape, dtype), dv = b.Out(v_shape, dtype);
-            ops::AttentionBackward(s, b.In(HostRandom(out_shape, 4), dtype), q, k, v, y, lse, dq, dk, dv);
-            out->Add("dq", dq, tol.grad);
-            out->Add("dk", dk, tol.grad);
-            out->Add("dv", dv, tol.grad);
-          }};
+  return {
+      CaseName(s.causal ? "attention" : "attention unmasked", dtype,
+               absl::StrCat("B", s.batch, " T", s.seq,
+                            s.kv_seq == 0 ? "" : absl::StrCat(" Tk", s.kv_seq), " Hq", s.q_heads,
+                            " Hkv", s.kv_heads, " D", s.head_dim,
+                            s.v_head_dim == 0 ? "" : absl::StrCat(" Dv", s.v_head_dim),
+                            s.softmax_scale == 0 ? "" : absl::StrCat(" scale ", s.softmax_scale))),
+      [=](const Backend& b, Outputs* out) {
+        const Shape q_shape = {s.batch, s.seq, s.q_heads, s.head_dim};
+        const Shape k_shape = {s.batch, s.keys(), s.kv_heads, s.head_dim};
+        const Shape v_shape = {s.batch, s.keys(), s.kv_heads, s.value_dim()};
+        const Shape out_shape = {s.batch, s.seq, s.q_heads, s.value_dim()};
+        const Tensor q = b.In(HostRandom(q_shape, 1), dtype),
+                     k = b.In(HostRandom(k_shape, 2), dtype),
+                     v = b.In(HostRandom(v_shape, 3), dtype);
+        const Tensor y = b.Out(out_shape, dtype), lse = b.Out({s.batch, s.q_heads, s.seq});
+        ops::Attention(s, q, k, v, y, lse);
+        b.Round(y, dtype);  // the backward reads the stored output
+        const AttentionTolerances tol = AttentionTol(b, dtype);
+        out->Add("out", y, tol.out);
+        out->Add("lse", lse, tol.lse);
+        const Tensor dq = b.Out(q_shape, dtype), dk = b.Out(k_shape, dtype),
+                     dv = b.Out(v_shape, dtype);
+        ops::AttentionBackward(s, b.In(HostRandom(out_shape, 4), dtype), q, k, v, y, lse, dq, dk,
+                               dv);
+        out->Add("dq", dq, tol.grad);
+        out->Add("dk", dk, tol.grad);
+        out->Add("dv", dv, tol.grad);
+      }};
 }
 
 // Ring attention's steps on one rank (context parallelism): the queries'
@@ -452,8 +497,10 @@ inline OpCase AttentionRingBlocksCase(DType dtype) {
             const Shape q_shape = {2, 40, 4, 32}, lse_shape = {2, 4, 40};
             const Shape own_kv = {2, 40, 2, 32}, earlier_kv = {2, 56, 2, 32};
             const Tensor q = b.In(HostRandom(q_shape, 1), dtype);
-            const Tensor k1 = b.In(HostRandom(earlier_kv, 2), dtype), v1 = b.In(HostRandom(earlier_kv, 3), dtype);
-            const Tensor k2 = b.In(HostRandom(own_kv, 4), dtype), v2 = b.In(HostRandom(own_kv, 5), dtype);
+            const Tensor k1 = b.In(HostRandom(earlier_kv, 2), dtype),
+                         v1 = b.In(HostRandom(earlier_kv, 3), dtype);
+            const Tensor k2 = b.In(HostRandom(own_kv, 4), dtype),
+                         v2 = b.In(HostRandom(own_kv, 5), dtype);
             const Tensor y1 = b.Out(q_shape, dtype), y2 = b.Out(q_shape, dtype);
             const Tensor lse = b.Out(lse_shape), lse2 = b.Out(lse_shape);
             ops::Attention(earlier, q, k1, v1, y1, lse);
@@ -472,7 +519,8 @@ inline OpCase AttentionRingBlocksCase(DType dtype) {
             const Tensor dout = b.In(HostRandom(q_shape, 6), dtype);
             for (int block = 1; block <= 2; ++block) {
               const Shape& kv_shape = block == 1 ? earlier_kv : own_kv;
-              const Tensor dq = b.Out(q_shape, dtype), dk = b.Out(kv_shape, dtype), dv = b.Out(kv_shape, dtype);
+              const Tensor dq = b.Out(q_shape, dtype), dk = b.Out(kv_shape, dtype),
+                           dv = b.Out(kv_shape, dtype);
               ops::AttentionBackward(block == 1 ? earlier : own, dout, q, block == 1 ? k1 : k2,
                                      block == 1 ? v1 : v2, y, lse, dq, dk, dv);
               out->Add(absl::StrCat("dq of block ", block), dq, tol.grad);
@@ -489,15 +537,33 @@ inline void AddAttentionCases(std::vector<OpCase>* cases) {
       {.batch = 1, .seq = 33, .q_heads = 2, .kv_heads = 2, .head_dim = 128},
       // MLA's value head dim below the query/key one (D 192, Dv 128), scaled down.
       {.batch = 2, .seq = 40, .q_heads = 4, .kv_heads = 2, .head_dim = 48, .v_head_dim = 32},
-      // MLA's heads (Hkv = Hq) with a softmax scale other than 1 / sqrt(D), as YaRN's mscale^2 makes.
-      {.batch = 1, .seq = 37, .q_heads = 2, .kv_heads = 2, .head_dim = 24, .v_head_dim = 16,
+      // MLA's heads (Hkv = Hq) with a softmax scale other than 1 / sqrt(D), as YaRN's mscale^2
+      // makes.
+      {.batch = 1,
+       .seq = 37,
+       .q_heads = 2,
+       .kv_heads = 2,
+       .head_dim = 24,
+       .v_head_dim = 16,
        .softmax_scale = 0.3},
       // Ring attention's blocks: every key visible, keys of a length of their
       // own: more keys than queries (past a 64-row tile, not a multiple of
       // one) with GQA, fewer with Dv != D, and as many (the ring's equal
       // chunks) with multi-query heads.
-      {.batch = 2, .seq = 45, .q_heads = 4, .kv_heads = 2, .head_dim = 16, .kv_seq = 70, .causal = false},
-      {.batch = 1, .seq = 70, .q_heads = 4, .kv_heads = 2, .head_dim = 48, .v_head_dim = 32, .kv_seq = 33,
+      {.batch = 2,
+       .seq = 45,
+       .q_heads = 4,
+       .kv_heads = 2,
+       .head_dim = 16,
+       .kv_seq = 70,
+       .causal = false},
+      {.batch = 1,
+       .seq = 70,
+       .q_heads = 4,
+       .kv_heads = 2,
+       .head_dim = 48,
+       .v_head_dim = 32,
+       .kv_seq = 33,
        .causal = false},
       {.batch = 2, .seq = 40, .q_heads = 3, .kv_heads = 1, .head_dim = 64, .causal = false},
   };
@@ -516,20 +582,23 @@ inline void AddAttentionMergeCases(std::vector<OpCase>* cases) {
   // two multiply-adds per element; CUDA's expf and log1pf (1-2 ulp) against
   // glibc's (within 1 ulp) move the lse by ~1e-7 of its magnitude and the
   // weights by as much.
-  constexpr Tolerance kMergeTol{1e-6, 4e-6, "exp, log1p and two products per element; CUDA's "
-                                            "expf/log1pf against glibc's"};
+  constexpr Tolerance kMergeTol{1e-6, 4e-6,
+                                "exp, log1p and two products per element; CUDA's "
+                                "expf/log1pf against glibc's"};
   constexpr int64_t kB = 2, kT = 37, kH = 3, kDv = 20;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    cases->push_back({CaseName("attention_merge", dtype, "B2 T37 H3 Dv20"), [=](const Backend& b, Outputs* out) {
-                        const Shape out_shape = {kB, kT, kH, kDv}, lse_shape = {kB, kH, kT};
-                        Tensor lse_host = HostRandom(lse_shape, 3, 3.0f), part_lse_host = HostRandom(lse_shape, 4, 3.0f);
-                        lse_host.f32()[5] = -INFINITY;            // out has no keys: (b 0, h 0, t 5)
-                        part_lse_host.f32()[kT + 2] = -INFINITY;  // part has none: (b 0, h 1, t 2)
-                        const Tensor y = b.In(HostRandom(out_shape, 1)), lse = b.In(lse_host);
-                        ops::AttentionMerge(b.In(HostRandom(out_shape, 2), dtype), b.In(part_lse_host), y, lse);
-                        out->Add("out", y, kMergeTol);
-                        out->Add("lse", lse, kMergeTol);
-                      }});
+    cases->push_back(
+        {CaseName("attention_merge", dtype, "B2 T37 H3 Dv20"), [=](const Backend& b, Outputs* out) {
+           const Shape out_shape = {kB, kT, kH, kDv}, lse_shape = {kB, kH, kT};
+           Tensor lse_host = HostRandom(lse_shape, 3, 3.0f),
+                  part_lse_host = HostRandom(lse_shape, 4, 3.0f);
+           lse_host.f32()[5] = -INFINITY;            // out has no keys: (b 0, h 0, t 5)
+           part_lse_host.f32()[kT + 2] = -INFINITY;  // part has none: (b 0, h 1, t 2)
+           const Tensor y = b.In(HostRandom(out_shape, 1)), lse = b.In(lse_host);
+           ops::AttentionMerge(b.In(HostRandom(out_shape, 2), dtype), b.In(part_lse_host), y, lse);
+           out->Add("out", y, kMergeTol);
+           out->Add("lse", lse, kMergeTol);
+         }});
   }
 }
 
@@ -540,7 +609,8 @@ inline void AddBiasCases(std::vector<OpCase>* cases) {
   // order, so the same bits but for FMA-free adds; a few ulp of slack.
   constexpr Tolerance kSumTol{1e-6, 1e-6, "fp32 sums of 37 terms in the same order"};
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    cases->push_back({CaseName("add_bias and bias_gradient", dtype, "37x(5x9)"), [=](const Backend& b, Outputs* out) {
+    cases->push_back({CaseName("add_bias and bias_gradient", dtype, "37x(5x9)"),
+                      [=](const Backend& b, Outputs* out) {
                         const Tensor y = b.In(HostRandom({37, 5, 9}, 1), dtype);
                         ops::AddBias(b.In(HostRandom({45}, 2), dtype), y.Reshape({37, 45}));
                         out->Add("y", y, Elementwise(dtype));
@@ -553,17 +623,18 @@ inline void AddBiasCases(std::vector<OpCase>* cases) {
 
 inline void AddSwigluCases(std::vector<OpCase>* cases) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    cases->push_back({CaseName("swiglu", dtype, "13x57"), [=](const Backend& b, Outputs* out) {
-                        const Tensor gate = b.In(HostRandom({13, 57}, 1, 3.0f), dtype);
-                        const Tensor up = b.In(HostRandom({13, 57}, 2), dtype);
-                        const Tensor y = b.Out({13, 57}, dtype), dgate = b.Out({13, 57}, dtype),
-                                     dup = b.Out({13, 57}, dtype);
-                        ops::Swiglu(gate, up, y);
-                        ops::SwigluBackward(b.In(HostRandom({13, 57}, 3), dtype), gate, up, dgate, dup);
-                        out->Add("out", y, Elementwise(dtype));
-                        out->Add("dgate", dgate, Elementwise(dtype));
-                        out->Add("dup", dup, Elementwise(dtype));
-                      }});
+    cases->push_back(
+        {CaseName("swiglu", dtype, "13x57"), [=](const Backend& b, Outputs* out) {
+           const Tensor gate = b.In(HostRandom({13, 57}, 1, 3.0f), dtype);
+           const Tensor up = b.In(HostRandom({13, 57}, 2), dtype);
+           const Tensor y = b.Out({13, 57}, dtype), dgate = b.Out({13, 57}, dtype),
+                        dup = b.Out({13, 57}, dtype);
+           ops::Swiglu(gate, up, y);
+           ops::SwigluBackward(b.In(HostRandom({13, 57}, 3), dtype), gate, up, dgate, dup);
+           out->Add("out", y, Elementwise(dtype));
+           out->Add("dgate", dgate, Elementwise(dtype));
+           out->Add("dup", dup, Elementwise(dtype));
+         }});
   }
 }
 
@@ -581,10 +652,13 @@ inline void AddSwigluPackedCases(std::vector<OpCase>* cases) {
       constexpr int64_t kRows = 13;
       const int64_t width = layout.width, shift = layout.shift;
       const std::string shape = absl::StrCat(kRows, "x2x", width, shift ? " one element in" : "");
-      cases->push_back({CaseName("swiglu_packed and backward", dtype, shape), [=](const Backend& b, Outputs* out) {
+      cases->push_back({CaseName("swiglu_packed and backward", dtype, shape),
+                        [=](const Backend& b, Outputs* out) {
                           const auto in = [&](const Shape& dims, uint64_t stream, float scale) {
                             const int64_t n = NumElements(dims);
-                            return b.In(HostRandom({n + shift}, stream, scale), dtype).Slice(shift, n + shift).Reshape(dims);
+                            return b.In(HostRandom({n + shift}, stream, scale), dtype)
+                                .Slice(shift, n + shift)
+                                .Reshape(dims);
                           };
                           const auto output = [&](const Shape& dims) {
                             const int64_t n = NumElements(dims);
@@ -622,31 +696,36 @@ inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
   constexpr float kGradScale = 1.0f / 64;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     const Tolerance grad_tol = dtype == DType::kF32 ? kGradTol : kBf16GradTol;
-    cases->push_back({CaseName("cross_entropy", dtype, "23x1000, in place"), [=](const Backend& b, Outputs* out) {
-                        const Tensor logits = b.In(HostRandom({kRows, kVocab}, 1, 3.0f), dtype);
-                        const Tensor t = b.Exact(targets);
-                        out->Add("loss without gradient",
-                                 ops::CrossEntropy(logits, t, kGradScale, Tensor(), kVocab), kLossTol);
-                        out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, logits, kVocab), kLossTol);
-                        out->Add("dlogits", logits, grad_tol);
-                      }});
-    // One tensor-parallel rank's pieces: ids [300, 800) of the 1000.
     cases->push_back(
-        {CaseName("cross_entropy pieces", dtype, "23x500 slice of 1000"), [=](const Backend& b, Outputs* out) {
-           constexpr int64_t kBegin = 300, kSlice = 500;
-           const Tensor logits = b.In(HostRandom({kRows, kSlice}, 2, 3.0f), dtype);
+        {CaseName("cross_entropy", dtype, "23x1000, in place"),
+         [=](const Backend& b, Outputs* out) {
+           const Tensor logits = b.In(HostRandom({kRows, kVocab}, 1, 3.0f), dtype);
            const Tensor t = b.Exact(targets);
-           const Tensor row_max = b.Out({kRows}), target_logit = b.Out({kRows}), sum_exp = b.Out({kRows}, DType::kF64);
-           ops::CrossEntropyRowStats(logits, t, kBegin, kVocab, row_max, target_logit);
-           out->Add("row_max", row_max, kExact);
-           out->Add("target_logit", target_logit, kExact);
-           ops::CrossEntropySumExp(logits, kBegin, kVocab, row_max, sum_exp);
-           out->Add("sum_exp", sum_exp, kSumTol);
-           out->Add("loss", ops::CrossEntropyLoss(t, row_max, target_logit, sum_exp), kLossTol);
-           const Tensor dlogits = b.Out({kRows, kSlice}, dtype);
-           ops::CrossEntropyGradient(logits, t, kBegin, kVocab, row_max, sum_exp, kGradScale, dlogits);
-           out->Add("dlogits", dlogits, grad_tol);
+           out->Add("loss without gradient",
+                    ops::CrossEntropy(logits, t, kGradScale, Tensor(), kVocab), kLossTol);
+           out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, logits, kVocab), kLossTol);
+           out->Add("dlogits", logits, grad_tol);
          }});
+    // One tensor-parallel rank's pieces: ids [300, 800) of the 1000.
+    cases->push_back({CaseName("cross_entropy pieces", dtype, "23x500 slice of 1000"),
+                      [=](const Backend& b, Outputs* out) {
+                        constexpr int64_t kBegin = 300, kSlice = 500;
+                        const Tensor logits = b.In(HostRandom({kRows, kSlice}, 2, 3.0f), dtype);
+                        const Tensor t = b.Exact(targets);
+                        const Tensor row_max = b.Out({kRows}), target_logit = b.Out({kRows}),
+                                     sum_exp = b.Out({kRows}, DType::kF64);
+                        ops::CrossEntropyRowStats(logits, t, kBegin, kVocab, row_max, target_logit);
+                        out->Add("row_max", row_max, kExact);
+                        out->Add("target_logit", target_logit, kExact);
+                        ops::CrossEntropySumExp(logits, kBegin, kVocab, row_max, sum_exp);
+                        out->Add("sum_exp", sum_exp, kSumTol);
+                        out->Add("loss", ops::CrossEntropyLoss(t, row_max, target_logit, sum_exp),
+                                 kLossTol);
+                        const Tensor dlogits = b.Out({kRows, kSlice}, dtype);
+                        ops::CrossEntropyGradient(logits, t, kBegin, kVocab, row_max, sum_exp,
+                                                  kGradScale, dlogits);
+                        out->Add("dlogits", dlogits, grad_tol);
+                      }});
     // A vocabulary padded to 1024 (columns 1000 on left out, gradient 0),
     // the padding holding logits that would otherwise dominate.
     const auto padded_logits = [](int64_t width, int64_t first_id, uint64_t seed) {
@@ -662,7 +741,8 @@ inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
                       [=](const Backend& b, Outputs* out) {
                         const Tensor logits = b.In(padded_logits(1024, 0, 3), dtype);
                         const Tensor t = b.Exact(targets);
-                        out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, logits, kVocab), kLossTol);
+                        out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, logits, kVocab),
+                                 kLossTol);
                         out->Add("dlogits", logits, grad_tol);
                       }});
     // One rank's pieces of that vocabulary: ids [900, 1156), 100 of them real.
@@ -679,7 +759,8 @@ inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
            out->Add("target_logit", target_logit, kExact);
            ops::CrossEntropySumExp(logits, kBegin, kVocab, row_max, sum_exp);
            out->Add("sum_exp", sum_exp, kSumTol);
-           ops::CrossEntropyGradient(logits, t, kBegin, kVocab, row_max, sum_exp, kGradScale, logits);
+           ops::CrossEntropyGradient(logits, t, kBegin, kVocab, row_max, sum_exp, kGradScale,
+                                     logits);
            out->Add("dlogits in place", logits, grad_tol);
          }});
     // A rank holding only padding (ids [1024, 1280) of 1000): nothing to the
@@ -691,10 +772,12 @@ inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
            const Tensor logits = b.In(padded_logits(kSlice, kBegin, 5), dtype);
            const Tensor t = b.Exact(targets);
            const Tensor row_max = b.In(HostRandom({kRows}, 6)), target_logit = b.Out({kRows});
-           const Tensor sum_exp = b.Out({kRows}, DType::kF64), dlogits = b.Out({kRows, kSlice}, dtype);
+           const Tensor sum_exp = b.Out({kRows}, DType::kF64),
+                        dlogits = b.Out({kRows, kSlice}, dtype);
            ops::CrossEntropySumExp(logits, kBegin, kVocab, row_max, sum_exp);
            out->Add("sum_exp", sum_exp, kExact);
-           ops::CrossEntropyGradient(logits, t, kBegin, kVocab, row_max, sum_exp, kGradScale, dlogits);
+           ops::CrossEntropyGradient(logits, t, kBegin, kVocab, row_max, sum_exp, kGradScale,
+                                     dlogits);
            out->Add("dlogits", dlogits, kExact);
          }});
   }
@@ -702,10 +785,13 @@ inline void AddCrossEntropyCases(std::vector<OpCase>* cases) {
 
 inline void AddRouterCases(std::vector<OpCase>* cases) {
   // The router runs in fp32 on every backend.
-  constexpr Tolerance kScoreTol{1e-7, 2e-6, "sigmoid or softmax: expf vs the CPU's exp, a division"};
-  constexpr Tolerance kGradTol{1e-7, 1e-5, "a few fp32 products and sums per score, FMA contraction"};
+  constexpr Tolerance kScoreTol{1e-7, 2e-6,
+                                "sigmoid or softmax: expf vs the CPU's exp, a division"};
+  constexpr Tolerance kGradTol{1e-7, 1e-5,
+                               "a few fp32 products and sums per score, FMA contraction"};
   constexpr Tolerance kLossTol{0, 1e-6, "sums of products of fp32 scores in double"};
-  constexpr Tolerance kStatsTol{1e-7, 4e-6, "f counted alike; P sums ratios of scores (kScoreTol) in double"};
+  constexpr Tolerance kStatsTol{1e-7, 4e-6,
+                                "f counted alike; P sums ratios of scores (kScoreTol) in double"};
   constexpr int64_t kBatch = 3, kSeq = 7, kTokens = kBatch * kSeq;
   // Under context parallelism: this rank's kSeq tokens of each sequence of
   // kWholeSeq, another's kOtherSeq.
@@ -716,81 +802,90 @@ inline void AddRouterCases(std::vector<OpCase>* cases) {
   };
   for (const RouterSpec& spec : specs) {
     const int64_t e = spec.num_experts, k = spec.top_k;
-    cases->push_back(
-        {CaseName("router", DType::kF32,
-                  absl::StrCat(kTokens, " tokens, top ", k, " of ", e, spec.softmax ? " softmax" : " sigmoid grouped")),
-         [=](const Backend& b, Outputs* out) {
-           const Tensor logits = b.In(HostRandom({kTokens, e}, 1, 2.0f));
-           // A small bias, rounded to bf16 so both backends hold the same values.
-           const Tensor bias = b.In(RoundTo(HostRandom({e}, 2, 0.05f), DType::kBF16));
-           const Tensor scores = b.Out({kTokens, e}), expert = b.Out({kTokens, k}, DType::kI32),
-                        weights = b.Out({kTokens, k});
-           ops::RouterScores(spec, logits, scores);
-           ops::RouterTopK(spec, scores, bias, expert, weights);
-           out->Add("scores", scores, kScoreTol);
-           out->Add("expert", expert, kExact);
-           out->Add("weights", weights, kScoreTol);
-           const Tensor dscores = b.In(HostRandom({kTokens, e}, 3, 0.1f)), dlogits = b.Out({kTokens, e});
-           const Tensor stats = b.Out({kBatch, 2 * e}, DType::kF64);
-           ops::SequenceBalanceStats(spec, scores, expert, kBatch, kSeq, kSeq, stats);
-           out->Add("balance stats", stats, kStatsTol);
-           out->Add("balance loss",
-                    ops::SequenceBalanceLoss(spec, scores, stats, kBatch, kSeq, kSeq, 0.5f, dscores), kLossTol);
-           ops::RouterWeightsBackward(spec, scores, expert, b.In(HostRandom({kTokens, k}, 4)), dscores);
-           ops::RouterScoresBackward(spec, scores, dscores, dlogits);
-           out->Add("dscores", dscores, kGradTol);
-           out->Add("dlogits", dlogits, kGradTol);
-           const Tensor loads = b.Exact(Tensor::Zeros({e}, DType::kI32));
-           ops::CountExpertLoads(spec, expert, loads);
-           out->Add("loads", loads, kExact);
-           const Tensor moved = b.In(HostRandom({e}, 5));
-           ops::UpdateRouterBias(loads, 0.125, moved);
-           out->Add("bias", moved, kExact);
-         }});
+    cases->push_back({CaseName("router", DType::kF32,
+                               absl::StrCat(kTokens, " tokens, top ", k, " of ", e,
+                                            spec.softmax ? " softmax" : " sigmoid grouped")),
+                      [=](const Backend& b, Outputs* out) {
+                        const Tensor logits = b.In(HostRandom({kTokens, e}, 1, 2.0f));
+                        // A small bias, rounded to bf16 so both backends hold the same values.
+                        const Tensor bias = b.In(RoundTo(HostRandom({e}, 2, 0.05f), DType::kBF16));
+                        const Tensor scores = b.Out({kTokens, e}),
+                                     expert = b.Out({kTokens, k}, DType::kI32),
+                                     weights = b.Out({kTokens, k});
+                        ops::RouterScores(spec, logits, scores);
+                        ops::RouterTopK(spec, scores, bias, expert, weights);
+                        out->Add("scores", scores, kScoreTol);
+                        out->Add("expert", expert, kExact);
+                        out->Add("weights", weights, kScoreTol);
+                        const Tensor dscores = b.In(HostRandom({kTokens, e}, 3, 0.1f)),
+                                     dlogits = b.Out({kTokens, e});
+                        const Tensor stats = b.Out({kBatch, 2 * e}, DType::kF64);
+                        ops::SequenceBalanceStats(spec, scores, expert, kBatch, kSeq, kSeq, stats);
+                        out->Add("balance stats", stats, kStatsTol);
+                        out->Add("balance loss",
+                                 ops::SequenceBalanceLoss(spec, scores, stats, kBatch, kSeq, kSeq,
+                                                          0.5f, dscores),
+                                 kLossTol);
+                        ops::RouterWeightsBackward(spec, scores, expert,
+                                                   b.In(HostRandom({kTokens, k}, 4)), dscores);
+                        ops::RouterScoresBackward(spec, scores, dscores, dlogits);
+                        out->Add("dscores", dscores, kGradTol);
+                        out->Add("dlogits", dlogits, kGradTol);
+                        const Tensor loads = b.Exact(Tensor::Zeros({e}, DType::kI32));
+                        ops::CountExpertLoads(spec, expert, loads);
+                        out->Add("loads", loads, kExact);
+                        const Tensor moved = b.In(HostRandom({e}, 5));
+                        ops::UpdateRouterBias(loads, 0.125, moved);
+                        out->Add("bias", moved, kExact);
+                      }});
     // The balance loss in two steps over two ranks' parts of the sequences:
     // each part's statistics (whole_seq > seq), summed (the caller's
     // all-reduce, here on the host), then this rank's loss and gradient.
-    cases->push_back(
-        {CaseName("router balance split", DType::kF32,
-                  absl::StrCat(kBatch, " sequences of ", kWholeSeq, " as ", kSeq, " + ", kOtherSeq, " tokens, top ", k,
-                               " of ", e)),
-         [=](const Backend& b, Outputs* out) {
-           const Tensor bias = b.In(RoundTo(HostRandom({e}, 2, 0.05f), DType::kBF16));
-           Tensor scores[2], stats[2];
-           for (int part = 0; part < 2; ++part) {
-             const int64_t n = kBatch * (part == 0 ? kSeq : kOtherSeq);
-             const Tensor logits = b.In(HostRandom({n, e}, 6 + part, 2.0f));
-             const Tensor expert = b.Out({n, k}, DType::kI32), weights = b.Out({n, k});
-             scores[part] = b.Out({n, e});
-             ops::RouterScores(spec, logits, scores[part]);
-             ops::RouterTopK(spec, scores[part], bias, expert, weights);
-             out->Add(absl::StrCat("expert ", part), expert, kExact);
-             stats[part] = b.Out({kBatch, 2 * e}, DType::kF64);
-             ops::SequenceBalanceStats(spec, scores[part], expert, kBatch, part == 0 ? kSeq : kOtherSeq, kWholeSeq,
-                                       stats[part]);
-             out->Add(absl::StrCat("stats ", part), stats[part], kStatsTol);
-           }
-           const Tensor summed = Tensor::Empty({kBatch, 2 * e}, DType::kF64),
-                        other = Tensor::Empty({kBatch, 2 * e}, DType::kF64);
-           summed.CopyFrom(stats[0]);
-           other.CopyFrom(stats[1]);
-           for (int64_t i = 0; i < summed.numel(); ++i) summed.data<double>()[i] += other.data<double>()[i];
-           const Tensor dscores = b.In(HostRandom({kTokens, e}, 8, 0.1f));
-           out->Add("loss", ops::SequenceBalanceLoss(spec, scores[0], b.Exact(summed), kBatch, kSeq, kWholeSeq, 0.5f,
-                                                     dscores),
-                    kLossTol);
-           out->Add("dscores", dscores, kGradTol);
-         }});
+    cases->push_back({CaseName("router balance split", DType::kF32,
+                               absl::StrCat(kBatch, " sequences of ", kWholeSeq, " as ", kSeq,
+                                            " + ", kOtherSeq, " tokens, top ", k, " of ", e)),
+                      [=](const Backend& b, Outputs* out) {
+                        const Tensor bias = b.In(RoundTo(HostRandom({e}, 2, 0.05f), DType::kBF16));
+                        Tensor scores[2], stats[2];
+                        for (int part = 0; part < 2; ++part) {
+                          const int64_t n = kBatch * (part == 0 ? kSeq : kOtherSeq);
+                          const Tensor logits = b.In(HostRandom({n, e}, 6 + part, 2.0f));
+                          const Tensor expert = b.Out({n, k}, DType::kI32), weights = b.Out({n, k});
+                          scores[part] = b.Out({n, e});
+                          ops::RouterScores(spec, logits, scores[part]);
+                          ops::RouterTopK(spec, scores[part], bias, expert, weights);
+                          out->Add(absl::StrCat("expert ", part), expert, kExact);
+                          stats[part] = b.Out({kBatch, 2 * e}, DType::kF64);
+                          ops::SequenceBalanceStats(spec, scores[part], expert, kBatch,
+                                                    part == 0 ? kSeq : kOtherSeq, kWholeSeq,
+                                                    stats[part]);
+                          out->Add(absl::StrCat("stats ", part), stats[part], kStatsTol);
+                        }
+                        const Tensor summed = Tensor::Empty({kBatch, 2 * e}, DType::kF64),
+                                     other = Tensor::Empty({kBatch, 2 * e}, DType::kF64);
+                        summed.CopyFrom(stats[0]);
+                        other.CopyFrom(stats[1]);
+                        for (int64_t i = 0; i < summed.numel(); ++i)
+                          summed.data<double>()[i] += other.data<double>()[i];
+                        const Tensor dscores = b.In(HostRandom({kTokens, e}, 8, 0.1f));
+                        out->Add("loss",
+                                 ops::SequenceBalanceLoss(spec, scores[0], b.Exact(summed), kBatch,
+                                                          kSeq, kWholeSeq, 0.5f, dscores),
+                                 kLossTol);
+                        out->Add("dscores", dscores, kGradTol);
+                      }});
   }
 }
 
 inline void AddDispatchCases(std::vector<OpCase>* cases) {
-  constexpr Tolerance kCombineTol{1e-6, 1e-6, "k fp32 products summed in the same order; FMA contraction"};
+  constexpr Tolerance kCombineTol{1e-6, 1e-6,
+                                  "k fp32 products summed in the same order; FMA contraction"};
   constexpr Tolerance kDotTol{1e-5, 1e-5, "fp32 dot products of 24 terms in other orders"};
   constexpr int64_t kTokens = 40, kWidth = 24;
   constexpr int kK = 3, kExperts = 7;
   std::vector<int32_t> choice(kTokens * kK);
-  for (int64_t p = 0; p < kTokens * kK; ++p) choice[p] = static_cast<int32_t>((p * 5 + p / 7) % kExperts);
+  for (int64_t p = 0; p < kTokens * kK; ++p)
+    choice[p] = static_cast<int32_t>((p * 5 + p / 7) % kExperts);
   const Tensor experts = HostInts(choice, {kTokens, kK});
   for (int64_t capacity : {int64_t{-1}, int64_t{12}}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
@@ -802,10 +897,13 @@ inline void AddDispatchCases(std::vector<OpCase>* cases) {
              const Tensor expert = b.Exact(experts);
              // Weights rounded to bf16 (8 significant bits), so some are equal
              // and capacity ties go to the earlier pair.
-             const Tensor weights = b.In(RoundTo(HostRandom({kTokens, kK}, 1, 0.25f), DType::kBF16));
+             const Tensor weights =
+                 b.In(RoundTo(HostRandom({kTokens, kK}, 1, 0.25f), DType::kBF16));
              const Tensor send_row = b.Out({kTokens, kK}, DType::kI32),
-                          send_token = b.Out({kTokens * kK}, DType::kI32), counts = b.Out({kExperts}, DType::kI32);
-             const int64_t rows = ops::DispatchOrder(expert, weights, capacity, send_row, send_token, counts);
+                          send_token = b.Out({kTokens * kK}, DType::kI32),
+                          counts = b.Out({kExperts}, DType::kI32);
+             const int64_t rows =
+                 ops::DispatchOrder(expert, weights, capacity, send_row, send_token, counts);
              out->Add("rows", static_cast<double>(rows), kExact);
              out->Add("send_row", send_row, kExact);
              out->Add("send_token", send_token.Slice(0, rows), kExact);
@@ -814,17 +912,19 @@ inline void AddDispatchCases(std::vector<OpCase>* cases) {
              const Tensor send = b.Out({rows, kWidth}, dtype);
              ops::GatherRows(x, send_token.Slice(0, rows), send);
              out->Add("gathered", send, kExact);
-             const Tensor y = b.In(HostRandom({rows, kWidth}, 3), dtype), combined = b.Out({kTokens, kWidth}, dtype),
+             const Tensor y = b.In(HostRandom({rows, kWidth}, 3), dtype),
+                          combined = b.Out({kTokens, kWidth}, dtype),
                           summed = b.Out({kTokens, kWidth}, dtype);
              ops::CombineRows(y, send_row, weights, combined);
              ops::CombineRows(y, send_row, Tensor(), summed);
              const Tolerance tol = dtype == DType::kF32 ? kCombineTol
-                                                        : Tolerance{1e-6, kBf16Rounding, "combine, one bf16 rounding"};
+                                                        : Tolerance{1e-6, kBf16Rounding,
+                                                                    "combine, one bf16 rounding"};
              out->Add("combined", combined, tol);
              out->Add("summed", summed, tol);
              const Tensor dy = b.Out({rows, kWidth}, dtype), dweights = b.Out({kTokens, kK});
-             ops::CombineRowsBackward(b.In(HostRandom({kTokens, kWidth}, 4), dtype), y, send_row, weights, dy,
-                                      dweights);
+             ops::CombineRowsBackward(b.In(HostRandom({kTokens, kWidth}, 4), dtype), y, send_row,
+                                      weights, dy, dweights);
              out->Add("dy", dy, tol);
              out->Add("dweights", dweights, kDotTol);
            }});
@@ -835,37 +935,41 @@ inline void AddDispatchCases(std::vector<OpCase>* cases) {
 inline void AddOptimizerAndReduceCases(std::vector<OpCase>* cases) {
   // The same fp32 formulas and scalars; the GPU may fuse multiply-adds, an
   // ulp or two per step over three steps.
-  constexpr Tolerance kAdamWTol{1e-7, 2e-6, "the same fp32 formulas; FMA contraction over three steps"};
-  cases->push_back({"adamw_multi_tensor F32 31x17, 300, 70001 with bf16 copies", [=](const Backend& b, Outputs* out) {
-                      const std::vector<Shape> shapes = {{31, 17}, {300}, {70001}};
-                      std::vector<AdamWTensors> tensors;
-                      for (size_t i = 0; i < shapes.size(); ++i) {
-                        Tensor v = HostRandom(shapes[i], 10 * i + 4, 0.1f);
-                        for (int64_t j = 0; j < v.numel(); ++j) v.f32()[j] *= v.f32()[j];  // v >= 0
-                        tensors.push_back({.param = b.In(HostRandom(shapes[i], 10 * i + 1)),
-                                           .grad = b.In(HostRandom(shapes[i], 10 * i + 2)),
-                                           .m = b.In(HostRandom(shapes[i], 10 * i + 3, 0.1f)),
-                                           .v = b.In(v),
-                                           .param_bf16 = b.Exact(Tensor::Zeros(shapes[i], DType::kBF16)),
-                                           .decay = i != 1});
-                      }
-                      AdamWHyper hyper{.lr = 1e-2, .weight_decay = 0.1};
-                      for (int64_t step = 1; step <= 3; ++step) {
-                        hyper.step = step;
-                        ops::AdamWMultiTensor(tensors, hyper);
-                      }
-                      for (size_t i = 0; i < tensors.size(); ++i) {
-                        const std::string n = ShapeString(shapes[i]);
-                        out->Add("param " + n, tensors[i].param, kAdamWTol);
-                        out->Add("m " + n, tensors[i].m, kAdamWTol);
-                        out->Add("v " + n, tensors[i].v, kAdamWTol);
-                        out->Add("param_bf16 " + n, tensors[i].param_bf16,
-                                 {1e-7, kBf16Rounding, "each side's own fp32 result, rounded once"});
-                      }
-                    }});
+  constexpr Tolerance kAdamWTol{1e-7, 2e-6,
+                                "the same fp32 formulas; FMA contraction over three steps"};
+  cases->push_back(
+      {"adamw_multi_tensor F32 31x17, 300, 70001 with bf16 copies",
+       [=](const Backend& b, Outputs* out) {
+         const std::vector<Shape> shapes = {{31, 17}, {300}, {70001}};
+         std::vector<AdamWTensors> tensors;
+         for (size_t i = 0; i < shapes.size(); ++i) {
+           Tensor v = HostRandom(shapes[i], 10 * i + 4, 0.1f);
+           for (int64_t j = 0; j < v.numel(); ++j) v.f32()[j] *= v.f32()[j];  // v >= 0
+           tensors.push_back({.param = b.In(HostRandom(shapes[i], 10 * i + 1)),
+                              .grad = b.In(HostRandom(shapes[i], 10 * i + 2)),
+                              .m = b.In(HostRandom(shapes[i], 10 * i + 3, 0.1f)),
+                              .v = b.In(v),
+                              .param_bf16 = b.Exact(Tensor::Zeros(shapes[i], DType::kBF16)),
+                              .decay = i != 1});
+         }
+         AdamWHyper hyper{.lr = 1e-2, .weight_decay = 0.1};
+         for (int64_t step = 1; step <= 3; ++step) {
+           hyper.step = step;
+           ops::AdamWMultiTensor(tensors, hyper);
+         }
+         for (size_t i = 0; i < tensors.size(); ++i) {
+           const std::string n = ShapeString(shapes[i]);
+           out->Add("param " + n, tensors[i].param, kAdamWTol);
+           out->Add("m " + n, tensors[i].m, kAdamWTol);
+           out->Add("v " + n, tensors[i].v, kAdamWTol);
+           out->Add("param_bf16 " + n, tensors[i].param_bf16,
+                    {1e-7, kBf16Rounding, "each side's own fp32 result, rounded once"});
+         }
+       }});
   constexpr Tolerance kSumTol{0, 1e-12, "squares summed in fp64 in other orders"};
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    cases->push_back({CaseName("sum_of_squares, scale, add", dtype, "100003"), [=](const Backend& b, Outputs* out) {
+    cases->push_back({CaseName("sum_of_squares, scale, add", dtype, "100003"),
+                      [=](const Backend& b, Outputs* out) {
                         const Tensor x = b.In(HostRandom({100003}, 1), dtype);
                         out->Add("sum of squares", ops::SumOfSquares(x), kSumTol);
                         const Tensor y = b.In(HostRandom({100003}, 2), dtype);
@@ -879,16 +983,20 @@ inline void AddOptimizerAndReduceCases(std::vector<OpCase>* cases) {
                       }});
   }
   cases->push_back({"add F64 4097 (partial sums of sums)", [=](const Backend& b, Outputs* out) {
-                      Tensor x = Tensor::Empty({4097}, DType::kF64), y = Tensor::Empty({4097}, DType::kF64);
-                      const std::vector<float> xs = RandomVector(4097, 4), ys = RandomVector(4097, 5);
-                      for (int64_t i = 0; i < 4097; ++i) x.data<double>()[i] = xs[i] / 3.0, y.data<double>()[i] = ys[i] / 7.0;
+                      Tensor x = Tensor::Empty({4097}, DType::kF64),
+                             y = Tensor::Empty({4097}, DType::kF64);
+                      const std::vector<float> xs = RandomVector(4097, 4),
+                                               ys = RandomVector(4097, 5);
+                      for (int64_t i = 0; i < 4097; ++i)
+                        x.data<double>()[i] = xs[i] / 3.0, y.data<double>()[i] = ys[i] / 7.0;
                       const Tensor sum = b.Exact(y);
                       ops::Add(b.Exact(x), sum);
                       out->Add("y", sum, kExact);
                     }});
   cases->push_back({"cast F32 <-> BF16 4097", [=](const Backend& b, Outputs* out) {
                       const Tensor x = b.In(HostRandom({4097}, 3));
-                      const Tensor narrow = b.Exact(Tensor::Zeros({4097}, DType::kBF16)), wide = b.Out({4097});
+                      const Tensor narrow = b.Exact(Tensor::Zeros({4097}, DType::kBF16)),
+                                   wide = b.Out({4097});
                       ops::Cast(x, narrow);
                       ops::Cast(narrow, wide);
                       out->Add("fp32 -> bf16", narrow, kExact);
@@ -918,22 +1026,24 @@ inline void AddVectorPathCases(std::vector<OpCase>* cases) {
   };
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     const Tolerance tol = Elementwise(dtype);
-    cases->push_back({CaseName("swiglu shifted views", dtype, "13x57"), [=](const Backend& b, Outputs* out) {
-                        const Shape shape = {13, 57};
-                        const Tensor gate = shifted_in(b, HostRandom(shape, 1, 3.0f), dtype);
-                        const Tensor up = shifted_in(b, HostRandom(shape, 2), dtype);
-                        // out at another offset than gate and up: all scalar.
-                        const Tensor y = b.Out(shape, dtype);
-                        ops::Swiglu(gate, up, y);
-                        out->Add("out", y, tol);
-                        // Every operand one element in: a scalar head, then vectors.
-                        const Tensor dgate = shifted_out(b, shape, dtype), dup = shifted_out(b, shape, dtype);
-                        ops::SwigluBackward(shifted_in(b, HostRandom(shape, 3), dtype), gate, up, dgate, dup);
-                        out->Add("dgate", dgate, tol);
-                        out->Add("dup", dup, tol);
-                      }});
-    const Tolerance rope_tol = dtype == DType::kF32 ? Tolerance{1e-6, 1e-6, "two products and a sum; FMA contraction"}
-                                                    : kBf16ElementwiseTol;
+    cases->push_back(
+        {CaseName("swiglu shifted views", dtype, "13x57"), [=](const Backend& b, Outputs* out) {
+           const Shape shape = {13, 57};
+           const Tensor gate = shifted_in(b, HostRandom(shape, 1, 3.0f), dtype);
+           const Tensor up = shifted_in(b, HostRandom(shape, 2), dtype);
+           // out at another offset than gate and up: all scalar.
+           const Tensor y = b.Out(shape, dtype);
+           ops::Swiglu(gate, up, y);
+           out->Add("out", y, tol);
+           // Every operand one element in: a scalar head, then vectors.
+           const Tensor dgate = shifted_out(b, shape, dtype), dup = shifted_out(b, shape, dtype);
+           ops::SwigluBackward(shifted_in(b, HostRandom(shape, 3), dtype), gate, up, dgate, dup);
+           out->Add("dgate", dgate, tol);
+           out->Add("dup", dup, tol);
+         }});
+    const Tolerance rope_tol =
+        dtype == DType::kF32 ? Tolerance{1e-6, 1e-6, "two products and a sum; FMA contraction"}
+                             : kBf16ElementwiseTol;
     // D 20: half 10, no whole vectors (scalar); D 32: two bf16 vectors a half;
     // D 16 one element in: scalar.
     for (const Rows& rows : {Rows{20, false}, Rows{32, false}, Rows{16, true}}) {
@@ -959,42 +1069,51 @@ inline void AddVectorPathCases(std::vector<OpCase>* cases) {
       const int64_t dim = rows.dim;
       const bool shift = rows.shift;
       const std::string shape = absl::StrCat("97 ids of 50x", dim, shift ? " one element in" : "");
-      cases->push_back({CaseName("embedding", dtype, shape), [=](const Backend& b, Outputs* out) {
-                          std::vector<int32_t> ids(97);
-                          for (int64_t i = 0; i < 97; ++i) ids[i] = static_cast<int32_t>((i * 7) % 50);
-                          const Tensor table = b.In(HostRandom({50, dim}, 1), dtype);
-                          const Tensor y = shift ? shifted_out(b, {97, dim}, dtype) : b.Out({97, dim}, dtype);
-                          ops::Embedding(b.Exact(HostInts(ids, {97})), table, y);
-                          out->Add("out", y, kExact);
-                        }});
+      cases->push_back(
+          {CaseName("embedding", dtype, shape), [=](const Backend& b, Outputs* out) {
+             std::vector<int32_t> ids(97);
+             for (int64_t i = 0; i < 97; ++i) ids[i] = static_cast<int32_t>((i * 7) % 50);
+             const Tensor table = b.In(HostRandom({50, dim}, 1), dtype);
+             const Tensor y = shift ? shifted_out(b, {97, dim}, dtype) : b.Out({97, dim}, dtype);
+             ops::Embedding(b.Exact(HostInts(ids, {97})), table, y);
+             out->Add("out", y, kExact);
+           }});
     }
   }
   // Cross-entropy rows whose starts fall anywhere in a vector (odd vocab),
   // logits one element in (in place: both shifted alike, vectors after a
   // head; into an unshifted dlogits: scalar), and rows of 10007 whose values
   // rise along the row, so each thread's running max grows item after item.
-  constexpr Tolerance kLossTol{0, 1e-6, "fp32 exps (expf vs the CPU's), summed in double; online rescaling"};
+  constexpr Tolerance kLossTol{0, 1e-6,
+                               "fp32 exps (expf vs the CPU's), summed in double; online rescaling"};
   constexpr Tolerance kSumTol{0, 1e-6, "fp32 exps summed in double in other orders"};
   constexpr float kGradScale = 1.0f / 64;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    const Tolerance grad_tol = dtype == DType::kF32 ? Tolerance{1e-8, 1e-5, "fp32 exp times fp32(scale / sum)"}
-                                                    : Tolerance{1e-8, kBf16Rounding, "as fp32, plus one bf16 rounding"};
+    const Tolerance grad_tol =
+        dtype == DType::kF32 ? Tolerance{1e-8, 1e-5, "fp32 exp times fp32(scale / sum)"}
+                             : Tolerance{1e-8, kBf16Rounding, "as fp32, plus one bf16 rounding"};
     for (const int64_t vocab : {int64_t{5}, int64_t{1001}, int64_t{10007}}) {
       constexpr int64_t kRows = 9;
       cases->push_back(
-          {CaseName("cross_entropy", dtype, absl::StrCat(kRows, "x", vocab, ", logits one element in")),
+          {CaseName("cross_entropy", dtype,
+                    absl::StrCat(kRows, "x", vocab, ", logits one element in")),
            [=](const Backend& b, Outputs* out) {
              Tensor host = HostRandom({kRows, vocab}, 4, 3.0f);
-             for (int64_t j = 0; j < host.numel(); ++j) host.f32()[j] += 2e-3f * static_cast<float>(j % vocab);
+             for (int64_t j = 0; j < host.numel(); ++j)
+               host.f32()[j] += 2e-3f * static_cast<float>(j % vocab);
              std::vector<int32_t> ids(kRows);
-             for (int64_t r = 0; r < kRows; ++r) ids[r] = static_cast<int32_t>((r * 37 + 3) % vocab);
+             for (int64_t r = 0; r < kRows; ++r)
+               ids[r] = static_cast<int32_t>((r * 37 + 3) % vocab);
              const Tensor t = b.Exact(HostInts(ids, {kRows}));
-             const Tensor logits = shifted_in(b, host, dtype), dlogits = b.Out({kRows, vocab}, dtype);
+             const Tensor logits = shifted_in(b, host, dtype),
+                          dlogits = b.Out({kRows, vocab}, dtype);
              out->Add("loss", ops::CrossEntropy(logits, t, kGradScale, dlogits, vocab), kLossTol);
              out->Add("dlogits", dlogits, grad_tol);
-             out->Add("loss in place", ops::CrossEntropy(logits, t, kGradScale, logits, vocab), kLossTol);
+             out->Add("loss in place", ops::CrossEntropy(logits, t, kGradScale, logits, vocab),
+                      kLossTol);
              out->Add("dlogits in place", logits, grad_tol);
-             // The vocabulary-parallel steps on the same rows: ids [100, 100 + vocab) of vocab + 200.
+             // The vocabulary-parallel steps on the same rows: ids [100, 100 + vocab) of vocab +
+             // 200.
              const Tensor fresh = shifted_in(b, host, dtype);
              const Tensor targets = b.Exact(HostInts(ids, {kRows}));
              const Tensor row_max = b.Out({kRows}), target_logit = b.Out({kRows}),
@@ -1005,7 +1124,8 @@ inline void AddVectorPathCases(std::vector<OpCase>* cases) {
              ops::CrossEntropySumExp(fresh, 100, vocab + 200, row_max, sum_exp);
              out->Add("sum_exp", sum_exp, kSumTol);
              const Tensor piece_grad = shifted_out(b, {kRows, vocab}, dtype);
-             ops::CrossEntropyGradient(fresh, targets, 100, vocab + 200, row_max, sum_exp, kGradScale, piece_grad);
+             ops::CrossEntropyGradient(fresh, targets, 100, vocab + 200, row_max, sum_exp,
+                                       kGradScale, piece_grad);
              out->Add("piece dlogits", piece_grad, grad_tol);
            }});
     }
@@ -1024,15 +1144,20 @@ inline void AddFillNormalCases(std::vector<OpCase>* cases) {
     NormalInit init;
   };
   const Fill fills[] = {
-      {"100003 whole", 100003, {.seed = 7, .stream = 11, .std = 0.02, .local_extent = 100003, .global_extent = 100003}},
-      {"512x48 of 512x96", 512 * 48, {.seed = 5, .stream = 3, .std = 1.0, .local_extent = 48, .global_extent = 96, .offset = 48}},
+      {"100003 whole",
+       100003,
+       {.seed = 7, .stream = 11, .std = 0.02, .local_extent = 100003, .global_extent = 100003}},
+      {"512x48 of 512x96",
+       512 * 48,
+       {.seed = 5, .stream = 3, .std = 1.0, .local_extent = 48, .global_extent = 96, .offset = 48}},
   };
   for (const Fill& f : fills) {
-    cases->push_back({CaseName("fill_normal", DType::kF32, f.name), [=](const Backend& b, Outputs* out) {
-                        const Tensor x = b.Out({f.n});
-                        ops::FillNormal(x, f.init);
-                        out->Add("x", x, kDrawTol);
-                      }});
+    cases->push_back(
+        {CaseName("fill_normal", DType::kF32, f.name), [=](const Backend& b, Outputs* out) {
+           const Tensor x = b.Out({f.n});
+           ops::FillNormal(x, f.init);
+           out->Add("x", x, kDrawTol);
+         }});
   }
 }
 

@@ -130,11 +130,21 @@ class Outputs {
     std::vector<double> values(host.numel());
     for (int64_t i = 0; i < host.numel(); ++i) {
       switch (host.dtype()) {
-        case DType::kF32: values[i] = host.f32()[i]; break;
-        case DType::kBF16: values[i] = Bf16ToFloat(host.data<uint16_t>()[i]); break;
-        case DType::kF16: values[i] = Fp16ToFloat(host.data<uint16_t>()[i]); break;
-        case DType::kI32: values[i] = host.data<int32_t>()[i]; break;
-        case DType::kF64: values[i] = host.data<double>()[i]; break;
+        case DType::kF32:
+          values[i] = host.f32()[i];
+          break;
+        case DType::kBF16:
+          values[i] = Bf16ToFloat(host.data<uint16_t>()[i]);
+          break;
+        case DType::kF16:
+          values[i] = Fp16ToFloat(host.data<uint16_t>()[i]);
+          break;
+        case DType::kI32:
+          values[i] = host.data<int32_t>()[i];
+          break;
+        case DType::kF64:
+          values[i] = host.data<double>()[i];
+          break;
       }
     }
     all_.push_back({name, std::move(values), tolerance});
@@ -173,16 +183,19 @@ inline void ExpectOutputsMatch(const Outputs& got, const Outputs& want) {
     int64_t bad = 0, worst = -1;
     double worst_excess = 0;
     for (size_t i = 0; i < w.values.size(); ++i) {
-      const double excess = std::fabs(g.values[i] - w.values[i]) - (g.tolerance.abs + g.tolerance.rel * std::fabs(w.values[i]));
+      const double excess = std::fabs(g.values[i] - w.values[i]) -
+                            (g.tolerance.abs + g.tolerance.rel * std::fabs(w.values[i]));
       if (!(excess <= 0)) {
         ++bad;
-        if (worst < 0 || !(excess <= worst_excess)) worst = static_cast<int64_t>(i), worst_excess = excess;
+        if (worst < 0 || !(excess <= worst_excess))
+          worst = static_cast<int64_t>(i), worst_excess = excess;
       }
     }
-    EXPECT_EQ(bad, 0) << w.name << ": " << bad << " of " << w.values.size() << " values outside abs "
-                      << g.tolerance.abs << " + rel " << g.tolerance.rel << " (" << g.tolerance.reason
-                      << "); worst at " << worst << ": got " << (worst >= 0 ? g.values[worst] : 0.0)
-                      << ", want " << (worst >= 0 ? w.values[worst] : 0.0);
+    EXPECT_EQ(bad, 0) << w.name << ": " << bad << " of " << w.values.size()
+                      << " values outside abs " << g.tolerance.abs << " + rel " << g.tolerance.rel
+                      << " (" << g.tolerance.reason << "); worst at " << worst << ": got "
+                      << (worst >= 0 ? g.values[worst] : 0.0) << ", want "
+                      << (worst >= 0 ? w.values[worst] : 0.0);
   }
 }
 

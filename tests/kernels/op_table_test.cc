@@ -37,7 +37,8 @@ TEST(OpTableTest, EveryCaseRunsOnTheCpuDeterministically) {
     for (size_t o = 0; o < first.all().size(); ++o) {
       const testing::Output& a = first.all()[o];
       EXPECT_FALSE(a.values.empty()) << a.name;
-      EXPECT_NE(std::string(a.tolerance.reason), "") << a.name << " has a tolerance without a reason";
+      EXPECT_NE(std::string(a.tolerance.reason), "")
+          << a.name << " has a tolerance without a reason";
       for (double v : a.values) ASSERT_TRUE(std::isfinite(v)) << a.name;
       EXPECT_EQ(a.values, second.all()[o].values) << a.name;
     }

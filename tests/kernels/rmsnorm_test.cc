@@ -1,7 +1,7 @@
 #include "kernels/cpu/rmsnorm.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>

@@ -83,22 +83,28 @@ TEST(RopeTest, ForwardMatchesClosedFormRotation) {
 // first is kept (below 64 / 4), the second blended (between 16 and 64), the
 // last two divided by the factor (above 64).
 TEST(RopeTest, Llama3ScalingKeepsBlendsAndDividesFrequencies) {
-  const RopeScaling scaling{.type = RopeScaling::Type::kLlama3, .factor = 8, .original_max_position_embeddings = 64,
-                            .low_freq_factor = 1, .high_freq_factor = 4};
+  const RopeScaling scaling{.type = RopeScaling::Type::kLlama3,
+                            .factor = 8,
+                            .original_max_position_embeddings = 64,
+                            .low_freq_factor = 1,
+                            .high_freq_factor = 4};
   const int64_t seq = 16;
   const RopeTable table = MakeRopeTable(seq, kHeadDim, kTheta, scaling);
   const double smooth = (64 / (2 * M_PI / 0.1) - 1) / (4 - 1);
   const double expected[4] = {1.0, (1 - smooth) * 0.1 / 8 + smooth * 0.1, 0.01 / 8, 0.001 / 8};
   for (int64_t p = 0; p < seq; ++p) {
     for (int i = 0; i < 4; ++i) {
-      EXPECT_NEAR(table.cos.f32()[p * 4 + i], std::cos(p * expected[i]), 4 * kTol.closed_form) << p << " " << i;
-      EXPECT_NEAR(table.sin.f32()[p * 4 + i], std::sin(p * expected[i]), 4 * kTol.closed_form) << p << " " << i;
+      EXPECT_NEAR(table.cos.f32()[p * 4 + i], std::cos(p * expected[i]), 4 * kTol.closed_form)
+          << p << " " << i;
+      EXPECT_NEAR(table.sin.f32()[p * 4 + i], std::sin(p * expected[i]), 4 * kTol.closed_form)
+          << p << " " << i;
     }
   }
   // The default RopeScaling is no scaling: the plain table.
   const RopeTable plain = MakeRopeTable(seq, kHeadDim, kTheta, RopeScaling{});
   const RopeTable unscaled = MakeRopeTable(seq, kHeadDim, kTheta);
-  for (int64_t k = 0; k < plain.cos.numel(); ++k) EXPECT_EQ(plain.cos.f32()[k], unscaled.cos.f32()[k]);
+  for (int64_t k = 0; k < plain.cos.numel(); ++k)
+    EXPECT_EQ(plain.cos.f32()[k], unscaled.cos.f32()[k]);
 }
 
 TEST(RopeTest, BackwardUndoesForward) {
@@ -141,7 +147,8 @@ void MoveColumns(const Tensor& packed, int64_t begin, const Tensor& part, bool i
   for (int64_t r = 0; r < rows; ++r) {
     char* packed_row = p + (r * packed.dim(-1) + begin) * element;
     char* part_row = t + r * width * element;
-    std::memcpy(into_packed ? packed_row : part_row, into_packed ? part_row : packed_row, width * element);
+    std::memcpy(into_packed ? packed_row : part_row, into_packed ? part_row : packed_row,
+                width * element);
   }
 }
 
@@ -169,7 +176,8 @@ TEST_P(QkvRopeTest, SplitIsLinearSlicesThenRope) {
   const Tensor qkv = Tensor::Empty({kBatch * kSeq, width}, dtype);
   ops::Linear(x, w, qkv);
   const RopeTable table = MakeRopeTable(kSeq, kHeadDim, kTheta);
-  const Shape q_shape = {kBatch, kSeq, kQHeads, kHeadDim}, kv_shape = {kBatch, kSeq, kKvHeads, kHeadDim};
+  const Shape q_shape = {kBatch, kSeq, kQHeads, kHeadDim},
+              kv_shape = {kBatch, kSeq, kKvHeads, kHeadDim};
   const Tensor q = Tensor::Empty(q_shape, dtype), k = Tensor::Empty(kv_shape, dtype),
                v = Tensor::Empty(kv_shape, dtype);
   ops::SplitQkvRope(qkv, table, q, k, v);
@@ -188,7 +196,8 @@ TEST_P(QkvRopeTest, SplitIsLinearSlicesThenRope) {
 
 TEST_P(QkvRopeTest, MergeIsRopeBackwardThenPacking) {
   const DType dtype = GetParam();
-  const Shape q_shape = {kBatch, kSeq, kQHeads, kHeadDim}, kv_shape = {kBatch, kSeq, kKvHeads, kHeadDim};
+  const Shape q_shape = {kBatch, kSeq, kQHeads, kHeadDim},
+              kv_shape = {kBatch, kSeq, kKvHeads, kHeadDim};
   const Tensor dq = RandomIn(q_shape, 7, dtype), dk = RandomIn(kv_shape, 8, dtype),
                dv = RandomIn(kv_shape, 9, dtype);
   const RopeTable table = MakeRopeTable(kSeq, kHeadDim, kTheta);

@@ -19,8 +19,7 @@ namespace {
 // Tolerances, with their reasons.
 constexpr double kFp32Tol = 1e-6;  // one fp32 sigmoid/softmax and a division
 // Central differences of an fp32 forward with h = 1e-2 on logits of order 1.
-constexpr testing::GradCheckOptions kGradCheck = {.step = 1e-2, .rel_tol = 2e-2,
-                                                  .abs_tol = 2e-4};
+constexpr testing::GradCheckOptions kGradCheck = {.step = 1e-2, .rel_tol = 2e-2, .abs_tol = 2e-4};
 
 Tensor FromVector(const std::vector<float>& values, const Shape& shape) {
   Tensor t = Tensor::Empty(shape);
@@ -49,8 +48,8 @@ void Route(const RouterSpec& spec, const Tensor& logits, const Tensor& bias, Rou
 
 // The balance loss of batch whole sequences of seq tokens: both steps, the
 // statistics summed over no ranks.
-double BalanceLoss(const RouterSpec& c, const Routing& r, int64_t batch, int64_t seq, float grad_scale,
-                   const Tensor& dscores) {
+double BalanceLoss(const RouterSpec& c, const Routing& r, int64_t batch, int64_t seq,
+                   float grad_scale, const Tensor& dscores) {
   Tensor stats = Tensor::Empty({batch, 2 * c.num_experts}, DType::kF64);
   ops::SequenceBalanceStats(c, r.scores, r.expert, batch, seq, seq, stats);
   return ops::SequenceBalanceLoss(c, r.scores, stats, batch, seq, seq, grad_scale, dscores);
@@ -128,8 +127,8 @@ Tensor TakeRows(const Tensor& t, const std::vector<int64_t>& rows) {
   Tensor out = Tensor::Empty({static_cast<int64_t>(rows.size()), t.dim(1)}, t.dtype());
   const size_t row_bytes = t.nbytes() / t.dim(0);
   for (size_t r = 0; r < rows.size(); ++r) {
-    std::memcpy(static_cast<char*>(out.raw()) + r * row_bytes, static_cast<const char*>(t.raw()) + rows[r] * row_bytes,
-                row_bytes);
+    std::memcpy(static_cast<char*>(out.raw()) + r * row_bytes,
+                static_cast<const char*>(t.raw()) + rows[r] * row_bytes, row_bytes);
   }
   return out;
 }
@@ -140,8 +139,9 @@ Tensor TakeRows(const Tensor& t, const std::vector<int64_t>& rows) {
 // whole_seq = whole), summed, give each rank the whole batch's loss and its
 // tokens' gradients. Returns the loss rank 0 computes; dscores (batch whole,
 // E) += each rank's gradient, scattered back to the whole rows.
-double SplitBalanceLoss(const RouterSpec& c, const Tensor& scores, const Tensor& expert, int64_t batch,
-                        int64_t whole, const std::vector<int64_t>& part0, float grad_scale, const Tensor& dscores) {
+double SplitBalanceLoss(const RouterSpec& c, const Tensor& scores, const Tensor& expert,
+                        int64_t batch, int64_t whole, const std::vector<int64_t>& part0,
+                        float grad_scale, const Tensor& dscores) {
   const int64_t e = c.num_experts;
   std::vector<int64_t> tokens[2];
   for (int64_t t = 0; t < whole; ++t) {
@@ -156,8 +156,10 @@ double SplitBalanceLoss(const RouterSpec& c, const Tensor& scores, const Tensor&
     }
     const int64_t seq = static_cast<int64_t>(tokens[r].size());
     stats[r] = Tensor::Empty({batch, 2 * e}, DType::kF64);
-    ops::SequenceBalanceStats(c, TakeRows(scores, rows[r]), TakeRows(expert, rows[r]), batch, seq, whole, stats[r]);
-    for (int64_t i = 0; i < batch * 2 * e; ++i) summed.data<double>()[i] += stats[r].data<double>()[i];  // all-reduce
+    ops::SequenceBalanceStats(c, TakeRows(scores, rows[r]), TakeRows(expert, rows[r]), batch, seq,
+                              whole, stats[r]);
+    for (int64_t i = 0; i < batch * 2 * e; ++i)
+      summed.data<double>()[i] += stats[r].data<double>()[i];  // all-reduce
   }
   double losses[2];
   for (int r = 0; r < 2; ++r) {
@@ -165,7 +167,8 @@ double SplitBalanceLoss(const RouterSpec& c, const Tensor& scores, const Tensor&
     const Tensor part_scores = TakeRows(scores, rows[r]);
     Tensor part_dscores;
     if (dscores.defined()) part_dscores = TakeRows(dscores, rows[r]);
-    losses[r] = ops::SequenceBalanceLoss(c, part_scores, summed, batch, seq, whole, grad_scale, part_dscores);
+    losses[r] = ops::SequenceBalanceLoss(c, part_scores, summed, batch, seq, whole, grad_scale,
+                                         part_dscores);
     if (!dscores.defined()) continue;
     for (size_t i = 0; i < rows[r].size(); ++i) {
       std::memcpy(dscores.f32() + rows[r][i] * e, part_dscores.f32() + i * e, e * sizeof(float));
@@ -192,12 +195,13 @@ TEST(RouterTest, SequenceBalanceLossSplitOverRanks) {
   // chunks 0 and 3 on rank 0.
   const std::vector<int64_t> splits[] = {{0, 1, 2, 3, 4}, {0, 1, 2, 9, 10, 11}};
   for (const std::vector<int64_t>& part0 : splits) {
-    SCOPED_TRACE(::testing::Message() << "rank 0 holds " << part0.size() << " tokens from " << part0.front());
+    SCOPED_TRACE(::testing::Message()
+                 << "rank 0 holds " << part0.size() << " tokens from " << part0.front());
     Tensor dscores = initial.Clone();
     const double loss = SplitBalanceLoss(c, r.scores, r.expert, kBatch, kWhole, part0, g, dscores);
     EXPECT_NEAR(loss, whole_loss, 1e-12 * whole_loss);
-    EXPECT_NEAR(SplitBalanceLoss(c, r.scores, r.expert, kBatch, kWhole, part0, 0, Tensor()), whole_loss,
-                1e-12 * whole_loss);
+    EXPECT_NEAR(SplitBalanceLoss(c, r.scores, r.expert, kBatch, kWhole, part0, 0, Tensor()),
+                whole_loss, 1e-12 * whole_loss);
     for (int64_t i = 0; i < kN * e; ++i) {
       ASSERT_NEAR(dscores.f32()[i], whole_dscores.f32()[i], 1e-6) << "dscores[" << i << "]";
     }

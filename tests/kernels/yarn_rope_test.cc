@@ -43,18 +43,41 @@ struct YarnCase {
 
 std::vector<YarnCase> Cases() {
   return {
-      {"DeepSeekV3", 64, 10000.0,
-       RopeScaling{.type = RopeScaling::Type::kYarn, .factor = 40, .original_max_position_embeddings = 4096,
-                   .beta_fast = 32, .beta_slow = 1, .mscale = 1, .mscale_all_dim = 1},
-       163840, {0, 1, 2, 3, 7, 100, 1000, 4095, 4096, 65535, 100000, 163839}},
-      {"NoMscale", 128, 1e6,
-       RopeScaling{.type = RopeScaling::Type::kYarn, .factor = 4, .original_max_position_embeddings = 32768,
-                   .beta_fast = 32, .beta_slow = 1},
-       131072, {0, 1, 5, 32767, 32768, 131071}},
-      {"UntruncatedUnequalMscale", 64, 150000.0,
-       RopeScaling{.type = RopeScaling::Type::kYarn, .factor = 32, .original_max_position_embeddings = 4096,
-                   .beta_fast = 32, .beta_slow = 1, .mscale = 1, .mscale_all_dim = 0.5, .truncate = false},
-       131072, {0, 1, 9, 4096, 77777, 131071}},
+      {"DeepSeekV3",
+       64,
+       10000.0,
+       RopeScaling{.type = RopeScaling::Type::kYarn,
+                   .factor = 40,
+                   .original_max_position_embeddings = 4096,
+                   .beta_fast = 32,
+                   .beta_slow = 1,
+                   .mscale = 1,
+                   .mscale_all_dim = 1},
+       163840,
+       {0, 1, 2, 3, 7, 100, 1000, 4095, 4096, 65535, 100000, 163839}},
+      {"NoMscale",
+       128,
+       1e6,
+       RopeScaling{.type = RopeScaling::Type::kYarn,
+                   .factor = 4,
+                   .original_max_position_embeddings = 32768,
+                   .beta_fast = 32,
+                   .beta_slow = 1},
+       131072,
+       {0, 1, 5, 32767, 32768, 131071}},
+      {"UntruncatedUnequalMscale",
+       64,
+       150000.0,
+       RopeScaling{.type = RopeScaling::Type::kYarn,
+                   .factor = 32,
+                   .original_max_position_embeddings = 4096,
+                   .beta_fast = 32,
+                   .beta_slow = 1,
+                   .mscale = 1,
+                   .mscale_all_dim = 0.5,
+                   .truncate = false},
+       131072,
+       {0, 1, 9, 4096, 77777, 131071}},
   };
 }
 
@@ -67,15 +90,17 @@ struct Reference {
 Reference RunReference(const YarnCase& c) {
   const RopeScaling& s = c.scaling;
   std::string command = absl::StrCat(
-      "/usr/bin/python3 ", TETRA_SOURCE_DIR, "/tests/kernels/yarn_rope_reference.py --dim ", c.dim, " --theta ",
-      c.theta, " --factor ", s.factor, " --original ", s.original_max_position_embeddings, " --beta-fast ",
-      s.beta_fast, " --beta-slow ", s.beta_slow, " --mscale ", s.mscale, " --mscale-all-dim ", s.mscale_all_dim,
+      "/usr/bin/python3 ", TETRA_SOURCE_DIR, "/tests/kernels/yarn_rope_reference.py --dim ", c.dim,
+      " --theta ", c.theta, " --factor ", s.factor, " --original ",
+      s.original_max_position_embeddings, " --beta-fast ", s.beta_fast, " --beta-slow ",
+      s.beta_slow, " --mscale ", s.mscale, " --mscale-all-dim ", s.mscale_all_dim,
       s.truncate ? "" : " --no-truncate", " --positions ", absl::StrJoin(c.positions, " "));
   FILE* pipe = popen(command.c_str(), "r");
   EXPECT_NE(pipe, nullptr) << command;
   std::string out;
   char buffer[4096];
-  for (size_t n; pipe != nullptr && (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+  for (size_t n; pipe != nullptr && (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;)
+    out.append(buffer, n);
   EXPECT_EQ(pipe == nullptr ? -1 : pclose(pipe), 0) << command << "\n" << out;
 
   Reference ref;
@@ -104,7 +129,8 @@ Reference RunReference(const YarnCase& c) {
 
 // Floats as integers in the order of their values, so ulps are differences.
 int64_t Ordered(uint32_t bits) {
-  return (bits & 0x80000000u) ? -static_cast<int64_t>(bits & 0x7fffffffu) : static_cast<int64_t>(bits);
+  return (bits & 0x80000000u) ? -static_cast<int64_t>(bits & 0x7fffffffu)
+                              : static_cast<int64_t>(bits);
 }
 uint32_t Bits(float x) {
   uint32_t bits;
@@ -144,8 +170,11 @@ INSTANTIATE_TEST_SUITE_P(Settings, YarnRopeTest, ::testing::ValuesIn(Cases()),
 // (HF's DeepseekV3Attention multiplies only when mscale_all_dim is set).
 TEST(YarnSoftmaxScaleMultiplierTest, IsOneWithoutYarnOrMscaleAllDim) {
   EXPECT_EQ(YarnSoftmaxScaleMultiplier(RopeScaling{}), 1.0);
-  EXPECT_EQ(YarnSoftmaxScaleMultiplier(RopeScaling{.type = RopeScaling::Type::kLlama3, .factor = 8}), 1.0);
-  EXPECT_EQ(YarnSoftmaxScaleMultiplier(RopeScaling{.type = RopeScaling::Type::kYarn, .factor = 40, .mscale = 1}),
+  EXPECT_EQ(
+      YarnSoftmaxScaleMultiplier(RopeScaling{.type = RopeScaling::Type::kLlama3, .factor = 8}),
+      1.0);
+  EXPECT_EQ(YarnSoftmaxScaleMultiplier(
+                RopeScaling{.type = RopeScaling::Type::kYarn, .factor = 40, .mscale = 1}),
             1.0);
 }
 

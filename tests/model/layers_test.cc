@@ -65,7 +65,8 @@ void CheckSequenceLayer(Layer& layer, ParameterStore& store, int64_t batch, int6
                         int64_t dim) {
   testing::ExpectLayerGradients(
       layer, store, {batch, seq, dim},
-      [&](const Tensor& x) { return Tensor(layer.Forward(/*slot=*/0, x, batch, seq)); }, kLayerTolerance);
+      [&](const Tensor& x) { return Tensor(layer.Forward(/*slot=*/0, x, batch, seq)); },
+      kLayerTolerance);
 }
 
 TEST(LayerGradientTest, RmsNorm) {
@@ -158,7 +159,9 @@ void CheckModel(bool tie) {
   }
   model.parameters().ZeroGrads();
   testing::ForwardBackward(model, inputs.data(), targets.data(), batch, seq, 1.0f);
-  auto loss = [&] { return testing::ForwardLoss(model, inputs.data(), targets.data(), batch, seq); };
+  auto loss = [&] {
+    return testing::ForwardLoss(model, inputs.data(), targets.data(), batch, seq);
+  };
   for (Parameter& p : model.parameters().all()) {
     Tensor grad = p.grad.Clone();
     ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), loss,
@@ -174,28 +177,27 @@ TEST(ModelTest, HasHuggingFaceParameterNames) {
   LanguageModel model(TinyConfig(false), 5);
   std::vector<std::string> names;
   for (const Parameter& p : model.parameters().all()) names.push_back(p.name);
-  const std::vector<std::string> expected = {
-      "model.embed_tokens.weight",
-      "model.layers.0.input_layernorm.weight",
-      "model.layers.0.self_attn.q_proj.weight",
-      "model.layers.0.self_attn.k_proj.weight",
-      "model.layers.0.self_attn.v_proj.weight",
-      "model.layers.0.self_attn.o_proj.weight",
-      "model.layers.0.post_attention_layernorm.weight",
-      "model.layers.0.mlp.gate_proj.weight",
-      "model.layers.0.mlp.up_proj.weight",
-      "model.layers.0.mlp.down_proj.weight",
-      "model.layers.1.input_layernorm.weight",
-      "model.layers.1.self_attn.q_proj.weight",
-      "model.layers.1.self_attn.k_proj.weight",
-      "model.layers.1.self_attn.v_proj.weight",
-      "model.layers.1.self_attn.o_proj.weight",
-      "model.layers.1.post_attention_layernorm.weight",
-      "model.layers.1.mlp.gate_proj.weight",
-      "model.layers.1.mlp.up_proj.weight",
-      "model.layers.1.mlp.down_proj.weight",
-      "model.norm.weight",
-      "lm_head.weight"};
+  const std::vector<std::string> expected = {"model.embed_tokens.weight",
+                                             "model.layers.0.input_layernorm.weight",
+                                             "model.layers.0.self_attn.q_proj.weight",
+                                             "model.layers.0.self_attn.k_proj.weight",
+                                             "model.layers.0.self_attn.v_proj.weight",
+                                             "model.layers.0.self_attn.o_proj.weight",
+                                             "model.layers.0.post_attention_layernorm.weight",
+                                             "model.layers.0.mlp.gate_proj.weight",
+                                             "model.layers.0.mlp.up_proj.weight",
+                                             "model.layers.0.mlp.down_proj.weight",
+                                             "model.layers.1.input_layernorm.weight",
+                                             "model.layers.1.self_attn.q_proj.weight",
+                                             "model.layers.1.self_attn.k_proj.weight",
+                                             "model.layers.1.self_attn.v_proj.weight",
+                                             "model.layers.1.self_attn.o_proj.weight",
+                                             "model.layers.1.post_attention_layernorm.weight",
+                                             "model.layers.1.mlp.gate_proj.weight",
+                                             "model.layers.1.mlp.up_proj.weight",
+                                             "model.layers.1.mlp.down_proj.weight",
+                                             "model.norm.weight",
+                                             "lm_head.weight"};
   EXPECT_EQ(names, expected);
   // k_proj is (kv_heads x head_dim, hidden) = (2 x 4, 16).
   EXPECT_EQ(model.parameters().Find("model.layers.0.self_attn.k_proj.weight")->value.shape(),
@@ -270,8 +272,8 @@ void CheckMicroBatchesInFlight(bool tie, bool backward_a_first) {
   for (int slot : order) {
     testing::Backward(in_flight, slot);
     const MicroBatch& m = slot == 0 ? a : b;
-    const double loss = testing::ForwardBackward(one_by_one, m.inputs.data(), m.targets.data(), m.batch,
-                                                   m.seq, slot == 0 ? scale_a : scale_b);
+    const double loss = testing::ForwardBackward(one_by_one, m.inputs.data(), m.targets.data(),
+                                                 m.batch, m.seq, slot == 0 ? scale_a : scale_b);
     EXPECT_EQ(loss, slot == 0 ? loss_a : loss_b) << "slot " << slot;
   }
   EXPECT_EQ(one_by_one.num_slots(), 1);  // one set of activations, as without slots
@@ -370,7 +372,7 @@ TEST(ModelTest, ReportsGradientsReadyFromTheEndOfTheFlatBuffer) {
   std::vector<int32_t> tokens(2 * 3, 1);
   std::vector<int64_t> offsets;
   testing::ForwardBackward(model, tokens.data(), tokens.data(), 2, 3, 1.0f,
-                        [&](int64_t offset) { offsets.push_back(offset); });
+                           [&](int64_t offset) { offsets.push_back(offset); });
   ParameterStore& p = model.parameters();
   const std::vector<int64_t> expected = {
       p.Find("model.norm.weight")->flat_offset,

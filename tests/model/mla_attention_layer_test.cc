@@ -47,7 +47,7 @@ ModelConfig MlaConfig(const Variant& v) {
   c.set_qk_rope_head_dim(6);
   c.set_v_head_dim(5);
   c.set_rope_interleave(v.interleave);
-  c.set_rope_theta(100.0);  // angles of several radians within 5 positions
+  c.set_rope_theta(100.0);       // angles of several radians within 5 positions
   c.set_initializer_range(0.3);  // gradients well above rounding noise
   return c;
 }
@@ -118,11 +118,10 @@ Matrix ReferenceForward(ParameterStore& store, const ModelConfig& c, const Tenso
                 R = c.qk_rope_head_dim(), Dv = c.v_head_dim(), L = c.kv_lora_rank(),
                 Rq = c.q_lora_rank(), Dqk = Dn + R;
   const Matrix x(x_tensor.f32(), x_tensor.f32() + x_tensor.numel());
-  const Matrix q =
-      Rq > 0 ? Project(Norm(Project(x, Weight(store, "q_a_proj"), n, kHidden, Rq),
-                            Weight(store, "q_a_layernorm"), n, Rq),
-                       Weight(store, "q_b_proj"), n, Rq, H * Dqk)
-             : Project(x, Weight(store, "q_proj"), n, kHidden, H * Dqk);
+  const Matrix q = Rq > 0 ? Project(Norm(Project(x, Weight(store, "q_a_proj"), n, kHidden, Rq),
+                                         Weight(store, "q_a_layernorm"), n, Rq),
+                                    Weight(store, "q_b_proj"), n, Rq, H * Dqk)
+                          : Project(x, Weight(store, "q_proj"), n, kHidden, H * Dqk);
   const Matrix compressed = Project(x, Weight(store, "kv_a_proj_with_mqa"), n, kHidden, L + R);
   Matrix latent(n * L);
   for (int64_t r = 0; r < n; ++r)
@@ -143,7 +142,8 @@ Matrix ReferenceForward(ParameterStore& store, const ModelConfig& c, const Tenso
       Rotate(qh + Dn, pos, R, c.rope_theta(), c.rope_interleave());
       for (int64_t j = 0; j < Dn; ++j) kh[j] = kv[(r * H + h) * (Dn + Dv) + j];
       for (int64_t j = 0; j < R; ++j) kh[Dn + j] = k_pe[j];
-      for (int64_t j = 0; j < Dv; ++j) value[(r * H + h) * Dv + j] = kv[(r * H + h) * (Dn + Dv) + Dn + j];
+      for (int64_t j = 0; j < Dv; ++j)
+        value[(r * H + h) * Dv + j] = kv[(r * H + h) * (Dn + Dv) + Dn + j];
     }
   }
   // Causal softmax(q k^T / sqrt(Dqk)) v per sequence and head, then o_proj.
@@ -156,7 +156,8 @@ Matrix ReferenceForward(ParameterStore& store, const ModelConfig& c, const Tenso
         for (int64_t s = 0; s <= t; ++s) {
           double dot = 0;
           for (int64_t j = 0; j < Dqk; ++j) {
-            dot += query[((b * kSeq + t) * H + h) * Dqk + j] * key[((b * kSeq + s) * H + h) * Dqk + j];
+            dot +=
+                query[((b * kSeq + t) * H + h) * Dqk + j] * key[((b * kSeq + s) * H + h) * Dqk + j];
           }
           p[s] = dot / std::sqrt(static_cast<double>(Dqk));
           max = std::max(max, p[s]);
@@ -164,7 +165,8 @@ Matrix ReferenceForward(ParameterStore& store, const ModelConfig& c, const Tenso
         for (double& e : p) sum += (e = std::exp(e - max));
         for (int64_t s = 0; s <= t; ++s) {
           for (int64_t j = 0; j < Dv; ++j) {
-            attn[((b * kSeq + t) * H + h) * Dv + j] += p[s] / sum * value[((b * kSeq + s) * H + h) * Dv + j];
+            attn[((b * kSeq + t) * H + h) * Dv + j] +=
+                p[s] / sum * value[((b * kSeq + s) * H + h) * Dv + j];
           }
         }
       }
@@ -202,7 +204,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, MlaAttentionLayerTest,
                          ::testing::Values(Variant{7, true}, Variant{7, false}, Variant{0, true},
                                            Variant{0, false}),
                          [](const auto& info) {
-                           return std::string(info.param.q_lora_rank > 0 ? "QueryLatent" : "QueryProj") +
+                           return std::string(info.param.q_lora_rank > 0 ? "QueryLatent"
+                                                                         : "QueryProj") +
                                   (info.param.interleave ? "Interleaved" : "RotateHalf");
                          });
 
@@ -220,8 +223,8 @@ TEST(MlaAttentionLayerTest, HasDeepSeekV3ParameterNamesAndShapes) {
                        "attn.kv_a_proj_with_mqa.weight", "attn.kv_a_layernorm.weight",
                        "attn.kv_b_proj.weight", "attn.o_proj.weight"}));
   // H 3, C 16, q_lora 7, kv_lora 6, Dn 4, R 6, Dv 5.
-  EXPECT_EQ(shapes, (std::vector<Shape>{{7, 16}, {7}, {3 * 10, 7}, {6 + 6, 16}, {6}, {3 * 9, 6},
-                                        {16, 3 * 5}}));
+  EXPECT_EQ(shapes, (std::vector<Shape>{
+                        {7, 16}, {7}, {3 * 10, 7}, {6 + 6, 16}, {6}, {3 * 9, 6}, {16, 3 * 5}}));
 }
 
 }  // namespace

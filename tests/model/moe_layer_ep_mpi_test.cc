@@ -69,14 +69,12 @@ void ExpectClose(const std::string& name, const float* got, const float* want, i
     max_want = std::max(max_want, std::fabs(double{want[i]}));
     worst = std::max(worst, std::fabs(double{got[i]} - want[i]));
   }
-  EXPECT_LE(worst, rel * max_want) << name << ": worst difference " << worst << ", largest "
-                                   << max_want;
+  EXPECT_LE(worst, rel * max_want)
+      << name << ": worst difference " << worst << ", largest " << max_want;
 }
 
 // Sums `t` over the world, in place.
-void SumOverWorld(const Tensor& t) {
-  World().AllReduce(t, t, ReduceOp::kSum);
-}
+void SumOverWorld(const Tensor& t) { World().AllReduce(t, t, ReduceOp::kSum); }
 
 TEST(MoeLayerExpertParallelTest, MatchesTheSingleRankLayer) {
   const ModelConfig c = MoeConfigForTest();
@@ -127,9 +125,9 @@ TEST(MoeLayerExpertParallelTest, MatchesTheSingleRankLayer) {
     }
   }
   EXPECT_EQ(experts_seen, 3 * local_experts);
-  EXPECT_NE(store.Find(prefix + ".experts." + std::to_string(rank * local_experts) +
-                       ".gate_proj.weight"),
-            nullptr);
+  EXPECT_NE(
+      store.Find(prefix + ".experts." + std::to_string(rank * local_experts) + ".gate_proj.weight"),
+      nullptr);
   EXPECT_NEAR(SumOverRanks(World(), layer.aux_loss_sum()), reference.aux_loss_sum(),
               1e-6 * reference.aux_loss_sum());
   const Tensor& mine = layer.loads();

@@ -103,15 +103,18 @@ TEST(MoeMlpLayerTest, Bf16ComputesAsTheDeviceDoes) {
     Tensor x = Tensor::Empty(x32.shape(), dtype), dy = Tensor::Empty(dy32.shape(), dtype);
     ops::Cast(x32, x);
     ops::Cast(dy32, dy);
-    std::vector<std::vector<float>> got = {as_f32(layer.Forward(0, x, batch, seq, 0.5f)), as_f32(layer.Backward(0, dy))};
-    for (const char* name : {"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.0.gate_proj.weight",
-                             "model.layers.1.mlp.shared_experts.down_proj.weight"}) {
+    std::vector<std::vector<float>> got = {as_f32(layer.Forward(0, x, batch, seq, 0.5f)),
+                                           as_f32(layer.Backward(0, dy))};
+    for (const char* name :
+         {"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.0.gate_proj.weight",
+          "model.layers.1.mlp.shared_experts.down_proj.weight"}) {
       got.push_back(as_f32(store.Find(name)->grad));
     }
     return got;
   };
   const std::vector<std::vector<float>> f32 = run(DType::kF32), bf16 = run(DType::kBF16);
-  const char* names[] = {"y", "dx", "router gate grad", "expert 0 gate_proj grad", "shared down_proj grad"};
+  const char* names[] = {"y", "dx", "router gate grad", "expert 0 gate_proj grad",
+                         "shared down_proj grad"};
   for (size_t i = 0; i < f32.size(); ++i) {
     double largest = 0, worst = 0;
     for (size_t j = 0; j < f32[i].size(); ++j) {

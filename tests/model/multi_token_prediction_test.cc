@@ -24,8 +24,10 @@ constexpr double kMtpScale = 0.3;
 // fp32 forwards differenced with h = 1e-2 on an O(10) objective: ~1e-3
 // relative; a wrong term is off by O(1). The MoE model steps by 1e-3 to stay
 // clear of router choice flips.
-const GradCheckOptions kDenseTolerance{/*step=*/1e-2, /*rel_tol=*/3e-2, /*abs_tol=*/5e-4, /*max_checks=*/6};
-const GradCheckOptions kMoeTolerance{/*step=*/1e-3, /*rel_tol=*/3e-2, /*abs_tol=*/3e-3, /*max_checks=*/8};
+const GradCheckOptions kDenseTolerance{/*step=*/1e-2, /*rel_tol=*/3e-2, /*abs_tol=*/5e-4,
+                                       /*max_checks=*/6};
+const GradCheckOptions kMoeTolerance{/*step=*/1e-3, /*rel_tol=*/3e-2, /*abs_tol=*/3e-3,
+                                     /*max_checks=*/8};
 
 struct Batch {
   std::vector<int32_t> inputs, targets;
@@ -69,17 +71,20 @@ void CheckObjectiveGradients(const ModelConfig& config, const GradCheckOptions& 
   for (Parameter& p : model.parameters().all()) {
     if (!p.trainable) continue;
     Tensor grad = p.grad.Clone();
-    ExpectGradientMatches(p.name, p.value.f32(), p.value.numel(), grad.f32(), [&] { return Objective(model, b); },
-                          tolerance);
+    ExpectGradientMatches(
+        p.name, p.value.f32(), p.value.numel(), grad.f32(), [&] { return Objective(model, b); },
+        tolerance);
   }
 }
 
 TEST(MultiTokenPredictionTest, DeepSeekV3NamesAfterTheMainLayers) {
-  const ModelConfig c = WithMtp(testing::TinyGqaConfig(/*tie_word_embeddings=*/false, /*layers=*/2), 2);
+  const ModelConfig c =
+      WithMtp(testing::TinyGqaConfig(/*tie_word_embeddings=*/false, /*layers=*/2), 2);
   LanguageModel model(c, 5);
   for (int layer : {2, 3}) {
     const std::string prefix = "model.layers." + std::to_string(layer) + ".";
-    for (const char* norm : {"enorm.weight", "hnorm.weight", "shared_head.norm.weight", "input_layernorm.weight"}) {
+    for (const char* norm :
+         {"enorm.weight", "hnorm.weight", "shared_head.norm.weight", "input_layernorm.weight"}) {
       const Parameter* p = model.parameters().Find(prefix + norm);
       ASSERT_NE(p, nullptr) << prefix << norm;
       EXPECT_EQ(p->global_shape, (Shape{c.hidden_size()}));
@@ -93,7 +98,8 @@ TEST(MultiTokenPredictionTest, DeepSeekV3NamesAfterTheMainLayers) {
   EXPECT_EQ(model.parameters().Find("model.layers.4.enorm.weight"), nullptr);
   // The table and head are shared: one each.
   int tables = 0;
-  for (const Parameter& p : model.parameters().all()) tables += p.name == "model.embed_tokens.weight";
+  for (const Parameter& p : model.parameters().all())
+    tables += p.name == "model.embed_tokens.weight";
   EXPECT_EQ(tables, 1);
 }
 
@@ -107,20 +113,23 @@ TEST(MultiTokenPredictionTest, EvaluationReportsTheMainLossOnly) {
 }
 
 TEST(MultiTokenPredictionTest, TwoDepthsObjectiveGradients) {
-  CheckObjectiveGradients(WithMtp(testing::TinyGqaConfig(/*tie_word_embeddings=*/false, /*layers=*/1), 2),
-                          kDenseTolerance);
+  CheckObjectiveGradients(
+      WithMtp(testing::TinyGqaConfig(/*tie_word_embeddings=*/false, /*layers=*/1), 2),
+      kDenseTolerance);
 }
 
 TEST(MultiTokenPredictionTest, TiedEmbeddingsObjectiveGradients) {
-  CheckObjectiveGradients(WithMtp(testing::TinyGqaConfig(/*tie_word_embeddings=*/true, /*layers=*/1), 1),
-                          kDenseTolerance);
+  CheckObjectiveGradients(
+      WithMtp(testing::TinyGqaConfig(/*tie_word_embeddings=*/true, /*layers=*/1), 1),
+      kDenseTolerance);
 }
 
 // DeepSeek-V3's shape: MLA, a dense first layer, MoE after it and in the
 // prediction depth, whose router and balance term count too.
 TEST(MultiTokenPredictionTest, MlaMoeObjectiveGradients) {
   ModelConfig c = testing::WithTinyMoe(
-      WithMtp(testing::TinyMlaConfig(/*tie_word_embeddings=*/false, /*q_lora_rank=*/6), 1), /*aux_loss_alpha=*/0.1);
+      WithMtp(testing::TinyMlaConfig(/*tie_word_embeddings=*/false, /*q_lora_rank=*/6), 1),
+      /*aux_loss_alpha=*/0.1);
   c.set_vocab_size(11);
   LanguageModel probe(c, 5);
   ASSERT_EQ(probe.moe_layers().size(), 2u) << "layer 1 and the prediction depth's block";

@@ -44,10 +44,12 @@ TEST(ParameterStoreTest, PaddedSlicesHoldRealRowsThenZeros) {
     int64_t real_rows;
   };
   for (const Case& c : {Case{8, 0, 2, 4}, Case{8, 1, 2, 1}, Case{8, 0, 1, 5}, Case{16, 1, 2, 0}}) {
-    SCOPED_TRACE(::testing::Message() << "padded " << c.padded << " slice " << c.index << " of " << c.count);
+    SCOPED_TRACE(::testing::Message()
+                 << "padded " << c.padded << " slice " << c.index << " of " << c.count);
     ParameterStore store(11);
-    const Parameter& p = store.Add("w", global, Init::kNormal, 0.02,
-                                   {.dim = 0, .index = c.index, .count = c.count, .padded_extent = c.padded});
+    const Parameter& p =
+        store.Add("w", global, Init::kNormal, 0.02,
+                  {.dim = 0, .index = c.index, .count = c.count, .padded_extent = c.padded});
     ASSERT_EQ(p.value.shape(), (Shape{c.padded / c.count, 3}));
     EXPECT_EQ(p.RealElements(), c.real_rows * 3);
     for (int64_t i = 0; i < p.value.numel(); ++i) {

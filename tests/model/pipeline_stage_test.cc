@@ -83,8 +83,8 @@ void CheckStagesMatchWholeModel(const std::vector<int>& layers) {
   LanguageModel whole(config, kSeed);
   std::vector<double> want_loss(kMicroBatches);
   for (int mb = 0; mb < kMicroBatches; ++mb) {
-    want_loss[mb] = testing::Forward(whole, mb, Tokens(mb, 0).data(), Tokens(mb, 1).data(), kBatch, kSeq,
-                                  grad_scale);
+    want_loss[mb] = testing::Forward(whole, mb, Tokens(mb, 0).data(), Tokens(mb, 1).data(), kBatch,
+                                     kSeq, grad_scale);
   }
   for (int mb = 0; mb < kMicroBatches; ++mb) testing::Backward(whole, mb);
 
@@ -94,7 +94,8 @@ void CheckStagesMatchWholeModel(const std::vector<int>& layers) {
                               .num_layers = layers[s],
                               .has_embedding = s == 0,
                               .has_head = s == stages - 1};
-    models.push_back(std::make_unique<LanguageModel>(config, kSeed, ModelParallelism{.chunks = {stage}}));
+    models.push_back(
+        std::make_unique<LanguageModel>(config, kSeed, ModelParallelism{.chunks = {stage}}));
   }
 
   // Messages in flight, cloned as a point-to-point transfer would copy them:
@@ -127,9 +128,9 @@ void CheckStagesMatchWholeModel(const std::vector<int>& layers) {
         const std::pair<int, int> from{s + 1, step.micro_batch};
         if (s < stages - 1 && !gradients.count(from)) continue;
         std::vector<int64_t> ready;
-        const Tensor d = m.BackwardStage(step.micro_batch, 0,
-                                         s < stages - 1 ? gradients.at(from) : Tensor(),
-                                         [&](int64_t offset) { ready.push_back(offset); });
+        const Tensor d =
+            m.BackwardStage(step.micro_batch, 0, s < stages - 1 ? gradients.at(from) : Tensor(),
+                            [&](int64_t offset) { ready.push_back(offset); });
         EXPECT_EQ(d.defined(), s > 0);
         if (s > 0) gradients[key] = d.Clone();
         if (s < stages - 1) gradients.at(from).Fill(-1e30f);
@@ -169,11 +170,11 @@ TEST(PipelineStageTest, UnevenStagesMatchTheWholeModel) { CheckStagesMatchWholeM
 
 TEST(PipelineStageTest, StageHoldsOnlyItsLayersUnderGlobalNames) {
   const ModelConfig config = FourLayerConfig(/*tie=*/false);
-  LanguageModel middle(config, kSeed,
-                    ModelParallelism{.chunks = {{.first_layer = 2,
-                                                 .num_layers = 1,
-                                                 .has_embedding = false,
-                                                 .has_head = false}}});
+  LanguageModel middle(
+      config, kSeed,
+      ModelParallelism{
+          .chunks = {
+              {.first_layer = 2, .num_layers = 1, .has_embedding = false, .has_head = false}}});
   for (const Parameter& p : middle.parameters().all()) {
     EXPECT_EQ(p.name.rfind("model.layers.2.", 0), 0u) << p.name;
   }
@@ -186,9 +187,10 @@ TEST(PipelineStageTest, StageHoldsOnlyItsLayersUnderGlobalNames) {
 // same (seed, name, index) as the first stage's, so the two start equal.
 TEST(PipelineStageTest, TiedEmbeddingCopiesStartEqual) {
   const ModelConfig config = FourLayerConfig(/*tie=*/true);
-  LanguageModel first(config, kSeed, ModelParallelism{.chunks = {{.num_layers = 2, .has_head = false}}});
+  LanguageModel first(config, kSeed,
+                      ModelParallelism{.chunks = {{.num_layers = 2, .has_head = false}}});
   LanguageModel last(config, kSeed,
-                  ModelParallelism{.chunks = {{.first_layer = 2, .has_embedding = false}}});
+                     ModelParallelism{.chunks = {{.first_layer = 2, .has_embedding = false}}});
   LanguageModel whole(config, kSeed);
   ASSERT_NE(first.embedding_copy(), nullptr);
   ASSERT_NE(last.embedding_copy(), nullptr);
@@ -203,8 +205,8 @@ TEST(PipelineStageTest, TiedEmbeddingCopiesStartEqual) {
 TEST(PipelineStageDeathTest, EmbeddingOnlyOnTheFirstChunk) {
   const ModelConfig config = FourLayerConfig(/*tie=*/false);
   EXPECT_DEATH(LanguageModel(config, kSeed,
-                          ModelParallelism{.chunks = {{.num_layers = 1, .has_embedding = false},
-                                                      {.first_layer = 2, .num_layers = 1}}}),
+                             ModelParallelism{.chunks = {{.num_layers = 1, .has_embedding = false},
+                                                         {.first_layer = 2, .num_layers = 1}}}),
                "only the first chunk may hold the embedding");
 }
 

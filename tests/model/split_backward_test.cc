@@ -28,7 +28,8 @@ constexpr uint64_t kSeed = 77;
 
 std::vector<int32_t> Tokens(const ModelConfig& c, int mb, int offset) {
   std::vector<int32_t> t(kBatch * kSeq);
-  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>((5 * i + 3 * mb + offset) % c.vocab_size());
+  for (size_t i = 0; i < t.size(); ++i)
+    t[i] = static_cast<int32_t>((5 * i + 3 * mb + offset) % c.vocab_size());
   return t;
 }
 
@@ -56,24 +57,28 @@ void CheckSplitMatchesFused(const ModelConfig& config, Recompute recompute = Rec
   for (int mb = 0; mb < kMicroBatches; ++mb) {
     if (!chunk.has_embedding) {
       hidden_in[mb] = Tensor::Empty({rows, hidden});
-      for (int64_t i = 0; i < hidden_in[mb].numel(); ++i) hidden_in[mb].f32()[i] = 0.1f * ((i * 7 + mb) % 13) - 0.6f;
+      for (int64_t i = 0; i < hidden_in[mb].numel(); ++i)
+        hidden_in[mb].f32()[i] = 0.1f * ((i * 7 + mb) % 13) - 0.6f;
     }
     if (!chunk.has_head) {
       d_out[mb] = Tensor::Empty({rows, hidden});
-      for (int64_t i = 0; i < d_out[mb].numel(); ++i) d_out[mb].f32()[i] = 0.01f * ((i * 5 + mb) % 11) - 0.05f;
+      for (int64_t i = 0; i < d_out[mb].numel(); ++i)
+        d_out[mb].f32()[i] = 0.01f * ((i * 5 + mb) % 11) - 0.05f;
     }
   }
   for (LanguageModel* model : {&fused, &split}) {
     for (int mb = 0; mb < kMicroBatches; ++mb) {
       const std::vector<int32_t> inputs = Tokens(config, mb, 0), targets = Tokens(config, mb, 1);
       double loss = 0;
-      model->ForwardStage(mb, 0, inputs.data(), hidden_in[mb], targets.data(), kBatch, kSeq, grad_scale, &loss);
+      model->ForwardStage(mb, 0, inputs.data(), hidden_in[mb], targets.data(), kBatch, kSeq,
+                          grad_scale, &loss);
     }
   }
   std::vector<std::vector<int64_t>> fused_ready(kMicroBatches), split_ready(kMicroBatches);
   std::vector<Tensor> fused_d(kMicroBatches), split_d(kMicroBatches);
   for (int mb = 0; mb < kMicroBatches; ++mb) {
-    const Tensor d = fused.BackwardStage(mb, 0, d_out[mb], [&](int64_t x) { fused_ready[mb].push_back(x); });
+    const Tensor d =
+        fused.BackwardStage(mb, 0, d_out[mb], [&](int64_t x) { fused_ready[mb].push_back(x); });
     if (d.defined()) fused_d[mb] = d.Clone();
   }
   for (int mb = 0; mb < kMicroBatches; ++mb) {
@@ -83,14 +88,16 @@ void CheckSplitMatchesFused(const ModelConfig& config, Recompute recompute = Rec
   // B alone leaves every weight gradient untouched.
   for (const Parameter& p : split.parameters().all()) {
     if (!p.trainable) continue;
-    for (int64_t i = 0; i < p.grad.numel(); ++i) ASSERT_EQ(p.grad.f32()[i], 0.0f) << p.name << " after B";
+    for (int64_t i = 0; i < p.grad.numel(); ++i)
+      ASSERT_EQ(p.grad.f32()[i], 0.0f) << p.name << " after B";
   }
   for (int mb = 0; mb < kMicroBatches; ++mb) {
     split.BackwardWeightStage(mb, 0, [&](int64_t x) { split_ready[mb].push_back(x); });
   }
   for (int mb = 0; mb < kMicroBatches; ++mb) {
     EXPECT_EQ(fused_d[mb].defined(), !chunk.has_embedding);
-    if (fused_d[mb].defined()) EXPECT_TRUE(SameBits(split_d[mb], fused_d[mb])) << "d hidden_in of micro-batch " << mb;
+    if (fused_d[mb].defined())
+      EXPECT_TRUE(SameBits(split_d[mb], fused_d[mb])) << "d hidden_in of micro-batch " << mb;
     EXPECT_EQ(split_ready[mb], fused_ready[mb]) << "readiness offsets of micro-batch " << mb;
   }
   int compared = 0;
@@ -107,7 +114,9 @@ void CheckSplitMatchesFused(const ModelConfig& config, Recompute recompute = Rec
   EXPECT_GT(compared, 0);
 }
 
-TEST(SplitBackwardTest, DenseModel) { CheckSplitMatchesFused(testing::TinyGqaConfig(/*tie_word_embeddings=*/false)); }
+TEST(SplitBackwardTest, DenseModel) {
+  CheckSplitMatchesFused(testing::TinyGqaConfig(/*tie_word_embeddings=*/false));
+}
 
 TEST(SplitBackwardTest, TiedEmbeddingsAndMultiTokenPrediction) {
   ModelConfig c = testing::TinyGqaConfig(/*tie_word_embeddings=*/true);
@@ -116,23 +125,27 @@ TEST(SplitBackwardTest, TiedEmbeddingsAndMultiTokenPrediction) {
 }
 
 TEST(SplitBackwardTest, MlaAndMixtureOfExperts) {
-  ModelConfig c = testing::WithTinyMoe(testing::TinyMlaConfig(/*tie_word_embeddings=*/false, /*q_lora_rank=*/6),
-                                       /*aux_loss_alpha=*/0.1);
+  ModelConfig c =
+      testing::WithTinyMoe(testing::TinyMlaConfig(/*tie_word_embeddings=*/false, /*q_lora_rank=*/6),
+                           /*aux_loss_alpha=*/0.1);
   CheckSplitMatchesFused(c);
 }
 
 TEST(SplitBackwardTest, SelectiveRecompute) {
   CheckSplitMatchesFused(testing::TinyGqaConfig(false), Recompute::kSelective);
-  CheckSplitMatchesFused(testing::WithTinyMoe(testing::TinyGqaConfig(false), 0.1), Recompute::kSelective);
+  CheckSplitMatchesFused(testing::WithTinyMoe(testing::TinyGqaConfig(false), 0.1),
+                         Recompute::kSelective);
 }
 
 // A middle pipeline stage: its B hands back d hidden_in, which must not wait for W.
 TEST(SplitBackwardTest, MiddleStage) {
   ModelConfig c = testing::TinyGqaConfig(false, /*layers=*/3);
-  CheckSplitMatchesFused(c, Recompute::kNone,
-                         PipelineStage{.first_layer = 1, .num_layers = 1, .has_embedding = false, .has_head = false});
-  CheckSplitMatchesFused(c, Recompute::kNone,
-                         PipelineStage{.first_layer = 1, .num_layers = 2, .has_embedding = false, .has_head = true});
+  CheckSplitMatchesFused(
+      c, Recompute::kNone,
+      PipelineStage{.first_layer = 1, .num_layers = 1, .has_embedding = false, .has_head = false});
+  CheckSplitMatchesFused(
+      c, Recompute::kNone,
+      PipelineStage{.first_layer = 1, .num_layers = 2, .has_embedding = false, .has_head = true});
 }
 
 TEST(SplitBackwardTest, Bf16) {
@@ -147,8 +160,9 @@ TEST(SplitBackwardDeathTest, ForwardIntoASlotAwaitingItsWeightGradients) {
   double loss = 0;
   model.ForwardStage(0, 0, inputs.data(), Tensor(), targets.data(), kBatch, kSeq, 1.0f, &loss);
   model.BackwardInputStage(0, 0, Tensor());
-  EXPECT_DEATH(model.ForwardStage(0, 0, inputs.data(), Tensor(), targets.data(), kBatch, kSeq, 1.0f, &loss),
-               "before the backward of its last forward");
+  EXPECT_DEATH(
+      model.ForwardStage(0, 0, inputs.data(), Tensor(), targets.data(), kBatch, kSeq, 1.0f, &loss),
+      "before the backward of its last forward");
   EXPECT_DEATH(model.BackwardWeightStage(0, 1), "without the input-gradient half");
 }
 

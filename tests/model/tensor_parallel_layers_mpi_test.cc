@@ -82,8 +82,8 @@ Communicator& TensorGroup(int tp) {
   return *group;
 }
 
-#define SKIP_UNLESS_WORLD_DIVIDES(tp)                                                  \
-  if (World().size() % (tp) != 0) {                                                    \
+#define SKIP_UNLESS_WORLD_DIVIDES(tp)                                                      \
+  if (World().size() % (tp) != 0) {                                                        \
     GTEST_SKIP() << "tp " << (tp) << " does not divide the world size " << World().size(); \
   }
 
@@ -304,7 +304,8 @@ std::vector<float> GatherGlobal(const Tensor& local, const Parameter& p, Communi
   int32_t my_index = p.shard.index, my_dim = p.shard.dim;
   tp.AllGather(Tensor::View(&my_index, {1}, DType::kI32),
                Tensor::View(indices.data(), {n}, DType::kI32));
-  tp.AllGather(Tensor::View(&my_dim, {1}, DType::kI32), Tensor::View(dims.data(), {n}, DType::kI32));
+  tp.AllGather(Tensor::View(&my_dim, {1}, DType::kI32),
+               Tensor::View(dims.data(), {n}, DType::kI32));
   for (int k = 0; k < n; ++k) EXPECT_EQ(dims[k], p.shard.dim) << p.name;
 
   std::vector<float> global(NumElements(p.global_shape), 0.0f);
@@ -325,8 +326,8 @@ std::vector<float> GatherGlobal(const Tensor& local, const Parameter& p, Communi
       global[g] = v;
     }
   }
-  const int64_t wrong = std::count_if(holders.begin(), holders.end(),
-                                      [&](int h) { return h != p.shard.replicas; });
+  const int64_t wrong =
+      std::count_if(holders.begin(), holders.end(), [&](int h) { return h != p.shard.replicas; });
   EXPECT_EQ(wrong, 0) << p.name << ": elements not held by exactly " << p.shard.replicas
                       << " ranks";
   return global;
@@ -376,11 +377,11 @@ void ExpectModelMatchesTheSingleRankModel(const ModelConfig& config, int tp_size
   for (int m = 0; m < kMicroBatches; ++m) {
     const std::vector<int32_t> inputs = Tokens(m, 3, config.vocab_size());
     const std::vector<int32_t> targets = Tokens(m, 40, config.vocab_size());
-    const double want = testing::ForwardBackward(reference, inputs.data(), targets.data(), kBatch, kSeq,
-                                                  grad_scale);
+    const double want = testing::ForwardBackward(reference, inputs.data(), targets.data(), kBatch,
+                                                 kSeq, grad_scale);
     ReadyRecorder recorder(model.parameters().flat_grads());
     const double got = testing::ForwardBackward(model, inputs.data(), targets.data(), kBatch, kSeq,
-                                             grad_scale, std::ref(recorder));
+                                                grad_scale, std::ref(recorder));
     EXPECT_NEAR(got, want, kTol.loss_rel * std::fabs(want)) << "micro-batch " << m;
     EXPECT_NEAR(testing::ForwardLoss(model, inputs.data(), targets.data(), kBatch, kSeq), want,
                 kTol.loss_rel * std::fabs(want));
@@ -485,16 +486,21 @@ TEST_P(PaddedVocabularyTest, LossAndGradientsAreTheUnpaddedModelsBitForBit) {
   ASSERT_EQ(reference.parameters().Find("model.embed_tokens.weight")->value.dim(0), vocab);
   const float grad_scale = 1.0f / (kBatch * kSeq);
   const std::vector<int32_t> inputs = Tokens(0, 3, vocab), targets = Tokens(0, 40, vocab);
-  EXPECT_EQ(testing::ForwardBackward(model, inputs.data(), targets.data(), kBatch, kSeq, grad_scale),
-            testing::ForwardBackward(reference, inputs.data(), targets.data(), kBatch, kSeq, grad_scale));
+  EXPECT_EQ(
+      testing::ForwardBackward(model, inputs.data(), targets.data(), kBatch, kSeq, grad_scale),
+      testing::ForwardBackward(reference, inputs.data(), targets.data(), kBatch, kSeq, grad_scale));
   testing::SumPartialGradients(model);
   testing::SumPartialGradients(reference);
   for (const Parameter& p : model.parameters().all()) {
     const Parameter* want = reference.parameters().Find(p.name);
     ASSERT_NE(want, nullptr) << p.name;
     float spread = 0;
-    EXPECT_TRUE(GatherGlobal(p.value, p, tp, &spread) == GatherGlobal(want->value, *want, tp, &spread)) << p.name;
-    EXPECT_TRUE(GatherGlobal(p.grad, p, tp, &spread) == GatherGlobal(want->grad, *want, tp, &spread)) << p.name;
+    EXPECT_TRUE(GatherGlobal(p.value, p, tp, &spread) ==
+                GatherGlobal(want->value, *want, tp, &spread))
+        << p.name;
+    EXPECT_TRUE(GatherGlobal(p.grad, p, tp, &spread) ==
+                GatherGlobal(want->grad, *want, tp, &spread))
+        << p.name;
   }
 }
 
@@ -505,14 +511,15 @@ INSTANTIATE_TEST_SUITE_P(Vocabularies, PaddedVocabularyTest,
                                   (std::get<1>(info.param) ? "_tied" : "_untied");
                          });
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, ModelTest,
-    ::testing::Combine(::testing::Values(2, 4), ::testing::Bool(), ::testing::Bool(), ::testing::Values(64, 1001)),
-    [](const auto& info) {
-      return "tp" + std::to_string(std::get<0>(info.param)) +
-             (std::get<1>(info.param) ? "_tied" : "_untied") +
-             (std::get<2>(info.param) ? "_sp" : "") + "_vocab" + std::to_string(std::get<3>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Layouts, ModelTest,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Bool(),
+                                            ::testing::Bool(), ::testing::Values(64, 1001)),
+                         [](const auto& info) {
+                           return "tp" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_tied" : "_untied") +
+                                  (std::get<2>(info.param) ? "_sp" : "") + "_vocab" +
+                                  std::to_string(std::get<3>(info.param));
+                         });
 
 }  // namespace
 }  // namespace tetra

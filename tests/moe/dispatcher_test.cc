@@ -17,8 +17,7 @@ namespace {
 
 // Tolerances, with their reasons.
 // Central differences of an fp32 forward (h = 1e-2) through two GEMMs and SwiGLU.
-constexpr testing::GradCheckOptions kGradCheck = {.step = 1e-2, .rel_tol = 2e-2,
-                                                  .abs_tol = 2e-4};
+constexpr testing::GradCheckOptions kGradCheck = {.step = 1e-2, .rel_tol = 2e-2, .abs_tol = 2e-4};
 
 Tensor Random(const Shape& shape, uint64_t stream, float scale = 1.0f) {
   Tensor t = Tensor::Empty(shape);
@@ -30,7 +29,9 @@ Tensor Random(const Shape& shape, uint64_t stream, float scale = 1.0f) {
 std::vector<float> Values(const Tensor& t) { return {t.f32(), t.f32() + t.numel()}; }
 
 // The first `n` int32 values of t.
-std::vector<int32_t> Ints(const Tensor& t, int64_t n) { return {t.data<int32_t>(), t.data<int32_t>() + n}; }
+std::vector<int32_t> Ints(const Tensor& t, int64_t n) {
+  return {t.data<int32_t>(), t.data<int32_t>() + n};
+}
 
 // A router's choice of `expert` (N k ids) with `weights` (N, k).
 Routing Choice(const std::vector<int32_t>& expert, const Tensor& weights) {
@@ -113,8 +114,8 @@ TEST(DispatcherTest, DispatchExpertsCombineGradients) {
   std::vector<ExpertWeights> w(experts);
   for (int e = 0; e < experts; ++e) {
     w[e] = {Random({inter, c}, 10 + e, 0.5f), Random({inter, c}, 20 + e, 0.5f),
-            Random({c, inter}, 30 + e, 0.5f), Tensor::Zeros({inter, c}), Tensor::Zeros({inter, c}),
-            Tensor::Zeros({c, inter})};
+            Random({c, inter}, 30 + e, 0.5f), Tensor::Zeros({inter, c}),
+            Tensor::Zeros({inter, c}),        Tensor::Zeros({c, inter})};
   }
   const std::vector<float> probe = testing::RandomVector(n * c, 6);
   DispatchPlan plan;

@@ -33,7 +33,9 @@ TEST(MetricsLogTest, JsonHasContractFieldsInOrder) {
   StepMetrics with_mfu = Example();
   with_mfu.mfu = 0.125;
   with_mfu.val_loss = 2.75;
-  EXPECT_THAT(MetricsJson(with_mfu), HasSubstr("\"tflops\": 0.5, \"mfu\": 0.125, \"loss_floor\": 1.5, \"val_loss\": 2.75"));
+  EXPECT_THAT(
+      MetricsJson(with_mfu),
+      HasSubstr("\"tflops\": 0.5, \"mfu\": 0.125, \"loss_floor\": 1.5, \"val_loss\": 2.75"));
 }
 
 TEST(MetricsLogTest, BreakdownAndRunLayoutFollowTheStepTime) {
@@ -44,16 +46,20 @@ TEST(MetricsLogTest, BreakdownAndRunLayoutFollowTheStepTime) {
   m.comm_exposed_s_tp = 0.03125;
   m.peak_memory_bytes = 1024;
   m.run = RunLayout{MeshShape::Of(2, 2, 2), 16, 2, 128, 1};
-  EXPECT_THAT(MetricsJson(m), HasSubstr("\"loss_floor\": 1.5, \"peak_memory_bytes\": 1024, \"step_time_s\": 0.25, "
-                                        "\"fwd_s\": 0.125, \"bwd_s\": 0.0625, \"comm_exposed_s\": 0.03125, "
-                                        "\"comm_exposed_s_tp\": 0.03125, \"world_size\": 8, \"tensor\": 2, "
-                                        "\"context\": 1, \"pipeline\": 2, \"data\": 2, \"expert\": 1, \"global_batch_size\": 16, "
-                                        "\"micro_batch_size\": 2, \"seq_length\": 128, \"zero_stage\": 1, "
-                                        "\"virtual_stages\": 1, \"schedule\": \"ONE_F_ONE_B\"}"));
+  EXPECT_THAT(
+      MetricsJson(m),
+      HasSubstr(
+          "\"loss_floor\": 1.5, \"peak_memory_bytes\": 1024, \"step_time_s\": 0.25, "
+          "\"fwd_s\": 0.125, \"bwd_s\": 0.0625, \"comm_exposed_s\": 0.03125, "
+          "\"comm_exposed_s_tp\": 0.03125, \"world_size\": 8, \"tensor\": 2, "
+          "\"context\": 1, \"pipeline\": 2, \"data\": 2, \"expert\": 1, \"global_batch_size\": 16, "
+          "\"micro_batch_size\": 2, \"seq_length\": 128, \"zero_stage\": 1, "
+          "\"virtual_stages\": 1, \"schedule\": \"ONE_F_ONE_B\"}"));
   // The schedule by its config name, so a report can tell ZB-H1 from 1F1B.
   m.run->schedule = ParallelConfig::DUALPIPE_V;
   m.run->virtual_stages = 2;
-  EXPECT_THAT(MetricsJson(m), HasSubstr("\"zero_stage\": 1, \"virtual_stages\": 2, \"schedule\": \"DUALPIPE_V\"}"));
+  EXPECT_THAT(MetricsJson(m),
+              HasSubstr("\"zero_stage\": 1, \"virtual_stages\": 2, \"schedule\": \"DUALPIPE_V\"}"));
 }
 
 TEST(MetricsLogTest, MixtureOfExpertsFields) {
@@ -96,11 +102,12 @@ TEST(MetricsLogTest, FileStartsAfreshAndGetsOneLinePerStep) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
-  EXPECT_EQ(text.str(), MetricsJson(Example()) + "\n" + [] {
-    StepMetrics m = Example();
-    m.step = 4;
-    return MetricsJson(m);
-  }() + "\n");
+  EXPECT_EQ(
+      text.str(), MetricsJson(Example()) + "\n" + [] {
+        StepMetrics m = Example();
+        m.step = 4;
+        return MetricsJson(m);
+      }() + "\n");
 }
 
 // A run resumed after step 2 keeps steps 1 and 2 and redoes 3 onwards.

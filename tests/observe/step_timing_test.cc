@@ -58,11 +58,13 @@ TEST(StepTimingTest, SingleRankMetricsCarryItsOwnBreakdown) {
   EXPECT_EQ(*m.comm_exposed_s, 0.125);
   EXPECT_EQ(*m.peak_memory_bytes, 4096);
   // Per-group fields only for groups of more than one rank.
-  EXPECT_FALSE(m.comm_exposed_s_tp || m.comm_exposed_s_dp || m.comm_exposed_s_pp || m.comm_exposed_s_ep);
+  EXPECT_FALSE(m.comm_exposed_s_tp || m.comm_exposed_s_dp || m.comm_exposed_s_pp ||
+               m.comm_exposed_s_ep);
   const std::string json = MetricsJson(m);
   EXPECT_NE(json.find("\"peak_memory_bytes\": 4096"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"fwd_s\": 0.5, \"bwd_s\": 1, \"optimizer_s\": 0.25, \"comm_exposed_s\": 0.125"),
-            std::string::npos)
+  EXPECT_NE(
+      json.find("\"fwd_s\": 0.5, \"bwd_s\": 1, \"optimizer_s\": 0.25, \"comm_exposed_s\": 0.125"),
+      std::string::npos)
       << json;
 }
 

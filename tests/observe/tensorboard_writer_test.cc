@@ -7,8 +7,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 
 #include "core/json.h"
 #include "gtest/gtest.h"
@@ -35,7 +35,8 @@ uint32_t Masked(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u
 
 uint64_t LittleEndian(const std::string& bytes, size_t at, int width) {
   uint64_t value = 0;
-  for (int i = width - 1; i >= 0; --i) value = value << 8 | static_cast<unsigned char>(bytes[at + i]);
+  for (int i = width - 1; i >= 0; --i)
+    value = value << 8 | static_cast<unsigned char>(bytes[at + i]);
   return value;
 }
 
@@ -46,10 +47,12 @@ std::optional<std::vector<tensorboard::Event>> ReadEvents(const std::string& byt
   while (at < bytes.size()) {
     if (bytes.size() - at < 12) return std::nullopt;
     const uint64_t length = LittleEndian(bytes, at, 8);
-    if (LittleEndian(bytes, at + 8, 4) != Masked(BitwiseCrc32c(bytes.substr(at, 8)))) return std::nullopt;
+    if (LittleEndian(bytes, at + 8, 4) != Masked(BitwiseCrc32c(bytes.substr(at, 8))))
+      return std::nullopt;
     if (bytes.size() - at - 12 < length + 4) return std::nullopt;
     const std::string data = bytes.substr(at + 12, length);
-    if (LittleEndian(bytes, at + 12 + length, 4) != Masked(BitwiseCrc32c(data))) return std::nullopt;
+    if (LittleEndian(bytes, at + 12 + length, 4) != Masked(BitwiseCrc32c(data)))
+      return std::nullopt;
     tensorboard::Event event;
     if (!event.ParseFromString(data)) return std::nullopt;
     events.push_back(event);
@@ -68,7 +71,9 @@ TEST(TensorBoardWriterTest, ReaderGetsBackEveryScalarAndRejectsACorruptByte) {
   std::filesystem::remove_all(dir);
   auto writer = TensorBoardWriter::Open(dir);
   ASSERT_TRUE(writer.ok()) << writer.status();
-  EXPECT_EQ(std::filesystem::path(writer->path()).filename().string().rfind("events.out.tfevents.", 0), 0u);
+  EXPECT_EQ(
+      std::filesystem::path(writer->path()).filename().string().rfind("events.out.tfevents.", 0),
+      0u);
   std::vector<StepMetrics> steps(2);
   for (int i = 0; i < 2; ++i) {
     steps[i].step = i + 1;
@@ -92,9 +97,13 @@ TEST(TensorBoardWriterTest, ReaderGetsBackEveryScalarAndRejectsACorruptByte) {
     EXPECT_GT(e.wall_time(), 1.6e9);  // seconds since 1970, after 2020
     std::map<std::string, double> got;
     for (const auto& v : e.summary().value()) got[v.tag()] = v.simple_value();
-    const std::map<std::string, double> want = {{"loss", steps[i].loss}, {"lr", 3e-4}, {"grad_norm", 1.5},
-                                                {"tokens_per_s", 12345.678}, {"tflops", 0.0125},
-                                                {"step_time_s", 0.2}, {"mfu", 0.41}};
+    const std::map<std::string, double> want = {{"loss", steps[i].loss},
+                                                {"lr", 3e-4},
+                                                {"grad_norm", 1.5},
+                                                {"tokens_per_s", 12345.678},
+                                                {"tflops", 0.0125},
+                                                {"step_time_s", 0.2},
+                                                {"mfu", 0.41}};
     ASSERT_EQ(got.size(), want.size());
     for (const auto& [tag, value] : want) {
       ASSERT_TRUE(got.count(tag)) << tag;
@@ -122,13 +131,30 @@ TEST(TensorBoardWriterTest, EveryNumberOfTheMetricsLineIsAScalar) {
   StepMetrics m;
   m.step = 7;
   int next = 1;
-  for (double* v : {&m.loss, &m.lr, &m.grad_norm, &m.tokens_per_s, &m.tflops, &m.step_time_s}) *v = next++;
-  for (std::optional<double>* v :
-       {&m.mfu, &m.loss_floor, &m.val_loss, &m.param_bytes, &m.grad_bytes, &m.optimizer_bytes,
-        &m.comm_exposed_s_dp, &m.bubble_fraction, &m.fwd_s, &m.bwd_s, &m.optimizer_s, &m.comm_exposed_s,
-        &m.comm_exposed_s_tp, &m.comm_exposed_s_ep, &m.comm_exposed_s_pp, &m.peak_memory_bytes,
-        &m.aux_loss, &m.moe_load_imbalance, &m.dropped_tokens, &m.all_to_all_bytes, &m.device_mallocs,
-        &m.mtp_loss}) {
+  for (double* v : {&m.loss, &m.lr, &m.grad_norm, &m.tokens_per_s, &m.tflops, &m.step_time_s})
+    *v = next++;
+  for (std::optional<double>* v : {&m.mfu,
+                                   &m.loss_floor,
+                                   &m.val_loss,
+                                   &m.param_bytes,
+                                   &m.grad_bytes,
+                                   &m.optimizer_bytes,
+                                   &m.comm_exposed_s_dp,
+                                   &m.bubble_fraction,
+                                   &m.fwd_s,
+                                   &m.bwd_s,
+                                   &m.optimizer_s,
+                                   &m.comm_exposed_s,
+                                   &m.comm_exposed_s_tp,
+                                   &m.comm_exposed_s_ep,
+                                   &m.comm_exposed_s_pp,
+                                   &m.peak_memory_bytes,
+                                   &m.aux_loss,
+                                   &m.moe_load_imbalance,
+                                   &m.dropped_tokens,
+                                   &m.all_to_all_bytes,
+                                   &m.device_mallocs,
+                                   &m.mtp_loss}) {
     *v = next++;
   }
   m.run = RunLayout{MeshShape::Of(2, 2, 2), 16, 2, 128, 1};
@@ -146,7 +172,8 @@ TEST(TensorBoardWriterTest, EveryNumberOfTheMetricsLineIsAScalar) {
   for (size_t i = 0; i < line->keys.size(); ++i) {
     if (line->keys[i] == "step" || line->items[i].kind != JsonValue::Kind::kNumber) continue;
     numbers.insert(line->keys[i]);
-    ASSERT_TRUE(scalars.count(line->keys[i])) << line->keys[i] << " is in the metrics but not in TensorBoard";
+    ASSERT_TRUE(scalars.count(line->keys[i]))
+        << line->keys[i] << " is in the metrics but not in TensorBoard";
     EXPECT_EQ(scalars[line->keys[i]], line->items[i].number) << line->keys[i];
   }
   EXPECT_EQ(numbers.size(), scalars.size());

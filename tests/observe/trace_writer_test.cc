@@ -33,13 +33,20 @@ TEST(TraceWriterTest, EventsCarryPidTrackAndMicroseconds) {
                                             {SpanKind::kStep, "step", 10, 100, 4},
                                             {SpanKind::kForward, "forward", 11, 20, 0}};
   const std::string json = TraceEventsJson(events, 3, RankCoords{.tp = 1, .pp = 1});
-  EXPECT_NE(json.find(R"j("args": {"name": "rank 3 (tp 1, pp 1, dp 0, ep 0)"})j"), std::string::npos) << json;
-  EXPECT_NE(json.find(R"j({"name": "thread_name", "ph": "M", "pid": 3, "tid": 1, "args": {"name": "tp comm"}})j"),
-            std::string::npos);
+  EXPECT_NE(json.find(R"j("args": {"name": "rank 3 (tp 1, pp 1, dp 0, ep 0)"})j"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(
+      json.find(
+          R"j({"name": "thread_name", "ph": "M", "pid": 3, "tid": 1, "args": {"name": "tp comm"}})j"),
+      std::string::npos);
   // Compute track first (the step before the forward it holds), then tp.
-  const size_t step = json.find(R"j("name": "step", "cat": "compute", "ph": "X", "ts": 10.000, "dur": 100.000, "pid": 3, "tid": 0, "args": {"step": 4})j");
-  const size_t forward = json.find(R"j("name": "forward", "cat": "compute", "ph": "X", "ts": 11.000, "dur": 20.000, "pid": 3, "tid": 0, "args": {"micro_batch": 0})j");
-  const size_t reduce = json.find(R"j("name": "all_reduce tp", "cat": "tp comm", "ph": "X", "ts": 12.500, "dur": 3.250, "pid": 3, "tid": 1})j");
+  const size_t step = json.find(
+      R"j("name": "step", "cat": "compute", "ph": "X", "ts": 10.000, "dur": 100.000, "pid": 3, "tid": 0, "args": {"step": 4})j");
+  const size_t forward = json.find(
+      R"j("name": "forward", "cat": "compute", "ph": "X", "ts": 11.000, "dur": 20.000, "pid": 3, "tid": 0, "args": {"micro_batch": 0})j");
+  const size_t reduce = json.find(
+      R"j("name": "all_reduce tp", "cat": "tp comm", "ph": "X", "ts": 12.500, "dur": 3.250, "pid": 3, "tid": 1})j");
   ASSERT_NE(step, std::string::npos) << json;
   ASSERT_NE(forward, std::string::npos) << json;
   ASSERT_NE(reduce, std::string::npos) << json;

@@ -88,7 +88,8 @@ const ParallelState& Job(int tp, int dp) {
     std::iota(ranks.begin(), ranks.end(), first);
     ParallelConfig parallel;
     parallel.set_tensor(tp);
-    absl::StatusOr<ParallelState> made = ParallelState::Create(parallel, World().Split(ranks, "job"));
+    absl::StatusOr<ParallelState> made =
+        ParallelState::Create(parallel, World().Split(ranks, "job"));
     TETRA_CHECK(made.ok()) << made.status();
     state = std::make_unique<ParallelState>(*std::move(made));
   }
@@ -111,8 +112,7 @@ void LoadSamples(int64_t first, int64_t count, int vocab, std::vector<int32_t>& 
 }
 
 // (tp, dp) of the job; the last two run only with 8 ranks.
-constexpr std::pair<int, int> kLayouts[] = {{2, 1}, {4, 1}, {1, 2}, {1, 4},
-                                            {2, 2}, {2, 4}, {4, 2}};
+constexpr std::pair<int, int> kLayouts[] = {{2, 1}, {4, 1}, {1, 2}, {1, 4}, {2, 2}, {2, 4}, {4, 2}};
 
 struct Case {
   int tp, dp;
@@ -156,8 +156,7 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
   ASSERT_EQ(job.tensor().size(), c.tp);
   ASSERT_EQ(dp.size(), c.dp);
   const ModelConfig config = testing::TinyGqaConfig(c.tie);
-  ASSERT_TRUE(
-      ValidateTensorParallel(config, c.tp, c.sequence_parallel, kMicroBatch * kSeq).ok());
+  ASSERT_TRUE(ValidateTensorParallel(config, c.tp, c.sequence_parallel, kMicroBatch * kSeq).ok());
   const float grad_scale = 1.0f / static_cast<float>(kGlobalBatch * kSeq);
   std::vector<int32_t> inputs, targets;
 
@@ -166,8 +165,8 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
   double want_loss = 0;
   for (int64_t first = 0; first < kGlobalBatch; first += kMicroBatch) {
     LoadSamples(first, kMicroBatch, config.vocab_size(), inputs, targets);
-    want_loss += testing::ForwardBackward(reference, inputs.data(), targets.data(), kMicroBatch, kSeq,
-                                           grad_scale);
+    want_loss += testing::ForwardBackward(reference, inputs.data(), targets.data(), kMicroBatch,
+                                          kSeq, grad_scale);
   }
 
   // Step 1 as train/train_step.cc runs it, micro-batch by micro-batch.
@@ -189,12 +188,12 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
   const int64_t rank_batch = kGlobalBatch / c.dp;
   double loss_sum = 0;
   for (int64_t first = 0; first < rank_batch; first += kMicroBatch) {
-    LoadSamples(dp.rank() * rank_batch + first, kMicroBatch, config.vocab_size(), inputs,
-                targets);
+    LoadSamples(dp.rank() * rank_batch + first, kMicroBatch, config.vocab_size(), inputs, targets);
     const bool last = first + kMicroBatch == rank_batch;
     loss_sum += testing::ForwardBackward(
         model, inputs.data(), targets.data(), kMicroBatch, kSeq, grad_scale,
-        last ? LanguageModel::GradientReadyCallback([&](int64_t ready) { optimizer.GradientsReadyFrom(ready); })
+        last ? LanguageModel::GradientReadyCallback(
+                   [&](int64_t ready) { optimizer.GradientsReadyFrom(ready); })
              : nullptr);
   }
   const FinalizedGradients finalized = optimizer.FinalizeGradients();
@@ -202,9 +201,11 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
   // The global norm counts every parameter once, whatever holds it.
   double want_squares = 0;
   for (const Parameter& p : reference.parameters().all()) {
-    for (int64_t g = 0; g < p.grad.numel(); ++g) want_squares += double{p.grad.f32()[g]} * p.grad.f32()[g];
+    for (int64_t g = 0; g < p.grad.numel(); ++g)
+      want_squares += double{p.grad.f32()[g]} * p.grad.f32()[g];
   }
-  EXPECT_NEAR(finalized.grad_norm, std::sqrt(want_squares), kTol.grad_rel_to_max * std::sqrt(want_squares));
+  EXPECT_NEAR(finalized.grad_norm, std::sqrt(want_squares),
+              kTol.grad_rel_to_max * std::sqrt(want_squares));
   EXPECT_NEAR(SumOverRanks(dp, loss_sum), want_loss, kTol.loss_rel * std::fabs(want_loss));
 
   ASSERT_EQ(store.all().size(), reference.parameters().all().size());
@@ -242,10 +243,9 @@ TEST_P(DataParallelGradientsTest, StepOneGradientsMatchTheSingleRankRun) {
       }
     }
     EXPECT_LE(max_error, kTol.grad_rel_to_max * max_abs)
-        << p.name << " (" << ShapeString(p.value.shape()) << " of "
-        << ShapeString(p.global_shape) << "): largest error " << max_error
-        << " at global element " << worst << " (want " << want_grad[worst]
-        << "), largest gradient " << max_abs;
+        << p.name << " (" << ShapeString(p.value.shape()) << " of " << ShapeString(p.global_shape)
+        << "): largest error " << max_error << " at global element " << worst << " (want "
+        << want_grad[worst] << "), largest gradient " << max_abs;
 
     const Tensor checks_view =
         Tensor::View(checks.data(), {static_cast<int64_t>(checks.size())}, DType::kI32);

@@ -21,8 +21,8 @@
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
 #include "gtest/gtest.h"
-#include "kernels/ops.h"
 #include "kernels/op_profile.h"
+#include "kernels/ops.h"
 #include "optimizer/distributed_optimizer.h"
 #include "parallel/gradient_reducer.h"
 
@@ -191,7 +191,9 @@ Outcome RunDistributed(const std::vector<FlatSegment>& segments, int64_t total, 
     reducer.Finish();
     const double norm = optimizer.GradNorm();
     run.norms.push_back(norm);
-    const auto scale_ops = [] { return ops::OpProfileCalls("Scale") + ops::OpProfileCalls("ScaleMultiTensor"); };
+    const auto scale_ops = [] {
+      return ops::OpProfileCalls("Scale") + ops::OpProfileCalls("ScaleMultiTensor");
+    };
     const int64_t before = scale_ops();
     optimizer.Clip(norm);
     run.clip_ops.push_back(scale_ops() - before);
@@ -284,7 +286,8 @@ TEST_P(DistributedOptimizerTest, Zero0AndZero1MatchTheSingleProcessReference) {
   ops::Cast(ref.values, rounded);
   for (const Outcome* run : {&zero0, &zero1}) {
     int64_t differ = 0;
-    for (int64_t i = 0; i < total; ++i) differ += run->compute.data<uint16_t>()[i] != rounded.data<uint16_t>()[i];
+    for (int64_t i = 0; i < total; ++i)
+      differ += run->compute.data<uint16_t>()[i] != rounded.data<uint16_t>()[i];
     EXPECT_EQ(differ, 0) << (run == &zero0 ? "ZeRO-0" : "ZeRO-1") << " compute copy";
   }
 

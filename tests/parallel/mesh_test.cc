@@ -34,7 +34,8 @@ constexpr int kMaxWorld = 1024;
 constexpr int kAllShapesUpTo = 128;
 constexpr int kShapesPerOtherWorld = 2;
 
-ParallelConfig Parallel(int tp, int pp, int dp, int ep = 1, const std::string& order = "tp-cp-ep-dp-pp") {
+ParallelConfig Parallel(int tp, int pp, int dp, int ep = 1,
+                        const std::string& order = "tp-cp-ep-dp-pp") {
   ParallelConfig config;
   config.set_tensor(tp);
   config.set_pipeline(pp);
@@ -57,12 +58,14 @@ TEST(MeshTest, MegatronSixteenGpuExample) {
   EXPECT_EQ(mesh.shape().dp, 2);
   EXPECT_EQ(mesh.Groups(GroupKind::kTensor),
             (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
-  EXPECT_EQ(mesh.Groups(GroupKind::kPipeline), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kPipeline),
+            (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
   EXPECT_EQ(mesh.Groups(GroupKind::kData),
             (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
   // Model-parallel: the tp x pp ranks of one data replica (dp coordinate 0: the
   // even pairs, 1: the odd pairs); embedding: first and last pipeline stage.
-  EXPECT_EQ(mesh.Groups(GroupKind::kModel), (Groups{{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kModel),
+            (Groups{{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15}}));
   EXPECT_EQ(mesh.Groups(GroupKind::kEmbedding), (Groups{{0, 12}, {1, 13}, {2, 14}, {3, 15}}));
   EXPECT_EQ(mesh.Group(GroupKind::kEmbedding, 5), std::vector<int>{});  // a middle stage
   // No expert parallelism: singleton EP groups, expert-data = data.
@@ -91,7 +94,8 @@ TEST(MeshTest, MoeExampleByHand) {
             (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
   EXPECT_EQ(mesh.Groups(GroupKind::kExpertData),
             (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
-  EXPECT_EQ(mesh.Groups(GroupKind::kData), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kData),
+            (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
   EXPECT_EQ(mesh.Groups(GroupKind::kPipeline),
             (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
   // 13 = 1 + 2*2 + 8*1 (dense) = 1 + 2*0 + 4*1 + 8*1 (expert).
@@ -115,13 +119,15 @@ TEST(MeshTest, ContextParallelExampleByHand) {
             (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
   // Loss and dense gradients add up over data x context: the four ranks of
   // each (tp, pp) holding the same dense weights.
-  EXPECT_EQ(mesh.Groups(GroupKind::kDataContext), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kDataContext),
+            (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
   // Experts are sharded over ep out of those same four ranks.
   EXPECT_EQ(mesh.Groups(GroupKind::kExpert),
             (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
   EXPECT_EQ(mesh.Groups(GroupKind::kExpertData),
             (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
-  EXPECT_EQ(mesh.Groups(GroupKind::kModel), (Groups{{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kModel),
+            (Groups{{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}));
   // 11 = 1 + 2*1 + 4*0 + 8*1 (dense) = 1 + 2*1 + 4*0 + 8*1 (expert).
   EXPECT_EQ(mesh.Coords(11), (RankCoords{.tp = 1, .cp = 1, .ep = 1, .dp = 0, .edp = 0, .pp = 1}));
 }
@@ -134,14 +140,18 @@ TEST(MeshTest, DenseTpPpDpOrderByHand) {
   // base + {0, 2} (bases 0, 1, 4, 5, 8, 9, 12, 13), for "dp" base + {0, 4, 8,
   // 12} (bases 0..3), for "tp-pp" base + {0, 1, 2, 3} (bases 0, 4, 8, 12).
   // The expert grid (ep 1, edp = dp 4) is the same, so Megatron-LM accepts it.
-  const Mesh mesh = MustCreate(Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/4, /*ep=*/1, "tp-cp-ep-pp-dp"), 16);
+  const Mesh mesh =
+      MustCreate(Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/4, /*ep=*/1, "tp-cp-ep-pp-dp"), 16);
   EXPECT_EQ(mesh.Groups(GroupKind::kTensor),
             (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
   EXPECT_EQ(mesh.Groups(GroupKind::kPipeline),
             (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
-  EXPECT_EQ(mesh.Groups(GroupKind::kData), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
-  EXPECT_EQ(mesh.Groups(GroupKind::kModel), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
-  EXPECT_EQ(mesh.Groups(GroupKind::kEmbedding), mesh.Groups(GroupKind::kPipeline));  // two stages: both ends
+  EXPECT_EQ(mesh.Groups(GroupKind::kData),
+            (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kModel),
+            (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
+  EXPECT_EQ(mesh.Groups(GroupKind::kEmbedding),
+            mesh.Groups(GroupKind::kPipeline));  // two stages: both ends
   EXPECT_EQ(mesh.Groups(GroupKind::kExpertData), mesh.Groups(GroupKind::kData));
   // 11 = tp 1 + 2 x pp 1 + 4 x dp 2.
   EXPECT_EQ(mesh.Coords(11), (RankCoords{.tp = 1, .cp = 0, .ep = 0, .dp = 2, .edp = 2, .pp = 1}));
@@ -157,8 +167,10 @@ TEST(MeshTest, MoeDpBeforeEpOrderByHand) {
   // 4 ep + 8 pp, so mask "ep" gives base + {0, 4} (bases 0..3, 8..11) and mask
   // "dp" base + {0, 2} (bases 0, 1, 4, 5, 8, 9, 12, 13): the EP and EDP groups
   // of the default order swapped.
-  const Mesh mesh = MustCreate(Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/4, /*ep=*/2, "tp-cp-dp-ep-pp"), 16);
-  EXPECT_EQ(mesh.Groups(GroupKind::kData), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  const Mesh mesh =
+      MustCreate(Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/4, /*ep=*/2, "tp-cp-dp-ep-pp"), 16);
+  EXPECT_EQ(mesh.Groups(GroupKind::kData),
+            (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
   EXPECT_EQ(mesh.Groups(GroupKind::kPipeline),
             (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
   EXPECT_EQ(mesh.Groups(GroupKind::kExpert),
@@ -176,7 +188,8 @@ using Sizes = std::array<int, 5>;
 
 // The order string's axes as slots, fastest first.
 std::vector<int> Slots(const std::string& order) {
-  const std::map<std::string, int> slot = {{"tp", kTp}, {"cp", kCp}, {"ep", kEp}, {"dp", kDp}, {"pp", kPp}};
+  const std::map<std::string, int> slot = {
+      {"tp", kTp}, {"cp", kCp}, {"ep", kEp}, {"dp", kDp}, {"pp", kPp}};
   std::vector<int> slots;
   size_t start = 0;
   for (size_t dash; (dash = order.find('-', start)) != std::string::npos; start = dash + 1) {
@@ -240,8 +253,9 @@ RankCoords Shared(RankCoords coords, const KindSemantics& k) {
 
 void ExpectLayoutHolds(const Mesh& mesh, const std::vector<int>& order) {
   const MeshShape& s = mesh.shape();
-  SCOPED_TRACE(::testing::Message() << "world " << s.world << " tp " << s.tp << " pp " << s.pp << " dp " << s.dp
-                                    << " ep " << s.ep << " order " << mesh.order());
+  SCOPED_TRACE(::testing::Message()
+               << "world " << s.world << " tp " << s.tp << " pp " << s.pp << " dp " << s.dp
+               << " ep " << s.ep << " order " << mesh.order());
   ASSERT_EQ(s.tp * s.cp * s.pp * s.dp, s.world);
   ASSERT_EQ(s.tp * s.ep * s.edp * s.pp, s.world);
   const Sizes dense_sizes = {s.tp, s.cp, 1, s.dp, s.pp};
@@ -265,11 +279,20 @@ void ExpectLayoutHolds(const Mesh& mesh, const std::vector<int>& order) {
   const std::vector<KindSemantics> semantics = {
       {GroupKind::kTensor, {&RankCoords::tp}, &RankCoords::tp, {&MeshShape::tp}},
       {GroupKind::kContext, {&RankCoords::cp}, &RankCoords::cp, {&MeshShape::cp}},
-      {GroupKind::kData, {&RankCoords::dp, &RankCoords::ep, &RankCoords::edp}, &RankCoords::dp, {&MeshShape::dp}},
+      {GroupKind::kData,
+       {&RankCoords::dp, &RankCoords::ep, &RankCoords::edp},
+       &RankCoords::dp,
+       {&MeshShape::dp}},
       {GroupKind::kPipeline, {&RankCoords::pp}, &RankCoords::pp, {&MeshShape::pp}},
       {GroupKind::kExpert, {&RankCoords::ep, &RankCoords::dp}, &RankCoords::ep, {&MeshShape::ep}},
-      {GroupKind::kExpertData, {&RankCoords::edp, &RankCoords::dp}, &RankCoords::edp, {&MeshShape::edp}},
-      {GroupKind::kModel, {&RankCoords::tp, &RankCoords::pp}, nullptr, {&MeshShape::tp, &MeshShape::pp}},
+      {GroupKind::kExpertData,
+       {&RankCoords::edp, &RankCoords::dp},
+       &RankCoords::edp,
+       {&MeshShape::edp}},
+      {GroupKind::kModel,
+       {&RankCoords::tp, &RankCoords::pp},
+       nullptr,
+       {&MeshShape::tp, &MeshShape::pp}},
   };
   for (const KindSemantics& k : semantics) {
     SCOPED_TRACE(GroupKindName(k.kind));
@@ -336,7 +359,8 @@ TEST(MeshTest, FactorisationsOfWorldsUpTo1024) {
       }
     }
     const bool all = world <= kAllShapesUpTo || (world & (world - 1)) == 0;
-    const int count = all ? static_cast<int>(tp_pp.size()) : std::min<int>(kShapesPerOtherWorld, tp_pp.size());
+    const int count =
+        all ? static_cast<int>(tp_pp.size()) : std::min<int>(kShapesPerOtherWorld, tp_pp.size());
     for (int i = 0; i < count; ++i) {
       // Skip through the other worlds' shapes so that different ones are picked.
       const auto [tp, pp] = tp_pp[all ? i : (world * 7 + i) % tp_pp.size()];
@@ -347,13 +371,15 @@ TEST(MeshTest, FactorisationsOfWorldsUpTo1024) {
       }
       const int ep = eps[shapes % eps.size()];
       // Half the shapes get the default order, the rest cycle through all.
-      const std::string order = shapes % 2 == 0 ? "tp-cp-ep-dp-pp" : orders[shapes / 2 % orders.size()];
+      const std::string order =
+          shapes % 2 == 0 ? "tp-cp-ep-dp-pp" : orders[shapes / 2 % orders.size()];
       ++shapes;
       // Data given or derived (0).
-      absl::StatusOr<Mesh> mesh = Mesh::Create(Parallel(tp, pp, shapes % 3 == 0 ? 0 : dp, ep, order), world);
+      absl::StatusOr<Mesh> mesh =
+          Mesh::Create(Parallel(tp, pp, shapes % 3 == 0 ? 0 : dp, ep, order), world);
       ASSERT_EQ(mesh.ok(), OrderAccepted(Slots(order), tp, dp, pp, ep))
-          << "world " << world << " tp " << tp << " pp " << pp << " ep " << ep << " order " << order << ": "
-          << mesh.status().message();
+          << "world " << world << " tp " << tp << " pp " << pp << " ep " << ep << " order " << order
+          << ": " << mesh.status().message();
       if (!mesh.ok()) {
         // The hint's order works for the same shape.
         const std::string message = Message(mesh.status());
@@ -370,14 +396,20 @@ TEST(MeshTest, FactorisationsOfWorldsUpTo1024) {
   EXPECT_GT(accepted, shapes / 2);
 }
 
-absl::Status CreateStatus(const ParallelConfig& config, int world) { return Mesh::Create(config, world).status(); }
+absl::Status CreateStatus(const ParallelConfig& config, int world) {
+  return Mesh::Create(config, world).status();
+}
 
 TEST(MeshTest, ProductMustEqualTheWorldSize) {
   absl::Status status = CreateStatus(Parallel(/*tp=*/2, /*pp=*/4, /*dp=*/3), 16);
-  EXPECT_THAT(status.message(), HasSubstr("tensor 2 x context 1 x pipeline 4 x data 3 = 24, but the world size is 16"));
+  EXPECT_THAT(
+      status.message(),
+      HasSubstr("tensor 2 x context 1 x pipeline 4 x data 3 = 24, but the world size is 16"));
   EXPECT_THAT(status.message(), HasSubstr("\nhint: set parallel.data to 2"));
   status = CreateStatus(Parallel(/*tp=*/3, /*pp=*/1, /*dp=*/2), 16);
-  EXPECT_THAT(status.message(), HasSubstr("tensor 3 x context 1 x pipeline 1 x data 2 = 6, but the world size is 16"));
+  EXPECT_THAT(
+      status.message(),
+      HasSubstr("tensor 3 x context 1 x pipeline 1 x data 2 = 6, but the world size is 16"));
   EXPECT_THAT(status.message(), HasSubstr("\nhint: launch 6 ranks"));
 }
 
@@ -386,27 +418,32 @@ TEST(MeshTest, DerivedDataMustDivideEvenly) {
   EXPECT_THAT(status.message(), HasSubstr("tensor 4 x context 1 x pipeline 1 = 4"));
   EXPECT_THAT(status.message(), HasSubstr("the world size 10 is not a multiple of 4"));
   EXPECT_THAT(status.message(), HasSubstr("\nhint: launch 8 or 12 ranks"));
-  EXPECT_THAT(CreateStatus(Parallel(/*tp=*/8, /*pp=*/2, /*dp=*/0), 8).message(), HasSubstr("\nhint: launch 16 ranks"));
+  EXPECT_THAT(CreateStatus(Parallel(/*tp=*/8, /*pp=*/2, /*dp=*/0), 8).message(),
+              HasSubstr("\nhint: launch 16 ranks"));
 }
 
 TEST(MeshTest, ExpertMustDivideData) {
   absl::Status status = CreateStatus(Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/0, /*ep=*/3), 16);
-  EXPECT_THAT(status.message(), HasSubstr("parallel.expert 3 does not divide data 4 x context 1 = 4"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("parallel.expert 3 does not divide data 4 x context 1 = 4"));
   EXPECT_THAT(status.message(), HasSubstr("\nhint: set parallel.expert to one of 1, 2, 4"));
-  EXPECT_THAT(CreateStatus(Parallel(2, 2, 0, /*ep=*/8), 16).message(), HasSubstr("parallel.expert 8 does not divide"));
+  EXPECT_THAT(CreateStatus(Parallel(2, 2, 0, /*ep=*/8), 16).message(),
+              HasSubstr("parallel.expert 8 does not divide"));
 }
 
 TEST(MeshTest, BadOrderStrings) {
   auto message = [](const std::string& order) {
     return std::string(CreateStatus(Parallel(2, 2, 0, 1, order), 8).message());
   };
-  EXPECT_THAT(message("tp-cp-xp-dp-pp"), HasSubstr("parallel.order \"tp-cp-xp-dp-pp\" has unknown axis \"xp\""));
+  EXPECT_THAT(message("tp-cp-xp-dp-pp"),
+              HasSubstr("parallel.order \"tp-cp-xp-dp-pp\" has unknown axis \"xp\""));
   EXPECT_THAT(message("tp-tp-ep-dp-pp"), HasSubstr("names tp twice"));
   EXPECT_THAT(message("tp-cp-dp-pp"), HasSubstr("parallel.order \"tp-cp-dp-pp\" lacks ep"));
   EXPECT_THAT(message("tp-dp-pp"), HasSubstr("lacks cp, ep"));
   EXPECT_THAT(message("tp-cp-ep-dp-pp-tp"), HasSubstr("names tp twice"));
   EXPECT_THAT(message(""), HasSubstr("unknown axis \"\""));
-  EXPECT_THAT(message("tp_cp_ep_dp_pp"), HasSubstr("\nhint: parallel.order names each of tp, cp, ep, dp, pp once"));
+  EXPECT_THAT(message("tp_cp_ep_dp_pp"),
+              HasSubstr("\nhint: parallel.order names each of tp, cp, ep, dp, pp once"));
 }
 
 TEST(MeshTest, GarbageOrderIsQuotedShortAndNeverCrashes) {
@@ -416,12 +453,14 @@ TEST(MeshTest, GarbageOrderIsQuotedShortAndNeverCrashes) {
   ASSERT_EQ(garbage.size(), 40u);
   const std::string message = Message(CreateStatus(Parallel(2, 2, 0, 1, garbage), 8));
   EXPECT_THAT(message, UserErrorShape());
-  EXPECT_THAT(message, HasSubstr("parallel.order \"tp-\\x0a\\\"\\xffxxxxxxxxxxxxxxxxxx\"... (40 bytes) has unknown "
-                                 "axis \"\\x0a\\\"\\xffxxxxxxxxxxxxxxxxxxxxx\"... (37 bytes)"));
+  EXPECT_THAT(
+      message,
+      HasSubstr("parallel.order \"tp-\\x0a\\\"\\xffxxxxxxxxxxxxxxxxxx\"... (40 bytes) has unknown "
+                "axis \"\\x0a\\\"\\xffxxxxxxxxxxxxxxxxxxxxx\"... (37 bytes)"));
   // Every string is an order or a user error: axis names, dashes, empty
   // tokens, NUL and other bytes in many combinations.
-  const std::vector<std::string> pieces = {"tp", "cp", "ep", "dp", "pp", "-", "--", "", std::string(1, '\0'),
-                                           "\xfe", "p", "TP", " "};
+  const std::vector<std::string> pieces = {
+      "tp", "cp", "ep", "dp", "pp", "-", "--", "", std::string(1, '\0'), "\xfe", "p", "TP", " "};
   uint32_t random = 1;  // a linear congruential generator: the same strings every run
   for (int trial = 0; trial < 2000; ++trial) {
     std::string order;
@@ -457,8 +496,9 @@ TEST(MeshTest, OrderGivingExpertsOtherPipelineGroupsIsRejected) {
   // 4 pp + 8 edp: [0, 4]. Megatron-LM asserts the same.
   absl::Status status = CreateStatus(Parallel(2, 2, 4, 2, "tp-cp-ep-pp-dp"), 16);
   EXPECT_THAT(Message(status), UserErrorShape());
-  EXPECT_THAT(status.message(), HasSubstr("parallel.order \"tp-cp-ep-pp-dp\" gives dense and expert weights "
-                                          "different pipeline groups (rank 0: dense [0, 2], expert [0, 4])"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("parallel.order \"tp-cp-ep-pp-dp\" gives dense and expert weights "
+                        "different pipeline groups (rank 0: dense [0, 2], expert [0, 4])"));
   EXPECT_THAT(status.message(), HasSubstr("\nhint: put pp last, e.g. \"tp-cp-ep-dp-pp\""));
   // Tensor 1, pipeline 2, data 2, expert 2 (edp 1): dense rank = pp + 2 dp,
   // expert rank = ep + 2 pp.
@@ -472,10 +512,12 @@ TEST(MeshTest, OrderNotEndingInPpIsRejectedAsMegatronDoesEvenWithEqualPipelineGr
   // data-parallel size (2) differs from the dense one (4).
   absl::Status status = CreateStatus(Parallel(2, 2, 4, 2, "tp-pp-cp-ep-dp"), 16);
   EXPECT_THAT(Message(status), UserErrorShape());
-  EXPECT_THAT(status.message(),
-              HasSubstr("parallel.order \"tp-pp-cp-ep-dp\" does not end in pp, which Megatron-LM requires with "
-                        "pipeline 2 when the expert layers' data-parallel size (expert-data 2) differs from the "
-                        "dense layers' (data 4)"));
+  EXPECT_THAT(
+      status.message(),
+      HasSubstr(
+          "parallel.order \"tp-pp-cp-ep-dp\" does not end in pp, which Megatron-LM requires with "
+          "pipeline 2 when the expert layers' data-parallel size (expert-data 2) differs from the "
+          "dense layers' (data 4)"));
   EXPECT_THAT(status.message(), HasSubstr("\nhint: put pp last, e.g. \"tp-cp-ep-dp-pp\""));
 }
 
@@ -486,7 +528,8 @@ TEST(MeshTest, OrderGivingExpertsOtherTensorGroupsIsRejected) {
   // expert-tensor group; tetra's experts use the dense tensor group.
   absl::Status status = CreateStatus(Parallel(2, 1, 2, 2, "dp-tp-cp-ep-pp"), 4);
   EXPECT_THAT(Message(status), UserErrorShape());
-  EXPECT_THAT(status.message(), HasSubstr("different tensor groups (rank 0: dense [0, 2], expert [0, 1])"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("different tensor groups (rank 0: dense [0, 2], expert [0, 1])"));
   EXPECT_THAT(status.message(), HasSubstr("\nhint: put tp first, e.g. \"tp-dp-cp-ep-pp\""));
   // dp and ep both before tp: tp's stride is dp = ep x edp in both grids.
   EXPECT_TRUE(CreateStatus(Parallel(2, 1, 4, 2, "dp-ep-tp-cp-pp"), 8).ok());
@@ -499,7 +542,8 @@ TEST(MeshTest, SizesBelowOne) {
   EXPECT_THAT(CreateStatus(Parallel(1, 1, 0, 0), 4).message(), HasSubstr("parallel.expert is 0"));
   EXPECT_THAT(CreateStatus(Parallel(1, 1, -1), 4).message(), HasSubstr("parallel.data is -1"));
   EXPECT_THAT(CreateStatus(Parallel(1, 1, 0), 0).message(), HasSubstr("the world size is 0"));
-  for (const absl::Status& status : {CreateStatus(Parallel(0, 1, 0), 4), CreateStatus(Parallel(1, 1, 0), 0)}) {
+  for (const absl::Status& status :
+       {CreateStatus(Parallel(0, 1, 0), 4), CreateStatus(Parallel(1, 1, 0), 0)}) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(status.message(), HasSubstr("\nhint: "));
   }

@@ -57,7 +57,8 @@ Communicator& World() {
 
 // Token ids of micro-batch `mb`: inputs (offset 0) or targets (offset 1).
 void Tokens(int mb, int offset, int32_t* out) {
-  for (int64_t i = 0; i < kBatch * kSeq; ++i) out[i] = static_cast<int32_t>((5 * i + 3 * mb + offset) % 13);
+  for (int64_t i = 0; i < kBatch * kSeq; ++i)
+    out[i] = static_cast<int32_t>((5 * i + 3 * mb + offset) % 13);
 }
 
 // The executor's loader of micro-batch mb.
@@ -69,7 +70,8 @@ absl::Status LoadTokens(int mb, int32_t* inputs, int32_t* targets) {
 
 // Gathers every rank's record (each as long as its table) and checks its
 // replay against the tables' timeline and the textbook bubble, on every rank.
-void ExpectReplayHasTheTablesBubble(const ScheduleSpec& spec, const std::vector<std::vector<Action>>& tables,
+void ExpectReplayHasTheTablesBubble(const ScheduleSpec& spec,
+                                    const std::vector<std::vector<Action>>& tables,
                                     const std::vector<Action>& executed) {
   Communicator& world = World();
   const int rank = world.rank();
@@ -78,7 +80,8 @@ void ExpectReplayHasTheTablesBubble(const ScheduleSpec& spec, const std::vector<
   constexpr int kFields = 4;
   std::vector<size_t> offset(spec.stages + 1, 0);
   for (int r = 0; r < spec.stages; ++r) offset[r + 1] = offset[r] + kFields * tables[r].size();
-  EXPECT_EQ(executed.size(), tables[rank].size()) << "rank " << rank << " recorded another number of actions";
+  EXPECT_EQ(executed.size(), tables[rank].size())
+      << "rank " << rank << " recorded another number of actions";
   std::vector<int32_t> fields(offset.back(), 0);
   for (size_t i = 0; i < std::min(executed.size(), tables[rank].size()); ++i) {
     const Action& a = executed[i];
@@ -94,7 +97,8 @@ void ExpectReplayHasTheTablesBubble(const ScheduleSpec& spec, const std::vector<
   std::vector<std::vector<Action>> records(spec.stages);
   for (int r = 0; r < spec.stages; ++r) {
     for (size_t i = offset[r]; i < offset[r + 1]; i += kFields) {
-      records[r].push_back({static_cast<ActionType>(fields[i]), fields[i + 1], fields[i + 2], fields[i + 3]});
+      records[r].push_back(
+          {static_cast<ActionType>(fields[i]), fields[i + 1], fields[i + 2], fields[i + 3]});
     }
   }
   absl::StatusOr<ScheduleReport> replay = SimulateTimeline(spec, records);
@@ -126,14 +130,16 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
   for (int mb = 0; mb < kMicroBatches; ++mb) {
     Tokens(mb, 0, inputs.data());
     Tokens(mb, 1, targets.data());
-    want_loss += testing::ForwardBackward(whole, inputs.data(), targets.data(), kBatch, kSeq, grad_scale);
+    want_loss +=
+        testing::ForwardBackward(whole, inputs.data(), targets.data(), kBatch, kSeq, grad_scale);
   }
 
   // DualPipeV's V: rank 0 holds the first and the last virtual stage.
   const bool v_shape = kind == ScheduleKind::kDualPipeV;
   const int head_rank = v_shape ? 0 : stages - 1;
-  auto partition = PartitionStages(kLayers, stages, virtual_stages, {},
-                                   v_shape ? StagePlacement::kVShape : StagePlacement::kInterleaved);
+  auto partition =
+      PartitionStages(kLayers, stages, virtual_stages, {},
+                      v_shape ? StagePlacement::kVShape : StagePlacement::kInterleaved);
   ASSERT_TRUE(partition.ok()) << partition.status();
   LanguageModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(rank)});
   auto actions = BuildSchedule(spec, rank);
@@ -163,7 +169,8 @@ void CheckPipelineMatchesWholeModel(ScheduleKind kind, int virtual_stages = 1, b
   // The tied table's copies on the first and last stage sum their gradients
   // (in the V one rank holds both stages and the table once).
   Parameter* tied = stage.embedding_copy();
-  EXPECT_EQ(tied != nullptr, tie && !v_shape && (rank == 0 || rank == stages - 1)) << "rank " << rank;
+  EXPECT_EQ(tied != nullptr, tie && !v_shape && (rank == 0 || rank == stages - 1))
+      << "rank " << rank;
   std::vector<int> embedding_group = {0, stages - 1};
   if (rank != 0 && rank != stages - 1) embedding_group = {rank};
   std::unique_ptr<Communicator> embd = world.Split(embedding_group, "embd");
@@ -205,12 +212,15 @@ void CheckEvaluationMatchesWholeModel(int virtual_stages, ScheduleKind kind) {
     Tokens(mb, 1, targets.data());
     want_loss += testing::ForwardLoss(whole, inputs.data(), targets.data(), kBatch, kSeq);
   }
-  const ScheduleSpec spec{
-      .kind = kind, .stages = stages, .micro_batches = kMicroBatches, .virtual_stages = virtual_stages};
+  const ScheduleSpec spec{.kind = kind,
+                          .stages = stages,
+                          .micro_batches = kMicroBatches,
+                          .virtual_stages = virtual_stages};
   if (!ValidateScheduleSpec(spec).ok()) return;  // DualPipeV needs more micro-batches on 8 ranks
   const bool v_shape = kind == ScheduleKind::kDualPipeV;
-  auto partition = PartitionStages(kLayers, stages, virtual_stages, {},
-                                   v_shape ? StagePlacement::kVShape : StagePlacement::kInterleaved);
+  auto partition =
+      PartitionStages(kLayers, stages, virtual_stages, {},
+                      v_shape ? StagePlacement::kVShape : StagePlacement::kInterleaved);
   ASSERT_TRUE(partition.ok()) << partition.status();
   LanguageModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(rank)});
   auto actions = BuildSchedule(spec, rank);
@@ -227,7 +237,9 @@ TEST(PipelineExecutor, EvaluationMatchesWholeModel) {
   CheckEvaluationMatchesWholeModel(2, ScheduleKind::kDualPipeV);
 }
 
-TEST(PipelineExecutor, GPipeMatchesWholeModel) { CheckPipelineMatchesWholeModel(ScheduleKind::kGPipe); }
+TEST(PipelineExecutor, GPipeMatchesWholeModel) {
+  CheckPipelineMatchesWholeModel(ScheduleKind::kGPipe);
+}
 
 TEST(PipelineExecutor, OneFOneBMatchesWholeModel) {
   CheckPipelineMatchesWholeModel(ScheduleKind::kOneFOneB);
@@ -246,7 +258,9 @@ TEST(PipelineExecutor, TiedEmbeddingCopiesSumToWholeModelGradient) {
 // weight gradients then reach every parameter in the same micro-batch order,
 // so bit for bit), and DualPipeV's V, whose turn on the last rank passes no
 // message, with the tied table held once on rank 0.
-TEST(PipelineExecutor, ZeroBubbleH1MatchesWholeModel) { CheckPipelineMatchesWholeModel(ScheduleKind::kZeroBubbleH1); }
+TEST(PipelineExecutor, ZeroBubbleH1MatchesWholeModel) {
+  CheckPipelineMatchesWholeModel(ScheduleKind::kZeroBubbleH1);
+}
 
 TEST(PipelineExecutor, DualPipeVMatchesWholeModel) {
   CheckPipelineMatchesWholeModel(ScheduleKind::kDualPipeV, /*virtual_stages=*/2);
@@ -266,7 +280,8 @@ TEST(PipelineExecutor, OneStageScheduleIsTheWholeModel) {
     std::vector<int32_t> inputs(kBatch * kSeq), targets(kBatch * kSeq);
     for (int mb = 0; mb < kMicroBatches; ++mb) {
       ASSERT_TRUE(LoadTokens(mb, inputs.data(), targets.data()).ok());
-      want_loss += testing::ForwardBackward(whole, inputs.data(), targets.data(), kBatch, kSeq, grad_scale);
+      want_loss +=
+          testing::ForwardBackward(whole, inputs.data(), targets.data(), kBatch, kSeq, grad_scale);
     }
     auto actions = BuildSchedule({.kind = kind, .stages = 1, .micro_batches = kMicroBatches}, 0);
     ASSERT_TRUE(actions.ok()) << actions.status();
@@ -294,8 +309,8 @@ TEST(PipelineExecutor, LoadErrorFailsTheStepAfterTheTable) {
   ASSERT_TRUE(partition.ok()) << partition.status();
   LanguageModel stage(testing::TinyGqaConfig(false, kLayers), kSeed,
                       ModelParallelism{.chunks = partition->Chunks(rank)});
-  auto actions = BuildSchedule({.kind = ScheduleKind::kOneFOneB, .stages = stages, .micro_batches = kMicroBatches},
-                               rank);
+  auto actions = BuildSchedule(
+      {.kind = ScheduleKind::kOneFOneB, .stages = stages, .micro_batches = kMicroBatches}, rank);
   ASSERT_TRUE(actions.ok()) << actions.status();
   PipelineExecutor executor(stage, world, *actions, kBatch, kSeq);
   int loads = 0;
@@ -326,11 +341,12 @@ TEST(PipelineExecutor, MessageBuffersAreReused) {
   auto partition = PartitionStages(kLayers, world.size(), 1);
   ASSERT_TRUE(partition.ok()) << partition.status();
   LanguageModel stage(config, kSeed, ModelParallelism{.chunks = partition->Chunks(world.rank())});
-  const ScheduleSpec spec{.kind = ScheduleKind::kOneFOneB, .stages = world.size(), .micro_batches = kMicroBatches};
+  const ScheduleSpec spec{
+      .kind = ScheduleKind::kOneFOneB, .stages = world.size(), .micro_batches = kMicroBatches};
   auto actions = BuildSchedule(spec, world.rank());
   ASSERT_TRUE(actions.ok()) << actions.status();
-  const int64_t messages =
-      std::count_if(actions->begin(), actions->end(), [](const Action& a) { return !IsCompute(a.type); });
+  const int64_t messages = std::count_if(actions->begin(), actions->end(),
+                                         [](const Action& a) { return !IsCompute(a.type); });
   PipelineExecutor executor(stage, world, *actions, kBatch, kSeq);
   for (int step = 0; step < 3; ++step) ASSERT_TRUE(executor.Step(LoadTokens, 1.0f).ok());
   EXPECT_GT(executor.message_buffers(), 0);

@@ -30,7 +30,8 @@ namespace {
 using ::testing::HasSubstr;
 using T = ActionType;
 
-constexpr ScheduleKind kKinds[] = {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved};
+constexpr ScheduleKind kKinds[] = {ScheduleKind::kGPipe, ScheduleKind::kOneFOneB,
+                                   ScheduleKind::kInterleaved};
 
 // Whether the kind runs (p, m, v), stated apart from ValidateScheduleSpec.
 bool KindAllows(ScheduleKind kind, int p, int m, int v) {
@@ -62,9 +63,10 @@ TEST(ScheduleCheckerTest, EveryGeneratedScheduleIsSoundWithTheTextbookBubble) {
     for (int p = 1; p <= 8; ++p) {
       for (int m = 1; m <= 16; ++m) {
         for (int v = 1; v <= 4; ++v) {
-          const ScheduleSpec spec{.kind = kind, .stages = p, .micro_batches = m, .virtual_stages = v};
-          const std::string name = std::string(ScheduleKindName(kind)) + " p " + std::to_string(p) + " m " +
-                                   std::to_string(m) + " v " + std::to_string(v);
+          const ScheduleSpec spec{
+              .kind = kind, .stages = p, .micro_batches = m, .virtual_stages = v};
+          const std::string name = std::string(ScheduleKindName(kind)) + " p " + std::to_string(p) +
+                                   " m " + std::to_string(m) + " v " + std::to_string(v);
           absl::StatusOr<std::vector<std::vector<Action>>> tables = BuildAllSchedules(spec);
           ASSERT_EQ(tables.ok(), KindAllows(kind, p, m, v)) << name << ": " << tables.status();
           if (!tables.ok()) continue;
@@ -79,13 +81,16 @@ TEST(ScheduleCheckerTest, EveryGeneratedScheduleIsSoundWithTheTextbookBubble) {
             EXPECT_EQ(r.busy_time, v * m * per_chunk) << name << " rank " << rank;
             EXPECT_EQ(int64_t{r.idle_time} * (v * m + p - 1), int64_t{report->step_time} * (p - 1))
                 << name << " rank " << rank;
-            EXPECT_EQ(r.peak_activations, ExpectedPeak(kind, p, m, v, rank)) << name << " rank " << rank;
-            EXPECT_EQ(r.timeline.size(), static_cast<size_t>(2 * m * v)) << name << " rank " << rank;
+            EXPECT_EQ(r.peak_activations, ExpectedPeak(kind, p, m, v, rank))
+                << name << " rank " << rank;
+            EXPECT_EQ(r.timeline.size(), static_cast<size_t>(2 * m * v))
+                << name << " rank " << rank;
             if (v == 1) {
               EXPECT_EQ(r.peak_activations_per_chunk, std::vector<int>{r.peak_activations}) << name;
             }
           }
-          EXPECT_DOUBLE_EQ(report->BubbleFraction(), static_cast<double>(p - 1) / (v * m + p - 1)) << name;
+          EXPECT_DOUBLE_EQ(report->BubbleFraction(), static_cast<double>(p - 1) / (v * m + p - 1))
+              << name;
           ++checked;
         }
       }
@@ -118,12 +123,16 @@ void ExpectSplitInvariants(const ScheduleSpec& spec, const std::vector<std::vect
   const int v = spec.virtual_stages;
   for (int rank = 0; rank < spec.stages; ++rank) {
     // Position of F, B and W of each (micro-batch, chunk); -1: absent.
-    std::vector<std::vector<int>> at(static_cast<size_t>(spec.micro_batches) * v, std::vector<int>(3, -1));
+    std::vector<std::vector<int>> at(static_cast<size_t>(spec.micro_batches) * v,
+                                     std::vector<int>(3, -1));
     int weights = 0;
     for (size_t i = 0; i < tables[rank].size(); ++i) {
       const Action& a = tables[rank][i];
       EXPECT_NE(a.peer, rank) << name << " rank " << rank << ": " << ActionText(a);
-      const int slot = a.type == T::kForward ? 0 : a.type == T::kBackward ? 1 : a.type == T::kWeight ? 2 : -1;
+      const int slot = a.type == T::kForward    ? 0
+                       : a.type == T::kBackward ? 1
+                       : a.type == T::kWeight   ? 2
+                                                : -1;
       if (slot < 0) continue;
       weights += a.type == T::kWeight;
       int& where = at[static_cast<size_t>(a.micro_batch) * v + a.chunk][slot];
@@ -139,15 +148,18 @@ void ExpectSplitInvariants(const ScheduleSpec& spec, const std::vector<std::vect
         EXPECT_LT(f_b_w[1], f_b_w[2]) << name << " rank " << rank << " mb " << mb << " chunk " << c;
         if (spec.kind == ScheduleKind::kDualPipeV && rank == spec.stages - 1 && c == 0) {
           const std::vector<int>& other = at[static_cast<size_t>(mb) * v + 1];
-          EXPECT_LT(f_b_w[0], other[0]) << name << " mb " << mb << ": chunk 1 reads chunk 0's forward";
-          EXPECT_LT(other[1], f_b_w[1]) << name << " mb " << mb << ": chunk 0 reads chunk 1's backward";
+          EXPECT_LT(f_b_w[0], other[0])
+              << name << " mb " << mb << ": chunk 1 reads chunk 0's forward";
+          EXPECT_LT(other[1], f_b_w[1])
+              << name << " mb " << mb << ": chunk 0 reads chunk 1's backward";
         }
       }
     }
     if (spec.kind == ScheduleKind::kDualPipeV && rank == spec.stages - 1) {
       for (const Action& a : tables[rank]) {
-        const bool middle = ((a.type == T::kSendActivation || a.type == T::kRecvGradient) && a.chunk == 0) ||
-                            ((a.type == T::kRecvActivation || a.type == T::kSendGradient) && a.chunk == 1);
+        const bool middle =
+            ((a.type == T::kSendActivation || a.type == T::kRecvGradient) && a.chunk == 0) ||
+            ((a.type == T::kRecvActivation || a.type == T::kSendGradient) && a.chunk == 1);
         EXPECT_FALSE(middle) << name << ": " << ActionText(a);
       }
     }
@@ -161,8 +173,8 @@ TEST(ScheduleCheckerTest, NewKindsAreSoundWithTheirBubbleAndPeak) {
     for (int p = 1; p <= 8; ++p) {
       for (int m = 1; m <= 20; ++m) {
         const ScheduleSpec spec{.kind = kind, .stages = p, .micro_batches = m, .virtual_stages = v};
-        const std::string name =
-            std::string(ScheduleKindName(kind)) + " p " + std::to_string(p) + " m " + std::to_string(m);
+        const std::string name = std::string(ScheduleKindName(kind)) + " p " + std::to_string(p) +
+                                 " m " + std::to_string(m);
         absl::StatusOr<std::vector<std::vector<Action>>> tables = BuildAllSchedules(spec);
         const bool allowed = kind == ScheduleKind::kZeroBubbleH1 || (p >= 2 && m >= 2 * p);
         ASSERT_EQ(tables.ok(), allowed) << name << ": " << tables.status();
@@ -185,7 +197,8 @@ TEST(ScheduleCheckerTest, NewKindsAreSoundWithTheirBubbleAndPeak) {
           EXPECT_EQ(r.peak_activations, peak) << name << " rank " << rank;
           EXPECT_LE(r.peak_activations, ActivationBound(spec, rank)) << name << " rank " << rank;
         }
-        EXPECT_DOUBLE_EQ(report->BubbleFraction(), static_cast<double>(step - 3 * v * m) / step) << name;
+        EXPECT_DOUBLE_EQ(report->BubbleFraction(), static_cast<double>(step - 3 * v * m) / step)
+            << name;
         EXPECT_DOUBLE_EQ(report->BubbleFraction(), IdealBubbleFraction(spec)) << name;
         ++checked;
       }
@@ -316,7 +329,8 @@ TEST(ScheduleCheckerTest, DualPipeVTimelineWorkedByHand) {
   //     [17,18) (rank 0's B2b ends at 14), W2b B2a W2a; B3b [21,22) (rank 0's
   //     B3b ends at 20), B3a W3b W3a [22,25).
   // Step 25 = 6m + p - 1; each rank idles 1 unit, p - 1.
-  const ScheduleSpec spec{.kind = ScheduleKind::kDualPipeV, .stages = 2, .micro_batches = 4, .virtual_stages = 2};
+  const ScheduleSpec spec{
+      .kind = ScheduleKind::kDualPipeV, .stages = 2, .micro_batches = 4, .virtual_stages = 2};
   absl::StatusOr<std::vector<std::vector<Action>>> tables = BuildAllSchedules(spec);
   ASSERT_TRUE(tables.ok()) << tables.status();
   absl::StatusOr<ScheduleReport> report = CheckSchedule(spec, *tables);
@@ -345,27 +359,27 @@ constexpr ScheduleSpec kTwoByTwo{.kind = ScheduleKind::kOneFOneB, .stages = 2, .
 TEST(ScheduleCheckerTest, BlockingOneFOneBWithSendAfterComputeDeadlocks) {
   // Each computation followed by its send, each preceded by its receive:
   // rank 0 sends F1's activation while rank 1 sends B0's gradient, both block.
-  const std::vector<std::vector<Action>> tables = {
-      {{T::kForward, 0, 0, -1},
-       {T::kSendActivation, 0, 0, 1},
-       {T::kForward, 1, 0, -1},
-       {T::kSendActivation, 1, 0, 1},
-       {T::kRecvGradient, 0, 0, 1},
-       {T::kBackward, 0, 0, -1},
-       {T::kRecvGradient, 1, 0, 1},
-       {T::kBackward, 1, 0, -1}},
-      {{T::kRecvActivation, 0, 0, 0},
-       {T::kForward, 0, 0, -1},
-       {T::kBackward, 0, 0, -1},
-       {T::kSendGradient, 0, 0, 0},
-       {T::kRecvActivation, 1, 0, 0},
-       {T::kForward, 1, 0, -1},
-       {T::kBackward, 1, 0, -1},
-       {T::kSendGradient, 1, 0, 0}}};
-  ExpectRejected(kTwoByTwo, tables,
-                 "deadlock with blocking sends and receives: rank 0 waits at action 3 (send activation of "
-                 "micro-batch 1 chunk 0 to rank 1); rank 1 waits at action 3 (send gradient of micro-batch 0 "
-                 "chunk 0 to rank 0)");
+  const std::vector<std::vector<Action>> tables = {{{T::kForward, 0, 0, -1},
+                                                    {T::kSendActivation, 0, 0, 1},
+                                                    {T::kForward, 1, 0, -1},
+                                                    {T::kSendActivation, 1, 0, 1},
+                                                    {T::kRecvGradient, 0, 0, 1},
+                                                    {T::kBackward, 0, 0, -1},
+                                                    {T::kRecvGradient, 1, 0, 1},
+                                                    {T::kBackward, 1, 0, -1}},
+                                                   {{T::kRecvActivation, 0, 0, 0},
+                                                    {T::kForward, 0, 0, -1},
+                                                    {T::kBackward, 0, 0, -1},
+                                                    {T::kSendGradient, 0, 0, 0},
+                                                    {T::kRecvActivation, 1, 0, 0},
+                                                    {T::kForward, 1, 0, -1},
+                                                    {T::kBackward, 1, 0, -1},
+                                                    {T::kSendGradient, 1, 0, 0}}};
+  ExpectRejected(
+      kTwoByTwo, tables,
+      "deadlock with blocking sends and receives: rank 0 waits at action 3 (send activation of "
+      "micro-batch 1 chunk 0 to rank 1); rank 1 waits at action 3 (send gradient of micro-batch 0 "
+      "chunk 0 to rank 0)");
 }
 
 TEST(ScheduleCheckerTest, BrokenTablesAreRejected) {
@@ -378,18 +392,21 @@ TEST(ScheduleCheckerTest, BrokenTablesAreRejected) {
   std::vector<std::vector<Action>> tables = *good;
   tables[0].erase(tables[0].begin() + 3);  // rank 0 never sends F1's activation
   ExpectRejected(kTwoByTwo, tables,
-                 "rank 1 action 2 (receive activation of micro-batch 1 chunk 0 from rank 0): rank 0 never sends it");
+                 "rank 1 action 2 (receive activation of micro-batch 1 chunk 0 from rank 0): rank "
+                 "0 never sends it");
 
   tables = *good;
   tables[1].erase(tables[1].begin() + 2);  // rank 1 runs F1 without its input
   ExpectRejected(kTwoByTwo, tables,
-                 "rank 1 action 4 (forward of micro-batch 1 chunk 0): comes before the receive or computation it "
+                 "rank 1 action 4 (forward of micro-batch 1 chunk 0): comes before the receive or "
+                 "computation it "
                  "depends on");
 
   tables = *good;
   tables[0][1].peer = 0;  // rank 0 sends to itself
-  ExpectRejected(kTwoByTwo, tables, "rank 0 action 1 (send activation of micro-batch 0 chunk 0 to rank 0): the "
-                                    "neighbouring virtual stage 1 is on rank 1");
+  ExpectRejected(kTwoByTwo, tables,
+                 "rank 0 action 1 (send activation of micro-batch 0 chunk 0 to rank 0): the "
+                 "neighbouring virtual stage 1 is on rank 1");
 
   tables = *good;
   tables[0].push_back({T::kRecvActivation, 0, 0, 1});  // the first stage has no input to receive
@@ -397,7 +414,8 @@ TEST(ScheduleCheckerTest, BrokenTablesAreRejected) {
 
   tables = *good;
   tables[1].push_back({T::kBackward, 1, 0, -1});
-  ExpectRejected(kTwoByTwo, tables, "rank 1 action 8 (backward of micro-batch 1 chunk 0): appears twice");
+  ExpectRejected(kTwoByTwo, tables,
+                 "rank 1 action 8 (backward of micro-batch 1 chunk 0): appears twice");
 
   tables = *good;
   tables[1][0].micro_batch = 2;
@@ -408,7 +426,8 @@ TEST(ScheduleCheckerTest, BrokenTablesAreRejected) {
   const ScheduleSpec one{.kind = ScheduleKind::kGPipe, .stages = 1, .micro_batches = 2};
   ExpectRejected(one, {{{T::kBackward, 0, 0, -1}, {T::kForward, 0, 0, -1}}},
                  "rank 0 action 0 (backward of micro-batch 0 chunk 0): comes before its forward");
-  ExpectRejected(one, {{{T::kForward, 0, 0, -1}, {T::kForward, 1, 0, -1}, {T::kBackward, 0, 0, -1}}},
+  ExpectRejected(one,
+                 {{{T::kForward, 0, 0, -1}, {T::kForward, 1, 0, -1}, {T::kBackward, 0, 0, -1}}},
                  "rank 0 never runs the backward of micro-batch 1 chunk 0");
 }
 
@@ -429,7 +448,8 @@ TEST(ScheduleCheckerTest, BrokenSplitBackwardTablesAreRejected) {
   tables = *good;
   tables[0].erase(tables[0].begin() + find(tables[0], w1));
   tables[0].insert(tables[0].begin() + find(tables[0], b1), w1);  // W1 just before B1
-  ExpectRejected(zb, tables, "(weight gradient of micro-batch 1 chunk 0): comes before its backward");
+  ExpectRejected(zb, tables,
+                 "(weight gradient of micro-batch 1 chunk 0): comes before its backward");
 
   tables = *good;
   tables[1].push_back(w1);
@@ -437,19 +457,22 @@ TEST(ScheduleCheckerTest, BrokenSplitBackwardTablesAreRejected) {
 
   tables = *good;
   tables[1][find(tables[1], w1)].peer = 0;
-  ExpectRejected(zb, tables, "(weight gradient of micro-batch 1 chunk 0): a computation names no peer");
+  ExpectRejected(zb, tables,
+                 "(weight gradient of micro-batch 1 chunk 0): a computation names no peer");
 
   // 1F1B's backward is whole: a W there is an error, whatever its place.
   std::vector<std::vector<Action>> fused = *BuildAllSchedules(kTwoByTwo);
   fused[1].push_back({T::kWeight, 0, 0, -1});
-  ExpectRejected(kTwoByTwo, fused,
-                 "rank 1 action 8 (weight gradient of micro-batch 0 chunk 0): the 1F1B schedule runs whole "
-                 "backwards, with no separate weight gradient");
+  ExpectRejected(
+      kTwoByTwo, fused,
+      "rank 1 action 8 (weight gradient of micro-batch 0 chunk 0): the 1F1B schedule runs whole "
+      "backwards, with no separate weight gradient");
 }
 
 TEST(ScheduleCheckerTest, DualPipeVLocalHopMustRunInOrderWithoutMessages) {
   // Rank 1 of 2 holds virtual stages 1 (chunk 0) and 2 (chunk 1).
-  const ScheduleSpec spec{.kind = ScheduleKind::kDualPipeV, .stages = 2, .micro_batches = 4, .virtual_stages = 2};
+  const ScheduleSpec spec{
+      .kind = ScheduleKind::kDualPipeV, .stages = 2, .micro_batches = 4, .virtual_stages = 2};
   absl::StatusOr<std::vector<std::vector<Action>>> good = BuildAllSchedules(spec);
   ASSERT_TRUE(good.ok()) << good.status();
   ASSERT_TRUE(CheckSchedule(spec, *good).ok());
@@ -462,21 +485,25 @@ TEST(ScheduleCheckerTest, DualPipeVLocalHopMustRunInOrderWithoutMessages) {
 
   std::vector<std::vector<Action>> tables = *good;
   move_before(tables[1], f0b, f0a);  // chunk 1 before the chunk 0 output it reads
-  ExpectRejected(spec, tables,
-                 "rank 1 action 1 (forward of micro-batch 0 chunk 1): comes before the forward of micro-batch 0 "
-                 "chunk 0, whose output it reads on this rank (virtual stages 1 and 2 are both here)");
+  ExpectRejected(
+      spec, tables,
+      "rank 1 action 1 (forward of micro-batch 0 chunk 1): comes before the forward of micro-batch "
+      "0 "
+      "chunk 0, whose output it reads on this rank (virtual stages 1 and 2 are both here)");
 
   tables = *good;
   move_before(tables[1], b0a, b0b);  // chunk 0's backward before chunk 1's gradient exists
   ExpectRejected(spec, tables,
-                 "(backward of micro-batch 0 chunk 0): comes before the backward of micro-batch 0 chunk 1, whose "
+                 "(backward of micro-batch 0 chunk 0): comes before the backward of micro-batch 0 "
+                 "chunk 1, whose "
                  "output it reads on this rank (virtual stages 1 and 2 are both here)");
 
   // A message on the local hop, even a matched one, is an error.
   tables = *good;
   tables[1].insert(tables[1].begin() + 2, {T::kSendActivation, 0, 0, 1});
   ExpectRejected(spec, tables,
-                 "rank 1 action 2 (send activation of micro-batch 0 chunk 0 to rank 1): virtual stages 1 and 2 are "
+                 "rank 1 action 2 (send activation of micro-batch 0 chunk 0 to rank 1): virtual "
+                 "stages 1 and 2 are "
                  "both on rank 1: their data passes without a message");
   tables = *good;
   tables[1].push_back({T::kRecvGradient, 0, 0, 0});
@@ -485,7 +512,8 @@ TEST(ScheduleCheckerTest, DualPipeVLocalHopMustRunInOrderWithoutMessages) {
   // The V's other hops name the rank of the neighbouring stage: rank 0's
   // chunk 1 (stage 3) gets its activation from stage 2, on rank 1.
   tables = *good;
-  const auto receive = std::find(tables[0].begin(), tables[0].end(), Action{T::kRecvActivation, 0, 1, 1});
+  const auto receive =
+      std::find(tables[0].begin(), tables[0].end(), Action{T::kRecvActivation, 0, 1, 1});
   ASSERT_NE(receive, tables[0].end());
   receive->peer = 0;
   ExpectRejected(spec, tables, "the neighbouring virtual stage 2 is on rank 1");
@@ -508,7 +536,8 @@ TEST(SimulateTimelineTest, ReceivesWhereTheRankWaitsKeepTheTablesTimeline) {
   EXPECT_EQ(report->step_time, table_report->step_time);
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(report->ranks[rank].idle_time, table_report->ranks[rank].idle_time) << rank;
-    EXPECT_EQ(report->ranks[rank].peak_activations, table_report->ranks[rank].peak_activations) << rank;
+    EXPECT_EQ(report->ranks[rank].peak_activations, table_report->ranks[rank].peak_activations)
+        << rank;
   }
   EXPECT_EQ(report->BubbleFraction(), IdealBubbleFraction(kTwoByTwo));
 }
@@ -516,23 +545,22 @@ TEST(SimulateTimelineTest, ReceivesWhereTheRankWaitsKeepTheTablesTimeline) {
 TEST(SimulateTimelineTest, ALateSendDelaysItsReceiver) {
   // Rank 1 posts B0's gradient after F1 [4,5) instead of at 4: rank 0's B0
   // starts at 5, not 4 (TimelineWorkedByHand has the table's timeline).
-  std::vector<std::vector<Action>> executed = {
-      {{T::kForward, 0, 0, -1},
-       {T::kSendActivation, 0, 0, 1},
-       {T::kForward, 1, 0, -1},
-       {T::kSendActivation, 1, 0, 1},
-       {T::kRecvGradient, 0, 0, 1},
-       {T::kBackward, 0, 0, -1},
-       {T::kRecvGradient, 1, 0, 1},
-       {T::kBackward, 1, 0, -1}},
-      {{T::kRecvActivation, 0, 0, 0},
-       {T::kForward, 0, 0, -1},
-       {T::kBackward, 0, 0, -1},
-       {T::kRecvActivation, 1, 0, 0},
-       {T::kForward, 1, 0, -1},
-       {T::kSendGradient, 0, 0, 0},
-       {T::kBackward, 1, 0, -1},
-       {T::kSendGradient, 1, 0, 0}}};
+  std::vector<std::vector<Action>> executed = {{{T::kForward, 0, 0, -1},
+                                                {T::kSendActivation, 0, 0, 1},
+                                                {T::kForward, 1, 0, -1},
+                                                {T::kSendActivation, 1, 0, 1},
+                                                {T::kRecvGradient, 0, 0, 1},
+                                                {T::kBackward, 0, 0, -1},
+                                                {T::kRecvGradient, 1, 0, 1},
+                                                {T::kBackward, 1, 0, -1}},
+                                               {{T::kRecvActivation, 0, 0, 0},
+                                                {T::kForward, 0, 0, -1},
+                                                {T::kBackward, 0, 0, -1},
+                                                {T::kRecvActivation, 1, 0, 0},
+                                                {T::kForward, 1, 0, -1},
+                                                {T::kSendGradient, 0, 0, 0},
+                                                {T::kBackward, 1, 0, -1},
+                                                {T::kSendGradient, 1, 0, 0}}};
   absl::StatusOr<ScheduleReport> report = SimulateTimeline(kTwoByTwo, executed);
   ASSERT_TRUE(report.ok()) << report.status();
   ASSERT_EQ(report->ranks[0].timeline.size(), 4u);
@@ -540,14 +568,18 @@ TEST(SimulateTimelineTest, ALateSendDelaysItsReceiver) {
   EXPECT_EQ(report->ranks[0].idle_time, 3);  // B1 [7, 9) was the critical path anyway
 
   // Rank 0 waiting for B0's gradient before sending F0's activation stalls both.
-  executed[0] = {{T::kForward, 0, 0, -1}, {T::kForward, 1, 0, -1},      {T::kRecvGradient, 0, 0, 1},
-                 {T::kBackward, 0, 0, -1}, {T::kSendActivation, 0, 0, 1}, {T::kSendActivation, 1, 0, 1},
-                 {T::kRecvGradient, 1, 0, 1}, {T::kBackward, 1, 0, -1}};
+  executed[0] = {{T::kForward, 0, 0, -1},       {T::kForward, 1, 0, -1},
+                 {T::kRecvGradient, 0, 0, 1},   {T::kBackward, 0, 0, -1},
+                 {T::kSendActivation, 0, 0, 1}, {T::kSendActivation, 1, 0, 1},
+                 {T::kRecvGradient, 1, 0, 1},   {T::kBackward, 1, 0, -1}};
   report = SimulateTimeline(kTwoByTwo, executed);
   ASSERT_FALSE(report.ok());
-  EXPECT_THAT(report.status().message(),
-              HasSubstr("stalled: rank 0 waits at action 2 (receive gradient of micro-batch 0 chunk 0 from rank "
-                        "1); rank 1 waits at action 0 (receive activation of micro-batch 0 chunk 0 from rank 0)"));
+  EXPECT_THAT(
+      report.status().message(),
+      HasSubstr(
+          "stalled: rank 0 waits at action 2 (receive gradient of micro-batch 0 chunk 0 from rank "
+          "1); rank 1 waits at action 0 (receive activation of micro-batch 0 chunk 0 from rank "
+          "0)"));
   executed[0][0].chunk = 1;
   report = SimulateTimeline(kTwoByTwo, executed);
   ASSERT_FALSE(report.ok());
@@ -560,7 +592,8 @@ TEST(ScheduleCheckerTest, ActivationsAboveTheBoundAreRejected) {
       BuildAllSchedules({.kind = ScheduleKind::kGPipe, .stages = 2, .micro_batches = 4});
   ASSERT_TRUE(gpipe.ok()) << gpipe.status();
   ExpectRejected({.kind = ScheduleKind::kOneFOneB, .stages = 2, .micro_batches = 4}, *gpipe,
-                 "rank 0 holds the activations of 4 micro-batch chunks at once, more than the 1F1B bound of 2");
+                 "rank 0 holds the activations of 4 micro-batch chunks at once, more than the 1F1B "
+                 "bound of 2");
 }
 
 }  // namespace

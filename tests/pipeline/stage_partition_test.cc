@@ -114,7 +114,8 @@ TEST(StagePartitionTest, VShapePlacesChunkOneBackUpTheRanks) {
   EXPECT_EQ(rank1[1].first_layer, 4);
   EXPECT_TRUE(rank0[0].has_embedding);
   EXPECT_TRUE(rank0[1].has_head);
-  EXPECT_FALSE(rank1[0].has_embedding || rank1[0].has_head || rank1[1].has_embedding || rank1[1].has_head);
+  EXPECT_FALSE(rank1[0].has_embedding || rank1[0].has_head || rank1[1].has_embedding ||
+               rank1[1].has_head);
 }
 
 TEST(StagePartitionTest, VShapeOnFourRanks) {
@@ -256,17 +257,23 @@ TEST(StagePartitionTest, FirstAndLastStageLayersThatLeaveAnUnevenRestAreErrors) 
   parallel.set_pipeline_first_stage_layers(3);
   parallel.set_pipeline_last_stage_layers(3);
   std::string error(PartitionStages(config).status().message());
-  EXPECT_THAT(error, HasSubstr("parallel.pipeline_first_stage_layers 3 and pipeline_last_stage_layers 3 leave 55 "
-                               "of model.num_hidden_layers 61 to 14 other virtual stages"));
-  EXPECT_THAT(error, HasSubstr("hint: choose them so that the layers they leave are a multiple of 14"));
+  EXPECT_THAT(
+      error,
+      HasSubstr("parallel.pipeline_first_stage_layers 3 and pipeline_last_stage_layers 3 leave 55 "
+                "of model.num_hidden_layers 61 to 14 other virtual stages"));
+  EXPECT_THAT(error,
+              HasSubstr("hint: choose them so that the layers they leave are a multiple of 14"));
   parallel.set_pipeline_first_stage_layers(60);
-  EXPECT_THAT(std::string(PartitionStages(config).status().message()), HasSubstr("add up to more than"));
+  EXPECT_THAT(std::string(PartitionStages(config).status().message()),
+              HasSubstr("add up to more than"));
   parallel.set_pipeline_first_stage_layers(4);
   parallel.add_pipeline_layers(61);
-  EXPECT_THAT(std::string(PartitionStages(config).status().message()), HasSubstr("both say how to split"));
+  EXPECT_THAT(std::string(PartitionStages(config).status().message()),
+              HasSubstr("both say how to split"));
   parallel.clear_pipeline_layers();
   parallel.set_pipeline(1);
-  EXPECT_THAT(std::string(PartitionStages(config).status().message()), HasSubstr("need two or more virtual stages"));
+  EXPECT_THAT(std::string(PartitionStages(config).status().message()),
+              HasSubstr("need two or more virtual stages"));
 }
 
 TEST(StagePartitionTest, CountsMustSumToTheLayers) {

@@ -68,7 +68,8 @@ ClusterConfig Cluster(const std::string& name) {
 TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   const TrainerConfig config = Recipe("deepseek_v3_size.textproto");
   const ClusterConfig cluster = Cluster("h800_2048.textproto");
-  PlanLayout layout{.mesh = MeshShape::Of(1, 16, 128, 64), .zero_stage = 1, .recompute = Recompute::FULL};
+  PlanLayout layout{
+      .mesh = MeshShape::Of(1, 16, 128, 64), .zero_stage = 1, .recompute = Recompute::FULL};
   const DeviceParameters p = ParametersPerDevice(config.model(), layout);
   EXPECT_EQ(p.dense, 2910126080.0);
   EXPECT_EQ(p.expert, 176160768.0);
@@ -93,7 +94,8 @@ TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   // its MoE layer's and its join's 6c: 4096 x 328,064 x 2 B = 2,687,500,288;
   // the fp32 logits of the main head and the depth's, 2 x 4096 x 129280 x
   // 4 B = 4,236,247,040.
-  EXPECT_EQ(with_recompute.memory.activations, 58720256.0 + 2335178752.0 + 2687500288.0 + 4236247040.0);
+  EXPECT_EQ(with_recompute.memory.activations,
+            58720256.0 + 2335178752.0 + 2687500288.0 + 4236247040.0);
   // 28.3 GB of 72 usable.
   EXPECT_TRUE(with_recompute.fits);
   EXPECT_EQ(with_recompute.micro_batches, 15360 / 128);
@@ -118,7 +120,8 @@ TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   const std::vector<LayoutPrediction> plans = PlanLayouts(config, cluster, 2048);
   const auto found = std::find_if(plans.begin(), plans.end(), [](const LayoutPrediction& p) {
     const PlanLayout& l = p.layout;
-    return l.mesh.tp == 1 && l.mesh.pp == 16 && l.mesh.dp == 128 && l.mesh.ep == 64 && l.zero_stage == 1 && l.recompute == Recompute::FULL;
+    return l.mesh.tp == 1 && l.mesh.pp == 16 && l.mesh.dp == 128 && l.mesh.ep == 64 &&
+           l.zero_stage == 1 && l.recompute == Recompute::FULL;
   });
   ASSERT_NE(found, plans.end());
   EXPECT_TRUE(found->fits);
@@ -145,14 +148,17 @@ TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
 TEST(LayoutPlannerTest, DeepSeekV3SizeRunsAtPipeline16WithTheProposedSplit) {
   TrainerConfig config = Recipe("deepseek_v3_size.textproto");
   const ClusterConfig cluster = Cluster("h800_2048.textproto");
-  const PlanLayout layout{.mesh = MeshShape::Of(1, 16, 128, 64), .zero_stage = 1, .recompute = Recompute::FULL};
+  const PlanLayout layout{
+      .mesh = MeshShape::Of(1, 16, 128, 64), .zero_stage = 1, .recompute = Recompute::FULL};
   std::vector<int> one_f_one_b(16, 4);
   one_f_one_b.back() = 1;
   const LayoutPrediction plan = PredictLayout(config, cluster, layout);
   EXPECT_EQ(plan.stage_layers, one_f_one_b);
-  EXPECT_THAT(PlanReport({plan}, cluster, 1),
-              HasSubstr("Layers: 4 on the first virtual stage, 1 on the last, 4 on each other (--set "
-                        "parallel.pipeline_first_stage_layers=4 --set parallel.pipeline_last_stage_layers=1)"));
+  EXPECT_THAT(
+      PlanReport({plan}, cluster, 1),
+      HasSubstr(
+          "Layers: 4 on the first virtual stage, 1 on the last, 4 on each other (--set "
+          "parallel.pipeline_first_stage_layers=4 --set parallel.pipeline_last_stage_layers=1)"));
 
   config.mutable_parallel()->set_schedule(ParallelConfig::DUALPIPE_V);
   config.mutable_parallel()->set_virtual_stages(2);
@@ -187,7 +193,8 @@ TEST(LayoutPlannerTest, DeepSeekV3SizeRunsAtPipeline16WithTheProposedSplit) {
 TEST(LayoutPlannerTest, Llama3_70BSizeMemoryOnA100s) {
   const TrainerConfig config = Recipe("llama3_70b_size.textproto");
   const ClusterConfig cluster = Cluster("a100_64.textproto");
-  const PlanLayout layout{.mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = Recompute::NONE};
+  const PlanLayout layout{
+      .mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = Recompute::NONE};
   const DeviceParameters p = ParametersPerDevice(config.model(), layout);
   EXPECT_EQ(p.dense, 2271543296.0);
   EXPECT_EQ(p.expert, 0.0);
@@ -255,7 +262,8 @@ TEST(LayoutPlannerTest, MlaEstimatesUseItsWidthsAndTensorParallelSplit) {
   l.set_qk_rope_head_dim(8);
   l.set_v_head_dim(16);
   const ClusterConfig cluster = Cluster("a100_64.textproto");
-  const PlanLayout tp2{.mesh = MeshShape::Of(2, 1, 1), .zero_stage = 0, .recompute = Recompute::NONE};
+  const PlanLayout tp2{
+      .mesh = MeshShape::Of(2, 1, 1), .zero_stage = 0, .recompute = Recompute::NONE};
 
   EXPECT_EQ(ParametersPerDevice(gqa.model(), tp2).dense, 62784.0);
   EXPECT_EQ(ParametersPerDevice(mla.model(), tp2).dense, 74720.0);
@@ -308,7 +316,8 @@ TrainerConfig LlamaAt(int seq_length) {
 TEST(LayoutPlannerTest, Llama3_70BAt128kSplitsSequencesOverContextParallelRanks) {
   const TrainerConfig config = LlamaAt(131072);
   const ClusterConfig cluster = Cluster("h800_2048.textproto");
-  const PlanLayout layout{.mesh = MeshShape::Of(4, 8, 1, 1, 32), .zero_stage = 1, .recompute = Recompute::NONE};
+  const PlanLayout layout{
+      .mesh = MeshShape::Of(4, 8, 1, 1, 32), .zero_stage = 1, .recompute = Recompute::NONE};
   const LayoutPrediction plan = PredictLayout(config, cluster, layout);
   EXPECT_EQ(plan.micro_batches, 64);
   EXPECT_EQ(plan.stage_layers, (std::vector<int>{8, 11, 11, 11, 11, 11, 11, 6}));
@@ -343,7 +352,8 @@ TEST(LayoutPlannerTest, Llama3_70BAt128kSplitsSequencesOverContextParallelRanks)
   EXPECT_EQ(best_without->layout.recompute, Recompute::FULL);
   EXPECT_GT(best_without->time.step_s(), best.time.step_s());
   EXPECT_THAT(PlanReport(plans, cluster, 5),
-              HasSubstr("Without context parallelism the best is " + LayoutName(best_without->layout) + ": step "));
+              HasSubstr("Without context parallelism the best is " +
+                        LayoutName(best_without->layout) + ": step "));
 }
 
 // At a million tokens no layout without context parallelism fits, and the
@@ -363,7 +373,8 @@ TEST(LayoutPlannerTest, Llama3_70BAtAMillionTokensFitsOnlySplitOverContextParall
     EXPECT_GE(p.memory.total(), 96099893248.0) << LayoutName(p.layout);
   }
   const std::string report = PlanReport(plans, cluster, 5);
-  EXPECT_THAT(report, HasSubstr("Without context parallelism no layout fits: the leanest, tp 8 x cp 1 x "));
+  EXPECT_THAT(report,
+              HasSubstr("Without context parallelism no layout fits: the leanest, tp 8 x cp 1 x "));
   EXPECT_THAT(report, HasSubstr(" GB per device (weights "));
 }
 
@@ -380,11 +391,13 @@ TEST(LayoutPlannerTest, Llama3_70BAtAMillionTokensFitsOnlySplitOverContextParall
 TEST(LayoutPlannerTest, RingExchangesWaitOnlyForWhatTheBlocksAttentionDoesNotHide) {
   const TrainerConfig config = LlamaAt(32768);
   const ClusterConfig cluster = Cluster("h800_2048.textproto");
-  const PlanLayout layout{.mesh = MeshShape::Of(4, 8, 2, 1, 16), .zero_stage = 1, .recompute = Recompute::NONE};
+  const PlanLayout layout{
+      .mesh = MeshShape::Of(4, 8, 2, 1, 16), .zero_stage = 1, .recompute = Recompute::NONE};
   const LayoutPrediction plan = PredictLayout(config, cluster, layout);
   const double transfer = 2097152 / 40e9 + 8e-6;
   const double forward_block = 2.0 * 2048 * 32768 * 2048 / 16 / (989e12 * 0.55);
-  const double per_layer = 15 * (transfer - forward_block) + 15 * (2 * transfer - 2 * forward_block);
+  const double per_layer =
+      15 * (transfer - forward_block) + 15 * (2 * transfer - 2 * forward_block);
   EXPECT_NEAR(plan.time.cp_s, 128 * 11 * per_layer, kTimeRelative * plan.time.cp_s);
   EXPECT_GT(plan.time.cp_s, 1.0);  // 1.83 s: tiny blocks over the network do not hide
   // Within a node (tp 4 x cp 2 = 8 GPUs), with blocks of 8 times the tokens
@@ -403,7 +416,8 @@ TEST(LayoutPlannerTest, ContextParallelRanksShareTheComputeOfTheirSequences) {
   const ClusterConfig cluster = Cluster("h800_2048.textproto");
   const LayoutPrediction cp2 =
       PredictLayout(config, cluster, {.mesh = MeshShape::Of(8, 4, 8, 1, 2), .zero_stage = 1});
-  const LayoutPrediction dp16 = PredictLayout(config, cluster, {.mesh = MeshShape::Of(8, 4, 16), .zero_stage = 1});
+  const LayoutPrediction dp16 =
+      PredictLayout(config, cluster, {.mesh = MeshShape::Of(8, 4, 16), .zero_stage = 1});
   EXPECT_EQ(cp2.micro_batches, 2 * dp16.micro_batches);
   EXPECT_NEAR(cp2.time.compute_s, dp16.time.compute_s, kTimeRelative * dp16.time.compute_s);
   EXPECT_NEAR(cp2.mfu * cp2.time.step_s(), dp16.mfu * dp16.time.step_s(),
@@ -418,7 +432,8 @@ TEST(LayoutPlannerTest, ProposesOnlyContextSizesTheSequenceCutsInto) {
   const TrainerConfig config = LlamaAt(32768);
   TrainerConfig odd = config;
   odd.mutable_train()->set_seq_length(32776);
-  const std::vector<LayoutPrediction> plans = PlanLayouts(odd, Cluster("h800_2048.textproto"), 1024);
+  const std::vector<LayoutPrediction> plans =
+      PlanLayouts(odd, Cluster("h800_2048.textproto"), 1024);
   ASSERT_FALSE(plans.empty());
   int largest_cp = 0;
   for (const LayoutPrediction& p : plans) {
@@ -428,7 +443,8 @@ TEST(LayoutPlannerTest, ProposesOnlyContextSizesTheSequenceCutsInto) {
   }
   EXPECT_EQ(largest_cp, 4);
   const absl::Status cp8 = CheckLayoutRuns(odd, MeshShape::Of(1, 8, 16, 1, 8));
-  EXPECT_THAT(cp8.message(), HasSubstr("train.seq_length 32776 is not a multiple of 2 x parallel.context 8 = 16"));
+  EXPECT_THAT(cp8.message(),
+              HasSubstr("train.seq_length 32776 is not a multiple of 2 x parallel.context 8 = 16"));
   EXPECT_TRUE(CheckLayoutRuns(config, MeshShape::Of(1, 8, 16, 1, 8)).ok());
 }
 
@@ -438,13 +454,15 @@ TEST(LayoutPlannerTest, BubbleAndStepTimeFollowTheSchedule) {
   const ClusterConfig cluster = Cluster("a100_64.textproto");
   config.mutable_train()->set_global_batch_size(16);
   config.mutable_model()->set_vocab_size(8);  // near-equal stages: the head is negligible
-  const LayoutPrediction plan =
-      PredictLayout(config, cluster, {.mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = Recompute::FULL});
+  const LayoutPrediction plan = PredictLayout(
+      config, cluster,
+      {.mesh = MeshShape::Of(8, 4, 2), .zero_stage = 1, .recompute = Recompute::FULL});
   ASSERT_EQ(plan.micro_batches, 8);
   const TimeEstimate& t = plan.time;
   const double slot = (t.compute_s + t.tp_s + t.ep_s) / 8;
   EXPECT_NEAR(t.bubble_s, 3 * slot, 1e-9 * t.bubble_s);
-  EXPECT_NEAR(t.step_s(), t.compute_s + t.tp_s + t.ep_s + t.bubble_s + t.pp_s + t.dp_s + t.optimizer_s,
+  EXPECT_NEAR(t.step_s(),
+              t.compute_s + t.tp_s + t.ep_s + t.bubble_s + t.pp_s + t.dp_s + t.optimizer_s,
               1e-12 * t.step_s());
 }
 
@@ -509,7 +527,8 @@ TEST(LayoutPlannerTest, BubbleAndActivationsFollowTheConfiguredSchedule) {
   config.mutable_train()->set_micro_batch_size(1);
   config.mutable_train()->set_seq_length(32);
   const ClusterConfig cluster = Cluster("a100_64.textproto");
-  const PlanLayout layout{.mesh = MeshShape::Of(1, 2, 1), .zero_stage = 0, .recompute = Recompute::NONE};
+  const PlanLayout layout{
+      .mesh = MeshShape::Of(1, 2, 1), .zero_stage = 0, .recompute = Recompute::NONE};
   auto predict = [&](ParallelConfig::Schedule schedule, int virtual_stages) {
     TrainerConfig c = config;
     c.mutable_parallel()->set_schedule(schedule);
@@ -537,7 +556,8 @@ TEST(LayoutPlannerTest, BubbleAndActivationsFollowTheConfiguredSchedule) {
   EXPECT_LT(zb.time.step_s(), one_f_one_b.time.step_s());
 
   EXPECT_EQ(one_f_one_b.memory.activations, 249856.0);
-  EXPECT_EQ(interleaved.memory.activations, 2.5 * 124928);  // rank 0's 2 (p - 1) + (v - 1) p + 1 = 5 chunks
+  EXPECT_EQ(interleaved.memory.activations,
+            2.5 * 124928);  // rank 0's 2 (p - 1) + (v - 1) p + 1 = 5 chunks
   EXPECT_EQ(zb.memory.activations, one_f_one_b.memory.activations + 2 * 94208 + 32768 + 2 * 32768);
   EXPECT_EQ(zb.memory.weights, 108864.0 * 2);  // the last stage
   EXPECT_EQ(dualpipe.memory.activations, 2.5 * 124928 + 47104 + 4096 + 32768 + 32768);
@@ -549,8 +569,10 @@ TEST(LayoutPlannerTest, BubbleAndActivationsFollowTheConfiguredSchedule) {
   few.mutable_parallel()->set_schedule(ParallelConfig::DUALPIPE_V);
   few.mutable_parallel()->set_virtual_stages(2);
   few.mutable_train()->set_global_batch_size(2);
-  EXPECT_THAT(CheckLayoutRuns(few, layout.mesh).message(), HasSubstr("DualPipeV schedule needs at least 2 x"));
-  for (const LayoutPrediction& p : PlanLayouts(few, cluster, 2)) EXPECT_EQ(p.layout.mesh.pp, 1) << LayoutName(p.layout);
+  EXPECT_THAT(CheckLayoutRuns(few, layout.mesh).message(),
+              HasSubstr("DualPipeV schedule needs at least 2 x"));
+  for (const LayoutPrediction& p : PlanLayouts(few, cluster, 2))
+    EXPECT_EQ(p.layout.mesh.pp, 1) << LayoutName(p.layout);
 
   // `tetra plan --cluster` names the schedule it assumed.
   TrainerConfig zb_config = config;
@@ -567,7 +589,8 @@ TEST(LayoutPlannerTest, BubbleAndActivationsFollowTheConfiguredSchedule) {
   EXPECT_EQ(pipelined, 2 * 2);  // tp 1 x pp 2: ZeRO 0/1 x no or selective recompute
   const std::string report = PlanReport(plans, cluster, 10);
   EXPECT_THAT(report, HasSubstr("pipeline schedule: ZB-H1 (the bubble column"));
-  EXPECT_EQ(ScheduleSummary(zb.schedule), "8 micro-batches per step, ZB-H1 over 2 stages (ideal bubble 4.0%)");
+  EXPECT_EQ(ScheduleSummary(zb.schedule),
+            "8 micro-batches per step, ZB-H1 over 2 stages (ideal bubble 4.0%)");
   EXPECT_EQ(ScheduleSummary(dualpipe.schedule),
             "8 micro-batches per step, DualPipeV over 2 stages x 2 chunks (ideal bubble 2.0%)");
   EXPECT_THAT(report, HasSubstr(", " + ScheduleSummary(plans.front().schedule) + ". Memory "));

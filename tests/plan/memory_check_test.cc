@@ -34,7 +34,8 @@ MachineMemory Host(double gib, int ranks = 1) {
 // The CLI tests' tiny model, with `sets` applied.
 TrainerConfig Tiny(const std::vector<std::string>& sets = {}) {
   TrainerConfig config = testing::ConfigFromText(
-      "model { vocab_size: 32 hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2 intermediate_size: 32 }\n"
+      "model { vocab_size: 32 hidden_size: 16 num_hidden_layers: 1 num_attention_heads: 2 "
+      "intermediate_size: 32 }\n"
       "train { steps: 3 global_batch_size: 4 micro_batch_size: 2 seq_length: 8 }\n");
   for (const std::string& set : sets) testing::SetField(&config, set);
   return config;
@@ -42,8 +43,8 @@ TrainerConfig Tiny(const std::vector<std::string>& sets = {}) {
 
 TrainerConfig Recipe(const std::string& name) { return testing::RecipeConfig(name); }
 
-absl::Status Check(const TrainerConfig& config, const MachineMemory& machine, MemoryUse use = MemoryUse::kTraining,
-                   const PlanLayout& layout = {}) {
+absl::Status Check(const TrainerConfig& config, const MachineMemory& machine,
+                   MemoryUse use = MemoryUse::kTraining, const PlanLayout& layout = {}) {
   return CheckRankMemory(config, layout, use, machine);
 }
 
@@ -66,7 +67,8 @@ TEST(MemoryCheckTest, AbsurdSizesAreRefusedWithTheNumbersAndAFittingHint) {
     ASSERT_FALSE(status.ok()) << sets;
     EXPECT_THAT(Message(status), HasSubstr("the model needs ")) << sets;
     EXPECT_THAT(Message(status), HasSubstr(" per rank (weights ")) << sets;
-    EXPECT_THAT(Message(status), HasSubstr("but this machine has 24.0 GiB available (test)")) << sets;
+    EXPECT_THAT(Message(status), HasSubstr("but this machine has 24.0 GiB available (test)"))
+        << sets;
     EXPECT_THAT(Message(status), HasSubstr("\nhint: " + c.hint)) << sets;
     EXPECT_THAT(Message(status), UserErrorShape()) << sets;
   }
@@ -79,7 +81,8 @@ TEST(MemoryCheckTest, NamesEachPartInGiB) {
   // parameters, 4 B of weights and of gradients each (16384 GiB + 355 x 4 MiB
   // = 16385.39 GiB), 8 B of AdamW moments (32770.77 GiB).
   const absl::Status status = Check(Tiny({"model.hidden_size=1048576"}), Host(24));
-  EXPECT_THAT(Message(status), HasSubstr("weights 16385.4 GiB, gradients 16385.4 GiB, AdamW moments 32770.8 GiB"));
+  EXPECT_THAT(Message(status),
+              HasSubstr("weights 16385.4 GiB, gradients 16385.4 GiB, AdamW moments 32770.8 GiB"));
 }
 
 TEST(MemoryCheckTest, RanksOnOneMachineShareIt) {
@@ -88,9 +91,11 @@ TEST(MemoryCheckTest, RanksOnOneMachineShareIt) {
   EXPECT_TRUE(Check(config, Host(2, 1)).ok());
   const absl::Status shared = Check(config, Host(2, 4));
   EXPECT_THAT(Message(shared), HasSubstr("per rank ("));
-  EXPECT_THAT(Message(shared), HasSubstr("for each of the 4 ranks on this machine but this machine has 2.0 GiB"));
+  EXPECT_THAT(Message(shared),
+              HasSubstr("for each of the 4 ranks on this machine but this machine has 2.0 GiB"));
   // Tensor parallelism over 4 ranks splits the attention matrices.
-  EXPECT_TRUE(Check(config, Host(2, 4), MemoryUse::kTraining, {.mesh = MeshShape::Of(4, 1, 1)}).ok());
+  EXPECT_TRUE(
+      Check(config, Host(2, 4), MemoryUse::kTraining, {.mesh = MeshShape::Of(4, 1, 1)}).ok());
 }
 
 TEST(MemoryCheckTest, AGpuRunIsCheckedAgainstItsGpuAndItsDataAgainstTheHost) {
@@ -104,9 +109,11 @@ TEST(MemoryCheckTest, AGpuRunIsCheckedAgainstItsGpuAndItsDataAgainstTheHost) {
   EXPECT_THAT(Message(Check(wide, gpu)), HasSubstr("but GPU 0 (test) has 80.0 GiB free"));
   TrainerConfig long_stream = bench;
   long_stream.mutable_data()->mutable_synthetic()->set_num_tokens(int64_t{1} << 40);
-  EXPECT_THAT(Message(Check(long_stream, gpu)),
-              HasSubstr("the training data needs 4096.0 GiB per rank (synthetic tokens 4096.0 GiB) but this "
-                        "machine has 64.0 GiB"));
+  EXPECT_THAT(
+      Message(Check(long_stream, gpu)),
+      HasSubstr(
+          "the training data needs 4096.0 GiB per rank (synthetic tokens 4096.0 GiB) but this "
+          "machine has 64.0 GiB"));
 }
 
 TEST(MemoryCheckTest, TheGpuBenchmarksFitOneH200) {
@@ -121,7 +128,8 @@ TEST(MemoryCheckTest, TheGpuBenchmarksFitOneH200) {
   // and AdamW moments alone are 50 GiB.
   MachineMemory a100 = h200;
   a100.device_bytes = 40 * kGiB;
-  EXPECT_THAT(Message(Check(Recipe("bench_h200_moe.textproto"), a100)), HasSubstr("has 40.0 GiB free"));
+  EXPECT_THAT(Message(Check(Recipe("bench_h200_moe.textproto"), a100)),
+              HasSubstr("has 40.0 GiB free"));
 }
 
 TEST(MemoryCheckTest, ExportNeedsOnlyWeightsAndGradients) {
@@ -132,7 +140,8 @@ TEST(MemoryCheckTest, ExportNeedsOnlyWeightsAndGradients) {
   EXPECT_TRUE(Check(config, Host(3), MemoryUse::kWeights).ok());
   const absl::Status status = Check(config, Host(1), MemoryUse::kWeights);
   EXPECT_THAT(Message(status), HasSubstr("(weights 1.0 GiB, gradients 1.0 GiB)"));
-  EXPECT_THAT(Message(status), HasSubstr("\nhint: tetra export builds the whole model in one process"));
+  EXPECT_THAT(Message(status),
+              HasSubstr("\nhint: tetra export builds the whole model in one process"));
 }
 
 TEST(MemoryCheckTest, UnknownMachineMemoryChecksNothing) {
@@ -153,10 +162,12 @@ TEST(MemoryCheckTest, TheProjectsCpuRecipesFitALaptop) {
            {"tiny_dense_tp2.textproto", {.mesh = MeshShape::Of(2, 1, 1)}},
            {"tiny_dense_dp2_zero1.textproto", {.mesh = MeshShape::Of(1, 1, 2), .zero_stage = 1}},
            {"tiny_dense_tp2_dp2_sp.textproto", {.mesh = MeshShape::Of(2, 1, 2), .zero_stage = 1}},
-           {"moe_small_tp2_pp2_ep2.textproto", {.mesh = MeshShape::Of(2, 2, 2, 2), .zero_stage = 1}},
+           {"moe_small_tp2_pp2_ep2.textproto",
+            {.mesh = MeshShape::Of(2, 2, 2, 2), .zero_stage = 1}},
        }) {
     const int ranks = run.layout.mesh.world;
-    const absl::Status status = Check(Recipe(run.recipe), Host(8, ranks), MemoryUse::kTraining, run.layout);
+    const absl::Status status =
+        Check(Recipe(run.recipe), Host(8, ranks), MemoryUse::kTraining, run.layout);
     EXPECT_TRUE(status.ok()) << run.recipe << ": " << status;
   }
 }

@@ -19,10 +19,10 @@
 namespace tetra::testing {
 
 struct GradCheckOptions {
-  double step = 1e-2;       // central-difference step h
-  double rel_tol = 1e-2;    // |analytic - numeric| <= abs_tol + rel_tol * |numeric|
+  double step = 1e-2;     // central-difference step h
+  double rel_tol = 1e-2;  // |analytic - numeric| <= abs_tol + rel_tol * |numeric|
   double abs_tol = 1e-4;
-  int max_checks = 48;      // sampled elements per tensor (all when fewer)
+  int max_checks = 48;  // sampled elements per tensor (all when fewer)
 };
 
 // Fills `n` floats with N(0, scale^2) drawn from (seed, stream).

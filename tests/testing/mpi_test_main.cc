@@ -20,11 +20,13 @@ class FailurePrinter : public testing::EmptyTestEventListener {
   void OnTestPartResult(const testing::TestPartResult& result) override {
     if (!result.failed()) return;
     std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_,
-                 result.file_name() ? result.file_name() : "?", result.line_number(), result.message());
+                 result.file_name() ? result.file_name() : "?", result.line_number(),
+                 result.message());
   }
   void OnTestEnd(const testing::TestInfo& info) override {
     if (info.result()->Failed()) {
-      std::fprintf(stderr, "[rank %d] [  FAILED  ] %s.%s\n", rank_, info.test_suite_name(), info.name());
+      std::fprintf(stderr, "[rank %d] [  FAILED  ] %s.%s\n", rank_, info.test_suite_name(),
+                   info.name());
     }
   }
 

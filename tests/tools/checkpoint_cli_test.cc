@@ -13,13 +13,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <map>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -71,23 +71,27 @@ class CheckpointCliTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   RunResult Run(const std::string& args) {
-    const std::string command = std::string(TETRA_BINARY) + " " + args + " >" + (dir_ / "out").string() +
-                                " 2>" + (dir_ / "err").string();
+    const std::string command = std::string(TETRA_BINARY) + " " + args + " >" +
+                                (dir_ / "out").string() + " 2>" + (dir_ / "err").string();
     const int status = std::system(command.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadBytes(dir_ / "out"), ReadBytes(dir_ / "err")};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadBytes(dir_ / "out"),
+            ReadBytes(dir_ / "err")};
   }
 
   // `tetra train` of a tiny model for `steps` steps (the LR schedule spans
   // them), metrics to `metrics`, checkpoints in ckpt_ when `interval` >= 0.
-  std::string TrainArgs(int steps, const std::string& metrics, int interval, const std::string& extra = "") {
-    std::string args = "train --config /dev/null --set model.vocab_size=32 --set model.hidden_size=16"
-                       " --set model.num_hidden_layers=2 --set model.num_attention_heads=2"
-                       " --set model.intermediate_size=32 --set train.global_batch_size=4"
-                       " --set train.micro_batch_size=2 --set train.seq_length=8 --set train.threads=1"
-                       " --set optimizer.lr=3e-3 --set optimizer.warmup_steps=2 --set train.steps=" +
-                       std::to_string(steps) + " --set log.metrics_path=" + (dir_ / metrics).string();
+  std::string TrainArgs(int steps, const std::string& metrics, int interval,
+                        const std::string& extra = "") {
+    std::string args =
+        "train --config /dev/null --set model.vocab_size=32 --set model.hidden_size=16"
+        " --set model.num_hidden_layers=2 --set model.num_attention_heads=2"
+        " --set model.intermediate_size=32 --set train.global_batch_size=4"
+        " --set train.micro_batch_size=2 --set train.seq_length=8 --set train.threads=1"
+        " --set optimizer.lr=3e-3 --set optimizer.warmup_steps=2 --set train.steps=" +
+        std::to_string(steps) + " --set log.metrics_path=" + (dir_ / metrics).string();
     if (interval >= 0) {
-      args += " --set checkpoint.dir=" + ckpt_ + " --set checkpoint.interval=" + std::to_string(interval);
+      args += " --set checkpoint.dir=" + ckpt_ +
+              " --set checkpoint.interval=" + std::to_string(interval);
     }
     return args + extra;
   }
@@ -141,7 +145,8 @@ class CheckpointCliTest : public ::testing::Test {
     edit(manifest);
     const std::string bytes = manifest.SerializeAsString();
     tetra::testing::WriteBytes(dir + "/manifest.pb", bytes);
-    tetra::testing::WriteBytes(dir + "/COMPLETE", CompleteMarkerText(manifest.state().step(), bytes));
+    tetra::testing::WriteBytes(dir + "/COMPLETE",
+                               CompleteMarkerText(manifest.state().step(), bytes));
   }
 
   // The full uninterrupted 20-step run, the reference of every test.
@@ -171,7 +176,8 @@ TEST_F(CheckpointCliTest, ResumeAfterSaveIsBitExact) {
 TEST_F(CheckpointCliTest, RetentionKeepsTheNewest) {
   ASSERT_EQ(Run(TrainArgs(7, "a.jsonl", 2, " --set checkpoint.keep=2")).exit_code, 0);
   std::vector<std::string> names;
-  for (const fs::directory_entry& e : fs::directory_iterator(ckpt_)) names.push_back(e.path().filename());
+  for (const fs::directory_entry& e : fs::directory_iterator(ckpt_))
+    names.push_back(e.path().filename());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"step_00000006", "step_00000007"}));
   RunResult negative = Run(TrainArgs(7, "a.jsonl", 2, " --set checkpoint.keep=-1"));
@@ -221,7 +227,8 @@ TEST_F(CheckpointCliTest, SigtermFinishesTheStepSavesAndExitsZero) {
 
 TEST_F(CheckpointCliTest, InspectVerifiesAndExportWritesTheWeights) {
   // The final checkpoint holds the weights the run exports at its end.
-  RunResult run = Run(TrainArgs(4, "a.jsonl", 0, " --set export_path=" + (dir_ / "exported").string()));
+  RunResult run =
+      Run(TrainArgs(4, "a.jsonl", 0, " --set export_path=" + (dir_ / "exported").string()));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   RunResult inspect = Run("checkpoint inspect " + ckpt_);
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
@@ -234,7 +241,8 @@ TEST_F(CheckpointCliTest, InspectVerifiesAndExportWritesTheWeights) {
   RunResult exp = Run("checkpoint export " + StepDir(4) + " --out " + exported_dir.string());
   ASSERT_EQ(exp.exit_code, 0) << exp.err;
   EXPECT_EQ(ReadBytes(exported_dir / "config.json"), ReadBytes(dir_ / "exported" / "config.json"));
-  EXPECT_EQ(fs::exists(exported_dir / "generation_config.json"), fs::exists(dir_ / "exported" / "generation_config.json"));
+  EXPECT_EQ(fs::exists(exported_dir / "generation_config.json"),
+            fs::exists(dir_ / "exported" / "generation_config.json"));
   const std::string exported = (exported_dir / "model.safetensors").string();
   // Same tensors, same fp32 bytes, in the same order: the files are identical
   // but for the metadata, so compare the data after each header.
@@ -258,7 +266,8 @@ TEST_F(CheckpointCliTest, FlippedByteIsAnErrorNamingFileAndTensor) {
   for (const std::string& args : {"checkpoint inspect " + ckpt_, TrainArgs(4, "b.jsonl", 0)}) {
     RunResult r = Run(args);
     EXPECT_EQ(r.exit_code, 1) << args;
-    EXPECT_THAT(r.err, HasSubstr("checkpoint file " + file + " is corrupt: \"model.embed_tokens.weight\" (weight)"));
+    EXPECT_THAT(r.err, HasSubstr("checkpoint file " + file +
+                                 " is corrupt: \"model.embed_tokens.weight\" (weight)"));
     EXPECT_THAT(r.err, HasSubstr("\nhint: "));
   }
 }
@@ -270,7 +279,8 @@ TEST_F(CheckpointCliTest, TruncatedShardIsAnErrorNamingFileAndTensor) {
   RunResult r = Run(TrainArgs(4, "b.jsonl", 0));
   EXPECT_EQ(r.exit_code, 1);
   // The last shard written is the last tensor's second moment.
-  EXPECT_THAT(r.err, HasSubstr("checkpoint file " + file + " is truncated: \"lm_head.weight\" (exp_avg_sq)"));
+  EXPECT_THAT(r.err, HasSubstr("checkpoint file " + file +
+                               " is truncated: \"lm_head.weight\" (exp_avg_sq)"));
 }
 
 TEST_F(CheckpointCliTest, IncompleteNewestFallsBackToThePrevious) {
@@ -302,20 +312,24 @@ TEST_F(CheckpointCliTest, AnotherRunsCheckpointIsRefusedNamingTheField) {
   for (const auto& [change, message] : refused) {
     RunResult r = Run(TrainArgs(4, "b.jsonl", 0, change));
     EXPECT_EQ(r.exit_code, 1) << change;
-    EXPECT_THAT(r.err, HasSubstr("checkpoint " + StepDir(2) + " was written by a run with " + message +
-                                 ": it is another run's checkpoint\nhint: ")) << change;
+    EXPECT_THAT(r.err, HasSubstr("checkpoint " + StepDir(2) + " was written by a run with " +
+                                 message + ": it is another run's checkpoint\nhint: "))
+        << change;
     EXPECT_THAT(r.err, HasSubstr("checkpoint.resume: false")) << change;
   }
   // Another batch size would put the data position elsewhere.
   RunResult batch = Run(TrainArgs(4, "b.jsonl", 0, " --set train.global_batch_size=8"));
   EXPECT_EQ(batch.exit_code, 1);
-  EXPECT_THAT(batch.err, HasSubstr("is at step 2 after 8 samples, but train.global_batch_size 8 would have "
-                                   "consumed 16"));
+  EXPECT_THAT(batch.err,
+              HasSubstr("is at step 2 after 8 samples, but train.global_batch_size 8 would have "
+                        "consumed 16"));
   RunResult legal = Run(TrainArgs(4, "c.jsonl", 0,
                                   " --set optimizer.lr=1e-3 --set optimizer.min_lr=1e-4 --set "
-                                  "train.micro_batch_size=1 --set data.valid_path=" + ckpt_ + "/none"));
+                                  "train.micro_batch_size=1 --set data.valid_path=" +
+                                      ckpt_ + "/none"));
   EXPECT_THAT(legal.err, Not(HasSubstr("another run's checkpoint")));
-  RunResult resumed = Run(TrainArgs(4, "c.jsonl", 0, " --set optimizer.lr=1e-3 --set train.micro_batch_size=1"));
+  RunResult resumed =
+      Run(TrainArgs(4, "c.jsonl", 0, " --set optimizer.lr=1e-3 --set train.micro_batch_size=1"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_THAT(resumed.out, HasSubstr("resumed from " + StepDir(2) + " (step 2)"));
 }
@@ -327,18 +341,21 @@ TEST_F(CheckpointCliTest, StepBeyondTheRunIsAnError) {
   ASSERT_EQ(Run(TrainArgs(4, "a.jsonl", 0)).exit_code, 0);
   RunResult shorter = Run(TrainArgs(2, "b.jsonl", 0));
   EXPECT_EQ(shorter.exit_code, 1);
-  EXPECT_THAT(shorter.err, HasSubstr("checkpoint " + StepDir(4) + " is at step 4, beyond train.steps 2"));
+  EXPECT_THAT(shorter.err,
+              HasSubstr("checkpoint " + StepDir(4) + " is at step 4, beyond train.steps 2"));
   EXPECT_THAT(shorter.err, HasSubstr("\nhint: set train.steps above 4"));
   const int64_t huge = int64_t{1} << 62;
   const std::string huge_dir = ckpt_ + "/step_" + std::to_string(huge);
   fs::rename(StepDir(4), huge_dir);
   EditManifest(huge_dir, [&](CheckpointManifest& m) {
     m.mutable_state()->set_step(huge);
-    m.mutable_state()->set_consumed_samples(std::numeric_limits<int64_t>::max());  // 2^62 x 4 samples overflow
+    m.mutable_state()->set_consumed_samples(
+        std::numeric_limits<int64_t>::max());  // 2^62 x 4 samples overflow
   });
   RunResult r = Run(TrainArgs(4, "c.jsonl", 0));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("checkpoint " + huge_dir + " is at step 4611686018427387904, beyond the "
+  EXPECT_THAT(r.err, HasSubstr("checkpoint " + huge_dir +
+                               " is at step 4611686018427387904, beyond the "
                                "2147483647 steps a run counts to"));
 }
 
@@ -351,8 +368,10 @@ TEST_F(CheckpointCliTest, BrokenCheckpointDirectoriesAreErrorsNamingThePath) {
   for (const std::string& args : {"checkpoint inspect " + ckpt_, TrainArgs(4, "b.jsonl", 0)}) {
     RunResult r = Run(args);
     EXPECT_EQ(r.exit_code, 1) << args;
-    EXPECT_THAT(r.err, HasSubstr("checkpoint " + StepDir(9) + " is not a readable directory: Too many levels "
-                                 "of symbolic links\nhint: ")) << args;
+    EXPECT_THAT(r.err, HasSubstr("checkpoint " + StepDir(9) +
+                                 " is not a readable directory: Too many levels "
+                                 "of symbolic links\nhint: "))
+        << args;
   }
   fs::remove(StepDir(9));
   fs::remove(StepDir(2) + "/manifest.pb");
@@ -360,14 +379,17 @@ TEST_F(CheckpointCliTest, BrokenCheckpointDirectoriesAreErrorsNamingThePath) {
   for (const std::string& args : {"checkpoint inspect " + ckpt_, TrainArgs(4, "b.jsonl", 0)}) {
     RunResult r = Run(args);
     EXPECT_EQ(r.exit_code, 1) << args;
-    EXPECT_THAT(r.err, HasSubstr("checkpoint manifest " + StepDir(2) + "/manifest.pb is a directory, not a "
-                                 "regular file\nhint: ")) << args;
+    EXPECT_THAT(r.err, HasSubstr("checkpoint manifest " + StepDir(2) +
+                                 "/manifest.pb is a directory, not a "
+                                 "regular file\nhint: "))
+        << args;
   }
   const std::string loop = (dir_ / "loop").string();
   fs::create_directory_symlink("loop", loop);
   RunResult r = Run(TrainArgs(4, "b.jsonl", -1, " --set checkpoint.dir=" + loop));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("cannot create checkpoint.dir " + loop + ": Too many levels of symbolic links"));
+  EXPECT_THAT(r.err, HasSubstr("cannot create checkpoint.dir " + loop +
+                               ": Too many levels of symbolic links"));
   EXPECT_THAT(Run("checkpoint inspect " + loop).err, HasSubstr("tetra: error: "));
 }
 
@@ -377,22 +399,26 @@ TEST_F(CheckpointCliTest, BrokenCheckpointDirectoriesAreErrorsNamingThePath) {
 TEST_F(CheckpointCliTest, SwappedManifestRecordsAreCorruption) {
   ASSERT_EQ(Run(TrainArgs(2, "a.jsonl", 0)).exit_code, 0);
   const std::string marker = ReadBytes(StepDir(2) + "/COMPLETE");
-  const std::string q = "model.layers.0.self_attn.q_proj.weight", o = "model.layers.0.self_attn.o_proj.weight";
+  const std::string q = "model.layers.0.self_attn.q_proj.weight",
+                    o = "model.layers.0.self_attn.o_proj.weight";
   EditManifest(StepDir(2), [&](CheckpointManifest& m) {
     for (TensorRecord& t : *m.mutable_tensors()) {
-      if (t.kind() == TensorRecord::WEIGHT && (t.name() == q || t.name() == o)) t.set_name(t.name() == q ? o : q);
+      if (t.kind() == TensorRecord::WEIGHT && (t.name() == q || t.name() == o))
+        t.set_name(t.name() == q ? o : q);
     }
   });
   for (const std::string& args : {"checkpoint inspect " + ckpt_, TrainArgs(4, "b.jsonl", 0)}) {
     RunResult r = Run(args);
     EXPECT_EQ(r.exit_code, 1) << args;
     EXPECT_THAT(r.err, HasSubstr("is corrupt: \"model.layers.0.self_attn.")) << args;
-    EXPECT_THAT(r.err, HasSubstr("(its data, or the record naming it, was altered)\nhint: ")) << args;
+    EXPECT_THAT(r.err, HasSubstr("(its data, or the record naming it, was altered)\nhint: "))
+        << args;
   }
   tetra::testing::WriteBytes(StepDir(2) + "/COMPLETE", marker);
   RunResult r = Run(TrainArgs(4, "b.jsonl", 0));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("checkpoint manifest " + StepDir(2) + "/manifest.pb is corrupt: its bytes have "
+  EXPECT_THAT(r.err, HasSubstr("checkpoint manifest " + StepDir(2) +
+                               "/manifest.pb is corrupt: its bytes have "
                                "CRC-32C"));
 }
 
@@ -413,7 +439,8 @@ TEST_F(CheckpointCliTest, SecondJobOnOneCheckpointDirIsRefused) {
     const char ok = lock.ok() ? '1' : '0';
     if (write(ready[1], &ok, 1) != 1) _exit(2);
     char ignored;
-    while (read(release[0], &ignored, 1) > 0) {}  // until the parent closes it
+    while (read(release[0], &ignored, 1) > 0) {
+    }  // until the parent closes it
     _exit(0);
   }
   close(ready[1]);
@@ -423,10 +450,13 @@ TEST_F(CheckpointCliTest, SecondJobOnOneCheckpointDirIsRefused) {
   ASSERT_EQ(ok, '1');
   RunResult second = Run(TrainArgs(4, "a.jsonl", 2));
   EXPECT_EQ(second.exit_code, 1);
-  EXPECT_THAT(second.err, HasSubstr("tetra: error: checkpoint.dir " + ckpt_ + " is in use by another tetra job "
-                                    "(pid \"" + std::to_string(holder) + "\" on host \""));
-  EXPECT_THAT(second.err, HasSubstr("\nhint: wait for that job to end or stop it, or point checkpoint.dir at "
-                                    "another directory"));
+  EXPECT_THAT(second.err, HasSubstr("tetra: error: checkpoint.dir " + ckpt_ +
+                                    " is in use by another tetra job "
+                                    "(pid \"" +
+                                    std::to_string(holder) + "\" on host \""));
+  EXPECT_THAT(second.err,
+              HasSubstr("\nhint: wait for that job to end or stop it, or point checkpoint.dir at "
+                        "another directory"));
   EXPECT_FALSE(fs::exists(dir_ / "a.jsonl"));  // refused before anything ran
   close(release[1]);
   int status = 0;
@@ -434,12 +464,16 @@ TEST_F(CheckpointCliTest, SecondJobOnOneCheckpointDirIsRefused) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
   // A killed job's lock file: its text stays, its flock went with it.
-  tetra::testing::WriteBytes(ckpt_ + "/tetra.lock", "host gone-node\npid 999999\nstarted 2026-01-01 00:00:00 UTC\n");
+  tetra::testing::WriteBytes(ckpt_ + "/tetra.lock",
+                             "host gone-node\npid 999999\nstarted 2026-01-01 00:00:00 UTC\n");
   RunResult after = Run(TrainArgs(4, "a.jsonl", 2));
   ASSERT_EQ(after.exit_code, 0) << after.err;
-  EXPECT_THAT(after.out, HasSubstr("tetra: taking over the lock " + ckpt_ + "/tetra.lock of pid \"999999\" on "
-                                   "host \"gone-node\", started \"2026-01-01 00:00:00 UTC\", which ended without "
-                                   "releasing it"));
+  EXPECT_THAT(
+      after.out,
+      HasSubstr("tetra: taking over the lock " + ckpt_ +
+                "/tetra.lock of pid \"999999\" on "
+                "host \"gone-node\", started \"2026-01-01 00:00:00 UTC\", which ended without "
+                "releasing it"));
   EXPECT_FALSE(fs::exists(ckpt_ + "/tetra.lock"));
 }
 
@@ -450,10 +484,8 @@ TEST_F(CheckpointCliTest, UnwritableOutputsFailBeforeTheFirstStep) {
   const std::string file = (dir_ / "file").string();
   tetra::testing::WriteBytes(file, "not a directory");
   const std::vector<std::pair<std::string, std::string>> outputs = {
-      {"export_path", file + "/sub"},
-      {"log.metrics_path", file + "/sub/metrics.jsonl"},
-      {"log.tensorboard_dir", file + "/sub"},
-      {"log.trace_path", file + "/sub/trace.json"},
+      {"export_path", file + "/sub"},         {"log.metrics_path", file + "/sub/metrics.jsonl"},
+      {"log.tensorboard_dir", file + "/sub"}, {"log.trace_path", file + "/sub/trace.json"},
       {"checkpoint.dir", file + "/sub"},
   };
   for (const auto& [field, path] : outputs) {
@@ -491,12 +523,13 @@ TEST_F(CheckpointCliTest, KillDuringSaveLeavesAResumableCheckpoint) {
     if (saved) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    ASSERT_TRUE(saved) << "no checkpoint in " << kBackgroundLimit.count() << " s: "
-                       << ReadBytes(dir_ / "out");
+    ASSERT_TRUE(saved) << "no checkpoint in " << kBackgroundLimit.count()
+                       << " s: " << ReadBytes(dir_ / "out");
     RunResult inspect = Run("checkpoint inspect " + ckpt_);
     ASSERT_EQ(inspect.exit_code, 0) << "killed after " << delay_ms << " ms: " << inspect.err;
     const int step = std::stoi(inspect.out.substr(inspect.out.find("  step ") + 7));
-    RunResult resumed = Run(TrainArgs(100000, "b.jsonl", 0, " --set train.steps=" + std::to_string(step + 1)));
+    RunResult resumed =
+        Run(TrainArgs(100000, "b.jsonl", 0, " --set train.steps=" + std::to_string(step + 1)));
     ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
     EXPECT_THAT(resumed.out, HasSubstr("(step " + std::to_string(step) + ")"));
   }

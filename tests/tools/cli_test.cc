@@ -55,10 +55,11 @@ class CliTest : public ::testing::Test {
   // A tiny, fast config file; `extra` is appended (later fields win for scalars).
   std::string WriteConfig(const std::string& extra, const std::string& name = "c.textproto") {
     const fs::path path = dir_ / name;
-    std::ofstream(path) << "model { vocab_size: 32 hidden_size: 16 num_hidden_layers: 1 "
-                           "num_attention_heads: 2 intermediate_size: 32 }\n"
-                           "train { steps: 3 global_batch_size: 4 micro_batch_size: 2 seq_length: 8 threads: 1 }\n"
-                        << extra;
+    std::ofstream(path)
+        << "model { vocab_size: 32 hidden_size: 16 num_hidden_layers: 1 "
+           "num_attention_heads: 2 intermediate_size: 32 }\n"
+           "train { steps: 3 global_batch_size: 4 micro_batch_size: 2 seq_length: 8 threads: 1 }\n"
+        << extra;
     return path.string();
   }
 
@@ -94,9 +95,9 @@ TEST_F(CliTest, UnknownFieldGetsNearestName) {
 
 TEST_F(CliTest, BrokenConstraintNamesTheNumbers) {
   const std::string config = WriteConfig("");
-  ExpectError("train --config " + config +
-                  " --set model.hidden_size=100 --set model.num_attention_heads=3",
-              "model.hidden_size 100 is not divisible by model.num_attention_heads 3");
+  ExpectError(
+      "train --config " + config + " --set model.hidden_size=100 --set model.num_attention_heads=3",
+      "model.hidden_size 100 is not divisible by model.num_attention_heads 3");
 }
 
 TEST_F(CliTest, BadSetAndFlagsAndCommand) {
@@ -118,8 +119,9 @@ TEST_F(CliTest, BadSetAndFlagsAndCommand) {
 
 TEST_F(CliTest, MissingTruncatedAndWrongMagicShards) {
   const fs::path missing = dir_ / "missing.bin";
-  ExpectError("train --config " + WriteConfig("data { format: LLMC path: \"" + missing.string() + "\" }"),
-              missing.string());
+  ExpectError(
+      "train --config " + WriteConfig("data { format: LLMC path: \"" + missing.string() + "\" }"),
+      missing.string());
 
   const fs::path shard = dir_ / "train.bin";
   ASSERT_TRUE(WriteLlmcShard(shard.string(), std::vector<int32_t>(200, 3)).ok());
@@ -144,15 +146,16 @@ TEST_F(CliTest, TokenOutsideVocabularyNamesFileAndPosition) {
   const std::string config = WriteConfig("data { format: LLMC path: \"" + shard.string() + "\" }");
   EXPECT_EQ(Run("train --config " + config).exit_code, 0);
   ExpectError("train --config " + config + " --set train.steps=4",
-              std::vector<std::string>{shard.string() + ": token at position 123 is 40",
-                                       "[0, 32)", "\nhint: check that model.vocab_size"});
+              std::vector<std::string>{shard.string() + ": token at position 123 is 40", "[0, 32)",
+                                       "\nhint: check that model.vocab_size"});
 }
 
 TEST_F(CliTest, MegatronDatasetWithoutIndex) {
   const fs::path prefix = dir_ / "corpus";
   ASSERT_TRUE(WriteMegatronDataset(prefix.string(), {{1, 2, 3}, {4, 5, 6, 7}}, 8).ok());
   fs::remove(prefix.string() + ".idx");
-  ExpectError("train --config " + WriteConfig("data { format: MEGATRON path: \"" + prefix.string() + "\" }"),
+  ExpectError("train --config " +
+                  WriteConfig("data { format: MEGATRON path: \"" + prefix.string() + "\" }"),
               prefix.string() + ".idx");
 }
 
@@ -186,7 +189,9 @@ TEST_F(CliTest, TrainsOnAMegatronBlend) {
               prefix_a.string() + ".bin: token at position 11 is 40");
   // Unnormalised weights are the same blend: the same losses, bit for bit.
   const std::string unnormalised = "3 " + prefix_a.string() + " 7 " + prefix_b.string();
-  ASSERT_EQ(Run("train --config " + config(unnormalised, "m4.jsonl") + " --set train.steps=1").exit_code, 0);
+  ASSERT_EQ(
+      Run("train --config " + config(unnormalised, "m4.jsonl") + " --set train.steps=1").exit_code,
+      0);
   const std::string first = ReadBytes(dir_ / "m1.jsonl"), second = ReadBytes(dir_ / "m4.jsonl");
   auto loss = [](const std::string& line) {
     const size_t at = line.find("\"loss\": ");
@@ -202,29 +207,37 @@ TEST_F(CliTest, InitFromChecksNamesAndShapes) {
   // Export a model with another hidden size, then load it into this one.
   const std::string config = WriteConfig("");
   ASSERT_EQ(Run("export --config " + config + " --set model.hidden_size=32 --out " +
-                (dir_ / "other").string()).exit_code, 0);
+                (dir_ / "other").string())
+                .exit_code,
+            0);
   // Named inside its directory, the weights come with their config.json,
   // which disagrees with the recipe's model.
   const fs::path weights = dir_ / "other" / "model.safetensors";
-  ExpectError("train --config " + WriteConfig("init_from: \"" + weights.string() + "\"\n", "wide.textproto"),
+  ExpectError("train --config " +
+                  WriteConfig("init_from: \"" + weights.string() + "\"\n", "wide.textproto"),
               "model.hidden_size is 16 in the recipe but 32");
   // Alone, the file's tensors are checked against the recipe's model.
   const fs::path bare = dir_ / "bare_wide.safetensors";
   fs::copy_file(weights, bare);
-  ExpectError("train --config " + WriteConfig("init_from: \"" + bare.string() + "\"\n", "bare_wide.textproto"),
+  ExpectError("train --config " +
+                  WriteConfig("init_from: \"" + bare.string() + "\"\n", "bare_wide.textproto"),
               "wrong shape");
 
   // A tied model lacks lm_head.weight.
   ASSERT_EQ(Run("export --config " + config + " --set model.tie_word_embeddings=true --out " +
-                (dir_ / "tied").string()).exit_code, 0);
+                (dir_ / "tied").string())
+                .exit_code,
+            0);
   const fs::path bare_tied = dir_ / "bare_tied.safetensors";
   fs::copy_file(dir_ / "tied" / "model.safetensors", bare_tied);
-  ExpectError("train --config " + WriteConfig("init_from: \"" + bare_tied.string() + "\"\n", "tied.textproto"),
+  ExpectError("train --config " +
+                  WriteConfig("init_from: \"" + bare_tied.string() + "\"\n", "tied.textproto"),
               "missing (lm_head.weight)");
 
   const fs::path garbage = dir_ / "garbage.safetensors";
   std::ofstream(garbage) << "not a safetensors file at all";
-  ExpectError("train --config " + WriteConfig("init_from: \"" + garbage.string() + "\"\n", "garbage.textproto"),
+  ExpectError("train --config " +
+                  WriteConfig("init_from: \"" + garbage.string() + "\"\n", "garbage.textproto"),
               garbage.string());
 }
 
@@ -234,8 +247,10 @@ TEST_F(CliTest, ExportThenInitFromReproducesTheRun) {
   ASSERT_EQ(Run("export --config " + config + " --out " + (dir_ / "init").string()).exit_code, 0);
   EXPECT_THAT(ReadBytes(dir_ / "init" / "config.json"), HasSubstr("\"LlamaForCausalLM\""));
   const std::string seeded = Run("train --config " + config + " --set log.interval=1").out;
-  const std::string loaded = Run("train --config " + config + " --set log.interval=1 --set init_from=" +
-                                 (dir_ / "init" / "model.safetensors").string()).out;
+  const std::string loaded =
+      Run("train --config " + config +
+          " --set log.interval=1 --set init_from=" + (dir_ / "init" / "model.safetensors").string())
+          .out;
   auto losses = [](const std::string& out) {
     std::vector<std::string> lines;
     std::istringstream in(out);
@@ -251,15 +266,17 @@ TEST_F(CliTest, ExportThenInitFromReproducesTheRun) {
 TEST_F(CliTest, SameConfigTwiceGivesBitIdenticalLosses) {
   // Two threads and sizes above the kernels' single-thread cut-off, so the
   // OpenMP and OpenBLAS paths are part of what must repeat exactly.
-  const std::string config = WriteConfig(
-      "log { metrics_path: \"" + (dir_ / "a.jsonl").string() + "\" }\n");
+  const std::string config =
+      WriteConfig("log { metrics_path: \"" + (dir_ / "a.jsonl").string() + "\" }\n");
   const std::string sizes =
       " --set train.steps=6 --set train.threads=2 --set model.hidden_size=128"
       " --set model.intermediate_size=384 --set model.vocab_size=512 --set train.seq_length=64"
       " --set model.num_hidden_layers=2";
   ASSERT_EQ(Run("train --config " + config + sizes).exit_code, 0);
-  ASSERT_EQ(Run("train --config " + config + sizes + " --set log.metrics_path=" +
-                (dir_ / "b.jsonl").string()).exit_code, 0);
+  ASSERT_EQ(Run("train --config " + config + sizes +
+                " --set log.metrics_path=" + (dir_ / "b.jsonl").string())
+                .exit_code,
+            0);
   // loss and grad_norm of every step, as written (shortest round-trip text).
   auto curves = [](const std::string& jsonl) {
     std::vector<std::string> values;
@@ -288,8 +305,11 @@ TEST_F(CliTest, ValidationLossUsesTheValidationSamples) {
   const fs::path metrics = dir_ / "m.jsonl";
   const std::string config = WriteConfig(
       "optimizer { lr: 0 min_lr: 0 }\n"
-      "data { format: LLMC path: \"" + shard.string() + "\" valid_path: \"" + shard.string() + "\" }\n"
-      "log { eval_interval: 2 eval_batches: 1 metrics_path: \"" + metrics.string() + "\" }\n");
+      "data { format: LLMC path: \"" +
+      shard.string() + "\" valid_path: \"" + shard.string() +
+      "\" }\n"
+      "log { eval_interval: 2 eval_batches: 1 metrics_path: \"" +
+      metrics.string() + "\" }\n");
   RunResult r = Run("train --config " + config);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> lines;
@@ -302,9 +322,9 @@ TEST_F(CliTest, ValidationLossUsesTheValidationSamples) {
     at += name.size() + 4;
     return line.substr(at, line.find_first_of(",}", at) - at);
   };
-  EXPECT_EQ(field(lines[0], "val_loss"), "");                           // step 1: no evaluation
-  EXPECT_EQ(field(lines[1], "val_loss"), field(lines[0], "loss"));      // step 2: every 2 steps
-  EXPECT_EQ(field(lines[2], "val_loss"), field(lines[0], "loss"));      // step 3: the last step
+  EXPECT_EQ(field(lines[0], "val_loss"), "");                       // step 1: no evaluation
+  EXPECT_EQ(field(lines[1], "val_loss"), field(lines[0], "loss"));  // step 2: every 2 steps
+  EXPECT_EQ(field(lines[2], "val_loss"), field(lines[0], "loss"));  // step 3: the last step
 }
 
 TEST_F(CliTest, LayoutIsCheckedAgainstTheLaunchedWorld) {
@@ -317,8 +337,9 @@ TEST_F(CliTest, LayoutIsCheckedAgainstTheLaunchedWorld) {
               "tensor 2 x context 1 x pipeline 1 x data 3 = 6, but the world size is 4");
   // A model that cannot be split over the tensor-parallel ranks fails at start
   // (any vocabulary splits: it is padded to a multiple of the tensor size).
-  ExpectError("train --config " + config + " --set parallel.tensor=4 --set model.num_attention_heads=1"
-              " --set model.hidden_size=16",
+  ExpectError("train --config " + config +
+                  " --set parallel.tensor=4 --set model.num_attention_heads=1"
+                  " --set model.hidden_size=16",
               "model.num_attention_heads 1 is not divisible by parallel.tensor 4");
   unsetenv("OMPI_COMM_WORLD_SIZE");
 }
@@ -332,27 +353,34 @@ TEST_F(CliTest, AModelThatCannotFitIsRefusedBeforeItIsAllocated) {
   ExpectError("train --config " + config + " --set model.hidden_size=1048576",
               std::vector<std::string>{"the model needs 65542.1 GiB per rank (weights 16385.4 GiB",
                                        " available (", "\nhint: split the model over more ranks"});
-  ExpectError("export --config " + config + " --set model.hidden_size=1048576 --out " + (dir_ / "e").string(),
-              std::vector<std::string>{"the model needs 32770.8 GiB per rank (weights 16385.4 GiB, gradients "
-                                       "16385.4 GiB)", "\nhint: tetra export builds the whole model"});
+  ExpectError("export --config " + config + " --set model.hidden_size=1048576 --out " +
+                  (dir_ / "e").string(),
+              std::vector<std::string>{
+                  "the model needs 32770.8 GiB per rank (weights 16385.4 GiB, gradients "
+                  "16385.4 GiB)",
+                  "\nhint: tetra export builds the whole model"});
   ExpectError("train --config " + config + " --set data.synthetic.num_tokens=1099511627776",
-              std::vector<std::string>{"synthetic tokens 4096.0 GiB", "\nhint: lower data.synthetic.num_tokens"});
+              std::vector<std::string>{"synthetic tokens 4096.0 GiB",
+                                       "\nhint: lower data.synthetic.num_tokens"});
   // The limit leaves the tiny run itself alone.
   EXPECT_EQ(Run("train --config " + config).exit_code, 0);
 }
 
 TEST_F(CliTest, LogSettingsThatCannotWorkAreRefused) {
-  ExpectError("train --config " + WriteConfig("log { trace_path: \"/tmp/trace\" trace_steps: \"7-3\" }\n"),
-              "log.trace_steps \"7-3\" is not a range of steps");
-  ExpectError("train --config " + WriteConfig("log { eval_interval: 5 }\n"), "data.valid_path is empty");
+  ExpectError(
+      "train --config " + WriteConfig("log { trace_path: \"/tmp/trace\" trace_steps: \"7-3\" }\n"),
+      "log.trace_steps \"7-3\" is not a range of steps");
+  ExpectError("train --config " + WriteConfig("log { eval_interval: 5 }\n"),
+              "data.valid_path is empty");
 }
 
 // A recipe shortened below its warmup (the first thing a user tries) runs,
 // warns once, and keeps the warmup formula lr * s / w.
 TEST_F(CliTest, AShortenedRecipeRunsInsideItsWarmup) {
   const std::string metrics = (dir_ / "m.jsonl").string();
-  RunResult r = Run("train --config " + std::string(TETRA_SOURCE_DIR) +
-                    "/configs/tiny_dense.textproto --set train.steps=3 --set log.metrics_path=" + metrics);
+  RunResult r =
+      Run("train --config " + std::string(TETRA_SOURCE_DIR) +
+          "/configs/tiny_dense.textproto --set train.steps=3 --set log.metrics_path=" + metrics);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string warning = "warning: optimizer.warmup_steps 20 exceeds train.steps 3";
   const size_t first = r.out.find(warning);
@@ -364,7 +392,8 @@ TEST_F(CliTest, AShortenedRecipeRunsInsideItsWarmup) {
     ++step;
     const size_t at = line.find("\"lr\": ");
     ASSERT_NE(at, std::string::npos);
-    EXPECT_DOUBLE_EQ(std::stod(line.substr(at + 6)), 3e-3 * step / 20) << line;  // the recipe's lr 3e-3
+    EXPECT_DOUBLE_EQ(std::stod(line.substr(at + 6)), 3e-3 * step / 20)
+        << line;  // the recipe's lr 3e-3
   }
   EXPECT_EQ(step, 3);
 }
@@ -382,8 +411,9 @@ TEST_F(CliTest, ReportRefusesLayoutsNoRunHas) {
             "\"global_batch_size\": 8, \"micro_batch_size\": 2, \"seq_length\": 16",
             "is not one a run can have"}}) {
     const fs::path metrics = dir_ / "run.jsonl";
-    std::ofstream(metrics) << "{\"step\": 1, \"loss\": 3.5, \"tokens_per_s\": 100, \"step_time_s\": 0.5, " << layout
-                           << "}\n";
+    std::ofstream(metrics)
+        << "{\"step\": 1, \"loss\": 3.5, \"tokens_per_s\": 100, \"step_time_s\": 0.5, " << layout
+        << "}\n";
     ExpectError("report --out " + (dir_ / "report").string() + " " + metrics.string(), message);
   }
 }
@@ -398,7 +428,8 @@ TEST_F(CliTest, ReportRefusesLayoutsNoRunHas) {
 // read as 1F1B.
 TEST_F(CliTest, ReportBubbleTheoryFollowsEachRunsSchedule) {
   const std::string layout =
-      "\"world_size\": 4, \"tensor\": 1, \"context\": 1, \"pipeline\": 2, \"data\": 2, \"expert\": 1, "
+      "\"world_size\": 4, \"tensor\": 1, \"context\": 1, \"pipeline\": 2, \"data\": 2, \"expert\": "
+      "1, "
       "\"global_batch_size\": 16, \"micro_batch_size\": 2, \"seq_length\": 16, \"zero_stage\": 0";
   std::string files;
   for (const auto& [name, schedule] : std::vector<std::pair<std::string, std::string>>{
@@ -406,31 +437,39 @@ TEST_F(CliTest, ReportBubbleTheoryFollowsEachRunsSchedule) {
            {"zb", ", \"schedule\": \"ZB_H1\", \"virtual_stages\": 1"},
            {"dualpipe", ", \"schedule\": \"DUALPIPE_V\", \"virtual_stages\": 2"}}) {
     const fs::path metrics = dir_ / (name + ".jsonl");
-    std::ofstream(metrics) << "{\"step\": 1, \"loss\": 3.5, \"tokens_per_s\": 100, \"step_time_s\": 0.5, "
-                              "\"bubble_fraction\": 0.25, "
-                           << layout << schedule << "}\n";
+    std::ofstream(metrics)
+        << "{\"step\": 1, \"loss\": 3.5, \"tokens_per_s\": 100, \"step_time_s\": 0.5, "
+           "\"bubble_fraction\": 0.25, "
+        << layout << schedule << "}\n";
     files += " " + metrics.string();
   }
   RunResult r = Run("report --out " + (dir_ / "report").string() + files);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string md = ReadBytes(dir_ / "report" / "report.md");
-  EXPECT_THAT(md, HasSubstr("| run | schedule | micro-batches | chunks per rank | measured | theory | "
-                            "theory's formula |"));
-  EXPECT_THAT(md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2 | 1F1B | 4 | 1 | 0.25 | 0.2 | (p-1)/(m+p-1) |"));
-  EXPECT_THAT(md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2, ZB-H1 | ZB-H1 | 4 | 1 | 0.25 | 0.0769231 | "
-                            "(p-1)/(3*m+p-1) |"));
-  EXPECT_THAT(md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2, DualPipeV | DualPipeV | 4 | 2 | 0.25 | 0.04 | "
-                            "(p-1)/(6*m+p-1) |"));
+  EXPECT_THAT(md,
+              HasSubstr("| run | schedule | micro-batches | chunks per rank | measured | theory | "
+                        "theory's formula |"));
+  EXPECT_THAT(
+      md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2 | 1F1B | 4 | 1 | 0.25 | 0.2 | (p-1)/(m+p-1) |"));
+  EXPECT_THAT(md,
+              HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2, ZB-H1 | ZB-H1 | 4 | 1 | 0.25 | 0.0769231 | "
+                        "(p-1)/(3*m+p-1) |"));
+  EXPECT_THAT(
+      md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2, DualPipeV | DualPipeV | 4 | 2 | 0.25 | 0.04 | "
+                    "(p-1)/(6*m+p-1) |"));
 
   // A schedule no config has, or one the run's sizes could not have run, is refused.
   for (const auto& [schedule, message] : std::vector<std::pair<std::string, std::string>>{
-           {", \"schedule\": \"ZB_H2\"", "the first line's schedule is \"ZB_H2\", not a parallel.schedule name"},
-           {", \"schedule\": 3", "the first line's schedule is a number, not a parallel.schedule name"},
+           {", \"schedule\": \"ZB_H2\"",
+            "the first line's schedule is \"ZB_H2\", not a parallel.schedule name"},
+           {", \"schedule\": 3",
+            "the first line's schedule is a number, not a parallel.schedule name"},
            {", \"schedule\": \"ZB_H1\", \"virtual_stages\": 2",
             "the first line's schedule ZB_H1 with virtual_stages 2 cannot be what ran"}}) {
     const fs::path metrics = dir_ / "bad.jsonl";
-    std::ofstream(metrics) << "{\"step\": 1, \"loss\": 3.5, \"tokens_per_s\": 100, \"step_time_s\": 0.5, " << layout
-                           << schedule << "}\n";
+    std::ofstream(metrics)
+        << "{\"step\": 1, \"loss\": 3.5, \"tokens_per_s\": 100, \"step_time_s\": 0.5, " << layout
+        << schedule << "}\n";
     ExpectError("report --out " + (dir_ / "report").string() + " " + metrics.string(), message);
   }
 }

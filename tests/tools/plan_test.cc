@@ -77,7 +77,8 @@ Json ToJson(const JsonValue& v) {
       break;
     case JsonValue::Kind::kObject:
       json.kind = Json::kObject;
-      for (size_t i = 0; i < v.keys.size(); ++i) json.fields.emplace_back(v.keys[i], ToJson(v.items[i]));
+      for (size_t i = 0; i < v.keys.size(); ++i)
+        json.fields.emplace_back(v.keys[i], ToJson(v.items[i]));
       break;
     default:
       break;
@@ -98,10 +99,12 @@ class PlanTest : public ::testing::Test {
     WriteBytes(dir + "/plan.textproto", config);
     // Every plan runs in 8 GiB of address space: none needs more, and one
     // that tried would fail at once, not swap.
-    const std::string command = AddressLimitPrefix(8) + std::string(TETRA_BINARY) + " plan --config " + dir +
-                                "/plan.textproto " + args + " >" + dir + "/out 2>" + dir + "/err";
+    const std::string command = AddressLimitPrefix(8) + std::string(TETRA_BINARY) +
+                                " plan --config " + dir + "/plan.textproto " + args + " >" + dir +
+                                "/out 2>" + dir + "/err";
     const int status = std::system(command.c_str());
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadBytes(dir + "/out"), ReadBytes(dir + "/err")};
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadBytes(dir + "/out"),
+            ReadBytes(dir + "/err")};
   }
 
   Json PlanJson(const std::string& config, const std::string& args) {
@@ -138,13 +141,17 @@ TEST_F(PlanTest, MegatronSixteenGpuExampleAsJson) {
   ASSERT_EQ(plan["ranks"].items.size(), 16u);
   // g5 = tp 1 + 2 x dp 0 + 4 x pp 1; g10 = tp 0 + 2 x dp 1 + 4 x pp 2.
   using Fields = std::vector<std::pair<std::string, long>>;
-  EXPECT_EQ(RankFields(plan["ranks"].items[5]),
-            (Fields{{"rank", 5}, {"tp", 1}, {"cp", 0}, {"ep", 0}, {"dp", 0}, {"edp", 0}, {"pp", 1}}));
-  EXPECT_EQ(RankFields(plan["ranks"].items[10]),
-            (Fields{{"rank", 10}, {"tp", 0}, {"cp", 0}, {"ep", 0}, {"dp", 1}, {"edp", 1}, {"pp", 2}}));
+  EXPECT_EQ(
+      RankFields(plan["ranks"].items[5]),
+      (Fields{{"rank", 5}, {"tp", 1}, {"cp", 0}, {"ep", 0}, {"dp", 0}, {"edp", 0}, {"pp", 1}}));
+  EXPECT_EQ(
+      RankFields(plan["ranks"].items[10]),
+      (Fields{{"rank", 10}, {"tp", 0}, {"cp", 0}, {"ep", 0}, {"dp", 1}, {"edp", 1}, {"pp", 2}}));
   const Json& groups = plan["groups"];
-  EXPECT_EQ(groups["tp"].AsGroups(), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
-  EXPECT_EQ(groups["pp"].AsGroups(), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(groups["tp"].AsGroups(),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(groups["pp"].AsGroups(),
+            (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
   const Groups data = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}};
   EXPECT_EQ(groups["dp"].AsGroups(), data);
   EXPECT_EQ(groups["edp"].AsGroups(), data);  // expert 1: expert-data = data
@@ -155,13 +162,14 @@ TEST_F(PlanTest, MegatronSixteenGpuExampleAsJson) {
 
 TEST_F(PlanTest, MoeLayoutThroughSetOverrides) {
   // tensor 2, pipeline 2, data 4, expert 2: expert rank = tp + 2 ep + 4 edp + 8 pp.
-  const Json plan =
-      PlanJson("parallel { tensor: 2 pipeline: 4 }\n", "--world 16 --set parallel.pipeline=2 --set parallel.expert=2");
+  const Json plan = PlanJson("parallel { tensor: 2 pipeline: 4 }\n",
+                             "--world 16 --set parallel.pipeline=2 --set parallel.expert=2");
   EXPECT_EQ(plan["groups"]["ep"].AsGroups(),
             (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
   EXPECT_EQ(plan["groups"]["edp"].AsGroups(),
             (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
-  EXPECT_EQ(plan["groups"]["dp"].AsGroups(), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(plan["groups"]["dp"].AsGroups(),
+            (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
   EXPECT_EQ(plan["ranks"].items[13]["ep"].number, 0);  // 13 = 1 + 0 + 4 + 8
   EXPECT_EQ(plan["ranks"].items[13]["edp"].number, 1);
 }
@@ -169,10 +177,12 @@ TEST_F(PlanTest, MoeLayoutThroughSetOverrides) {
 TEST_F(PlanTest, MegatronTpPpDpOrder) {
   // Megatron-LM's --use-tp-pp-dp-mapping order for a dense model, tensor 2,
   // pipeline 2, data 4: rank = tp + 2 pp + 4 dp (mesh_test works it out).
-  const Json plan = PlanJson("parallel { tensor: 2 pipeline: 2 order: \"tp-cp-ep-pp-dp\" }\n", "--world 16");
+  const Json plan =
+      PlanJson("parallel { tensor: 2 pipeline: 2 order: \"tp-cp-ep-pp-dp\" }\n", "--world 16");
   EXPECT_EQ(plan["groups"]["pp"].AsGroups(),
             (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
-  EXPECT_EQ(plan["groups"]["dp"].AsGroups(), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(plan["groups"]["dp"].AsGroups(),
+            (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
   EXPECT_EQ(plan["ranks"].items[11]["dp"].number, 2);  // 11 = 1 + 2 + 8
   EXPECT_EQ(plan["ranks"].items[11]["pp"].number, 1);
 }
@@ -202,8 +212,10 @@ TEST_F(PlanTest, BadLayoutsNameTheNumbers) {
   ExpectError("parallel { order: \"tp-cp-xx-dp-pp\" }\n", "--world 4",
               "parallel.order \"tp-cp-xx-dp-pp\" has unknown axis \"xx\"");
   ExpectError("parallel { order: \"tp-cp-dp-pp\" }\n", "--world 4", "lacks ep");
-  ExpectError("parallel { tensor: 2 pipeline: 2 expert: 2 order: \"tp-cp-ep-pp-dp\" }\n", "--world 16",
-              "gives dense and expert weights different pipeline groups (rank 0: dense [0, 2], expert [0, 4])");
+  ExpectError("parallel { tensor: 2 pipeline: 2 expert: 2 order: \"tp-cp-ep-pp-dp\" }\n",
+              "--world 16",
+              "gives dense and expert weights different pipeline groups (rank 0: dense [0, 2], "
+              "expert [0, 4])");
   ExpectError("parallel { tensor: 4 }\n", "--world 10", "the world size 10 is not a multiple of 4");
 }
 
@@ -212,30 +224,42 @@ TEST_F(PlanTest, PipelineScheduleTimeline) {
   // columns a unit. Rank 3 gets micro-batch k's activation at 3 + k (rank 0..2
   // run F0 at 0, 1, 2), so it runs F0 [3,4), B0 [4,6), F1 [6,7), B1 [7,9), ...;
   // rank 0 runs F0..F3 [0,4), then waits for B0's gradient until 10.
-  RunResult r = Plan("parallel { pipeline: 4 }\ntrain { global_batch_size: 8 micro_batch_size: 1 }\n", "--world 4");
+  RunResult r =
+      Plan("parallel { pipeline: 4 }\ntrain { global_batch_size: 8 micro_batch_size: 1 }\n",
+           "--world 4");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("\npipeline schedule 1F1B, 4 stages, 8 micro-batches: bubble 27.3% simulated, "
-                               "(p-1)/(m+p-1) = 27.3%; peak activations per rank 4 3 2 1\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("\npipeline schedule 1F1B, 4 stages, 8 micro-batches: bubble 27.3% simulated, "
+                "(p-1)/(m+p-1) = 27.3%; peak activations per rank 4 3 2 1\n"));
   EXPECT_THAT(r.out, HasSubstr("\nrank 0 | F0 F1 F2 F3                   B0--- F4 B1---"));
   EXPECT_THAT(r.out, HasSubstr("\nrank 3 |          F0 B0--- F1 B1--- F2 B2--- F3 B3---"));
 
   // GPipe on 2 stages, 2 micro-batches: rank 1 runs F0 [1,2), F1 [2,3),
   // B0 [3,5), B1 [5,7); rank 0 waits for each gradient: B0 [5,7), B1 [7,9).
-  r = Plan("parallel { pipeline: 2 schedule: GPIPE }\ntrain { global_batch_size: 4 micro_batch_size: 2 }\n",
-           "--world 2");
+  r = Plan(
+      "parallel { pipeline: 2 schedule: GPIPE }\ntrain { global_batch_size: 4 micro_batch_size: 2 "
+      "}\n",
+      "--world 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("pipeline schedule GPipe, 2 stages, 2 micro-batches: bubble 33.3% simulated"));
-  EXPECT_THAT(r.out, HasSubstr("\nrank 0 | F0 F1          B0--- B1---\nrank 1 |    F0 F1 B0--- B1---\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("pipeline schedule GPipe, 2 stages, 2 micro-batches: bubble 33.3% simulated"));
+  EXPECT_THAT(r.out,
+              HasSubstr("\nrank 0 | F0 F1          B0--- B1---\nrank 1 |    F0 F1 B0--- B1---\n"));
 
   // Interleaved, 2 stages x 2 chunks, 2 micro-batches: (p-1)/(v*m+p-1) = 1/5;
   // chunk letters a, b. Rank 1 warms up with (v - 1) p = 2 forwards, rank 0
   // with all 4 (2 (p - 1) + 2 = 4).
-  r = Plan("parallel { pipeline: 2 virtual_stages: 2 }\nmodel { num_hidden_layers: 4 }\n"
-           "train { global_batch_size: 2 micro_batch_size: 1 }\n",
-           "--world 2");
+  r = Plan(
+      "parallel { pipeline: 2 virtual_stages: 2 }\nmodel { num_hidden_layers: 4 }\n"
+      "train { global_batch_size: 2 micro_batch_size: 1 }\n",
+      "--world 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("pipeline schedule interleaved 1F1B, 2 stages x 2 chunks, 2 micro-batches: bubble "
-                               "20.0% simulated, (p-1)/(v*m+p-1) = 20.0%; peak activations per rank 4 3"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("pipeline schedule interleaved 1F1B, 2 stages x 2 chunks, 2 micro-batches: bubble "
+                "20.0% simulated, (p-1)/(v*m+p-1) = 20.0%; peak activations per rank 4 3"));
   EXPECT_THAT(r.out, HasSubstr("\nrank 0 | F0a F1a F0b F1b"));
 
   // No pipeline, no schedule.
@@ -254,45 +278,69 @@ TEST_F(PlanTest, SplitBackwardScheduleTimelines) {
   RunResult r = Plan("train { global_batch_size: 8 micro_batch_size: 1 }\n",
                      "--world 4 --set parallel.pipeline=4 --set parallel.schedule=ZB_H1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("\npipeline schedule ZB-H1, 4 stages, 8 micro-batches: bubble 11.1% simulated, "
-                               "(p-1)/(3*m+p-1) = 11.1%; peak activations per rank 4 4 4 4\n"
-                               "time units: F 1, B 1, W 1; blank = idle\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("\npipeline schedule ZB-H1, 4 stages, 8 micro-batches: bubble 11.1% simulated, "
+                "(p-1)/(3*m+p-1) = 11.1%; peak activations per rank 4 4 4 4\n"
+                "time units: F 1, B 1, W 1; blank = idle\n"));
   EXPECT_THAT(r.out, HasSubstr("\nrank 0 | F0 F1 F2 F3          B0 W0 F4"));
   EXPECT_THAT(r.out, HasSubstr("\nrank 3 |          F0 B0 F1 B1 F2 B2 F3 B3 W0"));
 
   // DualPipeV, 2 ranks x 2 chunks in a V, 4 micro-batches (schedule_checker_test's
   // DualPipeVTimelineWorkedByHand): 4 columns a unit, every cell 1 unit,
   // rank 0 idle once at 15, rank 1 at 0. Bubble (p-1)/(6*m+p-1) = 1/25.
-  r = Plan("parallel { pipeline: 2 virtual_stages: 2 schedule: DUALPIPE_V }\nmodel { num_hidden_layers: 4 }\n"
-           "train { global_batch_size: 4 micro_batch_size: 1 }\n",
-           "--world 2");
+  r = Plan(
+      "parallel { pipeline: 2 virtual_stages: 2 schedule: DUALPIPE_V }\nmodel { num_hidden_layers: "
+      "4 }\n"
+      "train { global_batch_size: 4 micro_batch_size: 1 }\n",
+      "--world 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("\npipeline schedule DualPipeV, 2 stages x 2 chunks, 4 micro-batches: bubble 4.0% "
-                               "simulated, (p-1)/(6*m+p-1) = 4.0%; peak activations per rank 5 5 (micro-batch "
-                               "chunks, 1/2 of a stage each)\ntime units: F 1, B 1, W 1 per chunk; blank = idle\n"));
-  EXPECT_THAT(r.out, HasSubstr("\nrank 0 | F0a F1a F2a F0b B0b W0b F1b F3a B1b W1b F2b B0a W0a B2b W2b     F3b B1a W1a "
-                               "B3b W3b B2a W2a B3a W3a\n"));
-  EXPECT_THAT(r.out, HasSubstr("\nrank 1 |     F0a F0b F1a F1b F2a B0b W0b F2b B0a W0a F3a B1b W1b F3b B1a W1a B2b "
-                               "W2b B2a W2a B3b B3a W3b W3a\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          "\npipeline schedule DualPipeV, 2 stages x 2 chunks, 4 micro-batches: bubble 4.0% "
+          "simulated, (p-1)/(6*m+p-1) = 4.0%; peak activations per rank 5 5 (micro-batch "
+          "chunks, 1/2 of a stage each)\ntime units: F 1, B 1, W 1 per chunk; blank = idle\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          "\nrank 0 | F0a F1a F2a F0b B0b W0b F1b F3a B1b W1b F2b B0a W0a B2b W2b     F3b B1a W1a "
+          "B3b W3b B2a W2a B3a W3a\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr(
+          "\nrank 1 |     F0a F0b F1a F1b F2a B0b W0b F2b B0a W0a F3a B1b W1b F3b B1a W1a B2b "
+          "W2b B2a W2a B3b B3a W3b W3a\n"));
 }
 
 TEST_F(PlanTest, SchedulesThatCannotRunNameTheNumbers) {
   // 2 data-parallel ranks: 12 / (1 x 2) = 6 micro-batches on 4 stages.
-  ExpectError("parallel { pipeline: 4 virtual_stages: 2 }\nmodel { num_hidden_layers: 8 }\n"
-              "train { global_batch_size: 12 micro_batch_size: 1 }\n",
-              "--world 8", "needs the micro-batches per step, 6, to be a multiple of parallel.pipeline 4");
-  ExpectError("parallel { pipeline: 2 virtual_stages: 3 }\nmodel { num_hidden_layers: 8 }\n"
-              "train { global_batch_size: 4 micro_batch_size: 1 }\n",
-              "--world 2", "model.num_hidden_layers = 8 does not split evenly over 6 virtual pipeline stages");
-  ExpectError("parallel { pipeline: 2 }\ntrain { global_batch_size: 6 micro_batch_size: 4 }\n", "--world 2",
-              "train.global_batch_size 6 is not a multiple of train.micro_batch_size 4 x data-parallel size 1 = 4");
-  ExpectError("parallel { pipeline: 4 virtual_stages: 2 schedule: DUALPIPE_V }\nmodel { num_hidden_layers: 8 }\n"
-              "train { global_batch_size: 6 micro_batch_size: 1 }\n",
-              "--world 4",
-              "the DualPipeV schedule needs at least 2 x parallel.pipeline = 8 micro-batches per step, but there "
-              "are 6");
-  ExpectError("parallel { pipeline: 2 schedule: ZB_H1 virtual_stages: 2 }\nmodel { num_hidden_layers: 4 }\n",
-              "--world 2", "the ZB-H1 schedule runs 1 model chunk per rank, but parallel.virtual_stages is 2");
+  ExpectError(
+      "parallel { pipeline: 4 virtual_stages: 2 }\nmodel { num_hidden_layers: 8 }\n"
+      "train { global_batch_size: 12 micro_batch_size: 1 }\n",
+      "--world 8", "needs the micro-batches per step, 6, to be a multiple of parallel.pipeline 4");
+  ExpectError(
+      "parallel { pipeline: 2 virtual_stages: 3 }\nmodel { num_hidden_layers: 8 }\n"
+      "train { global_batch_size: 4 micro_batch_size: 1 }\n",
+      "--world 2",
+      "model.num_hidden_layers = 8 does not split evenly over 6 virtual pipeline stages");
+  ExpectError("parallel { pipeline: 2 }\ntrain { global_batch_size: 6 micro_batch_size: 4 }\n",
+              "--world 2",
+              "train.global_batch_size 6 is not a multiple of train.micro_batch_size 4 x "
+              "data-parallel size 1 = 4");
+  ExpectError(
+      "parallel { pipeline: 4 virtual_stages: 2 schedule: DUALPIPE_V }\nmodel { num_hidden_layers: "
+      "8 }\n"
+      "train { global_batch_size: 6 micro_batch_size: 1 }\n",
+      "--world 4",
+      "the DualPipeV schedule needs at least 2 x parallel.pipeline = 8 micro-batches per step, but "
+      "there "
+      "are 6");
+  ExpectError(
+      "parallel { pipeline: 2 schedule: ZB_H1 virtual_stages: 2 }\nmodel { num_hidden_layers: 4 "
+      "}\n",
+      "--world 2",
+      "the ZB-H1 schedule runs 1 model chunk per rank, but parallel.virtual_stages is 2");
 }
 
 TEST_F(PlanTest, BadFlags) {
@@ -306,24 +354,29 @@ TEST_F(PlanTest, BadFlags) {
 
 TEST_F(PlanTest, WorldsTooLargeToLayOutAreRefused) {
   // 2^30 ranks would be about 800 GB of groups; refused before any is built.
-  ExpectError("", "--world 1073741824", "--world gives 1073741824 ranks, more than the 1048576 plan lays out");
+  ExpectError("", "--world 1073741824",
+              "--world gives 1073741824 ranks, more than the 1048576 plan lays out");
   ExpectError("", "--world 1073741824 --json", "more than the 1048576 plan lays out");
   // A cluster's nodes x devices_per_node (formerly an int overflow) too.
   const std::string cluster = ScratchDir("plan_test") + "/huge.textproto";
   WriteBytes(cluster, "name: \"huge\" nodes: 1073741824 devices_per_node: 8\n");
-  ExpectError("", "--cluster " + cluster,
-              "the cluster's nodes x devices_per_node gives 8589934592 ranks, more than the 1048576");
+  ExpectError(
+      "", "--cluster " + cluster,
+      "the cluster's nodes x devices_per_node gives 8589934592 ranks, more than the 1048576");
   // The planner's own 2048-rank cluster still plans.
-  const RunResult h800 = Plan("model { moe { n_routed_experts: 8 num_experts_per_tok: 2 moe_intermediate_size: 16 } }",
-                              "--cluster " + std::string(TETRA_SOURCE_DIR) + "/configs/clusters/h800_2048.textproto");
+  const RunResult h800 =
+      Plan("model { moe { n_routed_experts: 8 num_experts_per_tok: 2 moe_intermediate_size: 16 } }",
+           "--cluster " + std::string(TETRA_SOURCE_DIR) + "/configs/clusters/h800_2048.textproto");
   EXPECT_EQ(h800.exit_code, 0) << h800.err;
 }
 
 TEST_F(PlanTest, ClusterPlansRefuseModelsThePlannerCannotSize) {
   // Each divided by zero (SIGFPE) in the planner before.
-  const std::string cluster = "--cluster " + std::string(TETRA_SOURCE_DIR) + "/configs/clusters/a100_64.textproto";
+  const std::string cluster =
+      "--cluster " + std::string(TETRA_SOURCE_DIR) + "/configs/clusters/a100_64.textproto";
   ExpectError("model { num_attention_heads: 0 }", cluster, "model.num_attention_heads is 0");
-  ExpectError("train { micro_batch_size: 0 }", cluster, "train.micro_batch_size 0 must be positive");
+  ExpectError("train { micro_batch_size: 0 }", cluster,
+              "train.micro_batch_size 0 must be positive");
   ExpectError("parallel { dp_bucket_mb: 0 }", cluster, "parallel.dp_bucket_mb is 0");
 }
 
@@ -363,15 +416,18 @@ struct PublishedConfig {
   std::string refusal;       // refused: a part of the message
 };
 
-class PublishedConfigTest : public PlanTest, public ::testing::WithParamInterface<PublishedConfig> {};
+class PublishedConfigTest : public PlanTest,
+                            public ::testing::WithParamInterface<PublishedConfig> {};
 
 TEST_P(PublishedConfigTest, IsPlannedWithItsSizeOrRefusedNamingTheKey) {
   const PublishedConfig& c = GetParam();
   const std::string model_dir = ScratchDir("published_" + c.model);
-  WriteBytes(model_dir + "/config.json", ReadBytes(std::string(TETRA_SOURCE_DIR) +
-                                                   "/tests/checkpoint/published_configs/" + c.model + "/config.json"));
+  WriteBytes(model_dir + "/config.json",
+             ReadBytes(std::string(TETRA_SOURCE_DIR) + "/tests/checkpoint/published_configs/" +
+                       c.model + "/config.json"));
   const std::string recipe = "init_from: \"" + model_dir + "\" train { seq_length: 4096 }";
-  const std::string cluster = "--cluster " + std::string(TETRA_SOURCE_DIR) + "/configs/clusters/h800_2048.textproto";
+  const std::string cluster =
+      "--cluster " + std::string(TETRA_SOURCE_DIR) + "/configs/clusters/h800_2048.textproto";
   if (c.architecture.empty()) {
     ExpectError(recipe, cluster, c.refusal);
     return;
@@ -384,17 +440,18 @@ TEST_P(PublishedConfigTest, IsPlannedWithItsSizeOrRefusedNamingTheKey) {
 
 INSTANTIATE_TEST_SUITE_P(
     Hub, PublishedConfigTest,
-    ::testing::Values(
-        PublishedConfig{"Llama-3.1-8B", "LlamaForCausalLM", 8030261248, ""},
-        PublishedConfig{"Llama-3.2-1B", "LlamaForCausalLM", 1235814400, ""},
-        PublishedConfig{"SmolLM2-1.7B", "LlamaForCausalLM", 1711376384, ""},
-        PublishedConfig{"Mistral-7B-v0.3", "MistralForCausalLM", 7248023552, ""},
-        PublishedConfig{"Qwen2.5-7B", "Qwen2ForCausalLM", 7615616512, ""},
-        PublishedConfig{"Qwen3-8B", "Qwen3ForCausalLM", 8190735360, ""},
-        PublishedConfig{"Qwen3-30B-A3B", "Qwen3MoeForCausalLM", 30532122624, ""},
-        PublishedConfig{"Mixtral-8x7B-v0.1", "MixtralForCausalLM", 46702792704, ""},
-        // Its weights are fp8: refused until converted to bf16.
-        PublishedConfig{"DeepSeek-V3", "", 0, "\"quantization_config\" says the weights are stored quantized"}),
+    ::testing::Values(PublishedConfig{"Llama-3.1-8B", "LlamaForCausalLM", 8030261248, ""},
+                      PublishedConfig{"Llama-3.2-1B", "LlamaForCausalLM", 1235814400, ""},
+                      PublishedConfig{"SmolLM2-1.7B", "LlamaForCausalLM", 1711376384, ""},
+                      PublishedConfig{"Mistral-7B-v0.3", "MistralForCausalLM", 7248023552, ""},
+                      PublishedConfig{"Qwen2.5-7B", "Qwen2ForCausalLM", 7615616512, ""},
+                      PublishedConfig{"Qwen3-8B", "Qwen3ForCausalLM", 8190735360, ""},
+                      PublishedConfig{"Qwen3-30B-A3B", "Qwen3MoeForCausalLM", 30532122624, ""},
+                      PublishedConfig{"Mixtral-8x7B-v0.1", "MixtralForCausalLM", 46702792704, ""},
+                      // Its weights are fp8: refused until converted to bf16.
+                      PublishedConfig{
+                          "DeepSeek-V3", "", 0,
+                          "\"quantization_config\" says the weights are stored quantized"}),
     [](const ::testing::TestParamInfo<PublishedConfig>& info) {
       std::string name = info.param.model;
       for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';

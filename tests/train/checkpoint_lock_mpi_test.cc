@@ -55,7 +55,8 @@ TEST_F(StartupChecksMpiTest, RankZeroTakesTheLockAndEveryRankLearnsTheOutcome) {
   absl::StatusOr<std::optional<CheckpointLock>> second = LockCheckpointDir(dir, *world_, notes_);
   ASSERT_FALSE(second.ok());
   if (world_->rank() == 0) {
-    EXPECT_THAT(second.status().message(), HasSubstr("checkpoint.dir " + dir + " is in use by another tetra job"));
+    EXPECT_THAT(second.status().message(),
+                HasSubstr("checkpoint.dir " + dir + " is in use by another tetra job"));
   } else {
     EXPECT_EQ(second.status().message(), "rank 0 failed (see its error above)");
   }
@@ -78,7 +79,8 @@ TEST_F(StartupChecksMpiTest, AnUnwritableOutputOnOneRankFailsEveryRank) {
   const absl::Status exported = CheckOutputsWritable(export_under_file, *world_);
   ASSERT_FALSE(exported.ok());
   if (world_->rank() == 0) {
-    EXPECT_THAT(exported.message(), HasSubstr("export_path " + root_ + "/file/export cannot be written"));
+    EXPECT_THAT(exported.message(),
+                HasSubstr("export_path " + root_ + "/file/export cannot be written"));
   }
   // Every rank writes shards to checkpoint.dir: the last rank alone fails here.
   const int last = world_->size() - 1;
@@ -87,9 +89,11 @@ TEST_F(StartupChecksMpiTest, AnUnwritableOutputOnOneRankFailsEveryRank) {
   const absl::Status checkpoint = CheckOutputsWritable(mine, *world_);
   ASSERT_FALSE(checkpoint.ok());
   if (world_->rank() == last) {
-    EXPECT_THAT(checkpoint.message(), HasSubstr("checkpoint.dir " + root_ + "/file/ckpt cannot be written"));
+    EXPECT_THAT(checkpoint.message(),
+                HasSubstr("checkpoint.dir " + root_ + "/file/ckpt cannot be written"));
   } else {
-    EXPECT_EQ(checkpoint.message(), "rank " + std::to_string(last) + " failed (see its error above)");
+    EXPECT_EQ(checkpoint.message(),
+              "rank " + std::to_string(last) + " failed (see its error above)");
   }
 }
 

@@ -33,9 +33,8 @@ TEST(ConfigLoaderTest, ParseErrorNamesFileLineAndColumn) {
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("recipe.textproto:2:"));
   EXPECT_THAT(Message(config.status()), UserErrorShape());
-  EXPECT_THAT(Message(config.status()),
-              HasSubstr("\nhint: the config is protobuf text format; see "
-                        "configs/tiny_dense.textproto"));
+  EXPECT_THAT(Message(config.status()), HasSubstr("\nhint: the config is protobuf text format; see "
+                                                  "configs/tiny_dense.textproto"));
 }
 
 TEST(ConfigLoaderTest, UnknownEnumValueListsTheValidNames) {
@@ -152,8 +151,7 @@ TEST(ConfigLoaderTest, SetErrorsSayWhatIsWrong) {
                                      no_equals, below_scalar, bad_element}) {
     EXPECT_THAT(Message(status), UserErrorShape());
   }
-  EXPECT_THAT(Message(LoadConfigFile("/nonexistent/recipe.textproto").status()),
-              UserErrorShape());
+  EXPECT_THAT(Message(LoadConfigFile("/nonexistent/recipe.textproto").status()), UserErrorShape());
 }
 
 }  // namespace

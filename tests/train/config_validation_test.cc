@@ -38,18 +38,22 @@ TEST(ConfigValidationTest, ReportsBrokenConstraintsWithNumbers) {
   config = TrainerConfig();
   config.mutable_train()->set_global_batch_size(10);
   config.mutable_train()->set_micro_batch_size(4);
-  EXPECT_THAT(ValidateConfig(config).message(),
-              HasSubstr("global_batch_size 10 is not a multiple of train.micro_batch_size 4\nhint: set "
-                        "train.micro_batch_size to 2, or train.global_batch_size to a multiple of 4 (e.g. 12)"));
+  EXPECT_THAT(
+      ValidateConfig(config).message(),
+      HasSubstr(
+          "global_batch_size 10 is not a multiple of train.micro_batch_size 4\nhint: set "
+          "train.micro_batch_size to 2, or train.global_batch_size to a multiple of 4 (e.g. 12)"));
   // configs/tiny_moe.textproto on 4 data-parallel ranks: 16 samples cannot
   // make 16-sample micro-batches on each.
   config = TrainerConfig();
   config.mutable_train()->set_global_batch_size(16);
   config.mutable_train()->set_micro_batch_size(16);
   EXPECT_THAT(ValidateConfig(config, 4).message(),
-              HasSubstr("train.global_batch_size 16 is not a multiple of train.micro_batch_size 16 x data-parallel "
+              HasSubstr("train.global_batch_size 16 is not a multiple of train.micro_batch_size 16 "
+                        "x data-parallel "
                         "size 4 = 64\nhint: each data-parallel rank takes whole micro-batches: set "
-                        "train.micro_batch_size to 4, or train.global_batch_size to a multiple of 64 (e.g. 64), or "
+                        "train.micro_batch_size to 4, or train.global_batch_size to a multiple of "
+                        "64 (e.g. 64), or "
                         "run 1 data-parallel rank instead of 4"));
 
   config = TrainerConfig();
@@ -109,13 +113,15 @@ TEST(ConfigValidationTest, BadMixtureOfExpertsConfigsNameTheNumbers) {
   // sequences on each rank.
   config = moe_config();
   config.mutable_model()->mutable_moe()->set_router_aux_loss_coef(0.01);
-  EXPECT_THAT(ValidateConfig(config).message(), HasSubstr("but model.moe.scoring_func is \"sigmoid\""));
+  EXPECT_THAT(ValidateConfig(config).message(),
+              HasSubstr("but model.moe.scoring_func is \"sigmoid\""));
   config.mutable_model()->mutable_moe()->set_scoring_func("softmax");
   EXPECT_TRUE(ValidateConfig(config).ok());
   config.mutable_model()->set_num_hidden_layers(4);
   config.mutable_parallel()->set_pipeline(2);
-  EXPECT_THAT(ValidateConfig(config, /*world_size=*/2).message(),
-              HasSubstr("needs all layers and whole sequences on each rank, but parallel.pipeline is 2"));
+  EXPECT_THAT(
+      ValidateConfig(config, /*world_size=*/2).message(),
+      HasSubstr("needs all layers and whole sequences on each rank, but parallel.pipeline is 2"));
 }
 
 // Multi-head latent attention: DeepSeek-V3's head dims over a hidden size
@@ -143,7 +149,8 @@ TEST(ConfigValidationTest, ContextParallelismNeedsEqualChunksAndNoMultiTokenPred
   EXPECT_TRUE(ValidateConfig(config, 4).ok()) << ValidateConfig(config, 4);
   config.mutable_parallel()->set_tensor(4);  // 6 rows over 4 ranks
   config.mutable_model()->set_num_key_value_heads(4);
-  EXPECT_THAT(ValidateConfig(config, 8).message(), HasSubstr("splits the 6 token rows a rank holds"));
+  EXPECT_THAT(ValidateConfig(config, 8).message(),
+              HasSubstr("splits the 6 token rows a rank holds"));
 }
 
 TEST(ConfigValidationTest, MlaSizesAreCheckedOneByOne) {
@@ -160,7 +167,8 @@ TEST(ConfigValidationTest, MlaSizesAreCheckedOneByOne) {
       {"model.qk_nope_head_dim=0", "model.qk_nope_head_dim is 0 but must be a finite number > 0"},
       {"model.qk_rope_head_dim=7", "model.qk_rope_head_dim 7 is odd"},
       {"model.v_head_dim=0", "model.v_head_dim is 0 but must be a finite number > 0"},
-      {"model.kv_lora_rank=0", "model.kv_lora_rank is 0, which turns multi-head latent attention off"},
+      {"model.kv_lora_rank=0",
+       "model.kv_lora_rank is 0, which turns multi-head latent attention off"},
   };
   for (const auto& [set, message] : cases) {
     TrainerConfig bad = config;
@@ -175,7 +183,8 @@ TEST(ConfigValidationTest, MlaSizesAreCheckedOneByOne) {
 }
 
 // A MoE block that routes: 8 experts, 2 per token.
-const std::vector<std::string> kMoe = {"model.moe.n_routed_experts=8", "model.moe.num_experts_per_tok=2",
+const std::vector<std::string> kMoe = {"model.moe.n_routed_experts=8",
+                                       "model.moe.num_experts_per_tok=2",
                                        "model.moe.moe_intermediate_size=16"};
 
 struct HostileCase {
@@ -192,22 +201,26 @@ std::vector<std::string> With(std::vector<std::string> sets, const std::vector<s
 // Every layout, MoE and checkpoint runs on GPUs (a CUDA build); NCCL moves
 // only device tensors, so a CPU run naming it is told what to set.
 TEST(ConfigValidationTest, DevicesTakeEveryLayoutAndNcclOnlyOnGpus) {
-  TrainerConfig config = LoadConfig(TETRA_SOURCE_DIR "/configs/moe_small_tp2_pp2_ep2.textproto", {}, 8).value();
+  TrainerConfig config =
+      LoadConfig(TETRA_SOURCE_DIR "/configs/moe_small_tp2_pp2_ep2.textproto", {}, 8).value();
   config.mutable_checkpoint()->set_dir("/tmp/checkpoints");
   config.mutable_parallel()->set_comm_backend(CommBackend::NCCL);
   const absl::Status on_cpu = ValidateConfig(config, 8);
-  EXPECT_THAT(Message(on_cpu), HasSubstr("parallel.comm_backend is NCCL, which moves GPU tensors, but "
-                                         "train.device is not CUDA"));
+  EXPECT_THAT(Message(on_cpu),
+              HasSubstr("parallel.comm_backend is NCCL, which moves GPU tensors, but "
+                        "train.device is not CUDA"));
   EXPECT_THAT(Message(on_cpu), UserErrorShape());
   config.mutable_parallel()->set_comm_backend(CommBackend::MPI);
   EXPECT_TRUE(ValidateConfig(config, 8).ok());
   config.mutable_train()->set_device(Device::CUDA);
-  for (const CommBackend::Value backend : {CommBackend::AUTO, CommBackend::NCCL, CommBackend::MPI}) {
+  for (const CommBackend::Value backend :
+       {CommBackend::AUTO, CommBackend::NCCL, CommBackend::MPI}) {
     config.mutable_parallel()->set_comm_backend(backend);
 #if TETRA_HAVE_CUDA
     EXPECT_TRUE(ValidateConfig(config, 8).ok()) << CommBackend::Value_Name(backend);
 #else
-    EXPECT_THAT(Message(ValidateConfig(config, 8)), HasSubstr("this build of tetra has no CUDA path"));
+    EXPECT_THAT(Message(ValidateConfig(config, 8)),
+                HasSubstr("this build of tetra has no CUDA path"));
 #endif
   }
 }
@@ -217,8 +230,9 @@ TEST(ConfigValidationTest, DevicesTakeEveryLayoutAndNcclOnlyOnGpus) {
 // them in bf16; tetra's own fp32 kernel stops at 128, said at launch.
 TEST(ConfigValidationTest, Fp32AttentionOnCudaTakesHeadDimsUpTo128) {
   TrainerConfig config;
-  for (const char* set : {"model.kv_lora_rank=32", "model.qk_nope_head_dim=128", "model.qk_rope_head_dim=64",
-                          "model.v_head_dim=128", "train.device=CUDA"}) {
+  for (const char* set :
+       {"model.kv_lora_rank=32", "model.qk_nope_head_dim=128", "model.qk_rope_head_dim=64",
+        "model.v_head_dim=128", "train.device=CUDA"}) {
     ASSERT_TRUE(ApplyOverride(set, &config).ok()) << set;
   }
   config.mutable_train()->set_precision(Precision::BF16);
@@ -237,7 +251,8 @@ TEST(ConfigValidationTest, HostileValuesAreUserErrorsNamingTheField) {
       {{"train.steps=2147483647", "train.global_batch_size=2147483647", "train.micro_batch_size=1",
         "train.seq_length=2147483647"},
        1,
-       "train.steps 2147483647 x global_batch_size 2147483647 x seq_length 2147483647 tokens overflow"},
+       "train.steps 2147483647 x global_batch_size 2147483647 x seq_length 2147483647 tokens "
+       "overflow"},
       {{"train.steps=2147483647", "train.global_batch_size=2147483647", "train.micro_batch_size=1",
         "train.seq_length=3", "data.synthetic.num_tokens=9223372036854775807"},
        1,
@@ -250,7 +265,9 @@ TEST(ConfigValidationTest, HostileValuesAreUserErrorsNamingTheField) {
        4,
        "train.micro_batch_size 1073741824 x data-parallel size 4 = 4294967296"},
       // pipeline x virtual_stages = 2^31 overflowed int and allocated before checking.
-      {{"parallel.pipeline=2", "parallel.virtual_stages=1073741824"}, 2, "virtual_stages 1073741824"},
+      {{"parallel.pipeline=2", "parallel.virtual_stages=1073741824"},
+       2,
+       "virtual_stages 1073741824"},
       // 2^30 micro-batches would be a schedule table of 2^31 actions per rank.
       {{"parallel.pipeline=2", "train.global_batch_size=1073741824", "train.micro_batch_size=1",
         "data.synthetic.num_tokens=9223372036854775807"},
@@ -275,7 +292,8 @@ TEST(ConfigValidationTest, HostileValuesAreUserErrorsNamingTheField) {
       {{"model.moe.n_routed_experts=-5"}, 1, "model.moe.n_routed_experts is -5"},
       {{"model.moe.num_experts_per_tok=-1"}, 1, "model.moe.num_experts_per_tok is -1"},
       {With(kMoe, {"model.moe.n_shared_experts=-1"}), 1, "model.moe.n_shared_experts is -1"},
-      {With(kMoe, {"model.moe.moe_intermediate_size=-16"}), 1, "model.moe.moe_intermediate_size is -16"},
+      {With(kMoe, {"model.moe.moe_intermediate_size=-16"}), 1,
+       "model.moe.moe_intermediate_size is -16"},
       {{"model.moe.routed_scaling_factor=nan"}, 1, "model.moe.routed_scaling_factor is nan"},
       {{"model.moe.aux_loss_alpha=-1"}, 1, "model.moe.aux_loss_alpha is -1"},
       {{"model.moe.bias_update_speed=inf"}, 1, "model.moe.bias_update_speed is inf"},
@@ -310,10 +328,12 @@ TEST(ConfigValidationTest, BoundsLeaveRealSettingsAlone) {
 }
 
 // DeepSeek-V3's YaRN settings, and the context they stretch to.
-const std::vector<std::string> kYarn = {
-    "model.rope_scaling.rope_type=yarn", "model.rope_scaling.factor=40",
-    "model.rope_scaling.original_max_position_embeddings=4096", "model.rope_scaling.mscale=1",
-    "model.rope_scaling.mscale_all_dim=1", "model.max_position_embeddings=163840"};
+const std::vector<std::string> kYarn = {"model.rope_scaling.rope_type=yarn",
+                                        "model.rope_scaling.factor=40",
+                                        "model.rope_scaling.original_max_position_embeddings=4096",
+                                        "model.rope_scaling.mscale=1",
+                                        "model.rope_scaling.mscale_all_dim=1",
+                                        "model.max_position_embeddings=163840"};
 
 TEST(ConfigValidationTest, YarnSettingsAreCheckedOneByOne) {
   TrainerConfig config;
@@ -322,22 +342,30 @@ TEST(ConfigValidationTest, YarnSettingsAreCheckedOneByOne) {
 
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"model.rope_scaling.factor=0.5"},
-       "model.rope_scaling.factor is 0.5 but YaRN stretches the context, so it must be a finite number >= 1"},
+       "model.rope_scaling.factor is 0.5 but YaRN stretches the context, so it must be a finite "
+       "number >= 1"},
       {{"model.rope_scaling.original_max_position_embeddings=0"},
        "model.rope_scaling.original_max_position_embeddings is 0 but must be a finite number > 0"},
-      {{"model.rope_scaling.beta_fast=0"}, "model.rope_scaling.beta_fast is 0 but must be a finite number > 0"},
-      {{"model.rope_scaling.beta_slow=-1"}, "model.rope_scaling.beta_slow is -1 but must be a finite number > 0"},
+      {{"model.rope_scaling.beta_fast=0"},
+       "model.rope_scaling.beta_fast is 0 but must be a finite number > 0"},
+      {{"model.rope_scaling.beta_slow=-1"},
+       "model.rope_scaling.beta_slow is -1 but must be a finite number > 0"},
       {{"model.rope_scaling.beta_fast=2", "model.rope_scaling.beta_slow=2"},
        "model.rope_scaling.beta_fast 2 is not above beta_slow 2"},
-      {{"model.rope_scaling.mscale=-1"}, "model.rope_scaling.mscale is -1 but must be a finite number >= 0"},
+      {{"model.rope_scaling.mscale=-1"},
+       "model.rope_scaling.mscale is -1 but must be a finite number >= 0"},
       {{"model.rope_scaling.mscale_all_dim=nan"}, "model.rope_scaling.mscale_all_dim is nan"},
       {{"model.rope_scaling.attention_factor=inf"}, "model.rope_scaling.attention_factor is inf"},
       {{"model.max_position_embeddings=4096"},
-       "model.max_position_embeddings is 4096 but YaRN's factor 40 times original_max_position_embeddings 4096 is "
-       "163840, and transformers computes YaRN with their ratio\nhint: set model.max_position_embeddings to 163840"},
-      {{"model.rope_scaling.factor=256", "model.rope_scaling.original_max_position_embeddings=65536"},
+       "model.max_position_embeddings is 4096 but YaRN's factor 40 times "
+       "original_max_position_embeddings 4096 is "
+       "163840, and transformers computes YaRN with their ratio\nhint: set "
+       "model.max_position_embeddings to 163840"},
+      {{"model.rope_scaling.factor=256",
+        "model.rope_scaling.original_max_position_embeddings=65536"},
        "set model.max_position_embeddings to 16777216"},
-      {{"model.rope_scaling.rope_type=longrope"}, "model.rope_scaling.rope_type is \"longrope\", which tetra does not"},
+      {{"model.rope_scaling.rope_type=longrope"},
+       "model.rope_scaling.rope_type is \"longrope\", which tetra does not"},
   };
   for (const auto& [sets, message] : cases) {
     TrainerConfig bad = config;

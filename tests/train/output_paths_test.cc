@@ -38,7 +38,8 @@ class OutputPathsTest : public ::testing::Test {
   }
   std::vector<std::string> Names(const std::string& dir) {
     std::vector<std::string> names;
-    for (const fs::directory_entry& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
+    for (const fs::directory_entry& e : fs::directory_iterator(dir))
+      names.push_back(e.path().filename());
     std::sort(names.begin(), names.end());
     return names;
   }
@@ -58,13 +59,17 @@ TEST_F(OutputPathsTest, WritablePlacesPassAndAreLeftAsTheyWere) {
 TEST_F(OutputPathsTest, UnwritablePlacesAreErrorsNamingFieldAndPath) {
   const std::string under_file = root_ + "/file/sub";
   absl::Status status = CheckWritableDirectory("log.tensorboard_dir", under_file);
-  EXPECT_THAT(Message(status), HasSubstr("log.tensorboard_dir " + under_file + " cannot be written: creating "
-                                         "directory " + under_file + ": Not a directory"));
+  EXPECT_THAT(Message(status), HasSubstr("log.tensorboard_dir " + under_file +
+                                         " cannot be written: creating "
+                                         "directory " +
+                                         under_file + ": Not a directory"));
   EXPECT_THAT(Message(status), UserErrorShape());
   status = CheckWritableFile("log.trace_path", under_file + "/trace.json");
-  EXPECT_THAT(Message(status), HasSubstr("log.trace_path " + under_file + "/trace.json cannot be written"));
+  EXPECT_THAT(Message(status),
+              HasSubstr("log.trace_path " + under_file + "/trace.json cannot be written"));
   status = CheckWritableFile("log.metrics_path", root_);  // a directory
-  EXPECT_THAT(Message(status), HasSubstr("log.metrics_path " + root_ + " cannot be written: Is a directory"));
+  EXPECT_THAT(Message(status),
+              HasSubstr("log.metrics_path " + root_ + " cannot be written: Is a directory"));
   EXPECT_THAT(Message(CheckWritableDirectory("export_path", "/proc/tetra_export")),
               HasSubstr("export_path /proc/tetra_export cannot be written"));
 }
@@ -90,7 +95,8 @@ TEST_F(OutputPathsTest, EveryOutputOfTheConfigIsChecked) {
   for (const auto& [field, set] : breaks) {
     TrainerConfig broken = config;
     set(broken);
-    EXPECT_THAT(Message(CheckOutputsWritable(broken, self)), HasSubstr(field + " " + bad + " cannot be written"));
+    EXPECT_THAT(Message(CheckOutputsWritable(broken, self)),
+                HasSubstr(field + " " + bad + " cannot be written"));
   }
 }
 

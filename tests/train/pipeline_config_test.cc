@@ -59,14 +59,16 @@ TEST(PipelineConfig, RefusesVirtualStagesWithoutPipelineAndUnevenLayers) {
   TrainerConfig c = PipelineConfig();
   c.mutable_parallel()->set_pipeline(1);
   c.mutable_parallel()->set_virtual_stages(2);
-  EXPECT_THAT(std::string(ValidateConfig(c, 2).message()), HasSubstr("parallel.virtual_stages is 2"));
+  EXPECT_THAT(std::string(ValidateConfig(c, 2).message()),
+              HasSubstr("parallel.virtual_stages is 2"));
   c = PipelineConfig();
   c.mutable_parallel()->set_virtual_stages(2);
   c.mutable_model()->set_num_hidden_layers(6);  // not a multiple of 2 x 2 virtual stages
   EXPECT_THAT(std::string(ValidateConfig(c, 2).message()), HasSubstr("num_hidden_layers"));
   c = PipelineConfig();
   c.mutable_model()->set_num_hidden_layers(3);
-  EXPECT_THAT(std::string(ValidateConfig(c, 2).message()), HasSubstr("model.num_hidden_layers = 3"));
+  EXPECT_THAT(std::string(ValidateConfig(c, 2).message()),
+              HasSubstr("model.num_hidden_layers = 3"));
 }
 
 }  // namespace

@@ -105,14 +105,16 @@ void ExpectStepsMatch(const Steps& gpu, const Steps& cpu, double rel_tol) {
   ASSERT_EQ(gpu.loss.size(), cpu.loss.size());
   for (size_t s = 0; s < cpu.loss.size(); ++s) {
     EXPECT_NEAR(gpu.loss[s], cpu.loss[s], rel_tol * cpu.loss[s]) << "loss, step " << s + 1;
-    EXPECT_NEAR(gpu.grad_norm[s], cpu.grad_norm[s], rel_tol * cpu.grad_norm[s]) << "grad norm, step " << s + 1;
+    EXPECT_NEAR(gpu.grad_norm[s], cpu.grad_norm[s], rel_tol * cpu.grad_norm[s])
+        << "grad norm, step " << s + 1;
   }
 }
 
 TEST(TrainStepGpuTest, GpuLossesMatchCpu) {
   TETRA_SKIP_WITHOUT_GPU();
   const Steps cpu = RunSteps("CPU", "FP32");
-  for (const auto& [precision, tol] : {std::pair{"FP32", kFp32RelTol}, std::pair{"BF16", kBf16RelTol}}) {
+  for (const auto& [precision, tol] :
+       {std::pair{"FP32", kFp32RelTol}, std::pair{"BF16", kBf16RelTol}}) {
     SCOPED_TRACE(precision);
     ExpectStepsMatch(RunSteps("CUDA", precision), cpu, tol);
   }
@@ -122,8 +124,8 @@ TEST(TrainStepGpuTest, GpuLossesMatchCpu) {
 // against the CPU's, in bf16 mixed precision.
 TEST(TrainStepGpuTest, GpuMoeLossesMatchCpu) {
   TETRA_SKIP_WITHOUT_GPU();
-  ExpectStepsMatch(RunSteps("CUDA", "BF16", 3, /*moe=*/true), RunSteps("CPU", "FP32", 3, /*moe=*/true),
-                   kBf16RelTol);
+  ExpectStepsMatch(RunSteps("CUDA", "BF16", 3, /*moe=*/true),
+                   RunSteps("CPU", "FP32", 3, /*moe=*/true), kBf16RelTol);
 }
 
 // No step waits for the device to allocate or free memory (cudaMalloc and

@@ -52,24 +52,31 @@ TEST(TrainStepMpiTest, ABadSampleOnOneRankFailsTheStepOnEveryRank) {
   // Two pipeline stages where there are four ranks or more, the rest data parallel.
   const int pp = world_size >= 4 ? 2 : 1, dp = world_size / pp;
   const int pid = static_cast<int>(MaxOverRanks(*world, world_rank == 0 ? getpid() : 0));
-  const std::string path = ::testing::TempDir() + "train_step_mpi_test_" + std::to_string(pid) + ".bin";
+  const std::string path =
+      ::testing::TempDir() + "train_step_mpi_test_" + std::to_string(pid) + ".bin";
   // Step 1 gives batch-group rank r sample r (one sample each): tokens
   // r*kSeq .. r*kSeq + kSeq. The bad token is in the last one's sample only.
   if (world_rank == 0) WriteShard(path, dp + 1, static_cast<int64_t>(dp - 1) * kSeq + 1);
   world->Barrier();
 
   TrainerConfig config = testing::RecipeConfig("tiny_dense.textproto");
-  const std::vector<std::string> sets = {
-      "train.steps=1", "train.global_batch_size=" + std::to_string(dp), "train.micro_batch_size=1",
-      "train.seq_length=" + std::to_string(kSeq), "data.format=LLMC", "data.path=\"" + path + "\"",
-      "log.metrics_path=\"\"", "parallel.pipeline=" + std::to_string(pp),
-      "parallel.data=" + std::to_string(dp), "parallel.comm_timeout_s=60"};
+  const std::vector<std::string> sets = {"train.steps=1",
+                                         "train.global_batch_size=" + std::to_string(dp),
+                                         "train.micro_batch_size=1",
+                                         "train.seq_length=" + std::to_string(kSeq),
+                                         "data.format=LLMC",
+                                         "data.path=\"" + path + "\"",
+                                         "log.metrics_path=\"\"",
+                                         "parallel.pipeline=" + std::to_string(pp),
+                                         "parallel.data=" + std::to_string(dp),
+                                         "parallel.comm_timeout_s=60"};
   for (const std::string& set : sets) {
     testing::SetField(&config, set);
   }
   ASSERT_EQ(config.model().vocab_size(), kVocab);
   ASSERT_TRUE(ValidateConfig(config, world_size).ok()) << ValidateConfig(config, world_size);
-  absl::StatusOr<ParallelState> parallel = ParallelState::Create(config.parallel(), std::move(world));
+  absl::StatusOr<ParallelState> parallel =
+      ParallelState::Create(config.parallel(), std::move(world));
   ASSERT_TRUE(parallel.ok()) << parallel.status();
 
   std::ostringstream progress;

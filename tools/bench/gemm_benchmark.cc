@@ -17,10 +17,12 @@ void BM_Sgemm(benchmark::State& state) {
     tetra::cpu::Gemm(false, false, n, n, n, 1.0f, a.data(), b.data(), 0.0f, c.data());
     benchmark::DoNotOptimize(c.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * n * n * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * n * n * n * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Sgemm)->ArgsProduct({{512, 1024, 2048}, {1, 2}})->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_Sgemm)
+    ->ArgsProduct({{512, 1024, 2048}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 }  // namespace

@@ -3,14 +3,13 @@
 // matching is staged_communicator_mpi_test's) and back, ordered after the
 // kernels that produced them on a non-default current stream, with BF16 sums
 // widened to F32 on the device.
-#include "comm/staged_communicator.h"
-
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "comm/self_communicator.h"
+#include "comm/staged_communicator.h"
 #include "core/cuda/stream.h"
 #include "gtest/gtest.h"
 #include "kernels/ops.h"

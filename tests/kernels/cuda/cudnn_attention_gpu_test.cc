@@ -16,8 +16,8 @@ namespace {
 using testing::Backend;
 using testing::HostRandom;
 
-#define TETRA_SKIP_WITHOUT_CUDNN()                                                    \
-  TETRA_SKIP_WITHOUT_GPU();                                                            \
+#define TETRA_SKIP_WITHOUT_CUDNN() \
+  TETRA_SKIP_WITHOUT_GPU();        \
   if (!cuda::CudnnLoaded()) GTEST_SKIP() << "libcudnn.so.9 is not loadable (see the log)"
 
 // Whether cuDNN, not our own kernel, runs the forward and backward of `s`.
@@ -29,12 +29,15 @@ void ExpectCudnnRuns(const AttentionShape& s) {
   const Shape v_shape = {s.batch, s.keys(), s.kv_heads, s.value_dim()};
   const Shape out_shape = {s.batch, s.seq, s.q_heads, s.value_dim()};
   const Tensor q = gpu.In(HostRandom(q_shape, 1), bf16), k = gpu.In(HostRandom(k_shape, 2), bf16),
-               v = gpu.In(HostRandom(v_shape, 3), bf16), dout = gpu.In(HostRandom(out_shape, 4), bf16);
+               v = gpu.In(HostRandom(v_shape, 3), bf16),
+               dout = gpu.In(HostRandom(out_shape, 4), bf16);
   const Tensor out = gpu.Out(out_shape, bf16), lse = gpu.Out({s.batch, s.q_heads, s.seq});
   std::string why;
   EXPECT_TRUE(cuda::CudnnAttention(s, q, k, v, out, lse, &why)) << "forward: " << why;
-  const Tensor dq = gpu.Out(q_shape, bf16), dk = gpu.Out(k_shape, bf16), dv = gpu.Out(v_shape, bf16);
-  EXPECT_TRUE(cuda::CudnnAttentionBackward(s, dout, q, k, v, out, lse, dq, dk, dv, &why)) << "backward: " << why;
+  const Tensor dq = gpu.Out(q_shape, bf16), dk = gpu.Out(k_shape, bf16),
+               dv = gpu.Out(v_shape, bf16);
+  EXPECT_TRUE(cuda::CudnnAttentionBackward(s, dout, q, k, v, out, lse, dq, dk, dv, &why))
+      << "backward: " << why;
 }
 
 void ExpectMatchesTheCpu(const AttentionShape& s) {
@@ -70,10 +73,15 @@ TEST(CudnnAttentionGpuTest, RunsRingAttentionBlocks) {
   TETRA_SKIP_WITHOUT_CUDNN();
   // Context parallelism's blocks: a chunk's queries over another rank's
   // chunk of keys, all visible; chunks of one length, and of two.
-  ExpectMatchesTheCpu({.batch = 1, .seq = 512, .q_heads = 8, .kv_heads = 2, .head_dim = 64,
+  ExpectMatchesTheCpu(
+      {.batch = 1, .seq = 512, .q_heads = 8, .kv_heads = 2, .head_dim = 64, .causal = false});
+  ExpectMatchesTheCpu({.batch = 2,
+                       .seq = 256,
+                       .q_heads = 4,
+                       .kv_heads = 4,
+                       .head_dim = 128,
+                       .kv_seq = 384,
                        .causal = false});
-  ExpectMatchesTheCpu({.batch = 2, .seq = 256, .q_heads = 4, .kv_heads = 4, .head_dim = 128,
-                       .kv_seq = 384, .causal = false});
 }
 
 TEST(CudnnAttentionGpuTest, BackwardIsDeterministic) {
@@ -85,7 +93,8 @@ TEST(CudnnAttentionGpuTest, BackwardIsDeterministic) {
   const testing::Outputs second = testing::Run(c, Backend::InCaseDtype(DeviceType::kCUDA));
   ASSERT_EQ(first.all().size(), second.all().size());
   for (size_t o = 0; o < first.all().size(); ++o) {
-    EXPECT_EQ(first.all()[o].values, second.all()[o].values) << first.all()[o].name << " differs between runs";
+    EXPECT_EQ(first.all()[o].values, second.all()[o].values)
+        << first.all()[o].name << " differs between runs";
   }
 }
 
@@ -96,12 +105,15 @@ TEST(AttentionEngineGpuDeathTest, NoEngineForAShapeSaysWhyAndHowToFixIt) {
   TETRA_SKIP_WITHOUT_GPU();
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child starts its own CUDA context
   const Backend gpu = Backend::InCaseDtype(DeviceType::kCUDA);
-  const AttentionShape s{.batch = 1, .seq = 16, .q_heads = 2, .kv_heads = 2, .head_dim = 192, .v_head_dim = 128};
-  const Tensor q = gpu.Out({1, 16, 2, 192}), k = gpu.Out({1, 16, 2, 192}), v = gpu.Out({1, 16, 2, 128});
+  const AttentionShape s{
+      .batch = 1, .seq = 16, .q_heads = 2, .kv_heads = 2, .head_dim = 192, .v_head_dim = 128};
+  const Tensor q = gpu.Out({1, 16, 2, 192}), k = gpu.Out({1, 16, 2, 192}),
+               v = gpu.Out({1, 16, 2, 128});
   const Tensor out = gpu.Out({1, 16, 2, 128}), lse = gpu.Out({1, 2, 16});
-  EXPECT_DEATH(ops::Attention(s, q, k, v, out, lse),
-               "no engine runs attention forward .*cuDNN did not take it .*own kernel takes head dims up to "
-               "128.*hint: install cuDNN 9");
+  EXPECT_DEATH(
+      ops::Attention(s, q, k, v, out, lse),
+      "no engine runs attention forward .*cuDNN did not take it .*own kernel takes head dims up to "
+      "128.*hint: install cuDNN 9");
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ std::string TestName(const ::testing::TestParamInfo<Case>& info) {
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, OpTableGpuTest, ::testing::ValuesIn(testing::OpCases()), TestName<OpCase>);
+INSTANTIATE_TEST_SUITE_P(Ops, OpTableGpuTest, ::testing::ValuesIn(testing::OpCases()),
+                         TestName<OpCase>);
 
 class OpRefusalGpuDeathTest : public ::testing::TestWithParam<testing::OpRefusal> {};
 

@@ -2,11 +2,10 @@
 // (ParameterStore::Pack): the same values as the CPU's (but for a rare last
 // bit of the double log/cos), sharded or not, ones and zeros included, and
 // zero gradients, with no host copy of them.
-#include "model/parameters.h"
-
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "model/parameters.h"
 #include "tests/testing/gpu.h"
 
 namespace tetra {
@@ -39,8 +38,8 @@ TEST(ParameterStoreGpuTest, WeightsAreDrawnOnTheDeviceAsOnTheCpu) {
   TETRA_SKIP_WITHOUT_GPU();
   const std::vector<Added> params = {
       {"model.embed_tokens.weight", {1000, 96}, Init::kNormal, {}},
-      {"q_proj.weight", {96, 64}, Init::kNormal, {0, 1, 2, 1}},   // rows 48..95
-      {"o_proj.weight", {64, 96}, Init::kNormal, {1, 1, 2, 1}},   // columns 48..95
+      {"q_proj.weight", {96, 64}, Init::kNormal, {0, 1, 2, 1}},  // rows 48..95
+      {"o_proj.weight", {64, 96}, Init::kNormal, {1, 1, 2, 1}},  // columns 48..95
       {"norm.weight", {64}, Init::kOnes, {}},
       {"bias", {7}, Init::kZeros, {}},
   };
