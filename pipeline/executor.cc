@@ -132,127 +132,139 @@ absl::StatusOr<double> PipelineExecutor::Step(
     const LanguageModel::GradientReadyCallback& on_ready) {
   Timer step_timer;
   wait_seconds_ = 0;
-  executed_.clear();
-  // Per (micro-batch, chunk): the received input or output gradient with its
-  // pending receive (and the table's action that posted it), and its
-  // activation slot.
-  struct InFlight {
-    Tensor received;
-    CommHandle receive;
-    Action receive_action;
-    int slot = -1;
-  };
-  std::vector<InFlight> in_flight(static_cast<size_t>(micro_batches_) * model_.num_chunks());
-  std::vector<bool> slot_busy;
-  // Pool buffers holding what a forward or backward sends, by piece; and
-  // what one hands to a chunk of this same rank (DualPipeV's turn of the V),
-  // by micro-batch: its activation and its gradient.
-  std::vector<Tensor> outputs(in_flight.size());
-  std::vector<Tensor> local_activation(micro_batches_), local_gradient(micro_batches_);
-  // The input a computation reads: received (after waiting for it, recorded
-  // where it waited) or handed over on this rank.
-  auto take_input = [&](const Action& a, InFlight& mb, bool receives, std::vector<Tensor>& local) {
-    if (!receives) {
-      TETRA_CHECK(local[a.micro_batch].defined())
-          << ActionText(a) << " before the chunk that feeds it on this rank";
-      mb.received = std::move(local[a.micro_batch]);
-      local[a.micro_batch] = Tensor();
-      return;
-    }
-    Wait(mb.receive);
-    executed_.push_back(mb.receive_action);
-  };
-  // Where a computation's result goes: a send's buffer, or this rank's next chunk.
-  auto hand_on = [&](const Action& a, const Tensor& result, bool sends,
-                     std::vector<Tensor>& local) {
-    (sends ? outputs[Piece(a)] : local[a.micro_batch]) = CopyToBuffer(result);
-  };
-  int live_activations = 0;
-  auto release_slot = [&](InFlight& mb) {
-    slot_busy[mb.slot] = false;
-    --live_activations;
-  };
-  double loss_sum = 0;
   peak_activations_ = 0;
-  absl::Status status;
-
+  executed_.clear();
+  StepState s(load, grad_scale, on_ready, static_cast<size_t>(micro_batches_) * model_.num_chunks(),
+              micro_batches_);
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
-    InFlight& mb = in_flight[Piece(a)];
-    const PipelineStage& stage = model_.chunk(a.chunk);
+    const bool ready = static_cast<int>(i) == ready_action_;
     switch (a.type) {
       case ActionType::kRecvActivation:
       case ActionType::kRecvGradient:
-        mb.received = AcquireBuffer();
-        mb.receive_action = a;
-        mb.receive = pipeline_.RecvAsync(mb.received, a.peer);
+        PostReceive(s, a);
         break;
       case ActionType::kSendActivation:
-      case ActionType::kSendGradient: {
-        Tensor& out = outputs[Piece(a)];
-        TETRA_CHECK(out.defined()) << ActionText(a) << " before its computation";
-        Send(std::move(out), a.peer);
-        executed_.push_back(a);
-        out = Tensor();
+      case ActionType::kSendGradient:
+        PostSend(s, a);
         break;
-      }
-      case ActionType::kForward: {
-        const auto free_slot = std::find(slot_busy.begin(), slot_busy.end(), false);
-        mb.slot = static_cast<int>(free_slot - slot_busy.begin());
-        if (free_slot == slot_busy.end())
-          slot_busy.push_back(true);
-        else
-          *free_slot = true;
-        peak_activations_ = std::max(peak_activations_, ++live_activations);
-        if (stage.has_embedding || stage.has_head) Load(load, a.micro_batch, &status);
-        if (!stage.has_embedding) {
-          take_input(a, mb, peers_[a.chunk].activation_from >= 0, local_activation);
-        }
-        executed_.push_back(a);
-        double stage_loss = 0;
-        const ScopedSpan span(SpanKind::kForward, nullptr, a.micro_batch);
-        const Tensor out =
-            model_.ForwardStage(mb.slot, a.chunk, inputs_.data(), mb.received, targets_.data(),
-                                batch_, seq_, grad_scale, &stage_loss);
-        // The output lives in the slot until its next forward: the send takes a copy.
-        if (!stage.has_head) hand_on(a, out, peers_[a.chunk].activation_to >= 0, local_activation);
-        ReleaseBuffer(std::move(mb.received));
-        mb.received = Tensor();
-        loss_sum += stage_loss;
+      case ActionType::kForward:
+        Forward(s, a);
         break;
-      }
-      case ActionType::kBackward: {
-        if (!stage.has_head) take_input(a, mb, peers_[a.chunk].gradient_from >= 0, local_gradient);
-        executed_.push_back(a);
-        const ScopedSpan span(SpanKind::kBackward, nullptr, a.micro_batch);
-        const Tensor d_input =
-            split_backward_
-                ? model_.BackwardInputStage(mb.slot, a.chunk, mb.received)
-                : model_.BackwardStage(mb.slot, a.chunk, mb.received,
-                                       static_cast<int>(i) == ready_action_ ? on_ready : nullptr);
-        // d input lives in the model until its next backward: the send takes a copy.
-        if (!stage.has_embedding)
-          hand_on(a, d_input, peers_[a.chunk].gradient_to >= 0, local_gradient);
-        ReleaseBuffer(std::move(mb.received));
-        mb.received = Tensor();
-        if (!split_backward_) release_slot(mb);
+      case ActionType::kBackward:
+        Backward(s, a, ready);
         break;
-      }
-      case ActionType::kWeight: {
-        executed_.push_back(a);
-        const ScopedSpan span(SpanKind::kBackward, "weight gradients", a.micro_batch);
-        model_.BackwardWeightStage(mb.slot, a.chunk,
-                                   static_cast<int>(i) == ready_action_ ? on_ready : nullptr);
-        release_slot(mb);
+      case ActionType::kWeight:
+        Weight(s, a, ready);
         break;
-      }
     }
   }
   if (ready_action_ < 0 && on_ready) on_ready(0);
   ReapSends(/*all=*/true);
   step_seconds_ = step_timer.Seconds();
-  RETURN_IF_ERROR(status);
-  return loss_sum;
+  RETURN_IF_ERROR(s.status);
+  return s.loss_sum;
+}
+
+void PipelineExecutor::PostReceive(StepState& s, const Action& a) {
+  InFlight& piece = s.in_flight[Piece(a)];
+  piece.received = AcquireBuffer();
+  piece.receive_action = a;
+  piece.receive = pipeline_.RecvAsync(piece.received, a.peer);
+}
+
+void PipelineExecutor::PostSend(StepState& s, const Action& a) {
+  Tensor& out = s.outputs[Piece(a)];
+  TETRA_CHECK(out.defined()) << ActionText(a) << " before its computation";
+  Send(std::move(out), a.peer);
+  executed_.push_back(a);
+  out = Tensor();
+}
+
+void PipelineExecutor::Forward(StepState& s, const Action& a) {
+  InFlight& piece = s.in_flight[Piece(a)];
+  const PipelineStage& stage = model_.chunk(a.chunk);
+  piece.slot = TakeSlot(s);
+  if (stage.has_embedding || stage.has_head) Load(s.load, a.micro_batch, &s.status);
+  if (!stage.has_embedding) {
+    TakeInput(a, piece, peers_[a.chunk].activation_from >= 0, s.local_activation);
+  }
+  executed_.push_back(a);
+  double stage_loss = 0;
+  const ScopedSpan span(SpanKind::kForward, nullptr, a.micro_batch);
+  const Tensor out = model_.ForwardStage(piece.slot, a.chunk, inputs_.data(), piece.received,
+                                         targets_.data(), batch_, seq_, s.grad_scale, &stage_loss);
+  // The output lives in the slot until its next forward: the send takes a copy.
+  if (!stage.has_head) {
+    HandOn(s, a, out, peers_[a.chunk].activation_to >= 0, s.local_activation);
+  }
+  ReleaseBuffer(std::move(piece.received));
+  piece.received = Tensor();
+  s.loss_sum += stage_loss;
+}
+
+void PipelineExecutor::Backward(StepState& s, const Action& a, bool ready) {
+  InFlight& piece = s.in_flight[Piece(a)];
+  const PipelineStage& stage = model_.chunk(a.chunk);
+  if (!stage.has_head) {
+    TakeInput(a, piece, peers_[a.chunk].gradient_from >= 0, s.local_gradient);
+  }
+  executed_.push_back(a);
+  const ScopedSpan span(SpanKind::kBackward, nullptr, a.micro_batch);
+  const Tensor d_input =
+      split_backward_
+          ? model_.BackwardInputStage(piece.slot, a.chunk, piece.received)
+          : model_.BackwardStage(piece.slot, a.chunk, piece.received, ready ? s.on_ready : nullptr);
+  // d input lives in the model until its next backward: the send takes a copy.
+  if (!stage.has_embedding) {
+    HandOn(s, a, d_input, peers_[a.chunk].gradient_to >= 0, s.local_gradient);
+  }
+  ReleaseBuffer(std::move(piece.received));
+  piece.received = Tensor();
+  if (!split_backward_) ReleaseSlot(s, piece);
+}
+
+void PipelineExecutor::Weight(StepState& s, const Action& a, bool ready) {
+  InFlight& piece = s.in_flight[Piece(a)];
+  executed_.push_back(a);
+  const ScopedSpan span(SpanKind::kBackward, "weight gradients", a.micro_batch);
+  model_.BackwardWeightStage(piece.slot, a.chunk, ready ? s.on_ready : nullptr);
+  ReleaseSlot(s, piece);
+}
+
+void PipelineExecutor::TakeInput(const Action& a, InFlight& piece, bool received,
+                                 std::vector<Tensor>& local) {
+  if (received) {
+    Wait(piece.receive);
+    executed_.push_back(piece.receive_action);
+    return;
+  }
+  TETRA_CHECK(local[a.micro_batch].defined())
+      << ActionText(a) << " before the chunk that feeds it on this rank";
+  piece.received = std::move(local[a.micro_batch]);
+  local[a.micro_batch] = Tensor();
+}
+
+void PipelineExecutor::HandOn(StepState& s, const Action& a, const Tensor& result, bool sent,
+                              std::vector<Tensor>& local) {
+  (sent ? s.outputs[Piece(a)] : local[a.micro_batch]) = CopyToBuffer(result);
+}
+
+int PipelineExecutor::TakeSlot(StepState& s) {
+  const auto free_slot = std::find(s.slot_busy.begin(), s.slot_busy.end(), false);
+  const int slot = static_cast<int>(free_slot - s.slot_busy.begin());
+  if (free_slot == s.slot_busy.end()) {
+    s.slot_busy.push_back(true);
+  } else {
+    *free_slot = true;
+  }
+  peak_activations_ = std::max(peak_activations_, ++s.live_activations);
+  return slot;
+}
+
+void PipelineExecutor::ReleaseSlot(StepState& s, InFlight& piece) {
+  s.slot_busy[piece.slot] = false;
+  --s.live_activations;
 }
 
 absl::StatusOr<double> PipelineExecutor::EvaluateLoss(const LoadMicroBatch& load,

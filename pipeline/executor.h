@@ -107,6 +107,56 @@ class PipelineExecutor {
   void ReapSends(bool all);
   void Wait(CommHandle& handle);
 
+  // One (micro-batch, chunk) of a step: the received input or output
+  // gradient with its pending receive (and the table's action that posted
+  // it), and its activation slot.
+  struct InFlight {
+    Tensor received;
+    CommHandle receive;
+    Action receive_action;
+    int slot = -1;
+  };
+  // What one Step holds while its table runs.
+  struct StepState {
+    StepState(const LoadMicroBatch& load, float grad_scale,
+              const LanguageModel::GradientReadyCallback& on_ready, size_t pieces,
+              int micro_batches)
+        : load(load),
+          grad_scale(grad_scale),
+          on_ready(on_ready),
+          in_flight(pieces),
+          outputs(pieces),
+          local_activation(micro_batches),
+          local_gradient(micro_batches) {}
+    const LoadMicroBatch& load;
+    float grad_scale;
+    const LanguageModel::GradientReadyCallback& on_ready;
+    std::vector<InFlight> in_flight;  // by Piece
+    std::vector<bool> slot_busy;      // by activation slot
+    // Pool buffers holding what a forward or backward sends, by piece; and
+    // what one hands to a chunk of this same rank (DualPipeV's turn of the
+    // V), by micro-batch: its activation and its gradient.
+    std::vector<Tensor> outputs, local_activation, local_gradient;
+    int live_activations = 0;
+    double loss_sum = 0;
+    absl::Status status;  // the first micro-batch that failed to load
+  };
+  // The table's actions, one method each; `ready`: this is the step's last
+  // gradient computation, which calls on_ready.
+  void PostReceive(StepState& s, const Action& a);
+  void PostSend(StepState& s, const Action& a);
+  void Forward(StepState& s, const Action& a);
+  void Backward(StepState& s, const Action& a, bool ready);
+  void Weight(StepState& s, const Action& a, bool ready);
+  // The input a computation reads: received (after waiting for it, recorded
+  // where it waited) or, where `received` is false, handed over on this rank.
+  void TakeInput(const Action& a, InFlight& piece, bool received, std::vector<Tensor>& local);
+  // Where a computation's result goes: a send's buffer, or this rank's next chunk.
+  void HandOn(StepState& s, const Action& a, const Tensor& result, bool sent,
+              std::vector<Tensor>& local);
+  int TakeSlot(StepState& s);
+  void ReleaseSlot(StepState& s, InFlight& piece);
+
   LanguageModel& model_;
   Communicator& pipeline_;
   std::vector<Action> actions_;
