@@ -2,6 +2,7 @@
 # None depends on time or speed. RUN_SERIAL marks the ones that launch many
 # 4- and 8-rank jobs: alone, they do not multiply the oversubscription of the
 # cores with other tests' ranks (their timeouts stay far from being reached).
+# The layout checks (tests/layouts/) are one entry per case instead, at the end.
 add_test(NAME reference.llama_untied_gqa
          COMMAND ${PROJECT_SOURCE_DIR}/tests/reference/check_against_reference.sh $<TARGET_FILE:tetra>)
 add_test(NAME reference.llama_tied
@@ -44,9 +45,6 @@ add_test(NAME recipes.tiny_dense_reaches_floor
          COMMAND ${PROJECT_SOURCE_DIR}/tests/recipes/check_default_recipe.sh $<TARGET_FILE:tetra>)
 set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIMEOUT 400)
 
-add_test(NAME layouts.parallel_layouts_match_single_rank
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_layouts.py $<TARGET_FILE:tetra>)
-set_tests_properties(layouts.parallel_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 1200 RUN_SERIAL ON)
 add_test(NAME trace.perfetto_schema_per_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/observe/check_trace.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(trace.perfetto_schema_per_rank PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
@@ -56,22 +54,10 @@ set_tests_properties(report.cpu_scaling_study PROPERTIES LABELS mpi TIMEOUT 900 
 add_test(NAME checkpoints.resume_and_reshard_under_mpirun
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/checkpoint/check_checkpoints.py $<TARGET_FILE:tetra>)
 set_tests_properties(checkpoints.resume_and_reshard_under_mpirun PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)
-add_test(NAME layouts.moe_layouts_match_single_rank
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_moe_layouts.py $<TARGET_FILE:tetra>)
-set_tests_properties(layouts.moe_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)
-add_test(NAME layouts.mla_layouts_match_single_rank
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_mla_layouts.py $<TARGET_FILE:tetra>)
-set_tests_properties(layouts.mla_layouts_match_single_rank PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL ON)
 add_test(NAME readme.commands_run_as_written
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_readme_commands.py $<TARGET_FILE:tetra>
                  ${TETRA_EMULATED_GPU_BINARY})
 set_tests_properties(readme.commands_run_as_written PROPERTIES LABELS mpi TIMEOUT 900)
-add_test(NAME layouts.recompute_matches_no_recompute
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_recompute.py $<TARGET_FILE:tetra>)
-set_tests_properties(layouts.recompute_matches_no_recompute PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)
-add_test(NAME layouts.init_from_matches_single_rank
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_init_from.py $<TARGET_FILE:tetra>)
-set_tests_properties(layouts.init_from_matches_single_rank PROPERTIES LABELS mpi TIMEOUT 600)
 # Checks against other projects' readers and writers (transformers, TensorBoard),
 # in the Python environment scripts/setup.sh makes in build/pyenv.
 add_test(NAME reference.hf_directories_match_transformers
@@ -104,14 +90,64 @@ add_test(NAME gpu_checks.gtest_runner_isolates_crashes_and_hangs
          COMMAND ${PROJECT_SOURCE_DIR}/tests/tools/check_gtest_runner.sh)
 set_tests_properties(gpu_checks.preflight_finds_libraries_in_wheels gpu_checks.gtest_runner_isolates_crashes_and_hangs
                      PROPERTIES LABELS unit TIMEOUT 180 SKIP_RETURN_CODE 77)
-add_test(NAME layouts.pipeline_schedules_match_single_rank
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_pipeline_schedules.py $<TARGET_FILE:tetra>)
-set_tests_properties(layouts.pipeline_schedules_match_single_rank PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)
-add_test(NAME layouts.context_parallel_matches_single_rank
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/layouts/check_context_parallel.py $<TARGET_FILE:tetra>)
-set_tests_properties(layouts.context_parallel_matches_single_rank PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)
 # tools/data/prepare.py against megatron-core's IndexedDatasetBuilder and transformers'
 # tokenizer, and tetra training on its output, in build/pyenv.
 add_test(NAME data.prepare_matches_megatron_builder
          COMMAND ${PROJECT_BINARY_DIR}/pyenv/bin/python ${PROJECT_SOURCE_DIR}/tests/data/check_prepare.py $<TARGET_FILE:tetra>)
 set_tests_properties(data.prepare_matches_megatron_builder PROPERTIES LABELS unit TIMEOUT 300)
+
+# The layout checks, tests/layouts/check_*.py: one entry per case of each
+# check's case table, layouts.CHECK.CASE, as `check_*.py --list-ctest` lists
+# them here at configure time (a check that lists nothing stops the configure).
+# The single-rank runs that several cases compare against are entries of their
+# own, layouts.CHECK.baseline.NAME: fixtures that the cases require, computed
+# once into build/layouts-work/baselines/ and found there by the cases (and by
+# later runs: the cache key holds the binary's path, size and time and the
+# checks' code). PROCESSORS is the most ranks a case runs at once, so under
+# ctest -j2 a case of 2 or more ranks runs alone (its ranks take both cores,
+# more ranks only oversubscribe them) while baselines and single-rank cases
+# run two at a time. TIMEOUT: 60 s, plus 15 s per rank of each run a case
+# launches (a run takes 0.3-5 s here). tests/README.md: running them by hand.
+set(tetra_layouts_work ${PROJECT_BINARY_DIR}/layouts-work)
+file(GLOB tetra_layout_checks CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/layouts/check_*.py)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${tetra_layout_checks}
+             ${PROJECT_SOURCE_DIR}/tests/testing/case_table.py ${PROJECT_SOURCE_DIR}/tests/testing/tetra_runs.py)
+foreach(script ${tetra_layout_checks})
+  execute_process(COMMAND /usr/bin/python3 ${script} --list-ctest
+                  OUTPUT_VARIABLE listing ERROR_VARIABLE errors RESULT_VARIABLE failed)
+  if(failed OR NOT listing MATCHES "^check [A-Za-z0-9_]+\n")
+    message(FATAL_ERROR "${script} --list-ctest failed (${failed}):\n${errors}")
+  endif()
+  string(REGEX REPLACE "\n$" "" listing "${listing}")
+  string(REPLACE "\n" ";" lines "${listing}")
+  set(cases 0)
+  foreach(line IN LISTS lines)
+    separate_arguments(fields UNIX_COMMAND "${line}")
+    list(POP_FRONT fields kind name)
+    if(kind STREQUAL "check")
+      set(check ${name})
+      continue()
+    endif()
+    list(POP_FRONT fields ranks timeout)
+    set(command /usr/bin/python3 ${script} $<TARGET_FILE:tetra> --work-dir ${tetra_layouts_work})
+    if(kind STREQUAL "baseline")
+      set(test layouts.${check}.baseline.${name})
+      add_test(NAME ${test} COMMAND ${command} --baseline ${name})
+      set_tests_properties(${test} PROPERTIES FIXTURES_SETUP layouts.${check}.${name})
+    elseif(kind STREQUAL "case")
+      set(test layouts.${check}.${name})
+      add_test(NAME ${test} COMMAND ${command} --case ${name})
+      if(fields)
+        list(TRANSFORM fields PREPEND layouts.${check}.)
+        set_tests_properties(${test} PROPERTIES FIXTURES_REQUIRED "${fields}")
+      endif()
+      math(EXPR cases "${cases} + 1")
+    else()
+      message(FATAL_ERROR "${script} --list-ctest: unknown line '${line}'")
+    endif()
+    set_tests_properties(${test} PROPERTIES LABELS "layouts;mpi" TIMEOUT ${timeout} PROCESSORS ${ranks})
+  endforeach()
+  if(cases EQUAL 0)
+    message(FATAL_ERROR "${script} --list-ctest lists no case")
+  endif()
+endforeach()

@@ -14,16 +14,19 @@ sequences of 32 tokens, so cp 4 has chunks of 4):
   - MLA + MoE (DeepSeek-V3's attention and router; sequence-wise balance loss,
     whose per-sequence statistics sum over the context group): cp 2,
     cp 2 with expert 2 (expert-data parallel over data x context).
-usage: check_context_parallel.py TETRA_BINARY
+usage: check_context_parallel.py TETRA_BINARY [--list] [--case NAME[,NAME...]] [--work-dir DIR]
+Each layout is a named case of CASES (--list prints them), the single-rank
+runs they compare against BASELINES, computed once and cached
+(tests/testing/case_table.py).
 """
+import functools
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
-from tetra_runs import TINY_MLA_MOE, Checker, rel, train  # noqa: E402
+from case_table import Case, main, train_baseline  # noqa: E402
+from tetra_runs import TINY_MLA_MOE, rel, train  # noqa: E402
 
-TETRA = sys.argv[1]
 STEPS = 12
 COMMON = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layers=4",
           "model.num_attention_heads=4", "model.intermediate_size=64", "train.global_batch_size=8",
@@ -31,7 +34,7 @@ COMMON = ["model.vocab_size=64", "model.hidden_size=32", "model.num_hidden_layer
           "optimizer.lr=3e-3", "data.synthetic.order=1", "log.interval=1000"]
 DENSE = COMMON + ["model.num_key_value_heads=2"]
 MLA_MOE = COMMON + TINY_MLA_MOE
-CASES = [  # model name, model, layout name, ranks, sets
+LAYOUTS = [  # model name, model, layout name, ranks, sets
     ("dense", DENSE, "cp2", 2, ["parallel.context=2"]),
     ("dense", DENSE, "cp4", 4, ["parallel.context=4"]),
     ("dense", DENSE, "cp2_tp2_sp", 4, ["parallel.context=2", "parallel.tensor=2", "parallel.sequence_parallel=true"]),
@@ -44,21 +47,25 @@ CASES = [  # model name, model, layout name, ranks, sets
 ]
 FIELDS = ("loss", "grad_norm", "aux_loss", "moe_load_imbalance")
 
-check = Checker()
-with tempfile.TemporaryDirectory() as tmp:
-    singles = {}
-    for name, model in (("dense", DENSE), ("mla_moe", MLA_MOE)):
-        out = os.path.join(tmp, f"{name}_single")
-        os.makedirs(out)
-        singles[name] = train(TETRA, out, 1, model)
-    for name, model, layout, ranks, sets in CASES:
-        out = os.path.join(tmp, f"{name}_{layout}")
-        os.makedirs(out)
-        single, run = singles[name], train(TETRA, out, ranks, model + sets)
-        fields = [f for f in FIELDS if f in single[0]]
-        first = max(rel(run[0][f], single[0][f]) for f in fields)
-        worst = max(rel(r[f], s[f]) for r, s in zip(run, single) for f in fields)
-        check(len(run) == len(single) == STEPS and first <= 1e-5 and worst <= 1e-4,
+MODELS = {"dense": DENSE, "mla_moe": MLA_MOE}
+
+
+def matches(ctx, name, layout, ranks, sets):
+    single = ctx.baseline(f"{name}.single").metrics
+    run = train(ctx.tetra, ctx.fresh(f"{name}_{layout}"), ranks, MODELS[name] + sets)
+    fields = [f for f in FIELDS if f in single[0]]
+    first = max(rel(run[0][f], single[0][f]) for f in fields)
+    worst = max(rel(r[f], s[f]) for r, s in zip(run, single) for f in fields)
+    ctx.check(len(run) == len(single) == STEPS and first <= 1e-5 and worst <= 1e-4,
               f"{name} {layout} on {ranks} ranks: step 1 within {first:.1e} (<= 1e-5), "
               f"{STEPS} steps within {worst:.1e} (<= 1e-4) of the single rank")
-check.exit("context parallelism matches the single rank under every layout")
+
+
+BASELINES = [train_baseline(f"{name}.single", model) for name, model in MODELS.items()]
+CASES = [Case(f"{name}.{layout}", ranks, functools.partial(matches, name=name, layout=layout, ranks=ranks, sets=sets),
+              (f"{name}.single",))
+         for name, _, layout, ranks, sets in LAYOUTS]
+
+if __name__ == "__main__":
+    main(__doc__, "context_parallel", CASES, BASELINES,
+         "context parallelism matches the single rank under every layout")

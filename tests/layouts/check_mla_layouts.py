@@ -34,16 +34,19 @@ that sum is checked parameter by parameter in
 tests/model/tensor_parallel_layers_mpi_test.cc (MlaModelTest), not here.
 Pipeline stages cut between MLA blocks; sequence parallelism gathers the
 sequence before the down projections.
-usage: check_mla_layouts.py TETRA_BINARY
+usage: check_mla_layouts.py TETRA_BINARY [--list] [--case NAME[,NAME...]] [--work-dir DIR]
+Each comparison above is a named case of CASES (--list prints them), the
+single-rank runs they compare against BASELINES, computed once and cached
+(tests/testing/case_table.py).
 """
+import functools
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
-from tetra_runs import Checker, max_abs_difference, read_safetensors, rel, train  # noqa: E402
+from case_table import Case, main, train_baseline  # noqa: E402
+from tetra_runs import max_abs_difference, read_safetensors, rel, train  # noqa: E402
 
-TETRA = sys.argv[1]
 # 4 layers (pipeline 2 interleaved needs 2 x 2 chunks), 16 samples of 2 per
 # micro-batch: 8 micro-batches per step, 4 per data-parallel rank under dp 2.
 # initializer_range 0.2, not 0.02: at 0.02 the scores are near zero, attention
@@ -100,54 +103,65 @@ LAYOUTS = [  # name, ranks, sets, for the dense model, for the MoE model
                             "parallel.sequence_parallel=false"], False, True),
 ]
 
-check = Checker()
+MODELS = {"dense": DENSE, "moe": MOE}
 
-with tempfile.TemporaryDirectory() as tmp:
-    for model_name, model in (("dense", DENSE), ("moe", MOE)):
-        moe = model is MOE
-        fields = ("loss", "grad_norm", "mtp_loss") + (("aux_loss", "moe_load_imbalance") if moe else ())
 
-        def run(name, ranks, sets):
-            out = os.path.join(tmp, f"{model_name}_{name}")
-            os.makedirs(out)
-            return train(TETRA, out, ranks, model + sets)
+def reference_routes(ctx):
+    ref = ctx.baseline("moe.ref").metrics
+    ctx.check(ref[-1]["moe_load_imbalance"] > 1 and ref[0]["aux_loss"] > 0,
+              f"MLA MoE reference routes: imbalance {ref[-1]['moe_load_imbalance']:.3f}, "
+              f"aux loss {ref[0]['aux_loss']:.3g}")
 
-        ref = run("ref", 1, [])
-        if moe:
-            check(ref[-1]["moe_load_imbalance"] > 1 and ref[0]["aux_loss"] > 0,
-                  f"MLA MoE reference routes: imbalance {ref[-1]['moe_load_imbalance']:.3f}, "
-                  f"aux loss {ref[0]['aux_loss']:.3g}")
-        for name, ranks, sets, for_dense, for_moe in LAYOUTS:
-            if not (for_moe if moe else for_dense):
-                continue
-            got = run(name, ranks, sets)
-            label = f"MLA {model_name} {name}"
-            for field in fields:
-                check(rel(got[0][field], ref[0][field]) <= STEP1_RTOL,
-                      f"{label}: step-1 {field} {got[0][field]:.9g} vs {ref[0][field]:.9g} "
-                      f"(relative {rel(got[0][field], ref[0][field]):.2e})")
-            worst = max(rel(g["loss"], r["loss"]) for g, r in zip(got, ref))
-            check(len(got) == 20 and worst <= CURVE_RTOL,
-                  f"{label}: 20-step loss curve, worst relative difference {worst:.2e}")
 
-    # The MoE model's export (DeepseekV3ForCausalLM's names, the prediction
-    # depth's model.layers.4.* among them) after 5 steps: each rank writes
-    # what it holds, and the files are the single rank's to round-off.
-    def exported(name, ranks, sets):
-        out = os.path.join(tmp, f"export_{name}")
-        os.makedirs(out)
-        train(TETRA, out, ranks, MOE + ["train.steps=5", "optimizer.lr=3e-4", f"export_path={out}/weights"] + sets)
-        return read_safetensors(f"{out}/weights/model.safetensors")
+def matches(ctx, model_name, name, ranks, sets):
+    """The layout `sets` of model `model_name` against its single-rank run."""
+    moe = model_name == "moe"
+    fields = ("loss", "grad_norm", "mtp_loss") + (("aux_loss", "moe_load_imbalance") if moe else ())
+    ref = ctx.baseline(f"{model_name}.ref").metrics
+    got = train(ctx.tetra, ctx.fresh(f"{model_name}_{name}"), ranks, MODELS[model_name] + sets)
+    label = f"MLA {model_name} {name}"
+    for field in fields:
+        ctx.check(rel(got[0][field], ref[0][field]) <= STEP1_RTOL,
+                  f"{label}: step-1 {field} {got[0][field]:.9g} vs {ref[0][field]:.9g} "
+                  f"(relative {rel(got[0][field], ref[0][field]):.2e})")
+    worst = max(rel(g["loss"], r["loss"]) for g, r in zip(got, ref))
+    ctx.check(len(got) == 20 and worst <= CURVE_RTOL,
+              f"{label}: 20-step loss curve, worst relative difference {worst:.2e}")
 
-    ref = exported("ref", 1, [])
-    for name, ranks, sets in (("tp2_pp2_dp2_ep2", 8, ["parallel.tensor=2", "parallel.pipeline=2", "parallel.expert=2",
-                                                      "parallel.sequence_parallel=false"]),
-                              ("pp2_v2", 2, ["parallel.pipeline=2", "parallel.virtual_stages=2"])):
-        got = exported(name, ranks, sets)
-        depth = "model.layers.4.eh_proj.weight"
-        check(got.keys() == ref.keys() and depth in got,
+
+# The MoE model's export (DeepseekV3ForCausalLM's names, the prediction
+# depth's model.layers.4.* among them) after 5 steps: each rank writes
+# what it holds, and the files are the single rank's to round-off.
+EXPORTED = MOE + ["train.steps=5", "optimizer.lr=3e-4", "export_path={out}/weights"]
+
+
+def export_matches(ctx, name, ranks, sets):
+    ref = read_safetensors(f"{ctx.baseline('export.ref').path}/weights/model.safetensors")
+    out = ctx.fresh(f"export_{name}")
+    train(ctx.tetra, out, ranks, [s.replace("{out}", out) for s in EXPORTED] + sets)
+    got = read_safetensors(f"{out}/weights/model.safetensors")
+    depth = "model.layers.4.eh_proj.weight"
+    ctx.check(got.keys() == ref.keys() and depth in got,
               f"MLA moe {name} export names: {len(got)} tensors, the single rank's {len(ref)}, {depth} among them")
-        worst = max_abs_difference(ref, got)
-        check(worst <= EXPORT_ATOL, f"MLA moe {name} export after 5 steps: max abs difference {worst:.2e}")
+    worst = max_abs_difference(ref, got)
+    ctx.check(worst <= EXPORT_ATOL, f"MLA moe {name} export after 5 steps: max abs difference {worst:.2e}")
 
-check.exit("all MLA layouts match the single-rank run")
+
+BASELINES = [train_baseline(f"{model_name}.ref", model) for model_name, model in MODELS.items()]
+BASELINES.append(train_baseline("export.ref", EXPORTED))
+CASES = []
+for model_name in MODELS:
+    if model_name == "moe":
+        CASES.append(Case("moe.reference_routes", 1, reference_routes, ("moe.ref",), runs=0))
+    for name, ranks, sets, for_dense, for_moe in LAYOUTS:
+        if for_moe if model_name == "moe" else for_dense:
+            CASES.append(Case(f"{model_name}.{name}", ranks, functools.partial(
+                matches, model_name=model_name, name=name, ranks=ranks, sets=sets), (f"{model_name}.ref",)))
+for name, ranks, sets in (("tp2_pp2_dp2_ep2", 8, ["parallel.tensor=2", "parallel.pipeline=2", "parallel.expert=2",
+                                                  "parallel.sequence_parallel=false"]),
+                          ("pp2_v2", 2, ["parallel.pipeline=2", "parallel.virtual_stages=2"])):
+    CASES.append(Case(f"export.{name}", ranks, functools.partial(export_matches, name=name, ranks=ranks, sets=sets),
+                      ("export.ref",)))
+
+if __name__ == "__main__":
+    main(__doc__, "mla", CASES, BASELINES, "all MLA layouts match the single-rank run")
