@@ -20,11 +20,11 @@ of several row groups. For each model:
      with fewer shards removes the earlier run's extra ones;
   4. tetra trains 2 steps on both outputs with the `--set`s prepare.py prints,
      logging finite losses.
-Then README.md's walk-through (tests/tools/check_readme_commands.py OWN_TEXT)
-runs with the "bos" model and text; bad inputs exit 1 with one sentence and
-leave no file; the EOS id's sources rank as documented. Prints prepare.py's
-throughput on a few MB with 2 workers (not checked: speed depends on the
-machine).
+Then the documented walk-through (docs/data.md, "Training on your own text":
+tests/tools/check_readme_commands.py OWN_TEXT) runs with the "bos" model and
+text; bad inputs exit 1 with one sentence and leave no file; the EOS id's
+sources rank as documented. Prints prepare.py's throughput on a few MB with
+2 workers (not checked: speed depends on the machine).
 usage: check_prepare.py TETRA_BINARY
 """
 import json
@@ -58,7 +58,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "testing"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "tools"))
 sys.path.insert(0, os.path.join(ROOT, "tools", "data"))
 import prepare  # noqa: E402
-from check_readme_commands import OWN_TEXT  # noqa: E402
+from check_readme_commands import OWN_TEXT, documents  # noqa: E402
 from tetra_runs import ENV, Checker  # noqa: E402
 
 BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
@@ -251,10 +251,11 @@ def check_model(check, tetra, tmp, name, bos):
 
 
 def check_readme_walkthrough(check, tetra, tmp, model, text, vocab):
-    """README.md's lines, run as written in a scratch folder, with this test's
-    model, text and vocabulary for MODEL_DIR, TEXT.txt and VOCAB."""
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    check(all(line in readme.splitlines() for line in OWN_TEXT), "README.md shows the walk-through lines of OWN_TEXT")
+    """The documented walk-through's lines (README.md or docs/*.md), run as
+    written in a scratch folder, with this test's model, text and vocabulary
+    for MODEL_DIR, TEXT.txt and VOCAB."""
+    shown = {line.strip() for doc in documents().values() for line in doc.splitlines()}
+    check(all(line in shown for line in OWN_TEXT), "README.md or docs/*.md shows the walk-through lines of OWN_TEXT")
     scratch = os.path.join(tmp, "readme")
     os.makedirs(scratch)
     os.symlink(os.path.join(ROOT, "configs"), os.path.join(scratch, "configs"))
@@ -262,9 +263,9 @@ def check_readme_walkthrough(check, tetra, tmp, model, text, vocab):
              "MODEL_DIR": model, "TEXT.txt": text, "model.vocab_size=VOCAB": f"model.vocab_size={vocab}"}
     prepare_line, train_line = ([words.get(w, w) for w in shlex.split(line)] for line in OWN_TEXT)
     done = subprocess.run(prepare_line, cwd=scratch, capture_output=True, text=True, timeout=600)
-    check(done.returncode == 0, f"README: {shlex.join(prepare_line)} exits {done.returncode} "
+    check(done.returncode == 0, f"docs: {shlex.join(prepare_line)} exits {done.returncode} "
                                 f"{done.stderr.strip()[-2000:] if done.returncode else ''}")
-    check_tetra_trains(check, train_line, "README", scratch)
+    check_tetra_trains(check, train_line, "docs", scratch)
 
 
 def check_bad_inputs(check, tmp, model, good_inputs):
