@@ -51,6 +51,11 @@ set_tests_properties(trace.perfetto_schema_per_rank PROPERTIES LABELS mpi TIMEOU
 add_test(NAME report.cpu_scaling_study
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_scaling_report.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(report.cpu_scaling_study PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)
+# The report's page as headless Chromium renders it, from committed metrics files
+# (no mpirun): numbers with units and separators, 1-2-5 axes, nothing overlapping.
+add_test(NAME report.page_reads_like_a_chart
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_report_page.py $<TARGET_FILE:tetra>)
+set_tests_properties(report.page_reads_like_a_chart PROPERTIES LABELS unit TIMEOUT 180 SKIP_RETURN_CODE 77)
 add_test(NAME checkpoints.resume_and_reshard_under_mpirun
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/checkpoint/check_checkpoints.py $<TARGET_FILE:tetra>)
 set_tests_properties(checkpoints.resume_and_reshard_under_mpirun PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)

@@ -424,8 +424,8 @@ TEST_F(CliTest, ReportRefusesLayoutsNoRunHas) {
 // 1F1B (p - 1) / (m + p - 1) = 1 / 5, ZB-H1 (p - 1) / (3m + p - 1) = 1 / 13
 // (its W's fill two thirds of 1F1B's idle slots) and DualPipeV (2 chunks per
 // rank, each 1 / 6 of a micro-batch's F + B_in + W; p - 1 idle chunk units)
-// (p - 1) / (6m + p - 1) = 1 / 25. Runs from before the schedule was written
-// read as 1F1B.
+// (p - 1) / (6m + p - 1) = 1 / 25, shown as 20.0%, 7.7% and 4.0%. Runs from
+// before the schedule was written read as 1F1B.
 TEST_F(CliTest, ReportBubbleTheoryFollowsEachRunsSchedule) {
   const std::string layout =
       "\"world_size\": 4, \"tensor\": 1, \"context\": 1, \"pipeline\": 2, \"data\": 2, \"expert\": "
@@ -450,12 +450,12 @@ TEST_F(CliTest, ReportBubbleTheoryFollowsEachRunsSchedule) {
               HasSubstr("| run | schedule | micro-batches | chunks per rank | measured | theory | "
                         "theory's formula |"));
   EXPECT_THAT(
-      md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2 | 1F1B | 4 | 1 | 0.25 | 0.2 | (p-1)/(m+p-1) |"));
-  EXPECT_THAT(md,
-              HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2, ZB-H1 | ZB-H1 | 4 | 1 | 0.25 | 0.0769231 | "
-                        "(p-1)/(3*m+p-1) |"));
+      md,
+      HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2 | 1F1B | 4 | 1 | 25.0% | 20.0% | (p-1)/(m+p-1) |"));
+  EXPECT_THAT(md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2, ZB-H1 | ZB-H1 | 4 | 1 | 25.0% | 7.7% | "
+                            "(p-1)/(3*m+p-1) |"));
   EXPECT_THAT(
-      md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2, DualPipeV | DualPipeV | 4 | 2 | 0.25 | 0.04 | "
+      md, HasSubstr("| 4 ranks: tp 1 x pp 2 x dp 2, DualPipeV | DualPipeV | 4 | 2 | 25.0% | 4.0% | "
                     "(p-1)/(6*m+p-1) |"));
 
   // A schedule no config has, or one the run's sizes could not have run, is refused.
