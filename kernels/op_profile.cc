@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/op_list.h"
+
 #if TETRA_HAVE_CUDA
 #include "core/cuda/device.h"
 #endif
@@ -21,34 +23,6 @@ struct Totals {
   int64_t calls = 0;
   double seconds = 0;
 };
-
-// The kind of work an op of the op API is, for the profile's summary (names
-// are the ops.cc function names; the first matching prefix wins).
-const char* Kind(const std::string& op) {
-  static constexpr std::pair<const char*, const char*> kKinds[] = {
-      {"Linear", "GEMM"},
-      {"Attention", "attention"},
-      {"RmsNorm", "norms"},
-      {"AddRmsNorm", "norms"},
-      {"CrossEntropy", "cross-entropy"},
-      {"AdamW", "optimizer"},
-      {"SumOfSquares", "optimizer"},
-      {"WeightedSumOfSquares", "optimizer"},
-      {"Scale", "optimizer"},  // gradient clipping (ScaleMultiTensor)
-      {"Router", "MoE routing and dispatch"},
-      {"SequenceBalanceStats", "MoE routing and dispatch"},
-      {"SequenceBalanceLoss", "MoE routing and dispatch"},
-      {"CountExpertLoads", "MoE routing and dispatch"},
-      {"UpdateRouterBias", "MoE routing and dispatch"},
-      {"DispatchOrder", "MoE routing and dispatch"},
-      {"GatherRows", "MoE routing and dispatch"},
-      {"CombineRows", "MoE routing and dispatch"},
-  };
-  for (const auto& [prefix, kind] : kKinds) {
-    if (op.rfind(prefix, 0) == 0) return kind;
-  }
-  return "elementwise";  // embedding, RoPE, SwiGLU, adds, casts
-}
 
 // The per-op totals, printed when the process ends.
 class Profile {
@@ -65,6 +39,7 @@ class Profile {
     return it == totals_.end() ? 0 : it->second.calls;
   }
   void Add(const char* op, double seconds) {
+    KindOfOp(op);  // every op profiled is listed, with its kind
     std::lock_guard<std::mutex> lock(mutex_);
     Totals& t = totals_[op];
     ++t.calls;
@@ -83,7 +58,7 @@ class Profile {
                    static_cast<long long>(t.calls), t.seconds, 100.0 * t.seconds / total);
     }
     std::map<std::string, double> kinds;
-    for (const auto& [op, t] : rows) kinds[Kind(op)] += t.seconds;
+    for (const auto& [op, t] : rows) kinds[OpKindName(KindOfOp(op))] += t.seconds;
     std::vector<std::pair<std::string, double>> by_kind(kinds.begin(), kinds.end());
     std::sort(by_kind.begin(), by_kind.end(),
               [](const auto& a, const auto& b) { return a.second > b.second; });

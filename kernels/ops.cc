@@ -267,12 +267,14 @@ void CopyColumns(const Tensor& src, int64_t src_column, const Tensor& dst, int64
 
 void ConcatColumns(const Tensor& a, const Tensor& b, const Tensor& out) {
   CheckColumnBlocks("concat_columns", out, a, b);
+  const OpTimer op_timer(__func__, out.device());
   CopyColumns(a, 0, out, 0, a.dim(1));
   CopyColumns(b, 0, out, a.dim(1), b.dim(1));
 }
 
 void SplitColumns(const Tensor& in, const Tensor& a, const Tensor& b) {
   CheckColumnBlocks("split_columns", in, a, b);
+  const OpTimer op_timer(__func__, in.device());
   CopyColumns(in, 0, a, 0, a.dim(1));
   CopyColumns(in, a.dim(1), b, 0, b.dim(1));
 }

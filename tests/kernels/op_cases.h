@@ -966,6 +966,21 @@ inline void AddOptimizerAndReduceCases(std::vector<OpCase>* cases) {
                     {1e-7, kBf16Rounding, "each side's own fp32 result, rounded once"});
          }
        }});
+  cases->push_back({"adamw F32 1001, one tensor", [=](const Backend& b, Outputs* out) {
+                      Tensor v = HostRandom({1001}, 8, 0.1f);
+                      for (int64_t j = 0; j < v.numel(); ++j) v.f32()[j] *= v.f32()[j];  // v >= 0
+                      const Tensor param = b.In(HostRandom({1001}, 5)),
+                                   grad = b.In(HostRandom({1001}, 6)),
+                                   m = b.In(HostRandom({1001}, 7, 0.1f)), v_in = b.In(v);
+                      AdamWHyper hyper{.lr = 1e-2, .weight_decay = 0.1};
+                      for (int64_t step = 1; step <= 3; ++step) {
+                        hyper.step = step;
+                        ops::AdamW(param, grad, m, v_in, hyper);
+                      }
+                      out->Add("param", param, kAdamWTol);
+                      out->Add("m", m, kAdamWTol);
+                      out->Add("v", v_in, kAdamWTol);
+                    }});
   constexpr Tolerance kSumTol{0, 1e-12, "squares summed in fp64 in other orders"};
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     cases->push_back({CaseName("sum_of_squares, scale, add", dtype, "100003"),

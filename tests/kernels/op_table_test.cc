@@ -11,6 +11,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "kernels/op_list.h"
+#include "kernels/op_profile.h"
 #include "tests/kernels/op_cases.h"
 #include "tests/kernels/op_refusals.h"
 
@@ -25,6 +27,18 @@ TEST(OpTableTest, NamesAreUnique) {
   std::set<std::string> names;
   for (const OpCase& c : testing::OpCases()) EXPECT_TRUE(names.insert(c.name).second) << c.name;
   EXPECT_GT(names.size(), 30u);
+}
+
+// The op list (kernels/op_list.h), which the op profile sums by kind, names
+// every op the cases run (the profile dies on an op it lacks) and no op the
+// cases leave out.
+TEST(OpTableTest, CasesRunEveryListedOpAndNoOther) {
+  ops::EnableOpProfile();
+  for (const OpCase& c : testing::OpCases()) testing::Run(c, Backend::Reference());
+  for (const ops::OpEntry& op : ops::OpList()) {
+    EXPECT_GT(ops::OpProfileCalls(std::string(op.name).c_str()), 0)
+        << op.name << " is listed in kernels/op_list.cc but no op case runs it";
+  }
 }
 
 TEST(OpTableTest, EveryCaseRunsOnTheCpuDeterministically) {
