@@ -69,6 +69,45 @@ bool SameFile(int fd, const std::string& path) {
          held.st_dev == named.st_dev && held.st_ino == named.st_ino;
 }
 
+// Why `fd`, the lock file `path` of checkpoint.dir `dir`, could not be
+// locked (flock's `flock_error`): another job holds it, or the file system
+// cannot lock. Closes `fd`.
+absl::Status LockFailure(const std::string& dir, const std::string& path, int fd, int flock_error) {
+  const std::string holder = DescribeHolder(fd);
+  ::close(fd);
+  if (flock_error == EWOULDBLOCK) {
+    return UserError(
+        absl::StrCat(
+            "checkpoint.dir ", dir, " is in use by another tetra job (",
+            holder.empty() ? "one that has not yet written its details" : holder, ", holding ",
+            path, "): two jobs saving there would resume from and remove each other's checkpoints"),
+        "wait for that job to end or stop it, or point checkpoint.dir at another directory",
+        absl::StatusCode::kFailedPrecondition);
+  }
+  return UserError(
+      absl::StrCat("cannot lock ", path, ": ", std::strerror(flock_error)),
+      "put checkpoint.dir on a file system with flock support (Lustre: mount with -o flock)");
+}
+
+// Writes this process's details into the lock file `path` it holds (`fd`,
+// closed on failure), noting a previous holder's that are still there.
+absl::Status WriteHolder(const std::string& path, int fd, std::ostream& notes) {
+  // The previous holder's text is still there: it ended without releasing
+  // (killed), and its flock went with it.
+  if (const std::string stale = DescribeHolder(fd); !stale.empty()) {
+    notes << "tetra: taking over the lock " << path << " of " << stale
+          << ", which ended without releasing it\n";
+  }
+  const std::string text = HolderText();
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+    const std::string cause = std::strerror(errno);
+    ::close(fd);
+    return UserError(absl::StrCat("cannot write the lock file ", path, ": ", cause), kWritableHint);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CheckpointLock> CheckpointLock::Acquire(const std::string& dir,
@@ -91,42 +130,12 @@ absl::StatusOr<CheckpointLock> CheckpointLock::Acquire(const std::string& dir,
           absl::StrCat("cannot create the lock file ", path, ": ", std::strerror(errno)),
           kWritableHint);
     }
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      const int flock_error = errno;
-      const std::string holder = DescribeHolder(fd);
-      ::close(fd);
-      if (flock_error == EWOULDBLOCK) {
-        return UserError(
-            absl::StrCat(
-                "checkpoint.dir ", dir, " is in use by another tetra job (",
-                holder.empty() ? "one that has not yet written its details" : holder, ", holding ",
-                path,
-                "): two jobs saving there would resume from and remove each other's checkpoints"),
-            "wait for that job to end or stop it, or point checkpoint.dir at another directory",
-            absl::StatusCode::kFailedPrecondition);
-      }
-      return UserError(
-          absl::StrCat("cannot lock ", path, ": ", std::strerror(flock_error)),
-          "put checkpoint.dir on a file system with flock support (Lustre: mount with -o flock)");
-    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return LockFailure(dir, path, fd, errno);
     if (!SameFile(fd, path)) {
       ::close(fd);
       continue;
     }
-    // The previous holder's text is still there: it ended without releasing
-    // (killed), and its flock went with it.
-    if (const std::string stale = DescribeHolder(fd); !stale.empty()) {
-      notes << "tetra: taking over the lock " << path << " of " << stale
-            << ", which ended without releasing it\n";
-    }
-    const std::string text = HolderText();
-    if (::ftruncate(fd, 0) != 0 ||
-        ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
-      const std::string cause = std::strerror(errno);
-      ::close(fd);
-      return UserError(absl::StrCat("cannot write the lock file ", path, ": ", cause),
-                       kWritableHint);
-    }
+    RETURN_IF_ERROR(WriteHolder(path, fd, notes));
     return CheckpointLock(path, fd);
   }
   return UserError(absl::StrCat("cannot lock ", path, ": other processes keep replacing it"),

@@ -88,6 +88,90 @@ absl::Status CheckShardRecord(const std::string& manifest_path, const TensorReco
       kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
 }
 
+// The shape of `box`'s elements.
+Shape BoxShape(const std::vector<DimRange>& box) {
+  Shape shape(box.size());
+  for (size_t d = 0; d < box.size(); ++d) shape[d] = box[d].end() - box[d].begin();
+  return shape;
+}
+
+// Whether `shard` holds elements, and its box meets `box` in every dim.
+bool Overlaps(const ShardRecord& shard, const std::vector<DimRange>& box) {
+  bool overlap = shard.flat_begin() < shard.flat_end();
+  for (int d = 0; d < static_cast<int>(box.size()); ++d) {
+    overlap = overlap && shard.box(d).begin() < box[d].end() && box[d].begin() < shard.box(d).end();
+  }
+  return overlap;
+}
+
+// A box of a tensor, filled shard by shard: it counts the elements covered,
+// so that what the shards leave uncovered is found.
+class BoxFiller {
+ public:
+  explicit BoxFiller(const std::vector<DimRange>& box)
+      : box_(box), shape_(BoxShape(box)), out_(Tensor::Empty(shape_)), covered_(out_.numel(), 0) {}
+
+  // Copies the elements of `shard` (its data: `values`) that lie in the box.
+  void Copy(const ShardRecord& shard, const float* values);
+
+  int64_t num_covered() const { return num_covered_; }
+  bool complete() const { return num_covered_ == out_.numel(); }
+  const Tensor& out() const { return out_; }
+
+ private:
+  // Copies `count` values to the box's elements from `at` on (row-major).
+  void Fill(int64_t at, const float* values, int64_t count);
+
+  const std::vector<DimRange>& box_;
+  const Shape shape_;
+  Tensor out_;
+  std::vector<char> covered_;
+  int64_t num_covered_ = 0;
+};
+
+void BoxFiller::Copy(const ShardRecord& shard, const float* values) {
+  const int dims = static_cast<int>(box_.size());
+  // Copies go by runs along the last dim (a 0-dim tensor is one run of one).
+  const int last = dims - 1;
+  const int64_t box_begin = dims ? box_[last].begin() : 0, box_end = dims ? box_[last].end() : 1;
+  const int64_t out_row = box_end - box_begin;
+  const int64_t shard_row_end = dims ? shard.box(last).end() : 1;
+  std::vector<int64_t> coord(dims);
+  for (int64_t i = shard.flat_begin(); i < shard.flat_end();) {
+    // Element i of the shard's box (row-major) -> its global coordinates;
+    // the run goes on to the end of its row in the shard or of the shard.
+    int64_t rest = i;
+    for (int d = last; d >= 0; --d) {
+      const int64_t extent = shard.box(d).end() - shard.box(d).begin();
+      coord[d] = shard.box(d).begin() + rest % extent;
+      rest /= extent;
+    }
+    const int64_t column = dims ? coord[last] : 0;
+    const int64_t run = std::min(shard.flat_end() - i, shard_row_end - column);
+    // Inside `box`: the row's leading coordinates, then the overlap of the columns.
+    bool inside = true;
+    int64_t row = 0;
+    for (int d = 0; d < last && inside; ++d) {
+      inside = box_[d].begin() <= coord[d] && coord[d] < box_[d].end();
+      row = row * shape_[d] + coord[d] - box_[d].begin();
+    }
+    const int64_t lo = std::max(column, box_begin), hi = std::min(column + run, box_end);
+    if (inside && lo < hi) {
+      Fill(row * out_row + lo - box_begin, values + (i - shard.flat_begin()) + (lo - column),
+           hi - lo);
+    }
+    i += run;
+  }
+}
+
+void BoxFiller::Fill(int64_t at, const float* values, int64_t count) {
+  std::memcpy(out_.f32() + at, values, count * sizeof(float));
+  for (int64_t k = at; k < at + count; ++k) {
+    num_covered_ += !covered_[k];
+    covered_[k] = 1;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& dir) {
@@ -168,72 +252,24 @@ absl::StatusOr<Tensor> CheckpointReader::ReadBox(const TensorRecord& tensor,
                                                  const std::vector<DimRange>& box) const {
   const int dims = static_cast<int>(box.size());
   TETRA_CHECK(dims == tensor.shape_size()) << "a " << dims << "-dim box of " << TensorLabel(tensor);
-  Shape out_shape(dims);
-  for (int d = 0; d < dims; ++d) out_shape[d] = box[d].end() - box[d].begin();
-  auto overlaps = [&](const ShardRecord& shard) {
-    bool overlap = shard.flat_begin() < shard.flat_end();
-    for (int d = 0; d < dims; ++d) {
-      overlap =
-          overlap && shard.box(d).begin() < box[d].end() && box[d].begin() < shard.box(d).end();
-    }
-    return overlap;
-  };
   // Before anything of the box's size is allocated: the shards that overlap
   // it are in their files, and hold enough elements to cover it.
-  const int64_t wanted = NumElements(out_shape);
+  const int64_t wanted = NumElements(BoxShape(box));
   int64_t held = 0;
   for (const ShardRecord& shard : tensor.shards()) {
-    if (!overlaps(shard)) continue;
+    if (!Overlaps(shard, box)) continue;
     RETURN_IF_ERROR(OpenShard(tensor, shard).status());
     held = std::min(wanted, held + (shard.flat_end() - shard.flat_begin()));
   }
   if (held < wanted) return MissingElementsError(tensor, held, box);
-  Tensor out = Tensor::Empty(out_shape);
-  std::vector<char> covered(out.numel(), 0);
-  int64_t num_covered = 0;
-  // Copies go by runs along the last dim (a 0-dim tensor is one run of one).
-  const int last = dims - 1;
-  const int64_t box_begin = dims ? box[last].begin() : 0, box_end = dims ? box[last].end() : 1;
-  const int64_t out_row = box_end - box_begin;
-  std::vector<int64_t> coord(dims);
+  BoxFiller filler(box);
   for (const ShardRecord& shard : tensor.shards()) {
-    if (!overlaps(shard)) continue;
+    if (!Overlaps(shard, box)) continue;
     ASSIGN_OR_RETURN(std::string bytes, ReadShard(tensor, shard));
-    const float* values = reinterpret_cast<const float*>(bytes.data());
-    const int64_t shard_row_end = dims ? shard.box(last).end() : 1;
-    for (int64_t i = shard.flat_begin(); i < shard.flat_end();) {
-      // Element i of the shard's box (row-major) -> its global coordinates;
-      // the run goes on to the end of its row in the shard or of the shard.
-      int64_t rest = i;
-      for (int d = last; d >= 0; --d) {
-        const int64_t extent = shard.box(d).end() - shard.box(d).begin();
-        coord[d] = shard.box(d).begin() + rest % extent;
-        rest /= extent;
-      }
-      const int64_t column = dims ? coord[last] : 0;
-      const int64_t run = std::min(shard.flat_end() - i, shard_row_end - column);
-      // Inside `box`: the row's leading coordinates, then the overlap of the columns.
-      bool inside = true;
-      int64_t row = 0;
-      for (int d = 0; d < last && inside; ++d) {
-        inside = box[d].begin() <= coord[d] && coord[d] < box[d].end();
-        row = row * out_shape[d] + coord[d] - box[d].begin();
-      }
-      const int64_t lo = std::max(column, box_begin), hi = std::min(column + run, box_end);
-      if (inside && lo < hi) {
-        const int64_t at = row * out_row + lo - box_begin;
-        std::memcpy(out.f32() + at, values + (i - shard.flat_begin()) + (lo - column),
-                    (hi - lo) * sizeof(float));
-        for (int64_t k = at; k < at + hi - lo; ++k) {
-          num_covered += !covered[k];
-          covered[k] = 1;
-        }
-      }
-      i += run;
-    }
+    filler.Copy(shard, reinterpret_cast<const float*>(bytes.data()));
   }
-  if (num_covered != out.numel()) return MissingElementsError(tensor, num_covered, box);
-  return out;
+  if (!filler.complete()) return MissingElementsError(tensor, filler.num_covered(), box);
+  return filler.out();
 }
 
 absl::StatusOr<Tensor> CheckpointReader::ReadGlobal(const TensorRecord& tensor) const {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <set>
 #include <utility>
@@ -365,11 +366,16 @@ constexpr HfClassInfo kHfClasses[] = {
      131072, -1, -1, 0, 1e4},
 };
 
-// The config keys transformers' modelling code reads for each class (its
-// modeling_*.py and PreTrainedModel's loading, transformers 4.57): the keys
-// that can change what it computes. tetra takes each one it implements; one
-// it does not take is refused. Every other key is metadata.
-const std::set<std::string_view>& MathKeys(HfClass id) {
+// `base` with `added`: each class's keys extend those of a simpler class.
+std::set<std::string_view>* Extended(const std::set<std::string_view>& base,
+                                     std::initializer_list<std::string_view> added) {
+  auto* keys = new std::set<std::string_view>(base);
+  keys->insert(added);
+  return keys;
+}
+
+// MathKeys of the dense classes (Llama's for any other class).
+const std::set<std::string_view>& DenseMathKeys(HfClass id) {
   static const auto* const kLlama = new std::set<std::string_view>{
       "attention_bias", "attention_dropout", "head_dim", "hidden_act", "hidden_size",
       "initializer_range", "intermediate_size", "max_position_embeddings", "mlp_bias",
@@ -387,58 +393,52 @@ const std::set<std::string_view>& MathKeys(HfClass id) {
     keys->insert("sliding_window");
     return keys;
   }();
-  static const auto* const kQwen2 = [] {
-    auto* keys = new std::set<std::string_view>(*kMistral);
-    keys->insert({"use_sliding_window", "max_window_layers", "layer_types"});
-    return keys;
-  }();
-  static const auto* const kQwen3 = [] {
-    auto* keys = new std::set<std::string_view>(*kQwen2);
-    keys->insert("attention_bias");
-    return keys;
-  }();
-  static const auto* const kMixtral = [] {
-    auto* keys = new std::set<std::string_view>(*kMistral);
-    keys->insert({"num_local_experts", "num_experts_per_tok", "output_router_logits",
-                  "router_aux_loss_coef", "router_jitter_noise"});
-    return keys;
-  }();
-  static const auto* const kQwen3Moe = [] {
-    auto* keys = new std::set<std::string_view>(*kQwen3);
-    keys->insert({"num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
-                  "decoder_sparse_step", "mlp_only_layers", "output_router_logits",
-                  "router_aux_loss_coef"});
-    return keys;
-  }();
-  static const auto* const kMoe = [] {
-    auto* keys = new std::set<std::string_view>(*kLlama);
-    keys->insert({"moe_intermediate_size", "n_shared_experts", "n_routed_experts",
-                  "routed_scaling_factor", "n_group", "topk_group", "num_experts_per_tok",
-                  "first_k_dense_replace", "norm_topk_prob"});
-    return keys;
-  }();
-  static const auto* const kDeepseekV3 = [] {
-    auto* keys = new std::set<std::string_view>(*kMoe);
-    keys->insert({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim",
-                  "qk_nope_head_dim", "qk_head_dim", "rope_interleave", "num_nextn_predict_layers",
-                  // DeepSeek's own remote code's router keys.
-                  "scoring_func", "topk_method", "moe_layer_freq", "seq_aux"});
-    return keys;
-  }();
-  static const auto* const kGlm4Moe = [] {
-    auto* keys = new std::set<std::string_view>(*kMoe);
-    keys->insert({"partial_rotary_factor", "use_qk_norm", "num_nextn_predict_layers"});
-    return keys;
-  }();
+  static const auto* const kQwen2 =
+      Extended(*kMistral, {"use_sliding_window", "max_window_layers", "layer_types"});
+  static const auto* const kQwen3 = Extended(*kQwen2, {"attention_bias"});
   switch (id) {
-    case HfClass::kLlama:
-      return *kLlama;
     case HfClass::kMistral:
       return *kMistral;
     case HfClass::kQwen2:
       return *kQwen2;
     case HfClass::kQwen3:
       return *kQwen3;
+    default:
+      return *kLlama;
+  }
+}
+
+// The config keys transformers' modelling code reads for each class (its
+// modeling_*.py and PreTrainedModel's loading, transformers 4.57): the keys
+// that can change what it computes. tetra takes each one it implements; one
+// it does not take is refused. Every other key is metadata. The MoE classes'
+// are a dense class's (DenseMathKeys) with their experts' and router's.
+const std::set<std::string_view>& MathKeys(HfClass id) {
+  static const auto* const kMixtral =
+      Extended(DenseMathKeys(HfClass::kMistral),
+               {"num_local_experts", "num_experts_per_tok", "output_router_logits",
+                "router_aux_loss_coef", "router_jitter_noise"});
+  static const auto* const kQwen3Moe = Extended(
+      DenseMathKeys(HfClass::kQwen3),
+      {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+       "decoder_sparse_step", "mlp_only_layers", "output_router_logits", "router_aux_loss_coef"});
+  static const auto* const kMoe = Extended(
+      DenseMathKeys(HfClass::kLlama),
+      {"moe_intermediate_size", "n_shared_experts", "n_routed_experts", "routed_scaling_factor",
+       "n_group", "topk_group", "num_experts_per_tok", "first_k_dense_replace", "norm_topk_prob"});
+  static const auto* const kDeepseekV3 = Extended(
+      *kMoe, {"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim",
+              "qk_head_dim", "rope_interleave", "num_nextn_predict_layers",
+              // DeepSeek's own remote code's router keys.
+              "scoring_func", "topk_method", "moe_layer_freq", "seq_aux"});
+  static const auto* const kGlm4Moe =
+      Extended(*kMoe, {"partial_rotary_factor", "use_qk_norm", "num_nextn_predict_layers"});
+  switch (id) {
+    case HfClass::kLlama:
+    case HfClass::kMistral:
+    case HfClass::kQwen2:
+    case HfClass::kQwen3:
+      return DenseMathKeys(id);
     case HfClass::kMixtral:
       return *kMixtral;
     case HfClass::kQwen3Moe:
@@ -448,7 +448,7 @@ const std::set<std::string_view>& MathKeys(HfClass id) {
     case HfClass::kGlm4Moe:
       return *kGlm4Moe;
   }
-  return *kLlama;
+  return DenseMathKeys(HfClass::kLlama);
 }
 
 // MoeConfig's fields a class's config.json holds, with its defaults.
@@ -738,16 +738,8 @@ absl::Status ReadGlm4MoeKeys(HfConfigReader& config, ModelConfig* m) {
   return ReadMoeKeys(config, kGlm4MoeMoe, m);
 }
 
-}  // namespace
-
-absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
-  constexpr char kFileHint[] = "config.json must be the file Hugging Face's save_pretrained writes";
-  ASSIGN_OR_RETURN(const JsonValue root, ReadJsonFile(path, size_t{16} << 20, kFileHint));
-  if (root.kind != JsonValue::Kind::kObject) {
-    return UserError(absl::StrCat(path, " holds ", JsonKindName(root.kind), ", not a JSON object"),
-                     kFileHint);
-  }
-  HfConfigReader config(root, path);
+// The class model_type names, which architectures (when present) must name too.
+absl::StatusOr<const HfClassInfo*> ReadHfClass(HfConfigReader& config) {
   ASSIGN_OR_RETURN(const std::string model_type, config.String("model_type", ""));
   const HfClassInfo* cls = nullptr;
   for (const HfClassInfo& c : kHfClasses) {
@@ -768,38 +760,59 @@ absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
     if (!causal_lm)
       return config.Error("architectures", absl::StrCat("is not [\"", cls->architecture, "\"]"));
   }
-  ModelConfig m;
-  RETURN_IF_ERROR(ReadCommonKeys(config, *cls, &m));
-  switch (cls->id) {
+  return cls;
+}
+
+// The keys of `cls`'s own attention and experts, beside the common ones.
+absl::Status ReadClassKeys(HfConfigReader& config, const HfClassInfo& cls, ModelConfig* m) {
+  switch (cls.id) {
     case HfClass::kLlama:
     case HfClass::kMistral:
     case HfClass::kQwen2:
     case HfClass::kQwen3:
-      RETURN_IF_ERROR(ReadLlamaFamilyKeys(config, *cls, &m));
-      break;
+      return ReadLlamaFamilyKeys(config, cls, m);
     case HfClass::kMixtral:
     case HfClass::kQwen3Moe:
-      RETURN_IF_ERROR(ReadLlamaFamilyKeys(config, *cls, &m));
-      RETURN_IF_ERROR(ReadSoftmaxMoeKeys(config, cls->id, &m));
-      break;
+      RETURN_IF_ERROR(ReadLlamaFamilyKeys(config, cls, m));
+      return ReadSoftmaxMoeKeys(config, cls.id, m);
     case HfClass::kDeepseekV3:
-      RETURN_IF_ERROR(ReadDeepseekV3Keys(config, &m));
-      break;
+      return ReadDeepseekV3Keys(config, m);
     case HfClass::kGlm4Moe:
-      RETURN_IF_ERROR(ReadGlm4MoeKeys(config, &m));
-      break;
+      return ReadGlm4MoeKeys(config, m);
   }
+  return absl::OkStatus();
+}
+
+// tetra trains from unquantized weights: quantization_config is refused.
+absl::Status RefuseQuantization(HfConfigReader& config) {
+  const JsonValue* quantization = config.Take("quantization_config");
+  if (quantization == nullptr) return absl::OkStatus();
+  const JsonValue* method = quantization->Find("quant_method");
+  return config.Error(
+      "quantization_config",
+      absl::StrCat("says the weights are stored quantized (",
+                   method != nullptr ? HfConfigReader::Describe(*method) : "an unnamed method",
+                   "), but tetra trains from bf16 or fp32 weights"),
+      "convert the checkpoint to bf16 first (for DeepSeek-V3's fp8 weights, its "
+      "inference/fp8_cast_bf16.py), drop quantization_config, and give init_from that directory");
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ReadHfConfigJson(const std::string& path) {
+  constexpr char kFileHint[] = "config.json must be the file Hugging Face's save_pretrained writes";
+  ASSIGN_OR_RETURN(const JsonValue root, ReadJsonFile(path, size_t{16} << 20, kFileHint));
+  if (root.kind != JsonValue::Kind::kObject) {
+    return UserError(absl::StrCat(path, " holds ", JsonKindName(root.kind), ", not a JSON object"),
+                     kFileHint);
+  }
+  HfConfigReader config(root, path);
+  ASSIGN_OR_RETURN(const HfClassInfo* cls, ReadHfClass(config));
+  ModelConfig m;
+  RETURN_IF_ERROR(ReadCommonKeys(config, *cls, &m));
+  RETURN_IF_ERROR(ReadClassKeys(config, *cls, &m));
   RETURN_IF_ERROR(ReadRopeScaling(config, path, &m));
-  if (const JsonValue* quantization = config.Take("quantization_config")) {
-    const JsonValue* method = quantization->Find("quant_method");
-    return config.Error(
-        "quantization_config",
-        absl::StrCat("says the weights are stored quantized (",
-                     method != nullptr ? HfConfigReader::Describe(*method) : "an unnamed method",
-                     "), but tetra trains from bf16 or fp32 weights"),
-        "convert the checkpoint to bf16 first (for DeepSeek-V3's fp8 weights, its "
-        "inference/fp8_cast_bf16.py), drop quantization_config, and give init_from that directory");
-  }
+  RETURN_IF_ERROR(RefuseQuantization(config));
   ASSIGN_OR_RETURN(const std::vector<std::string> ignored,
                    config.Untaken(MathKeys(cls->id), cls->architecture));
   if (!ignored.empty()) {
@@ -1035,6 +1048,73 @@ void AddSoftmaxMoeKeys(const ModelConfig& m, HfClass id, JsonKeys* keys) {
                              {"router_aux_loss_coef", Number(coef > 0 ? coef : 0.001)}});
 }
 
+// The attention heads' keys: MLA's for DeepseekV3, the key-value heads and
+// head_dim for the others, and Glm4Moe's rotary and norm keys.
+void AddHeadKeys(const ModelConfig& m, HfClass id, JsonKeys* keys) {
+  if (id == HfClass::kDeepseekV3) {
+    // DeepseekV3Config's own values of its derived keys; num_key_value_heads
+    // is unused by MLA (its default: the heads).
+    keys->insert(keys->end(),
+                 {{"num_key_value_heads", absl::StrCat(m.num_attention_heads())},
+                  {"head_dim", absl::StrCat(m.qk_rope_head_dim())},
+                  {"kv_lora_rank", absl::StrCat(m.kv_lora_rank())},
+                  {"q_lora_rank", m.q_lora_rank() > 0 ? absl::StrCat(m.q_lora_rank()) : "null"},
+                  {"qk_nope_head_dim", absl::StrCat(m.qk_nope_head_dim())},
+                  {"qk_rope_head_dim", absl::StrCat(m.qk_rope_head_dim())},
+                  {"qk_head_dim", absl::StrCat(QkHeadDim(m))},
+                  {"v_head_dim", absl::StrCat(m.v_head_dim())},
+                  {"rope_interleave", m.rope_interleave() ? "true" : "false"}});
+  } else {
+    keys->insert(keys->end(), {{"num_key_value_heads", absl::StrCat(KeyValueHeads(m))},
+                               {"head_dim", absl::StrCat(HeadDim(m))}});
+  }
+  if (id == HfClass::kGlm4Moe) {
+    keys->insert(keys->end(), {{"partial_rotary_factor", "1.0"}, {"use_qk_norm", "false"}});
+  }
+}
+
+// The keys of the projections' biases and of the sliding window, where the
+// class reads them.
+void AddBiasAndWindowKeys(const ModelConfig& m, HfClass id, JsonKeys* keys) {
+  // Qwen2's biases are in its code, Mistral's family has none: neither reads the key.
+  if (id != HfClass::kQwen2 && !MistralAttention(id)) keys->emplace_back("attention_bias", "false");
+  if (id == HfClass::kLlama) keys->emplace_back("mlp_bias", "false");
+  if (MistralAttention(id)) {
+    keys->emplace_back("sliding_window",
+                       m.sliding_window() > 0 ? absl::StrCat(m.sliding_window()) : "null");
+  }
+  if (id == HfClass::kQwen2 || Qwen3Attention(id)) {
+    keys->insert(keys->end(), {{"use_sliding_window", "false"},
+                               {"sliding_window", "null"},
+                               {"max_window_layers", absl::StrCat(m.num_hidden_layers())}});
+  }
+}
+
+// The MoE classes' expert keys.
+void AddExpertKeys(const ModelConfig& m, HfClass id, JsonKeys* keys) {
+  if (id == HfClass::kDeepseekV3 || id == HfClass::kGlm4Moe) AddMoeKeys(m, keys);
+  if (id == HfClass::kMixtral || id == HfClass::kQwen3Moe) AddSoftmaxMoeKeys(m, id, keys);
+  // The remote-code readers of DeepSeek-V3 checkpoints (vLLM, SGLang) read the router's kind here.
+  if (id == HfClass::kDeepseekV3 && m.moe().n_routed_experts() > 0) {
+    keys->insert(keys->end(),
+                 {{"scoring_func", Quoted("sigmoid")}, {"topk_method", Quoted("noaux_tc")}});
+  }
+}
+
+// bos_token_id and eos_token_id (one id or a list of them).
+void AddTokenIdKeys(const ModelConfig& m, JsonKeys* keys) {
+  // An absent id would take the class's default; null says "none".
+  keys->emplace_back("bos_token_id",
+                     m.bos_token_id() >= 0 ? absl::StrCat(m.bos_token_id()) : "null");
+  if (m.eos_token_id_size() == 1)
+    keys->emplace_back("eos_token_id", absl::StrCat(m.eos_token_id(0)));
+  if (m.eos_token_id_size() > 1) {
+    keys->emplace_back("eos_token_id",
+                       absl::StrCat("[", absl::StrJoin(m.eos_token_id(), ", "), "]"));
+  }
+  if (m.eos_token_id_size() == 0) keys->emplace_back("eos_token_id", "null");
+}
+
 }  // namespace
 
 absl::Status CheckHfExportable(const ModelConfig& model) {
@@ -1071,26 +1151,7 @@ std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) 
       {"num_hidden_layers", absl::StrCat(m.num_hidden_layers())},
       {"num_attention_heads", absl::StrCat(m.num_attention_heads())},
   };
-  if (cls.id == HfClass::kDeepseekV3) {
-    // DeepseekV3Config's own values of its derived keys; num_key_value_heads
-    // is unused by MLA (its default: the heads).
-    keys.insert(keys.end(),
-                {{"num_key_value_heads", absl::StrCat(m.num_attention_heads())},
-                 {"head_dim", absl::StrCat(m.qk_rope_head_dim())},
-                 {"kv_lora_rank", absl::StrCat(m.kv_lora_rank())},
-                 {"q_lora_rank", m.q_lora_rank() > 0 ? absl::StrCat(m.q_lora_rank()) : "null"},
-                 {"qk_nope_head_dim", absl::StrCat(m.qk_nope_head_dim())},
-                 {"qk_rope_head_dim", absl::StrCat(m.qk_rope_head_dim())},
-                 {"qk_head_dim", absl::StrCat(QkHeadDim(m))},
-                 {"v_head_dim", absl::StrCat(m.v_head_dim())},
-                 {"rope_interleave", m.rope_interleave() ? "true" : "false"}});
-  } else {
-    keys.insert(keys.end(), {{"num_key_value_heads", absl::StrCat(KeyValueHeads(m))},
-                             {"head_dim", absl::StrCat(HeadDim(m))}});
-  }
-  if (cls.id == HfClass::kGlm4Moe) {
-    keys.insert(keys.end(), {{"partial_rotary_factor", "1.0"}, {"use_qk_norm", "false"}});
-  }
+  AddHeadKeys(m, cls.id, &keys);
   keys.insert(keys.end(),
               {
                   {"hidden_act", Quoted("silu")},
@@ -1104,41 +1165,13 @@ std::string HfConfigJson(const ModelConfig& m, int64_t seq_length, DType dtype) 
                   {"attention_dropout", "0.0"},
                   {"initializer_range", Number(m.initializer_range())},
               });
-  // Qwen2's biases are in its code, Mistral's family has none: neither reads the key.
-  if (cls.id != HfClass::kQwen2 && !MistralAttention(cls.id))
-    keys.emplace_back("attention_bias", "false");
-  if (cls.id == HfClass::kLlama) keys.emplace_back("mlp_bias", "false");
-  if (MistralAttention(cls.id)) {
-    keys.emplace_back("sliding_window",
-                      m.sliding_window() > 0 ? absl::StrCat(m.sliding_window()) : "null");
-  }
-  if (cls.id == HfClass::kQwen2 || Qwen3Attention(cls.id)) {
-    keys.insert(keys.end(), {{"use_sliding_window", "false"},
-                             {"sliding_window", "null"},
-                             {"max_window_layers", absl::StrCat(m.num_hidden_layers())}});
-  }
-  if (cls.id == HfClass::kDeepseekV3 || cls.id == HfClass::kGlm4Moe) AddMoeKeys(m, &keys);
-  if (cls.id == HfClass::kMixtral || cls.id == HfClass::kQwen3Moe)
-    AddSoftmaxMoeKeys(m, cls.id, &keys);
-  // The remote-code readers of DeepSeek-V3 checkpoints (vLLM, SGLang) read the router's kind here.
-  if (cls.id == HfClass::kDeepseekV3 && m.moe().n_routed_experts() > 0) {
-    keys.insert(keys.end(),
-                {{"scoring_func", Quoted("sigmoid")}, {"topk_method", Quoted("noaux_tc")}});
-  }
+  AddBiasAndWindowKeys(m, cls.id, &keys);
+  AddExpertKeys(m, cls.id, &keys);
   // DeepSeek-V3's name; transformers keeps it as an attribute.
   if (m.num_nextn_predict_layers() > 0) {
     keys.emplace_back("num_nextn_predict_layers", absl::StrCat(m.num_nextn_predict_layers()));
   }
-  // An absent id would take the class's default; null says "none".
-  keys.emplace_back("bos_token_id",
-                    m.bos_token_id() >= 0 ? absl::StrCat(m.bos_token_id()) : "null");
-  if (m.eos_token_id_size() == 1)
-    keys.emplace_back("eos_token_id", absl::StrCat(m.eos_token_id(0)));
-  if (m.eos_token_id_size() > 1) {
-    keys.emplace_back("eos_token_id",
-                      absl::StrCat("[", absl::StrJoin(m.eos_token_id(), ", "), "]"));
-  }
-  if (m.eos_token_id_size() == 0) keys.emplace_back("eos_token_id", "null");
+  AddTokenIdKeys(m, &keys);
   // The rest of the class's config fields, at the values tetra's math has.
   keys.insert(keys.end(),
               {{"pad_token_id", "null"}, {"pretraining_tp", "1"}, {"use_cache", "true"}});

@@ -90,74 +90,111 @@ struct TensorInfo {
   uint64_t end;    // one past the last
 };
 
-// Validates one tensor's {"dtype", "shape", "data_offsets"} against a data
-// buffer of `data_size` bytes. Errors name the tensor but not the file.
-absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonValue& value,
-                                           uint64_t data_size) {
-  const std::string what = absl::StrCat("tensor ", UserText(name));
-  auto error = [&what](const std::string& problem) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " ", problem));
-  };
+// An error about one tensor of the header. Errors name the tensor but not
+// the file.
+absl::Status TensorError(const std::string& name, const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat("tensor ", UserText(name), " ", problem));
+}
+
+// A tensor's description: exactly its three keys.
+struct TensorFields {
+  const JsonValue* dtype;
+  const JsonValue* shape;
+  const JsonValue* offsets;
+};
+
+absl::StatusOr<TensorFields> FindTensorFields(const std::string& name, const JsonValue& value) {
   if (value.kind != JsonValue::Kind::kObject) {
-    return error(absl::StrCat("is described by ", JsonKindName(value.kind),
-                              ", expected an object with dtype, shape and data_offsets"));
+    return TensorError(name,
+                       absl::StrCat("is described by ", JsonKindName(value.kind),
+                                    ", expected an object with dtype, shape and data_offsets"));
   }
   for (const std::string& key : value.keys) {
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
-      return error(absl::StrCat("has unexpected key ", UserText(key),
-                                " (expected dtype, shape, data_offsets)"));
+      return TensorError(name, absl::StrCat("has unexpected key ", UserText(key),
+                                            " (expected dtype, shape, data_offsets)"));
     }
   }
-  const JsonValue* dtype = value.Find("dtype");
-  const JsonValue* shape = value.Find("shape");
-  const JsonValue* offsets = value.Find("data_offsets");
-  if (value.keys.size() != 3 || dtype == nullptr || shape == nullptr || offsets == nullptr) {
-    return error("needs exactly one each of dtype, shape and data_offsets");
+  const TensorFields fields{value.Find("dtype"), value.Find("shape"), value.Find("data_offsets")};
+  if (value.keys.size() != 3 || fields.dtype == nullptr || fields.shape == nullptr ||
+      fields.offsets == nullptr) {
+    return TensorError(name, "needs exactly one each of dtype, shape and data_offsets");
   }
+  return fields;
+}
 
-  if (dtype->kind != JsonValue::Kind::kString) return error("has a dtype that is not a string");
-  absl::StatusOr<FormatDType> parsed_dtype = ParseDType(dtype->string);
-  if (!parsed_dtype.ok()) return error(absl::StrCat("has ", parsed_dtype.status().message()));
-  TensorInfo info{{name, parsed_dtype->dtype, dtype->string, {}}, 0, 0};
-
-  if (shape->kind != JsonValue::Kind::kArray) return error("has a shape that is not an array");
-  for (const JsonValue& dim : shape->items) {
+// Reads `shape` into `info`'s entry; returns the bytes it takes at `bits`
+// per element.
+absl::StatusOr<int64_t> ParseShape(const JsonValue& shape, int bits, TensorInfo* info) {
+  const std::string& name = info->entry.name;
+  if (shape.kind != JsonValue::Kind::kArray) {
+    return TensorError(name, "has a shape that is not an array");
+  }
+  for (const JsonValue& dim : shape.items) {
     if (!dim.integer || *dim.integer < 0) {
-      return error("has a shape entry that is not a non-negative integer");
+      return TensorError(name, "has a shape entry that is not a non-negative integer");
     }
-    info.entry.shape.push_back(*dim.integer);
+    info->entry.shape.push_back(*dim.integer);
   }
-  const std::optional<int64_t> numel = CheckedNumElements(info.entry.shape);
+  const std::optional<int64_t> numel = CheckedNumElements(info->entry.shape);
   int64_t nbits;
-  if (!numel || __builtin_mul_overflow(*numel, int64_t{parsed_dtype->bits}, &nbits)) {
-    return error(
-        absl::StrFormat("has shape %s, too large to address", ShapeString(info.entry.shape)));
+  if (!numel || __builtin_mul_overflow(*numel, int64_t{bits}, &nbits)) {
+    return TensorError(name, absl::StrFormat("has shape %s, too large to address",
+                                             ShapeString(info->entry.shape)));
   }
   if (nbits % 8 != 0) {
-    return error(absl::StrFormat("has shape %s of %s, %d bits, which is not whole bytes",
-                                 ShapeString(info.entry.shape), dtype->string, nbits));
+    return TensorError(
+        name, absl::StrFormat("has shape %s of %s, %d bits, which is not whole bytes",
+                              ShapeString(info->entry.shape), info->entry.dtype_name, nbits));
   }
-  const int64_t nbytes = nbits / 8;
+  return nbits / 8;
+}
 
-  if (offsets->kind != JsonValue::Kind::kArray || offsets->items.size() != 2 ||
-      !offsets->items[0].integer || !offsets->items[1].integer) {
-    return error("has data_offsets that are not two integers [begin, end]");
+// Reads `offsets` into `info`: they must lie in the data buffer of
+// `data_size` bytes and span the tensor's `nbytes`.
+absl::Status ParseDataOffsets(const JsonValue& offsets, uint64_t data_size, int64_t nbytes,
+                              TensorInfo* info) {
+  const std::string& name = info->entry.name;
+  if (offsets.kind != JsonValue::Kind::kArray || offsets.items.size() != 2 ||
+      !offsets.items[0].integer || !offsets.items[1].integer) {
+    return TensorError(name, "has data_offsets that are not two integers [begin, end]");
   }
-  const int64_t begin = *offsets->items[0].integer, end = *offsets->items[1].integer;
+  const int64_t begin = *offsets.items[0].integer, end = *offsets.items[1].integer;
   const std::string offsets_string = absl::StrFormat("[%d, %d]", begin, end);
   if (begin < 0 || end < begin || static_cast<uint64_t>(end) > data_size) {
-    return error(absl::StrFormat(
-        "has data_offsets %s outside the %d-byte data buffer (need 0 <= begin <= end <= %d)",
-        offsets_string, data_size, data_size));
+    return TensorError(
+        name, absl::StrFormat("has data_offsets %s outside the %d-byte data buffer (need 0 <= "
+                              "begin <= end <= %d)",
+                              offsets_string, data_size, data_size));
   }
   if (end - begin != nbytes) {
-    return error(absl::StrFormat(
-        "has data_offsets %s spanning %d bytes, but shape %s of %s "
-        "needs %d bytes",
-        offsets_string, end - begin, ShapeString(info.entry.shape), dtype->string, nbytes));
+    return TensorError(name,
+                       absl::StrFormat("has data_offsets %s spanning %d bytes, but shape "
+                                       "%s of %s needs %d bytes",
+                                       offsets_string, end - begin, ShapeString(info->entry.shape),
+                                       info->entry.dtype_name, nbytes));
   }
-  info.begin = static_cast<uint64_t>(begin);
-  info.end = static_cast<uint64_t>(end);
+  info->begin = static_cast<uint64_t>(begin);
+  info->end = static_cast<uint64_t>(end);
+  return absl::OkStatus();
+}
+
+// Validates one tensor's {"dtype", "shape", "data_offsets"} against a data
+// buffer of `data_size` bytes.
+absl::StatusOr<TensorInfo> ParseTensorInfo(const std::string& name, const JsonValue& value,
+                                           uint64_t data_size) {
+  ASSIGN_OR_RETURN(const TensorFields fields, FindTensorFields(name, value));
+  const JsonValue& dtype = *fields.dtype;
+  if (dtype.kind != JsonValue::Kind::kString) {
+    return TensorError(name, "has a dtype that is not a string");
+  }
+  absl::StatusOr<FormatDType> parsed_dtype = ParseDType(dtype.string);
+  if (!parsed_dtype.ok()) {
+    return TensorError(name, absl::StrCat("has ", parsed_dtype.status().message()));
+  }
+  TensorInfo info{{name, parsed_dtype->dtype, dtype.string, {}}, 0, 0};
+  ASSIGN_OR_RETURN(const int64_t nbytes, ParseShape(*fields.shape, parsed_dtype->bits, &info));
+  RETURN_IF_ERROR(ParseDataOffsets(*fields.offsets, data_size, nbytes, &info));
   return info;
 }
 
@@ -201,20 +238,15 @@ absl::Status CheckTiling(const std::vector<TensorInfo>& tensors, uint64_t data_s
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  ASSIGN_OR_RETURN(MappedFile mapping,
-                   MappedFile::Open(path, "safetensors file",
-                                    "check init_from: it must name an existing .safetensors file"));
-  const uint64_t file_size = mapping.size();
+// The header's length from the file's first 8 bytes, checked against the
+// file's `file_size` bytes and the format's limit.
+absl::StatusOr<uint64_t> ReadHeaderSize(const std::string& path, const char* bytes,
+                                        uint64_t file_size) {
   if (file_size < kLengthFieldBytes) {
     return FileError(path, absl::StrFormat("the file is %d bytes, shorter than the 8-byte header "
                                            "length that starts every safetensors file",
                                            file_size));
   }
-  SafetensorsFile file(std::move(mapping));
-  const char* bytes = reinterpret_cast<const char*>(file.mapping_.data());
   uint64_t header_size;
   std::memcpy(&header_size, bytes, kLengthFieldBytes);
   const uint64_t after_length = file_size - kLengthFieldBytes;
@@ -231,28 +263,36 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                                            "than the format's limit of %d",
                                            header_size, kMaxHeaderBytes));
   }
-  const uint64_t data_size = after_length - header_size;
-  file.data_offset_ = static_cast<int64_t>(kLengthFieldBytes + header_size);
+  return header_size;
+}
 
+// The JSON header, which must be an object.
+absl::StatusOr<JsonValue> ParseHeader(const std::string& path, std::string_view header) {
   size_t error_offset = 0;
-  absl::StatusOr<JsonValue> parsed =
-      ParseJson(std::string_view(bytes + kLengthFieldBytes, header_size), &error_offset);
+  absl::StatusOr<JsonValue> parsed = ParseJson(header, &error_offset);
   if (!parsed.ok()) {
     return FileError(path, absl::StrFormat("malformed JSON header at byte %d of the header "
                                            "(file offset %d): %s",
                                            error_offset, error_offset + kLengthFieldBytes,
                                            parsed.status().message()));
   }
-  const JsonValue& root = *parsed;
-  if (root.kind != JsonValue::Kind::kObject) {
-    return FileError(path, absl::StrCat("the header is ", JsonKindName(root.kind),
+  if (parsed->kind != JsonValue::Kind::kObject) {
+    return FileError(path, absl::StrCat("the header is ", JsonKindName(parsed->kind),
                                         ", expected a JSON object of tensors"));
   }
+  return parsed;
+}
+
+// The tensors the header `root` describes, which must tile the data buffer
+// of `data_size` bytes; its __metadata__ goes to `metadata`.
+absl::StatusOr<std::vector<TensorInfo>> ParseTensors(const std::string& path, const JsonValue& root,
+                                                     uint64_t data_size,
+                                                     std::map<std::string, std::string>* metadata) {
   std::vector<TensorInfo> tensors;
   for (size_t i = 0; i < root.keys.size(); ++i) {
     const std::string& name = root.keys[i];
     if (name == kMetadataKey) {
-      absl::Status status = ParseMetadata(root.items[i], &file.metadata_);
+      absl::Status status = ParseMetadata(root.items[i], metadata);
       if (!status.ok()) return FileError(path, std::string(status.message()));
       continue;
     }
@@ -265,6 +305,25 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                      "Hugging Face's safetensors library refuses such a file too: re-save the "
                      "weights (safetensors.torch.save_file or `tetra export`)");
   }
+  return tensors;
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(MappedFile mapping,
+                   MappedFile::Open(path, "safetensors file",
+                                    "check init_from: it must name an existing .safetensors file"));
+  const uint64_t file_size = mapping.size();
+  SafetensorsFile file(std::move(mapping));
+  const char* bytes = reinterpret_cast<const char*>(file.mapping_.data());
+  ASSIGN_OR_RETURN(const uint64_t header_size, ReadHeaderSize(path, bytes, file_size));
+  const uint64_t data_size = file_size - kLengthFieldBytes - header_size;
+  file.data_offset_ = static_cast<int64_t>(kLengthFieldBytes + header_size);
+  ASSIGN_OR_RETURN(const JsonValue root,
+                   ParseHeader(path, std::string_view(bytes + kLengthFieldBytes, header_size)));
+  ASSIGN_OR_RETURN(std::vector<TensorInfo> tensors,
+                   ParseTensors(path, root, data_size, &file.metadata_));
   for (TensorInfo& t : tensors) {
     // The JSON parser refuses duplicate keys, so every name is new here.
     file.index_.emplace(t.entry.name, file.entries_.size());

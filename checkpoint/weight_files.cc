@@ -28,6 +28,79 @@ absl::Status IndexError(const std::string& path, const std::string& problem) {
       "its shard files");
 }
 
+// Tensor name -> the index of the file holding it.
+using FileOf = std::map<std::string, size_t, std::less<>>;
+
+// The weights file `path` names: itself, or the index or the single file in
+// the model directory it is.
+absl::StatusOr<std::string> WeightsFileOf(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_directory(path, error)) return path;
+  const fs::path dir(path);
+  if (fs::exists(dir / kIndexName, error)) return (dir / kIndexName).string();
+  if (fs::exists(dir / kSingleName, error)) return (dir / kSingleName).string();
+  const bool pickle = fs::exists(dir / "pytorch_model.bin", error) ||
+                      fs::exists(dir / "pytorch_model.bin.index.json", error);
+  return UserError(
+      absl::StrCat("the directory ", path, " holds neither ", kSingleName, " nor ", kIndexName,
+                   pickle ? " (only PyTorch pickle weights, which tetra does not read)" : ""),
+      pickle ? "convert it to safetensors, e.g. load it in transformers and save_pretrained "
+               "it again (safe_serialization is the default)"
+             : kWeightsHint);
+}
+
+// Opens the shards the index `file`'s weight_map names, in order of first
+// mention and each once, into `files`, and records where each tensor is.
+absl::Status OpenShards(const std::string& file, const JsonValue& weight_map,
+                        std::vector<SafetensorsFile>* files, FileOf* file_of) {
+  std::map<std::string, size_t> shard_index;
+  const fs::path dir = fs::path(file).parent_path();
+  for (size_t i = 0; i < weight_map.keys.size(); ++i) {
+    const std::string& tensor = weight_map.keys[i];
+    const JsonValue& shard = weight_map.items[i];
+    if (shard.kind != JsonValue::Kind::kString || shard.string.empty() ||
+        shard.string.find('/') != std::string::npos || shard.string == "." ||
+        shard.string == "..") {
+      return IndexError(
+          file, absl::StrCat("tensor ", UserText(tensor), " maps to ",
+                             shard.kind == JsonValue::Kind::kString ? UserText(shard.string)
+                                                                    : JsonKindName(shard.kind),
+                             ", not the name of a shard file beside the index"));
+    }
+    auto [it, added] = shard_index.emplace(shard.string, files->size());
+    if (added) {
+      ASSIGN_OR_RETURN(SafetensorsFile opened,
+                       SafetensorsFile::Open((dir / shard.string).string()));
+      files->push_back(std::move(opened));
+    }
+    if ((*files)[it->second].Find(tensor) == nullptr) {
+      return IndexError(file, absl::StrCat("tensor ", UserText(tensor), " is not in ", shard.string,
+                                           ", the shard the index names for it"));
+    }
+    (*file_of)[tensor] = it->second;
+  }
+  return absl::OkStatus();
+}
+
+// Every tensor of every shard is listed, under that shard.
+absl::Status CheckShardsListed(const std::string& file, const std::vector<SafetensorsFile>& files,
+                               const FileOf& file_of) {
+  for (size_t s = 0; s < files.size(); ++s) {
+    for (const SafetensorsEntry& entry : files[s].entries()) {
+      auto it = file_of.find(entry.name);
+      if (it == file_of.end() || it->second != s) {
+        return IndexError(
+            file, absl::StrCat("shard ", files[s].path(), " holds tensor ", UserText(entry.name),
+                               ", which the index ",
+                               it == file_of.end()
+                                   ? std::string("does not list")
+                                   : absl::StrCat("places in ", files[it->second].path())));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string HfConfigPathOf(const std::string& path) {
@@ -43,25 +116,7 @@ std::string HfConfigPathOf(const std::string& path) {
 absl::StatusOr<WeightFiles> WeightFiles::Open(const std::string& path) {
   WeightFiles files;
   files.path_ = path;
-  std::error_code error;
-  std::string file = path;
-  if (fs::is_directory(path, error)) {
-    const fs::path dir(path);
-    if (fs::exists(dir / kIndexName, error)) {
-      file = (dir / kIndexName).string();
-    } else if (fs::exists(dir / kSingleName, error)) {
-      file = (dir / kSingleName).string();
-    } else {
-      const bool pickle = fs::exists(dir / "pytorch_model.bin", error) ||
-                          fs::exists(dir / "pytorch_model.bin.index.json", error);
-      return UserError(
-          absl::StrCat("the directory ", path, " holds neither ", kSingleName, " nor ", kIndexName,
-                       pickle ? " (only PyTorch pickle weights, which tetra does not read)" : ""),
-          pickle ? "convert it to safetensors, e.g. load it in transformers and save_pretrained "
-                   "it again (safe_serialization is the default)"
-                 : kWeightsHint);
-    }
-  }
+  ASSIGN_OR_RETURN(const std::string file, WeightsFileOf(path));
   if (!absl::EndsWith(file, ".index.json")) {
     ASSIGN_OR_RETURN(SafetensorsFile single, SafetensorsFile::Open(file));
     files.files_.push_back(std::move(single));
@@ -74,47 +129,8 @@ absl::StatusOr<WeightFiles> WeightFiles::Open(const std::string& path) {
   if (weight_map == nullptr || weight_map->kind != JsonValue::Kind::kObject) {
     return IndexError(file, "it has no \"weight_map\" object");
   }
-  // Shards in order of first mention, each opened once.
-  std::map<std::string, size_t> shard_index;
-  const fs::path dir = fs::path(file).parent_path();
-  for (size_t i = 0; i < weight_map->keys.size(); ++i) {
-    const std::string& tensor = weight_map->keys[i];
-    const JsonValue& shard = weight_map->items[i];
-    if (shard.kind != JsonValue::Kind::kString || shard.string.empty() ||
-        shard.string.find('/') != std::string::npos || shard.string == "." ||
-        shard.string == "..") {
-      return IndexError(
-          file, absl::StrCat("tensor ", UserText(tensor), " maps to ",
-                             shard.kind == JsonValue::Kind::kString ? UserText(shard.string)
-                                                                    : JsonKindName(shard.kind),
-                             ", not the name of a shard file beside the index"));
-    }
-    auto [it, added] = shard_index.emplace(shard.string, files.files_.size());
-    if (added) {
-      ASSIGN_OR_RETURN(SafetensorsFile opened,
-                       SafetensorsFile::Open((dir / shard.string).string()));
-      files.files_.push_back(std::move(opened));
-    }
-    if (files.files_[it->second].Find(tensor) == nullptr) {
-      return IndexError(file, absl::StrCat("tensor ", UserText(tensor), " is not in ", shard.string,
-                                           ", the shard the index names for it"));
-    }
-    files.file_of_[tensor] = it->second;
-  }
-  // Every tensor of every shard is listed, under that shard.
-  for (size_t s = 0; s < files.files_.size(); ++s) {
-    for (const SafetensorsEntry& entry : files.files_[s].entries()) {
-      auto it = files.file_of_.find(entry.name);
-      if (it == files.file_of_.end() || it->second != s) {
-        return IndexError(
-            file, absl::StrCat("shard ", files.files_[s].path(), " holds tensor ",
-                               UserText(entry.name), ", which the index ",
-                               it == files.file_of_.end()
-                                   ? std::string("does not list")
-                                   : absl::StrCat("places in ", files.files_[it->second].path())));
-      }
-    }
-  }
+  RETURN_IF_ERROR(OpenShards(file, *weight_map, &files.files_, &files.file_of_));
+  RETURN_IF_ERROR(CheckShardsListed(file, files.files_, files.file_of_));
   return files;
 }
 

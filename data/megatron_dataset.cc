@@ -119,11 +119,16 @@ absl::StatusOr<MappedFile> OpenPart(const std::string& prefix, const std::string
                    "file, or a glob of prefixes"));
 }
 
-}  // namespace
+// What tetra reads of an index's header: the token type and the number of
+// sequences.
+struct IndexHeader {
+  TokenTypeInfo info;
+  uint64_t num_sequences;
+};
 
-absl::StatusOr<std::unique_ptr<TokenStream>> OpenMegatronDataset(const std::string& prefix) {
-  ASSIGN_OR_RETURN(MappedFile index, OpenPart(prefix, ".idx"));
-  ASSIGN_OR_RETURN(MappedFile data, OpenPart(prefix, ".bin"));
+// The header must be there, start with Megatron's magic and be of the
+// version tetra reads.
+absl::Status CheckIndexPreamble(const MappedFile& index) {
   const std::string& index_path = index.path();
   const uint8_t* bytes = index.data();
   if (index.size() < kIndexHeaderBytes) {
@@ -146,6 +151,14 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenMegatronDataset(const std::stri
                                      index_path, version, kVersion),
                      kRecreateHint);
   }
+  return absl::OkStatus();
+}
+
+// The header, with its tables checked to fit in the index.
+absl::StatusOr<IndexHeader> ReadIndexHeader(const MappedFile& index) {
+  RETURN_IF_ERROR(CheckIndexPreamble(index));
+  const std::string& index_path = index.path();
+  const uint8_t* bytes = index.data();
   ASSIGN_OR_RETURN(TokenTypeInfo info, TokenTypeOfCode(bytes[17], index_path));
   const uint64_t num_sequences = LoadScalar<uint64_t>(bytes + 18);
   const uint64_t num_documents = LoadScalar<uint64_t>(bytes + 26);
@@ -160,12 +173,24 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenMegatronDataset(const std::stri
             static_cast<double>(num_sequences) * 12 + static_cast<double>(num_documents) * 8, body),
         kRecreateHint);
   }
-  const uint8_t* lengths = bytes + kIndexHeaderBytes;
-  const uint8_t* pointers = lengths + num_sequences * 4;
-  const int64_t token_bytes = TokenTypeSize(info.type);
+  return IndexHeader{info, num_sequences};
+}
+
+// The sequences of the index's tables (their lengths, then their byte
+// offsets in `data`), merged into runs where they lie back to back.
+struct RunTable {
   std::vector<Run> runs;
   int64_t num_tokens = 0;
-  for (uint64_t i = 0; i < num_sequences; ++i) {
+};
+
+absl::StatusOr<RunTable> ReadRuns(const std::string& prefix, const MappedFile& index,
+                                  const IndexHeader& header, const MappedFile& data) {
+  const uint8_t* lengths = index.data() + kIndexHeaderBytes;
+  const uint8_t* pointers = lengths + header.num_sequences * 4;
+  const int64_t token_bytes = TokenTypeSize(header.info.type);
+  std::vector<Run> runs;
+  int64_t num_tokens = 0;
+  for (uint64_t i = 0; i < header.num_sequences; ++i) {
     const int32_t length = LoadScalar<int32_t>(lengths + i * 4);
     const int64_t pointer = LoadScalar<int64_t>(pointers + i * 8);
     if (length < 0 || pointer < 0 || pointer > data.size() ||
@@ -183,8 +208,18 @@ absl::StatusOr<std::unique_ptr<TokenStream>> OpenMegatronDataset(const std::stri
     if (length > 0 && !continues_run) runs.push_back({pointer, num_tokens});
     num_tokens += length;
   }
-  return std::make_unique<MegatronStream>(prefix, std::move(data), info.type, std::move(runs),
-                                          num_tokens);
+  return RunTable{std::move(runs), num_tokens};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TokenStream>> OpenMegatronDataset(const std::string& prefix) {
+  ASSIGN_OR_RETURN(MappedFile index, OpenPart(prefix, ".idx"));
+  ASSIGN_OR_RETURN(MappedFile data, OpenPart(prefix, ".bin"));
+  ASSIGN_OR_RETURN(const IndexHeader header, ReadIndexHeader(index));
+  ASSIGN_OR_RETURN(RunTable table, ReadRuns(prefix, index, header, data));
+  return std::make_unique<MegatronStream>(prefix, std::move(data), header.info.type,
+                                          std::move(table.runs), table.num_tokens);
 }
 
 absl::Status WriteMegatronDataset(const std::string& prefix,

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -314,6 +315,35 @@ cublasStatus_t CheckAlignment(const void* p, size_t element_bytes, uint64_t assu
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// One operand's pointer as cublasLtMatmul checks it: whether the product
+// reads or writes it, and the algorithm field with the alignment it assumes.
+struct OperandPointer {
+  const char* name;
+  const void* p;
+  const cublasLtMatrixLayoutOpaque_t* layout;
+  AlgoField alignment;
+  bool read_or_written;
+};
+
+// The first status an operand's pointer gets from CheckAlignment under
+// `algo`'s alignments, or SUCCESS.
+cublasStatus_t CheckAlignments(std::span<const OperandPointer> pointers,
+                               const cublasLtMatmulAlgo_t& algo) {
+  for (const OperandPointer& x : pointers) {
+    if (!x.read_or_written) continue;
+    const cublasStatus_t aligned =
+        CheckAlignment(x.p, ElementBytes(x.layout->type), algo.data[x.alignment]);
+    if (aligned != CUBLAS_STATUS_SUCCESS) return aligned;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The operand at `p` with `layout`, as the stream's GEMM reads it.
+Operand OperandOf(const void* p, const cublasLtMatrixLayoutOpaque_t& layout) {
+  return Operand{static_cast<const char*>(p), *ElementOf(layout.type),
+                 static_cast<int64_t>(ElementBytes(layout.type)), layout.ld};
+}
+
 }  // namespace
 }  // namespace tetra::emulator
 
@@ -526,44 +556,29 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
   const float alpha_value = emu::ReadValue<float>(alpha);
   const float beta_value = emu::ReadValue<float>(beta);
   // With beta 0, C is no input: it need not be valid.
-  struct Pointer {
-    const char* name;
-    const void* p;
-    const cublasLtMatrixLayoutOpaque_t* layout;
-    emu::AlgoField alignment;
-    bool read_or_written;
-  };
-  const Pointer pointers[] = {{"A", A, Adesc, emu::kAlignA, true},
-                              {"B", B, Bdesc, emu::kAlignB, true},
-                              {"C", C, Cdesc, emu::kAlignC, beta_value != 0.0f},
-                              {"D", D, Ddesc, emu::kAlignD, true}};
-  for (const Pointer& x : pointers) {
-    if (!x.read_or_written) continue;
-    const cublasStatus_t aligned =
-        emu::CheckAlignment(x.p, emu::ElementBytes(x.layout->type), chosen.data[x.alignment]);
-    if (aligned != CUBLAS_STATUS_SUCCESS) return aligned;
-  }
+  const emu::OperandPointer pointers[] = {{"A", A, Adesc, emu::kAlignA, true},
+                                          {"B", B, Bdesc, emu::kAlignB, true},
+                                          {"C", C, Cdesc, emu::kAlignC, beta_value != 0.0f},
+                                          {"D", D, Ddesc, emu::kAlignD, true}};
+  const cublasStatus_t aligned = emu::CheckAlignments(pointers, chosen);
+  if (aligned != CUBLAS_STATUS_SUCCESS) return aligned;
   // The launch is accepted; a real device faults on a bad address later, the
   // emulated one ends the process now, naming the operand.
-  for (const Pointer& x : pointers) {
+  for (const emu::OperandPointer& x : pointers) {
     if (x.read_or_written) emu::ExpectDeviceMemory(x.name, x.p, x.layout->extent_bytes);
   }
   if (workspace != nullptr) emu::ExpectDeviceMemory("workspace", workspace, workspaceSizeInBytes);
 
-  const auto operand = [](const void* p, const cublasLtMatrixLayoutOpaque_t& layout) {
-    return emu::Operand{static_cast<const char*>(p), *emu::ElementOf(layout.type),
-                        static_cast<int64_t>(emu::ElementBytes(layout.type)), layout.ld};
-  };
   const bool ta = computeDesc->trans_a == CUBLAS_OP_T;
   const emu::Gemm gemm{ta,
                        computeDesc->trans_b == CUBLAS_OP_T,
                        Ddesc->rows,
                        Ddesc->cols,
                        ta ? Adesc->rows : Adesc->cols,
-                       operand(A, *Adesc),
-                       operand(B, *Bdesc),
-                       operand(C, *Cdesc),
-                       operand(D, *Ddesc),
+                       emu::OperandOf(A, *Adesc),
+                       emu::OperandOf(B, *Bdesc),
+                       emu::OperandOf(C, *Cdesc),
+                       emu::OperandOf(D, *Ddesc),
                        alpha_value,
                        beta_value};
   emu::Enqueue(stream, [gemm] { emu::Run(gemm); });

@@ -10,24 +10,8 @@ namespace tetra {
 LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed,
                              const ModelParallelism& parallelism, Storage storage)
     : config_(c), store_(seed, storage), groups_(c, parallelism) {
-  TETRA_CHECK(!parallelism.chunks.empty()) << "a model needs at least one chunk";
-  int next_layer = 0;
-  for (size_t i = 0; i < parallelism.chunks.size(); ++i) {
-    PipelineStage stage = parallelism.chunks[i];
-    if (stage.num_layers < 0) stage.num_layers = c.num_hidden_layers() - stage.first_layer;
-    TETRA_CHECK(stage.first_layer >= next_layer &&
-                stage.first_layer + stage.num_layers <= c.num_hidden_layers())
-        << "model chunk " << i << " of layers [" << stage.first_layer << ", "
-        << stage.first_layer + stage.num_layers << ") overlaps the chunk before it or lies "
-        << "outside the model's " << c.num_hidden_layers() << " layers";
-    TETRA_CHECK((!stage.has_embedding || i == 0) &&
-                (!stage.has_head || i + 1 == parallelism.chunks.size()))
-        << "only the first chunk may hold the embedding and only the last the head";
-    next_layer = stage.first_layer + stage.num_layers;
-    chunks_.emplace_back().stage = stage;
-  }
+  AddChunks(parallelism);
   const bool has_embedding = chunks_.front().stage.has_embedding;
-  const bool has_head = chunks_.back().stage.has_head;
   const LayerParallelism& layers = groups_.layers();
   // Registration order is the Hugging Face order: embedding, blocks, norm,
   // (the last stage's table copy,) head, prediction depths; Pack() lays the
@@ -46,34 +30,59 @@ LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed,
       chunk.block_first_parameter.push_back(&store_.all()[first]);
     }
   }
-  const bool mtp = c.num_nextn_predict_layers() > 0;
-  // A stage without the embedding needs the table for a tied LM head or for
-  // the prediction depths' lookups.
-  const bool table_on_last_stage = c.tie_word_embeddings() || mtp;
-  if (has_head) {
-    final_norm_ = std::make_unique<RmsNormLayer>(store_, "model.norm.weight", c.hidden_size(),
-                                                 c.rms_norm_eps(), layers);
-    // Drawn from the same (seed, name, index) as the first stage's table, so
-    // the two copies start equal.
-    if (table_on_last_stage && !has_embedding)
-      embedding_copy_ = &AddEmbeddingTable(store_, c, layers);
-    Parameter* table = has_embedding ? &embedding_->weight() : embedding_copy_;
-    Parameter* head_weight = table;
-    if (!c.tie_word_embeddings()) {
-      head_weight = &store_.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
-                                c.initializer_range(),
-                                layers.Vocabulary(PaddedVocabSize(c, layers.tp_size())));
-    }
-    head_ = std::make_unique<LmHeadLayer>(*head_weight, store_.weight_gradients(), layers);
-    for (int depth = 1; depth <= c.num_nextn_predict_layers(); ++depth) {
-      mtp_.push_back(std::make_unique<MultiTokenPredictionLayer>(store_, depth, c, *table,
-                                                                 *head_weight, layers));
-    }
-  } else if (table_on_last_stage && has_embedding) {
-    embedding_copy_ = &embedding_->weight();
-  }
+  AddHead(has_embedding);
   if (embedding_copy_) embedding_copy_->stage_copies = 2;
   store_.Pack(parallelism.flat_multiple, parallelism.expert_flat_multiple);
+}
+
+void LanguageModel::AddChunks(const ModelParallelism& parallelism) {
+  const ModelConfig& c = config_;
+  TETRA_CHECK(!parallelism.chunks.empty()) << "a model needs at least one chunk";
+  int next_layer = 0;
+  for (size_t i = 0; i < parallelism.chunks.size(); ++i) {
+    PipelineStage stage = parallelism.chunks[i];
+    if (stage.num_layers < 0) stage.num_layers = c.num_hidden_layers() - stage.first_layer;
+    TETRA_CHECK(stage.first_layer >= next_layer &&
+                stage.first_layer + stage.num_layers <= c.num_hidden_layers())
+        << "model chunk " << i << " of layers [" << stage.first_layer << ", "
+        << stage.first_layer + stage.num_layers << ") overlaps the chunk before it or lies "
+        << "outside the model's " << c.num_hidden_layers() << " layers";
+    TETRA_CHECK((!stage.has_embedding || i == 0) &&
+                (!stage.has_head || i + 1 == parallelism.chunks.size()))
+        << "only the first chunk may hold the embedding and only the last the head";
+    next_layer = stage.first_layer + stage.num_layers;
+    chunks_.emplace_back().stage = stage;
+  }
+}
+
+void LanguageModel::AddHead(bool has_embedding) {
+  const ModelConfig& c = config_;
+  const LayerParallelism& layers = groups_.layers();
+  // A stage without the embedding needs the table for a tied LM head or for
+  // the prediction depths' lookups.
+  const bool table_on_last_stage = c.tie_word_embeddings() || c.num_nextn_predict_layers() > 0;
+  if (!chunks_.back().stage.has_head) {
+    if (table_on_last_stage && has_embedding) embedding_copy_ = &embedding_->weight();
+    return;
+  }
+  final_norm_ = std::make_unique<RmsNormLayer>(store_, "model.norm.weight", c.hidden_size(),
+                                               c.rms_norm_eps(), layers);
+  // Drawn from the same (seed, name, index) as the first stage's table, so
+  // the two copies start equal.
+  if (table_on_last_stage && !has_embedding)
+    embedding_copy_ = &AddEmbeddingTable(store_, c, layers);
+  Parameter* table = has_embedding ? &embedding_->weight() : embedding_copy_;
+  Parameter* head_weight = table;
+  if (!c.tie_word_embeddings()) {
+    head_weight =
+        &store_.Add("lm_head.weight", {c.vocab_size(), c.hidden_size()}, Init::kNormal,
+                    c.initializer_range(), layers.Vocabulary(PaddedVocabSize(c, layers.tp_size())));
+  }
+  head_ = std::make_unique<LmHeadLayer>(*head_weight, store_.weight_gradients(), layers);
+  for (int depth = 1; depth <= c.num_nextn_predict_layers(); ++depth) {
+    mtp_.push_back(std::make_unique<MultiTokenPredictionLayer>(store_, depth, c, *table,
+                                                               *head_weight, layers));
+  }
 }
 
 Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
@@ -84,27 +93,40 @@ Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
   MicroBatch& micro_batch = micro_batches_.ForForward(slot);
   TETRA_CHECK(!micro_batch.awaiting_backward && !micro_batch.awaiting_weights)
       << "forward in activation slot " << slot << " before the backward of its last forward";
-  const int64_t rows = batch * seq;
-  Tensor x;
-  if (c.stage.has_embedding) {
-    TETRA_CHECK(inputs != nullptr) << "the first pipeline stage needs the input tokens";
-    CopyTokenIds(inputs, rows, &micro_batch.tokens);
-    x = embedding_->Forward(slot, micro_batch.tokens);
-  } else {
-    TETRA_CHECK(hidden_in.rank() == 2 && hidden_in.dim(1) == config_.hidden_size())
-        << "pipeline stage input of shape " << ShapeString(hidden_in.shape())
-        << ", expected (rows, " << config_.hidden_size() << ")";
-    // The first block keeps its input for the backward: a copy of its own, so
-    // the caller may reuse its buffer (a receive buffer) for the next micro-batch.
-    EnsureShape(&micro_batch.hidden_in, hidden_in.shape());
-    micro_batch.hidden_in.CopyFrom(hidden_in);
-    x = micro_batch.hidden_in;
-  }
-  const int recomputed = std::min<int>(recomputed_blocks_, c.blocks.size());
-  micro_batch.block_inputs.resize(with_grad ? recomputed : 0);
   micro_batch.batch = batch;
   micro_batch.seq = seq;
   micro_batch.grad_scale = grad_scale;
+  Tensor x = StageInput(slot, c, micro_batch, inputs, hidden_in, batch * seq);
+  x = RunBlocks(slot, c, micro_batch, x, with_grad);
+  micro_batch.awaiting_backward = with_grad;
+  if (!c.stage.has_head) return x;
+  HeadLoss(slot, x, targets, batch, seq, grad_scale, with_grad, loss_sum);
+  return Tensor();
+}
+
+Tensor LanguageModel::StageInput(int slot, const Chunk& c, MicroBatch& micro_batch,
+                                 const int32_t* inputs, const Tensor& hidden_in, int64_t rows) {
+  if (c.stage.has_embedding) {
+    TETRA_CHECK(inputs != nullptr) << "the first pipeline stage needs the input tokens";
+    CopyTokenIds(inputs, rows, &micro_batch.tokens);
+    return embedding_->Forward(slot, micro_batch.tokens);
+  }
+  TETRA_CHECK(hidden_in.rank() == 2 && hidden_in.dim(1) == config_.hidden_size())
+      << "pipeline stage input of shape " << ShapeString(hidden_in.shape()) << ", expected (rows, "
+      << config_.hidden_size() << ")";
+  // The first block keeps its input for the backward: a copy of its own, so
+  // the caller may reuse its buffer (a receive buffer) for the next micro-batch.
+  EnsureShape(&micro_batch.hidden_in, hidden_in.shape());
+  micro_batch.hidden_in.CopyFrom(hidden_in);
+  return micro_batch.hidden_in;
+}
+
+Tensor LanguageModel::RunBlocks(int slot, const Chunk& c, MicroBatch& micro_batch, Tensor x,
+                                bool with_grad) {
+  const int64_t batch = micro_batch.batch, seq = micro_batch.seq;
+  const float grad_scale = micro_batch.grad_scale;
+  const int recomputed = std::min<int>(recomputed_blocks_, c.blocks.size());
+  micro_batch.block_inputs.resize(with_grad ? recomputed : 0);
   for (int i = 0; i < static_cast<int>(c.blocks.size()); ++i) {
     if (i >= recomputed) {
       x = c.blocks[i]->Forward(slot, x, batch, seq, grad_scale);
@@ -129,15 +151,18 @@ Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
       x = micro_batch.recomputed_out;
     }
   }
-  micro_batch.awaiting_backward = with_grad;
-  if (!c.stage.has_head) return x;
+  return x;
+}
+
+void LanguageModel::HeadLoss(int slot, const Tensor& x, const int32_t* targets, int64_t batch,
+                             int64_t seq, float grad_scale, bool with_grad, double* loss_sum) {
   TETRA_CHECK(targets != nullptr && loss_sum != nullptr)
       << "the last pipeline stage needs the targets and somewhere to put the loss";
-  CopyTokenIds(targets, rows, &targets_);
+  CopyTokenIds(targets, batch * seq, &targets_);
   const Tensor& normed = final_norm_->Forward(slot, x);
   *loss_sum = head_->ForwardLoss(slot, normed, targets_, grad_scale, with_grad);
   // Evaluation reports the main loss only: the depths run in training.
-  if (!with_grad || mtp_.empty()) return Tensor();
+  if (!with_grad || mtp_.empty()) return;
   const double depths = static_cast<double>(mtp_.size());
   const float mtp_scale = static_cast<float>(grad_scale * mtp_loss_scaling_factor_);
   const Tensor* h = &normed;
@@ -148,7 +173,6 @@ Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
                               static_cast<float>(mtp_scale * weight), &depth_sum);
     mtp_loss_sum_ += weight * depth_sum;
   }
-  return Tensor();
 }
 
 Tensor LanguageModel::ForwardStage(int slot, int chunk, const int32_t* inputs,

@@ -184,6 +184,21 @@ class LanguageModel {
   Tensor RunForward(int slot, int chunk, const int32_t* inputs, const Tensor& hidden_in,
                     const int32_t* targets, int64_t batch, int64_t seq, float grad_scale,
                     bool with_grad, double* loss_sum);
+  // The chunk's input: the embedding of `inputs` on the first stage, else a
+  // copy of hidden_in the first block keeps for the backward.
+  Tensor StageInput(int slot, const Chunk& c, MicroBatch& micro_batch, const int32_t* inputs,
+                    const Tensor& hidden_in, int64_t rows);
+  // The chunk's blocks on x; with full recompute the first ones keep only
+  // their inputs.
+  Tensor RunBlocks(int slot, const Chunk& c, MicroBatch& micro_batch, Tensor x, bool with_grad);
+  // The last stage: the final norm, the LM head's loss into *loss_sum and, in
+  // training, the multi-token prediction depths.
+  void HeadLoss(int slot, const Tensor& x, const int32_t* targets, int64_t batch, int64_t seq,
+                float grad_scale, bool with_grad, double* loss_sum);
+  // The constructor's parts: the chunks' stages, checked, and the last
+  // stage's final norm, LM head and prediction depths.
+  void AddChunks(const ModelParallelism& parallelism);
+  void AddHead(bool has_embedding);
 
   ModelConfig config_;
   ParameterStore store_;

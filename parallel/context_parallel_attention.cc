@@ -158,17 +158,9 @@ void ContextParallelAttention::AccumulateHalves(const Tensor& whole, Halves& acc
   for (int h = 0; h < 2; ++h) Accumulate(grad_halves_[h], acc[h], first, widened_);
 }
 
-void ContextParallelAttention::Backward(const AttentionShape& local, const Tensor& dout,
-                                        const Tensor& q, const Tensor& k, const Tensor& v,
-                                        const Tensor& out, const Tensor& lse, const Tensor& dq,
-                                        const Tensor& dk, const Tensor& dv) {
-  const int n = cp_.size(), r = cp_.rank();
-  if (n == 1) {
-    ops::AttentionBackward(local, dout, q, k, v, out, lse, dq, dk, dv);
-    return;
-  }
-  const auto [first_keys, last_queries] = BlockShapes(local);
-
+void ContextParallelAttention::PrepareBackward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                               const Tensor& v, const Tensor& out,
+                                               const Tensor& lse) {
   EnsureShape(&block_dq_, q.shape(), q.dtype(), q.device());
   EnsureShape(&block_dk_, k.shape(), k.dtype(), k.device());
   EnsureShape(&block_dv_, v.shape(), v.dtype(), v.device());
@@ -187,54 +179,76 @@ void ContextParallelAttention::Backward(const AttentionShape& local, const Tenso
       EnsureShape(&dv_acc_[b][h], HalfShape(v, 1), DType::kF32, v.device());
     }
   }
+}
 
+void ContextParallelAttention::PassGradientsOn() {
+  std::vector<Tensor> send, recv;
+  for (const Halves* acc : {&dk_acc_[held_], &dv_acc_[held_]}) {
+    send.insert(send.end(), acc->begin(), acc->end());
+  }
+  for (const Halves* acc : {&dk_acc_[1 - held_], &dv_acc_[1 - held_]}) {
+    recv.insert(recv.end(), acc->begin(), acc->end());
+  }
+  std::vector<CommHandle> shift = RingShift(cp_, send, recv);
+  WaitAll(shift);
+  held_ = 1 - held_;
+}
+
+void ContextParallelAttention::BackwardRingStep(const AttentionShape& local, int j,
+                                                const Tensor& dout, const Tensor& q,
+                                                const Tensor& out, const Tensor& lse,
+                                                const Tensor& held_k, const Tensor& held_v) {
+  const auto [first_keys, last_queries] = BlockShapes(local);
+  if (j < cp_.rank()) {
+    Split(held_k, 1, k_halves_);
+    Split(held_v, 1, v_halves_);
+    ops::AttentionBackward(first_keys, dout, q, k_halves_[0], v_halves_[0], out, lse, block_dq_,
+                           half_dk_, half_dv_);
+    AccumulateHalves(block_dq_, dq_acc_, /*first=*/false);
+    Accumulate(half_dk_, dk_acc_[held_][0], /*first=*/false, widened_);
+    Accumulate(half_dv_, dv_acc_[held_][0], /*first=*/false, widened_);
+  } else {
+    ops::AttentionBackward(last_queries, dout_halves_[1], q_halves_[1], held_k, held_v,
+                           final_out_halves_[1], final_lse_halves_[1], half_dq_, block_dk_,
+                           block_dv_);
+    Accumulate(half_dq_, dq_acc_[1], /*first=*/false, widened_);
+    AccumulateHalves(block_dk_, dk_acc_[held_], /*first=*/false);
+    AccumulateHalves(block_dv_, dv_acc_[held_], /*first=*/false);
+  }
+}
+
+void ContextParallelAttention::Backward(const AttentionShape& local, const Tensor& dout,
+                                        const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& out, const Tensor& lse, const Tensor& dq,
+                                        const Tensor& dk, const Tensor& dv) {
+  const int n = cp_.size(), r = cp_.rank();
+  if (n == 1) {
+    ops::AttentionBackward(local, dout, q, k, v, out, lse, dq, dk, dv);
+    return;
+  }
+  PrepareBackward(dout, q, k, v, out, lse);
   // The next block's K/V travel while a block is computed on; its dK/dV
   // accumulator follows once that computation has added to it.
   std::vector<CommHandle> kv_shift = RingShift(cp_, {k, v}, {ring_k_[1], ring_v_[1]});
   // The own block first.
   ops::AttentionBackward(local, dout, q, k, v, out, lse, block_dq_, block_dk_, block_dv_);
-  int held = 0;  // which of dk_acc_/dv_acc_ belongs to the block held
+  held_ = 0;
   AccumulateHalves(block_dq_, dq_acc_, /*first=*/true);
-  AccumulateHalves(block_dk_, dk_acc_[held], /*first=*/true);
-  AccumulateHalves(block_dv_, dv_acc_[held], /*first=*/true);
-  auto pass_grads_on = [&] {
-    std::vector<Tensor> send, recv;
-    for (const Halves* acc : {&dk_acc_[held], &dv_acc_[held]})
-      send.insert(send.end(), acc->begin(), acc->end());
-    for (const Halves* acc : {&dk_acc_[1 - held], &dv_acc_[1 - held]})
-      recv.insert(recv.end(), acc->begin(), acc->end());
-    std::vector<CommHandle> shift = RingShift(cp_, send, recv);
-    WaitAll(shift);
-    held = 1 - held;
-  };
+  AccumulateHalves(block_dk_, dk_acc_[held_], /*first=*/true);
+  AccumulateHalves(block_dv_, dv_acc_[held_], /*first=*/true);
   for (int i = 1; i < n; ++i) {
-    pass_grads_on();
+    PassGradientsOn();
     WaitAll(kv_shift);
     const Tensor held_k = ring_k_[i % 2], held_v = ring_v_[i % 2];
-    if (i + 1 < n)
+    if (i + 1 < n) {
       kv_shift = RingShift(cp_, {held_k, held_v}, {ring_k_[(i + 1) % 2], ring_v_[(i + 1) % 2]});
-    const int j = (r - i + n) % n;
-    if (j < r) {
-      Split(held_k, 1, k_halves_);
-      Split(held_v, 1, v_halves_);
-      ops::AttentionBackward(first_keys, dout, q, k_halves_[0], v_halves_[0], out, lse, block_dq_,
-                             half_dk_, half_dv_);
-      AccumulateHalves(block_dq_, dq_acc_, /*first=*/false);
-      Accumulate(half_dk_, dk_acc_[held][0], /*first=*/false, widened_);
-      Accumulate(half_dv_, dv_acc_[held][0], /*first=*/false, widened_);
-    } else {
-      ops::AttentionBackward(last_queries, dout_halves_[1], q_halves_[1], held_k, held_v,
-                             final_out_halves_[1], final_lse_halves_[1], half_dq_, block_dk_,
-                             block_dv_);
-      Accumulate(half_dq_, dq_acc_[1], /*first=*/false, widened_);
-      AccumulateHalves(block_dk_, dk_acc_[held], /*first=*/false);
-      AccumulateHalves(block_dv_, dv_acc_[held], /*first=*/false);
     }
+    BackwardRingStep(local, (r - i + n) % n, dout, q, out, lse, held_k, held_v);
   }
   // One more hop takes each accumulator home.
-  pass_grads_on();
-  for (auto [halves, grad] :
-       {std::pair{&dq_acc_, &dq}, std::pair{&dk_acc_[held], &dk}, std::pair{&dv_acc_[held], &dv}}) {
+  PassGradientsOn();
+  for (auto [halves, grad] : {std::pair{&dq_acc_, &dq}, std::pair{&dk_acc_[held_], &dk},
+                              std::pair{&dv_acc_[held_], &dv}}) {
     EnsureShape(&joined_, grad->shape(), DType::kF32, grad->device());
     Join(*halves, 1, joined_);
     ops::Cast(joined_, *grad);

@@ -61,6 +61,18 @@ class ContextParallelAttention {
   void Merge(bool first, int half);
   // acc (fp32 halves) = or += whole's two chunks.
   void AccumulateHalves(const Tensor& whole, Halves& acc, bool first);
+  // The backward's scratch, shaped for these tensors, and q, dout, out and
+  // lse split into their chunks.
+  void PrepareBackward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& out, const Tensor& lse);
+  // Ring step i >= 1 of the backward: the gradients from the block held
+  // (K/V of rank j = r - i) into dq_acc_ and its dK/dV accumulators.
+  void BackwardRingStep(const AttentionShape& local, int j, const Tensor& dout, const Tensor& q,
+                        const Tensor& out, const Tensor& lse, const Tensor& held_k,
+                        const Tensor& held_v);
+  // Passes the held block's dK/dV accumulators on to the next rank, taking
+  // the previous rank's in their place.
+  void PassGradientsOn();
 
   Communicator& cp_;
   // Scratch, reused across calls: one step's attention over every local
@@ -75,6 +87,7 @@ class ContextParallelAttention {
   Halves dq_acc_;
   // dK and dV accumulators (fp32 halves) of the block held and of the one arriving.
   std::array<Halves, 2> dk_acc_, dv_acc_;
+  int held_ = 0;  // which of dk_acc_/dv_acc_ belongs to the block held
 };
 
 }  // namespace tetra

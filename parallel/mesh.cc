@@ -100,8 +100,8 @@ std::string WorkingOrder(const std::array<int, kNumAxes>& order) {
   return OrderString(moved);
 }
 
-// Checks every size and derives data; returns the shape.
-absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) {
+// Every size given is at least 1 (data: or 0, derived).
+absl::Status CheckSizesPositive(const ParallelConfig& config, int world_size) {
   if (world_size < 1) {
     return UserError(
         absl::StrCat("the world size is ", world_size, ", but a run needs at least 1 rank"),
@@ -122,41 +122,49 @@ absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) 
                      ", but it must be at least 1, or 0 to derive it from the world size"),
         "set parallel.data to 0");
   }
+  return absl::OkStatus();
+}
+
+// parallel.data, or with 0 the world size over the model-parallel sizes; the
+// sizes' product must be the world size.
+absl::StatusOr<int> DataSize(const ParallelConfig& config, const MeshShape& shape) {
+  const std::string model_factors =
+      absl::StrCat("tensor ", shape.tp, " x context ", shape.cp, " x pipeline ", shape.pp);
+  const int64_t model_size = Product({shape.tp, shape.cp, shape.pp});
+  const bool model_divides = shape.world % model_size == 0;
+  if (config.data() == 0) {
+    if (model_divides) return static_cast<int>(shape.world / model_size);
+    const int64_t below = shape.world / model_size * model_size;
+    return UserError(
+        absl::StrCat("parallel.data 0 means the world size over ", model_factors, " = ", model_size,
+                     ", but the world size ", shape.world, " is not a multiple of ", model_size),
+        absl::StrCat("launch ", below > 0 ? absl::StrCat(below, " or ") : "", below + model_size,
+                     " ranks, or choose tensor x pipeline dividing ", shape.world));
+  }
+  const int64_t product = Product({shape.tp, shape.cp, shape.pp, config.data()});
+  if (product != shape.world) {
+    return UserError(absl::StrCat("parallel sizes ", model_factors, " x data ", config.data(),
+                                  " = ", product, ", but the world size is ", shape.world),
+                     model_divides
+                         ? absl::StrCat("set parallel.data to ", shape.world / model_size,
+                                        " (or 0 to derive it from the world size), or launch ",
+                                        product, " ranks")
+                         : absl::StrCat("launch ", product,
+                                        " ranks, or choose sizes whose product is ", shape.world));
+  }
+  return config.data();
+}
+
+// Checks every size and derives data; returns the shape.
+absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) {
+  RETURN_IF_ERROR(CheckSizesPositive(config, world_size));
   MeshShape shape;
   shape.world = world_size;
   shape.tp = config.tensor();
   shape.cp = config.context();
   shape.pp = config.pipeline();
   shape.ep = config.expert();
-  const std::string model_factors =
-      absl::StrCat("tensor ", shape.tp, " x context ", shape.cp, " x pipeline ", shape.pp);
-  const int64_t model_size = Product({shape.tp, shape.cp, shape.pp});
-  const bool model_divides = world_size % model_size == 0;
-  if (config.data() == 0) {
-    if (!model_divides) {
-      const int64_t below = world_size / model_size * model_size;
-      return UserError(
-          absl::StrCat("parallel.data 0 means the world size over ", model_factors, " = ",
-                       model_size, ", but the world size ", world_size, " is not a multiple of ",
-                       model_size),
-          absl::StrCat("launch ", below > 0 ? absl::StrCat(below, " or ") : "", below + model_size,
-                       " ranks, or choose tensor x pipeline dividing ", world_size));
-    }
-    shape.dp = static_cast<int>(world_size / model_size);
-  } else {
-    shape.dp = config.data();
-    const int64_t product = Product({shape.tp, shape.cp, shape.pp, shape.dp});
-    if (product != world_size) {
-      return UserError(absl::StrCat("parallel sizes ", model_factors, " x data ", shape.dp, " = ",
-                                    product, ", but the world size is ", world_size),
-                       model_divides
-                           ? absl::StrCat("set parallel.data to ", world_size / model_size,
-                                          " (or 0 to derive it from the world size), or launch ",
-                                          product, " ranks")
-                           : absl::StrCat("launch ", product,
-                                          " ranks, or choose sizes whose product is ", world_size));
-    }
-  }
+  ASSIGN_OR_RETURN(shape.dp, DataSize(config, shape));
   const int replicas = shape.dp * shape.cp;  // ranks holding the same dense weights
   if (replicas % shape.ep != 0) {
     std::vector<int> divisors;
@@ -224,9 +232,8 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
   ASSIGN_OR_RETURN(const auto order, ParseOrder(config.order()));
   mesh.order_ = config.order();
   const MeshShape& s = mesh.shape_;
-
   // Strides are the products of the sizes of the faster axes.
-  auto lay_out = [](std::array<int, kNumAxes> size, const std::array<int, kNumAxes>& order) {
+  auto lay_out = [&order](std::array<int, kNumAxes> size) {
     Layout layout{size, {}};
     int stride = 1;
     for (int axis : order) {
@@ -237,37 +244,53 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
   };
   // Megatron-LM's two RankGenerators: the same order string, ep of size 1 in
   // the dense grid, cp of size 1 in the expert grid (edp in dp's place).
-  mesh.dense_ = lay_out({s.tp, s.cp, 1, s.dp, s.pp}, order);
-  mesh.expert_ = lay_out({s.tp, 1, s.ep, s.edp, s.pp}, order);
+  mesh.dense_ = lay_out({s.tp, s.cp, 1, s.dp, s.pp});
+  mesh.expert_ = lay_out({s.tp, 1, s.ep, s.edp, s.pp});
+  mesh.PartitionGroups();
+  RETURN_IF_ERROR(mesh.CheckExpertGroups(order));
+  return mesh;
+}
 
-  auto set = [&mesh](GroupKind kind) -> GroupSet& { return mesh.groups_[static_cast<int>(kind)]; };
-  set(GroupKind::kTensor) = Partition(mesh.dense_, s.world, {kTp});
-  set(GroupKind::kContext) = Partition(mesh.dense_, s.world, {kCp});
-  set(GroupKind::kData) = Partition(mesh.dense_, s.world, {kDp});
-  set(GroupKind::kDataContext) = Partition(mesh.dense_, s.world, {kCp, kDp});
-  set(GroupKind::kPipeline) = Partition(mesh.dense_, s.world, {kPp});
-  set(GroupKind::kModel) = Partition(mesh.dense_, s.world, {kTp, kPp});
-  set(GroupKind::kExpert) = Partition(mesh.expert_, s.world, {kEp});
-  set(GroupKind::kExpertData) = Partition(mesh.expert_, s.world, {kDp});
+void Mesh::PartitionGroups() {
+  const int world = shape_.world;
+  SetOf(GroupKind::kTensor) = Partition(dense_, world, {kTp});
+  SetOf(GroupKind::kContext) = Partition(dense_, world, {kCp});
+  SetOf(GroupKind::kData) = Partition(dense_, world, {kDp});
+  SetOf(GroupKind::kDataContext) = Partition(dense_, world, {kCp, kDp});
+  SetOf(GroupKind::kPipeline) = Partition(dense_, world, {kPp});
+  SetOf(GroupKind::kModel) = Partition(dense_, world, {kTp, kPp});
+  SetOf(GroupKind::kExpert) = Partition(expert_, world, {kEp});
+  SetOf(GroupKind::kExpertData) = Partition(expert_, world, {kDp});
+  // The embedding group: the first and last rank of each pipeline group.
+  GroupSet& embedding = SetOf(GroupKind::kEmbedding);
+  embedding.group_of_rank.assign(world, -1);
+  for (const std::vector<int>& pipeline : SetOf(GroupKind::kPipeline).groups) {
+    std::vector<int> ends = {pipeline.front()};
+    if (pipeline.size() > 1) ends.push_back(pipeline.back());
+    for (int rank : ends) embedding.group_of_rank[rank] = static_cast<int>(embedding.groups.size());
+    embedding.groups.push_back(std::move(ends));
+  }
+}
 
+absl::Status Mesh::CheckExpertGroups(const std::array<int, kNumAxes>& order) const {
   // Expert weights must be split over the same pipeline groups as the dense
   // weights around them (Megatron-LM asserts this), and, since tetra shards
   // them over the dense tensor group, the same tensor groups (Megatron-LM has
   // a separate expert-tensor group; tetra refuses the orders that would need
   // one).
+  const MeshShape& s = shape_;
   const std::string working = absl::StrCat("e.g. \"", WorkingOrder(order), "\"");
   for (auto [kind, axis, name, hint] :
        {std::tuple{GroupKind::kPipeline, kPp, "pipeline", "put pp last"},
         std::tuple{GroupKind::kTensor, kTp, "tensor", "put tp first"}}) {
-    const GroupSet expert = Partition(mesh.expert_, s.world, {axis});
-    if (expert.groups == set(kind).groups) continue;
+    const GroupSet expert = Partition(expert_, s.world, {axis});
+    if (expert.groups == groups_[static_cast<int>(kind)].groups) continue;
     int rank = 0;
-    while (mesh.Group(kind, rank) == expert.groups[expert.group_of_rank[rank]]) ++rank;
+    while (Group(kind, rank) == expert.groups[expert.group_of_rank[rank]]) ++rank;
     return UserError(
-        absl::StrCat("parallel.order \"", mesh.order_,
-                     "\" gives dense and expert weights different ", name, " groups (rank ", rank,
-                     ": dense ", JoinedGroup(mesh.Group(kind, rank)), ", expert ",
-                     JoinedGroup(expert.groups[expert.group_of_rank[rank]]), ")"),
+        absl::StrCat("parallel.order \"", order_, "\" gives dense and expert weights different ",
+                     name, " groups (rank ", rank, ": dense ", JoinedGroup(Group(kind, rank)),
+                     ", expert ", JoinedGroup(expert.groups[expert.group_of_rank[rank]]), ")"),
         absl::StrCat(hint, ", ", working));
   }
   // Megatron-LM's other condition (initialize_model_parallel asserts both):
@@ -276,22 +299,13 @@ absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) 
   // expert > 1.
   if (order.back() != kPp && s.pp > 1 && s.edp != s.dp) {
     return UserError(
-        absl::StrCat("parallel.order \"", mesh.order_, "\" does not end in pp, which Megatron-LM ",
+        absl::StrCat("parallel.order \"", order_, "\" does not end in pp, which Megatron-LM ",
                      "requires with pipeline ", s.pp,
                      " when the expert layers' data-parallel size (expert-data ", s.edp,
                      ") differs from the dense layers' (data ", s.dp, ")"),
         absl::StrCat("put pp last, ", working));
   }
-
-  GroupSet& embedding = set(GroupKind::kEmbedding);
-  embedding.group_of_rank.assign(s.world, -1);
-  for (const std::vector<int>& pipeline : set(GroupKind::kPipeline).groups) {
-    std::vector<int> ends = {pipeline.front()};
-    if (pipeline.size() > 1) ends.push_back(pipeline.back());
-    for (int rank : ends) embedding.group_of_rank[rank] = static_cast<int>(embedding.groups.size());
-    embedding.groups.push_back(std::move(ends));
-  }
-  return mesh;
+  return absl::OkStatus();
 }
 
 RankCoords Mesh::Coords(int rank) const {

@@ -24,6 +24,16 @@
 // rank = tp + TP dp + TP DP pp and expert rank = tp + TP ep + TP EP edp +
 // TP DP pp; "tp-cp-dp-ep-pp" the same dense ranks and expert rank = tp +
 // TP edp + TP EDP ep + TP DP pp.
+//
+// Megatron-LM's worked example (parallel_state.py), which tests/parallel/
+// mesh_test.cc's MegatronSixteenGpuExample checks: 16 ranks, tensor 2,
+// pipeline 4, data 2 (dense rank = tp + 2 dp + 4 pp) give
+//   8 tensor groups:    [0, 1] [2, 3] [4, 5] [6, 7] [8, 9] [10, 11] [12, 13] [14, 15]
+//   4 pipeline groups:  [0, 4, 8, 12] [1, 5, 9, 13] [2, 6, 10, 14] [3, 7, 11, 15]
+//   8 data groups:      [0, 2] [1, 3] [4, 6] [5, 7] [8, 10] [9, 11] [12, 14] [13, 15]
+//   2 model groups:     [0, 1, 4, 5, 8, 9, 12, 13] [2, 3, 6, 7, 10, 11, 14, 15]
+//   4 embedding groups: [0, 12] [1, 13] [2, 14] [3, 15] (each pipeline's ends)
+// so rank 5 holds tensor shard 1 of pipeline stage 1 in data replica 0.
 #ifndef TETRA_PARALLEL_MESH_H_
 #define TETRA_PARALLEL_MESH_H_
 
@@ -125,6 +135,12 @@ class Mesh {
 
   Mesh() = default;
   static GroupSet Partition(const Layout& layout, int world, std::initializer_list<int> axes);
+  GroupSet& SetOf(GroupKind kind) { return groups_[static_cast<int>(kind)]; }
+  // Every group of every kind, from the dense and expert layouts.
+  void PartitionGroups();
+  // The orders Megatron-LM refuses: expert and dense weights in different
+  // pipeline or tensor groups, or pp not last where the data sizes differ.
+  absl::Status CheckExpertGroups(const std::array<int, 5>& order) const;
 
   MeshShape shape_;
   std::string order_;

@@ -189,103 +189,120 @@ struct Placed {
 
 // The per-rank compute orders laid out in the ideal timeline (communication
 // free), with each message inserted at the time its producer finishes.
-std::vector<std::vector<Action>> PlaceMessages(const ScheduleSpec& spec,
-                                               const std::vector<std::vector<Work>>& orders) {
-  const int p = spec.stages;
-  const int num_virtual = p * spec.virtual_stages;
-  // When the output of the forward (slot 0), backward (slot 1) and weight
-  // gradient (slot 2) of (micro-batch, virtual stage) exists.
-  std::vector<int> end(static_cast<size_t>(spec.micro_batches) * num_virtual * 3, -1);
-  auto slot = [&](int micro_batch, int stage, ActionType type) {
-    const int kind = type == ActionType::kForward ? 0 : type == ActionType::kBackward ? 1 : 2;
-    return (static_cast<size_t>(micro_batch) * num_virtual + stage) * 3 + kind;
-  };
-  // When the input of `a` on virtual stage `stage` exists; -1: not yet.
-  auto ready = [&](const Action& a, int stage) {
-    switch (a.type) {
-      case ActionType::kForward:
-        return stage > 0 ? end[slot(a.micro_batch, stage - 1, ActionType::kForward)] : 0;
-      case ActionType::kBackward:
-        return stage < num_virtual - 1 ? end[slot(a.micro_batch, stage + 1, ActionType::kBackward)]
-                                       : end[slot(a.micro_batch, stage, ActionType::kForward)];
-      default:  // a weight gradient follows its backward on the same rank
-        return end[slot(a.micro_batch, stage, ActionType::kBackward)];
-    }
-  };
-  std::vector<std::vector<Placed>> placed(p);
-  std::vector<size_t> next(p, 0);
-  std::vector<int> clock(p, 0);
-  std::vector<int64_t> sequence(p, 0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int rank = 0; rank < p; ++rank) {
-      const std::vector<Work>& order = orders[rank];
-      while (next[rank] < order.size()) {
-        // One step: a computation, or a pair. Both computations of a pair
-        // are placed at its start and their outputs exist when it ends.
-        const size_t first = next[rank], count = order[first].paired_with_next ? 2 : 1;
-        TETRA_CHECK(first + count <= order.size())
-            << "a pair at the end of rank " << rank << "'s order";
-        int start = clock[rank], finish = 0;
-        for (size_t i = first; i < first + count && start >= 0; ++i) {
-          const Action& a = order[i].action;
-          const int input = ready(a, VirtualStage(spec, rank, a.chunk));
-          start = input < 0 ? -1 : std::max(start, input);
-          finish += ComputeTime(spec.kind, a.type);
-        }
-        if (start < 0) break;  // an input is not computed yet
-        finish += start;
-        int time = start;
-        for (size_t i = first; i < first + count; ++i) {
-          const Action& a = order[i].action;
-          const int stage = VirtualStage(spec, rank, a.chunk);
-          time += ComputeTime(spec.kind, a.type);
-          const int done = count == 2 ? finish : time;
-          end[slot(a.micro_batch, stage, a.type)] = done;
-          placed[rank].push_back({start, 1, 0, sequence[rank]++, a});
-          if (a.type == ActionType::kWeight) continue;
-          // The output goes to the next virtual stage (activation) or the
-          // previous one (gradient), if there is one and another rank holds it.
-          const bool forward = a.type == ActionType::kForward;
-          const int to = forward ? stage + 1 : stage - 1;
-          if (to < 0 || to >= num_virtual) continue;
-          const auto [to_rank, to_chunk] = LocateVirtualStage(to, p, PlacementOfSpec(spec));
-          if (to_rank == rank) continue;
-          const int64_t seq = sequence[rank]++;
-          placed[rank].push_back(
-              {done,
-               0,
-               rank,
-               seq,
-               {forward ? ActionType::kSendActivation : ActionType::kSendGradient, a.micro_batch,
-                a.chunk, to_rank}});
-          placed[to_rank].push_back(
-              {done,
-               0,
-               rank,
-               seq,
-               {forward ? ActionType::kRecvActivation : ActionType::kRecvGradient, a.micro_batch,
-                to_chunk, rank}});
-        }
-        clock[rank] = finish;
-        next[rank] += count;
-        progress = true;
+class MessagePlacer {
+ public:
+  MessagePlacer(const ScheduleSpec& spec, const std::vector<std::vector<Work>>& orders)
+      : spec_(spec),
+        orders_(orders),
+        num_virtual_(spec.stages * spec.virtual_stages),
+        end_(static_cast<size_t>(spec.micro_batches) * num_virtual_ * 3, -1),
+        placed_(spec.stages),
+        next_(spec.stages, 0),
+        clock_(spec.stages, 0),
+        sequence_(spec.stages, 0) {}
+
+  std::vector<std::vector<Action>> Tables() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int rank = 0; rank < spec_.stages; ++rank) {
+        while (PlaceNextStep(rank)) progress = true;
       }
     }
+    std::vector<std::vector<Action>> tables(spec_.stages);
+    for (int rank = 0; rank < spec_.stages; ++rank) {
+      TETRA_CHECK(next_[rank] == orders_[rank].size())
+          << "the compute orders of the " << ScheduleKindName(spec_.kind)
+          << " schedule wait on each other at rank " << rank;
+      std::sort(placed_[rank].begin(), placed_[rank].end(), [](const Placed& a, const Placed& b) {
+        return std::tie(a.time, a.is_compute, a.sender, a.sequence) <
+               std::tie(b.time, b.is_compute, b.sender, b.sequence);
+      });
+      for (const Placed& entry : placed_[rank]) tables[rank].push_back(entry.action);
+    }
+    return tables;
   }
-  std::vector<std::vector<Action>> tables(p);
-  for (int rank = 0; rank < p; ++rank) {
-    TETRA_CHECK(next[rank] == orders[rank].size())
-        << "the compute orders of the " << ScheduleKindName(spec.kind)
-        << " schedule wait on each other at rank " << rank;
-    std::sort(placed[rank].begin(), placed[rank].end(), [](const Placed& a, const Placed& b) {
-      return std::tie(a.time, a.is_compute, a.sender, a.sequence) <
-             std::tie(b.time, b.is_compute, b.sender, b.sequence);
-    });
-    for (const Placed& entry : placed[rank]) tables[rank].push_back(entry.action);
+
+ private:
+  // Where the time the output of the forward (0), backward (1) or weight
+  // gradient (2) of (micro-batch, virtual stage) exists is kept.
+  size_t Slot(int micro_batch, int stage, ActionType type) const {
+    const int kind = type == ActionType::kForward ? 0 : type == ActionType::kBackward ? 1 : 2;
+    return (static_cast<size_t>(micro_batch) * num_virtual_ + stage) * 3 + kind;
   }
-  return tables;
-}
+
+  // When the input of `a` on virtual stage `stage` exists; -1: not yet.
+  int Ready(const Action& a, int stage) const {
+    switch (a.type) {
+      case ActionType::kForward:
+        return stage > 0 ? end_[Slot(a.micro_batch, stage - 1, ActionType::kForward)] : 0;
+      case ActionType::kBackward:
+        return stage < num_virtual_ - 1
+                   ? end_[Slot(a.micro_batch, stage + 1, ActionType::kBackward)]
+                   : end_[Slot(a.micro_batch, stage, ActionType::kForward)];
+      default:  // a weight gradient follows its backward on the same rank
+        return end_[Slot(a.micro_batch, stage, ActionType::kBackward)];
+    }
+  }
+
+  // Places rank's next step, a computation or a pair, if its inputs exist.
+  // Both computations of a pair are placed at its start and their outputs
+  // exist when it ends.
+  bool PlaceNextStep(int rank) {
+    const std::vector<Work>& order = orders_[rank];
+    if (next_[rank] >= order.size()) return false;
+    const size_t first = next_[rank], count = order[first].paired_with_next ? 2 : 1;
+    TETRA_CHECK(first + count <= order.size())
+        << "a pair at the end of rank " << rank << "'s order";
+    int start = clock_[rank], finish = 0;
+    for (size_t i = first; i < first + count && start >= 0; ++i) {
+      const Action& a = order[i].action;
+      const int input = Ready(a, VirtualStage(spec_, rank, a.chunk));
+      start = input < 0 ? -1 : std::max(start, input);
+      finish += ComputeTime(spec_.kind, a.type);
+    }
+    if (start < 0) return false;  // an input is not computed yet
+    finish += start;
+    int time = start;
+    for (size_t i = first; i < first + count; ++i) {
+      const Action& a = order[i].action;
+      const int stage = VirtualStage(spec_, rank, a.chunk);
+      time += ComputeTime(spec_.kind, a.type);
+      const int done = count == 2 ? finish : time;
+      end_[Slot(a.micro_batch, stage, a.type)] = done;
+      placed_[rank].push_back({start, 1, 0, sequence_[rank]++, a});
+      if (a.type != ActionType::kWeight) PlaceOutputMessage(rank, stage, a, done);
+    }
+    clock_[rank] = finish;
+    next_[rank] += count;
+    return true;
+  }
+
+  // The output goes to the next virtual stage (activation) or the previous
+  // one (gradient), if there is one and another rank holds it.
+  void PlaceOutputMessage(int rank, int stage, const Action& a, int done) {
+    const bool forward = a.type == ActionType::kForward;
+    const int to = forward ? stage + 1 : stage - 1;
+    if (to < 0 || to >= num_virtual_) return;
+    const auto [to_rank, to_chunk] = LocateVirtualStage(to, spec_.stages, PlacementOfSpec(spec_));
+    if (to_rank == rank) return;
+    const int64_t seq = sequence_[rank]++;
+    const Action send{forward ? ActionType::kSendActivation : ActionType::kSendGradient,
+                      a.micro_batch, a.chunk, to_rank};
+    const Action receive{forward ? ActionType::kRecvActivation : ActionType::kRecvGradient,
+                         a.micro_batch, to_chunk, rank};
+    placed_[rank].push_back({done, 0, rank, seq, send});
+    placed_[to_rank].push_back({done, 0, rank, seq, receive});
+  }
+
+  const ScheduleSpec& spec_;
+  const std::vector<std::vector<Work>>& orders_;
+  const int num_virtual_;
+  std::vector<int> end_;
+  std::vector<std::vector<Placed>> placed_;
+  std::vector<size_t> next_;
+  std::vector<int> clock_;
+  std::vector<int64_t> sequence_;
+};
 
 }  // namespace
 
@@ -368,7 +385,10 @@ int RankOfVirtualStage(const ScheduleSpec& spec, int stage) {
   return LocateVirtualStage(stage, spec.stages, PlacementOfSpec(spec)).pp_rank;
 }
 
-absl::Status ValidateScheduleSpec(const ScheduleSpec& spec) {
+namespace {
+
+// The counts: stages, chunks and micro-batches, and the passes they make.
+absl::Status ValidateScheduleSize(const ScheduleSpec& spec) {
   if (spec.stages < 1 || spec.virtual_stages < 1) {
     return UserError(
         absl::StrCat("parallel.pipeline ", spec.stages, " and parallel.virtual_stages ",
@@ -392,32 +412,40 @@ absl::Status ValidateScheduleSpec(const ScheduleSpec& spec) {
         "micro-batches per step = train.global_batch_size / (train.micro_batch_size x data): raise "
         "micro_batch_size or lower global_batch_size");
   }
-  if (spec.kind == ScheduleKind::kDualPipeV) {
-    if (spec.virtual_stages != 2) {
-      return UserError(
-          absl::StrCat("the DualPipeV schedule runs 2 model chunks per rank (rank r holds virtual "
-                       "stages r and 2 x pipeline - 1 - r), but parallel.virtual_stages is ",
-                       spec.virtual_stages),
-          "set parallel.virtual_stages to 2 for parallel.schedule DUALPIPE_V");
-    }
-    if (spec.stages < 2) {
-      return UserError(
-          absl::StrCat("the DualPipeV schedule needs parallel.pipeline 2 or more, but it is ",
-                       spec.stages),
-          "set parallel.pipeline to 2 or more, or parallel.schedule to ONE_F_ONE_B");
-    }
-    if (spec.micro_batches < 2 * spec.stages) {
-      return UserError(
-          absl::StrCat(
-              "the DualPipeV schedule needs at least 2 x parallel.pipeline = ", 2 * spec.stages,
-              " micro-batches per step, but there are ", spec.micro_batches),
-          absl::StrCat(
-              "micro-batches per step = train.global_batch_size / (train.micro_batch_size x "
-              "data); make it ",
-              2 * spec.stages, " or more, or use fewer pipeline stages"));
-    }
-    return absl::OkStatus();
+  return absl::OkStatus();
+}
+
+// DualPipeV's V: two chunks per rank, two or more ranks, and enough
+// micro-batches to fill both arms.
+absl::Status ValidateDualPipeV(const ScheduleSpec& spec) {
+  if (spec.virtual_stages != 2) {
+    return UserError(
+        absl::StrCat("the DualPipeV schedule runs 2 model chunks per rank (rank r holds virtual "
+                     "stages r and 2 x pipeline - 1 - r), but parallel.virtual_stages is ",
+                     spec.virtual_stages),
+        "set parallel.virtual_stages to 2 for parallel.schedule DUALPIPE_V");
   }
+  if (spec.stages < 2) {
+    return UserError(
+        absl::StrCat("the DualPipeV schedule needs parallel.pipeline 2 or more, but it is ",
+                     spec.stages),
+        "set parallel.pipeline to 2 or more, or parallel.schedule to ONE_F_ONE_B");
+  }
+  if (spec.micro_batches < 2 * spec.stages) {
+    return UserError(
+        absl::StrCat(
+            "the DualPipeV schedule needs at least 2 x parallel.pipeline = ", 2 * spec.stages,
+            " micro-batches per step, but there are ", spec.micro_batches),
+        absl::StrCat("micro-batches per step = train.global_batch_size / (train.micro_batch_size x "
+                     "data); make it ",
+                     2 * spec.stages, " or more, or use fewer pipeline stages"));
+  }
+  return absl::OkStatus();
+}
+
+// One chunk per rank, except in the interleaved schedule, which needs two or
+// more ranks and whole rounds of micro-batches.
+absl::Status ValidateChunksPerRank(const ScheduleSpec& spec) {
   if (spec.kind != ScheduleKind::kInterleaved && spec.virtual_stages != 1) {
     return UserError(absl::StrCat("the ", ScheduleKindName(spec.kind),
                                   " schedule runs 1 model chunk per rank, but ",
@@ -452,11 +480,19 @@ absl::Status ValidateScheduleSpec(const ScheduleSpec& spec) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status ValidateScheduleSpec(const ScheduleSpec& spec) {
+  RETURN_IF_ERROR(ValidateScheduleSize(spec));
+  if (spec.kind == ScheduleKind::kDualPipeV) return ValidateDualPipeV(spec);
+  return ValidateChunksPerRank(spec);
+}
+
 absl::StatusOr<std::vector<std::vector<Action>>> BuildAllSchedules(const ScheduleSpec& spec) {
   RETURN_IF_ERROR(ValidateScheduleSpec(spec));
   std::vector<std::vector<Work>> orders;
   for (int rank = 0; rank < spec.stages; ++rank) orders.push_back(ComputeOrder(spec, rank));
-  return PlaceMessages(spec, orders);
+  return MessagePlacer(spec, orders).Tables();
 }
 
 absl::StatusOr<std::vector<Action>> BuildSchedule(const ScheduleSpec& spec, int rank) {

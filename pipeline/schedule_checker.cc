@@ -183,66 +183,91 @@ class Checker {
   // middle), read from that chunk's forward or backward of the same
   // micro-batch, which must come first.
   absl::Status CheckRank(int rank) const {
-    const std::vector<Action>& table = tables_[rank];
-    const int v = spec_.virtual_stages, num_virtual = spec_.stages * v;
-    std::vector<uint8_t> done(static_cast<size_t>(spec_.micro_batches) * v, 0);
-    auto state_of = [&](int micro_batch, int chunk) -> uint8_t& {
-      return done[static_cast<size_t>(micro_batch) * v + chunk];
-    };
-    // The chunk of this rank holding virtual stage `stage`, or -1.
-    auto local_chunk = [&](int stage) {
-      for (int chunk = 0; chunk < v; ++chunk) {
-        if (VirtualStage(spec_, rank, chunk) == stage) return chunk;
-      }
-      return -1;
-    };
-    for (size_t i = 0; i < table.size(); ++i) {
-      const Action& a = table[i];
-      const int stage = VirtualStage(spec_, rank, a.chunk);
-      uint8_t& state = state_of(a.micro_batch, a.chunk);
-      const Step step = StepOf(a.type);
-      if (state & step) return Fail(rank, i, "appears twice");
-      const bool first = stage == 0, last = stage == num_virtual - 1;
-      // The neighbouring virtual stage this computation reads, and its chunk
-      // when it is on this rank.
-      const int neighbour = a.type == ActionType::kForward ? stage - 1 : stage + 1;
-      const bool reads_neighbour =
-          a.type == ActionType::kForward || a.type == ActionType::kBackward;
-      const int local = reads_neighbour ? local_chunk(neighbour) : -1;
-      const uint8_t received =
-          a.type == ActionType::kForward    ? (first || local >= 0 ? 0 : kReceivedActivation)
-          : a.type == ActionType::kBackward ? (last || local >= 0 ? 0 : kReceivedGradient)
-                                            : 0;
-      const uint8_t needs = a.type == ActionType::kForward          ? received
-                            : a.type == ActionType::kSendActivation ? kForwarded
-                            : a.type == ActionType::kBackward       ? (kForwarded | received)
-                            : a.type == ActionType::kSendGradient   ? kBackwarded
-                            : a.type == ActionType::kWeight         ? kBackwarded
-                                                                    : 0;
-      if ((state & needs) != needs) {
-        if (a.type == ActionType::kWeight) return Fail(rank, i, "comes before its backward");
-        return Fail(rank, i,
-                    (state & kForwarded) || !(needs & kForwarded)
-                        ? "comes before the receive or computation it depends on"
-                        : "comes before its forward");
-      }
-      if (local >= 0) {
-        const Step input = a.type == ActionType::kForward ? kForwarded : kBackwarded;
-        if (!(state_of(a.micro_batch, local) & input)) {
-          return Fail(
-              rank, i,
-              absl::StrCat("comes before the ", ActionText({a.type, a.micro_batch, local, -1}),
-                           ", whose output it reads on this rank (virtual stages ",
-                           std::min(stage, neighbour), " and ", std::max(stage, neighbour),
-                           " are both here)"));
-        }
-      }
-      state |= step;
+    std::vector<uint8_t> done(static_cast<size_t>(spec_.micro_batches) * spec_.virtual_stages, 0);
+    for (size_t i = 0; i < tables_[rank].size(); ++i) {
+      RETURN_IF_ERROR(CheckAction(rank, i, done));
     }
+    return CheckEveryStepRan(rank, done);
+  }
+
+  // The steps of (micro-batch, chunk) that have run, in `done`.
+  uint8_t& StateOf(std::vector<uint8_t>& done, int micro_batch, int chunk) const {
+    return done[static_cast<size_t>(micro_batch) * spec_.virtual_stages + chunk];
+  }
+
+  // The chunk of `rank` holding virtual stage `stage`, or -1.
+  int LocalChunk(int rank, int stage) const {
+    for (int chunk = 0; chunk < spec_.virtual_stages; ++chunk) {
+      if (VirtualStage(spec_, rank, chunk) == stage) return chunk;
+    }
+    return -1;
+  }
+
+  // What must have happened to a (micro-batch, chunk) before an action of
+  // `type`, given what its computation receives from another rank.
+  static uint8_t Needs(ActionType type, uint8_t received) {
+    switch (type) {
+      case ActionType::kForward:
+        return received;
+      case ActionType::kSendActivation:
+        return kForwarded;
+      case ActionType::kBackward:
+        return kForwarded | received;
+      case ActionType::kSendGradient:
+      case ActionType::kWeight:
+        return kBackwarded;
+      default:
+        return 0;
+    }
+  }
+
+  // Table entry i of `rank` runs once, after what it depends on.
+  absl::Status CheckAction(int rank, size_t i, std::vector<uint8_t>& done) const {
+    const Action& a = tables_[rank][i];
+    const int stage = VirtualStage(spec_, rank, a.chunk);
+    uint8_t& state = StateOf(done, a.micro_batch, a.chunk);
+    const Step step = StepOf(a.type);
+    if (state & step) return Fail(rank, i, "appears twice");
+    const bool first = stage == 0, last = stage == spec_.stages * spec_.virtual_stages - 1;
+    // The neighbouring virtual stage this computation reads, and its chunk
+    // when it is on this rank.
+    const int neighbour = a.type == ActionType::kForward ? stage - 1 : stage + 1;
+    const bool reads_neighbour = a.type == ActionType::kForward || a.type == ActionType::kBackward;
+    const int local = reads_neighbour ? LocalChunk(rank, neighbour) : -1;
+    const uint8_t received =
+        a.type == ActionType::kForward    ? (first || local >= 0 ? 0 : kReceivedActivation)
+        : a.type == ActionType::kBackward ? (last || local >= 0 ? 0 : kReceivedGradient)
+                                          : 0;
+    const uint8_t needs = Needs(a.type, received);
+    if ((state & needs) != needs) {
+      if (a.type == ActionType::kWeight) return Fail(rank, i, "comes before its backward");
+      return Fail(rank, i,
+                  (state & kForwarded) || !(needs & kForwarded)
+                      ? "comes before the receive or computation it depends on"
+                      : "comes before its forward");
+    }
+    if (local >= 0) {
+      const Step input = a.type == ActionType::kForward ? kForwarded : kBackwarded;
+      if (!(StateOf(done, a.micro_batch, local) & input)) {
+        return Fail(
+            rank, i,
+            absl::StrCat("comes before the ", ActionText({a.type, a.micro_batch, local, -1}),
+                         ", whose output it reads on this rank (virtual stages ",
+                         std::min(stage, neighbour), " and ", std::max(stage, neighbour),
+                         " are both here)"));
+      }
+    }
+    state |= step;
+    return absl::OkStatus();
+  }
+
+  // Every (micro-batch, chunk) of `rank` ran its forward, backward and, in
+  // the split schedules, its weight gradients.
+  absl::Status CheckEveryStepRan(int rank, std::vector<uint8_t>& done) const {
     const bool split = SplitsBackward(spec_.kind);
     for (int micro_batch = 0; micro_batch < spec_.micro_batches; ++micro_batch) {
-      for (int chunk = 0; chunk < v; ++chunk) {
-        const uint8_t state = state_of(micro_batch, chunk);
+      for (int chunk = 0; chunk < spec_.virtual_stages; ++chunk) {
+        const uint8_t state = StateOf(done, micro_batch, chunk);
         for (ActionType type : {ActionType::kForward, ActionType::kBackward, ActionType::kWeight}) {
           if (type == ActionType::kWeight && !split) continue;
           if (!(state & StepOf(type))) {

@@ -10,6 +10,56 @@
 
 namespace tetra {
 
+namespace {
+
+// num_hidden_layers split evenly over `count` virtual stages.
+absl::StatusOr<std::vector<int>> EvenLayers(int num_hidden_layers, int64_t count,
+                                            const std::string& stages_text) {
+  if (num_hidden_layers < count || num_hidden_layers % count != 0) {
+    return UserError(
+        absl::StrCat("model.num_hidden_layers = ", num_hidden_layers,
+                     " does not split evenly over ", stages_text, "."),
+        absl::StrCat("use a multiple of ", count,
+                     " layers, change parallel.pipeline or parallel.virtual_stages, or set "
+                     "parallel.pipeline_first_stage_layers and pipeline_last_stage_layers (tetra "
+                     "plan --cluster proposes them)."));
+  }
+  return std::vector<int>(count, static_cast<int>(num_hidden_layers / count));
+}
+
+// parallel.pipeline_layers, checked: one count per virtual stage, none
+// negative, summing to the model's layers.
+absl::StatusOr<std::vector<int>> ListedLayers(int num_hidden_layers, int64_t count,
+                                              absl::Span<const int32_t> pipeline_layers,
+                                              const std::string& stages_text) {
+  if (static_cast<int64_t>(pipeline_layers.size()) != count) {
+    return UserError(absl::StrCat("parallel.pipeline_layers has ", pipeline_layers.size(),
+                                  " entries but there are ", stages_text, "."),
+                     absl::StrCat("give one layer count per virtual stage (", count,
+                                  "), in model order, or none for an even split."));
+  }
+  std::vector<int> layers(count);
+  int64_t sum = 0;
+  for (int64_t s = 0; s < count; ++s) {
+    if (pipeline_layers[s] < 0) {
+      return UserError(absl::StrCat("parallel.pipeline_layers[", s, "] is ", pipeline_layers[s],
+                                    "; a virtual stage holds zero or more layers."),
+                       "give every virtual stage zero or more layers.");
+    }
+    layers[s] = pipeline_layers[s];
+    sum += pipeline_layers[s];
+  }
+  if (sum != num_hidden_layers) {
+    return UserError(
+        absl::StrCat("parallel.pipeline_layers sums to ", sum,
+                     " layers but model.num_hidden_layers is ", num_hidden_layers, "."),
+        "make the per-stage layer counts add up to model.num_hidden_layers.");
+  }
+  return layers;
+}
+
+}  // namespace
+
 absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, int virtual_stages,
                                                absl::Span<const int32_t> pipeline_layers,
                                                StagePlacement placement) {
@@ -22,44 +72,10 @@ absl::StatusOr<StagePartition> PartitionStages(int num_hidden_layers, int pp, in
   const std::string stages_text = absl::StrCat(count, " virtual pipeline stages (pipeline ", pp,
                                                " x virtual_stages ", virtual_stages, ")");
   // Allocated once count is known to be at most the layers or the list's length.
-  std::vector<int> layers;
-  if (pipeline_layers.empty()) {
-    if (num_hidden_layers < count || num_hidden_layers % count != 0) {
-      return UserError(
-          absl::StrCat("model.num_hidden_layers = ", num_hidden_layers,
-                       " does not split evenly over ", stages_text, "."),
-          absl::StrCat("use a multiple of ", count,
-                       " layers, change parallel.pipeline or parallel.virtual_stages, or set "
-                       "parallel.pipeline_first_stage_layers and pipeline_last_stage_layers (tetra "
-                       "plan --cluster "
-                       "proposes them)."));
-    }
-    layers.assign(count, static_cast<int>(num_hidden_layers / count));
-  } else {
-    if (static_cast<int64_t>(pipeline_layers.size()) != count) {
-      return UserError(absl::StrCat("parallel.pipeline_layers has ", pipeline_layers.size(),
-                                    " entries but there are ", stages_text, "."),
-                       absl::StrCat("give one layer count per virtual stage (", count,
-                                    "), in model order, or none for an even split."));
-    }
-    layers.resize(count);
-    int64_t sum = 0;
-    for (int64_t s = 0; s < count; ++s) {
-      if (pipeline_layers[s] < 0) {
-        return UserError(absl::StrCat("parallel.pipeline_layers[", s, "] is ", pipeline_layers[s],
-                                      "; a virtual stage holds zero or more layers."),
-                         "give every virtual stage zero or more layers.");
-      }
-      layers[s] = pipeline_layers[s];
-      sum += pipeline_layers[s];
-    }
-    if (sum != num_hidden_layers) {
-      return UserError(
-          absl::StrCat("parallel.pipeline_layers sums to ", sum,
-                       " layers but model.num_hidden_layers is ", num_hidden_layers, "."),
-          "make the per-stage layer counts add up to model.num_hidden_layers.");
-    }
-  }
+  ASSIGN_OR_RETURN(const std::vector<int> layers,
+                   pipeline_layers.empty()
+                       ? EvenLayers(num_hidden_layers, count, stages_text)
+                       : ListedLayers(num_hidden_layers, count, pipeline_layers, stages_text));
   StagePartition partition{
       .pp = pp, .virtual_stages = virtual_stages, .placement = placement, .stages = {}};
   int first = 0;

@@ -474,6 +474,259 @@ DeviceParameters LargestStageParameters(const ModelShape& s, const PlanLayout& l
   return best;
 }
 
+// What every pipeline rank's memory estimate reads: the model, the layout
+// and its schedule, a micro-batch's tokens on one rank, and the bytes per
+// element of each kind.
+struct MemoryInputs {
+  const ModelShape& s;
+  const PlanLayout& l;
+  const ScheduleSpec& schedule;
+  double tokens;
+  const ElementBytes& bytes;
+};
+
+// Per token, on one of tp ranks, what a dense and an MoE layer keep: their
+// activations for the backward (LayerActivations) and, from B to W, what
+// their W reads besides (KeptForWeightGradients).
+struct LayerKeeps {
+  double dense_layer, moe_layer;
+  double dense_grads, moe_grads;
+};
+
+// The weights, gradients and optimizer state of a stage holding `p` (ZeRO-1
+// shards the state over the replicas).
+MemoryEstimate StateMemory(const DeviceParameters& p, const PlanLayout& l,
+                           const ElementBytes& bytes) {
+  const double edp = l.mesh.edp;
+  MemoryEstimate mem;
+  mem.weights = (p.dense + p.expert) * bytes.weight;
+  mem.grads = (p.dense + p.expert) * bytes.grad;
+  mem.optimizer =
+      (l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert) *
+      bytes.optimizer;
+  return mem;
+}
+
+// Adds to `activations` what the stage with the head keeps besides its
+// layers: the prediction depths' activations and gradients, and the logits.
+// `in_flight` micro-batches' worth of activations are in flight.
+void AddHeadActivations(const MemoryInputs& in, double in_flight, const LayerKeeps& keep,
+                        const PendingWeights& pending_w, double* activations) {
+  const ModelShape& s = in.s;
+  const PlanLayout& l = in.l;
+  const double tokens = in.tokens;
+  const int tp = l.mesh.tp;
+  // Each prediction depth keeps its layer's activations and its join
+  // (the two norm inputs, [e | h], the projection and the shared norm's
+  // input) for each micro-batch in flight.
+  const double depth = (s.mtp_moe ? keep.moe_layer : keep.dense_layer) + 6 * s.c / tp;
+  *activations += in_flight * tokens * s.mtp * depth * in.bytes.activation;
+  // Waiting for W, the head's chunk keeps each depth's layer's and
+  // eh_proj's (c) output gradients, and the logits' gradient of the
+  // main head and each depth (fp32, as the logits; in the micro-batch's
+  // slot until its W, so beside the one being computed).
+  const double head_pending = pending_w.head_chunk;
+  *activations += head_pending * tokens * s.mtp *
+                  ((s.mtp_moe ? keep.moe_grads : keep.dense_grads) + s.c) * in.bytes.activation;
+  *activations += head_pending * (1 + s.mtp) * tokens *
+                  static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
+  // fp32 logits of the padded vocabulary and their gradient, in place:
+  // the main head's and each depth's.
+  *activations += (1 + s.mtp) * tokens * static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) /
+                  l.mesh.tp * 4;
+}
+
+// The activations pipeline rank `r`, holding `st`, keeps at its peak.
+double StageActivations(const MemoryInputs& in, int r, const StageLayers& st,
+                        const PendingWeights& pending_w) {
+  const ModelShape& s = in.s;
+  const PlanLayout& l = in.l;
+  const double tokens = in.tokens;
+  const ElementBytes& bytes = in.bytes;
+  const int layers = st.dense + st.moe;
+  // Micro-batches' worth of the stage's activations in flight: chunks of
+  // 1 / v of its layers each (1F1B: min(m, pp - r) micro-batches).
+  const double in_flight =
+      static_cast<double>(ChunksInFlight(in.schedule, r)) / in.schedule.virtual_stages;
+  // Per rank; sequence parallelism (tp > 1) splits a recomputed layer's input over tp.
+  const int tp = l.mesh.tp;
+  const bool full = l.recompute == Recompute::FULL, selective = l.recompute == Recompute::SELECTIVE;
+  const LayerKeeps keep = {.dense_layer = LayerActivations(s, false, tp, selective),
+                           .moe_layer = LayerActivations(s, true, tp, selective),
+                           .dense_grads = KeptForWeightGradients(s, false, tp, l.recompute),
+                           .moe_grads = KeptForWeightGradients(s, true, tp, l.recompute)};
+  const double per_token_layer =
+      std::max(st.dense ? keep.dense_layer : 0.0, st.moe ? keep.moe_layer : 0.0);
+  const double stored_per_token =
+      full ? layers * s.c / tp : st.dense * keep.dense_layer + st.moe * keep.moe_layer;
+  double activations = in_flight * tokens * stored_per_token * bytes.activation;
+  if (full) activations += tokens * per_token_layer * bytes.activation;
+  // B to W: the chunks waiting for their W (PendingWeightChunks; their
+  // activations live until then, so they are among those in flight) keep
+  // what their W reads besides (KeptForWeightGradients), 1 / v of the
+  // stage's layers each. Added to the activations' peak as if both peaked
+  // at once: an upper bound.
+  const double pending = static_cast<double>(pending_w.chunks) / in.schedule.virtual_stages;
+  activations +=
+      pending * tokens * (st.dense * keep.dense_grads + st.moe * keep.moe_grads) * bytes.activation;
+  // The embedding's W reads the lookup's gradient, (tokens, c).
+  if (st.embedding) activations += pending_w.embedding_chunk * tokens * s.c * bytes.activation;
+  // The ring's receive buffers while a layer's attention runs: a second
+  // K/V block, and in the backward a dK/dV block.
+  if (l.mesh.cp > 1) activations += tokens * 2 * KeyValueWidth(s, tp) * bytes.activation;
+  if (st.head) AddHeadActivations(in, in_flight, keep, pending_w, &activations);
+  return activations;
+}
+
+// What the time estimates of a layout read: the config, the cluster, the
+// layout, the model, a micro-batch's tokens on one rank and its sequence
+// length, and what a rank gets of its node, with its FLOP rate.
+struct TimeInputs {
+  const TrainerConfig& config;
+  const ClusterConfig& cluster;
+  const PlanLayout& l;
+  const ModelShape& s;
+  double tokens, seq;
+  SharedNode node;
+  double flops_rate;
+};
+
+// One micro-batch's time on one pipeline stage, by what it is spent on.
+struct StageTime {
+  double compute = 0, tp = 0, ep = 0, cp = 0;
+  double total() const { return compute + tp + ep + cp; }
+};
+
+// A micro-batch's forward and backward FLOPs on one of tp ranks of a stage
+// holding `st`, before recompute.
+double StageFlops(const ModelShape& s, const StageLayers& st, double tokens, double seq, int tp) {
+  const int layers = st.dense + st.moe;
+  const double layer_flops = st.dense * (s.attention + s.norms + s.dense_mlp) +
+                             st.moe * (s.attention + s.norms + s.active_moe_mlp);
+  // Attention: a rank's T / cp queries, load-balanced, see as many keys
+  // as the average query of the sequence.
+  double flops = 6 * tokens * layer_flops + 6.0 * layers * tokens * seq * s.attention_width;
+  // The head, and each prediction depth's layer, attention and head.
+  const int depths = st.head ? s.mtp : 0;
+  if (st.head) flops += 6 * tokens * s.vocab * s.c;
+  flops += 6 * tokens * depths *
+           (s.attention + s.norms + (s.mtp_moe ? s.active_moe_mlp : s.dense_mlp) + s.vocab * s.c +
+            seq * s.attention_width);
+  flops /= tp;
+  // MLA's down projections and latent norms run whole on every rank, as do
+  // the depths' joins.
+  flops += 6 * tokens * (layers + depths) * s.attention_whole * (1 - 1.0 / tp);
+  flops += 6 * tokens * depths * s.mtp_join;
+  return flops;
+}
+
+// CP: each attention's ring, over `ring_layers` layers. The forward computes
+// cp blocks (each 1 / cp of the rank's attention) while passing its K/V
+// block on cp - 1 times; the backward's cp blocks (twice the work) pass K/V
+// and dK/dV, the last only dK/dV. A transfer waits only for what its block
+// does not hide; full recompute runs the forward's ring again.
+double RingSeconds(const TimeInputs& in, int ring_layers, bool full) {
+  const int tp = in.l.mesh.tp, cp = in.l.mesh.cp;
+  if (cp <= 1) return 0;
+  const ModelShape& s = in.s;
+  const double tokens = in.tokens, seq = in.seq;
+  const double act_bytes = in.cluster.activation_bytes();
+  const Link cp_link = LinkFor(in.cluster, tp * cp);
+  const double block = SendSeconds(tokens * KeyValueWidth(s, tp) * act_bytes, cp_link);
+  const double forward_block = 2 * tokens * seq * s.attention_width / tp / cp / in.flops_rate;
+  const double backward_block = 2 * forward_block;
+  const double forward = (cp - 1) * std::max(0.0, block - forward_block);
+  const double backward =
+      (cp - 1) * std::max(0.0, 2 * block - backward_block) + std::max(0.0, block - backward_block);
+  return ring_layers * ((full ? 2 : 1) * forward + backward);
+}
+
+// The time of one micro-batch on the stage holding `st`.
+StageTime MicroBatchTime(const TimeInputs& in, const StageLayers& st) {
+  const ModelShape& s = in.s;
+  const double tokens = in.tokens;
+  const double act_bytes = in.cluster.activation_bytes();
+  const int tp = in.l.mesh.tp;
+  const int layers = st.dense + st.moe;
+  const int depths = st.head ? s.mtp : 0;
+  const bool full = in.l.recompute == Recompute::FULL;
+  StageTime time;
+  const double flops = StageFlops(s, st, tokens, in.seq, tp);
+  const double recompute_flops = full ? flops / 3 : 0;  // one more forward
+  time.compute = (flops + recompute_flops) / in.flops_rate;
+  // TP: per layer 2 collectives forward (+2 recomputed) and 2 backward of
+  // the (tokens, c) activation; the embedding and the loss add two, and
+  // each prediction depth its layer's four, a lookup's and a loss's.
+  const double tp_count = layers * (full ? 6 : 4) + 2 + 6 * depths;
+  const Link tp_link = LinkFor(in.cluster, tp);
+  time.tp =
+      tp_count * AllReduceSeconds(tokens * s.c * act_bytes, tp, tp_link.gbps, tp_link.latency_us);
+  // EP: dispatch and combine, forward and backward, of the k copies of each token.
+  const Link ep_link = LinkFor(in.cluster, tp * in.l.mesh.ep);
+  time.ep = (st.moe + (s.mtp_moe ? depths : 0)) * 4 *
+            AllToAllSeconds(tokens * s.k * s.c * act_bytes / tp, in.l.mesh.ep, ep_link.gbps,
+                            ep_link.latency_us) *
+            (1 - in.cluster.ep_overlap());
+  time.cp = RingSeconds(in, layers + depths, full);
+  return time;
+}
+
+// Gradient reduction in dp_bucket_mb buckets (dense over dp x cp, experts over edp);
+// ZeRO-1 reduce-scatters then all-gathers the weights: the same volume.
+double GradientReductionSeconds(const TimeInputs& in, const DeviceParameters& p) {
+  const ClusterConfig& cluster = in.cluster;
+  const MeshShape& mesh = in.l.mesh;
+  const Link dp_link = LinkFor(cluster, mesh.tp * mesh.cp * mesh.dp);
+  const double edp = mesh.edp;
+  auto reduce = [&](double params, int n) {
+    if (n <= 1 || params == 0) return 0.0;
+    const double bytes = params * cluster.grad_bytes();
+    const double buckets =
+        std::ceil(bytes / (in.config.parallel().dp_bucket_mb() * GradientReducer::kBytesPerMb));
+    return AllReduceSeconds(bytes, n, dp_link.gbps, 0) +
+           buckets * 2.0 * (n - 1) * dp_link.latency_us * 1e-6;
+  };
+  return reduce(p.dense, DenseReplicas(mesh)) + reduce(p.expert, static_cast<int>(edp));
+}
+
+// The step's time: m micro-batches of the `slowest` stage, the schedule's
+// bubble, the pipeline's sends, the gradient reduction the backward does
+// not hide, the optimizer on the largest stage's parameters `p`, and the
+// fixed overhead.
+TimeEstimate StepTime(const TimeInputs& in, const ScheduleSpec& schedule, int m,
+                      const StageTime& slowest, const DeviceParameters& p) {
+  const ClusterConfig& cluster = in.cluster;
+  const PlanLayout& l = in.l;
+  TimeEstimate t;
+  t.compute_s = m * slowest.compute;
+  t.tp_s = m * slowest.tp;
+  t.ep_s = m * slowest.ep;
+  t.cp_s = m * slowest.cp;
+  // The schedule's idle fraction f of the step with equal stage times: idle
+  // = busy x f / (1 - f), busy m slots (1F1B: (pp - 1) slots).
+  const double f = l.mesh.pp > 1 ? IdealBubbleFraction(schedule) : 0;
+  t.bubble_s = f < 1 ? m * slowest.total() * f / (1 - f) * in.node.idle_in_bubble(l.mesh.pp) : 0;
+  // Each slot's activation (forward) and gradient (backward) send to the next stage.
+  if (l.mesh.pp > 1) {
+    const double act_bytes = cluster.activation_bytes();
+    const Link pp_link = LinkFor(cluster, l.mesh.world);
+    t.pp_s =
+        2 * (m + l.mesh.pp - 1) * SendSeconds(in.tokens * in.s.c * act_bytes / l.mesh.tp, pp_link);
+  }
+  const double slowest_bwd = slowest.compute * 2 / 3;
+  t.dp_s = std::max(0.0, GradientReductionSeconds(in, p) - cluster.dp_overlap() * slowest_bwd);
+  // AdamW reads and writes weights, gradient and state of the parameters it owns.
+  const double edp = l.mesh.edp;
+  const double owned =
+      l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert;
+  const double memory_rate = cluster.memory_gbps() * 1e9 * in.node.memory_share;
+  t.optimizer_s = 2 * owned *
+                  (cluster.weight_bytes() + cluster.grad_bytes() + cluster.optimizer_bytes()) /
+                  memory_rate;
+  t.overhead_s = cluster.step_overhead_s();
+  return t;
+}
+
 }  // namespace
 
 DeviceParameters ParametersPerDevice(const ModelConfig& model, const PlanLayout& layout) {
@@ -487,75 +740,16 @@ MemoryEstimate EstimateMemory(const TrainerConfig& config, const PlanLayout& l,
                               const ElementBytes& bytes) {
   const ModelShape s = ShapeOf(config.model());
   const TrainConfig& train = config.train();
-  const double tokens = RankTokens(train, l.mesh);
   // The config's schedule on this layout (one stage: the one-stage table).
   const ScheduleSpec schedule = PlannedSchedule(config, l.mesh);
   const std::vector<PendingWeights> pending_w = PendingWeightChunks(schedule);
-  const double edp = l.mesh.edp;
   const std::vector<StageLayers> stages =
       Stages(s, schedule, PlannedStageLayers(config, s, schedule));
+  const MemoryInputs in{s, l, schedule, RankTokens(train, l.mesh), bytes};
   MemoryEstimate most;
   for (int r = 0; r < l.mesh.pp; ++r) {
-    const StageLayers& st = stages[r];
-    const int layers = st.dense + st.moe;
-    const DeviceParameters p = StageParameters(s, st, l);
-    MemoryEstimate mem;
-    mem.weights = (p.dense + p.expert) * bytes.weight;
-    mem.grads = (p.dense + p.expert) * bytes.grad;
-    mem.optimizer = (l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp
-                                       : p.dense + p.expert) *
-                    bytes.optimizer;
-    // Micro-batches' worth of the stage's activations in flight: chunks of
-    // 1 / v of its layers each (1F1B: min(m, pp - r) micro-batches).
-    const double in_flight =
-        static_cast<double>(ChunksInFlight(schedule, r)) / schedule.virtual_stages;
-    // Per rank; sequence parallelism (tp > 1) splits a recomputed layer's input over tp.
-    const int tp = l.mesh.tp;
-    const bool full = l.recompute == Recompute::FULL,
-               selective = l.recompute == Recompute::SELECTIVE;
-    const double dense_layer = LayerActivations(s, false, tp, selective),
-                 moe_layer = LayerActivations(s, true, tp, selective);
-    const double per_token_layer = std::max(st.dense ? dense_layer : 0.0, st.moe ? moe_layer : 0.0);
-    const double stored_per_token =
-        full ? layers * s.c / tp : st.dense * dense_layer + st.moe * moe_layer;
-    mem.activations = in_flight * tokens * stored_per_token * bytes.activation;
-    if (full) mem.activations += tokens * per_token_layer * bytes.activation;
-    // B to W: the chunks waiting for their W (PendingWeightChunks; their
-    // activations live until then, so they are among those in flight) keep
-    // what their W reads besides (KeptForWeightGradients), 1 / v of the
-    // stage's layers each. Added to the activations' peak as if both peaked
-    // at once: an upper bound.
-    const double pending = static_cast<double>(pending_w[r].chunks) / schedule.virtual_stages;
-    const double dense_grads = KeptForWeightGradients(s, false, tp, l.recompute),
-                 moe_grads = KeptForWeightGradients(s, true, tp, l.recompute);
-    mem.activations +=
-        pending * tokens * (st.dense * dense_grads + st.moe * moe_grads) * bytes.activation;
-    // The embedding's W reads the lookup's gradient, (tokens, c).
-    if (st.embedding)
-      mem.activations += pending_w[r].embedding_chunk * tokens * s.c * bytes.activation;
-    // The ring's receive buffers while a layer's attention runs: a second
-    // K/V block, and in the backward a dK/dV block.
-    if (l.mesh.cp > 1) mem.activations += tokens * 2 * KeyValueWidth(s, tp) * bytes.activation;
-    if (st.head) {
-      // Each prediction depth keeps its layer's activations and its join
-      // (the two norm inputs, [e | h], the projection and the shared norm's
-      // input) for each micro-batch in flight.
-      const double depth = (s.mtp_moe ? moe_layer : dense_layer) + 6 * s.c / tp;
-      mem.activations += in_flight * tokens * s.mtp * depth * bytes.activation;
-      // Waiting for W, the head's chunk keeps each depth's layer's and
-      // eh_proj's (c) output gradients, and the logits' gradient of the
-      // main head and each depth (fp32, as the logits; in the micro-batch's
-      // slot until its W, so beside the one being computed).
-      const double head_pending = pending_w[r].head_chunk;
-      mem.activations += head_pending * tokens * s.mtp *
-                         ((s.mtp_moe ? moe_grads : dense_grads) + s.c) * bytes.activation;
-      mem.activations += head_pending * (1 + s.mtp) * tokens *
-                         static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
-      // fp32 logits of the padded vocabulary and their gradient, in place:
-      // the main head's and each depth's.
-      mem.activations += (1 + s.mtp) * tokens *
-                         static_cast<double>(PaddedVocabSize(s.model, l.mesh.tp)) / l.mesh.tp * 4;
-    }
+    MemoryEstimate mem = StateMemory(StageParameters(s, stages[r], l), l, bytes);
+    mem.activations = StageActivations(in, r, stages[r], pending_w[r]);
     if (mem.total() > most.total()) most = mem;
   }
   return most;
@@ -566,123 +760,28 @@ LayoutPrediction PredictLayout(const TrainerConfig& config, const ClusterConfig&
   const ModelShape s = ShapeOf(config.model());
   const TrainConfig& train = config.train();
   const double tokens = RankTokens(train, l.mesh), seq = train.seq_length();
-  const int world = l.mesh.world, tp = l.mesh.tp, cp = l.mesh.cp;
+  const int world = l.mesh.world;
   LayoutPrediction out;
   out.layout = l;
   out.micro_batches =
       static_cast<int>(train.global_batch_size() / (int64_t{train.micro_batch_size()} * l.mesh.dp));
   out.memory = EstimateMemory(config, l, ClusterElementBytes(cluster));
   out.schedule = PlannedSchedule(config, l.mesh);
-  const int m = out.micro_batches;
   const SharedNode node = SharedNodeFor(cluster, world);
   const double flops_rate =
       cluster.peak_tflops() * 1e12 * cluster.compute_efficiency() * node.compute_share;
-  const double memory_rate = cluster.memory_gbps() * 1e9 * node.memory_share;
-  const double act_bytes = cluster.activation_bytes();
-  const Link tp_link = LinkFor(cluster, tp);
-  const Link cp_link = LinkFor(cluster, tp * cp);
-  const Link dp_link = LinkFor(cluster, tp * cp * l.mesh.dp);
-  const Link ep_link = LinkFor(cluster, tp * l.mesh.ep);
-  const Link pp_link = LinkFor(cluster, world);
-  const double edp = l.mesh.edp;
+  const TimeInputs in{config, cluster, l, s, tokens, seq, node, flops_rate};
 
   out.stage_layers = PlannedStageLayers(config, s, out.schedule);
   const std::vector<StageLayers> stages = Stages(s, out.schedule, out.stage_layers);
-  double slowest_mb = 0, slowest_compute = 0, slowest_tp = 0, slowest_ep = 0, slowest_cp = 0,
-         slowest_bwd = 0;
+  StageTime slowest;
   for (int r = 0; r < l.mesh.pp; ++r) {
-    const StageLayers& st = stages[r];
-    const int layers = st.dense + st.moe;
-    // Time of one micro-batch on this stage.
-    const double layer_flops = st.dense * (s.attention + s.norms + s.dense_mlp) +
-                               st.moe * (s.attention + s.norms + s.active_moe_mlp);
-    // Attention: a rank's T / cp queries, load-balanced, see as many keys
-    // as the average query of the sequence.
-    double flops = 6 * tokens * layer_flops + 6.0 * layers * tokens * seq * s.attention_width;
-    // The head, and each prediction depth's layer, attention and head.
-    const int depths = st.head ? s.mtp : 0;
-    if (st.head) flops += 6 * tokens * s.vocab * s.c;
-    flops += 6 * tokens * depths *
-             (s.attention + s.norms + (s.mtp_moe ? s.active_moe_mlp : s.dense_mlp) + s.vocab * s.c +
-              seq * s.attention_width);
-    flops /= tp;
-    // MLA's down projections and latent norms run whole on every rank, as do
-    // the depths' joins.
-    flops += 6 * tokens * (layers + depths) * s.attention_whole * (1 - 1.0 / tp);
-    flops += 6 * tokens * depths * s.mtp_join;
-    const bool full = l.recompute == Recompute::FULL;
-    const double recompute_flops = full ? flops / 3 : 0;  // one more forward
-    const double compute = (flops + recompute_flops) / flops_rate;
-    // TP: per layer 2 collectives forward (+2 recomputed) and 2 backward of
-    // the (tokens, c) activation; the embedding and the loss add two, and
-    // each prediction depth its layer's four, a lookup's and a loss's.
-    const double tp_count = layers * (full ? 6 : 4) + 2 + 6 * depths;
-    const double tp_time =
-        tp_count * AllReduceSeconds(tokens * s.c * act_bytes, tp, tp_link.gbps, tp_link.latency_us);
-    // EP: dispatch and combine, forward and backward, of the k copies of each token.
-    const double ep_time = (st.moe + (s.mtp_moe ? depths : 0)) * 4 *
-                           AllToAllSeconds(tokens * s.k * s.c * act_bytes / tp, l.mesh.ep,
-                                           ep_link.gbps, ep_link.latency_us) *
-                           (1 - cluster.ep_overlap());
-    // CP: each attention's ring. The forward computes cp blocks (each 1 / cp
-    // of the rank's attention) while passing its K/V block on cp - 1 times;
-    // the backward's cp blocks (twice the work) pass K/V and dK/dV, the last
-    // only dK/dV. A transfer waits only for what its block does not hide;
-    // full recompute runs the forward's ring again.
-    double cp_time = 0;
-    if (cp > 1) {
-      const double block = SendSeconds(tokens * KeyValueWidth(s, tp) * act_bytes, cp_link);
-      const double forward_block = 2 * tokens * seq * s.attention_width / tp / cp / flops_rate;
-      const double backward_block = 2 * forward_block;
-      const double forward = (cp - 1) * std::max(0.0, block - forward_block);
-      const double backward = (cp - 1) * std::max(0.0, 2 * block - backward_block) +
-                              std::max(0.0, block - backward_block);
-      cp_time = (layers + depths) * ((full ? 2 : 1) * forward + backward);
-    }
-    const double total = compute + tp_time + ep_time + cp_time;
-    if (total > slowest_mb) {
-      slowest_mb = total;
-      slowest_compute = compute;
-      slowest_tp = tp_time;
-      slowest_ep = ep_time;
-      slowest_cp = cp_time;
-      slowest_bwd = compute * 2 / 3;
-    }
+    const StageTime stage = MicroBatchTime(in, stages[r]);
+    if (stage.total() > slowest.total()) slowest = stage;
   }
-  TimeEstimate& t = out.time;
-  t.compute_s = m * slowest_compute;
-  t.tp_s = m * slowest_tp;
-  t.ep_s = m * slowest_ep;
-  t.cp_s = m * slowest_cp;
-  // The schedule's idle fraction f of the step with equal stage times: idle
-  // = busy x f / (1 - f), busy m slots (1F1B: (pp - 1) slots).
-  const double f = l.mesh.pp > 1 ? IdealBubbleFraction(out.schedule) : 0;
-  t.bubble_s = f < 1 ? m * slowest_mb * f / (1 - f) * node.idle_in_bubble(l.mesh.pp) : 0;
-  // Each slot's activation (forward) and gradient (backward) send to the next stage.
-  if (l.mesh.pp > 1) {
-    t.pp_s = 2 * (m + l.mesh.pp - 1) * SendSeconds(tokens * s.c * act_bytes / tp, pp_link);
-  }
-  const DeviceParameters p = LargestStageParameters(s, l, stages);
-  // Gradient reduction in dp_bucket_mb buckets (dense over dp x cp, experts over edp);
-  // ZeRO-1 reduce-scatters then all-gathers the weights: the same volume.
-  auto reduce = [&](double params, int n) {
-    if (n <= 1 || params == 0) return 0.0;
-    const double bytes = params * cluster.grad_bytes();
-    const double buckets =
-        std::ceil(bytes / (config.parallel().dp_bucket_mb() * GradientReducer::kBytesPerMb));
-    return AllReduceSeconds(bytes, n, dp_link.gbps, 0) +
-           buckets * 2.0 * (n - 1) * dp_link.latency_us * 1e-6;
-  };
-  const double dp_time =
-      reduce(p.dense, DenseReplicas(l.mesh)) + reduce(p.expert, static_cast<int>(edp));
-  t.dp_s = std::max(0.0, dp_time - cluster.dp_overlap() * slowest_bwd);
-  // AdamW reads and writes weights, gradient and state of the parameters it owns.
-  const double owned =
-      l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert;
-  t.optimizer_s = 2 * owned *
-                  (cluster.weight_bytes() + cluster.grad_bytes() + cluster.optimizer_bytes()) /
-                  memory_rate;
-  t.overhead_s = cluster.step_overhead_s();
+  out.time =
+      StepTime(in, out.schedule, out.micro_batches, slowest, LargestStageParameters(s, l, stages));
+  const TimeEstimate& t = out.time;
 
   const double model_flops = TrainingFlopsPerToken(config.model(), train.seq_length()) *
                              train.global_batch_size() * seq / world;

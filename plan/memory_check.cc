@@ -132,6 +132,44 @@ absl::Status Refuse(const char* subject, const std::vector<Part>& parts, int ran
       hint);
 }
 
+// Bytes per element of each kind on a rank: fp32 master weights (+ the bf16
+// compute copy), fp32 gradients, AdamW's two fp32 moments; an export holds
+// fp32 weights alone.
+ElementBytes RankElementBytes(const TrainerConfig& config, bool training, bool on_device) {
+  // The GPU computes in bf16 unless told FP32 (AUTO is bf16 there); the CPU
+  // in fp32 unless told BF16.
+  const Precision::Value precision = config.train().precision();
+  const bool bf16 =
+      training && (precision == Precision::BF16 || (on_device && precision == Precision::AUTO));
+  return training ? ElementBytes{.weight = bf16 ? 6.0 : 4.0,
+                                 .grad = 4,
+                                 .optimizer = 8,
+                                 .activation = bf16 ? 2.0 : 4.0}
+                  : ElementBytes{.weight = 4, .grad = 4, .optimizer = 0, .activation = 0};
+}
+
+// For synthetic tokens that do not fit.
+constexpr char kDataHint[] =
+    "lower data.synthetic.num_tokens (it needs only train.steps x global_batch_size x seq_length "
+    "+ 1), or train fewer steps";
+
+// For a model that does not fit: an export needs more memory; training
+// splits what takes the most.
+std::string ModelHint(bool training, const MemoryEstimate& model) {
+  if (!training) {
+    return "tetra export builds the whole model in one process: run it where there is more "
+           "memory, or export a smaller model";
+  }
+  if (model.activations > model.weights + model.grads + model.optimizer) {
+    return "shorten train.seq_length or train.micro_batch_size, split each sequence over more "
+           "ranks (parallel.context), or split the layers over more ranks (parallel.pipeline, or "
+           "parallel.tensor with sequence_parallel)";
+  }
+  return "split the model over more ranks (parallel.tensor, parallel.pipeline; "
+         "optimizer.zero_stage 1 shards the AdamW moments over the data-parallel ranks), or use a "
+         "smaller model";
+}
+
 }  // namespace
 
 MachineMemory ReadMachineMemory(int host_ranks, bool gpu) {
@@ -165,19 +203,8 @@ absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layo
                              const MachineMemory& machine) {
   const bool training = use == MemoryUse::kTraining;
   const bool on_device = training && config.train().device() == Device::CUDA;
-  // The GPU computes in bf16 unless told FP32 (AUTO is bf16 there); the CPU
-  // in fp32 unless told BF16.
-  const Precision::Value precision = config.train().precision();
-  const bool bf16 =
-      training && (precision == Precision::BF16 || (on_device && precision == Precision::AUTO));
-  // fp32 master weights (+ the bf16 compute copy), fp32 gradients, AdamW's two fp32 moments.
-  const ElementBytes bytes =
-      training ? ElementBytes{.weight = bf16 ? 6.0 : 4.0,
-                              .grad = 4,
-                              .optimizer = 8,
-                              .activation = bf16 ? 2.0 : 4.0}
-               : ElementBytes{.weight = 4, .grad = 4, .optimizer = 0, .activation = 0};
-  MemoryEstimate model = EstimateMemory(config, layout, bytes);
+  MemoryEstimate model =
+      EstimateMemory(config, layout, RankElementBytes(config, training, on_device));
   if (!training) model.activations = 0;  // the estimate's fp32 logits included
   // Every rank generates the whole synthetic stream, int32 tokens.
   const double data = training && config.data().format() == DataConfig::SYNTHETIC
@@ -188,27 +215,7 @@ absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layo
                                          {"AdamW moments", model.optimizer},
                                          {"activations", model.activations}};
   const Part data_part = {"synthetic tokens", data};
-
-  const std::string data_hint =
-      "lower data.synthetic.num_tokens (it needs only train.steps x global_batch_size x seq_length "
-      "+ 1), or "
-      "train fewer steps";
-  std::string model_hint;
-  if (!training) {
-    model_hint =
-        "tetra export builds the whole model in one process: run it where there is more memory, or "
-        "export a smaller model";
-  } else if (model.activations > model.weights + model.grads + model.optimizer) {
-    model_hint =
-        "shorten train.seq_length or train.micro_batch_size, split each sequence over more ranks "
-        "(parallel.context), or split the layers over more ranks (parallel.pipeline, or "
-        "parallel.tensor with sequence_parallel)";
-  } else {
-    model_hint =
-        "split the model over more ranks (parallel.tensor, parallel.pipeline; optimizer.zero_stage "
-        "1 "
-        "shards the AdamW moments over the data-parallel ranks), or use a smaller model";
-  }
+  const std::string model_hint = ModelHint(training, model);
   const std::string host_has = machine.host_bytes
                                    ? absl::StrCat("this machine has ", Size(*machine.host_bytes),
                                                   " available (", machine.host_source, ")")
@@ -222,7 +229,7 @@ absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layo
           model_hint);
     }
     if (machine.host_bytes && data * ranks > *machine.host_bytes) {
-      return Refuse("the training data", {data_part}, ranks, host_has, data_hint);
+      return Refuse("the training data", {data_part}, ranks, host_has, kDataHint);
     }
     return absl::OkStatus();
   }
@@ -230,7 +237,7 @@ absl::Status CheckRankMemory(const TrainerConfig& config, const PlanLayout& layo
     std::vector<Part> parts = model_parts;
     parts.push_back(data_part);
     return Refuse("the model", parts, ranks, host_has,
-                  data > model.total() ? data_hint : model_hint);
+                  data > model.total() ? kDataHint : model_hint);
   }
   return absl::OkStatus();
 }

@@ -78,6 +78,10 @@ set_tests_properties(reference.hf_directories_match_transformers reference.hf_fa
 add_test(NAME structure.includes_point_up
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/structure/check_include_layers.py)
 set_tests_properties(structure.includes_point_up PROPERTIES LABELS unit TIMEOUT 60)
+# Every library and tool function is under 60 lines.
+add_test(NAME structure.functions_under_60_lines
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/structure/check_function_length.py)
+set_tests_properties(structure.functions_under_60_lines PROPERTIES LABELS unit TIMEOUT 60)
 # Every C++/CUDA file is formatted as .clang-format says (clang-format 14).
 add_test(NAME structure.clang_format COMMAND ${PROJECT_SOURCE_DIR}/tools/format.sh --check)
 set_tests_properties(structure.clang_format PROPERTIES LABELS unit TIMEOUT 120)

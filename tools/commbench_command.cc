@@ -205,6 +205,9 @@ float Element(int src, int dst, int64_t j) {
   return static_cast<float>((src * 31 + dst * 7 + j * 3) % 61 - 30);
 }
 
+// Starts one run of an operation.
+using CaseStart = std::function<CommHandle(const Tensor& send, const Tensor& recv)>;
+
 // One operation at one size on this rank: the inputs, what recv must hold
 // after one run, and how to start it. `bytes` and `count` are nccl-tests'
 // "size" and "count": the larger of the two buffers.
@@ -212,8 +215,85 @@ struct Case {
   int64_t bytes = 0;
   int64_t count = 0;
   std::vector<float> send, recv_init, expected;
-  std::function<CommHandle(const Tensor& send, const Tensor& recv)> start;
+  CaseStart start;
 };
+
+// Element i's sum over the n ranks' inputs.
+float SumOverRanks(int n, int64_t i) {
+  float sum = 0;
+  for (int q = 0; q < n; ++q) sum += Value(q, i);
+  return sum;
+}
+
+// The inputs of `op` on rank `me` of `n`, `c` elements per block, and what
+// recv must hold after one run.
+void FillCaseData(BenchOp op, int n, int me, int64_t c, Case* k) {
+  switch (op) {
+    case BenchOp::kAllReduce:
+      for (int64_t i = 0; i < c; ++i)
+        k->send.push_back(Value(me, i)), k->expected.push_back(SumOverRanks(n, i));
+      break;
+    case BenchOp::kReduceScatter:
+      for (int64_t i = 0; i < n * c; ++i) k->send.push_back(Value(me, i));
+      for (int64_t j = 0; j < c; ++j) k->expected.push_back(SumOverRanks(n, me * c + j));
+      break;
+    case BenchOp::kAllGather:
+      for (int64_t j = 0; j < c; ++j) k->send.push_back(Value(me, j));
+      for (int q = 0; q < n; ++q) {
+        for (int64_t j = 0; j < c; ++j) k->expected.push_back(Value(q, j));
+      }
+      break;
+    case BenchOp::kAllToAll:
+      for (int q = 0; q < n; ++q) {
+        for (int64_t j = 0; j < c; ++j)
+          k->send.push_back(Element(me, q, j)), k->expected.push_back(Element(q, me, j));
+      }
+      break;
+    case BenchOp::kBroadcast:
+      for (int64_t i = 0; i < c; ++i) k->expected.push_back(Value(0, i));
+      k->recv_init = me == 0 ? k->expected : std::vector<float>(c, 0.0f);
+      break;
+    case BenchOp::kSendRecv: {
+      // A ring: each rank sends to the next and receives from the previous.
+      const int next = (me + 1) % n, prev = (me + n - 1) % n;
+      for (int64_t j = 0; j < c; ++j)
+        k->send.push_back(Element(me, next, j)), k->expected.push_back(Element(prev, me, j));
+      break;
+    }
+  }
+  if (k->recv_init.empty()) k->recv_init.assign(k->expected.size(), 0.0f);
+}
+
+// How one run of `op` on `comm` starts.
+CaseStart StartOf(BenchOp op, Communicator& comm) {
+  switch (op) {
+    case BenchOp::kAllReduce:
+      return [&comm](const Tensor& s, const Tensor& r) {
+        return comm.AllReduceAsync(s, r, ReduceOp::kSum);
+      };
+    case BenchOp::kReduceScatter:
+      return [&comm](const Tensor& s, const Tensor& r) {
+        return comm.ReduceScatterAsync(s, r, ReduceOp::kSum);
+      };
+    case BenchOp::kAllGather:
+      return [&comm](const Tensor& s, const Tensor& r) { return comm.AllGatherAsync(s, r); };
+    case BenchOp::kAllToAll:
+      return [&comm](const Tensor& s, const Tensor& r) { return comm.AllToAllAsync(s, r); };
+    case BenchOp::kBroadcast:
+      return [&comm](const Tensor&, const Tensor& r) { return comm.BroadcastAsync(r, 0); };
+    case BenchOp::kSendRecv: {
+      // The ring of FillCaseData, as one grouped exchange: ungrouped, NCCL
+      // refuses it at world size 1 (a send to oneself) and deadlocks it from
+      // 2 up (every rank waits in its receive).
+      const int n = comm.size(), me = comm.rank();
+      const int next = (me + 1) % n, prev = (me + n - 1) % n;
+      return [&comm, next, prev](const Tensor& s, const Tensor& r) {
+        return comm.SendRecvAsync(s, next, r, prev);
+      };
+    }
+  }
+  return nullptr;
+}
 
 // Null when `bytes` is too small for one element per block.
 std::optional<Case> MakeCase(BenchOp op, Communicator& comm, int64_t bytes) {
@@ -225,60 +305,8 @@ std::optional<Case> MakeCase(BenchOp op, Communicator& comm, int64_t bytes) {
   Case k;
   k.count = c * (blocked ? n : 1);
   k.bytes = k.count * static_cast<int64_t>(sizeof(float));
-  auto sum_over_ranks = [n](int64_t i) {
-    float sum = 0;
-    for (int q = 0; q < n; ++q) sum += Value(q, i);
-    return sum;
-  };
-  switch (op) {
-    case BenchOp::kAllReduce:
-      for (int64_t i = 0; i < c; ++i)
-        k.send.push_back(Value(me, i)), k.expected.push_back(sum_over_ranks(i));
-      k.start = [&comm](const Tensor& s, const Tensor& r) {
-        return comm.AllReduceAsync(s, r, ReduceOp::kSum);
-      };
-      break;
-    case BenchOp::kReduceScatter:
-      for (int64_t i = 0; i < n * c; ++i) k.send.push_back(Value(me, i));
-      for (int64_t j = 0; j < c; ++j) k.expected.push_back(sum_over_ranks(me * c + j));
-      k.start = [&comm](const Tensor& s, const Tensor& r) {
-        return comm.ReduceScatterAsync(s, r, ReduceOp::kSum);
-      };
-      break;
-    case BenchOp::kAllGather:
-      for (int64_t j = 0; j < c; ++j) k.send.push_back(Value(me, j));
-      for (int q = 0; q < n; ++q) {
-        for (int64_t j = 0; j < c; ++j) k.expected.push_back(Value(q, j));
-      }
-      k.start = [&comm](const Tensor& s, const Tensor& r) { return comm.AllGatherAsync(s, r); };
-      break;
-    case BenchOp::kAllToAll:
-      for (int q = 0; q < n; ++q) {
-        for (int64_t j = 0; j < c; ++j)
-          k.send.push_back(Element(me, q, j)), k.expected.push_back(Element(q, me, j));
-      }
-      k.start = [&comm](const Tensor& s, const Tensor& r) { return comm.AllToAllAsync(s, r); };
-      break;
-    case BenchOp::kBroadcast:
-      for (int64_t i = 0; i < c; ++i) k.expected.push_back(Value(0, i));
-      k.recv_init = me == 0 ? k.expected : std::vector<float>(c, 0.0f);
-      k.start = [&comm](const Tensor&, const Tensor& r) { return comm.BroadcastAsync(r, 0); };
-      break;
-    case BenchOp::kSendRecv: {
-      // A ring: each rank sends to the next and receives from the previous.
-      const int next = (me + 1) % n, prev = (me + n - 1) % n;
-      for (int64_t j = 0; j < c; ++j)
-        k.send.push_back(Element(me, next, j)), k.expected.push_back(Element(prev, me, j));
-      // One grouped exchange: ungrouped, NCCL refuses it at world size 1
-      // (a send to oneself) and deadlocks it from 2 up (every rank waits in
-      // its receive).
-      k.start = [&comm, next, prev](const Tensor& s, const Tensor& r) {
-        return comm.SendRecvAsync(s, next, r, prev);
-      };
-      break;
-    }
-  }
-  if (k.recv_init.empty()) k.recv_init.assign(k.expected.size(), 0.0f);
+  FillCaseData(op, n, me, c, &k);
+  k.start = StartOf(op, comm);
   return k;
 }
 

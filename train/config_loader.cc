@@ -1,6 +1,7 @@
 #include "train/config_loader.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -197,72 +198,95 @@ std::string DefaultText(const FieldDescriptor* field) {
   return "VALUE";
 }
 
+// Reflection's SetX for a singular field, AddX for a repeated one.
+template <typename Setter, typename T>
+void Store(Message* message, const FieldDescriptor* field, Setter set, Setter add, T value) {
+  const Reflection* reflection = message->GetReflection();
+  (reflection->*(field->is_repeated() ? add : set))(message, field, value);
+}
+
+// Parses `text` as `field`'s numeric type and stores it; what the type
+// expects ("a 32-bit integer") when `text` is not one.
+std::optional<std::string> StoreNumber(Message* message, const FieldDescriptor* field,
+                                       const std::string& text) {
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32: {
+      int32_t v;
+      if (!absl::SimpleAtoi(text, &v)) return "a 32-bit integer";
+      Store(message, field, &Reflection::SetInt32, &Reflection::AddInt32, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_INT64: {
+      int64_t v;
+      if (!absl::SimpleAtoi(text, &v)) return "a 64-bit integer";
+      Store(message, field, &Reflection::SetInt64, &Reflection::AddInt64, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_UINT32: {
+      uint32_t v;
+      if (!absl::SimpleAtoi(text, &v)) return "an unsigned 32-bit integer";
+      Store(message, field, &Reflection::SetUInt32, &Reflection::AddUInt32, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t v;
+      if (!absl::SimpleAtoi(text, &v)) return "an unsigned 64-bit integer";
+      Store(message, field, &Reflection::SetUInt64, &Reflection::AddUInt64, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE: {
+      double v;
+      if (!absl::SimpleAtod(text, &v)) return "a number";
+      Store(message, field, &Reflection::SetDouble, &Reflection::AddDouble, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      float v;
+      if (!absl::SimpleAtof(text, &v)) return "a number";
+      Store(message, field, &Reflection::SetFloat, &Reflection::AddFloat, v);
+      break;
+    }
+    default:
+      break;
+  }
+  return std::nullopt;
+}
+
 // Parses `value` as `field`'s type and sets it, or appends it to a repeated field.
 absl::Status SetScalar(Message* message, const FieldDescriptor* field, const std::string& value,
                        const std::string& path) {
-  const Reflection* reflection = message->GetReflection();
   auto bad = [&](const std::string& expected) {
     return UserError(
         absl::StrCat("--set ", path, ": ", UserText(value), " is not ", expected),
         absl::StrCat("write ", expected, ", e.g. --set ", path, "=", DefaultText(field)));
   };
-  // Reflection's SetX for a singular field, AddX for a repeated one.
-  auto store = [&](auto set, auto add, auto v) {
-    (reflection->*(field->is_repeated() ? add : set))(message, field, v);
-  };
   const std::string& text = value;
   switch (field->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: {
-      int32_t v;
-      if (!absl::SimpleAtoi(text, &v)) return bad("a 32-bit integer");
-      store(&Reflection::SetInt32, &Reflection::AddInt32, v);
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64:
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64:
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      if (const std::optional<std::string> expected = StoreNumber(message, field, text)) {
+        return bad(*expected);
+      }
       break;
-    }
-    case FieldDescriptor::CPPTYPE_INT64: {
-      int64_t v;
-      if (!absl::SimpleAtoi(text, &v)) return bad("a 64-bit integer");
-      store(&Reflection::SetInt64, &Reflection::AddInt64, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_UINT32: {
-      uint32_t v;
-      if (!absl::SimpleAtoi(text, &v)) return bad("an unsigned 32-bit integer");
-      store(&Reflection::SetUInt32, &Reflection::AddUInt32, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_UINT64: {
-      uint64_t v;
-      if (!absl::SimpleAtoi(text, &v)) return bad("an unsigned 64-bit integer");
-      store(&Reflection::SetUInt64, &Reflection::AddUInt64, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_DOUBLE: {
-      double v;
-      if (!absl::SimpleAtod(text, &v)) return bad("a number");
-      store(&Reflection::SetDouble, &Reflection::AddDouble, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_FLOAT: {
-      float v;
-      if (!absl::SimpleAtof(text, &v)) return bad("a number");
-      store(&Reflection::SetFloat, &Reflection::AddFloat, v);
-      break;
-    }
     case FieldDescriptor::CPPTYPE_BOOL: {
       bool v;
       if (!absl::SimpleAtob(text, &v)) return bad("true or false");
-      store(&Reflection::SetBool, &Reflection::AddBool, v);
+      Store(message, field, &Reflection::SetBool, &Reflection::AddBool, v);
       break;
     }
     case FieldDescriptor::CPPTYPE_STRING:
-      store(&Reflection::SetString, &Reflection::AddString, text);
+      Store(message, field, &Reflection::SetString, &Reflection::AddString, text);
       break;
     case FieldDescriptor::CPPTYPE_ENUM: {
       const auto* enum_value = field->enum_type()->FindValueByName(text);
       if (enum_value == nullptr) {
         return bad(absl::StrCat("one of ", EnumNames(field->enum_type())));
       }
-      store(&Reflection::SetEnum, &Reflection::AddEnum, enum_value);
+      Store(message, field, &Reflection::SetEnum, &Reflection::AddEnum, enum_value);
       break;
     }
     case FieldDescriptor::CPPTYPE_MESSAGE: {

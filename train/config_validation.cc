@@ -55,11 +55,8 @@ absl::Status CheckNumber(const std::string& field, double value, bool zero_ok,
       absl::StrCat("set ", field, ", e.g. to ", example));
 }
 
-// DeepSeek-V3's mixture-of-experts fields, whenever model.moe is present: no
-// count negative and every number finite; with routed experts
-// (n_routed_experts > 0) the router must have its k experts to choose from.
-absl::Status ValidateMoe(const ModelConfig& m) {
-  const MoeConfig& moe = m.moe();
+// model.moe's counts and numbers: no count negative and every number finite.
+absl::Status ValidateMoeNumbers(const MoeConfig& moe) {
   for (const auto& [name, count] :
        {std::pair{"n_routed_experts", moe.n_routed_experts()},
         std::pair{"num_experts_per_tok", moe.num_experts_per_tok()},
@@ -82,6 +79,13 @@ absl::Status ValidateMoe(const ModelConfig& m) {
       CheckNumber("model.moe.capacity_factor", moe.capacity_factor(), true, "0 (dropless)"));
   RETURN_IF_ERROR(
       CheckNumber("model.moe.router_aux_loss_coef", moe.router_aux_loss_coef(), true, "0.001"));
+  return absl::OkStatus();
+}
+
+// The router's kind, its balance loss, and the layers and groups it routes
+// over.
+absl::Status ValidateMoeRouter(const ModelConfig& m) {
+  const MoeConfig& moe = m.moe();
   if (moe.scoring_func() != "sigmoid" && moe.scoring_func() != "softmax") {
     return Invalid(absl::StrCat("model.moe.scoring_func is ", UserText(moe.scoring_func())),
                    "use \"sigmoid\" (DeepSeek-V3) or \"softmax\"");
@@ -103,8 +107,12 @@ absl::Status ValidateMoe(const ModelConfig& m) {
                                 " exceeds model.moe.n_group ", moe.n_group()),
                    "set topk_group to at most n_group");
   }
+  return absl::OkStatus();
+}
+
+// With routed experts, the router must have its k experts to choose from.
+absl::Status ValidateRoutedExperts(const MoeConfig& moe) {
   const int experts = moe.n_routed_experts(), k = moe.num_experts_per_tok();
-  if (experts == 0) return absl::OkStatus();  // a dense model: nothing is routed
   RETURN_IF_ERROR(CheckNumber("model.moe.num_experts_per_tok", k, false, "8"));
   RETURN_IF_ERROR(
       CheckNumber("model.moe.moe_intermediate_size", moe.moe_intermediate_size(), false, "2048"));
@@ -134,6 +142,16 @@ absl::Status ValidateMoe(const ModelConfig& m) {
         "use 0 for dropless routing, or a factor such as 1.25");
   }
   return absl::OkStatus();
+}
+
+// DeepSeek-V3's mixture-of-experts fields, whenever model.moe is present: no
+// count negative and every number finite; with routed experts
+// (n_routed_experts > 0) the router must have its k experts to choose from.
+absl::Status ValidateMoe(const ModelConfig& m) {
+  RETURN_IF_ERROR(ValidateMoeNumbers(m.moe()));
+  RETURN_IF_ERROR(ValidateMoeRouter(m));
+  if (m.moe().n_routed_experts() == 0) return absl::OkStatus();  // a dense model: nothing is routed
+  return ValidateRoutedExperts(m.moe());
 }
 
 // YaRN's settings, and the context they stretch: factor x
@@ -232,20 +250,9 @@ absl::Status ValidateMla(const ModelConfig& m) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateModel(const ModelConfig& m) {
-  RETURN_IF_ERROR(CheckNumber("model.vocab_size", m.vocab_size(), false, "32000"));
-  RETURN_IF_ERROR(CheckNumber("model.hidden_size", m.hidden_size(), false, "512"));
-  RETURN_IF_ERROR(CheckNumber("model.num_hidden_layers", m.num_hidden_layers(), false, "8"));
-  RETURN_IF_ERROR(CheckNumber("model.num_attention_heads", m.num_attention_heads(), false, "8"));
-  RETURN_IF_ERROR(CheckNumber("model.intermediate_size", m.intermediate_size(), false, "1536"));
-  RETURN_IF_ERROR(CheckNumber("model.rope_theta", m.rope_theta(), false, "10000"));
-  RETURN_IF_ERROR(CheckNumber("model.rms_norm_eps", m.rms_norm_eps(), false, "1e-5"));
-  RETURN_IF_ERROR(CheckNumber("model.initializer_range", m.initializer_range(), false, "0.02"));
-  RETURN_IF_ERROR(CheckNumber("model.make_vocab_size_divisible_by",
-                              m.make_vocab_size_divisible_by(), false,
-                              "128 (1: no padding beyond a multiple of parallel.tensor)"));
-  RETURN_IF_ERROR(ValidateMla(m));
-  // Llama attention's head dim and key-value heads (MLA has its own).
+// Llama attention's head dim and key-value heads (MLA has its own), and
+// the sliding window.
+absl::Status ValidateAttentionHeads(const ModelConfig& m) {
   if (m.head_dim() < 0) {
     return Invalid(
         absl::StrCat("model.head_dim is ", m.head_dim(), " but must be >= 0"),
@@ -280,12 +287,11 @@ absl::Status ValidateModel(const ModelConfig& m) {
                                 " must divide model.num_attention_heads ", m.num_attention_heads()),
                    "use a divisor of num_attention_heads, or 0 for one KV head per attention head");
   }
-  RETURN_IF_ERROR(ValidateRopeScaling(m));
-  if (m.max_position_embeddings() < 0) {
-    return Invalid(absl::StrCat("model.max_position_embeddings is ", m.max_position_embeddings(),
-                                " but must be >= 0"),
-                   "give the longest sequence the model is made for, or 0 for train.seq_length");
-  }
+  return absl::OkStatus();
+}
+
+// bos_token_id and eos_token_id: ids of the vocabulary (bos -1: none).
+absl::Status ValidateTokenIds(const ModelConfig& m) {
   if (m.bos_token_id() < -1 || m.bos_token_id() >= m.vocab_size()) {
     return Invalid(absl::StrCat("model.bos_token_id ", m.bos_token_id(),
                                 " is outside [0, vocab_size ", m.vocab_size(), ")"),
@@ -298,13 +304,12 @@ absl::Status ValidateModel(const ModelConfig& m) {
                      "give token ids of the vocabulary");
     }
   }
-  if (m.has_moe()) RETURN_IF_ERROR(ValidateMoe(m));
-  if (m.num_nextn_predict_layers() < 0 || m.num_nextn_predict_layers() > kMaxPredictionDepths) {
-    return Invalid(absl::StrCat("model.num_nextn_predict_layers is ", m.num_nextn_predict_layers(),
-                                " but must be in [0, ", kMaxPredictionDepths, "]"),
-                   "use 0 (no multi-token prediction) or a few depths (DeepSeek-V3: 1)");
-  }
-  // The planner's count (the embedding and the LM head both counted).
+  return absl::OkStatus();
+}
+
+// The planner's count (the embedding and the LM head both counted) must stay
+// countable.
+absl::Status ValidateParameterCount(const ModelConfig& m) {
   const DeviceParameters whole = ParametersPerDevice(m, PlanLayout{});
   if (whole.dense + whole.expert > kMaxParameters) {
     return Invalid(
@@ -316,6 +321,36 @@ absl::Status ValidateModel(const ModelConfig& m) {
         "check the model sizes (DeepSeek-V3 has 6.7e11 parameters)");
   }
   return absl::OkStatus();
+}
+
+absl::Status ValidateModel(const ModelConfig& m) {
+  RETURN_IF_ERROR(CheckNumber("model.vocab_size", m.vocab_size(), false, "32000"));
+  RETURN_IF_ERROR(CheckNumber("model.hidden_size", m.hidden_size(), false, "512"));
+  RETURN_IF_ERROR(CheckNumber("model.num_hidden_layers", m.num_hidden_layers(), false, "8"));
+  RETURN_IF_ERROR(CheckNumber("model.num_attention_heads", m.num_attention_heads(), false, "8"));
+  RETURN_IF_ERROR(CheckNumber("model.intermediate_size", m.intermediate_size(), false, "1536"));
+  RETURN_IF_ERROR(CheckNumber("model.rope_theta", m.rope_theta(), false, "10000"));
+  RETURN_IF_ERROR(CheckNumber("model.rms_norm_eps", m.rms_norm_eps(), false, "1e-5"));
+  RETURN_IF_ERROR(CheckNumber("model.initializer_range", m.initializer_range(), false, "0.02"));
+  RETURN_IF_ERROR(CheckNumber("model.make_vocab_size_divisible_by",
+                              m.make_vocab_size_divisible_by(), false,
+                              "128 (1: no padding beyond a multiple of parallel.tensor)"));
+  RETURN_IF_ERROR(ValidateMla(m));
+  RETURN_IF_ERROR(ValidateAttentionHeads(m));
+  RETURN_IF_ERROR(ValidateRopeScaling(m));
+  if (m.max_position_embeddings() < 0) {
+    return Invalid(absl::StrCat("model.max_position_embeddings is ", m.max_position_embeddings(),
+                                " but must be >= 0"),
+                   "give the longest sequence the model is made for, or 0 for train.seq_length");
+  }
+  RETURN_IF_ERROR(ValidateTokenIds(m));
+  if (m.has_moe()) RETURN_IF_ERROR(ValidateMoe(m));
+  if (m.num_nextn_predict_layers() < 0 || m.num_nextn_predict_layers() > kMaxPredictionDepths) {
+    return Invalid(absl::StrCat("model.num_nextn_predict_layers is ", m.num_nextn_predict_layers(),
+                                " but must be in [0, ", kMaxPredictionDepths, "]"),
+                   "use 0 (no multi-token prediction) or a few depths (DeepSeek-V3: 1)");
+  }
+  return ValidateParameterCount(m);
 }
 
 // The sample shape: what the layout planner reads of train.

@@ -283,6 +283,56 @@ void ForwardTile(const Layout& l, const float* q, const float* k, const float* v
   }
 }
 
+// dS^T = P^T * (dP^T - rowsum(dout * out)) * scale, with dP^T = v[keys] dout_tile^T:
+// the scores' gradients of a tile, (keys, rows) with row stride kTileRows.
+void ScoreGradients(const Layout& l, const float* probs, const float* v_head, const float* dout_t,
+                    const float* dout_dot_out, int64_t keys, int64_t rows, float* grad_scores) {
+  RunGemm({.m = keys,
+           .n = rows,
+           .depth = l.value_dim,
+           .a = v_head,
+           .a_row = l.v_row,
+           .a_col = 1,
+           .b = dout_t,
+           .ldb = kTileRows,
+           .c = grad_scores,
+           .ldc = kTileRows,
+           .accumulate = false});
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* p_row = probs + j * kTileRows;
+    float* row = grad_scores + j * kTileRows;
+    for (int64_t i = 0; i < rows; ++i) row[i] = p_row[i] * (row[i] - dout_dot_out[i]) * l.scale;
+  }
+}
+
+// dq_tile = dS k[keys]; dk[keys] += dS^T q_tile (= with `first`).
+void QueryKeyGradients(const Layout& l, const float* grad_scores, const float* k_head,
+                       const float* q_tile, int64_t keys, int64_t rows, bool first, float* dq_tile,
+                       float* dk_head) {
+  RunGemm({.m = rows,
+           .n = l.dim,
+           .depth = keys,
+           .a = grad_scores,
+           .a_row = 1,
+           .a_col = kTileRows,
+           .b = k_head,
+           .ldb = l.k_row,
+           .c = dq_tile,
+           .ldc = l.q_row,
+           .accumulate = false});
+  RunGemm({.m = keys,
+           .n = l.dim,
+           .depth = rows,
+           .a = grad_scores,
+           .a_row = kTileRows,
+           .a_col = 1,
+           .b = q_tile,
+           .ldb = l.q_row,
+           .c = dk_head,
+           .ldc = l.k_row,
+           .accumulate = !first});
+}
+
 // Writes the rows of dq of query tile `tile` of head h and adds the tile's
 // share to dk and dv of its kv head; with `first` it overwrites dk and dv
 // instead, which covers them all only for a tile that sees every key (the
@@ -296,16 +346,12 @@ void BackwardTile(const Layout& l, const float* dout, const float* q, const floa
   const int64_t keys = l.TileKeys(t0, rows);
   const int64_t g = h / l.group;
   float* probs = scratch.scores;
-  float* grad_scores = scratch.grad_scores;
   float* row_lse = scratch.row_stat;
   float* dout_dot_out = scratch.row_sum;
   const float* q_tile = q + l.QOffset(b, t0, h);
   const float* dout_tile = dout + l.OutOffset(b, t0, h);
   const float* out_tile = out + l.OutOffset(b, t0, h);
   const float* k_head = k + l.KOffset(b, 0, g);
-  const float* v_head = v + l.VOffset(b, 0, g);
-  float* dk_head = dk + l.KOffset(b, 0, g);
-  float* dv_head = dv + l.VOffset(b, 0, g);
 
   PackTransposed(q_tile, l.q_row, rows, l.dim, scratch.q_t);
   PackTransposed(dout_tile, l.out_row, rows, l.value_dim, scratch.dout_t);
@@ -329,49 +375,13 @@ void BackwardTile(const Layout& l, const float* dout, const float* q, const floa
            .a_col = 1,
            .b = dout_tile,
            .ldb = l.out_row,
-           .c = dv_head,
+           .c = dv + l.VOffset(b, 0, g),
            .ldc = l.v_row,
            .accumulate = !first});
-  // dP^T = v[keys] dout_tile^T, then dS^T = P^T * (dP^T - rowsum(dout * out)) * scale.
-  RunGemm({.m = keys,
-           .n = rows,
-           .depth = l.value_dim,
-           .a = v_head,
-           .a_row = l.v_row,
-           .a_col = 1,
-           .b = scratch.dout_t,
-           .ldb = kTileRows,
-           .c = grad_scores,
-           .ldc = kTileRows,
-           .accumulate = false});
-  for (int64_t j = 0; j < keys; ++j) {
-    const float* p_row = probs + j * kTileRows;
-    float* row = grad_scores + j * kTileRows;
-    for (int64_t i = 0; i < rows; ++i) row[i] = p_row[i] * (row[i] - dout_dot_out[i]) * l.scale;
-  }
-  // dq_tile = dS k[keys]; dk[keys] += dS^T q_tile.
-  RunGemm({.m = rows,
-           .n = l.dim,
-           .depth = keys,
-           .a = grad_scores,
-           .a_row = 1,
-           .a_col = kTileRows,
-           .b = k_head,
-           .ldb = l.k_row,
-           .c = dq + l.QOffset(b, t0, h),
-           .ldc = l.q_row,
-           .accumulate = false});
-  RunGemm({.m = keys,
-           .n = l.dim,
-           .depth = rows,
-           .a = grad_scores,
-           .a_row = kTileRows,
-           .a_col = 1,
-           .b = q_tile,
-           .ldb = l.q_row,
-           .c = dk_head,
-           .ldc = l.k_row,
-           .accumulate = !first});
+  ScoreGradients(l, probs, v + l.VOffset(b, 0, g), scratch.dout_t, dout_dot_out, keys, rows,
+                 scratch.grad_scores);
+  QueryKeyGradients(l, scratch.grad_scores, k_head, q_tile, keys, rows, first,
+                    dq + l.QOffset(b, t0, h), dk + l.KOffset(b, 0, g));
 }
 
 void CheckShape(const AttentionShape& s) {

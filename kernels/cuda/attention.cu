@@ -80,6 +80,56 @@ __device__ __forceinline__ void RowDots(const float* rows, const float* x, int64
   }
 }
 
+// acc[i] += sum_j w_ij X_j over the tile's rows j of x_s (`ld` apart, `width`
+// wide), lane j holding w_ij for every row i of the warp; each lane adds the
+// dims lane + 32 c, and each X element read serves every row.
+__device__ __forceinline__ void AccumulateTile(const float (&w)[kRowsPerWarp], const float* x_s,
+                                               int ld, int64_t width, int lane,
+                                               float (&acc)[kRowsPerWarp][kDimChunks]) {
+  for (int j = 0; j < kTile; ++j) {
+    float wj[kRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) wj[i] = __shfl_sync(0xffffffffu, w[i], j);
+#pragma unroll
+    for (int c = 0; c < kDimChunks; ++c) {
+      const int col = lane + 32 * c;
+      if (col >= width) continue;
+      const float xj = x_s[j * ld + col];
+#pragma unroll
+      for (int i = 0; i < kRowsPerWarp; ++i) acc[i][c] += wj[i] * xj;
+    }
+  }
+}
+
+__device__ __forceinline__ void ZeroRows(float (&acc)[kRowsPerWarp][kDimChunks]) {
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+#pragma unroll
+    for (int c = 0; c < kDimChunks; ++c) acc[i][c] = 0.0f;
+  }
+}
+
+// Writes the warp's rows r0 + i (those below len) of head h, batch b of x
+// (B, len, heads, width): acc[i], divided by divisor[i] unless it is null;
+// each lane writes its dims.
+template <typename T>
+__device__ __forceinline__ void StoreRows(const float (&acc)[kRowsPerWarp][kDimChunks],
+                                          const float* divisor, T* x, int64_t len, int64_t heads,
+                                          int64_t width, int64_t b, int64_t h, int64_t r0,
+                                          int lane) {
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int64_t t = r0 + i;
+    if (t >= len) continue;
+    T* row = x + ((b * len + t) * heads + h) * width;
+#pragma unroll
+    for (int c = 0; c < kDimChunks; ++c) {
+      const int col = lane + 32 * c;
+      if (col < width) row[col] = FromFloat<T>(divisor ? acc[i][c] / divisor[i] : acc[i][c]);
+    }
+  }
+}
+
 template <typename T>
 __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, T* out,
                               float* lse) {
@@ -98,9 +148,8 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
   for (int i = 0; i < kRowsPerWarp; ++i) {
     m[i] = -INFINITY;
     l[i] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kDimChunks; ++c) acc[i][c] = 0.0f;
   }
+  ZeroRows(acc);
   const int64_t key_end = KeyEnd(d, t0, kBlockRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();  // the previous tile is consumed (and q_s is loaded)
@@ -127,32 +176,41 @@ __global__ void ForwardKernel(const Dims d, const T* q, const T* k, const T* v, 
 #pragma unroll
       for (int c = 0; c < kDimChunks; ++c) acc[i][c] *= correction;
     }
-    // acc[i] += sum_j p_ij V_j; each V element read serves every row.
-    for (int j = 0; j < kTile; ++j) {
-      float pj[kRowsPerWarp];
-#pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) pj[i] = __shfl_sync(0xffffffffu, p[i], j);
-#pragma unroll
-      for (int c = 0; c < kDimChunks; ++c) {
-        const int col = lane + 32 * c;
-        if (col >= d.vdim) continue;
-        const float vj = v_s[j * d.vdim + col];
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) acc[i][c] += pj[i] * vj;
-      }
-    }
+    AccumulateTile(p, v_s, d.vdim, d.vdim, lane, acc);  // acc[i] += sum_j p_ij V_j
   }
+  const int64_t r0 = t0 + warp * kRowsPerWarp;
+  StoreRows(acc, l, out, d.seq, d.q_heads, d.vdim, b, h, r0, lane);
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int64_t t = t0 + warp * kRowsPerWarp + i;
+    if (lane == 0 && r0 + i < d.seq) lse[(b * d.q_heads + h) * d.seq + r0 + i] = m[i] + logf(l[i]);
+  }
+}
+
+// The lse and delta_i = dO_i . O_i of the warp's query rows (0 past seq),
+// delta also written to `delta` for the dK/dV kernel; do_s holds the
+// block's dO rows.
+template <typename T>
+__device__ void RowStats(const Dims& d, const float* do_s, const T* out, const float* lse,
+                         int64_t b, int64_t h, int64_t t0, int warp, int lane,
+                         float (&row_lse)[kRowsPerWarp], float (&row_delta)[kRowsPerWarp],
+                         float* delta) {
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int r = warp * kRowsPerWarp + i;
+    const int64_t t = t0 + r;
+    row_lse[i] = 0.0f;
+    row_delta[i] = 0.0f;
     if (t >= d.seq) continue;
-    T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.vdim;
+    const T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.vdim;
+    float partial = 0.0f;
 #pragma unroll
     for (int c = 0; c < kDimChunks; ++c) {
       const int col = lane + 32 * c;
-      if (col < d.vdim) o[col] = FromFloat<T>(acc[i][c] / l[i]);
+      if (col < d.vdim) partial += do_s[r * d.vdim + col] * ToFloat(o[col]);
     }
-    if (lane == 0) lse[(b * d.q_heads + h) * d.seq + t] = m[i] + logf(l[i]);
+    row_delta[i] = WarpSum(partial);
+    row_lse[i] = lse[(b * d.q_heads + h) * d.seq + t];
+    if (lane == 0) delta[(b * d.q_heads + h) * d.seq + t] = row_delta[i];
   }
 }
 
@@ -175,26 +233,8 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
   __syncthreads();
 
   float row_lse[kRowsPerWarp], row_delta[kRowsPerWarp], acc[kRowsPerWarp][kDimChunks];
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int r = warp * kRowsPerWarp + i;
-    const int64_t t = t0 + r;
-#pragma unroll
-    for (int c = 0; c < kDimChunks; ++c) acc[i][c] = 0.0f;
-    row_lse[i] = 0.0f;
-    row_delta[i] = 0.0f;
-    if (t >= d.seq) continue;
-    const T* o = out + ((b * d.seq + t) * d.q_heads + h) * d.vdim;
-    float partial = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kDimChunks; ++c) {
-      const int col = lane + 32 * c;
-      if (col < d.vdim) partial += do_s[r * d.vdim + col] * ToFloat(o[col]);
-    }
-    row_delta[i] = WarpSum(partial);
-    row_lse[i] = lse[(b * d.q_heads + h) * d.seq + t];
-    if (lane == 0) delta[(b * d.q_heads + h) * d.seq + t] = row_delta[i];
-  }
+  ZeroRows(acc);
+  RowStats(d, do_s, out, lse, b, h, t0, warp, lane, row_lse, row_delta, delta);
   const int64_t key_end = KeyEnd(d, t0, kBlockRows);
   for (int64_t k0 = 0; k0 < key_end; k0 += kTile) {
     __syncthreads();
@@ -215,32 +255,9 @@ __global__ void QueryGradKernel(const Dims d, const T* dout, const T* q, const T
         ds[i] = p * (dp[i] - row_delta[i]) * d.scale;
       }
     }
-    // acc[i] += sum_j dS_ij K_j; each K element read serves every row.
-    for (int j = 0; j < kTile; ++j) {
-      float dsj[kRowsPerWarp];
-#pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) dsj[i] = __shfl_sync(0xffffffffu, ds[i], j);
-#pragma unroll
-      for (int c = 0; c < kDimChunks; ++c) {
-        const int col = lane + 32 * c;
-        if (col >= d.dim) continue;
-        const float kj = k_s[j * ldk + col];
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) acc[i][c] += dsj[i] * kj;
-      }
-    }
+    AccumulateTile(ds, k_s, ldk, d.dim, lane, acc);  // acc[i] += sum_j dS_ij K_j
   }
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int64_t t = t0 + warp * kRowsPerWarp + i;
-    if (t >= d.seq) continue;
-    T* o = dq + ((b * d.seq + t) * d.q_heads + h) * d.dim;
-#pragma unroll
-    for (int c = 0; c < kDimChunks; ++c) {
-      const int col = lane + 32 * c;
-      if (col < d.dim) o[col] = FromFloat<T>(acc[i][c]);
-    }
-  }
+  StoreRows(acc, nullptr, dq, d.seq, d.q_heads, d.dim, b, h, t0 + warp * kRowsPerWarp, lane);
 }
 
 // dV_s = sum_i P_is dO_i and dK_s = scale * sum_i dS_is Q_i over the queries
@@ -263,11 +280,8 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
   LoadRows(v, d.keys, d.kv_heads, d.vdim, b, hkv, s0, kBlockRows, v_s, d.vdim);
 
   float dk_acc[kRowsPerWarp][kDimChunks], dv_acc[kRowsPerWarp][kDimChunks];
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-#pragma unroll
-    for (int c = 0; c < kDimChunks; ++c) dk_acc[i][c] = dv_acc[i][c] = 0.0f;
-  }
+  ZeroRows(dk_acc);
+  ZeroRows(dv_acc);
   for (int64_t h = hkv * group; h < (hkv + 1) * group; ++h) {
     // Causal: queries before the tile holding query s0 see none of these keys.
     for (int64_t q0 = d.causal ? s0 / kTile * kTile : 0; q0 < d.seq; q0 += kTile) {
@@ -294,44 +308,13 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
           ds[i] = p[i] * (dp[i] - delta_s[lane]) * d.scale;
         }
       }
-      // dV_s += sum_j P_js dO_j, dK_s += sum_j dS_js Q_j; each dO and Q element
-      // read serves every key of the warp.
-      for (int j = 0; j < kTile; ++j) {
-        float pj[kRowsPerWarp], dsj[kRowsPerWarp];
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) {
-          pj[i] = __shfl_sync(0xffffffffu, p[i], j);
-          dsj[i] = __shfl_sync(0xffffffffu, ds[i], j);
-        }
-#pragma unroll
-        for (int c = 0; c < kDimChunks; ++c) {
-          const int col = lane + 32 * c;
-          if (col < d.vdim) {
-            const float doj = do_s[j * ldo + col];
-#pragma unroll
-            for (int i = 0; i < kRowsPerWarp; ++i) dv_acc[i][c] += pj[i] * doj;
-          }
-          if (col < d.dim) {
-            const float qj = q_s[j * ldq + col];
-#pragma unroll
-            for (int i = 0; i < kRowsPerWarp; ++i) dk_acc[i][c] += dsj[i] * qj;
-          }
-        }
-      }
+      AccumulateTile(p, do_s, ldo, d.vdim, lane, dv_acc);  // dV_s += sum_j P_js dO_j
+      AccumulateTile(ds, q_s, ldq, d.dim, lane, dk_acc);   // dK_s += sum_j dS_js Q_j
     }
   }
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int64_t s = s0 + warp * kRowsPerWarp + i;
-    if (s >= d.keys) continue;
-    const int64_t row = (b * d.keys + s) * d.kv_heads + hkv;
-#pragma unroll
-    for (int c = 0; c < kDimChunks; ++c) {
-      const int col = lane + 32 * c;
-      if (col < d.dim) dk[row * d.dim + col] = FromFloat<T>(dk_acc[i][c]);
-      if (col < d.vdim) dv[row * d.vdim + col] = FromFloat<T>(dv_acc[i][c]);
-    }
-  }
+  const int64_t r0 = s0 + warp * kRowsPerWarp;
+  StoreRows(dk_acc, nullptr, dk, d.keys, d.kv_heads, d.dim, b, hkv, r0, lane);
+  StoreRows(dv_acc, nullptr, dv, d.keys, d.kv_heads, d.vdim, b, hkv, r0, lane);
 }
 
 Dims CheckedDims(const AttentionShape& s, const char* op, const Tensor& q, const Tensor& k,

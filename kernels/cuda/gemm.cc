@@ -129,6 +129,41 @@ MatmulPlan MakePlan(const MatmulKey& key) {
   return plan;
 }
 
+// The plans made so far, one per shape: map nodes are stable, so a plan
+// found stays valid while the mutex guards its `first`.
+struct PlanCache {
+  std::mutex mutex;
+  std::map<MatmulKey, MatmulPlan> plans;
+};
+PlanCache& Plans() {
+  static PlanCache cache;
+  return cache;
+}
+
+// The plan for `key`, made on first use, and the first algorithm to try.
+MatmulPlan& PlanFor(const MatmulKey& key, size_t* first) {
+  PlanCache& cache = Plans();
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  auto it = cache.plans.find(key);
+  if (it == cache.plans.end()) it = cache.plans.emplace(key, MakePlan(key)).first;
+  *first = it->second.first;
+  return it->second;
+}
+
+// Fails naming why every algorithm from `first` on refused `key`.
+void FailAllRefused(const MatmulKey& key, const MatmulPlan& plan, size_t first,
+                    const cublasStatus_t* refused) {
+  std::ostringstream refusals;
+  if (first > 0) refusals << "algorithms 0 to " << first - 1 << " refused earlier, ";
+  for (size_t i = first; i < plan.algos.size(); ++i) {
+    refusals << (i == first ? "" : ", ") << "algorithm " << i << " "
+             << cublasLtGetStatusName(refused[i]);
+  }
+  TETRA_CHECK(false) << "cublasLtMatmul refused all " << plan.algos.size()
+                     << " of the heuristic's algorithms for " << Describe(key) << " ("
+                     << refusals.str() << ")";
+}
+
 // C (m, n) = A' (m, k) * B' (k, n) + beta * C, column-major, A' = op(A).
 void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int64_t n, int64_t k,
             const Tensor& a, int64_t lda, const Tensor& b, int64_t ldb, float beta, const Tensor& c,
@@ -156,44 +191,27 @@ void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int
                       Alignment(a.raw()),
                       Alignment(b.raw()),
                       Alignment(c.raw())};
-  static std::mutex mutex;
-  static std::map<MatmulKey, MatmulPlan> plans;  // nodes are stable: plan stays valid
-  MatmulPlan* plan = nullptr;
   size_t first = 0;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = plans.find(key);
-    if (it == plans.end()) it = plans.emplace(key, MakePlan(key)).first;
-    plan = &it->second;
-    first = plan->first;
-  }
+  MatmulPlan& plan = PlanFor(key, &first);
   const float alpha = 1.0f;
   // The statuses of refused algorithms; words only if every one is refused
   // (a stream built on every call would cost the hot path).
   cublasStatus_t refused[kMaxAlgorithms];
-  for (size_t i = first; i < plan->algos.size(); ++i) {
+  for (size_t i = first; i < plan.algos.size(); ++i) {
     const cublasStatus_t status =
-        cublasLtMatmul(CublasLtHandle(), plan->desc, &alpha, a.raw(), plan->a, b.raw(), plan->b,
-                       &beta, c.raw(), plan->c, c.raw(), plan->c, &plan->algos[i], GemmWorkspace(),
+        cublasLtMatmul(CublasLtHandle(), plan.desc, &alpha, a.raw(), plan.a, b.raw(), plan.b, &beta,
+                       c.raw(), plan.c, c.raw(), plan.c, &plan.algos[i], GemmWorkspace(),
                        kGemmWorkspaceBytes, CurrentStream());
     if (status == CUBLAS_STATUS_SUCCESS) {
       if (i != first) {
-        std::lock_guard<std::mutex> lock(mutex);
-        plan->first = std::max(plan->first, i);
+        std::lock_guard<std::mutex> lock(Plans().mutex);
+        plan.first = std::max(plan.first, i);
       }
       return;
     }
     refused[i] = status;
   }
-  std::ostringstream refusals;
-  if (first > 0) refusals << "algorithms 0 to " << first - 1 << " refused earlier, ";
-  for (size_t i = first; i < plan->algos.size(); ++i) {
-    refusals << (i == first ? "" : ", ") << "algorithm " << i << " "
-             << cublasLtGetStatusName(refused[i]);
-  }
-  TETRA_CHECK(false) << "cublasLtMatmul refused all " << plan->algos.size()
-                     << " of the heuristic's algorithms for " << Describe(key) << " ("
-                     << refusals.str() << ")";
+  FailAllRefused(key, plan, first, refused);
 }
 
 }  // namespace
