@@ -13,8 +13,6 @@ namespace {
 
 // Grid dims y and z take at most this many blocks (CUDA's limit).
 constexpr int64_t kMaxGridYz = 65535;
-// The router's kernels keep a token's E scores in one block: one thread each.
-constexpr int64_t kMaxRouterExperts = 1024;
 // DecoupledRope runs a thread per rotated pair, one block per head row.
 constexpr int64_t kMaxRotaryPairs = 1024;
 

@@ -19,6 +19,10 @@
 
 namespace tetra::ops {
 
+// The router's device kernels keep a token's E scores in one block, a thread
+// each, and its choices in a bit set of this many experts.
+inline constexpr int kMaxRouterExperts = 1024;
+
 void CheckLinear(const Tensor& x, const Tensor& w, const Tensor& y);
 void CheckLinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx,
                          const Tensor& dw, int64_t real_out);

@@ -663,8 +663,8 @@ void Cast(const Tensor& src, const Tensor& dst) {
 }
 
 void FillNormal(const Tensor& x, const NormalInit& init) {
-  TETRA_ON_DEVICE(x, FillNormal(x, init));
   TETRA_CHECK(x.dtype() == DType::kF32) << "FillNormal writes fp32, not " << DTypeName(x.dtype());
+  TETRA_ON_DEVICE(x, FillNormal(x, init));
   cpu::FillNormal(init, x.numel(), x.f32());
 }
 

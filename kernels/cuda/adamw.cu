@@ -80,13 +80,6 @@ void AdamW(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) {
     for (const Tensor* x : {&t.param, &t.grad, &t.m, &t.v}) ExpectDevice(*x, "AdamW", "an operand");
     if (t.param_bf16.defined()) ExpectDevice(t.param_bf16, "AdamW", "param_bf16");
     const int64_t n = t.param.numel();
-    TETRA_CHECK(t.param.dtype() == DType::kF32 && t.grad.dtype() == DType::kF32 &&
-                t.m.dtype() == DType::kF32 && t.v.dtype() == DType::kF32 && t.grad.numel() == n &&
-                t.m.numel() == n && t.v.numel() == n &&
-                (!t.param_bf16.defined() ||
-                 (t.param_bf16.dtype() == DType::kBF16 && t.param_bf16.numel() == n)))
-        << "AdamW: param " << ShapeString(t.param.shape())
-        << " needs fp32 grad, m, v of its size (and a bf16 copy of its size)";
     const int i = launch.count;
     launch.tensors[i] = {t.param.f32(),
                          t.grad.f32(),

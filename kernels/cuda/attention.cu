@@ -317,26 +317,15 @@ __global__ void KeyValueGradKernel(const Dims d, const T* dout, const T* q, cons
   StoreRows(dv_acc, nullptr, dv, d.keys, d.kv_heads, d.vdim, b, hkv, r0, lane);
 }
 
-Dims CheckedDims(const AttentionShape& s, const char* op, const Tensor& q, const Tensor& k,
-                 const Tensor& v) {
+// The kernels' dims of shape, whose tensors the op API has checked (and the
+// engine, that the head dims are at most kMaxDim: OwnAttentionTakes).
+Dims DimsOf(const AttentionShape& s, const char* op, const Tensor& q, const Tensor& k,
+            const Tensor& v) {
   ExpectDevice(q, op, "q");
   ExpectDevice(k, op, "k");
   ExpectDevice(v, op, "v");
-  const int64_t dv = s.value_dim(), keys = s.keys();
-  TETRA_CHECK(s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 && s.head_dim > 0 &&
-              s.head_dim <= kMaxDim && dv > 0 && dv <= kMaxDim)
-      << op << ": Hq " << s.q_heads << " Hkv " << s.kv_heads << " D " << s.head_dim << " Dv " << dv
-      << " (the kernel takes D, Dv <= " << kMaxDim << ")";
-  TETRA_CHECK(keys > 0 && (!s.causal || keys == s.seq))
-      << op << ": " << s.seq << " queries over " << keys << " keys"
-      << (s.causal ? " with the causal mask, which needs as many keys as queries" : "");
-  TETRA_CHECK(q.numel() == s.batch * s.seq * s.q_heads * s.head_dim &&
-              k.numel() == s.batch * keys * s.kv_heads * s.head_dim &&
-              v.numel() == s.batch * keys * s.kv_heads * dv && k.dtype() == q.dtype() &&
-              v.dtype() == q.dtype())
-      << op << ": q " << ShapeString(q.shape()) << " k " << ShapeString(k.shape()) << " v "
-      << ShapeString(v.shape());
-  return Dims{s.batch, s.seq, s.q_heads, s.kv_heads, keys, s.head_dim, dv, s.scale(), s.causal};
+  return Dims{s.batch,    s.seq,         s.q_heads, s.kv_heads, s.keys(),
+              s.head_dim, s.value_dim(), s.scale(), s.causal};
 }
 
 // Dynamic shared memory a kernel may take without raising its limit.
@@ -367,12 +356,9 @@ bool OwnAttentionTakes(const AttentionShape& shape, std::string* why) {
 
 void OwnAttention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                   const Tensor& out, const Tensor& lse) {
-  const Dims d = CheckedDims(shape, "Attention", q, k, v);
+  const Dims d = DimsOf(shape, "Attention", q, k, v);
   ExpectDevice(out, "Attention", "out");
   ExpectDevice(lse, "Attention", "lse");
-  TETRA_CHECK(out.numel() == d.batch * d.seq * d.q_heads * d.vdim && out.dtype() == q.dtype() &&
-              lse.numel() == d.batch * d.q_heads * d.seq && lse.dtype() == DType::kF32)
-      << "Attention: out " << ShapeString(out.shape()) << " lse " << ShapeString(lse.shape());
   if (d.batch * d.seq == 0) return;
   const dim3 grid(CeilDiv(d.seq, kBlockRows), d.q_heads, d.batch);
   const size_t smem = (kBlockRows * d.dim + kTile * (d.dim + 1) + kTile * d.vdim) * sizeof(float);
@@ -386,18 +372,10 @@ void OwnAttention(const AttentionShape& shape, const Tensor& q, const Tensor& k,
 void OwnAttentionBackward(const AttentionShape& shape, const Tensor& dout, const Tensor& q,
                           const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                           const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  const Dims d = CheckedDims(shape, "AttentionBackward", q, k, v);
-  for (const Tensor* t : {&dout, &out, &dq, &dk, &dv}) {
+  const Dims d = DimsOf(shape, "AttentionBackward", q, k, v);
+  for (const Tensor* t : {&dout, &out, &dq, &dk, &dv, &lse}) {
     ExpectDevice(*t, "AttentionBackward", "an operand");
-    TETRA_CHECK(t->dtype() == q.dtype()) << "AttentionBackward: operands differ in dtype";
   }
-  ExpectDevice(lse, "AttentionBackward", "lse");
-  TETRA_CHECK(lse.dtype() == DType::kF32) << "AttentionBackward: lse is fp32";
-  TETRA_CHECK(dout.numel() == d.batch * d.seq * d.q_heads * d.vdim && out.numel() == dout.numel() &&
-              dq.numel() == q.numel() && dk.numel() == k.numel() && dv.numel() == v.numel() &&
-              lse.numel() == d.batch * d.q_heads * d.seq)
-      << "AttentionBackward: sizes differ from q " << ShapeString(q.shape()) << ", k "
-      << ShapeString(k.shape()) << ", v " << ShapeString(v.shape());
   if (d.batch * d.seq == 0) return;
   float* delta = static_cast<float*>(Scratch(d.batch * d.q_heads * d.seq * sizeof(float)));
   // Both kernels hold (kBlockRows, D) and (kBlockRows, Dv) blocks and padded

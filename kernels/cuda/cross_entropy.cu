@@ -228,20 +228,8 @@ double LossOnHost(const int32_t* targets, const float* row_max, const float* tar
   return cpu::CrossEntropyLoss(ids.data(), max.data(), target.data(), sum.data(), rows);
 }
 
-// Rows of logits (rows, vocab), vocab > 0 (checked).
-int64_t Rows(const Tensor& logits, const char* op) {
-  const int64_t vocab = logits.dim(-1);
-  TETRA_CHECK(vocab > 0) << op << ": logits " << ShapeString(logits.shape());
-  return logits.numel() / vocab;
-}
-
-void CheckStats(const Tensor& row_max, const Tensor& sum_exp, int64_t rows, const char* op) {
-  TETRA_CHECK(row_max.dtype() == DType::kF32 && row_max.numel() == rows &&
-              sum_exp.dtype() == DType::kF64 && sum_exp.numel() == rows)
-      << op << ": " << rows << " rows, row maxima " << DTypeName(row_max.dtype())
-      << ShapeString(row_max.shape()) << ", sums " << DTypeName(sum_exp.dtype())
-      << ShapeString(sum_exp.shape());
-}
+// Rows of logits (rows, vocab); the op API checked vocab > 0.
+int64_t Rows(const Tensor& logits) { return logits.numel() / logits.dim(-1); }
 
 }  // namespace
 
@@ -250,13 +238,7 @@ double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scal
   ExpectDevice(logits, "CrossEntropy", "logits");
   ExpectDevice(targets, "CrossEntropy", "targets");
   if (dlogits.defined()) ExpectDevice(dlogits, "CrossEntropy", "dlogits");
-  const int64_t width = logits.dim(-1), rows = Rows(logits, "CrossEntropy");
-  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows && vocab_size > 0 &&
-              vocab_size <= width &&
-              (!dlogits.defined() ||
-               (dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype())))
-      << "CrossEntropy: logits " << ShapeString(logits.shape()) << " targets "
-      << ShapeString(targets.shape());
+  const int64_t width = logits.dim(-1), rows = Rows(logits);
   if (rows == 0) return 0.0;
   // Scratch: sum_exp (rows) fp64, then row_max and target_logit (rows) fp32.
   double* sum_exp = static_cast<double*>(Scratch(rows * (sizeof(double) + 2 * sizeof(float))));
@@ -276,12 +258,7 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
   for (const Tensor* t : {&logits, &targets, &row_max, &target_logit}) {
     ExpectDevice(*t, "CrossEntropyRowStats", "an operand");
   }
-  const int64_t width = logits.dim(-1), rows = Rows(logits, "CrossEntropyRowStats");
-  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows &&
-              row_max.dtype() == DType::kF32 && row_max.numel() == rows &&
-              target_logit.dtype() == DType::kF32 && target_logit.numel() == rows)
-      << "CrossEntropyRowStats: logits " << ShapeString(logits.shape()) << " targets "
-      << ShapeString(targets.shape());
+  const int64_t width = logits.dim(-1), rows = Rows(logits);
   if (rows == 0) return;
   DispatchFloat(logits.dtype(), "CrossEntropyRowStats", [&](auto tag) {
     using T = decltype(tag);
@@ -296,8 +273,7 @@ void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab
   for (const Tensor* t : {&logits, &row_max, &sum_exp}) {
     ExpectDevice(*t, "CrossEntropySumExp", "an operand");
   }
-  const int64_t width = logits.dim(-1), rows = Rows(logits, "CrossEntropySumExp");
-  CheckStats(row_max, sum_exp, rows, "CrossEntropySumExp");
+  const int64_t width = logits.dim(-1), rows = Rows(logits);
   if (rows == 0) return;
   DispatchFloat(logits.dtype(), "CrossEntropySumExp", [&](auto tag) {
     using T = decltype(tag);
@@ -313,12 +289,6 @@ double CrossEntropyLoss(const Tensor& targets, const Tensor& row_max, const Tens
     ExpectDevice(*t, "CrossEntropyLoss", "an operand");
   }
   const int64_t rows = row_max.numel();
-  CheckStats(row_max, sum_exp, rows, "CrossEntropyLoss");
-  TETRA_CHECK(target_logit.dtype() == DType::kF32 && target_logit.numel() == rows)
-      << "CrossEntropyLoss: target logits " << DTypeName(target_logit.dtype())
-      << ShapeString(target_logit.shape()) << " for " << rows << " rows";
-  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows)
-      << "CrossEntropyLoss: targets " << DTypeName(targets.dtype()) << ShapeString(targets.shape());
   return LossOnHost(targets.data<int32_t>(), row_max.f32(), target_logit.f32(),
                     sum_exp.data<double>(), rows);
 }
@@ -329,13 +299,7 @@ void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t v
   for (const Tensor* t : {&logits, &targets, &row_max, &sum_exp, &dlogits}) {
     ExpectDevice(*t, "CrossEntropyGradient", "an operand");
   }
-  const int64_t width = logits.dim(-1), rows = Rows(logits, "CrossEntropyGradient");
-  CheckStats(row_max, sum_exp, rows, "CrossEntropyGradient");
-  TETRA_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows &&
-              dlogits.numel() == logits.numel() && dlogits.dtype() == logits.dtype())
-      << "CrossEntropyGradient: logits " << ShapeString(logits.shape()) << " targets "
-      << ShapeString(targets.shape()) << " dlogits " << DTypeName(dlogits.dtype())
-      << ShapeString(dlogits.shape());
+  const int64_t width = logits.dim(-1), rows = Rows(logits);
   if (rows == 0) return;
   DispatchFloat(logits.dtype(), "CrossEntropyGradient", [&](auto tag) {
     using T = decltype(tag);

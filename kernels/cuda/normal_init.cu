@@ -52,7 +52,6 @@ __global__ void FillNormalKernel(NormalInit init, int64_t n, float* x) {
 
 void FillNormal(const Tensor& x, const NormalInit& init) {
   ExpectDevice(x, "FillNormal", "x");
-  TETRA_CHECK(x.dtype() == DType::kF32) << "FillNormal writes fp32, not " << DTypeName(x.dtype());
   if (x.numel() == 0) return;
   LaunchKernel(FillNormalKernel, GridFor(x.numel(), kThreads), kThreads, 0, CurrentStream(), init,
                x.numel(), x.f32());

@@ -212,9 +212,6 @@ void Add(const Tensor& x, const Tensor& y, const Tensor& out) {
   ExpectDevice(y, "Add", "y");
   ExpectDevice(out, "Add", "out");
   const int64_t n = x.numel();
-  TETRA_CHECK(y.numel() == n && out.numel() == n && y.dtype() == x.dtype() &&
-              out.dtype() == x.dtype())
-      << "Add: x, y and out differ";
   if (n == 0) return;
   if (x.dtype() == DType::kF64) {
     LaunchKernel(AddF64Kernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(), x.data<double>(),
@@ -232,7 +229,6 @@ void Cast(const Tensor& src, const Tensor& dst) {
   ExpectDevice(src, "Cast", "src");
   ExpectDevice(dst, "Cast", "dst");
   const int64_t n = src.numel();
-  TETRA_CHECK(dst.numel() == n) << "Cast: " << n << " elements into " << dst.numel();
   if (n == 0) return;
   DispatchFloat(src.dtype(), "Cast", [&](auto src_tag) {
     DispatchFloat(dst.dtype(), "Cast", [&](auto dst_tag) {

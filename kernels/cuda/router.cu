@@ -11,6 +11,7 @@
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/op_contracts.h"
 
 namespace tetra::cuda {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 constexpr int kThreads = 128;
 // The most experts of RouterTopK (bit sets in each thread's local memory)
 // and SequenceBalanceStats (a count per expert in shared memory).
-constexpr int kMaxExperts = 1024;
+constexpr int kMaxExperts = ops::kMaxRouterExperts;  // the op API refuses more
 // HF's DeepSeek-V3 adds this to the sum of the chosen scores before dividing.
 constexpr float kNormEpsilon = 1e-20f;
 
@@ -236,53 +237,18 @@ __global__ void UpdateBiasKernel(const int32_t* loads, int e, double speed, floa
   }
 }
 
-// (n, E) fp32 scores or logits of `spec`'s router on the device, and (n, k)
-// int32 choices when `expert` is defined.
-void CheckRouter(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
-                 const char* op) {
+// The router's scores (or logits) and, when defined, its (n, k) choices on
+// the device; the op API has checked their shapes and dtypes.
+void ExpectScoresOnDevice(const Tensor& scores, const Tensor& expert, const char* op) {
   ExpectDevice(scores, op, "scores");
   if (expert.defined()) ExpectDevice(expert, op, "expert");
-  TETRA_CHECK(spec.num_experts > 0 && scores.rank() == 2 && scores.dim(1) == spec.num_experts &&
-              scores.dtype() == DType::kF32 &&
-              (!expert.defined() ||
-               (expert.dtype() == DType::kI32 && expert.numel() == scores.dim(0) * spec.top_k)))
-      << op << ": scores " << DTypeName(scores.dtype()) << ShapeString(scores.shape()) << " for "
-      << spec.num_experts << " experts, choices " << ShapeString(expert.shape()) << " of top "
-      << spec.top_k;
-}
-
-// A fp32 device tensor of `numel` elements, named `name` for op's message.
-void CheckF32(const Tensor& t, int64_t numel, const char* op, const char* name) {
-  ExpectDevice(t, op, name);
-  TETRA_CHECK(t.dtype() == DType::kF32 && t.numel() == numel)
-      << op << ": " << name << " " << DTypeName(t.dtype()) << ShapeString(t.shape()) << ", not "
-      << numel << " fp32";
-}
-
-void CheckExpertLimit(int num_experts, const char* op) {
-  TETRA_CHECK(num_experts <= kMaxExperts)
-      << op << ": " << num_experts << " experts, more than the CUDA kernel's " << kMaxExperts;
-}
-
-// batch sequences of seq tokens here, of whole_seq in all, in scores (n, E);
-// stats (batch, 2E) fp64 on the device.
-void CheckBalance(const RouterSpec& spec, const Tensor& scores, int64_t batch, int64_t seq,
-                  int64_t whole_seq, const Tensor& stats, const char* op) {
-  ExpectDevice(stats, op, "stats");
-  TETRA_CHECK(batch >= 0 && seq >= 0 && whole_seq >= seq && scores.dim(0) == batch * seq)
-      << op << " over " << scores.dim(0) << " tokens, not " << batch << " x " << seq
-      << " of sequences of " << whole_seq;
-  TETRA_CHECK(stats.dtype() == DType::kF64 && stats.rank() == 2 && stats.dim(0) == batch &&
-              stats.dim(1) == 2 * spec.num_experts)
-      << op << ": stats " << DTypeName(stats.dtype()) << ShapeString(stats.shape())
-      << ", not fp64 (" << batch << ", " << 2 * spec.num_experts << ")";
 }
 
 }  // namespace
 
 void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& scores) {
-  CheckRouter(spec, logits, Tensor(), "RouterScores");
-  CheckF32(scores, logits.numel(), "RouterScores", "scores");
+  ExpectScoresOnDevice(logits, Tensor(), "RouterScores");
+  ExpectDevice(scores, "RouterScores", "scores");
   const int64_t n = logits.dim(0);
   if (n == 0) return;
   LaunchKernel(ScoresKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(), logits.f32(), n,
@@ -291,15 +257,9 @@ void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& sc
 
 void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias,
                 const Tensor& expert, const Tensor& weights) {
-  const int e = spec.num_experts, k = spec.top_k;
-  CheckRouter(spec, scores, expert, "RouterTopK");
-  CheckF32(bias, e, "RouterTopK", "bias");
-  CheckF32(weights, expert.numel(), "RouterTopK", "weights");
-  CheckExpertLimit(e, "RouterTopK");
-  TETRA_CHECK(spec.n_group >= 1 && e % spec.n_group == 0 && spec.topk_group <= spec.n_group &&
-              k <= e)
-      << "router of " << e << " experts in " << spec.n_group << " groups, top " << k
-      << " of the best " << spec.topk_group << " groups";
+  ExpectScoresOnDevice(scores, expert, "RouterTopK");
+  ExpectDevice(bias, "RouterTopK", "bias");
+  ExpectDevice(weights, "RouterTopK", "weights");
   const int64_t n = scores.dim(0);
   if (n == 0) return;
   LaunchKernel(TopKKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(), spec, scores.f32(),
@@ -308,9 +268,9 @@ void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias
 
 void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
                            const Tensor& dweights, const Tensor& dscores) {
-  CheckRouter(spec, scores, expert, "RouterWeightsBackward");
-  CheckF32(dweights, expert.numel(), "RouterWeightsBackward", "dweights");
-  CheckF32(dscores, scores.numel(), "RouterWeightsBackward", "dscores");
+  ExpectScoresOnDevice(scores, expert, "RouterWeightsBackward");
+  ExpectDevice(dweights, "RouterWeightsBackward", "dweights");
+  ExpectDevice(dscores, "RouterWeightsBackward", "dscores");
   const int64_t n = scores.dim(0);
   if (n == 0) return;
   LaunchKernel(WeightsBackwardKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(), spec,
@@ -319,9 +279,9 @@ void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const T
 
 void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
                           const Tensor& dlogits) {
-  CheckRouter(spec, scores, Tensor(), "RouterScoresBackward");
-  CheckF32(dscores, scores.numel(), "RouterScoresBackward", "dscores");
-  CheckF32(dlogits, scores.numel(), "RouterScoresBackward", "dlogits");
+  ExpectScoresOnDevice(scores, Tensor(), "RouterScoresBackward");
+  ExpectDevice(dscores, "RouterScoresBackward", "dscores");
+  ExpectDevice(dlogits, "RouterScoresBackward", "dlogits");
   const int64_t n = scores.dim(0);
   if (n == 0) return;
   LaunchKernel(ScoresBackwardKernel, GridFor(n, kThreads), kThreads, 0, CurrentStream(),
@@ -331,9 +291,8 @@ void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Te
 void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
                           int64_t batch, int64_t seq, int64_t whole_seq, const Tensor& stats) {
   const int e = spec.num_experts;
-  CheckRouter(spec, scores, expert, "SequenceBalanceStats");
-  CheckExpertLimit(e, "SequenceBalanceStats");
-  CheckBalance(spec, scores, batch, seq, whole_seq, stats, "SequenceBalanceStats");
+  ExpectScoresOnDevice(scores, expert, "SequenceBalanceStats");
+  ExpectDevice(stats, "SequenceBalanceStats", "stats");
   if (batch == 0) return;
   const int64_t n = scores.dim(0);
   // Scratch: score_sum (n) fp64; without tokens, none (the stats are zeros).
@@ -352,9 +311,9 @@ double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const T
                            int64_t batch, int64_t seq, int64_t whole_seq, float grad_scale,
                            const Tensor& dscores) {
   const int e = spec.num_experts;
-  CheckRouter(spec, scores, Tensor(), "SequenceBalanceLoss");
-  if (dscores.defined()) CheckF32(dscores, scores.numel(), "SequenceBalanceLoss", "dscores");
-  CheckBalance(spec, scores, batch, seq, whole_seq, stats, "SequenceBalanceLoss");
+  ExpectScoresOnDevice(scores, Tensor(), "SequenceBalanceLoss");
+  if (dscores.defined()) ExpectDevice(dscores, "SequenceBalanceLoss", "dscores");
+  ExpectDevice(stats, "SequenceBalanceLoss", "stats");
   const int64_t n = scores.dim(0);
   if (dscores.defined() && n > 0) {
     // Scratch: score_sum (n) fp64.
@@ -381,11 +340,6 @@ double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const T
 void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor& loads) {
   ExpectDevice(expert, "CountExpertLoads", "expert");
   ExpectDevice(loads, "CountExpertLoads", "loads");
-  TETRA_CHECK(expert.dtype() == DType::kI32 && loads.dtype() == DType::kI32 &&
-              loads.numel() == spec.num_experts)
-      << "CountExpertLoads: choices " << DTypeName(expert.dtype()) << ShapeString(expert.shape())
-      << ", loads " << DTypeName(loads.dtype()) << ShapeString(loads.shape()) << " of "
-      << spec.num_experts << " experts";
   const int64_t pairs = expert.numel();
   if (pairs == 0) return;
   LaunchKernel(CountLoadsKernel, GridFor(pairs, kThreads), kThreads, 0, CurrentStream(),
@@ -394,9 +348,7 @@ void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor
 
 void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
   ExpectDevice(loads, "UpdateRouterBias", "loads");
-  CheckF32(bias, loads.numel(), "UpdateRouterBias", "bias");
-  TETRA_CHECK(loads.dtype() == DType::kI32)
-      << "UpdateRouterBias: loads are " << DTypeName(loads.dtype()) << ", not int32";
+  ExpectDevice(bias, "UpdateRouterBias", "bias");
   const int e = static_cast<int>(bias.numel());
   if (e == 0) return;
   LaunchKernel(UpdateBiasKernel, 1, kThreads, 0, CurrentStream(), loads.data<int32_t>(), e, speed,
