@@ -18,12 +18,9 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/router.h"
 #include "kernels/cpu/swiglu.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/op_contracts.h"
 #include "kernels/op_profile.h"
-
-#if TETRA_HAVE_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#endif
 
 namespace tetra::ops {
 namespace {
@@ -43,21 +40,20 @@ bool OnDevice(const Tensor& t) {
   return t.device() == DeviceType::kCUDA;
 }
 
-}  // namespace
-
-// Times the op (kernels/op_profile.h) on whichever backend runs it, and
-// runs `call` (a tetra::cuda function) and returns when t is on the device.
+// Runs an op on the device: `call` (a generic lambda calling a tetra::cuda
+// function of kernels/cuda/cuda_ops.h) returns the op's result. The lambda
+// is instantiated only here, so a build without CUDA, where no device tensor
+// exists (OnDevice refuses one), names no CUDA function.
+template <typename Result = void, typename Call>
+Result OnCuda(const Call& call) {
 #if TETRA_HAVE_CUDA
-#define TETRA_ON_DEVICE(t, call)                  \
-  const OpTimer op_timer(__func__, (t).device()); \
-  if (OnDevice(t)) return cuda::call
+  return call(nullptr);
 #else
-#define TETRA_ON_DEVICE(t, call)                  \
-  const OpTimer op_timer(__func__, (t).device()); \
-  OnDevice(t)
+  (void)call;
+  TETRA_CHECK(false) << "a device op in a build without CUDA";
+  return Result();
 #endif
-
-namespace {
+}
 
 int64_t Rows(const Tensor& t) { return t.numel() / t.dim(-1); }
 
@@ -105,7 +101,8 @@ class HostF32 {
 void Linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   CheckLinear(x, w, y);
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
-  TETRA_ON_DEVICE(x, Linear(x, w, y));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x)) return OnCuda([&](auto) { return cuda::Linear(x, w, y); });
   ExpectHost(x);
   HostF32 f32;
   cpu::LinearForward(f32.In(x), f32.In(w), rows, in, out, f32.Out(y));
@@ -116,7 +113,10 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
   if (real_out < 0) real_out = w.dim(0);
   CheckLinearBackward(dy, x, w, dx, dw, real_out);
   const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
-  TETRA_ON_DEVICE(x, LinearBackward(dy, x, w, dx, dw, accumulate_dx, real_out));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x))
+    return OnCuda(
+        [&](auto) { return cuda::LinearBackward(dy, x, w, dx, dw, accumulate_dx, real_out); });
   ExpectHost(dy);
   HostF32 f32;
   cpu::LinearBackward(f32.In(dy), f32.In(x), f32.In(w), rows, in, real_out, out, f32.Out(dx),
@@ -125,7 +125,9 @@ void LinearBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Te
 
 void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
   CheckEmbedding(tokens, table, out);
-  TETRA_ON_DEVICE(table, Embedding(tokens, table, 0, /*sharded=*/false, out));
+  const OpTimer op_timer(__func__, table.device());
+  if (OnDevice(table))
+    return OnCuda([&](auto) { return cuda::Embedding(tokens, table, 0, /*sharded=*/false, out); });
   ExpectHost(table);
   HostF32 f32;
   cpu::EmbeddingForward(tokens.data<int32_t>(), tokens.numel(), f32.In(table), table.dim(0),
@@ -134,7 +136,10 @@ void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
 
 void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& dtable) {
   CheckEmbeddingBackward(tokens, dout, dtable);
-  TETRA_ON_DEVICE(dtable, EmbeddingBackward(tokens, dout, 0, /*sharded=*/false, dtable));
+  const OpTimer op_timer(__func__, dtable.device());
+  if (OnDevice(dtable))
+    return OnCuda(
+        [&](auto) { return cuda::EmbeddingBackward(tokens, dout, 0, /*sharded=*/false, dtable); });
   ExpectHost(dtable);
   HostF32 f32;
   cpu::EmbeddingBackward(tokens.data<int32_t>(), tokens.numel(), f32.In(dout), dtable.dim(0),
@@ -144,7 +149,10 @@ void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& d
 void EmbeddingShard(const Tensor& tokens, const Tensor& table, int64_t vocab_begin,
                     const Tensor& out) {
   CheckEmbedding(tokens, table, out);
-  TETRA_ON_DEVICE(table, Embedding(tokens, table, vocab_begin, /*sharded=*/true, out));
+  const OpTimer op_timer(__func__, table.device());
+  if (OnDevice(table))
+    return OnCuda(
+        [&](auto) { return cuda::Embedding(tokens, table, vocab_begin, /*sharded=*/true, out); });
   ExpectHost(table);
   HostF32 f32;
   cpu::EmbeddingShardForward(tokens.data<int32_t>(), tokens.numel(), f32.In(table), vocab_begin,
@@ -154,7 +162,11 @@ void EmbeddingShard(const Tensor& tokens, const Tensor& table, int64_t vocab_beg
 void EmbeddingShardBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
                             const Tensor& dtable) {
   CheckEmbeddingBackward(tokens, dout, dtable);
-  TETRA_ON_DEVICE(dtable, EmbeddingBackward(tokens, dout, vocab_begin, /*sharded=*/true, dtable));
+  const OpTimer op_timer(__func__, dtable.device());
+  if (OnDevice(dtable))
+    return OnCuda([&](auto) {
+      return cuda::EmbeddingBackward(tokens, dout, vocab_begin, /*sharded=*/true, dtable);
+    });
   ExpectHost(dtable);
   HostF32 f32;
   cpu::EmbeddingShardBackward(tokens.data<int32_t>(), tokens.numel(), f32.In(dout), vocab_begin,
@@ -163,7 +175,8 @@ void EmbeddingShardBackward(const Tensor& tokens, const Tensor& dout, int64_t vo
 
 void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const Tensor& rstd) {
   CheckRmsNorm(x, w, y, rstd);
-  TETRA_ON_DEVICE(x, RmsNorm(x, w, eps, y, rstd));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x)) return OnCuda([&](auto) { return cuda::RmsNorm(x, w, eps, y, rstd); });
   ExpectHost(x);
   HostF32 f32;
   cpu::RmsNormForward(f32.In(x), f32.In(w), Rows(x), x.dim(-1), eps, f32.Out(y), f32.Out(rstd));
@@ -172,7 +185,9 @@ void RmsNorm(const Tensor& x, const Tensor& w, float eps, const Tensor& y, const
 void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& sum,
                 const Tensor& y, const Tensor& rstd) {
   CheckAddRmsNorm(x, delta, w, sum, y, rstd);
-  TETRA_ON_DEVICE(x, AddRmsNorm(x, delta, w, eps, sum, y, rstd));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x))
+    return OnCuda([&](auto) { return cuda::AddRmsNorm(x, delta, w, eps, sum, y, rstd); });
   ExpectHost(x, delta, sum);
   HostF32 f32;
   cpu::AddRmsNormForward(f32.In(x), f32.In(delta), f32.In(w), Rows(x), x.dim(-1), eps,
@@ -182,7 +197,9 @@ void AddRmsNorm(const Tensor& x, const Tensor& delta, const Tensor& w, float eps
 void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                      const Tensor& dx, const Tensor& dw, const Tensor& dx_add) {
   CheckRmsNormBackward(dy, x, w, rstd, dx, dw, dx_add);
-  TETRA_ON_DEVICE(x, RmsNormBackward(dy, x, w, rstd, dx, dw, dx_add));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x))
+    return OnCuda([&](auto) { return cuda::RmsNormBackward(dy, x, w, rstd, dx, dw, dx_add); });
   ExpectHost(x, dx_add);
   HostF32 f32;
   cpu::RmsNormBackward(f32.In(dy), f32.In(x), f32.In(w), f32.In(rstd), Rows(x), x.dim(-1),
@@ -192,7 +209,8 @@ void RmsNormBackward(const Tensor& dy, const Tensor& x, const Tensor& w, const T
 
 void Rope(const Tensor& x, const RopeTable& table) {
   CheckRope("rope", x, table, /*whole_heads=*/true);
-  TETRA_ON_DEVICE(x, Rope(x, table, /*backward=*/false));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x)) return OnCuda([&](auto) { return cuda::Rope(x, table, /*backward=*/false); });
   ExpectHost(x);
   HostF32 f32;
   cpu::RopeForward(f32.Out(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), table);
@@ -200,7 +218,8 @@ void Rope(const Tensor& x, const RopeTable& table) {
 
 void RopeBackward(const Tensor& dx, const RopeTable& table) {
   CheckRope("rope backward", dx, table, /*whole_heads=*/true);
-  TETRA_ON_DEVICE(dx, Rope(dx, table, /*backward=*/true));
+  const OpTimer op_timer(__func__, dx.device());
+  if (OnDevice(dx)) return OnCuda([&](auto) { return cuda::Rope(dx, table, /*backward=*/true); });
   ExpectHost(dx);
   HostF32 f32;
   cpu::RopeBackward(f32.Out(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table);
@@ -209,7 +228,9 @@ void RopeBackward(const Tensor& dx, const RopeTable& table) {
 void SplitQkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
                   const Tensor& v) {
   CheckQkvRope("split_qkv_rope", qkv, table, q, k, v);
-  TETRA_ON_DEVICE(qkv, QkvRope(qkv, table, q, k, v, /*backward=*/false));
+  const OpTimer op_timer(__func__, qkv.device());
+  if (OnDevice(qkv))
+    return OnCuda([&](auto) { return cuda::QkvRope(qkv, table, q, k, v, /*backward=*/false); });
   ExpectHost(qkv, q, k, v);
   HostF32 f32;
   cpu::SplitQkvRope(f32.In(qkv), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), table,
@@ -219,7 +240,9 @@ void SplitQkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, co
 void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
                           const RopeTable& table, const Tensor& dqkv) {
   CheckQkvRope("merge_qkv_rope_backward", dqkv, table, dq, dk, dv);
-  TETRA_ON_DEVICE(dqkv, QkvRope(dqkv, table, dq, dk, dv, /*backward=*/true));
+  const OpTimer op_timer(__func__, dqkv.device());
+  if (OnDevice(dqkv))
+    return OnCuda([&](auto) { return cuda::QkvRope(dqkv, table, dq, dk, dv, /*backward=*/true); });
   ExpectHost(dqkv, dq, dk, dv);
   HostF32 f32;
   cpu::MergeQkvRopeBackward(f32.In(dq), f32.In(dk), f32.In(dv), dq.dim(0), dq.dim(1), dq.dim(2),
@@ -228,7 +251,10 @@ void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
 
 void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved) {
   CheckRope("decoupled_rope", x, table, /*whole_heads=*/false);
-  TETRA_ON_DEVICE(x, DecoupledRope(x, table, interleaved, /*backward=*/false));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x))
+    return OnCuda(
+        [&](auto) { return cuda::DecoupledRope(x, table, interleaved, /*backward=*/false); });
   ExpectHost(x);
   HostF32 f32;
   cpu::DecoupledRopeForward(f32.Out(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), table, interleaved);
@@ -236,7 +262,10 @@ void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved) {
 
 void DecoupledRopeBackward(const Tensor& dx, const RopeTable& table, bool interleaved) {
   CheckRope("decoupled_rope_backward", dx, table, /*whole_heads=*/false);
-  TETRA_ON_DEVICE(dx, DecoupledRope(dx, table, interleaved, /*backward=*/true));
+  const OpTimer op_timer(__func__, dx.device());
+  if (OnDevice(dx))
+    return OnCuda(
+        [&](auto) { return cuda::DecoupledRope(dx, table, interleaved, /*backward=*/true); });
   ExpectHost(dx);
   HostF32 f32;
   cpu::DecoupledRopeBackward(f32.Out(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table,
@@ -250,9 +279,8 @@ namespace {
 void CopyColumns(const Tensor& src, int64_t src_column, const Tensor& dst, int64_t dst_column,
                  int64_t columns) {
   if (OnDevice(dst)) {
-#if TETRA_HAVE_CUDA
-    return cuda::CopyColumns(src, src_column, dst, dst_column, columns);
-#endif
+    return OnCuda(
+        [&](auto) { return cuda::CopyColumns(src, src_column, dst, dst_column, columns); });
   }
   ExpectHost(src, dst);
   const size_t element = DTypeSize(src.dtype());
@@ -282,7 +310,9 @@ void SplitColumns(const Tensor& in, const Tensor& a, const Tensor& b) {
 void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key,
                       const Tensor& value) {
   const cpu::MlaKeyValueDims d = CheckMlaKeyValue("mla_split_key_value", kv, k_pe, key, value);
-  TETRA_ON_DEVICE(key, MlaSplitKeyValue(kv, k_pe, d.nope, key, value));
+  const OpTimer op_timer(__func__, key.device());
+  if (OnDevice(key))
+    return OnCuda([&](auto) { return cuda::MlaSplitKeyValue(kv, k_pe, d.nope, key, value); });
   ExpectHost(kv, k_pe, key, value);
   HostF32 f32;
   cpu::MlaSplitKeyValue(f32.In(kv), f32.In(k_pe), d, f32.Out(key), f32.Out(value));
@@ -292,7 +322,10 @@ void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Te
                               const Tensor& dk_pe) {
   const cpu::MlaKeyValueDims d =
       CheckMlaKeyValue("mla_merge_key_value_backward", dkv, dk_pe, dkey, dvalue);
-  TETRA_ON_DEVICE(dkey, MlaMergeKeyValueBackward(dkey, dvalue, d.nope, dkv, dk_pe));
+  const OpTimer op_timer(__func__, dkey.device());
+  if (OnDevice(dkey))
+    return OnCuda(
+        [&](auto) { return cuda::MlaMergeKeyValueBackward(dkey, dvalue, d.nope, dkv, dk_pe); });
   ExpectHost(dkey, dvalue, dkv, dk_pe);
   HostF32 f32;
   cpu::MlaMergeKeyValueBackward(f32.In(dkey), f32.In(dvalue), d, f32.Out(dkv), f32.Out(dk_pe));
@@ -301,7 +334,8 @@ void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Te
 void Attention(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
                const Tensor& out, const Tensor& lse) {
   CheckAttention("attention", shape, q, k, v, out, lse);
-  TETRA_ON_DEVICE(q, Attention(shape, q, k, v, out, lse));
+  const OpTimer op_timer(__func__, q.device());
+  if (OnDevice(q)) return OnCuda([&](auto) { return cuda::Attention(shape, q, k, v, out, lse); });
   ExpectHost(q);
   HostF32 f32;
   cpu::AttentionForward(shape, f32.In(q), f32.In(k), f32.In(v), f32.Out(out), f32.Out(lse));
@@ -311,7 +345,10 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
                        const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   CheckAttention("attention_backward", shape, q, k, v, out, lse, dout, dq, dk, dv);
-  TETRA_ON_DEVICE(q, AttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv));
+  const OpTimer op_timer(__func__, q.device());
+  if (OnDevice(q))
+    return OnCuda(
+        [&](auto) { return cuda::AttentionBackward(shape, dout, q, k, v, out, lse, dq, dk, dv); });
   ExpectHost(q);
   HostF32 f32;
   cpu::AttentionBackward(shape, f32.In(dout), f32.In(q), f32.In(k), f32.In(v), f32.In(out),
@@ -321,7 +358,9 @@ void AttentionBackward(const AttentionShape& shape, const Tensor& dout, const Te
 void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor& out,
                     const Tensor& lse) {
   CheckAttentionMerge(part_out, part_lse, out, lse);
-  TETRA_ON_DEVICE(out, AttentionMerge(part_out, part_lse, out, lse));
+  const OpTimer op_timer(__func__, out.device());
+  if (OnDevice(out))
+    return OnCuda([&](auto) { return cuda::AttentionMerge(part_out, part_lse, out, lse); });
   ExpectHost(part_out, part_lse, out, lse);
   HostF32 f32;
   cpu::AttentionMerge(out.dim(0), out.dim(1), out.dim(2), out.dim(3), f32.In(part_out),
@@ -330,7 +369,8 @@ void AttentionMerge(const Tensor& part_out, const Tensor& part_lse, const Tensor
 
 void AddBias(const Tensor& bias, const Tensor& y) {
   CheckAddBias(bias, y);
-  TETRA_ON_DEVICE(y, AddBias(bias, y));
+  const OpTimer op_timer(__func__, y.device());
+  if (OnDevice(y)) return OnCuda([&](auto) { return cuda::AddBias(bias, y); });
   ExpectHost(y, bias);
   HostF32 f32;
   cpu::AddBias(f32.In(bias), Rows(y), y.dim(-1), f32.Out(y));
@@ -338,7 +378,8 @@ void AddBias(const Tensor& bias, const Tensor& y) {
 
 void BiasGradient(const Tensor& dy, const Tensor& dbias) {
   CheckBiasGradient(dy, dbias);
-  TETRA_ON_DEVICE(dy, BiasGradient(dy, dbias));
+  const OpTimer op_timer(__func__, dy.device());
+  if (OnDevice(dy)) return OnCuda([&](auto) { return cuda::BiasGradient(dy, dbias); });
   ExpectHost(dy, dbias);
   HostF32 f32;
   cpu::BiasGradient(f32.In(dy), Rows(dy), dy.dim(-1), dbias.f32());
@@ -346,7 +387,8 @@ void BiasGradient(const Tensor& dy, const Tensor& dbias) {
 
 void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   CheckSwiglu("swiglu", {&gate, &up, &out});
-  TETRA_ON_DEVICE(gate, Swiglu(gate, up, out));
+  const OpTimer op_timer(__func__, gate.device());
+  if (OnDevice(gate)) return OnCuda([&](auto) { return cuda::Swiglu(gate, up, out); });
   ExpectHost(gate);
   HostF32 f32;
   cpu::SwigluForward(f32.In(gate), f32.In(up), gate.numel(), f32.Out(out));
@@ -355,7 +397,9 @@ void Swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
 void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up, const Tensor& dgate,
                     const Tensor& dup) {
   CheckSwiglu("swiglu backward", {&gate, &up, &dout, &dgate, &dup});
-  TETRA_ON_DEVICE(gate, SwigluBackward(dout, gate, up, dgate, dup));
+  const OpTimer op_timer(__func__, gate.device());
+  if (OnDevice(gate))
+    return OnCuda([&](auto) { return cuda::SwigluBackward(dout, gate, up, dgate, dup); });
   ExpectHost(gate);
   HostF32 f32;
   cpu::SwigluBackward(f32.In(dout), f32.In(gate), f32.In(up), gate.numel(), f32.Out(dgate),
@@ -364,7 +408,8 @@ void SwigluBackward(const Tensor& dout, const Tensor& gate, const Tensor& up, co
 
 void SwigluPacked(const Tensor& gate_up, const Tensor& out) {
   const auto [rows, width] = CheckSwigluPacked("packed swiglu", gate_up, out);
-  TETRA_ON_DEVICE(gate_up, SwigluPacked(gate_up, out));
+  const OpTimer op_timer(__func__, gate_up.device());
+  if (OnDevice(gate_up)) return OnCuda([&](auto) { return cuda::SwigluPacked(gate_up, out); });
   ExpectHost(gate_up);
   HostF32 f32;
   cpu::SwigluPackedForward(f32.In(gate_up), rows, width, f32.Out(out));
@@ -372,7 +417,9 @@ void SwigluPacked(const Tensor& gate_up, const Tensor& out) {
 
 void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tensor& dgate_up) {
   const auto [rows, width] = CheckSwigluPacked("packed swiglu backward", gate_up, dout, dgate_up);
-  TETRA_ON_DEVICE(gate_up, SwigluPackedBackward(dout, gate_up, dgate_up));
+  const OpTimer op_timer(__func__, gate_up.device());
+  if (OnDevice(gate_up))
+    return OnCuda([&](auto) { return cuda::SwigluPackedBackward(dout, gate_up, dgate_up); });
   ExpectHost(gate_up);
   HostF32 f32;
   cpu::SwigluPackedBackward(f32.In(dout), f32.In(gate_up), rows, width, f32.Out(dgate_up));
@@ -381,7 +428,10 @@ void SwigluPackedBackward(const Tensor& dout, const Tensor& gate_up, const Tenso
 double CrossEntropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                     const Tensor& dlogits, int64_t vocab_size) {
   CheckCrossEntropy(logits, targets, dlogits, vocab_size);
-  TETRA_ON_DEVICE(logits, CrossEntropy(logits, targets, grad_scale, dlogits, vocab_size));
+  const OpTimer op_timer(__func__, logits.device());
+  if (OnDevice(logits))
+    return OnCuda<double>(
+        [&](auto) { return cuda::CrossEntropy(logits, targets, grad_scale, dlogits, vocab_size); });
   ExpectHost(logits);
   HostF32 f32;
   return cpu::CrossEntropyForwardBackward(f32.In(logits), targets.data<int32_t>(), Rows(logits),
@@ -393,8 +443,12 @@ void CrossEntropyRowStats(const Tensor& logits, const Tensor& targets, int64_t v
                           int64_t vocab_size, const Tensor& row_max, const Tensor& target_logit) {
   const int64_t rows = Rows(logits);
   CheckCrossEntropyRowStats(logits, targets, vocab_begin, row_max, target_logit);
-  TETRA_ON_DEVICE(logits, CrossEntropyRowStats(logits, targets, vocab_begin, vocab_size, row_max,
-                                               target_logit));
+  const OpTimer op_timer(__func__, logits.device());
+  if (OnDevice(logits))
+    return OnCuda([&](auto) {
+      return cuda::CrossEntropyRowStats(logits, targets, vocab_begin, vocab_size, row_max,
+                                        target_logit);
+    });
   ExpectHost(logits, targets, row_max, target_logit);
   HostF32 f32;
   cpu::CrossEntropyRowStats(f32.In(logits), targets.data<int32_t>(), rows, logits.dim(-1),
@@ -405,7 +459,11 @@ void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab
                         const Tensor& row_max, const Tensor& sum_exp) {
   const int64_t rows = Rows(logits);
   CheckCrossEntropySumExp(logits, vocab_begin, row_max, sum_exp);
-  TETRA_ON_DEVICE(logits, CrossEntropySumExp(logits, vocab_begin, vocab_size, row_max, sum_exp));
+  const OpTimer op_timer(__func__, logits.device());
+  if (OnDevice(logits))
+    return OnCuda([&](auto) {
+      return cuda::CrossEntropySumExp(logits, vocab_begin, vocab_size, row_max, sum_exp);
+    });
   ExpectHost(logits, row_max, sum_exp);
   HostF32 f32;
   cpu::CrossEntropySumExp(f32.In(logits), f32.In(row_max), rows, logits.dim(-1), vocab_begin,
@@ -415,7 +473,10 @@ void CrossEntropySumExp(const Tensor& logits, int64_t vocab_begin, int64_t vocab
 double CrossEntropyLoss(const Tensor& targets, const Tensor& row_max, const Tensor& target_logit,
                         const Tensor& sum_exp) {
   CheckCrossEntropyLoss(targets, row_max, target_logit, sum_exp);
-  TETRA_ON_DEVICE(row_max, CrossEntropyLoss(targets, row_max, target_logit, sum_exp));
+  const OpTimer op_timer(__func__, row_max.device());
+  if (OnDevice(row_max))
+    return OnCuda<double>(
+        [&](auto) { return cuda::CrossEntropyLoss(targets, row_max, target_logit, sum_exp); });
   ExpectHost(targets, row_max, target_logit, sum_exp);
   HostF32 f32;
   return cpu::CrossEntropyLoss(targets.data<int32_t>(), f32.In(row_max), f32.In(target_logit),
@@ -427,8 +488,12 @@ void CrossEntropyGradient(const Tensor& logits, const Tensor& targets, int64_t v
                           float grad_scale, const Tensor& dlogits) {
   const int64_t rows = Rows(logits);
   CheckCrossEntropyGradient(logits, targets, vocab_begin, row_max, sum_exp, dlogits);
-  TETRA_ON_DEVICE(logits, CrossEntropyGradient(logits, targets, vocab_begin, vocab_size, row_max,
-                                               sum_exp, grad_scale, dlogits));
+  const OpTimer op_timer(__func__, logits.device());
+  if (OnDevice(logits))
+    return OnCuda([&](auto) {
+      return cuda::CrossEntropyGradient(logits, targets, vocab_begin, vocab_size, row_max, sum_exp,
+                                        grad_scale, dlogits);
+    });
   ExpectHost(logits, targets, row_max, sum_exp, dlogits);
   HostF32 f32;
   cpu::CrossEntropyGradient(f32.In(logits), targets.data<int32_t>(), f32.In(row_max),
@@ -441,7 +506,9 @@ void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& sc
   TETRA_CHECK(scores.shape() == logits.shape() && scores.dtype() == DType::kF32)
       << "router scores " << ShapeString(scores.shape()) << " of logits "
       << ShapeString(logits.shape());
-  TETRA_ON_DEVICE(logits, RouterScores(spec, logits, scores));
+  const OpTimer op_timer(__func__, logits.device());
+  if (OnDevice(logits))
+    return OnCuda([&](auto) { return cuda::RouterScores(spec, logits, scores); });
   ExpectHost(logits, scores);
   HostF32 f32;
   cpu::RouterScores(spec, f32.In(logits), logits.dim(0), f32.Out(scores));
@@ -450,7 +517,9 @@ void RouterScores(const RouterSpec& spec, const Tensor& logits, const Tensor& sc
 void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias,
                 const Tensor& expert, const Tensor& weights) {
   CheckRouterTopK(spec, scores, bias, expert, weights);
-  TETRA_ON_DEVICE(scores, RouterTopK(spec, scores, bias, expert, weights));
+  const OpTimer op_timer(__func__, scores.device());
+  if (OnDevice(scores))
+    return OnCuda([&](auto) { return cuda::RouterTopK(spec, scores, bias, expert, weights); });
   ExpectHost(scores, bias, expert, weights);
   HostF32 f32;
   cpu::RouterTopK(spec, f32.In(scores), f32.In(bias), scores.dim(0), expert.data<int32_t>(),
@@ -460,7 +529,10 @@ void RouterTopK(const RouterSpec& spec, const Tensor& scores, const Tensor& bias
 void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& expert,
                            const Tensor& dweights, const Tensor& dscores) {
   CheckRouterWeightsBackward(spec, scores, expert, dweights, dscores);
-  TETRA_ON_DEVICE(scores, RouterWeightsBackward(spec, scores, expert, dweights, dscores));
+  const OpTimer op_timer(__func__, scores.device());
+  if (OnDevice(scores))
+    return OnCuda(
+        [&](auto) { return cuda::RouterWeightsBackward(spec, scores, expert, dweights, dscores); });
   ExpectHost(scores, expert, dweights, dscores);
   HostF32 f32;
   cpu::RouterWeightsBackward(spec, f32.In(scores), expert.data<int32_t>(), f32.In(dweights),
@@ -470,7 +542,9 @@ void RouterWeightsBackward(const RouterSpec& spec, const Tensor& scores, const T
 void RouterScoresBackward(const RouterSpec& spec, const Tensor& scores, const Tensor& dscores,
                           const Tensor& dlogits) {
   CheckRouterScoresBackward(spec, scores, dscores, dlogits);
-  TETRA_ON_DEVICE(scores, RouterScoresBackward(spec, scores, dscores, dlogits));
+  const OpTimer op_timer(__func__, scores.device());
+  if (OnDevice(scores))
+    return OnCuda([&](auto) { return cuda::RouterScoresBackward(spec, scores, dscores, dlogits); });
   ExpectHost(scores, dscores, dlogits);
   HostF32 f32;
   cpu::RouterScoresBackward(spec, f32.In(scores), f32.In(dscores), scores.dim(0), f32.Out(dlogits));
@@ -480,7 +554,11 @@ void SequenceBalanceStats(const RouterSpec& spec, const Tensor& scores, const Te
                           int64_t batch, int64_t seq, int64_t whole_seq, const Tensor& stats) {
   CheckSequenceBalance("sequence balance stats", spec, scores, expert, batch, seq, whole_seq,
                        stats);
-  TETRA_ON_DEVICE(scores, SequenceBalanceStats(spec, scores, expert, batch, seq, whole_seq, stats));
+  const OpTimer op_timer(__func__, scores.device());
+  if (OnDevice(scores))
+    return OnCuda([&](auto) {
+      return cuda::SequenceBalanceStats(spec, scores, expert, batch, seq, whole_seq, stats);
+    });
   ExpectHost(scores, expert, stats);
   HostF32 f32;
   cpu::SequenceBalanceStats(spec, f32.In(scores), expert.data<int32_t>(), batch, seq, whole_seq,
@@ -492,8 +570,12 @@ double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const T
                            const Tensor& dscores) {
   CheckSequenceBalance("sequence balance loss", spec, scores, Tensor(), batch, seq, whole_seq,
                        stats, dscores);
-  TETRA_ON_DEVICE(
-      scores, SequenceBalanceLoss(spec, scores, stats, batch, seq, whole_seq, grad_scale, dscores));
+  const OpTimer op_timer(__func__, scores.device());
+  if (OnDevice(scores))
+    return OnCuda<double>([&](auto) {
+      return cuda::SequenceBalanceLoss(spec, scores, stats, batch, seq, whole_seq, grad_scale,
+                                       dscores);
+    });
   ExpectHost(scores, stats, dscores);
   HostF32 f32;
   return cpu::SequenceBalanceLoss(spec, f32.In(scores), stats.data<double>(), batch, seq, whole_seq,
@@ -502,7 +584,9 @@ double SequenceBalanceLoss(const RouterSpec& spec, const Tensor& scores, const T
 
 void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor& loads) {
   CheckCountExpertLoads(spec, expert, loads);
-  TETRA_ON_DEVICE(expert, CountExpertLoads(spec, expert, loads));
+  const OpTimer op_timer(__func__, expert.device());
+  if (OnDevice(expert))
+    return OnCuda([&](auto) { return cuda::CountExpertLoads(spec, expert, loads); });
   ExpectHost(expert, loads);
   cpu::CountExpertLoads(spec, expert.data<int32_t>(), expert.numel() / spec.top_k,
                         loads.data<int32_t>());
@@ -510,7 +594,9 @@ void CountExpertLoads(const RouterSpec& spec, const Tensor& expert, const Tensor
 
 void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
   CheckUpdateRouterBias(loads, bias);
-  TETRA_ON_DEVICE(bias, UpdateRouterBias(loads, speed, bias));
+  const OpTimer op_timer(__func__, bias.device());
+  if (OnDevice(bias))
+    return OnCuda([&](auto) { return cuda::UpdateRouterBias(loads, speed, bias); });
   ExpectHost(loads, bias);
   cpu::UpdateRouterBias(loads.data<int32_t>(), static_cast<int>(bias.numel()), speed, bias.f32());
 }
@@ -519,8 +605,11 @@ int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capac
                       const Tensor& send_row, const Tensor& send_token,
                       const Tensor& expert_counts) {
   CheckDispatchOrder(expert, weights, send_row, send_token, expert_counts);
-  TETRA_ON_DEVICE(expert,
-                  DispatchOrder(expert, weights, capacity, send_row, send_token, expert_counts));
+  const OpTimer op_timer(__func__, expert.device());
+  if (OnDevice(expert))
+    return OnCuda<int64_t>([&](auto) {
+      return cuda::DispatchOrder(expert, weights, capacity, send_row, send_token, expert_counts);
+    });
   ExpectHost(expert, weights, send_row, send_token, expert_counts);
   HostF32 f32;
   return cpu::DispatchOrder(
@@ -531,7 +620,8 @@ int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capac
 
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
   CheckGatherRows(src, index, dst);
-  TETRA_ON_DEVICE(src, GatherRows(src, index, dst));
+  const OpTimer op_timer(__func__, src.device());
+  if (OnDevice(src)) return OnCuda([&](auto) { return cuda::GatherRows(src, index, dst); });
   ExpectHost(src, index, dst);
   HostF32 f32;
   cpu::GatherRows(f32.In(src), Rows(src), index.data<int32_t>(), index.numel(), src.dim(-1),
@@ -541,7 +631,9 @@ void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {
 void CombineRows(const Tensor& src, const Tensor& index, const Tensor& weights, const Tensor& dst) {
   CheckCombineRows(src, index, weights, dst);
   const int64_t n = Rows(dst), c = dst.dim(-1);
-  TETRA_ON_DEVICE(dst, CombineRows(src, index, weights, dst));
+  const OpTimer op_timer(__func__, dst.device());
+  if (OnDevice(dst))
+    return OnCuda([&](auto) { return cuda::CombineRows(src, index, weights, dst); });
   ExpectHost(src, index, weights, dst);
   HostF32 f32;
   cpu::CombineRows(f32.In(src), Rows(src), index.data<int32_t>(), f32.In(weights), n,
@@ -552,7 +644,10 @@ void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& in
                          const Tensor& weights, const Tensor& dsrc, const Tensor& dweights) {
   CheckCombineRowsBackward(ddst, src, index, weights, dsrc, dweights);
   const int64_t n = Rows(ddst), c = ddst.dim(-1);
-  TETRA_ON_DEVICE(ddst, CombineRowsBackward(ddst, src, index, weights, dsrc, dweights));
+  const OpTimer op_timer(__func__, ddst.device());
+  if (OnDevice(ddst))
+    return OnCuda(
+        [&](auto) { return cuda::CombineRowsBackward(ddst, src, index, weights, dsrc, dweights); });
   ExpectHost(ddst, src, index, weights, dsrc, dweights);
   HostF32 f32;
   cpu::CombineRowsBackward(f32.In(ddst), f32.In(src), Rows(src), index.data<int32_t>(),
@@ -563,7 +658,11 @@ void CombineRowsBackward(const Tensor& ddst, const Tensor& src, const Tensor& in
 void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
            const AdamWHyper& hyper) {
   CheckAdamW({param, grad, m, v, Tensor(), true});
-  TETRA_ON_DEVICE(param, AdamW({AdamWTensors{param, grad, m, v, Tensor(), true}}, hyper));
+  const OpTimer op_timer(__func__, param.device());
+  if (OnDevice(param))
+    return OnCuda([&](auto) {
+      return cuda::AdamW({AdamWTensors{param, grad, m, v, Tensor(), true}}, hyper);
+    });
   ExpectHost(param);
   HostF32 f32;
   cpu::AdamWUpdate(f32.Out(param), f32.In(grad), f32.Out(m), f32.Out(v), param.numel(), hyper);
@@ -571,7 +670,8 @@ void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tenso
 
 double SumOfSquares(const Tensor& x) {
   CheckFloat("sum of squares", x);
-  TETRA_ON_DEVICE(x, SumOfSquares(x));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x)) return OnCuda<double>([&](auto) { return cuda::SumOfSquares(x); });
   ExpectHost(x);
   HostF32 f32;
   return cpu::SumOfSquares(f32.In(x), x.numel());
@@ -586,7 +686,9 @@ double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<dou
         << " tensor: fp32 tensors on one device expected";
   }
   if (xs.empty()) return 0.0;
-  TETRA_ON_DEVICE(xs.front(), WeightedSumOfSquares(xs, weights));
+  const OpTimer op_timer(__func__, xs.front().device());
+  if (OnDevice(xs.front()))
+    return OnCuda<double>([&](auto) { return cuda::WeightedSumOfSquares(xs, weights); });
   std::vector<const float*> data;
   std::vector<int64_t> sizes;
   for (const Tensor& x : xs) {
@@ -598,7 +700,8 @@ double WeightedSumOfSquares(const std::vector<Tensor>& xs, const std::vector<dou
 
 void Scale(const Tensor& x, float factor) {
   CheckFloat("scale", x);
-  TETRA_ON_DEVICE(x, Scale(x, factor));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x)) return OnCuda([&](auto) { return cuda::Scale(x, factor); });
   ExpectHost(x);
   HostF32 f32;
   cpu::Scale(f32.Out(x), x.numel(), factor);
@@ -611,7 +714,8 @@ void ScaleMultiTensor(const std::vector<Tensor>& xs, float factor) {
         << " tensor: fp32 tensors on one device expected";
   }
   if (xs.empty()) return;
-  TETRA_ON_DEVICE(xs.front(), ScaleMultiTensor(xs, factor));
+  const OpTimer op_timer(__func__, xs.front().device());
+  if (OnDevice(xs.front())) return OnCuda([&](auto) { return cuda::ScaleMultiTensor(xs, factor); });
   for (const Tensor& x : xs) cpu::Scale(x.f32(), x.numel(), factor);
 }
 
@@ -619,7 +723,8 @@ void Add(const Tensor& x, const Tensor& y) { Add(x, y, y); }
 
 void Add(const Tensor& x, const Tensor& y, const Tensor& out) {
   CheckAdd(x, y, out);
-  TETRA_ON_DEVICE(x, Add(x, y, out));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x)) return OnCuda([&](auto) { return cuda::Add(x, y, out); });
   ExpectHost(x, y, out);
   if (x.dtype() == DType::kF64) {
     cpu::Add(x.data<double>(), y.data<double>(), out.data<double>(), x.numel());
@@ -632,7 +737,9 @@ void Add(const Tensor& x, const Tensor& y, const Tensor& out) {
 void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper& hyper) {
   if (tensors.empty()) return;
   for (const AdamWTensors& t : tensors) CheckAdamW(t);
-  TETRA_ON_DEVICE(tensors.front().param, AdamW(tensors, hyper));
+  const OpTimer op_timer(__func__, tensors.front().param.device());
+  if (OnDevice(tensors.front().param))
+    return OnCuda([&](auto) { return cuda::AdamW(tensors, hyper); });
   for (const AdamWTensors& t : tensors) {
     ExpectHost(t.param);
     AdamWHyper h = hyper;
@@ -644,7 +751,8 @@ void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper
 
 void Cast(const Tensor& src, const Tensor& dst) {
   CheckCast(src, dst);
-  TETRA_ON_DEVICE(src, Cast(src, dst));
+  const OpTimer op_timer(__func__, src.device());
+  if (OnDevice(src)) return OnCuda([&](auto) { return cuda::Cast(src, dst); });
   ExpectHost(dst);
   if (src.dtype() == dst.dtype()) {
     dst.CopyFrom(src);
@@ -664,7 +772,8 @@ void Cast(const Tensor& src, const Tensor& dst) {
 
 void FillNormal(const Tensor& x, const NormalInit& init) {
   TETRA_CHECK(x.dtype() == DType::kF32) << "FillNormal writes fp32, not " << DTypeName(x.dtype());
-  TETRA_ON_DEVICE(x, FillNormal(x, init));
+  const OpTimer op_timer(__func__, x.device());
+  if (OnDevice(x)) return OnCuda([&](auto) { return cuda::FillNormal(x, init); });
   cpu::FillNormal(init, x.numel(), x.f32());
 }
 
