@@ -2,7 +2,7 @@
 // backend, the device, accepts it: dtype combinations (cuBLASLt's for the
 // GEMMs, one dtype where a kernel reads every operand through one type),
 // shapes, and the launch limits a shape can reach (grid y and z of 65535,
-// a block of 1024 threads). kernels/ops.cc runs the op's check before it
+// a block of 1024 threads). kernels/ops_*.cc run the op's check before it
 // dispatches to either backend, so a CPU run, which could widen any mix of
 // dtypes to fp32, fails exactly where a GPU run would (DESIGN.md, principle
 // 7). A failed check is a bug in the caller: fatal, naming the op, the

@@ -1,5 +1,5 @@
 // Every op of the op API (kernels/ops.h), by the name the op profile and
-// tests know it by (its ops.cc function's), with the kind of work it is: the
+// tests know it by (its function's in kernels/ops_*.cc), with the kind of work it is: the
 // op profile sums time by kind from this list, and tests/kernels/op_table_test.cc
 // runs the op-case table under the profile and checks that every op listed
 // here ran and every op that ran is listed.

@@ -31,7 +31,7 @@ class OpTimer {
 
 // Profiles from now on, as TETRA_OP_PROFILE does from the start.
 void EnableOpProfile();
-// Calls of `op` (an ops.cc function name) profiled so far.
+// Calls of `op` (an op API function name, kernels/op_list.h) profiled so far.
 int64_t OpProfileCalls(const char* op);
 
 }  // namespace tetra::ops
