@@ -1,17 +1,20 @@
 // Hugging Face's config.json and generation_config.json for the models tetra
 // trains, read into and written from ModelConfig.
 //
-// Reading (a LlamaForCausalLM config.json, as `save_pretrained` writes it):
-// every key is accounted for. A key either maps to a ModelConfig field (with
-// LlamaConfig's default when absent, since that is what transformers
+// Reading (the config.json of a LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM,
+// DeepseekV3ForCausalLM or Glm4MoeForCausalLM, as `save_pretrained` writes
+// it): every key is accounted for. A key either maps to a ModelConfig field
+// (with its class's default when absent, since that is what transformers
 // computes with), or must hold the value tetra implements (hidden_act
 // "silu", attention_bias false, rope_scaling null, llama3 or yarn, ...), or is
 // metadata that does not change the math (transformers_version,
 // torch_dtype, ...). Any other key or value is an error naming it, so a
 // checkpoint tetra would compute differently is never trained silently.
 //
-// Writing: the complete config.json of an export (LlamaForCausalLM, or
-// DeepseekV3ForCausalLM's MoE keys), and generation_config.json.
+// Writing: the complete config.json of an export, in the class it was read
+// from (model.hf_architecture) or else the class its features call for
+// (ExportClass in hf_config.cc), and generation_config.json.
 #ifndef TETRA_CHECKPOINT_HF_CONFIG_H_
 #define TETRA_CHECKPOINT_HF_CONFIG_H_
 

@@ -1,6 +1,6 @@
 // The emulated device's CUDA runtime API: the subset tetra calls, with the
 // real header's names, types and values where tetra's code depends on them.
-// Built into tetra_emu in place of CUDA's own headers (emulator/README.md).
+// Built into tetra_emu in place of CUDA's own headers (docs/gpus.md, "The emulated GPU").
 #ifndef TETRA_EMULATOR_INCLUDE_CUDA_RUNTIME_API_H_
 #define TETRA_EMULATOR_INCLUDE_CUDA_RUNTIME_API_H_
 

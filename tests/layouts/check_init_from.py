@@ -11,9 +11,8 @@ from them, and checks:
     interleaved (2 virtual stages), tied embeddings under pipeline 2 (plain
     and interleaved), MoE pipeline 2 x data 2 with expert 2, and the 4D
     tensor 2 x pipeline 2 x data 2 with expert 2 on 8 ranks.
-Dense runs name the export's directory (its config.json gives the model
-section, which the recipe's fields must agree with); the MoE run names its
-model.safetensors file (tetra reads no DeepSeek-V3 directory yet).
+Every run names the export's directory: its config.json gives the model
+section, which the recipe's fields must agree with.
 usage: check_init_from.py TETRA_BINARY [--list] [--case NAME[,NAME...]] [--work-dir DIR]
 Each comparison above is a named case of CASES (--list prints them); the
 exported weights with the single-rank run that starts from them, and the
