@@ -190,9 +190,9 @@ class Checker {
     return CheckEveryStepRan(rank, done);
   }
 
-  // The steps of (micro-batch, chunk) that have run, in `done`.
-  uint8_t& StateOf(std::vector<uint8_t>& done, int micro_batch, int chunk) const {
-    return done[static_cast<size_t>(micro_batch) * spec_.virtual_stages + chunk];
+  // Where `done` keeps the steps of (micro-batch, chunk) that have run.
+  size_t StateIndex(int micro_batch, int chunk) const {
+    return static_cast<size_t>(micro_batch) * spec_.virtual_stages + chunk;
   }
 
   // The chunk of `rank` holding virtual stage `stage`, or -1.
@@ -225,7 +225,7 @@ class Checker {
   absl::Status CheckAction(int rank, size_t i, std::vector<uint8_t>& done) const {
     const Action& a = tables_[rank][i];
     const int stage = VirtualStage(spec_, rank, a.chunk);
-    uint8_t& state = StateOf(done, a.micro_batch, a.chunk);
+    uint8_t& state = done[StateIndex(a.micro_batch, a.chunk)];
     const Step step = StepOf(a.type);
     if (state & step) return Fail(rank, i, "appears twice");
     const bool first = stage == 0, last = stage == spec_.stages * spec_.virtual_stages - 1;
@@ -248,7 +248,7 @@ class Checker {
     }
     if (local >= 0) {
       const Step input = a.type == ActionType::kForward ? kForwarded : kBackwarded;
-      if (!(StateOf(done, a.micro_batch, local) & input)) {
+      if (!(done[StateIndex(a.micro_batch, local)] & input)) {
         return Fail(
             rank, i,
             absl::StrCat("comes before the ", ActionText({a.type, a.micro_batch, local, -1}),
@@ -263,11 +263,11 @@ class Checker {
 
   // Every (micro-batch, chunk) of `rank` ran its forward, backward and, in
   // the split schedules, its weight gradients.
-  absl::Status CheckEveryStepRan(int rank, std::vector<uint8_t>& done) const {
+  absl::Status CheckEveryStepRan(int rank, const std::vector<uint8_t>& done) const {
     const bool split = SplitsBackward(spec_.kind);
     for (int micro_batch = 0; micro_batch < spec_.micro_batches; ++micro_batch) {
       for (int chunk = 0; chunk < spec_.virtual_stages; ++chunk) {
-        const uint8_t state = StateOf(done, micro_batch, chunk);
+        const uint8_t state = done[StateIndex(micro_batch, chunk)];
         for (ActionType type : {ActionType::kForward, ActionType::kBackward, ActionType::kWeight}) {
           if (type == ActionType::kWeight && !split) continue;
           if (!(state & StepOf(type))) {
