@@ -16,7 +16,7 @@ namespace tetra::ops {
 void Rope(const Tensor& x, const RopeTable& table) {
   CheckRope("rope", x, table, /*whole_heads=*/true);
   const OpTimer op_timer(__func__, x.device());
-  if (OnDevice(x)) return OnCuda([&](auto) { return cuda::Rope(x, table, /*backward=*/false); });
+  if (OnDevice(x)) return OnCuda([&](auto) { return cuda::Rope(x, table); });
   ExpectHost(x);
   HostF32 f32;
   cpu::RopeForward(f32.Out(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), table);
@@ -25,7 +25,7 @@ void Rope(const Tensor& x, const RopeTable& table) {
 void RopeBackward(const Tensor& dx, const RopeTable& table) {
   CheckRope("rope backward", dx, table, /*whole_heads=*/true);
   const OpTimer op_timer(__func__, dx.device());
-  if (OnDevice(dx)) return OnCuda([&](auto) { return cuda::Rope(dx, table, /*backward=*/true); });
+  if (OnDevice(dx)) return OnCuda([&](auto) { return cuda::RopeBackward(dx, table); });
   ExpectHost(dx);
   HostF32 f32;
   cpu::RopeBackward(f32.Out(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table);
@@ -35,8 +35,7 @@ void SplitQkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, co
                   const Tensor& v) {
   CheckQkvRope("split_qkv_rope", qkv, table, q, k, v);
   const OpTimer op_timer(__func__, qkv.device());
-  if (OnDevice(qkv))
-    return OnCuda([&](auto) { return cuda::QkvRope(qkv, table, q, k, v, /*backward=*/false); });
+  if (OnDevice(qkv)) return OnCuda([&](auto) { return cuda::SplitQkvRope(qkv, table, q, k, v); });
   ExpectHost(qkv, q, k, v);
   HostF32 f32;
   cpu::SplitQkvRope(f32.In(qkv), q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), table,
@@ -48,7 +47,7 @@ void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
   CheckQkvRope("merge_qkv_rope_backward", dqkv, table, dq, dk, dv);
   const OpTimer op_timer(__func__, dqkv.device());
   if (OnDevice(dqkv))
-    return OnCuda([&](auto) { return cuda::QkvRope(dqkv, table, dq, dk, dv, /*backward=*/true); });
+    return OnCuda([&](auto) { return cuda::MergeQkvRopeBackward(dq, dk, dv, table, dqkv); });
   ExpectHost(dqkv, dq, dk, dv);
   HostF32 f32;
   cpu::MergeQkvRopeBackward(f32.In(dq), f32.In(dk), f32.In(dv), dq.dim(0), dq.dim(1), dq.dim(2),
@@ -58,9 +57,7 @@ void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
 void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved) {
   CheckRope("decoupled_rope", x, table, /*whole_heads=*/false);
   const OpTimer op_timer(__func__, x.device());
-  if (OnDevice(x))
-    return OnCuda(
-        [&](auto) { return cuda::DecoupledRope(x, table, interleaved, /*backward=*/false); });
+  if (OnDevice(x)) return OnCuda([&](auto) { return cuda::DecoupledRope(x, table, interleaved); });
   ExpectHost(x);
   HostF32 f32;
   cpu::DecoupledRopeForward(f32.Out(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3), table, interleaved);
@@ -70,8 +67,7 @@ void DecoupledRopeBackward(const Tensor& dx, const RopeTable& table, bool interl
   CheckRope("decoupled_rope_backward", dx, table, /*whole_heads=*/false);
   const OpTimer op_timer(__func__, dx.device());
   if (OnDevice(dx))
-    return OnCuda(
-        [&](auto) { return cuda::DecoupledRope(dx, table, interleaved, /*backward=*/true); });
+    return OnCuda([&](auto) { return cuda::DecoupledRopeBackward(dx, table, interleaved); });
   ExpectHost(dx);
   HostF32 f32;
   cpu::DecoupledRopeBackward(f32.Out(dx), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3), table,
@@ -118,7 +114,7 @@ void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key,
   const cpu::MlaKeyValueDims d = CheckMlaKeyValue("mla_split_key_value", kv, k_pe, key, value);
   const OpTimer op_timer(__func__, key.device());
   if (OnDevice(key))
-    return OnCuda([&](auto) { return cuda::MlaSplitKeyValue(kv, k_pe, d.nope, key, value); });
+    return OnCuda([&](auto) { return cuda::MlaSplitKeyValue(kv, k_pe, key, value); });
   ExpectHost(kv, k_pe, key, value);
   HostF32 f32;
   cpu::MlaSplitKeyValue(f32.In(kv), f32.In(k_pe), d, f32.Out(key), f32.Out(value));
@@ -130,8 +126,7 @@ void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Te
       CheckMlaKeyValue("mla_merge_key_value_backward", dkv, dk_pe, dkey, dvalue);
   const OpTimer op_timer(__func__, dkey.device());
   if (OnDevice(dkey))
-    return OnCuda(
-        [&](auto) { return cuda::MlaMergeKeyValueBackward(dkey, dvalue, d.nope, dkv, dk_pe); });
+    return OnCuda([&](auto) { return cuda::MlaMergeKeyValueBackward(dkey, dvalue, dkv, dk_pe); });
   ExpectHost(dkey, dvalue, dkv, dk_pe);
   HostF32 f32;
   cpu::MlaMergeKeyValueBackward(f32.In(dkey), f32.In(dvalue), d, f32.Out(dkv), f32.Out(dk_pe));

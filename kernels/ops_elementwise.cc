@@ -16,8 +16,7 @@ namespace tetra::ops {
 void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
   CheckEmbedding(tokens, table, out);
   const OpTimer op_timer(__func__, table.device());
-  if (OnDevice(table))
-    return OnCuda([&](auto) { return cuda::Embedding(tokens, table, 0, /*sharded=*/false, out); });
+  if (OnDevice(table)) return OnCuda([&](auto) { return cuda::Embedding(tokens, table, out); });
   ExpectHost(table);
   HostF32 f32;
   cpu::EmbeddingForward(tokens.data<int32_t>(), tokens.numel(), f32.In(table), table.dim(0),
@@ -28,8 +27,7 @@ void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& d
   CheckEmbeddingBackward(tokens, dout, dtable);
   const OpTimer op_timer(__func__, dtable.device());
   if (OnDevice(dtable))
-    return OnCuda(
-        [&](auto) { return cuda::EmbeddingBackward(tokens, dout, 0, /*sharded=*/false, dtable); });
+    return OnCuda([&](auto) { return cuda::EmbeddingBackward(tokens, dout, dtable); });
   ExpectHost(dtable);
   HostF32 f32;
   cpu::EmbeddingBackward(tokens.data<int32_t>(), tokens.numel(), f32.In(dout), dtable.dim(0),
@@ -41,8 +39,7 @@ void EmbeddingShard(const Tensor& tokens, const Tensor& table, int64_t vocab_beg
   CheckEmbedding(tokens, table, out);
   const OpTimer op_timer(__func__, table.device());
   if (OnDevice(table))
-    return OnCuda(
-        [&](auto) { return cuda::Embedding(tokens, table, vocab_begin, /*sharded=*/true, out); });
+    return OnCuda([&](auto) { return cuda::EmbeddingShard(tokens, table, vocab_begin, out); });
   ExpectHost(table);
   HostF32 f32;
   cpu::EmbeddingShardForward(tokens.data<int32_t>(), tokens.numel(), f32.In(table), vocab_begin,
@@ -54,9 +51,8 @@ void EmbeddingShardBackward(const Tensor& tokens, const Tensor& dout, int64_t vo
   CheckEmbeddingBackward(tokens, dout, dtable);
   const OpTimer op_timer(__func__, dtable.device());
   if (OnDevice(dtable))
-    return OnCuda([&](auto) {
-      return cuda::EmbeddingBackward(tokens, dout, vocab_begin, /*sharded=*/true, dtable);
-    });
+    return OnCuda(
+        [&](auto) { return cuda::EmbeddingShardBackward(tokens, dout, vocab_begin, dtable); });
   ExpectHost(dtable);
   HostF32 f32;
   cpu::EmbeddingShardBackward(tokens.data<int32_t>(), tokens.numel(), f32.In(dout), vocab_begin,

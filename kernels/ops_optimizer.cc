@@ -18,7 +18,7 @@ void AdamW(const Tensor& param, const Tensor& grad, const Tensor& m, const Tenso
   const OpTimer op_timer(__func__, param.device());
   if (OnDevice(param))
     return OnCuda([&](auto) {
-      return cuda::AdamW({AdamWTensors{param, grad, m, v, Tensor(), true}}, hyper);
+      return cuda::AdamWMultiTensor({AdamWTensors{param, grad, m, v, Tensor(), true}}, hyper);
     });
   ExpectHost(param);
   HostF32 f32;
@@ -81,7 +81,7 @@ void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper
   for (const AdamWTensors& t : tensors) CheckAdamW(t);
   const OpTimer op_timer(__func__, tensors.front().param.device());
   if (OnDevice(tensors.front().param))
-    return OnCuda([&](auto) { return cuda::AdamW(tensors, hyper); });
+    return OnCuda([&](auto) { return cuda::AdamWMultiTensor(tensors, hyper); });
   for (const AdamWTensors& t : tensors) {
     ExpectHost(t.param);
     AdamWHyper h = hyper;

@@ -57,7 +57,7 @@ __global__ void AdamWKernel(const __grid_constant__ AdamWLaunch launch) {
 
 }  // namespace
 
-void AdamW(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) {
+void AdamWMultiTensor(const std::vector<AdamWTensors>& tensors, const AdamWHyper& h) {
   TETRA_CHECK(h.step >= 1) << "AdamW step " << h.step << " (steps count from 1)";
   const double bias_correction1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
   const double bias_correction2 = 1.0 - std::pow(h.beta2, static_cast<double>(h.step));

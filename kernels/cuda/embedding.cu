@@ -60,10 +60,11 @@ __global__ void ScatterKernel(const int32_t* tokens, int64_t n, const T* dout, i
   }
 }
 
-}  // namespace
-
-void Embedding(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, bool sharded,
-               const Tensor& out) {
+// out = table[tokens]; with `sharded`, the table holds ids [vocab_begin,
+// vocab_begin + rows) and other ids give zero rows, otherwise an id outside
+// the table traps the kernel.
+void Lookup(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, bool sharded,
+            const Tensor& out) {
   ExpectDevice(tokens, "Embedding", "tokens");
   ExpectDevice(table, "Embedding", "table");
   ExpectDevice(out, "Embedding", "out");
@@ -85,8 +86,9 @@ void Embedding(const Tensor& tokens, const Tensor& table, int64_t vocab_begin, b
   });
 }
 
-void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin, bool sharded,
-                       const Tensor& dtable) {
+// dtable[tokens] += dout (fp32 atomic adds), ids as Lookup reads them.
+void Scatter(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin, bool sharded,
+             const Tensor& dtable) {
   ExpectDevice(tokens, "EmbeddingBackward", "tokens");
   ExpectDevice(dtable, "EmbeddingBackward", "dtable");
   ExpectDevice(dout, "EmbeddingBackward", "dout");
@@ -98,6 +100,26 @@ void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_b
                  tokens.data<int32_t>(), n, dout.data<T>(), vocab_begin, dtable.dim(0), sharded,
                  dim, dtable.f32());
   });
+}
+
+}  // namespace
+
+void Embedding(const Tensor& tokens, const Tensor& table, const Tensor& out) {
+  Lookup(tokens, table, 0, /*sharded=*/false, out);
+}
+
+void EmbeddingBackward(const Tensor& tokens, const Tensor& dout, const Tensor& dtable) {
+  Scatter(tokens, dout, 0, /*sharded=*/false, dtable);
+}
+
+void EmbeddingShard(const Tensor& tokens, const Tensor& table, int64_t vocab_begin,
+                    const Tensor& out) {
+  Lookup(tokens, table, vocab_begin, /*sharded=*/true, out);
+}
+
+void EmbeddingShardBackward(const Tensor& tokens, const Tensor& dout, int64_t vocab_begin,
+                            const Tensor& dtable) {
+  Scatter(tokens, dout, vocab_begin, /*sharded=*/true, dtable);
 }
 
 }  // namespace tetra::cuda

@@ -54,13 +54,14 @@ __global__ void MergeKernel(const T* dkey, const T* dvalue, T* dkv, T* dk_pe, in
 
 }  // namespace
 
-void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, int64_t nope, const Tensor& key,
+void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, const Tensor& key,
                       const Tensor& value) {
   for (const auto& [t, name] :
        {std::pair{&kv, "kv"}, {&k_pe, "k_pe"}, {&key, "key"}, {&value, "value"}}) {
     ExpectDevice(*t, "MlaSplitKeyValue", name);
   }
   const int64_t rows = key.dim(0) * key.dim(1), heads = key.dim(2);
+  const int64_t nope = kv.dim(-1) / heads - value.dim(3);
   const int64_t n = key.numel() + value.numel();
   if (n == 0) return;
   DispatchFloat(key.dtype(), "MlaSplitKeyValue", [&](auto tag) {
@@ -71,13 +72,14 @@ void MlaSplitKeyValue(const Tensor& kv, const Tensor& k_pe, int64_t nope, const 
   });
 }
 
-void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, int64_t nope,
-                              const Tensor& dkv, const Tensor& dk_pe) {
+void MlaMergeKeyValueBackward(const Tensor& dkey, const Tensor& dvalue, const Tensor& dkv,
+                              const Tensor& dk_pe) {
   for (const auto& [t, name] :
        {std::pair{&dkey, "dkey"}, {&dvalue, "dvalue"}, {&dkv, "dkv"}, {&dk_pe, "dk_pe"}}) {
     ExpectDevice(*t, "MlaMergeKeyValueBackward", name);
   }
   const int64_t rows = dkey.dim(0) * dkey.dim(1), heads = dkey.dim(2);
+  const int64_t nope = dkv.dim(-1) / heads - dvalue.dim(3);
   const int64_t n = dkv.numel() + dk_pe.numel();
   if (n == 0) return;
   DispatchFloat(dkey.dtype(), "MlaMergeKeyValueBackward", [&](auto tag) {

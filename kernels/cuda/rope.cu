@@ -136,9 +136,8 @@ bool Vectorize(const RopeTable& table, std::initializer_list<const Tensor*> tens
   return aligned;
 }
 
-}  // namespace
-
-void Rope(const Tensor& x, const RopeTable& table, bool backward) {
+// Every head of x (B, T, H, D) rotated in place; backward by the opposite angle.
+void RotateHeads(const Tensor& x, const RopeTable& table, bool backward) {
   ExpectDevice(x, "Rope", "x");
   ExpectTable(table, "Rope");
   const int64_t rows = x.dim(0) * x.dim(1), n = rows * x.dim(2) * table.half_dim;
@@ -159,6 +158,7 @@ void Rope(const Tensor& x, const RopeTable& table, bool backward) {
   });
 }
 
+// qkv rows <-> q, k, v heads, q and k rotated (backward: rotated back, into qkv).
 void QkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
              const Tensor& v, bool backward) {
   ExpectDevice(qkv, "QkvRope", "qkv");
@@ -185,7 +185,8 @@ void QkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const T
   });
 }
 
-void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved, bool backward) {
+// Each head's last 2 half_dim dims rotated in place.
+void RotateHeadTails(const Tensor& x, const RopeTable& table, bool interleaved, bool backward) {
   ExpectDevice(x, "DecoupledRope", "x");
   ExpectTable(table, "DecoupledRope");
   const int64_t row_heads = x.dim(0) * x.dim(1) * x.dim(2);
@@ -197,6 +198,32 @@ void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved, bo
                  x.data<T>(), row_heads, x.dim(1), x.dim(2), x.dim(3), table.half_dim,
                  table.cos.f32(), table.sin.f32(), interleaved, backward ? -1.0f : 1.0f);
   });
+}
+
+}  // namespace
+
+void Rope(const Tensor& x, const RopeTable& table) { RotateHeads(x, table, /*backward=*/false); }
+
+void RopeBackward(const Tensor& dx, const RopeTable& table) {
+  RotateHeads(dx, table, /*backward=*/true);
+}
+
+void SplitQkvRope(const Tensor& qkv, const RopeTable& table, const Tensor& q, const Tensor& k,
+                  const Tensor& v) {
+  QkvRope(qkv, table, q, k, v, /*backward=*/false);
+}
+
+void MergeQkvRopeBackward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                          const RopeTable& table, const Tensor& dqkv) {
+  QkvRope(dqkv, table, dq, dk, dv, /*backward=*/true);
+}
+
+void DecoupledRope(const Tensor& x, const RopeTable& table, bool interleaved) {
+  RotateHeadTails(x, table, interleaved, /*backward=*/false);
+}
+
+void DecoupledRopeBackward(const Tensor& dx, const RopeTable& table, bool interleaved) {
+  RotateHeadTails(dx, table, interleaved, /*backward=*/true);
 }
 
 }  // namespace tetra::cuda
