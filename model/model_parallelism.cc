@@ -2,11 +2,13 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/self_communicator.h"
 #include "kernels/ops.h"
 #include "model/model_dims.h"
+#include "parallel/gradient_reducer.h"
 
 namespace tetra {
 namespace {
@@ -30,6 +32,17 @@ std::unique_ptr<Communicator> SplitKeyValueReplicas(Communicator& tp, int replic
 }
 
 }  // namespace
+
+ModelParallelism ModelParallelism::Of(const ParallelState& state, bool sequence_parallel,
+                                      std::vector<PipelineStage> chunks) {
+  return {.tp = &state.tensor(),
+          .sequence_parallel = sequence_parallel,
+          .flat_multiple = GradientReducer::PaddedSize(1, state.grad().size()),
+          .chunks = std::move(chunks),
+          .ep = &state.expert(),
+          .expert_flat_multiple = GradientReducer::PaddedSize(1, state.expert_data().size()),
+          .cp = &state.context()};
+}
 
 TensorShard LayerParallelism::Column() const { return Slice(0, tp_rank(), tp_size(), 1); }
 

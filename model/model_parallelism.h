@@ -11,7 +11,8 @@
 // head on the last; with interleaving, several such chunks
 // (pipeline/stage_partition.h computes them).
 //
-// ModelParallelism is what a caller passes to LanguageModel; TensorParallelGroups
+// ModelParallelism is what a caller passes to LanguageModel (a trainer makes
+// it from its ParallelState with ModelParallelism::Of); TensorParallelGroups
 // turns it into the LayerParallelism every layer reads (the groups and the
 // shard of each kind of weight).
 #ifndef TETRA_MODEL_MODEL_PARALLELISM_H_
@@ -23,6 +24,7 @@
 #include "comm/communicator.h"
 #include "model/parameters.h"
 #include "parallel/context_shard.h"
+#include "parallel/parallel_state.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
@@ -52,6 +54,12 @@ struct ModelParallelism {
   // The context-parallel group, over which each sequence is split
   // (parallel/context_shard.h; outlives the model); null: this process alone.
   Communicator* cp = nullptr;
+
+  // A rank's model in a training job: its groups from `state`, which
+  // outlives the model, flat buffers padded for the data-parallel shards of
+  // its gradients, and `chunks` (pipeline/stage_partition.h says which).
+  static ModelParallelism Of(const ParallelState& state, bool sequence_parallel,
+                             std::vector<PipelineStage> chunks);
 };
 
 struct LayerParallelism {

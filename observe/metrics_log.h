@@ -30,6 +30,17 @@ struct RunLayout {
   int virtual_stages = 1;
   // global_batch_size / (micro_batch_size x data): per data-parallel rank and step.
   int micro_batches() const { return global_batch_size / (micro_batch_size * mesh.dp); }
+
+  // `config`'s run on `mesh`.
+  static RunLayout Of(const MeshShape& mesh, const TrainerConfig& config) {
+    return {.mesh = mesh,
+            .global_batch_size = config.train().global_batch_size(),
+            .micro_batch_size = config.train().micro_batch_size(),
+            .seq_length = config.train().seq_length(),
+            .zero_stage = config.optimizer().zero_stage(),
+            .schedule = config.parallel().schedule(),
+            .virtual_stages = config.parallel().virtual_stages()};
+  }
 };
 
 struct StepMetrics {

@@ -155,8 +155,9 @@ absl::StatusOr<int> DataSize(const ParallelConfig& config, const MeshShape& shap
   return config.data();
 }
 
-// Checks every size and derives data; returns the shape.
-absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) {
+}  // namespace
+
+absl::StatusOr<MeshShape> MeshShape::FromConfig(const ParallelConfig& config, int world_size) {
   RETURN_IF_ERROR(CheckSizesPositive(config, world_size));
   MeshShape shape;
   shape.world = world_size;
@@ -165,7 +166,7 @@ absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) 
   shape.pp = config.pipeline();
   shape.ep = config.expert();
   ASSIGN_OR_RETURN(shape.dp, DataSize(config, shape));
-  const int replicas = shape.dp * shape.cp;  // ranks holding the same dense weights
+  const int replicas = shape.dense_replicas();
   if (replicas % shape.ep != 0) {
     std::vector<int> divisors;
     for (int d = 1; d <= replicas; ++d) {
@@ -180,8 +181,6 @@ absl::StatusOr<MeshShape> ShapeOf(const ParallelConfig& config, int world_size) 
   shape.edp = replicas / shape.ep;
   return shape;
 }
-
-}  // namespace
 
 const char* GroupKindName(GroupKind kind) {
   switch (kind) {
@@ -228,7 +227,7 @@ Mesh::GroupSet Mesh::Partition(const Layout& layout, int world, std::initializer
 
 absl::StatusOr<Mesh> Mesh::Create(const ParallelConfig& config, int world_size) {
   Mesh mesh;
-  ASSIGN_OR_RETURN(mesh.shape_, ShapeOf(config, world_size));
+  ASSIGN_OR_RETURN(mesh.shape_, MeshShape::FromConfig(config, world_size));
   ASSIGN_OR_RETURN(const auto order, ParseOrder(config.order()));
   mesh.order_ = config.order();
   const MeshShape& s = mesh.shape_;

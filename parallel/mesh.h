@@ -49,10 +49,18 @@ namespace tetra {
 
 // Axis sizes; world = tp * cp * pp * dp = tp * ep * edp * pp. The one
 // description of a layout: the trainer, its metrics and timing, traces,
-// reports and the planner all read it.
+// reports and the planner all read it, and every other layout value is made
+// from it by one factory (ParallelState::Create, ModelParallelism::Of,
+// PlanLayout::Of, RunLayout::Of), so a new axis changes this type and those
+// factories, not their callers.
 struct MeshShape {
   int tp = 1, cp = 1, pp = 1, dp = 1, ep = 1, edp = 1, world = 1;
 
+  // `config`'s sizes checked against `world_size` and data derived
+  // (parallel.data 0: world / (tensor x context x pipeline)), without laying
+  // out a rank: what Mesh::Create checks first. Errors name the numbers and
+  // end with a "\nhint: " line.
+  static absl::StatusOr<MeshShape> FromConfig(const ParallelConfig& config, int world_size);
   // The shape with these free sizes (edp and world derived; ep divides dp x cp).
   static MeshShape Of(int tp, int pp, int dp, int ep = 1, int cp = 1) {
     return {.tp = tp,
@@ -63,6 +71,9 @@ struct MeshShape {
             .edp = dp * cp / ep,
             .world = tp * cp * pp * dp};
   }
+  // dp x cp: the ranks holding the same dense weights, whose token losses and
+  // gradients add up (and which ZeRO-1 shards the optimizer over).
+  int dense_replicas() const { return dp * cp; }
   bool operator==(const MeshShape&) const = default;
 };
 

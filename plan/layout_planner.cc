@@ -234,10 +234,6 @@ double RankTokens(const TrainConfig& train, const MeshShape& mesh) {
   return double{1.0} * train.micro_batch_size() * train.seq_length() / mesh.cp;
 }
 
-// The ranks holding the same dense weights, whose gradients are reduced
-// (and, under ZeRO-1, whose optimizer state is sharded) together.
-int DenseReplicas(const MeshShape& mesh) { return mesh.dp * mesh.cp; }
-
 struct StageLayers {
   int dense = 0, moe = 0;
   bool embedding = false, head = false;
@@ -501,9 +497,9 @@ MemoryEstimate StateMemory(const DeviceParameters& p, const PlanLayout& l,
   MemoryEstimate mem;
   mem.weights = (p.dense + p.expert) * bytes.weight;
   mem.grads = (p.dense + p.expert) * bytes.grad;
-  mem.optimizer =
-      (l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert) *
-      bytes.optimizer;
+  mem.optimizer = (l.zero_stage >= 1 ? p.dense / l.mesh.dense_replicas() + p.expert / edp
+                                     : p.dense + p.expert) *
+                  bytes.optimizer;
   return mem;
 }
 
@@ -686,7 +682,7 @@ double GradientReductionSeconds(const TimeInputs& in, const DeviceParameters& p)
     return AllReduceSeconds(bytes, n, dp_link.gbps, 0) +
            buckets * 2.0 * (n - 1) * dp_link.latency_us * 1e-6;
   };
-  return reduce(p.dense, DenseReplicas(mesh)) + reduce(p.expert, static_cast<int>(edp));
+  return reduce(p.dense, mesh.dense_replicas()) + reduce(p.expert, static_cast<int>(edp));
 }
 
 // The step's time: m micro-batches of the `slowest` stage, the schedule's
@@ -718,7 +714,7 @@ TimeEstimate StepTime(const TimeInputs& in, const ScheduleSpec& schedule, int m,
   // AdamW reads and writes weights, gradient and state of the parameters it owns.
   const double edp = l.mesh.edp;
   const double owned =
-      l.zero_stage >= 1 ? p.dense / DenseReplicas(l.mesh) + p.expert / edp : p.dense + p.expert;
+      l.zero_stage >= 1 ? p.dense / l.mesh.dense_replicas() + p.expert / edp : p.dense + p.expert;
   const double memory_rate = cluster.memory_gbps() * 1e9 * in.node.memory_share;
   t.optimizer_s = 2 * owned *
                   (cluster.weight_bytes() + cluster.grad_bytes() + cluster.optimizer_bytes()) /

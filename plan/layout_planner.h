@@ -56,6 +56,13 @@ struct PlanLayout {
   MeshShape mesh;
   int zero_stage = 0;
   Recompute::Value recompute = Recompute::NONE;  // train.recompute
+
+  // `config`'s run on `mesh`: its ZeRO stage and recompute.
+  static PlanLayout Of(const MeshShape& mesh, const TrainerConfig& config) {
+    return {.mesh = mesh,
+            .zero_stage = config.optimizer().zero_stage(),
+            .recompute = config.train().recompute()};
+  }
 };
 
 // Bytes per device on the stage that needs most.

@@ -26,7 +26,7 @@ absl::Status CheckExperts(const ModelConfig& m, const MeshShape& mesh) {
         "use an expert size dividing the number of routed experts");
   }
   // Expert-parallel groups are carved out of the data x context ranks.
-  if ((mesh.dp * mesh.cp) % mesh.ep != 0) {
+  if (mesh.dense_replicas() % mesh.ep != 0) {
     return UserError(
         absl::StrCat("expert ", mesh.ep, " does not divide data ", mesh.dp, " x context ", mesh.cp),
         "use an expert size dividing data x context");

@@ -61,15 +61,8 @@ absl::Status RunReporter::EndStep(StepMetrics& m) {
     timing.device_mallocs = SynchronizingDeviceAllocations() - mallocs_before_;
   }
   AddStepTiming(parallel.world(), mesh, timing, m);
-  const TrainConfig& train = config_.train();
   if (m.step == run_.resumed + 1) {  // a report reads the run's layout from its first line
-    m.run = RunLayout{mesh,
-                      train.global_batch_size(),
-                      train.micro_batch_size(),
-                      train.seq_length(),
-                      config_.optimizer().zero_stage(),
-                      config_.parallel().schedule(),
-                      config_.parallel().virtual_stages()};
+    m.run = RunLayout::Of(mesh, config_);
   }
   m.tokens_per_s = run_.step->tokens_per_step() / m.step_time_s;
   m.tflops = run_.flops_per_step / mesh.world / m.step_time_s / 1e12;

@@ -13,7 +13,6 @@
 #include "kernels/cpu/threads.h"
 #include "observe/flops.h"
 #include "observe/peak_flops.h"
-#include "parallel/gradient_reducer.h"
 #include "pipeline/schedule_checker.h"
 #include "pipeline/stage_partition.h"
 #include "plan/memory_check.h"
@@ -67,7 +66,7 @@ double PlaceOnDevice(const TrainerConfig& config, std::optional<ScopedPlacement>
 // ends), and every place it writes can be written.
 absl::Status ClaimResources(const TrainerConfig& config, const ParallelState& parallel,
                             std::ostream& progress, TrainingRun& run) {
-  const PlanLayout layout{.mesh = parallel.shape(), .zero_stage = config.optimizer().zero_stage()};
+  const PlanLayout layout = PlanLayout::Of(parallel.shape(), config);
   const MachineMemory machine =
       ReadMachineMemory(RanksOnThisMachine(), config.train().device() == Device::CUDA);
   RETURN_IF_ERROR(AgreeOnStatus(parallel.world(),
@@ -84,14 +83,8 @@ absl::StatusOr<std::unique_ptr<LanguageModel>> BuildModel(const TrainerConfig& c
   ASSIGN_OR_RETURN(StagePartition partition, PartitionStages(config));
   auto model = std::make_unique<LanguageModel>(
       config.model(), train.seed(),
-      ModelParallelism{
-          .tp = &parallel.tensor(),
-          .sequence_parallel = config.parallel().sequence_parallel(),
-          .flat_multiple = GradientReducer::PaddedSize(1, parallel.grad().size()),
-          .chunks = partition.Chunks(parallel.pipeline().rank()),
-          .ep = &parallel.expert(),
-          .expert_flat_multiple = GradientReducer::PaddedSize(1, parallel.expert_data().size()),
-          .cp = &parallel.context()});
+      ModelParallelism::Of(parallel, config.parallel().sequence_parallel(),
+                           partition.Chunks(parallel.pipeline().rank())));
   model->set_mtp_loss_scaling_factor(train.mtp_loss_scaling_factor());
   if (train.recompute() == Recompute::FULL) model->set_full_recompute(train.recompute_layers());
   if (train.recompute() == Recompute::SELECTIVE) model->set_selective_recompute();

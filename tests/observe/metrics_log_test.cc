@@ -62,6 +62,26 @@ TEST(MetricsLogTest, BreakdownAndRunLayoutFollowTheStepTime) {
               HasSubstr("\"zero_stage\": 1, \"virtual_stages\": 2, \"schedule\": \"DUALPIPE_V\"}"));
 }
 
+TEST(MetricsLogTest, RunLayoutOfReadsTheConfig) {
+  TrainerConfig config;
+  config.mutable_train()->set_global_batch_size(32);
+  config.mutable_train()->set_micro_batch_size(4);
+  config.mutable_train()->set_seq_length(256);
+  config.mutable_optimizer()->set_zero_stage(1);
+  config.mutable_parallel()->set_schedule(ParallelConfig::ZB_H1);
+  config.mutable_parallel()->set_virtual_stages(3);
+  const MeshShape mesh = MeshShape::Of(/*tp=*/1, /*pp=*/2, /*dp=*/2);
+  const RunLayout layout = RunLayout::Of(mesh, config);
+  EXPECT_EQ(layout.mesh, mesh);
+  EXPECT_EQ(layout.global_batch_size, 32);
+  EXPECT_EQ(layout.micro_batch_size, 4);
+  EXPECT_EQ(layout.seq_length, 256);
+  EXPECT_EQ(layout.zero_stage, 1);
+  EXPECT_EQ(layout.schedule, ParallelConfig::ZB_H1);
+  EXPECT_EQ(layout.virtual_stages, 3);
+  EXPECT_EQ(layout.micro_batches(), 4);  // 32 / (4 x 2)
+}
+
 TEST(MetricsLogTest, MixtureOfExpertsFields) {
   StepMetrics m = Example();
   m.aux_loss = 0.25;

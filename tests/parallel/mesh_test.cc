@@ -431,6 +431,26 @@ TEST(MeshTest, ExpertMustDivideData) {
               HasSubstr("parallel.expert 8 does not divide"));
 }
 
+// MeshShape::FromConfig is the sizes' half of Mesh::Create: the same shape
+// and the same errors, with no rank laid out, so an order string it does not
+// read cannot fail it.
+TEST(MeshTest, ShapeFromConfigChecksSizesWithoutLayingOutRanks) {
+  absl::StatusOr<MeshShape> shape =
+      MeshShape::FromConfig(Parallel(/*tp=*/2, /*pp=*/2, /*dp=*/0, /*ep=*/2), 16);
+  ASSERT_TRUE(shape.ok()) << shape.status().message();
+  EXPECT_EQ(*shape, MustCreate(Parallel(2, 2, 0, 2), 16).shape());
+  EXPECT_EQ(*shape, MeshShape::Of(/*tp=*/2, /*pp=*/2, /*dp=*/4, /*ep=*/2));
+  EXPECT_EQ(shape->edp, 2);
+  EXPECT_EQ(shape->dense_replicas(), 4);
+
+  EXPECT_TRUE(MeshShape::FromConfig(Parallel(2, 2, 0, 2, "no-such-order"), 16).ok());
+  EXPECT_FALSE(Mesh::Create(Parallel(2, 2, 0, 2, "no-such-order"), 16).ok());
+  for (const ParallelConfig& bad : {Parallel(2, 4, 3), Parallel(3, 1, 0), Parallel(2, 2, 0, 3)}) {
+    EXPECT_EQ(MeshShape::FromConfig(bad, 16).status(), CreateStatus(bad, 16));
+    EXPECT_FALSE(MeshShape::FromConfig(bad, 16).ok());
+  }
+}
+
 TEST(MeshTest, BadOrderStrings) {
   auto message = [](const std::string& order) {
     return std::string(CreateStatus(Parallel(2, 2, 0, 1, order), 8).message());

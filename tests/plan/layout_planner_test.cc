@@ -65,6 +65,19 @@ ClusterConfig Cluster(const std::string& name) {
 //   expert 11,274,289,152 / 64                         =   176,160,768
 // The last stage (1 MoE layer, the final norm and head, the depth and the
 // table copy) holds 2,422,140,928 + 2 x 176,160,768 = 2,774,462,464.
+// The trainer's memory check reads the run's layout through PlanLayout::Of:
+// its ZeRO stage and its recompute, which changes the activations it keeps.
+TEST(LayoutPlannerTest, PlanLayoutOfReadsTheRunsZeroStageAndRecompute) {
+  TrainerConfig config;
+  config.mutable_optimizer()->set_zero_stage(1);
+  config.mutable_train()->set_recompute(Recompute::SELECTIVE);
+  const MeshShape mesh = MeshShape::Of(/*tp=*/2, /*pp=*/2, /*dp=*/2);
+  const PlanLayout layout = PlanLayout::Of(mesh, config);
+  EXPECT_EQ(layout.mesh, mesh);
+  EXPECT_EQ(layout.zero_stage, 1);
+  EXPECT_EQ(layout.recompute, Recompute::SELECTIVE);
+}
+
 TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
   const TrainerConfig config = Recipe("deepseek_v3_size.textproto");
   const ClusterConfig cluster = Cluster("h800_2048.textproto");
