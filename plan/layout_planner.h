@@ -57,11 +57,15 @@ struct PlanLayout {
   int zero_stage = 0;
   Recompute::Value recompute = Recompute::NONE;  // train.recompute
 
-  // `config`'s run on `mesh`: its ZeRO stage and recompute.
+  // `config`'s run on `mesh`: its ZeRO stage and recompute. The estimates
+  // model full recompute of every block; the first train.recompute_layers
+  // of them only is estimated as none, an upper bound.
   static PlanLayout Of(const MeshShape& mesh, const TrainerConfig& config) {
+    const TrainConfig& train = config.train();
+    const bool partial = train.recompute() == Recompute::FULL && train.recompute_layers() != 0;
     return {.mesh = mesh,
             .zero_stage = config.optimizer().zero_stage(),
-            .recompute = config.train().recompute()};
+            .recompute = partial ? Recompute::NONE : train.recompute()};
   }
 };
 

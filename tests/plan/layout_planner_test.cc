@@ -76,6 +76,12 @@ TEST(LayoutPlannerTest, PlanLayoutOfReadsTheRunsZeroStageAndRecompute) {
   EXPECT_EQ(layout.mesh, mesh);
   EXPECT_EQ(layout.zero_stage, 1);
   EXPECT_EQ(layout.recompute, Recompute::SELECTIVE);
+  // Full recompute of every block is what the estimates model; of some
+  // blocks only, it keeps more, so it is estimated as none.
+  config.mutable_train()->set_recompute(Recompute::FULL);
+  EXPECT_EQ(PlanLayout::Of(mesh, config).recompute, Recompute::FULL);
+  config.mutable_train()->set_recompute_layers(2);
+  EXPECT_EQ(PlanLayout::Of(mesh, config).recompute, Recompute::NONE);
 }
 
 TEST(LayoutPlannerTest, DeepSeekV3SizeFitsOn2048H800sWithPp16Ep64Zero1) {
