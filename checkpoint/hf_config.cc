@@ -1115,16 +1115,21 @@ void AddTokenIdKeys(const ModelConfig& m, JsonKeys* keys) {
   if (m.eos_token_id_size() == 0) keys->emplace_back("eos_token_id", "null");
 }
 
+// Every class an export can name, from the class table so the list keeps up with it.
+std::string ExportedClassNames() {
+  std::vector<std::string> names;
+  for (const HfClassInfo& c : kHfClasses) names.emplace_back(c.architecture);
+  return absl::StrJoin(names, ", ");
+}
+
 }  // namespace
 
 absl::Status CheckHfExportable(const ModelConfig& model) {
   const HfClassInfo& cls = ExportClass(model);
   if (!model.hf_architecture().empty() && model.hf_architecture() != cls.architecture) {
-    return UserError(
-        absl::StrCat("model.hf_architecture is ", UserText(model.hf_architecture()),
-                     ", not a class tetra exports"),
-        "use LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-        "DeepseekV3ForCausalLM or Glm4MoeForCausalLM, or leave it empty");
+    return UserError(absl::StrCat("model.hf_architecture is ", UserText(model.hf_architecture()),
+                                  ", not a class tetra exports"),
+                     absl::StrCat("use one of ", ExportedClassNames(), ", or leave it empty"));
   }
   if (const std::string mismatch = ClassMismatch(cls, model); !mismatch.empty()) {
     return UserError(

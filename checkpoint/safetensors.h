@@ -1,5 +1,5 @@
 // Safetensors: Hugging Face's weight file format, the way tetra imports and
-// exports weights (DESIGN.md "Weights").
+// exports weights (docs/architecture.md "Weights").
 //
 // Layout: an 8-byte little-endian uint64 header length N, N bytes of JSON
 //   {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},

@@ -1,5 +1,5 @@
 // Megatron-LM weighted blends of data sets, as `--data-path` takes them and
-// BlendedDataset draws from them (DESIGN.md "Data"):
+// BlendedDataset draws from them (docs/data.md):
 //   DataBlend / ParseDataBlend: "w1 prefix1 w2 prefix2 ..." (weights positive,
 //     normalised to sum 1 exactly as Megatron-LM does) or one prefix alone;
 //   BlendingIndex: which data set, and which of its samples, global sample i

@@ -1,4 +1,4 @@
-// SampleLoader: which tokens make sample s of a run (DESIGN.md "Numerics of
+// SampleLoader: which tokens make sample s of a run (docs/architecture.md "Numerics of
 // one step"), read from one token stream. A stream of N tokens holds
 // (N - 1) / T samples per epoch, sample position p being tokens [p*T, p*T + T]
 // (T + 1 tokens: inputs are the first T, targets the last T). Run sample s lies

@@ -1,5 +1,5 @@
 // SampleSource: run sample s of the training (or validation) data, for any s,
-// which is all the trainer asks of its data (DESIGN.md "Numerics of one
+// which is all the trainer asks of its data (docs/architecture.md "Numerics of one
 // step"). Two kinds: SampleLoader reads one token stream (train/
 // sample_loader.h); BlendedSampleLoader draws from several as Megatron-LM's
 // BlendedDataset does (data/blended_sample_loader.h).

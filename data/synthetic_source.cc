@@ -18,7 +18,7 @@ constexpr int64_t kMaxTransitions = int64_t{1} << 24;
 // Power iteration stops when one step changes pi by less than this (L1).
 constexpr double kStationaryTolerance = 1e-12;
 constexpr int64_t kMaxPowerIterations = 1'000'000;
-// DESIGN.md: a non-trivial source has a floor of at least 0.5 nats and at
+// docs/data.md: a non-trivial source has a floor of at least 0.5 nats and at
 // least 1 nat below ln(vocab_size).
 constexpr double kMinFloor = 0.5;
 constexpr double kMinGapToUniform = 1.0;

@@ -1,4 +1,4 @@
-// SyntheticSource: the embedded default data set (DESIGN.md "Data"). A
+// SyntheticSource: the embedded default data set (docs/data.md). A
 // stationary sparse order-k Markov chain over the vocabulary: each context c
 // (the last k tokens) continues with one of `branching` distinct candidate
 // tokens with Dirichlet(concentration) probabilities, both pure functions of

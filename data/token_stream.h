@@ -1,5 +1,5 @@
 // TokenStream: a read-only sequence of token ids, the one thing a data set is
-// to the trainer (DESIGN.md "Numerics of one step": sample i is tokens
+// to the trainer (docs/architecture.md "Numerics of one step": sample i is tokens
 // [i*T, i*T + T] of the stream). File-backed streams memory-map their files,
 // so a multi-GB data set costs no memory until it is read; a glob of shards is
 // one stream in name order (ConcatStream). Also here: the element types token

@@ -1,4 +1,4 @@
-# The main build makes the emulated GPU's build in build/emu/ (DESIGN.md:
+# The main build makes the emulated GPU's build in build/emu/ (docs/gpus.md:
 # "The emulated device"): the same sources configured with
 # TETRA_EMULATED_GPU=ON, built on every `ninja -C build`, its binaries put
 # beside tetra (build/tetra_emu, build/tetra_gpu_tests_emu) and its tests

@@ -4,7 +4,7 @@
 // shapes, and the launch limits a shape can reach (grid y and z of 65535,
 // a block of 1024 threads). kernels/ops_*.cc run the op's check before it
 // dispatches to either backend, so a CPU run, which could widen any mix of
-// dtypes to fp32, fails exactly where a GPU run would (DESIGN.md, principle
+// dtypes to fp32, fails exactly where a GPU run would (docs/architecture.md, principle
 // 7). A failed check is a bug in the caller: fatal, naming the op, the
 // operands and what the device needs.
 #ifndef TETRA_KERNELS_OP_CONTRACTS_H_

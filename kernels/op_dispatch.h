@@ -47,7 +47,13 @@ Result OnCuda(const Call& call) {
 #endif
 }
 
-inline int64_t Rows(const Tensor& t) { return t.numel() / t.dim(-1); }
+// The product of every dim but the last: a (rows, width) view's rows, also
+// when the width is 0.
+inline int64_t Rows(const Tensor& t) {
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < t.rank(); ++d) rows *= t.dim(d);
+  return rows;
+}
 
 // The CPU kernels compute in fp32 whatever the tensors hold, as the CUDA ones
 // load bf16, compute in fp32 and store bf16: a bf16 operand is read through an

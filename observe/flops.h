@@ -1,4 +1,4 @@
-// Model FLOPs per trained token, counted as DESIGN.md's metrics contract says:
+// Model FLOPs per trained token, counted as docs/architecture.md's metrics contract says:
 // 6 x N_active + 6 x L x T x (heads x head_dim), where N_active counts every
 // parameter a token passes through except the input embedding, LM head
 // included (the second term is causal attention's scores and values, forward

@@ -1,5 +1,5 @@
 // Per-step metrics: one JSON object per optimizer step appended to
-// log.metrics_path (DESIGN.md's field names), and the human progress line.
+// log.metrics_path (docs/architecture.md's field names), and the human progress line.
 #ifndef TETRA_OBSERVE_METRICS_LOG_H_
 #define TETRA_OBSERVE_METRICS_LOG_H_
 

@@ -2,7 +2,7 @@
 // expert (ep), data (dp), expert-data (edp) and pipeline (pp) axes, and every
 // communication group, computed from `parallel { ... }` and the world size with
 // no MPI in it, so any layout can be built and checked on one core
-// (DESIGN.md, "Rank layout").
+// (docs/architecture.md, "Rank layout").
 //
 // Two decompositions of the same ranks, as Megatron-LM's parallel_state.py
 // makes with two RankGenerators over the same `parallel.order` string, first

@@ -1,4 +1,4 @@
-// Pipeline-parallel schedules as data (DESIGN.md, principle 4): for a pipeline
+// Pipeline-parallel schedules as data (docs/architecture.md, principle 4): for a pipeline
 // of `stages` ranks, each holding `virtual_stages` model chunks, the ordered
 // list of actions one pipeline rank performs in one optimizer step: forward and
 // backward of a micro-batch on a chunk (the backward split in two for the

@@ -128,7 +128,7 @@ absl::StatusOr<ScheduleReport> SimulateTimeline(const ScheduleSpec& spec,
 absl::StatusOr<ScheduleReport> CheckSchedule(const ScheduleSpec& spec,
                                              const std::vector<std::vector<Action>>& tables);
 
-// The entry point for an executor (DESIGN.md, principle 4): the table of
+// The entry point for an executor (docs/architecture.md, principle 4): the table of
 // pipeline rank `pp_rank` for the config's schedule with `data_parallel`
 // ranks, after the tables of every rank have passed CheckSchedule (a table
 // that fails is a bug, checked). Without pipeline parallelism this is the

@@ -36,7 +36,7 @@ constexpr int kMaxFp32AttentionDim = 128;
 // Threads per rank beyond this many per core only add contention.
 constexpr int kMaxThreadsPerCore = 4;
 // The watchdog's deadline: a longer one never fires in practice, which would
-// silently turn off DESIGN.md's "nothing waits forever" (inf and nan did).
+// silently turn off docs/architecture.md's "nothing waits forever" (inf and nan did).
 constexpr int64_t kMaxCommTimeoutS = 7 * 24 * 3600;  // a week
 // Gradient buckets beyond the whole gradient are one bucket; the bound keeps
 // the bucket's element count (MiB x 2^18 floats) far inside int64.

@@ -687,6 +687,12 @@ TEST(HfConfigTest, ExportClassFollowsTheModelsFeatures) {
   m.set_hf_architecture("GPT2LMHeadModel");
   EXPECT_THAT(Message(CheckHfExportable(m)),
               HasSubstr("model.hf_architecture is \"GPT2LMHeadModel\""));
+  // The hint names every class an export can be: the MoE ones too.
+  for (const char* exported :
+       {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM"}) {
+    EXPECT_THAT(Message(CheckHfExportable(m)), HasSubstr(exported));
+  }
   ModelConfig windowed;
   windowed.set_sliding_window(4096);
   EXPECT_THAT(Message(CheckHfExportable(windowed)),

@@ -1,4 +1,4 @@
-// Sample addressing (DESIGN.md "Numerics of one step"): exact tokens of each
+// Sample addressing (docs/architecture.md "Numerics of one step"): exact tokens of each
 // sample, epochs, shuffling as a pure function of (seed, epoch), and the
 // vocabulary check on the tokens a sample loads.
 #include "data/sample_loader.h"

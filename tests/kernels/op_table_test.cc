@@ -79,5 +79,13 @@ TEST(OpTableDeathTest, TheCpuRefusesWhatTheDeviceRefuses) {
   }
 }
 
+// A (rows, 0) view is rows of no columns: no work, not a division by zero.
+TEST(OpTableTest, ZeroWidthRowsAreNoWork) {
+  const Tensor y = testing::HostRandom({3, 0}, 1);
+  ops::AddBias(testing::HostRandom({0}, 2), y);
+  ops::BiasGradient(y, testing::HostRandom({0}, 3));
+  EXPECT_EQ(y.numel(), 0);
+}
+
 }  // namespace
 }  // namespace tetra

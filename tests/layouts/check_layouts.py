@@ -3,7 +3,7 @@
 
 Runs the same tiny Llama (GQA, untied head) with the
 same seed and synthetic data on one rank and under `mpirun` for each layout,
-ZeRO-1 and sequence parallelism off and on, and checks (DESIGN.md principle 2):
+ZeRO-1 and sequence parallelism off and on, and checks (docs/architecture.md principle 2):
   - step-1 loss and gradient norm within 1e-5 relative of the single rank,
   - the loss at every one of 20 steps within 1e-4 relative,
   - weights exported after 5 steps under (tp 2, dp 2), under (tp 2, pp 2)

@@ -4,7 +4,7 @@
 Runs two tiny models with multi-head latent attention (DeepSeek-V3's MLA:
 kv_lora_rank 6, qk_nope_head_dim 4, qk_rope_head_dim 4, v_head_dim 6, 4
 layers) with the same seed and synthetic data on one rank and under `mpirun`,
-and checks (DESIGN.md principle 2) step-1 loss and gradient norm within 1e-5
+and checks (docs/architecture.md principle 2) step-1 loss and gradient norm within 1e-5
 relative of the single rank and the loss at every one of 20 steps within 1e-4:
   - dense, with q_lora_rank 8 (q_a_proj, q_a_layernorm, q_b_proj): tensor 2
     with sequence parallelism off and on, pipeline 2 under 1F1B and

@@ -4,7 +4,7 @@
 Runs the same tiny mixture-of-experts model (8 routed experts, top-2 of 2
 groups, one shared expert, a dense first layer; bias balancing and the
 balance loss on) with the same seed and synthetic data on one rank and under
-`mpirun`, and checks (DESIGN.md principle 2):
+`mpirun`, and checks (docs/architecture.md principle 2):
   - ep 2 and ep 4 carved out of dp 4, ZeRO-0 and ZeRO-1: step-1 loss and
     gradient norm within 1e-5 relative of the single rank, the loss at every
     one of 20 steps within 1e-4, and the same aux loss and expert loads

@@ -2,7 +2,7 @@
 """Independent PyTorch reference of LlamaForCausalLM training, to check tetra.
 
 Written from Hugging Face's LlamaForCausalLM math (no `transformers` import)
-and DESIGN.md's "Numerics of one step"; optionally with DeepSeek-V3's parts as
+and docs/architecture.md's "Numerics of one step"; optionally with DeepSeek-V3's parts as
 transformers (>= 4.51) and the DeepSeek-V3 report define them: multi-head latent
 attention (--kv-lora-rank), mixture of experts with a sigmoid, group-limited,
 bias-corrected router (--moe-experts), YaRN rope scaling (--yarn-factor) and
@@ -497,7 +497,7 @@ def expert_counts(record, num_experts):
 
 def balance_loss(a, record, global_seqs):
     """This micro-batch's share of one MoE layer's sequence-wise balance loss (DeepSeek-V3
-    report, eqs. 17-20; DESIGN.md): alpha * sum over its sequences of sum_i f_i P_i,
+    report, eqs. 17-20; docs/architecture.md): alpha * sum over its sequences of sum_i f_i P_i,
     over the global batch's sequence count. f_i = E / (k T) * (tokens choosing i),
     a constant; P_i = mean over the T tokens of s_i / sum_j s_j."""
     scores = record.scores  # (b, T, E)
@@ -522,7 +522,7 @@ def micro_batch_objective(params, a, batch, buffers=None):
 
 
 # ----------------------------------------------------------------------------
-# Training, as DESIGN.md "Numerics of one step" says.
+# Training, as docs/architecture.md "Numerics of one step" says.
 
 def lr_at(step, a):
     """LR of optimizer step `step` (from 1): linear warmup, then cosine to min_lr."""
@@ -583,7 +583,7 @@ def accumulate_grads(params, a, samples, buffers=None, stats=None):
 
 
 def update_router_biases(buffers, loads, speed):
-    """After an optimizer step (DESIGN.md; DeepSeek-V3's auxiliary-loss-free balancing):
+    """After an optimizer step (docs/architecture.md; DeepSeek-V3's auxiliary-loss-free balancing):
     b_i += speed * sign(mean load - load_i), per MoE layer, loads over the global batch."""
     for name, load in loads.items():
         load = load.to(torch.float64)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Every library folder includes only itself and the folders above it in
-DESIGN.md's layer table (the order CMakeLists.txt links them in), so a
+docs/architecture.md's layer table (the order CMakeLists.txt links them in), so a
 wrong-way include fails here, by name, even where no test's link would catch
 it. Test code under tests/ may include anything of the layer it tests and
 above, which its link already checks."""

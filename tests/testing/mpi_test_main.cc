@@ -1,6 +1,6 @@
 // GoogleTest main for multi-rank tests (tests/**/<name>_mpi_test.cc, run under
 // mpirun): every rank runs every test, then the failure count is summed over
-// ranks so a failure on any rank fails every rank (DESIGN.md, "Tests"). Rank 0
+// ranks so a failure on any rank fails every rank (docs/architecture.md, "Tests"). Rank 0
 // prints gtest's usual output; the other ranks print only their failures.
 #include <mpi.h>
 

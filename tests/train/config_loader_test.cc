@@ -20,7 +20,7 @@ TEST(ConfigLoaderTest, ParsesTextFormatWithDefaults) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->model().hidden_size(), 128);
   EXPECT_EQ(config->train().steps(), 7);
-  EXPECT_DOUBLE_EQ(config->optimizer().lr(), 3e-4);  // DESIGN.md defaults
+  EXPECT_DOUBLE_EQ(config->optimizer().lr(), 3e-4);  // proto/config.proto's defaults
   EXPECT_DOUBLE_EQ(config->optimizer().min_lr(), 3e-5);
   EXPECT_DOUBLE_EQ(config->optimizer().weight_decay(), 0.1);
   EXPECT_DOUBLE_EQ(config->optimizer().beta2(), 0.95);
