@@ -82,6 +82,10 @@ set_tests_properties(structure.includes_point_up PROPERTIES LABELS unit TIMEOUT 
 add_test(NAME structure.functions_under_60_lines
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/structure/check_function_length.py)
 set_tests_properties(structure.functions_under_60_lines PROPERTIES LABELS unit TIMEOUT 60)
+# Every Markdown link resolves inside the repository; nothing cites a document outside it.
+add_test(NAME structure.links_stay_in_the_repository
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/structure/check_repository_links.py)
+set_tests_properties(structure.links_stay_in_the_repository PROPERTIES LABELS unit TIMEOUT 60)
 # Every C++/CUDA file is formatted as .clang-format says (clang-format 14).
 add_test(NAME structure.clang_format COMMAND ${PROJECT_SOURCE_DIR}/tools/format.sh --check)
 set_tests_properties(structure.clang_format PROPERTIES LABELS unit TIMEOUT 120)
