@@ -11,13 +11,13 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
 
 #include "core/timer.h"
 #include "gtest/gtest.h"
+#include "tests/testing/scratch_files.h"
 
 namespace tetra {
 namespace {
@@ -45,9 +45,7 @@ TEST(WatchdogTest, StuckRankEndsTheJobNamingTheOperation) {
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
   setenv("OMP_NUM_THREADS", "1", 1);
-  char dir_template[] = "/tmp/tetra_watchdog_XXXXXX";
-  ASSERT_NE(mkdtemp(dir_template), nullptr);
-  const std::string dir = dir_template;
+  const std::string& dir = testing::ScratchDir("watchdog_test");
   // `timeout` ends the job if the watchdog itself fails to.
   const std::string command = "timeout -k 5 " + std::to_string(kJobLimitS) + " " + TETRA_MPIEXEC +
                               " --oversubscribe -np 2 " + TETRA_SKIP_COLLECTIVE + " " + dir +
@@ -85,7 +83,6 @@ TEST(WatchdogTest, StuckRankEndsTheJobNamingTheOperation) {
       kill(std::stoi(pid), SIGKILL);
     }
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
