@@ -6,7 +6,8 @@
 // after (their buffers resized as needed), so a run that only ever uses slot 0
 // holds one set, as a layer without slots would.
 //
-// A layer's ReleaseActivations frees its slots and its shared scratch.
+// A layer's ReleaseActivations frees its slots and its shared scratch
+// (layer.h).
 //
 // Under sequence parallelism TensorParallelRegion::Enter gathers a layer's
 // input into the region's own buffer, which the backward reads: a layer keeps
@@ -47,8 +48,9 @@ class ActivationSlots {
   std::deque<State> slots_;  // a deque keeps references to slots valid as more are made
 };
 
-// Frees a layer's shared scratch (ReleaseActivations: activation recompute
-// frees a block's memory between its uses; the next use allocates anew).
+// Frees a layer's shared scratch (Layer::ReleaseOwnScratch: activation
+// recompute frees a block's memory between its uses; the next use allocates
+// anew).
 inline void ReleaseTensors(std::initializer_list<Tensor*> tensors) {
   for (Tensor* t : tensors) *t = Tensor();
 }

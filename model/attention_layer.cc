@@ -53,6 +53,8 @@ AttentionLayer::AttentionLayer(ParameterStore& store, const std::string& prefix,
     if (parallelism.tp_size() > 1) {
       q_norm_->weight().grad_partial_over = k_norm_->weight().grad_partial_over = parallelism.tp;
     }
+    AddSublayer(*q_norm_);
+    AddSublayer(*k_norm_);
   }
   // A key-value head shared by several ranks gets a part of its gradient
   // from each rank's query heads.

@@ -31,13 +31,14 @@
 #include "model/parameters.h"
 #include "model/rmsnorm_layer.h"
 #include "model/rotary_table.h"
+#include "model/sublayer.h"
 #include "parallel/context_parallel_attention.h"
 #include "parallel/tensor_parallel.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
 
-class AttentionLayer {
+class AttentionLayer : public Sublayer {
  public:
   // `prefix` is e.g. "model.layers.3.self_attn".
   AttentionLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& config,
@@ -47,28 +48,12 @@ class AttentionLayer {
   // Keeps the input, q, k, v (after RoPE), the output and lse in `slot`
   // (activation_slots.h).
   Tensor Forward(int slot, const Tensor& x, int64_t batch, int64_t seq);
+  Tensor Forward(int slot, const Tensor& x, const ForwardPass& pass) override {
+    return Forward(slot, x, pass.batch, pass.seq);
+  }
   // dy (rows of y) of the forward of `slot` -> dx (rows of x), written;
   // accumulates weight gradients.
-  Tensor Backward(int slot, const Tensor& dy);
-  // Frees the scratch shared by the slots (what one forward or backward
-  // uses and the next overwrites); ReleaseActivations the slots too.
-  void ReleaseScratch() {
-    region_.Release();
-    attention_.ReleaseScratch();
-    if (q_norm_) {
-      q_norm_->ReleaseScratch();
-      k_norm_->ReleaseScratch();
-    }
-    ReleaseTensors({&y_, &dattn_, &dq_, &dk_, &dv_, &dx_, &qkv_});
-  }
-  void ReleaseActivations() {
-    slots_.Clear();
-    if (q_norm_) {
-      q_norm_->ReleaseActivations();
-      k_norm_->ReleaseActivations();
-    }
-    ReleaseScratch();
-  }
+  Tensor Backward(int slot, const Tensor& dy) override;
 
  private:
   struct Activations {
@@ -88,6 +73,12 @@ class AttentionLayer {
   // q, k, v's weights as one ((Hq + 2 Hkv) D, C) matrix when their slots
   // lie back to back (ParameterStore::Stacked); nullopt otherwise.
   std::optional<StackedParameters> StackedQkv() const;
+  void ClearSlots() override { slots_.Clear(); }
+  void ReleaseOwnScratch() override {
+    region_.Release();
+    attention_.ReleaseScratch();
+    ReleaseTensors({&y_, &dattn_, &dq_, &dk_, &dv_, &dx_, &qkv_});
+  }
 
   int64_t q_heads_, kv_heads_, head_dim_;  // this rank's heads
   Parameter &q_proj_, &k_proj_, &v_proj_, &o_proj_;

@@ -9,60 +9,52 @@
 #ifndef TETRA_MODEL_DECODER_BLOCK_H_
 #define TETRA_MODEL_DECODER_BLOCK_H_
 
+#include <memory>
+
 #include "model/activation_slots.h"
-#include "model/attention_layer.h"
-#include "model/mla_attention_layer.h"
-#include "model/mlp_layer.h"
 #include "model/model_parallelism.h"
 #include "model/moe_mlp_layer.h"
 #include "model/rmsnorm_layer.h"
+#include "model/sublayer.h"
 
 namespace tetra {
 
-class DecoderBlock {
+class DecoderBlock : public Sublayer {
  public:
   // `balance`: an MoE layer's share of the model's router balance loss
   // (moe/router_balance.h), or null.
   DecoderBlock(ParameterStore& store, int layer, const ModelConfig& config,
                const LayerParallelism& parallelism = SingleRankParallelism(),
                RouterBalance* balance = nullptr);
-  // x (rows, C) of B = `batch` sequences of T = `seq` tokens -> out (rows, C).
+  // x (rows, C) of pass.batch sequences of pass.seq tokens -> out (rows, C).
   // Keeps r and out, which the norms keep as their inputs, in `slot`
-  // (activation_slots.h). grad_scale: the weight of the cross-entropy sum in
-  // the objective, which an MoE MLP's balance loss shares. `recompute`: the
-  // second forward of activation recompute, which counts no MoE stats.
-  const Tensor& Forward(int slot, const Tensor& x, int64_t batch, int64_t seq,
-                        float grad_scale = 0.0f, bool recompute = false);
+  // (activation_slots.h). The second form is a forward with gradients.
+  Tensor Forward(int slot, const Tensor& x, const ForwardPass& pass) override;
+  Tensor Forward(int slot, const Tensor& x, int64_t batch, int64_t seq, float grad_scale = 0.0f) {
+    return Forward(slot, x, {.batch = batch, .seq = seq, .grad_scale = grad_scale});
+  }
   // dout (rows, C) of the forward of `slot` -> dx (rows, C), written; valid
   // until this block's next backward.
-  const Tensor& Backward(int slot, const Tensor& dout);
-  // Frees every slot's activations and the layers' scratch; the next forward
-  // allocates anew.
-  void ReleaseActivations();
-  // Frees only the scratch its sublayers share between slots (selective
-  // recompute, after each backward: one block's at a time).
-  void ReleaseScratch();
+  Tensor Backward(int slot, const Tensor& dout) override;
   // Selective recompute of the MLP's SwiGLU activations (dense, shared and
   // routed experts).
-  void set_recompute_activations(bool recompute);
+  void set_recompute_activation(bool recompute) override {
+    mlp_->set_recompute_activation(recompute);
+  }
   // The mixture-of-experts MLP; null in a dense block.
-  MoeMlpLayer* moe() { return moe_.get(); }
+  MoeMlpLayer* moe() { return moe_; }
 
  private:
   struct Activations {
     Tensor residual, out;  // r and out
   };
-
-  // The attention's forward and backward, whichever layer it is.
-  Tensor AttentionForward(int slot, const Tensor& x, int64_t batch, int64_t seq);
-  Tensor AttentionBackward(int slot, const Tensor& dy);
+  void ClearSlots() override { slots_.Clear(); }
 
   RmsNormLayer input_norm_;
-  std::unique_ptr<AttentionLayer> attention_;  // Llama attention
-  std::unique_ptr<MlaAttentionLayer> mla_;     // multi-head latent attention
+  std::unique_ptr<Sublayer> attention_;  // AttentionLayer or MlaAttentionLayer
   RmsNormLayer post_attention_norm_;
-  std::unique_ptr<MlpLayer> mlp_;     // dense blocks
-  std::unique_ptr<MoeMlpLayer> moe_;  // MoE blocks
+  std::unique_ptr<Sublayer> mlp_;  // MlpLayer or MoeMlpLayer
+  MoeMlpLayer* moe_ = nullptr;     // mlp_ in an MoE block, for its stats and bias
   ActivationSlots<Activations> slots_;
 };
 

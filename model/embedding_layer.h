@@ -9,6 +9,7 @@
 #define TETRA_MODEL_EMBEDDING_LAYER_H_
 
 #include "model/activation_slots.h"
+#include "model/layer.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
 #include "proto/config.pb.h"
@@ -24,7 +25,7 @@ Parameter& AddEmbeddingTable(ParameterStore& store, const ModelConfig& config,
 // dst (n) int32 = ids (n, host memory), on the placement's device.
 void CopyTokenIds(const int32_t* ids, int64_t n, Tensor* dst);
 
-class EmbeddingLayer {
+class EmbeddingLayer : public Layer {
  public:
   EmbeddingLayer(ParameterStore& store, const ModelConfig& config,
                  const LayerParallelism& parallelism = SingleRankParallelism());
@@ -40,13 +41,6 @@ class EmbeddingLayer {
   // d of the output (residual layout) of the forward of `slot`: accumulates
   // the table gradient.
   void Backward(int slot, const Tensor& dout);
-  // Frees the scratch shared by the slots (what one forward or backward
-  // uses and the next overwrites); ReleaseActivations the slots too.
-  void ReleaseScratch() { ReleaseTensors({&lookup_, &dlookup_}); }
-  void ReleaseActivations() {
-    slots_.Clear();
-    ReleaseScratch();
-  }
 
   Parameter& weight() { return weight_; }
 
@@ -55,6 +49,8 @@ class EmbeddingLayer {
     Tensor tokens;
     Tensor out;  // kept by the next layer: (N, C), or under SP (N/tp, C)
   };
+  void ClearSlots() override { slots_.Clear(); }
+  void ReleaseOwnScratch() override { ReleaseTensors({&lookup_, &dlookup_}); }
 
   Parameter& weight_;
   WeightGradients& weight_gradients_;

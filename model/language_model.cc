@@ -1,6 +1,7 @@
 #include "model/language_model.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels/ops.h"
 #include "model/model_dims.h"
@@ -25,12 +26,17 @@ LanguageModel::LanguageModel(const ModelConfig& c, uint64_t seed,
   for (Chunk& chunk : chunks_) {
     for (int i = 0; i < chunk.stage.num_layers; ++i) {
       const size_t first = store_.all().size();
-      chunk.blocks.push_back(std::make_unique<DecoderBlock>(store_, chunk.stage.first_layer + i, c,
-                                                            layers, router_balance_.get()));
+      auto block = std::make_unique<DecoderBlock>(store_, chunk.stage.first_layer + i, c, layers,
+                                                  router_balance_.get());
+      if (block->moe() != nullptr) moe_layers_.push_back(block->moe());
+      chunk.blocks.push_back(std::move(block));
       chunk.block_first_parameter.push_back(&store_.all()[first]);
     }
   }
   AddHead(has_embedding);
+  for (const auto& depth : mtp_) {
+    if (depth->block().moe() != nullptr) moe_layers_.push_back(depth->block().moe());
+  }
   if (embedding_copy_) embedding_copy_->stage_copies = 2;
   store_.Pack(parallelism.flat_multiple, parallelism.expert_flat_multiple);
 }
@@ -93,11 +99,10 @@ Tensor LanguageModel::RunForward(int slot, int chunk, const int32_t* inputs,
   MicroBatch& micro_batch = micro_batches_.ForForward(slot);
   TETRA_CHECK(!micro_batch.awaiting_backward && !micro_batch.awaiting_weights)
       << "forward in activation slot " << slot << " before the backward of its last forward";
-  micro_batch.batch = batch;
-  micro_batch.seq = seq;
-  micro_batch.grad_scale = grad_scale;
+  const ForwardPass pass = {
+      .batch = batch, .seq = seq, .grad_scale = grad_scale, .with_grad = with_grad};
   Tensor x = StageInput(slot, c, micro_batch, inputs, hidden_in, batch * seq);
-  x = RunBlocks(slot, c, micro_batch, x, with_grad);
+  x = RunBlocks(slot, c, x, pass);
   micro_batch.awaiting_backward = with_grad;
   if (!c.stage.has_head) return x;
   HeadLoss(slot, x, targets, batch, seq, grad_scale, with_grad, loss_sum);
@@ -121,36 +126,8 @@ Tensor LanguageModel::StageInput(int slot, const Chunk& c, MicroBatch& micro_bat
   return micro_batch.hidden_in;
 }
 
-Tensor LanguageModel::RunBlocks(int slot, const Chunk& c, MicroBatch& micro_batch, Tensor x,
-                                bool with_grad) {
-  const int64_t batch = micro_batch.batch, seq = micro_batch.seq;
-  const float grad_scale = micro_batch.grad_scale;
-  const int recomputed = std::min<int>(recomputed_blocks_, c.blocks.size());
-  micro_batch.block_inputs.resize(with_grad ? recomputed : 0);
-  for (int i = 0; i < static_cast<int>(c.blocks.size()); ++i) {
-    if (i >= recomputed) {
-      x = c.blocks[i]->Forward(slot, x, batch, seq, grad_scale);
-      continue;
-    }
-    // The chunk's input is this slot's already (the embedding's output or
-    // hidden_in); a later block's is slot 0's, overwritten by the next.
-    if (with_grad && i == 0) micro_batch.block_inputs[i] = x;
-    if (with_grad && i > 0) {
-      EnsureShape(&micro_batch.block_inputs[i], x.shape());
-      micro_batch.block_inputs[i].CopyFrom(x);
-    }
-    x = c.blocks[i]->Forward(/*slot=*/0, x, batch, seq, grad_scale);
-    // Its memory goes back until the backward recomputes it; x keeps the
-    // output alive for the next block.
-    c.blocks[i]->ReleaseActivations();
-    // Slot 0 is every micro-batch's: what leaves the recomputed blocks is
-    // kept as this slot's own.
-    if (i + 1 == recomputed) {
-      EnsureShape(&micro_batch.recomputed_out, x.shape());
-      micro_batch.recomputed_out.CopyFrom(x);
-      x = micro_batch.recomputed_out;
-    }
-  }
+Tensor LanguageModel::RunBlocks(int slot, const Chunk& c, Tensor x, const ForwardPass& pass) {
+  for (const auto& block : c.blocks) x = block->Forward(slot, x, pass);
   return x;
 }
 
@@ -217,7 +194,7 @@ Tensor LanguageModel::RunBackward(int slot, int chunk, const Tensor& d_hidden_ou
   MicroBatch& micro_batch = micro_batches_.ForBackward(slot);
   TETRA_CHECK(micro_batch.awaiting_backward)
       << "backward in activation slot " << slot << " without a forward with gradients before it";
-  TETRA_CHECK(!split || micro_batch.block_inputs.empty())
+  TETRA_CHECK(!split || c.recomputed_blocks == 0)
       << "a split backward under full activation recompute: the recomputed blocks share one slot";
   micro_batch.awaiting_backward = false;
   WeightGradients& weight_gradients = store_.weight_gradients();
@@ -236,13 +213,12 @@ Tensor LanguageModel::RunBackward(int slot, int chunk, const Tensor& d_hidden_ou
     micro_batch.weight_chunk = chunk;
     weight_gradients.DeferInto(&micro_batch.weight_work);
   }
-  const Tensor d_input = RunBlocksBackward(slot, c, micro_batch, d_hidden_out, ready_from);
+  const Tensor d_input = RunBlocksBackward(slot, c, d_hidden_out, ready_from);
   weight_gradients.StopDeferring();
   return d_input;
 }
 
-Tensor LanguageModel::RunBlocksBackward(int slot, const Chunk& c, MicroBatch& micro_batch,
-                                        const Tensor& d_hidden_out,
+Tensor LanguageModel::RunBlocksBackward(int slot, const Chunk& c, const Tensor& d_hidden_out,
                                         const std::function<void(int64_t)>& ready_from) {
   // The first chunk's first registered parameter is at offset 0, so its last
   // call below is ready_from(0). A tied head writes the embedding's gradient
@@ -262,14 +238,8 @@ Tensor LanguageModel::RunBlocksBackward(int slot, const Chunk& c, MicroBatch& mi
   } else {
     TETRA_CHECK(d.defined()) << "pipeline stage backward without the gradient of its output";
   }
-  const int recomputed = static_cast<int>(micro_batch.block_inputs.size());
   for (int i = static_cast<int>(c.blocks.size()) - 1; i >= 0; --i) {
-    if (i < recomputed) {
-      c.blocks[i]->Forward(/*slot=*/0, micro_batch.block_inputs[i], micro_batch.batch,
-                           micro_batch.seq, micro_batch.grad_scale, /*recompute=*/true);
-    }
-    d = c.blocks[i]->Backward(i < recomputed ? 0 : slot, d);
-    if (i < recomputed) c.blocks[i]->ReleaseActivations();
+    d = c.blocks[i]->Backward(slot, d);
     if (selective_recompute_) c.blocks[i]->ReleaseScratch();
     ready_from(c.block_first_parameter[i]->flat_offset);
   }
@@ -288,34 +258,28 @@ void LanguageModel::ReleaseActivations() {
   if (head_) head_->ReleaseActivations();
   for (auto& depth : mtp_) depth->ReleaseActivations();
   micro_batches_.Clear();
+  recompute_slots_.Clear();
   store_.weight_gradients().ReleaseBuffers();
 }
 
-std::vector<MoeMlpLayer*> LanguageModel::moe_layers() const {
-  std::vector<MoeMlpLayer*> layers;
-  for (const Chunk& chunk : chunks_) {
-    for (const auto& block : chunk.blocks) {
-      if (block->moe() != nullptr) layers.push_back(block->moe());
+void LanguageModel::set_full_recompute(int layers) {
+  for (Chunk& chunk : chunks_) {
+    TETRA_CHECK(chunk.recomputed_blocks == 0) << "full activation recompute set twice";
+    const int count = static_cast<int>(chunk.blocks.size());
+    chunk.recomputed_blocks = layers == 0 ? count : std::min(layers, count);
+    for (int i = 0; i < chunk.recomputed_blocks; ++i) {
+      chunk.blocks[i] = std::make_unique<RecomputedBlock>(
+          std::move(chunk.blocks[i]), i, chunk.recomputed_blocks, recompute_slots_);
     }
   }
-  for (const auto& depth : mtp_) {
-    if (depth->block().moe() != nullptr) layers.push_back(depth->block().moe());
-  }
-  return layers;
-}
-
-void LanguageModel::set_full_recompute(int layers) {
-  int most = 0;
-  for (const Chunk& chunk : chunks_) most = std::max<int>(most, chunk.blocks.size());
-  recomputed_blocks_ = layers == 0 ? most : layers;
 }
 
 void LanguageModel::set_selective_recompute() {
   selective_recompute_ = true;
   for (Chunk& chunk : chunks_) {
-    for (auto& block : chunk.blocks) block->set_recompute_activations(true);
+    for (auto& block : chunk.blocks) block->set_recompute_activation(true);
   }
-  for (auto& depth : mtp_) depth->block().set_recompute_activations(true);
+  for (auto& depth : mtp_) depth->block().set_recompute_activation(true);
 }
 
 double LanguageModel::TakeMtpLossSum() {

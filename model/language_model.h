@@ -43,6 +43,7 @@
 #include "model/model_parallelism.h"
 #include "model/multi_token_prediction_layer.h"
 #include "model/parameters.h"
+#include "model/recomputed_block.h"
 #include "model/rmsnorm_layer.h"
 #include "proto/config.pb.h"
 
@@ -112,7 +113,7 @@ class LanguageModel {
 
   ParameterStore& parameters() { return store_; }
   // The mixture-of-experts MLPs of this stage's blocks, in layer order.
-  std::vector<MoeMlpLayer*> moe_layers() const;
+  const std::vector<MoeMlpLayer*>& moe_layers() const { return moe_layers_; }
   const ModelConfig& config() const { return config_; }
   const LayerParallelism& parallelism() const { return groups_.layers(); }
   // The chunks this model holds, in model order (num_layers resolved).
@@ -134,11 +135,10 @@ class LanguageModel {
   // loss in the objective (the trainer sets the run's).
   void set_mtp_loss_scaling_factor(double factor) { mtp_loss_scaling_factor_ = factor; }
   // Full activation recompute (train.recompute FULL) of the first `layers`
-  // decoder blocks of each chunk (0: all): such a block runs every forward
-  // in its activation slot 0 (one set of activations whatever the
-  // micro-batches in flight), the chunk keeps only its input per slot, and
-  // its backward first runs its forward again from that input: the same ops
-  // in the same order, so the gradients are bit-identical.
+  // decoder blocks of each chunk (0: all), each wrapped in a RecomputedBlock
+  // (recomputed_block.h): one set of activations whatever the micro-batches
+  // in flight, only its input kept per slot, and bit-identical gradients.
+  // Once, before the first forward.
   void set_full_recompute(int layers);
   // Selective activation recompute (train.recompute SELECTIVE): every
   // block's MLP (dense, shared and routed experts) keeps gate and up but not
@@ -157,19 +157,14 @@ class LanguageModel {
     WeightGradients::Deferred weight_work;
     bool awaiting_weights = false;
     int weight_chunk = -1;
-    // Activation recompute: each recomputed block's input (rows, C), the
-    // output of the last one (the next block's input, or the chunk's), and
-    // what its second forward takes.
-    std::vector<Tensor> block_inputs;
-    Tensor recomputed_out;
-    int64_t batch = 0, seq = 0;
-    float grad_scale = 0;
   };
 
   struct Chunk {
     PipelineStage stage;
-    std::vector<std::unique_ptr<DecoderBlock>> blocks;
+    // Its decoder blocks, under full recompute the first ones RecomputedBlocks.
+    std::vector<std::unique_ptr<Sublayer>> blocks;
     std::vector<const Parameter*> block_first_parameter;  // the lowest flat offset of each block
+    int recomputed_blocks = 0;
   };
 
   // BackwardStage, or with `split` its B half (the W half kept in the slot).
@@ -177,8 +172,7 @@ class LanguageModel {
                      const GradientReadyCallback& on_ready, bool split);
   // The layers' backward of chunk `c` from d_hidden_out, calling ready_from
   // at each readiness point (GradientReadyCallback).
-  Tensor RunBlocksBackward(int slot, const Chunk& c, MicroBatch& micro_batch,
-                           const Tensor& d_hidden_out,
+  Tensor RunBlocksBackward(int slot, const Chunk& c, const Tensor& d_hidden_out,
                            const std::function<void(int64_t)>& ready_from);
   // ForwardStage; when !with_grad (EvaluateStage) the slot awaits no backward.
   Tensor RunForward(int slot, int chunk, const int32_t* inputs, const Tensor& hidden_in,
@@ -188,9 +182,8 @@ class LanguageModel {
   // copy of hidden_in the first block keeps for the backward.
   Tensor StageInput(int slot, const Chunk& c, MicroBatch& micro_batch, const int32_t* inputs,
                     const Tensor& hidden_in, int64_t rows);
-  // The chunk's blocks on x; with full recompute the first ones keep only
-  // their inputs.
-  Tensor RunBlocks(int slot, const Chunk& c, MicroBatch& micro_batch, Tensor x, bool with_grad);
+  // The chunk's blocks on x.
+  Tensor RunBlocks(int slot, const Chunk& c, Tensor x, const ForwardPass& pass);
   // The last stage: the final norm, the LM head's loss into *loss_sum and, in
   // training, the multi-token prediction depths.
   void HeadLoss(int slot, const Tensor& x, const int32_t* targets, int64_t batch, int64_t seq,
@@ -213,9 +206,11 @@ class LanguageModel {
   Parameter* embedding_copy_ = nullptr;
   double mtp_loss_sum_ = 0;
   double mtp_loss_scaling_factor_ = TrainConfig::default_instance().mtp_loss_scaling_factor();
-  int recomputed_blocks_ = 0;  // per chunk, its first ones
   bool selective_recompute_ = false;
   ActivationSlots<MicroBatch> micro_batches_;
+  RecomputeSlots recompute_slots_;  // full recompute's, slot by slot as micro_batches_
+  std::vector<MoeMlpLayer*>
+      moe_layers_;  // the blocks', then the prediction depths', in layer order
   // BackwardWeightStage's on_ready, for the readiness points its B kept.
   const GradientReadyCallback* weight_ready_ = nullptr;
   Tensor targets_;  // (B*T), read only by the forward

@@ -11,13 +11,14 @@
 #define TETRA_MODEL_LM_HEAD_LAYER_H_
 
 #include "model/activation_slots.h"
+#include "model/layer.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
 #include "parallel/tensor_parallel.h"
 
 namespace tetra {
 
-class LmHeadLayer {
+class LmHeadLayer : public Layer {
  public:
   // `weight` (Vp/tp, C) is lm_head.weight or, when tied, model.embed_tokens.weight;
   // its gradient goes through `weight_gradients` (its store's).
@@ -32,16 +33,6 @@ class LmHeadLayer {
   // -> d x (residual layout) of the forward of `slot`; accumulates the
   // weight gradient.
   Tensor Backward(int slot);
-  // Frees the scratch shared by the slots (what one forward or backward
-  // uses and the next overwrites); ReleaseActivations the slots too.
-  void ReleaseScratch() {
-    region_.Release();
-    ReleaseTensors({&dx_});
-  }
-  void ReleaseActivations() {
-    slots_.Clear();
-    ReleaseScratch();
-  }
 
  private:
   struct Activations {
@@ -50,12 +41,17 @@ class LmHeadLayer {
     TensorParallelRegion entry;  // Enter's, one per slot (activation_slots.h)
     Tensor x, logits;            // x (N, C), logits (N, Vp/tp)
   };
+  void ClearSlots() override { slots_.Clear(); }
+  void ReleaseOwnScratch() override {
+    region_.Release();
+    ReleaseTensors({&dx_});
+  }
 
   Parameter& weight_;
   WeightGradients& weight_gradients_;
   TensorParallelRegion region_;  // the backward pass
   ActivationSlots<Activations> slots_;
-  Tensor dx_;
+  Tensor dx_;  // backward scratch
 };
 
 }  // namespace tetra

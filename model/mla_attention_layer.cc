@@ -54,6 +54,8 @@ MlaAttentionLayer::MlaAttentionLayer(ParameterStore& store, const std::string& p
       q_a_proj_->grad_partial_over = q_a_norm_->weight().grad_partial_over = parallelism.tp;
     }
   }
+  if (q_a_norm_) AddSublayer(*q_a_norm_);
+  AddSublayer(kv_a_norm_);
 }
 
 AttentionShape MlaAttentionLayer::Shape(int64_t batch, int64_t seq) const {
@@ -151,16 +153,7 @@ Tensor MlaAttentionLayer::Backward(int slot, const Tensor& dy) {
   return region_.EnterBackward(dx_);
 }
 
-void MlaAttentionLayer::ReleaseActivations() {
-  if (q_a_norm_) q_a_norm_->ReleaseActivations();
-  kv_a_norm_.ReleaseActivations();
-  slots_.Clear();
-  ReleaseScratch();
-}
-
-void MlaAttentionLayer::ReleaseScratch() {
-  if (q_a_norm_) q_a_norm_->ReleaseScratch();
-  kv_a_norm_.ReleaseScratch();
+void MlaAttentionLayer::ReleaseOwnScratch() {
   region_.Release();
   attention_.ReleaseScratch();
   ReleaseTensors({&kv_, &k_pe_, &y_, &dattn_, &dq_, &dk_, &dv_, &dkv_, &dk_pe_, &dkv_normed_,

@@ -29,13 +29,14 @@
 #include "model/parameters.h"
 #include "model/rmsnorm_layer.h"
 #include "model/rotary_table.h"
+#include "model/sublayer.h"
 #include "parallel/context_parallel_attention.h"
 #include "parallel/tensor_parallel.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
 
-class MlaAttentionLayer {
+class MlaAttentionLayer : public Sublayer {
  public:
   // `prefix` is e.g. "model.layers.3.self_attn".
   MlaAttentionLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& config,
@@ -44,10 +45,11 @@ class MlaAttentionLayer {
   // -> y, the same rows. Keeps the input, the latents, q, k, v, the output
   // and lse in `slot` (activation_slots.h).
   Tensor Forward(int slot, const Tensor& x, int64_t batch, int64_t seq);
+  Tensor Forward(int slot, const Tensor& x, const ForwardPass& pass) override {
+    return Forward(slot, x, pass.batch, pass.seq);
+  }
   // dy of the forward of `slot` -> dx, written; accumulates weight gradients.
-  Tensor Backward(int slot, const Tensor& dy);
-  void ReleaseActivations();
-  void ReleaseScratch();  // the scratch the slots share
+  Tensor Backward(int slot, const Tensor& dy) override;
 
  private:
   struct Activations {
@@ -61,6 +63,8 @@ class MlaAttentionLayer {
     Tensor v, lse;                // v (B, T, H/tp, Dv); lse (B, H/tp, T)
   };
   AttentionShape Shape(int64_t batch, int64_t seq) const;
+  void ClearSlots() override { slots_.Clear(); }
+  void ReleaseOwnScratch() override;
 
   int64_t heads_, nope_dim_, rope_dim_, v_dim_, kv_rank_;  // this rank's heads
   bool interleaved_;

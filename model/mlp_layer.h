@@ -15,12 +15,13 @@
 #include "model/activation_slots.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
+#include "model/sublayer.h"
 #include "parallel/tensor_parallel.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
 
-class MlpLayer {
+class MlpLayer : public Sublayer {
  public:
   // `prefix` is e.g. "model.layers.3.mlp".
   MlpLayer(ParameterStore& store, const std::string& prefix, const ModelConfig& config,
@@ -33,22 +34,15 @@ class MlpLayer {
   // the same rows. Keeps the input, gate, up and the activation in `slot`
   // (activation_slots.h).
   Tensor Forward(int slot, const Tensor& x);
+  Tensor Forward(int slot, const Tensor& x, const ForwardPass& /*pass*/) override {
+    return Forward(slot, x);
+  }
   // dy (rows of y) of the forward of `slot` -> dx (rows of x), written;
   // accumulates weight gradients.
-  Tensor Backward(int slot, const Tensor& dy);
+  Tensor Backward(int slot, const Tensor& dy) override;
   // Selective recompute: the SwiGLU activation is not kept but computed
   // again from gate and up in the backward (the same op: bit-identical).
-  void set_recompute_activation(bool recompute) { recompute_activation_ = recompute; }
-  // Frees the scratch shared by the slots (what one forward or backward
-  // uses and the next overwrites); ReleaseActivations the slots too.
-  void ReleaseScratch() {
-    region_.Release();
-    ReleaseTensors({&y_, &act_, &dact_, &dgate_up_, &dgate_, &dup_, &dx_});
-  }
-  void ReleaseActivations() {
-    slots_.Clear();
-    ReleaseScratch();
-  }
+  void set_recompute_activation(bool recompute) override { recompute_activation_ = recompute; }
 
  private:
   struct Activations {
@@ -66,6 +60,11 @@ class MlpLayer {
   // SwiGLU of the slot's gate and up (fused or not), into the slot's act or,
   // under selective recompute, the shared act_.
   const Tensor& Activation(Activations& a);
+  void ClearSlots() override { slots_.Clear(); }
+  void ReleaseOwnScratch() override {
+    region_.Release();
+    ReleaseTensors({&y_, &act_, &dact_, &dgate_up_, &dgate_, &dup_, &dx_});
+  }
 
   int64_t intermediate_;  // this rank's features
   Parameter &gate_proj_, &up_proj_, &down_proj_;

@@ -40,6 +40,7 @@ MoeMlpLayer::MoeMlpLayer(ParameterStore& store, const std::string& prefix, const
   if (c.moe().n_shared_experts() > 0) {
     shared_ = std::make_unique<MlpLayer>(store, prefix + ".shared_experts", c,
                                          int64_t{c.moe().n_shared_experts()} * width, parallelism);
+    AddSublayer(*shared_);
   }
   ResetStats();
 }
@@ -151,18 +152,11 @@ void MoeMlpLayer::set_recompute_activation(bool recompute) {
   if (shared_) shared_->set_recompute_activation(recompute);
 }
 
-void MoeMlpLayer::ReleaseActivations() {
-  slots_.Clear();
-  if (shared_) shared_->ReleaseActivations();
-  ReleaseScratch();
-}
-
-void MoeMlpLayer::ReleaseScratch() {
+void MoeMlpLayer::ReleaseOwnScratch() {
   experts_region_.Release();
   ReleaseTensors({&logits_, &send_, &y_grouped_, &out_, &dy_send_, &dy_grouped_, &dx_grouped_,
                   &dx_send_, &dx_, &dweights_, &dscores_, &dlogits_, &dx_router_,
                   &dx_router_narrow_, &dact_, &dgate_, &dup_, &balance_stats_, &gathered_stats_});
-  if (shared_) shared_->ReleaseScratch();
 }
 
 void MoeMlpLayer::ResetStats() {

@@ -28,6 +28,7 @@
 #include "model/mlp_layer.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
+#include "model/sublayer.h"
 #include "moe/dispatcher.h"
 #include "moe/grouped_experts.h"
 #include "moe/router.h"
@@ -37,7 +38,7 @@
 
 namespace tetra {
 
-class MoeMlpLayer {
+class MoeMlpLayer : public Sublayer {
  public:
   // `balance`: the model's transformers-style balance loss over all MoE
   // layers (model.moe.router_aux_loss_coef), or null.
@@ -50,14 +51,15 @@ class MoeMlpLayer {
   // recompute's second forward of the same tokens) adds nothing to the stats.
   Tensor Forward(int slot, const Tensor& x, int64_t batch, int64_t seq, float grad_scale,
                  bool recompute = false);
+  Tensor Forward(int slot, const Tensor& x, const ForwardPass& pass) override {
+    return Forward(slot, x, pass.batch, pass.seq, pass.grad_scale, pass.recompute);
+  }
   // dy (N, C) of the forward of `slot` -> dx (N, C), written; accumulates
   // the weight gradients. Collective over the expert-parallel group.
-  Tensor Backward(int slot, const Tensor& dy);
+  Tensor Backward(int slot, const Tensor& dy) override;
   // Selective recompute: the experts' SwiGLU activations (routed and shared)
   // are computed again in the backward instead of kept.
-  void set_recompute_activation(bool recompute);
-  void ReleaseActivations();
-  void ReleaseScratch();  // the scratch the slots share
+  void set_recompute_activation(bool recompute) override;
 
   // Since the last ResetStats: tokens that chose each expert (E, int32, on
   // the layer's device), the sum over sequences of aux_loss_alpha x their
@@ -97,6 +99,8 @@ class MoeMlpLayer {
   const std::vector<ExpertWeights>& Experts();
   // stats = the sum over the context group of every rank's stats.
   void SumOverContext(const Tensor& stats);
+  void ClearSlots() override { slots_.Clear(); }
+  void ReleaseOwnScratch() override;
 
   struct ExpertParameters {
     Parameter *gate, *up, *down;

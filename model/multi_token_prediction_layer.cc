@@ -1,5 +1,6 @@
 #include "model/multi_token_prediction_layer.h"
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ MultiTokenPredictionLayer::MultiTokenPredictionLayer(ParameterStore& store, int 
       head_(head_weight, store.weight_gradients(), parallelism) {
   // Under sequence parallelism each rank projects its own rows only.
   if (parallelism.sequence_parallel) eh_proj_.grad_partial_over = parallelism.tp;
+  for (Layer* sublayer : std::initializer_list<Layer*>{&enorm_, &hnorm_, &block_,
+                                                       &shared_head_norm_, &embedding_, &head_}) {
+    AddSublayer(*sublayer);
+  }
 }
 
 const Tensor& MultiTokenPredictionLayer::Forward(int slot, const Tensor& h_prev,
@@ -84,15 +89,6 @@ const Tensor& MultiTokenPredictionLayer::Backward(int slot, const Tensor& d_next
   ops::SplitColumns(djoined_, dembedded_, dhidden_);
   embedding_.Backward(slot, enorm_.Backward(slot, dembedded_));
   return hnorm_.Backward(slot, dhidden_);
-}
-
-void MultiTokenPredictionLayer::ReleaseActivations() {
-  for (RmsNormLayer* norm : {&enorm_, &hnorm_, &shared_head_norm_}) norm->ReleaseActivations();
-  block_.ReleaseActivations();
-  embedding_.ReleaseActivations();
-  head_.ReleaseActivations();
-  slots_.Clear();
-  ReleaseTensors({&targets_, &djoined_, &dembedded_, &dhidden_});
 }
 
 }  // namespace tetra

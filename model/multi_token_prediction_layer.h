@@ -22,6 +22,7 @@
 #include "model/activation_slots.h"
 #include "model/decoder_block.h"
 #include "model/embedding_layer.h"
+#include "model/layer.h"
 #include "model/lm_head_layer.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
@@ -30,7 +31,7 @@
 
 namespace tetra {
 
-class MultiTokenPredictionLayer {
+class MultiTokenPredictionLayer : public Layer {
  public:
   // Registers depth `depth`'s parameters; `embedding_table` and `head_weight`
   // are the model's shared ones (on a later pipeline stage, its copies).
@@ -51,7 +52,6 @@ class MultiTokenPredictionLayer {
   // last depth). Accumulates the parameter gradients (the shared table's and
   // head's included) and returns d h_prev, valid until the next backward.
   const Tensor& Backward(int slot, const Tensor& d_next);
-  void ReleaseActivations();
 
   DecoderBlock& block() { return block_; }
   // The lowest flat offset of this depth's own parameters.
@@ -63,6 +63,10 @@ class MultiTokenPredictionLayer {
     Tensor joined;     // (rows, 2C): [enorm(e) | hnorm(h_prev)]
     Tensor projected;  // (rows, C): eh_proj's output, the block's input
   };
+  void ClearSlots() override { slots_.Clear(); }
+  void ReleaseOwnScratch() override {
+    ReleaseTensors({&targets_, &djoined_, &dembedded_, &dhidden_});
+  }
 
   int depth_;
   RmsNormLayer enorm_, hnorm_;
@@ -73,8 +77,8 @@ class MultiTokenPredictionLayer {
   EmbeddingLayer embedding_;
   LmHeadLayer head_;
   ActivationSlots<Activations> slots_;
-  Tensor targets_;  // (B*T) int32, read only by the forward
-  Tensor djoined_, dembedded_, dhidden_;
+  Tensor targets_;                        // (B*T) int32, read only by the forward
+  Tensor djoined_, dembedded_, dhidden_;  // backward scratch
 };
 
 }  // namespace tetra

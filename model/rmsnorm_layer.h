@@ -10,12 +10,13 @@
 #include <string>
 
 #include "model/activation_slots.h"
+#include "model/layer.h"
 #include "model/model_parallelism.h"
 #include "model/parameters.h"
 
 namespace tetra {
 
-class RmsNormLayer {
+class RmsNormLayer : public Layer {
  public:
   RmsNormLayer(ParameterStore& store, const std::string& name, int64_t dim, float eps,
                const LayerParallelism& parallelism = SingleRankParallelism());
@@ -29,13 +30,6 @@ class RmsNormLayer {
   // weight gradient. With dx_add (N, C), dx = dx_add + the norm's gradient:
   // a residual's gradient added in the same pass.
   const Tensor& Backward(int slot, const Tensor& dy, const Tensor& dx_add = Tensor());
-  // Frees the scratch shared by the slots (what one forward or backward
-  // uses and the next overwrites); ReleaseActivations the slots too.
-  void ReleaseScratch() { ReleaseTensors({&dx_}); }
-  void ReleaseActivations() {
-    slots_.Clear();
-    ReleaseScratch();
-  }
 
   const Parameter& weight() const { return weight_; }
   Parameter& weight() { return weight_; }
@@ -46,12 +40,14 @@ class RmsNormLayer {
   };
   // Slot `slot` keeping x as the norm's input, its y and rstd sized for it.
   Activations& SlotFor(int slot, const Tensor& x);
+  void ClearSlots() override { slots_.Clear(); }
+  void ReleaseOwnScratch() override { ReleaseTensors({&dx_}); }
 
   Parameter& weight_;
   WeightGradients& weight_gradients_;
   float eps_;
   ActivationSlots<Activations> slots_;
-  Tensor dx_;
+  Tensor dx_;  // backward scratch
 };
 
 }  // namespace tetra
