@@ -61,7 +61,7 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   Activations& a = slots_.ForForward(slot);
   a.x = x;
   const int64_t n = x.dim(0), e = router_.num_experts;
-  // The router runs in fp32 (DESIGN.md): on its fp32 weight and the input
+  // The router runs in fp32 (docs/architecture.md): on its fp32 weight and the input
   // cast to fp32 once, which the gate's gradient reads again.
   a.x_router = x;
   if (x.dtype() != DType::kF32) {

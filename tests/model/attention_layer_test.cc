@@ -133,7 +133,9 @@ TEST(AttentionLayerTest, QwenBiasesAndHeadNormsMatchFiniteDifferences) {
     AttentionLayer layer(store, "attn", c);
     store.Pack();
     ASSERT_NE(store.Find(qwen3 ? "attn.q_norm.weight" : "attn.q_proj.bias"), nullptr);
-    if (qwen3) EXPECT_EQ(store.Find("attn.q_proj.weight")->global_shape, (Shape{24, 16}));
+    if (qwen3) {
+      EXPECT_EQ(store.Find("attn.q_proj.weight")->global_shape, (Shape{24, 16}));
+    }
     SCOPED_TRACE(qwen3 ? "qwen3" : "qwen2");
     testing::ExpectLayerGradients(
         layer, store, {kBatch * kSeq, c.hidden_size()},

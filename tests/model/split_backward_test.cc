@@ -96,8 +96,9 @@ void CheckSplitMatchesFused(const ModelConfig& config, Recompute recompute = Rec
   }
   for (int mb = 0; mb < kMicroBatches; ++mb) {
     EXPECT_EQ(fused_d[mb].defined(), !chunk.has_embedding);
-    if (fused_d[mb].defined())
+    if (fused_d[mb].defined()) {
       EXPECT_TRUE(SameBits(split_d[mb], fused_d[mb])) << "d hidden_in of micro-batch " << mb;
+    }
     EXPECT_EQ(split_ready[mb], fused_ready[mb]) << "readiness offsets of micro-batch " << mb;
   }
   int compared = 0;
