@@ -96,14 +96,18 @@ absl::Status CheckResumeStep(const TrainerConfig& config, int64_t step, const st
   return absl::OkStatus();
 }
 
+absl::Status CheckStepMatchesName(const CheckpointManifest& manifest, int64_t step,
+                                  const std::string& path) {
+  if (manifest.state().step() == step) return absl::OkStatus();
+  return UserError(absl::StrCat("checkpoint ", path, " is named for step ", step,
+                                " but its manifest says step ", manifest.state().step()),
+                   kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
+}
+
 absl::Status CheckResumable(const TrainerConfig& config, const CheckpointManifest& manifest,
                             int64_t step, const std::string& path) {
   const TrainingState& state = manifest.state();
-  if (state.step() != step) {
-    return UserError(absl::StrCat("checkpoint ", path, " is named for step ", step,
-                                  " but its manifest says step ", state.step()),
-                     kDamagedCheckpointHint, absl::StatusCode::kDataLoss);
-  }
+  RETURN_IF_ERROR(CheckStepMatchesName(manifest, step, path));
   RETURN_IF_ERROR(CheckResumeStep(config, step, path));
   // step <= train.steps (an int) and the batch size is an int: no overflow.
   const int64_t batch = config.train().global_batch_size();

@@ -16,6 +16,12 @@
 
 namespace tetra {
 
+// The checkpoint `manifest` at `path`, whose directory's name says step
+// `step`, holds that step: resume and `tetra checkpoint inspect` refuse one
+// renamed or damaged.
+absl::Status CheckStepMatchesName(const CheckpointManifest& manifest, int64_t step,
+                                  const std::string& path);
+
 // A checkpoint found at step `step` (its directory's name) of `path` is one a
 // run of `config` can continue: at most train.steps (so at most the int
 // range that steps count in).

@@ -28,20 +28,6 @@ absl::Status FilesystemError(const std::string& what, const std::error_code& err
                    absl::StatusCode::kDataLoss);
 }
 
-// The step of a directory named step_N, N all digits (no sign, no suffix),
-// else nullopt.
-std::optional<int64_t> StepOf(const std::string& name) {
-  const std::string prefix = kStepPrefix;
-  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return std::nullopt;
-  const std::string digits = name.substr(prefix.size());
-  int64_t step;
-  if (!std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
-      !absl::SimpleAtoi(digits, &step)) {
-    return std::nullopt;
-  }
-  return step;
-}
-
 // The entries of the directory `root`, read in full before any is acted on;
 // empty when `root` does not exist.
 absl::StatusOr<std::vector<fs::path>> DirectoryEntries(const std::string& root) {
@@ -59,6 +45,18 @@ absl::StatusOr<std::vector<fs::path>> DirectoryEntries(const std::string& root) 
 
 }  // namespace
 
+std::optional<int64_t> StepOfDirName(const std::string& name) {
+  const std::string prefix = kStepPrefix;
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return std::nullopt;
+  const std::string digits = name.substr(prefix.size());
+  int64_t step;
+  if (!std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(digits, &step)) {
+    return std::nullopt;
+  }
+  return step;
+}
+
 std::string StepDirName(int64_t step) { return absl::StrFormat("%s%08d", kStepPrefix, step); }
 
 std::string StepDir(const std::string& root, int64_t step) {
@@ -73,7 +71,7 @@ absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& 
   ASSIGN_OR_RETURN(const std::vector<fs::path> paths, DirectoryEntries(root));
   std::vector<CheckpointEntry> entries;
   for (const fs::path& path : paths) {
-    const std::optional<int64_t> step = StepOf(path.filename().string());
+    const std::optional<int64_t> step = StepOfDirName(path.filename().string());
     if (!step) continue;
     // The names step_N are tetra's: anything else under one is damage, never
     // skipped in silence (a resume would quietly start from an older step).

@@ -22,6 +22,9 @@ namespace tetra {
 
 // "step_00000120"
 std::string StepDirName(int64_t step);
+// The step a directory named step_N holds (N all digits: no sign, no
+// suffix), else nullopt.
+std::optional<int64_t> StepOfDirName(const std::string& name);
 // `root`/step_N, and `root`/step_N.tmp where it is written before the commit.
 std::string StepDir(const std::string& root, int64_t step);
 std::string TemporaryStepDir(const std::string& root, int64_t step);

@@ -65,6 +65,33 @@ absl::Status CheckAgainstModel(const WeightFiles& files, const ModelConfig& mode
                    "(sizes, num_key_value_heads, tie_word_embeddings, model.moe)");
 }
 
+// No trained or initialised model holds a weight beyond float16's largest
+// value (models are routinely served in fp16); one that does comes from a
+// damaged file or one that is not a model, and would "diverge" in step 1.
+constexpr float kLargestPlausibleWeight = 65504.0f;
+
+// Every element of `global`, tensor `name` of the weights at `path`, finite
+// and within kLargestPlausibleWeight.
+absl::Status CheckPlausibleWeights(const std::string& path, const std::string& name,
+                                   const Tensor& global) {
+  for (int64_t i = 0; i < global.numel(); ++i) {
+    const float v = global.f32()[i];
+    if (!std::isfinite(v)) {
+      return UserError(absl::StrCat("weights in ", path, ": tensor ", name, " holds ", v,
+                                    " at element ", i, ", so training would start diverged"),
+                       "start from a checkpoint whose weights are all finite");
+    }
+    if (std::abs(v) > kLargestPlausibleWeight) {
+      return UserError(
+          absl::StrCat("weights in ", path, ": tensor ", name, " holds ", v, " at element ", i,
+                       ", beyond float16's range (65504), which no trained model's weights reach"),
+          "the file is damaged or is not a model's weights: start from the checkpoint as its "
+          "trainer wrote it");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status LoadWeights(const std::string& path, const ModelConfig& model, ParameterStore& store) {
@@ -76,14 +103,7 @@ absl::Status LoadWeights(const std::string& path, const ModelConfig& model, Para
   for (const Parameter& p : store.all()) {
     Tensor global = Tensor::Empty(p.global_shape);
     RETURN_IF_ERROR(files.ReadF32(p.name, global.f32()));
-    for (int64_t i = 0; i < global.numel(); ++i) {
-      if (!std::isfinite(global.f32()[i])) {
-        return UserError(
-            absl::StrCat("weights in ", path, ": tensor ", p.name, " holds ", global.f32()[i],
-                         " at element ", i, ", so training would start diverged"),
-            "start from a checkpoint whose weights are all finite");
-      }
-    }
+    RETURN_IF_ERROR(CheckPlausibleWeights(path, p.name, global));
     Tensor slice = Tensor::Empty(p.value.shape());
     for (int64_t i = 0; i < slice.numel(); ++i) {
       const int64_t g = p.GlobalIndex(i);

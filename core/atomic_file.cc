@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/file_type.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 
@@ -26,6 +27,9 @@ absl::Status SystemError(const std::string& what, int error, const std::string& 
 
 absl::StatusOr<AtomicFile> AtomicFile::Create(const std::string& path, const std::string& hint) {
   const std::string tmp = TemporaryPath(path);
+  // The rename in Commit would replace whatever `path` names.
+  RETURN_IF_ERROR(CheckOutputPath(path, "output", hint));
+  RETURN_IF_ERROR(CheckOutputPath(tmp, "temporary file", hint));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return SystemError(absl::StrCat("cannot create ", tmp), errno, hint);
   return AtomicFile(path, hint, fd);

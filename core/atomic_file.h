@@ -18,7 +18,9 @@ namespace tetra {
 class AtomicFile {
  public:
   // Opens `path`.tmp for writing. Errors (one sentence with the path and the
-  // system's reason) end with `hint`, the caller's advice on the fix.
+  // system's reason) end with `hint`, the caller's advice on the fix. A
+  // `path` or `path`.tmp that is not a regular file (a directory, pipe or
+  // device) is refused, never replaced.
   static absl::StatusOr<AtomicFile> Create(const std::string& path, const std::string& hint);
   AtomicFile(AtomicFile&& other) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/file_type.h"
 #include "core/logging.h"
 #include "core/user_error.h"
 
@@ -19,15 +20,6 @@ namespace {
 // Linux's /dev/null (Documentation/admin-guide/devices.txt: char 1, 3).
 bool IsNullDevice(const struct stat& info) {
   return S_ISCHR(info.st_mode) && major(info.st_rdev) == 1 && minor(info.st_rdev) == 3;
-}
-
-const char* FileTypeName(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "not a regular file";
 }
 
 absl::Status ErrnoError(int error, const std::string& what, const std::string& hint) {

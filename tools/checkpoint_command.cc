@@ -2,12 +2,14 @@
 
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/checkpoint_compatibility.h"
 #include "checkpoint/checkpoint_directory.h"
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/checkpoint_reader.h"
@@ -22,6 +24,18 @@ namespace {
 constexpr char kUsageHint[] =
     "tetra checkpoint inspect DIR | tetra checkpoint export DIR --out MODEL_DIR";
 
+// The checkpoint at `path`, checked as resume checks it against the step its
+// directory's name says, when it has a step_N name.
+absl::StatusOr<CheckpointReader> OpenNamedCheckpoint(const std::string& path) {
+  ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(path));
+  std::filesystem::path name = std::filesystem::path(path).lexically_normal();
+  if (name.filename().empty()) name = name.parent_path();  // "step_00000004/"
+  if (const std::optional<int64_t> step = StepOfDirName(name.filename().string())) {
+    RETURN_IF_ERROR(CheckStepMatchesName(reader.manifest(), *step, path));
+  }
+  return reader;
+}
+
 // DIR itself when it holds a manifest, else its newest complete step directory.
 absl::StatusOr<CheckpointReader> OpenCheckpoint(const std::string& dir) {
   // Error codes, not exceptions: DIR may be anything (a symlink loop, a file).
@@ -33,7 +47,7 @@ absl::StatusOr<CheckpointReader> OpenCheckpoint(const std::string& dir) {
           << "tetra: warning: " << dir << " has no " << kCompleteMarkerName
           << " marker: its save did not finish, and its manifest cannot be checked against it\n";
     }
-    return CheckpointReader::Open(dir);
+    return OpenNamedCheckpoint(dir);
   }
   ASSIGN_OR_RETURN(const std::optional<CheckpointEntry> entry,
                    NewestCompleteCheckpoint(dir, std::cout));
@@ -43,7 +57,7 @@ absl::StatusOr<CheckpointReader> OpenCheckpoint(const std::string& dir) {
                      kCompleteMarkerName, " marker)"),
         "point at a checkpoint.dir or one of its step directories");
   }
-  return CheckpointReader::Open(entry->path);
+  return OpenNamedCheckpoint(entry->path);
 }
 
 absl::Status Inspect(const CheckpointReader& reader) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/file_type.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "parallel/parallel_state.h"
@@ -19,12 +20,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+std::string WritableHint(const std::string& field) {
+  return absl::StrCat("point ", field,
+                      " at a place this job can write (it is checked before the first step, so "
+                      "no run ends with its output lost)");
+}
+
 absl::Status NotWritable(const std::string& field, const std::string& path,
                          const std::string& cause) {
   return UserError(absl::StrCat(field, " ", path, " cannot be written: ", cause),
-                   absl::StrCat("point ", field,
-                                " at a place this job can write (it is checked before the "
-                                "first step, so no run ends with its output lost)"));
+                   WritableHint(field));
 }
 
 // Creates `dir`, the directory of `path` (the value of `field`).
@@ -61,10 +66,15 @@ absl::Status CheckWritableDirectory(const std::string& field, const std::string&
 
 absl::Status CheckWritableFile(const std::string& field, const std::string& path) {
   RETURN_IF_ERROR(CreateDirectory(field, path, fs::path(path).parent_path().string()));
+  // A pipe would block the open below, a device would be replaced by the write.
+  RETURN_IF_ERROR(CheckOutputPath(path, field, WritableHint(field)));
   // O_EXCL: a file this check created is removed, one that was there is kept.
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   const bool created = fd >= 0;
-  if (!created && errno == EEXIST) fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO put there since the check fails here instead of waiting for a reader.
+  if (!created && errno == EEXIST) {
+    fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NONBLOCK);
+  }
   if (fd < 0) return NotWritable(field, path, std::strerror(errno));
   ::close(fd);
   if (created) ::unlink(path.c_str());

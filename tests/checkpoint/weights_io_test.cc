@@ -143,6 +143,32 @@ TEST_F(WeightsIoTest, NonFiniteWeightsAreRefusedAndTheModelIsUnchanged) {
   EXPECT_EQ(model.parameters().all().front().value.f32()[0], before);
 }
 
+// Finite but absurd: every q_proj weight 3e38 loaded silently, and the run
+// then "diverged" with a hint blaming the learning rate.
+TEST_F(WeightsIoTest, WeightsNoTrainedModelHoldsAreRefusedNamingTheTensor) {
+  LanguageModel source(TinyModel(), 5);
+  Tensor& q = source.parameters().Find("model.layers.0.self_attn.q_proj.weight")->value;
+  for (int64_t i = 0; i < q.numel(); ++i) q.f32()[i] = 3e38f;
+  SelfCommunicator self;
+  const std::string out = (dir_ / "absurd").string();
+  ASSERT_TRUE(
+      ExportWeights(out, source.parameters(), TinyModel(), 16, DType::kF32, self, true).ok());
+  LanguageModel model(TinyModel(), 1);
+  const float before = model.parameters().all().front().value.f32()[0];
+  const absl::Status status = LoadWeights(out, TinyModel(), model.parameters());
+  EXPECT_THAT(Message(status), HasSubstr("tensor model.layers.0.self_attn.q_proj.weight holds "
+                                         "3e+38 at element 0, beyond float16's range (65504)"));
+  EXPECT_THAT(Message(status), UserErrorShape());
+  EXPECT_EQ(model.parameters().all().front().value.f32()[0], before);
+
+  // The largest magnitude float16 holds is still a weight.
+  for (int64_t i = 0; i < q.numel(); ++i) q.f32()[i] = i % 2 ? 65504.0f : -65504.0f;
+  const std::string edge = (dir_ / "edge").string();
+  ASSERT_TRUE(
+      ExportWeights(edge, source.parameters(), TinyModel(), 16, DType::kF32, self, true).ok());
+  EXPECT_TRUE(LoadWeights(edge, TinyModel(), model.parameters()).ok());
+}
+
 TEST_F(WeightsIoTest, AShardedIndexAndItsShardsMustAgree) {
   const std::string whole = Export(TinyModel(), 5, "whole") + "/model.safetensors";
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(whole);

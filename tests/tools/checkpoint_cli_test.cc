@@ -272,6 +272,21 @@ TEST_F(CheckpointCliTest, FlippedByteIsAnErrorNamingFileAndTensor) {
   }
 }
 
+// A step directory renamed (or a manifest of another step copied in): inspect
+// refuses it as resume does, whether named itself or found as the newest.
+TEST_F(CheckpointCliTest, AStepDirectoryWhoseNameDisagreesWithItsManifestIsRefused) {
+  ASSERT_EQ(Run(TrainArgs(2, "a.jsonl", 0)).exit_code, 0);
+  fs::rename(StepDir(2), StepDir(3));
+  for (const std::string& args :
+       {"checkpoint inspect " + ckpt_, "checkpoint inspect " + StepDir(3) + "/",
+        TrainArgs(4, "b.jsonl", 0)}) {
+    RunResult r = Run(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_THAT(r.err, HasSubstr("is named for step 3 but its manifest says step 2")) << args;
+    EXPECT_THAT(r.err, HasSubstr("\nhint: ")) << args;
+  }
+}
+
 TEST_F(CheckpointCliTest, TruncatedShardIsAnErrorNamingFileAndTensor) {
   ASSERT_EQ(Run(TrainArgs(2, "a.jsonl", 0)).exit_code, 0);
   const std::string file = StepDir(2) + "/rank_00000.bin";

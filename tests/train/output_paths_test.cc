@@ -4,6 +4,8 @@
 // regular file, even by root (tests run as root).
 #include "train/output_paths.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -69,9 +71,25 @@ TEST_F(OutputPathsTest, UnwritablePlacesAreErrorsNamingFieldAndPath) {
               HasSubstr("log.trace_path " + under_file + "/trace.json cannot be written"));
   status = CheckWritableFile("log.metrics_path", root_);  // a directory
   EXPECT_THAT(Message(status),
-              HasSubstr("log.metrics_path " + root_ + " cannot be written: Is a directory"));
+              HasSubstr("log.metrics_path " + root_ + " is a directory, not a regular file"));
   EXPECT_THAT(Message(CheckWritableDirectory("export_path", "/proc/tetra_export")),
               HasSubstr("export_path /proc/tetra_export cannot be written"));
+}
+
+// A FIFO hung the check (opening it for writing waits for a reader), and a
+// device would be replaced by the file written over it.
+TEST_F(OutputPathsTest, APipeOrDeviceIsRefusedWithoutOpeningIt) {
+  const std::string fifo = root_ + "/pipe";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  absl::Status status = CheckWritableFile("log.metrics_path", fifo);
+  EXPECT_THAT(Message(status), HasSubstr("log.metrics_path " + fifo +
+                                         " is a FIFO (named pipe), not a regular file"));
+  EXPECT_THAT(Message(status), HasSubstr("\nhint: point log.metrics_path at a place"));
+  EXPECT_THAT(Message(status), UserErrorShape());
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  EXPECT_THAT(Message(CheckWritableFile("log.trace_path", "/dev/full")),
+              HasSubstr("log.trace_path /dev/full is a character device, not a regular file"));
+  EXPECT_TRUE(fs::is_character_file("/dev/full"));
 }
 
 TEST_F(OutputPathsTest, EveryOutputOfTheConfigIsChecked) {
