@@ -54,6 +54,18 @@ class WeightsIoTest : public ::testing::Test {
     return out;
   }
 
+  // TinyModel drawn from seed 5, edited by `edit`, exported to dir_/name.
+  template <typename Edit>
+  std::string ExportEditedTinyModel(const std::string& name, Edit edit) {
+    LanguageModel source(TinyModel(), 5);
+    edit(source.parameters());
+    SelfCommunicator self;
+    const std::string out = (dir_ / name).string();
+    EXPECT_TRUE(
+        ExportWeights(out, source.parameters(), TinyModel(), 16, DType::kF32, self, true).ok());
+    return out;
+  }
+
   fs::path dir_;
 };
 
@@ -128,12 +140,9 @@ TEST_F(WeightsIoTest, TheFileIsHeldAgainstTheWholeModel) {
 }
 
 TEST_F(WeightsIoTest, NonFiniteWeightsAreRefusedAndTheModelIsUnchanged) {
-  LanguageModel source(TinyModel(), 5);
-  source.parameters().Find("model.layers.1.mlp.up_proj.weight")->value.f32()[7] = NAN;
-  SelfCommunicator self;
-  const std::string out = (dir_ / "nan").string();
-  ASSERT_TRUE(
-      ExportWeights(out, source.parameters(), TinyModel(), 16, DType::kF32, self, true).ok());
+  const std::string out = ExportEditedTinyModel("nan", [](ParameterStore& store) {
+    store.Find("model.layers.1.mlp.up_proj.weight")->value.f32()[7] = NAN;
+  });
   LanguageModel model(TinyModel(), 1);
   const float before = model.parameters().all().front().value.f32()[0];
   const absl::Status status = LoadWeights(out, TinyModel(), model.parameters());
@@ -146,13 +155,15 @@ TEST_F(WeightsIoTest, NonFiniteWeightsAreRefusedAndTheModelIsUnchanged) {
 // Finite but absurd: every q_proj weight 3e38 loaded silently, and the run
 // then "diverged" with a hint blaming the learning rate.
 TEST_F(WeightsIoTest, WeightsNoTrainedModelHoldsAreRefusedNamingTheTensor) {
-  LanguageModel source(TinyModel(), 5);
-  Tensor& q = source.parameters().Find("model.layers.0.self_attn.q_proj.weight")->value;
-  for (int64_t i = 0; i < q.numel(); ++i) q.f32()[i] = 3e38f;
-  SelfCommunicator self;
-  const std::string out = (dir_ / "absurd").string();
-  ASSERT_TRUE(
-      ExportWeights(out, source.parameters(), TinyModel(), 16, DType::kF32, self, true).ok());
+  // q_proj's element i set to value(i).
+  auto set_q_proj = [](float (*value)(int64_t)) {
+    return [value](ParameterStore& store) {
+      Tensor& q = store.Find("model.layers.0.self_attn.q_proj.weight")->value;
+      for (int64_t i = 0; i < q.numel(); ++i) q.f32()[i] = value(i);
+    };
+  };
+  const std::string out =
+      ExportEditedTinyModel("absurd", set_q_proj([](int64_t) { return 3e38f; }));
   LanguageModel model(TinyModel(), 1);
   const float before = model.parameters().all().front().value.f32()[0];
   const absl::Status status = LoadWeights(out, TinyModel(), model.parameters());
@@ -162,10 +173,8 @@ TEST_F(WeightsIoTest, WeightsNoTrainedModelHoldsAreRefusedNamingTheTensor) {
   EXPECT_EQ(model.parameters().all().front().value.f32()[0], before);
 
   // The largest magnitude float16 holds is still a weight.
-  for (int64_t i = 0; i < q.numel(); ++i) q.f32()[i] = i % 2 ? 65504.0f : -65504.0f;
-  const std::string edge = (dir_ / "edge").string();
-  ASSERT_TRUE(
-      ExportWeights(edge, source.parameters(), TinyModel(), 16, DType::kF32, self, true).ok());
+  const std::string edge = ExportEditedTinyModel(
+      "edge", set_q_proj([](int64_t i) { return i % 2 ? 65504.0f : -65504.0f; }));
   EXPECT_TRUE(LoadWeights(edge, TinyModel(), model.parameters()).ok());
 }
 
