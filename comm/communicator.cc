@@ -34,6 +34,20 @@ std::function<void()>& AbortHandler() {
   return handler;
 }
 
+WaitHooks& Hooks() {
+  static WaitHooks hooks;
+  return hooks;
+}
+
+// Why the wait did not complete, as far as the ranks' answers tell.
+std::string TimeoutCause() {
+  const std::string missing = Hooks().missing_ranks ? Hooks().missing_ranks() : "";
+  if (!missing.empty()) return missing + ": lost, or stuck outside communication";
+  return Hooks().missing_ranks
+             ? "every rank answered a liveness probe, so one of the group issued another operation"
+             : "a rank of the group did not join or is stuck";
+}
+
 // {"0-3", "8", "10"}: runs of three or more consecutive ranks as ranges.
 std::vector<std::string> RankRanges(const std::vector<int>& ranks) {
   std::vector<std::string> parts;
@@ -275,6 +289,8 @@ CommHandle Communicator::SendRecvAsync(const Tensor& send, int to, const Tensor&
   return StartSendRecv(send, to, recv, from);
 }
 
+WaitHooks SetWaitHooks(WaitHooks hooks) { return std::exchange(Hooks(), std::move(hooks)); }
+
 std::function<void()> SetCommAbortHandler(std::function<void()> handler) {
   TETRA_CHECK(handler != nullptr) << "the comm abort handler must be callable";
   return std::exchange(AbortHandler(), std::move(handler));
@@ -353,16 +369,17 @@ void CommHandle::Wait() {
       const int rank = LogRank();
       const std::string who = rank >= 0 ? absl::StrCat("rank ", rank, " (world)") : "this process";
       const std::string message = absl::StrFormat(
-          "tetra: error: %s waited %.1f s for %s without completing; a rank of the group did not "
-          "join or is stuck\nhint: check that every rank of the group issues the same operations "
-          "in the same order; if it is only slow, raise parallel.comm_timeout_s (now %g s)\n",
-          who, waited, describe_(), timeout_s_);
+          "tetra: error: %s waited %.1f s for %s without completing; %s\nhint: check that every "
+          "rank of the group issues the same operations in the same order; if it is only slow, "
+          "raise parallel.comm_timeout_s (now %g s)\n",
+          who, waited, describe_(), TimeoutCause(), timeout_s_);
       std::fputs(message.c_str(), stderr);
       std::fflush(stderr);
       if (on_timeout_) on_timeout_();
       AbortHandler()();
       _exit(1);
     }
+    if (Hooks().while_sleeping) Hooks().while_sleeping();
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, kMaxSleep);
   }

@@ -82,6 +82,17 @@ class CommHandle {
 // Returns the handler it replaced.
 std::function<void()> SetCommAbortHandler(std::function<void()> handler);
 
+// What waits ask of the job's backend (MpiSession installs its liveness
+// probe, comm/mpi_liveness.h): `while_sleeping` runs between a wait's sleeps
+// (answering other ranks' probes); `missing_ranks` runs when a wait times out
+// and returns which ranks did not answer, with their hosts ("" when all did).
+struct WaitHooks {
+  std::function<void()> while_sleeping;
+  std::function<std::string()> missing_ranks;
+};
+// Installs `hooks` for every wait of this process; returns those it replaced.
+WaitHooks SetWaitHooks(WaitHooks hooks);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -21,6 +21,10 @@ int LaunchedWorldSize() {
   return std::max(1, FirstSet({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 1));
 }
 
+int LaunchedRank() {
+  return std::max(0, FirstSet({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0));
+}
+
 int RanksOnThisMachine() {
   return std::max(1, FirstSet({"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}, 1));
 }

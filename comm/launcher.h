@@ -10,6 +10,9 @@ namespace tetra {
 // Ranks in the job (OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS), 1 when
 // run directly.
 int LaunchedWorldSize();
+// This process's rank in the job (OMPI_COMM_WORLD_RANK, PMI_RANK or
+// SLURM_PROCID), 0 when run directly.
+int LaunchedRank();
 // Ranks on this machine, which share its cores and memory
 // (OMPI_COMM_WORLD_LOCAL_SIZE or SLURM_NTASKS_PER_NODE), 1 when run directly.
 int RanksOnThisMachine();

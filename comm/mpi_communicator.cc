@@ -19,6 +19,9 @@
 namespace tetra {
 namespace {
 
+// How long a timed-out wait waits for other ranks to answer its liveness
+// probe: a live rank in a wait answers within milliseconds.
+constexpr double kLivenessWindowS = 2;
 // MPI tags up to 32767 are guaranteed by the standard (MPI_TAG_UB >= 32767).
 constexpr int kMaxPortableTag = 32767;
 
@@ -111,9 +114,15 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   TETRA_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
   SetLogRank(world_rank_);
   previous_abort_handler_ = SetCommAbortHandler([] { MPI_Abort(MPI_COMM_WORLD, 1); });
+  liveness_ = std::make_unique<MpiLiveness>();
+  previous_wait_hooks_ =
+      SetWaitHooks({.while_sleeping = [this] { liveness_->AnswerProbes(); },
+                    .missing_ranks = [this] { return liveness_->MissingRanks(kLivenessWindowS); }});
 }
 
 MpiSession::~MpiSession() {
+  SetWaitHooks(std::move(previous_wait_hooks_));
+  liveness_.reset();
   SetCommAbortHandler(std::move(previous_abort_handler_));
   g_session_live = false;
   if (initialised_here_) MPI_Finalize();

@@ -21,12 +21,14 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/mpi_liveness.h"
 
 namespace tetra {
 
 // Initialises MPI with MPI_THREAD_FUNNELED for its lifetime (unless MPI is
 // already initialised), makes MPI errors fatal checks with file:line, sets the
-// log rank and installs MPI_Abort(MPI_COMM_WORLD) as the comm abort handler.
+// log rank, installs MPI_Abort(MPI_COMM_WORLD) as the comm abort handler and
+// the liveness probe (mpi_liveness.h) as the wait hooks.
 // One per process, usually in main().
 class MpiSession {
  public:
@@ -43,6 +45,8 @@ class MpiSession {
   int world_rank_ = 0;
   int world_size_ = 1;
   std::function<void()> previous_abort_handler_;
+  std::unique_ptr<MpiLiveness> liveness_;
+  WaitHooks previous_wait_hooks_;
 };
 
 // All ranks, named "world", on a duplicate of MPI_COMM_WORLD (so tetra's

@@ -118,7 +118,9 @@ absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, int64_t res
   if (std::ifstream previous(path); resumed_step > 0 && previous) {
     int64_t step = 0;
     for (std::string line; std::getline(previous, line);) {
-      if (std::sscanf(line.c_str(), "{\"step\": %" SCNd64, &step) == 1 && step <= resumed_step) {
+      const bool earlier_step =
+          std::sscanf(line.c_str(), "{\"step\": %" SCNd64, &step) == 1 && step <= resumed_step;
+      if (earlier_step || IsMetricsEvent(line)) {
         absl::StrAppend(&kept, line, "\n");
       }
     }

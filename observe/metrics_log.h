@@ -94,11 +94,17 @@ std::string MetricsJson(const StepMetrics& m);
 // GFLOP/s | ETA 1m23s"
 std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s);
 
+// Lines that record an event of the run rather than a step (a restart by
+// tetra launch) start with this; they outlive a resume's rewrite of the file.
+inline constexpr std::string_view kMetricsEventPrefix = "{\"event\": ";
+inline bool IsMetricsEvent(std::string_view line) { return line.starts_with(kMetricsEventPrefix); }
+
 class MetricsLog {
  public:
   // Starts `path` afresh (creating its directory), so one file is one run;
   // for a run resumed after step `resumed_step` > 0, keeps the file's lines
-  // of steps 1..resumed_step and drops later ones (steps the run will redo).
+  // of steps 1..resumed_step and its events, and drops later steps (the run
+  // will redo them).
   static absl::StatusOr<MetricsLog> Open(const std::string& path, int64_t resumed_step = 0);
   absl::Status Append(const StepMetrics& m);
 

@@ -59,6 +59,19 @@ set_tests_properties(report.page_reads_like_a_chart PROPERTIES LABELS unit TIMEO
 add_test(NAME checkpoints.resume_and_reshard_under_mpirun
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/checkpoint/check_checkpoints.py $<TARGET_FILE:tetra>)
 set_tests_properties(checkpoints.resume_and_reshard_under_mpirun PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)
+# tetra launch: a rank killed mid-run, the job re-planned and resumed on the
+# ranks left with the same losses; no restart for a diverging run; Slurm's
+# relaunch with srun --exclude through a fake srun.
+add_test(NAME launch.elastic_restart_keeps_the_loss_curve
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/launch/check_elastic_launch.py $<TARGET_FILE:tetra>)
+set_tests_properties(launch.elastic_restart_keeps_the_loss_curve PROPERTIES LABELS mpi TIMEOUT 600 RUN_SERIAL ON)
+# Two hosts made of network namespaces joined by a veth link (root and `ip
+# netns` needed, else skipped): one host's processes killed, then its link
+# cut; the launch goes on on the other with the same losses.
+add_test(NAME launch.multi_host_survives_a_lost_host
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/launch/check_multi_host.py $<TARGET_FILE:tetra>)
+set_tests_properties(launch.multi_host_survives_a_lost_host PROPERTIES LABELS mpi TIMEOUT 900
+                     RUN_SERIAL ON SKIP_RETURN_CODE 77)
 add_test(NAME readme.commands_run_as_written
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_readme_commands.py $<TARGET_FILE:tetra>
                  ${TETRA_EMULATED_GPU_BINARY})

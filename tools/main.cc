@@ -2,6 +2,7 @@
 //   tetra train  --config FILE.textproto [--set path.to.field=value ...]
 //   tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]
 //   tetra plan   --config FILE.textproto --world N [--json] ...
+//   tetra launch --np N [--min-np M] [--hostfile F] [--max-restarts K] -- train --config FILE ...
 //   tetra checkpoint inspect DIR | export DIR --out MODEL_DIR
 //   mpirun -np N tetra commbench ...
 // Exit code 0 only on success; errors are one sentence plus a hint on stderr.
@@ -23,11 +24,13 @@
 #include "comm/self_communicator.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
+#include "launch/rank_errors.h"
 #include "model/language_model.h"
 #include "plan/memory_check.h"
 #include "tools/checkpoint_command.h"
 #include "tools/command_line.h"
 #include "tools/commbench_command.h"
+#include "tools/launch_command.h"
 #include "tools/plan_command.h"
 #include "tools/report_command.h"
 #include "train/config_loader.h"
@@ -44,6 +47,8 @@ constexpr char kUsage[] =
     "  tetra plan   --config FILE.textproto --world N [--json] [--gpus-per-node G] [--set ...]\n"
     "  tetra plan   --config FILE.textproto --cluster CLUSTER.textproto [--world N] [--json] "
     "[--set ...]\n"
+    "  tetra launch --np N [--min-np M] [--hostfile F] [--max-restarts K] -- train --config "
+    "FILE [--set ...]\n"
     "  tetra report --out DIR [--config F --cluster C] RUN.jsonl ...\n"
     "  tetra checkpoint inspect DIR | export DIR --out MODEL_DIR [--dtype f32|bf16]\n"
     "  mpirun -np N tetra commbench [--op all_reduce|...|all] [--group world|even_odd|pairs] ...\n";
@@ -63,11 +68,11 @@ absl::StatusOr<TrainerConfig> ConfigFromFlags(const ParsedFlags& flags,
   return LoadConfig(config->second, flags.sets, LaunchedWorldSize());
 }
 
-absl::Status TrainCommand(int argc, char** argv) {
+// The job as one rank runs it; `session` holds MPI when a launcher started several ranks.
+absl::Status Training(int argc, char** argv, std::optional<MpiSession>& session) {
   ASSIGN_OR_RETURN(ParsedFlags flags, ParseFlags(argc, argv, 2, "train", {"config", "set"}));
   ASSIGN_OR_RETURN(TrainerConfig config, ConfigFromFlags(flags, "train"));
   // MPI only when a launcher started several ranks; one process needs none.
-  std::optional<MpiSession> session;
   std::unique_ptr<Communicator> world;
   if (LaunchedWorldSize() > 1) {
     session.emplace(&argc, &argv);
@@ -78,7 +83,14 @@ absl::Status TrainCommand(int argc, char** argv) {
   ASSIGN_OR_RETURN(world, MakeTrainingWorld(config, std::move(world), std::cout));
   ASSIGN_OR_RETURN(const ParallelState parallel,
                    ParallelState::Create(config.parallel(), std::move(world)));
-  absl::Status status = Train(config, parallel, std::cout).status();
+  return Train(config, parallel, std::cout).status();
+}
+
+absl::Status TrainCommand(int argc, char** argv) {
+  std::optional<MpiSession> session;
+  const absl::Status status = Training(argc, argv, session);
+  // An error is a reason tetra launch must not restart the job for.
+  if (!status.ok()) RecordRankError(status);
   if (!status.ok() && session) {
     // Other ranks may be inside a collective: finalising MPI could wait for
     // them forever, so end this rank now; mpirun then ends the job.
@@ -113,6 +125,8 @@ int Run(int argc, char** argv) {
     status = TrainCommand(argc, argv);
   } else if (command == "export") {
     status = ExportCommand(argc, argv);
+  } else if (command == "launch") {
+    status = LaunchCommand(argc, argv);
   } else if (command == "commbench") {
     status = CommbenchCommand(argc, argv);
   } else if (command == "checkpoint") {

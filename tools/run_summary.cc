@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
+#include "observe/metrics_log.h"
 
 namespace tetra {
 absl::StatusOr<MetricsLine> ParseMetricsLine(const std::string& line) {
@@ -86,7 +87,7 @@ absl::StatusOr<std::vector<MetricsLine>> ReadMetricsLines(const std::string& pat
   std::vector<MetricsLine> lines;
   std::string text;
   for (int number = 1; std::getline(file, text); ++number) {
-    if (text.empty()) continue;
+    if (text.empty() || IsMetricsEvent(text)) continue;  // a restart, not a step
     if (lines.empty()) *first_text = text;
     absl::StatusOr<MetricsLine> line = ParseMetricsLine(text);
     if (!line.ok()) {

@@ -1,7 +1,8 @@
 // The watchdog end to end: a 2-rank MPI job (skip_collective_main.cc) in
 // which rank 1 never joins an all-reduce (it waits forever) must end,
 // non-zero, through the watchdog, with a message naming the operation, the
-// group and the waiting rank and a wait of at least the 2 s comm timeout, and
+// group, the waiting rank and the rank that did not answer its liveness
+// probe (with its host), and a wait of at least the 2 s comm timeout, and
 // must leave no process behind. No bound here is tight: a loaded machine only
 // makes the job slower, never ends it otherwise.
 #include <signal.h>
@@ -69,6 +70,9 @@ TEST(WatchdogTest, StuckRankEndsTheJobNamingTheOperation) {
             std::string::npos)
       << output;
   EXPECT_NE(output.find("parallel.comm_timeout_s"), std::string::npos) << output;
+  // Rank 1 sleeps outside any wait, so it does not answer rank 0's liveness probe.
+  EXPECT_NE(output.find("rank 1 on host "), std::string::npos) << output;
+  EXPECT_NE(output.find("did not answer a liveness probe"), std::string::npos) << output;
 
   for (int rank = 0; rank < 2; ++rank) {
     std::ifstream pid_file(dir + "/rank" + std::to_string(rank) + ".pid");

@@ -13,7 +13,7 @@ import re
 import sys
 
 FOLDERS = ["core", "kernels", "comm", "parallel", "moe", "model", "pipeline", "optimizer", "data",
-           "checkpoint", "observe", "plan", "train", "tools", "emulator"]
+           "checkpoint", "observe", "plan", "train", "launch", "tools", "emulator"]
 LIMIT = 60
 TOKEN = re.compile(r'R"([a-z]*)\((.*?)\)\1"|"(\\.|[^"\\\n])*"|\'(\\.|[^\'\\\n])\'|//[^\n]*|/\*.*?\*/',
                    re.S)

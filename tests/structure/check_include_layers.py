@@ -10,7 +10,7 @@ import sys
 
 # Top to bottom: a folder may include the folders before it.
 LAYERS = ["proto", "core", "kernels", "comm", "parallel", "moe", "model", "pipeline", "optimizer",
-          "data", "checkpoint", "observe", "plan", "train", "tools"]
+          "data", "checkpoint", "observe", "plan", "train", "launch", "tools"]
 
 root = pathlib.Path(__file__).resolve().parents[2]
 include = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/')
