@@ -161,43 +161,69 @@ CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step,
 
 }  // namespace
 
-absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t step,
-                                           const ParameterStore& store,
-                                           const DistributedOptimizer& optimizer,
-                                           const DistributedOptimizer* experts,
-                                           const ParallelState& parallel) {
+absl::StatusOr<CheckpointSnapshot> SnapshotCheckpoint(const TrainerConfig& config, int64_t step,
+                                                      const ParameterStore& store,
+                                                      const DistributedOptimizer& optimizer,
+                                                      const DistributedOptimizer* experts,
+                                                      const ParallelState& parallel) {
   Communicator& world = parallel.world();
   const std::string& root = config.checkpoint().dir();
-  const bool leader = world.rank() == 0;
   absl::StatusOr<std::string> tmp_dir = TemporaryStepDir(root, step);
-  if (leader) tmp_dir = CreateTemporaryStepDir(root, step);
+  if (world.rank() == 0) tmp_dir = CreateTemporaryStepDir(root, step);
   RETURN_IF_ERROR(AgreeOnStatus(world, tmp_dir.status()));
-
-  // Each rank's data file, on disk (fsynced) before rank 0 writes the manifest.
   RankShards shards = CollectShards(config, store, optimizer, experts, parallel);
-  const std::string data_path = absl::StrCat(*tmp_dir, "/", RankFileName(world.rank()));
-  RETURN_IF_ERROR(
-      AgreeOnStatus(world, WriteFileDurably(data_path, shards.data.data(), shards.data.size())));
-  shards.data = std::string();
+  CheckpointSnapshot snapshot;
+  snapshot.step = step;
+  snapshot.tmp_dir = *tmp_dir;
+  snapshot.data_path = absl::StrCat(*tmp_dir, "/", RankFileName(world.rank()));
+  snapshot.data = std::move(shards.data);
+  snapshot.records = GatherRecords(world, shards.records.SerializeAsString());
+  return snapshot;
+}
 
-  const std::vector<std::string> records = GatherRecords(world, shards.records.SerializeAsString());
+absl::Status WriteCheckpointData(CheckpointSnapshot& snapshot) {
+  const absl::Status written =
+      WriteFileDurably(snapshot.data_path, snapshot.data.data(), snapshot.data.size());
+  snapshot.data = std::string();
+  return written;
+}
+
+absl::StatusOr<std::string> CommitCheckpoint(const TrainerConfig& config,
+                                             const CheckpointSnapshot& snapshot,
+                                             const ParallelState& parallel, absl::Status written) {
+  Communicator& world = parallel.world();
+  // Every rank's data file is on disk (fsynced) before rank 0 writes the manifest.
+  RETURN_IF_ERROR(AgreeOnStatus(world, std::move(written)));
+  const std::string& root = config.checkpoint().dir();
+  const int64_t step = snapshot.step;
   absl::StatusOr<std::string> final_dir = StepDir(root, step);
-  if (leader) {
+  if (world.rank() == 0) {
     final_dir = [&]() -> absl::StatusOr<std::string> {
       const std::string manifest =
-          BuildManifest(config, step, parallel, records).SerializeAsString();
-      RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(*tmp_dir, "/", kManifestFileName),
+          BuildManifest(config, step, parallel, snapshot.records).SerializeAsString();
+      RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(snapshot.tmp_dir, "/", kManifestFileName),
                                        manifest.data(), manifest.size()));
       const std::string marker = CompleteMarkerText(step, manifest);
-      RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(*tmp_dir, "/", kCompleteMarkerName),
+      RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(snapshot.tmp_dir, "/", kCompleteMarkerName),
                                        marker.data(), marker.size()));
-      ASSIGN_OR_RETURN(std::string committed, CommitStepDir(*tmp_dir, root, step));
+      ASSIGN_OR_RETURN(std::string committed, CommitStepDir(snapshot.tmp_dir, root, step));
       RETURN_IF_ERROR(RemoveOldCheckpoints(root, config.checkpoint().keep()));
       return committed;
     }();
   }
   RETURN_IF_ERROR(AgreeOnStatus(world, final_dir.status()));
   return final_dir;
+}
+
+absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t step,
+                                           const ParameterStore& store,
+                                           const DistributedOptimizer& optimizer,
+                                           const DistributedOptimizer* experts,
+                                           const ParallelState& parallel) {
+  ASSIGN_OR_RETURN(CheckpointSnapshot snapshot,
+                   SnapshotCheckpoint(config, step, store, optimizer, experts, parallel));
+  absl::Status written = WriteCheckpointData(snapshot);
+  return CommitCheckpoint(config, snapshot, parallel, std::move(written));
 }
 
 }  // namespace tetra
