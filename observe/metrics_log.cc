@@ -67,6 +67,7 @@ std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m) {
   add("dropped_tokens", m.dropped_tokens);
   add("all_to_all_bytes", m.all_to_all_bytes);
   add("mtp_loss", m.mtp_loss);
+  add("checkpoint_stall_s", m.checkpoint_stall_s);
   return fields;
 }
 

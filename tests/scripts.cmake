@@ -72,6 +72,12 @@ add_test(NAME launch.multi_host_survives_a_lost_host
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/launch/check_multi_host.py $<TARGET_FILE:tetra>)
 set_tests_properties(launch.multi_host_survives_a_lost_host PROPERTIES LABELS mpi TIMEOUT 900
                      RUN_SERIAL ON SKIP_RETURN_CODE 77)
+# checkpoint.async: the same files as synchronous saves, exact resume, a failed
+# background write fails the run, SIGKILL with a save in flight leaves the previous one.
+add_test(NAME checkpoints.async_saves_match_sync
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/checkpoint/check_async_checkpoints.py
+                 $<TARGET_FILE:tetra> ${Protobuf_PROTOC_EXECUTABLE})
+set_tests_properties(checkpoints.async_saves_match_sync PROPERTIES LABELS mpi TIMEOUT 600)
 add_test(NAME readme.commands_run_as_written
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_readme_commands.py $<TARGET_FILE:tetra>
                  ${TETRA_EMULATED_GPU_BINARY})

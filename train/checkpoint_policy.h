@@ -1,14 +1,25 @@
 // When a run saves: every checkpoint.interval steps and at its last step
 // (CheckpointDue), and, with somewhere to save, after the step in which any
 // rank was sent SIGTERM or SIGINT, which then stops the run cleanly.
+//
+// With checkpoint.async each rank's data file is written by a background
+// thread (checkpoint/background_checkpoint_write.h) while the next steps run;
+// after each of them the ranks agree whether every write has ended, and once
+// all have, the save is committed, so a kill before that leaves the previous
+// checkpoint. One save at a time: a new one (and the last step, and a stop)
+// first waits for the one in flight. The last step's and a stop's save are
+// waited for before AfterStep returns.
 #ifndef TETRA_TRAIN_CHECKPOINT_POLICY_H_
 #define TETRA_TRAIN_CHECKPOINT_POLICY_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/background_checkpoint_write.h"
+#include "observe/metrics_log.h"
 #include "parallel/parallel_state.h"
 #include "proto/config.pb.h"
 #include "train/stop_request.h"
@@ -22,16 +33,24 @@ class CheckpointPolicy {
   CheckpointPolicy(const TrainerConfig& config, const ParallelState& parallel,
                    std::ostream& progress);
 
-  // After step `step`: saves when due, and returns whether the run must stop
-  // (a signal arrived: saved, with a line saying how to resume). Collective
-  // over the world.
-  absl::StatusOr<bool> AfterStep(int64_t step, TrainingRun& run);
+  // After step `step`: saves when due (or commits a save in flight), sets
+  // m.checkpoint_stall_s when it did either, and returns whether the run
+  // must stop (a signal arrived: saved, with a line saying how to resume).
+  // Collective over the world.
+  absl::StatusOr<bool> AfterStep(int64_t step, TrainingRun& run, StepMetrics& m);
 
  private:
+  // The synchronous save, or the start of a background one (waited for when `wait`).
+  absl::Status Save(int64_t step, TrainingRun& run, bool wait);
+  // Commits the save in flight when every rank's write has ended, or, with
+  // `wait`, after waiting for them.
+  absl::Status CommitInFlight(bool wait);
+
   const TrainerConfig& config_;
   const ParallelState& parallel_;
   std::ostream& progress_;
   std::optional<StopRequest> stop_request_;
+  std::unique_ptr<BackgroundCheckpointWrite> in_flight_;
 };
 
 }  // namespace tetra

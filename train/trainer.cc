@@ -55,9 +55,10 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
     if (EvaluationDue(config, *run, step)) {
       ASSIGN_OR_RETURN(m.val_loss, run->step->Evaluate(*run->data.validation));
     }
+    // Before the step is logged: its line carries the checkpoint's stall.
+    ASSIGN_OR_RETURN(const bool stop, checkpoints.AfterStep(step, *run, m));
     RETURN_IF_ERROR(reporter.Log(m));
     result.steps.push_back(m);
-    ASSIGN_OR_RETURN(const bool stop, checkpoints.AfterStep(step, *run));
     if (stop) return result;
   }
   reporter.Summary(result.steps);

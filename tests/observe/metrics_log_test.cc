@@ -12,6 +12,7 @@ namespace tetra {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 StepMetrics Example() {
   StepMetrics m;
@@ -92,6 +93,13 @@ TEST(MetricsLogTest, MixtureOfExpertsFields) {
   EXPECT_THAT(MetricsJson(m), HasSubstr("\"step_time_s\": 0.25, \"comm_exposed_s_ep\": 0.125, "
                                         "\"aux_loss\": 0.25, \"moe_load_imbalance\": 1.5, "
                                         "\"dropped_tokens\": 3, \"all_to_all_bytes\": 4096}"));
+}
+
+TEST(MetricsLogTest, CheckpointStallOnlyOnStepsThatCheckpointed) {
+  StepMetrics m = Example();
+  EXPECT_THAT(MetricsJson(m), Not(HasSubstr("checkpoint_stall_s")));
+  m.checkpoint_stall_s = 0.5;
+  EXPECT_THAT(MetricsJson(m), HasSubstr(", \"checkpoint_stall_s\": 0.5}"));
 }
 
 TEST(MetricsLogTest, NumbersRoundTripExactlyAndNonFiniteIsNull) {
