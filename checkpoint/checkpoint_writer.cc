@@ -22,7 +22,8 @@ struct RankShards {
   // `state` (fp32, elements [flat_begin, flat_begin + its size) of p's
   // slice) on either device: a GPU run's is staged through page-locked
   // memory. Only its part in the slice's real elements is saved (padding rows
-  // of a padded vocabulary are not), nothing when that is empty.
+  // of a padded vocabulary are not), nothing when that is empty. The CRCs
+  // come later (SetShardCrcs), off the training thread when async.
   void Add(const Parameter& p, TensorRecord::Kind kind, const Tensor& state, int64_t flat_begin,
            const std::string& file, int rank) {
     TETRA_CHECK(state.dtype() == DType::kF32)
@@ -41,11 +42,19 @@ struct RankShards {
     for (const DimRange& range : ShardBox(p.global_shape, p.shard)) *shard->add_box() = range;
     shard->set_flat_begin(flat_begin);
     shard->set_flat_end(flat_begin + values.numel());
-    shard->set_crc32c(ShardCrc32c(*tensor, *shard, values.raw()));
     shard->set_rank(rank);
     data.append(static_cast<const char*>(values.raw()), values.nbytes());
   }
 };
+
+// Each shard record's CRC-32C of itself and its bytes in `data`.
+void SetShardCrcs(CheckpointManifest& records, const std::string& data) {
+  for (TensorRecord& tensor : *records.mutable_tensors()) {
+    for (ShardRecord& shard : *tensor.mutable_shards()) {
+      shard.set_crc32c(ShardCrc32c(tensor, shard, data.data() + shard.offset()));
+    }
+  }
+}
 
 // The first tensor-parallel replica of a slice writes it; the others hold the
 // same values. A tied embedding's copy on the last pipeline stage equals the
@@ -177,11 +186,12 @@ absl::StatusOr<CheckpointSnapshot> SnapshotCheckpoint(const TrainerConfig& confi
   snapshot.tmp_dir = *tmp_dir;
   snapshot.data_path = absl::StrCat(*tmp_dir, "/", RankFileName(world.rank()));
   snapshot.data = std::move(shards.data);
-  snapshot.records = GatherRecords(world, shards.records.SerializeAsString());
+  snapshot.records = std::move(shards.records);
   return snapshot;
 }
 
 absl::Status WriteCheckpointData(CheckpointSnapshot& snapshot) {
+  SetShardCrcs(snapshot.records, snapshot.data);
   const absl::Status written =
       WriteFileDurably(snapshot.data_path, snapshot.data.data(), snapshot.data.size());
   snapshot.data = std::string();
@@ -194,13 +204,15 @@ absl::StatusOr<std::string> CommitCheckpoint(const TrainerConfig& config,
   Communicator& world = parallel.world();
   // Every rank's data file is on disk (fsynced) before rank 0 writes the manifest.
   RETURN_IF_ERROR(AgreeOnStatus(world, std::move(written)));
+  const std::vector<std::string> records =
+      GatherRecords(world, snapshot.records.SerializeAsString());
   const std::string& root = config.checkpoint().dir();
   const int64_t step = snapshot.step;
   absl::StatusOr<std::string> final_dir = StepDir(root, step);
   if (world.rank() == 0) {
     final_dir = [&]() -> absl::StatusOr<std::string> {
       const std::string manifest =
-          BuildManifest(config, step, parallel, snapshot.records).SerializeAsString();
+          BuildManifest(config, step, parallel, records).SerializeAsString();
       RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(snapshot.tmp_dir, "/", kManifestFileName),
                                        manifest.data(), manifest.size()));
       const std::string marker = CompleteMarkerText(step, manifest);

@@ -11,22 +11,23 @@
 //
 // A save is three phases, so that the slow one can run beside training
 // (checkpoint.async, train/checkpoint_policy.h): the snapshot (collective:
-// the step's .tmp directory, this rank's shards copied to host memory, every
-// rank's shard records gathered), the write (this rank alone, from any
-// thread: its data file, durably) and the commit (collective: every rank's
-// write agreed on, then rank 0's manifest, marker and rename). A synchronous
-// save runs the three in a row, so both write the same bytes.
+// the step's .tmp directory, this rank's shards and their records copied to
+// host memory), the write (this rank alone, from any thread: the shards'
+// CRCs, then its data file, durably) and the commit (collective: every
+// rank's write agreed on, the records gathered, then rank 0's manifest,
+// marker and rename). A synchronous save runs the three in a row, so both
+// write the same bytes.
 #ifndef TETRA_CHECKPOINT_CHECKPOINT_WRITER_H_
 #define TETRA_CHECKPOINT_CHECKPOINT_WRITER_H_
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/parameters.h"
 #include "optimizer/distributed_optimizer.h"
 #include "parallel/parallel_state.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
 
 namespace tetra {
@@ -53,10 +54,10 @@ absl::StatusOr<std::string> SaveCheckpoint(const TrainerConfig& config, int64_t 
 // One rank's part of a save between its snapshot and its commit.
 struct CheckpointSnapshot {
   int64_t step = 0;
-  std::string tmp_dir;               // root/step_N.tmp, where the files go before the commit
-  std::string data_path;             // this rank's data file in tmp_dir
-  std::string data;                  // its bytes, until written
-  std::vector<std::string> records;  // every rank's serialized shard records, by rank
+  std::string tmp_dir;         // root/step_N.tmp, where the files go before the commit
+  std::string data_path;       // this rank's data file in tmp_dir
+  std::string data;            // its bytes, until written
+  CheckpointManifest records;  // only `tensors`, with this rank's shards
 };
 
 // The snapshot phase of SaveCheckpoint. Collective over the world.
@@ -65,7 +66,8 @@ absl::StatusOr<CheckpointSnapshot> SnapshotCheckpoint(const TrainerConfig& confi
                                                       const DistributedOptimizer& optimizer,
                                                       const DistributedOptimizer* experts,
                                                       const ParallelState& parallel);
-// The write phase: the data file, whole and on disk; frees snapshot.data.
+// The write phase: the records' CRCs, and the data file, whole and on disk;
+// frees snapshot.data.
 // Calls no collective, so it may run on another thread.
 absl::Status WriteCheckpointData(CheckpointSnapshot& snapshot);
 // The commit phase, given this rank's write status: the same failure on
