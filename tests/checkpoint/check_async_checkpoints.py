@@ -12,6 +12,8 @@ On one rank and on two (data 2, ZeRO-1: each rank writes its own moments):
     the step's progress line), the sync ones and the last before;
   - a run resumed from the async step-4 checkpoint writes steps 5..12's
     losses as the uninterrupted run does.
+SIGTERM to a 2-rank run saving after every step (keep 2) stops it with the
+save in flight and the stop's own committed: steps N-1 and N, no .tmp left.
 A background write that fails (the rank's data file over a file-size limit,
 RLIMIT_FSIZE with SIGXFSZ ignored, so write() returns EFBIG) fails the run
 with a message naming the background write, and commits nothing.
@@ -234,11 +236,33 @@ def kill_in_flight(work):
                         f"steps {sorted(b, key=int)}\n{resumed}")
 
 
+def stop_with_sigterm(work):
+    """A 2-rank run saving after every step, SIGTERM to mpirun once steps run:
+    it stops cleanly with the save in flight and the stop's own committed."""
+    ckpt, metrics = f"{work}/ckpt_sigterm", f"{work}/sigterm.jsonl"
+    cmd = ["mpirun", "--oversubscribe", "-np", "2"] + command(
+        LAYOUTS[2] + ["checkpoint.async=true", "checkpoint.interval=1", "checkpoint.keep=2",
+                      "train.steps=30000", f"checkpoint.dir={ckpt}", f"log.metrics_path={metrics}"])
+    job = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Until 3 steps are written, however long a loaded machine takes.
+    while job.poll() is None and (not os.path.exists(metrics) or sum(1 for _ in open(metrics)) < 3):
+        time.sleep(0.05)
+    job.send_signal(signal.SIGTERM)
+    out, _ = job.communicate(timeout=300)
+    stopped = re.search(r"stopped by SIGTERM after step (\d+)", out)
+    saved = sorted(n for n in os.listdir(ckpt) if n.startswith("step_"))
+    step = int(stopped.group(1)) if stopped else 0
+    print(f"SIGTERM: stopped after step {step}, saved {saved}")
+    if not stopped or step < 2 or saved != [f"step_{s:08d}" for s in (step - 1, step)]:
+        failures.append(f"SIGTERM: stopped after step {step}, saved {saved}\n{out}")
+
+
 with tempfile.TemporaryDirectory() as work:
     for ranks in (1, 2):
         same_as_sync(work, ranks)
     failed_write(work)
     kill_in_flight(work)
+    stop_with_sigterm(work)
 
 if failures:
     sys.exit("FAIL:\n  " + "\n  ".join(failures))
