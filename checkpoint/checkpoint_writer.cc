@@ -85,6 +85,11 @@ RankShards CollectShards(const TrainerConfig& config, const ParameterStore& stor
                          const DistributedOptimizer& optimizer, const DistributedOptimizer* experts,
                          const ParallelState& parallel) {
   RankShards shards;
+  // At most every local value and its two moments, in fp32: one allocation
+  // instead of the string's doublings (the pages never written cost nothing).
+  int64_t most = 0;
+  for (const Parameter& p : store.all()) most += p.value.numel() * (p.trainable ? 3 : 1);
+  shards.data.reserve(most * sizeof(float));
   const int rank = parallel.world().rank();
   const std::string file = RankFileName(rank);
   // Dense tensors: the first of their replicas (grad group rank 0) writes
