@@ -68,6 +68,8 @@ std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m) {
   add("all_to_all_bytes", m.all_to_all_bytes);
   add("mtp_loss", m.mtp_loss);
   add("checkpoint_stall_s", m.checkpoint_stall_s);
+  if (m.slowest_rank) fields.emplace_back("slowest_rank", *m.slowest_rank);
+  add("straggler_ratio", m.straggler_ratio);
   return fields;
 }
 

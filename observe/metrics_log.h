@@ -81,6 +81,11 @@ struct StepMetrics {
   // for a save in flight, and commits), the largest over ranks; steps that
   // did none have none.
   std::optional<double> checkpoint_stall_s;
+  // Multi-rank runs: the world rank whose compute (StepTiming::ComputeSeconds)
+  // took longest, and its time over the median rank's
+  // (observe/straggler_detector.h).
+  std::optional<int> slowest_rank;
+  std::optional<double> straggler_ratio;
 };
 
 // Every per-step number of `m` (its optional fields when present) by its

@@ -6,6 +6,7 @@
 #include <array>
 
 #include "core/profiler.h"
+#include "observe/straggler_detector.h"
 
 namespace tetra {
 
@@ -29,10 +30,30 @@ double PeakResidentBytes() {
   return static_cast<double>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
+namespace {
+
+constexpr int kFields = 9, kMeans = 7;  // the first kMeans are averaged, the rest the largest taken
+
+// The slowest rank from every rank's fields as AddStepTiming gathers them.
+void AddStraggler(const std::vector<double>& all, StepMetrics& m) {
+  std::vector<double> compute_s;
+  for (size_t at = 0; at < all.size(); at += kFields) {
+    const StepTiming rank{.fwd_s = all[at],
+                          .bwd_s = all[at + 1],
+                          .optimizer_s = all[at + 2],
+                          .comm_tp_s = all[at + 3],
+                          .comm_ep_s = all[at + 6]};
+    compute_s.push_back(rank.ComputeSeconds());
+  }
+  const StragglerStats straggler = FindStraggler(compute_s);
+  m.slowest_rank = straggler.slowest_rank;
+  m.straggler_ratio = straggler.ratio;
+}
+
+}  // namespace
+
 void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTiming& local,
                    StepMetrics& m) {
-  constexpr int kFields = 9,
-                kMeans = 7;  // the first kMeans are averaged, the rest the largest taken
   std::array<double, kFields> mine = {local.fwd_s,
                                       local.bwd_s,
                                       local.optimizer_s,
@@ -63,6 +84,7 @@ void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTimin
   if (mean[6] > 0) m.comm_exposed_s_ep = mean[6];
   m.peak_memory_bytes = peak;
   if (mallocs >= 0) m.device_mallocs = mallocs;
+  if (world.size() > 1) AddStraggler(all, m);
 }
 
 }  // namespace tetra

@@ -30,6 +30,14 @@ struct StepTiming {
   // This rank's breakdown of the step the profiler has measured since its
   // last BeginStep.
   static StepTiming FromProfiler();
+
+  // The rank's own work: forward, backward and optimizer without the
+  // tensor- and expert-parallel waits inside them, where a fast rank waits
+  // for a slow peer. ZeRO-1's parameter gather, inside optimizer_s, stays in
+  // (the profiler counts it with the gradient reduction): there the others
+  // wait out the slow rank's update, which lowers its ratio but leaves it
+  // the slowest.
+  double ComputeSeconds() const { return fwd_s + bwd_s + optimizer_s - comm_tp_s - comm_ep_s; }
 };
 
 // Peak resident memory of this process in bytes (getrusage).
@@ -37,7 +45,9 @@ double PeakResidentBytes();
 
 // Fills m's breakdown with the mean over `world`'s ranks of each rank's
 // `local` times and the largest peak memory and device_mallocs; the layout decides which
-// per-group fields a step reports. Collective over `world`.
+// per-group fields a step reports. With several ranks, also the slowest rank
+// by ComputeSeconds and its ratio to the median (from the same gather).
+// Collective over `world`.
 void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTiming& local,
                    StepMetrics& m);
 

@@ -48,6 +48,11 @@ set_tests_properties(recipes.tiny_dense_reaches_floor PROPERTIES LABELS unit TIM
 add_test(NAME trace.perfetto_schema_per_rank
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/observe/check_trace.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(trace.perfetto_schema_per_rank PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+# A pipeline stage with 14 of 16 layers is named as the straggler in the
+# metrics, the progress stream and the report (most steps, no timing bound).
+add_test(NAME straggler.busiest_rank_is_named
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/observe/check_straggler.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(straggler.busiest_rank_is_named PROPERTIES LABELS mpi TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
 add_test(NAME report.cpu_scaling_study
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/tools/check_scaling_report.py $<TARGET_FILE:tetra> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(report.cpu_scaling_study PROPERTIES LABELS mpi TIMEOUT 900 RUN_SERIAL ON)

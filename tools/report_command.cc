@@ -377,10 +377,29 @@ Table BubbleTable(const std::vector<Row>& rows) {
   return t;
 }
 
+// The multi-rank runs' slowest rank: the one most often the slowest, and by how much.
+Table StragglerTable(const std::vector<Row>& rows) {
+  Table t{
+      "Slowest rank",
+      {"run", "slowest rank (most steps)", "steps it was the slowest", "straggler ratio (median)"},
+      {}};
+  for (const Row& r : rows) {
+    if (!r.run.slowest_rank) continue;
+    t.rows.push_back({r.name, FormatInteger(*r.run.slowest_rank),
+                      absl::StrCat(FormatInteger(r.run.slowest_rank_steps), " of ",
+                                   FormatInteger(r.run.compared_steps)),
+                      absl::StrFormat("%.2fx", *r.run.straggler_ratio)});
+  }
+  return t;
+}
+
 std::vector<Table> Tables(const std::vector<Row>& rows) {
   std::vector<Table> tables = {ScalingTable(rows), BreakdownTable(rows)};
   if (rows.front().predicted) tables.push_back(PredictionTable(rows));
   if (Table bubble = BubbleTable(rows); !bubble.rows.empty()) tables.push_back(bubble);
+  if (Table stragglers = StragglerTable(rows); !stragglers.rows.empty()) {
+    tables.push_back(stragglers);
+  }
   return tables;
 }
 

@@ -145,6 +145,38 @@ absl::Status ReadMesh(const std::string& path, const MetricsLine& first, RunLayo
   return absl::OkStatus();
 }
 
+// The rank most often the slowest over the steps after the first, and the
+// median ratio (multi-rank runs; a file written before these fields has neither).
+absl::Status SummarizeStragglers(const std::vector<MetricsLine>& lines, RunSummary* run) {
+  std::map<int, int> slowest_steps;
+  std::vector<double> ratios;
+  for (size_t i = lines.size() > 1 ? 1 : 0; i < lines.size(); ++i) {
+    if (!lines[i].count("slowest_rank") || !lines[i].count("straggler_ratio")) {
+      return absl::OkStatus();
+    }
+    const double rank = lines[i].at("slowest_rank"), ratio = lines[i].at("straggler_ratio");
+    // The slowest rank's time over the median is at least 1.
+    if (!(rank >= 0 && rank < run->layout.mesh.world && rank == std::floor(rank)) ||
+        !(ratio >= 1 && std::isfinite(ratio))) {
+      return UserError(absl::StrCat(run->path, ": line ", i + 1, "'s slowest_rank ", rank,
+                                    " and straggler_ratio ", ratio, " are not a rank of its ",
+                                    run->layout.mesh.world, " ranks and a ratio >= 1"),
+                       "pass the metrics of a run written by tetra train");
+    }
+    ++slowest_steps[static_cast<int>(rank)];
+    ratios.push_back(ratio);
+  }
+  for (const auto& [rank, steps] : slowest_steps) {
+    if (steps > run->slowest_rank_steps) {
+      run->slowest_rank = rank;
+      run->slowest_rank_steps = steps;
+    }
+  }
+  run->compared_steps = static_cast<int>(ratios.size());
+  run->straggler_ratio = Median(ratios);
+  return absl::OkStatus();
+}
+
 // The statistics over the steps after the first (the first alone when it is the only one).
 void Summarize(const std::vector<MetricsLine>& lines, RunSummary* run) {
   const size_t begin = lines.size() > 1 ? 1 : 0;
@@ -195,13 +227,6 @@ absl::StatusOr<ScheduleSpec> RunScheduleSpec(const RunLayout& layout) {
   return ScheduleSpecFromConfig(config, layout.mesh.dp);
 }
 
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
 absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
   std::string first_text;
   ASSIGN_OR_RETURN(const std::vector<MetricsLine> lines, ReadMetricsLines(path, &first_text));
@@ -210,6 +235,7 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path) {
   RETURN_IF_ERROR(ReadMesh(path, lines.front(), &run.layout));
   RETURN_IF_ERROR(ReadSchedule(path, first_text, lines.front(), &run.layout));
   Summarize(lines, &run);
+  RETURN_IF_ERROR(SummarizeStragglers(lines, &run));
   return run;
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "observe/metrics_log.h"
+#include "observe/straggler_detector.h"  // Median
 #include "pipeline/schedule.h"
 
 namespace tetra {
@@ -33,6 +34,12 @@ struct RunSummary {
   double fwd_s = 0, bwd_s = 0, optimizer_s = 0;
   double comm_tp_s = 0, comm_dp_s = 0, comm_pp_s = 0, comm_ep_s = 0;
   std::optional<double> bubble_fraction, mfu;
+  // Multi-rank runs: the rank most often the slowest over those steps (the
+  // lowest on ties), on how many of the compared_steps, and the median
+  // straggler_ratio.
+  std::optional<int> slowest_rank;
+  int slowest_rank_steps = 0, compared_steps = 0;
+  std::optional<double> straggler_ratio;
   double last_loss = 0;
 };
 
@@ -44,9 +51,6 @@ absl::StatusOr<RunSummary> ReadRun(const std::string& path);
 // chunks per rank and kind), as ScheduleSpecFromConfig maps the run's
 // parallel.schedule and sizes; an error for fields no run can have.
 absl::StatusOr<ScheduleSpec> RunScheduleSpec(const RunLayout& layout);
-
-// The median of `values` (the mean of the middle two for an even count).
-double Median(std::vector<double> values);
 
 }  // namespace tetra
 

@@ -621,6 +621,23 @@ absl::Status ValidateParallel(const TrainerConfig& c, int world_size) {
                                 int64_t{t.micro_batch_size()} * t.seq_length() / s.cp);
 }
 
+// The slowest rank's ratio to the median is at least 1, so a threshold at or
+// below 1 would name a rank every few steps.
+absl::Status ValidateStragglerWarning(const LogConfig& log) {
+  const double threshold = log.straggler_threshold();
+  if (!(threshold == 0 || (std::isfinite(threshold) && threshold > 1))) {
+    return Invalid(absl::StrCat("log.straggler_threshold is ", threshold,
+                                " but must be a finite ratio > 1, or 0 (no warning)"),
+                   "set log.straggler_threshold, e.g. to 1.3 (a rank 30% slower than the median)");
+  }
+  if (log.straggler_steps() < 1) {
+    return Invalid(
+        absl::StrCat("log.straggler_steps is ", log.straggler_steps(), " but must be >= 1"),
+        "name a straggler after N >= 1 slow steps in a row, e.g. 5");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateLog(const LogConfig& log, const CheckpointConfig& checkpoint,
                          const DataConfig& data) {
   if (checkpoint.interval() < 0 || checkpoint.keep() < 0) {
@@ -645,7 +662,7 @@ absl::Status ValidateLog(const LogConfig& log, const CheckpointConfig& checkpoin
   }
   RETURN_IF_ERROR(CheckNumber("log.peak_tflops", log.peak_tflops(), true,
                               "989 for an H100 (0: built-in table)"));
-  return absl::OkStatus();
+  return ValidateStragglerWarning(log);
 }
 
 // Multi-token prediction's depths against the sequence, and its loss weight.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "comm/host_names.h"
 #include "core/status_macros.h"
 #include "observe/step_timing.h"
 
@@ -10,7 +11,11 @@ namespace tetra {
 
 RunReporter::RunReporter(const TrainerConfig& config, const ParallelState& parallel,
                          const TrainingRun& run, std::ostream& progress)
-    : config_(config), parallel_(parallel), run_(run), progress_(progress) {}
+    : config_(config),
+      parallel_(parallel),
+      run_(run),
+      progress_(progress),
+      straggler_(config.log().straggler_threshold(), config.log().straggler_steps()) {}
 
 absl::Status RunReporter::OpenFiles() {
   const LogConfig& log = config_.log();
@@ -37,6 +42,7 @@ absl::Status RunReporter::Start() {
   memory_.param_bytes = MaxOverRanks(world, optimizer.param_bytes());
   memory_.grad_bytes = MaxOverRanks(world, optimizer.grad_bytes());
   memory_.optimizer_bytes = MaxOverRanks(world, optimizer.optimizer_bytes());
+  hosts_ = HostNames(world);
   run_timer_.Reset();
   world.Barrier();  // ranks' trace clocks start together
   Profiler::Get().ResetOrigin();
@@ -82,6 +88,11 @@ absl::Status RunReporter::Log(const StepMetrics& m) {
   if (m.step % config_.log().interval() == 0 || m.step == steps || m.step == resumed + 1) {
     const double eta = run_timer_.Seconds() / (m.step - resumed) * (steps - m.step);
     progress_ << ProgressLine(m, steps, eta) << "\n" << std::flush;
+  }
+  if (!m.slowest_rank) return absl::OkStatus();
+  if (const std::optional<StragglerWarning> warning =
+          straggler_.Observe({.slowest_rank = *m.slowest_rank, .ratio = *m.straggler_ratio})) {
+    progress_ << StragglerMessage(*warning, hosts_[warning->rank]) << "\n" << std::flush;
   }
   return absl::OkStatus();
 }

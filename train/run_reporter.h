@@ -2,19 +2,22 @@
 // (with the profiler's spans and the trace's range), completes the step's
 // metrics (throughput, MFU, memory, the layout on the first line), appends
 // them to the metrics log and TensorBoard, prints a progress line every
-// log.interval steps, and the run's summary at its end.
+// log.interval steps, names a straggling rank (observe/straggler_detector.h),
+// and prints the run's summary at its end.
 #ifndef TETRA_TRAIN_RUN_REPORTER_H_
 #define TETRA_TRAIN_RUN_REPORTER_H_
 
 #include <cstdint>
 #include <optional>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/profiler.h"
 #include "core/timer.h"
 #include "observe/metrics_log.h"
+#include "observe/straggler_detector.h"
 #include "observe/tensorboard_writer.h"
 #include "observe/trace_writer.h"
 #include "parallel/parallel_state.h"
@@ -38,8 +41,8 @@ class RunReporter {
   // EndStep is collective over the world.
   void BeginStep(int64_t step);
   absl::Status EndStep(StepMetrics& m);
-  // Writes m (validation loss included) where the config says, and the
-  // progress line when one is due.
+  // Writes m (validation loss included) where the config says, the
+  // progress line when one is due, and a warning naming a straggler.
   absl::Status Log(const StepMetrics& m);
   // "done: 3000 steps in 23.1 s | loss 1.1991 (mean of the last 100 steps), ..."
   void Summary(const std::vector<StepMetrics>& steps) const;
@@ -58,6 +61,8 @@ class RunReporter {
   Timer run_timer_, step_timer_;
   std::optional<ScopedSpan> step_span_;
   int64_t mallocs_before_ = 0;
+  StragglerDetector straggler_;
+  std::vector<std::string> hosts_;  // by world rank
 };
 
 }  // namespace tetra

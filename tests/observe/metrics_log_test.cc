@@ -39,6 +39,15 @@ TEST(MetricsLogTest, JsonHasContractFieldsInOrder) {
       HasSubstr("\"tflops\": 0.5, \"mfu\": 0.125, \"loss_floor\": 1.5, \"val_loss\": 2.75"));
 }
 
+TEST(MetricsLogTest, SlowestRankIsAWholeNumberAfterTheContractFields) {
+  StepMetrics m = Example();
+  m.mtp_loss = 0.5;
+  m.slowest_rank = 3;
+  m.straggler_ratio = 1.75;
+  EXPECT_THAT(MetricsJson(m),
+              HasSubstr("\"mtp_loss\": 0.5, \"slowest_rank\": 3, \"straggler_ratio\": 1.75}"));
+}
+
 TEST(MetricsLogTest, BreakdownAndRunLayoutFollowTheStepTime) {
   StepMetrics m = Example();
   m.fwd_s = 0.125;

@@ -60,6 +60,8 @@ TEST(StepTimingTest, SingleRankMetricsCarryItsOwnBreakdown) {
   // Per-group fields only for groups of more than one rank.
   EXPECT_FALSE(m.comm_exposed_s_tp || m.comm_exposed_s_dp || m.comm_exposed_s_pp ||
                m.comm_exposed_s_ep);
+  // One rank has nobody to be slower than.
+  EXPECT_FALSE(m.slowest_rank || m.straggler_ratio);
   const std::string json = MetricsJson(m);
   EXPECT_NE(json.find("\"peak_memory_bytes\": 4096"), std::string::npos) << json;
   EXPECT_NE(

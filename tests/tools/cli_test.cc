@@ -474,5 +474,39 @@ TEST_F(CliTest, ReportBubbleTheoryFollowsEachRunsSchedule) {
   }
 }
 
+// The report names each multi-rank run's slowest rank: the one most often the
+// slowest over the steps after the first, with the median ratio; a rank the
+// run has not, or a ratio below 1, is refused.
+TEST_F(CliTest, ReportNamesTheRankMostOftenTheSlowest) {
+  const std::string layout =
+      ", \"world_size\": 4, \"tensor\": 1, \"pipeline\": 1, \"data\": 4, \"expert\": 1, "
+      "\"global_batch_size\": 8, \"micro_batch_size\": 2, \"seq_length\": 16";
+  auto write = [&](const std::vector<std::pair<double, double>>& steps) {
+    const fs::path metrics = dir_ / "run.jsonl";
+    std::ofstream file(metrics);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      file << "{\"step\": " << i + 1
+           << ", \"loss\": 3.5, \"tokens_per_s\": 100, \"step_time_s\": 0.5, \"slowest_rank\": "
+           << steps[i].first << ", \"straggler_ratio\": " << steps[i].second
+           << (i == 0 ? layout : "") << "}\n";
+    }
+    return metrics.string();
+  };
+  // Step 1 (rank 0 at 9x: warm-up) is left out; rank 3 on 2 of the other 3
+  // steps, ratios 1.5, 2.5 and 1.25 with median 1.5.
+  const std::string run = write({{0, 9}, {3, 1.5}, {3, 2.5}, {1, 1.25}});
+  RunResult r = Run("report --out " + (dir_ / "report").string() + " " + run);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(ReadBytes(dir_ / "report" / "report.md"),
+              HasSubstr("| 4 ranks: tp 1 x pp 1 x dp 4 | 3 | 2 of 3 | 1.50x |"));
+  for (const auto& [steps, message] :
+       std::vector<std::pair<std::vector<std::pair<double, double>>, std::string>>{
+           {{{0, 1}, {4, 1.5}}, "line 2's slowest_rank 4 and straggler_ratio 1.5 are not a rank"},
+           {{{0, 1}, {1.5, 1.5}}, "slowest_rank 1.5"},
+           {{{0, 1}, {2, 0.5}}, "straggler_ratio 0.5 are not a rank of its 4 ranks and a ratio"}}) {
+    ExpectError("report --out " + (dir_ / "report").string() + " " + write(steps), message);
+  }
+}
+
 }  // namespace
 }  // namespace tetra

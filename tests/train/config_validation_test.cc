@@ -288,6 +288,12 @@ TEST(ConfigValidationTest, HostileValuesAreUserErrorsNamingTheField) {
       {{"parallel.comm_timeout_s=nan"}, 1, "parallel.comm_timeout_s is nan"},
       {{"parallel.comm_timeout_s=inf"}, 1, "parallel.comm_timeout_s is inf"},
       {{"parallel.comm_timeout_s=1e9"}, 1, "parallel.comm_timeout_s is 1e+09"},
+      // The straggler warning: a ratio at or below 1 names some rank every few steps.
+      {{"log.straggler_threshold=1"}, 1, "log.straggler_threshold is 1"},
+      {{"log.straggler_threshold=-1.5"}, 1, "log.straggler_threshold is -1.5"},
+      {{"log.straggler_threshold=nan"}, 1, "log.straggler_threshold is nan"},
+      {{"log.straggler_threshold=inf"}, 1, "log.straggler_threshold is inf"},
+      {{"log.straggler_steps=0"}, 1, "log.straggler_steps is 0"},
       // Every moe field whenever model.moe is present, routed experts or not.
       {{"model.moe.n_routed_experts=-5"}, 1, "model.moe.n_routed_experts is -5"},
       {{"model.moe.num_experts_per_tok=-1"}, 1, "model.moe.num_experts_per_tok is -1"},
@@ -318,6 +324,8 @@ TEST(ConfigValidationTest, BoundsLeaveRealSettingsAlone) {
   for (const std::vector<std::string>& sets : std::vector<std::vector<std::string>>{
            {"train.threads=" + std::to_string(4 * cpu::AffinityCores())},
            {"parallel.comm_timeout_s=604800", "parallel.dp_bucket_mb=1048576"},
+           {"log.straggler_threshold=0", "log.straggler_steps=1"},  // no warning
+           {"log.straggler_threshold=1.05", "log.straggler_steps=2147483647"},
            {"model.moe.n_routed_experts=0", "model.moe.num_experts_per_tok=0"},  // a dense model
            With(kMoe, {"model.moe.capacity_factor=8"}),
        }) {
