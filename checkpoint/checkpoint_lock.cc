@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/logging.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "parallel/parallel_state.h"
@@ -25,12 +26,6 @@ namespace {
 
 constexpr char kWritableHint[] =
     "point checkpoint.dir at a directory this job can create and write";
-
-std::string HostName() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) return "unknown";
-  return host;
-}
 
 // "host node7\npid 4242\nstarted 2026-12-01 21:33:05 UTC\n"
 std::string HolderText() {

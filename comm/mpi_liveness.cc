@@ -1,13 +1,12 @@
 #include "comm/mpi_liveness.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/logging.h"
 #include "core/timer.h"
 
 namespace tetra {
@@ -25,7 +24,7 @@ MpiLiveness::MpiLiveness() {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size);
   char mine[kHostNameBytes] = {};
-  gethostname(mine, kHostNameBytes - 1);
+  HostName().copy(mine, kHostNameBytes - 1);
   std::vector<char> all(static_cast<size_t>(size) * kHostNameBytes);
   MPI_Allgather(mine, kHostNameBytes, MPI_CHAR, all.data(), kHostNameBytes, MPI_CHAR, comm_);
   for (int r = 0; r < size; ++r) hosts_.emplace_back(all.data() + r * kHostNameBytes);

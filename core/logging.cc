@@ -8,13 +8,13 @@
 namespace tetra {
 namespace {
 int g_rank = -1;
+}  // namespace
 
 std::string HostName() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') return "unknown";
   return host;
 }
-}  // namespace
 
 void SetLogRank(int rank) { g_rank = rank; }
 int LogRank() { return g_rank; }

@@ -12,6 +12,8 @@ namespace tetra {
 // Called once by the launcher; -1 (the default) means "not distributed".
 void SetLogRank(int rank);
 int LogRank();
+// This machine's name (gethostname), "unknown" where it has none.
+std::string HostName();
 
 // Streams one line to stderr when destroyed; aborts if `fatal`.
 class LogLine {

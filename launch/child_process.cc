@@ -100,14 +100,14 @@ int Watch(pid_t pid, int fd, LineReader& reader, double grace_s, bool& ended) {
   int status = 0;
   for (;;) {
     if (open) {
-      pollfd p = {.fd = fd, .events = POLLIN};
+      pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
       if (poll(&p, 1, kPollMs) > 0) open = reader.ReadFrom(fd);
     } else {
       usleep(kPollMs * 1000);
     }
     // Orphans of a lost host may hold the pipe open: the child's exit decides.
     if (waitpid(pid, &status, WNOHANG) == pid) {
-      for (pollfd p = {.fd = fd, .events = POLLIN}; open && poll(&p, 1, 0) > 0;) {
+      for (pollfd p = {.fd = fd, .events = POLLIN, .revents = 0}; open && poll(&p, 1, 0) > 0;) {
         open = reader.ReadFrom(fd);
       }
       return status;

@@ -17,7 +17,7 @@ absl::StatusOr<ElasticPlan> PlanElastic(const std::string& config_path,
   const int model_ranks = p.tensor() * p.context() * p.pipeline();
   absl::Status largest_refused;
   for (int data = ranks / model_ranks; data >= 1 && data * model_ranks >= min_ranks; --data) {
-    ElasticPlan plan{.world = data * model_ranks, .data = data};
+    ElasticPlan plan{.world = data * model_ranks, .data = data, .config = {}};
     std::vector<std::string> with_data = overrides;
     with_data.push_back(plan.Override());
     absl::StatusOr<TrainerConfig> config = LoadConfig(config_path, with_data, plan.world);

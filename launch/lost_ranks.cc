@@ -1,6 +1,7 @@
 #include "launch/lost_ranks.h"
 
 #include <regex>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,14 @@ bool Matches(std::string_view line, const std::regex& pattern, std::cmatch& matc
 }
 
 }  // namespace
+
+void LostRankParser::Add(LostRank lost) {
+  // Each rank that timed out names the same missing ranks.
+  for (const LostRank& known : lost_) {
+    if (known.host == lost.host && known.rank == lost.rank) return;
+  }
+  lost_.push_back(std::move(lost));
+}
 
 bool LostRankParser::Line(std::string_view line) {
   if (OpenMpiLine(line) || ProbeLine(line) || SrunLine(line)) return true;
@@ -34,9 +43,9 @@ bool LostRankParser::OpenMpiLine(std::string_view line) {
   static const std::regex kPeerHost(R"(^\s*Peer host:\s*(\S+))");
   std::cmatch m;
   if (Matches(line, kSignal, m)) {
-    lost_.push_back({.host = m[2].str(),
-                     .rank = std::stoi(m[1].str()),
-                     .how = absl::StrCat("signal ", m[3].str())});
+    Add({.host = m[2].str(),
+         .rank = std::stoi(m[1].str()),
+         .how = absl::StrCat("signal ", m[3].str())});
     return true;
   }
   if (line.find("lost communication with a remote daemon") != std::string_view::npos) {
@@ -51,12 +60,12 @@ bool LostRankParser::OpenMpiLine(std::string_view line) {
   }
   if (open_block_ == Block::kDaemonLost && Matches(line, kDaemon, m)) {
     open_block_ = Block::kNone;
-    lost_.push_back({.host = m[1].str(), .how = "its daemon was lost"});
+    Add({.host = m[1].str(), .how = "its daemon was lost"});
     return true;
   }
   if (open_block_ == Block::kPeerDisconnected && Matches(line, kPeerHost, m)) {
     open_block_ = Block::kNone;
-    lost_.push_back({.host = m[1].str(), .how = "a process on it disconnected"});
+    Add({.host = m[1].str(), .how = "a process on it disconnected"});
     return true;
   }
   return false;
@@ -72,8 +81,7 @@ bool LostRankParser::ProbeLine(std::string_view line) {
     for (absl::string_view rank : absl::StrSplit((*it)[1].str(), ',', absl::SkipWhitespace())) {
       int r = 0;
       if (absl::SimpleAtoi(rank, &r)) {
-        lost_.push_back(
-            {.host = (*it)[2].str(), .rank = r, .how = "did not answer a liveness probe"});
+        Add({.host = (*it)[2].str(), .rank = r, .how = "did not answer a liveness probe"});
       }
     }
   }
@@ -87,7 +95,7 @@ bool LostRankParser::SrunLine(std::string_view line) {
   static const std::regex kNode(R"(srun: error: Node failure on (\S+))");
   std::cmatch m;
   if (Matches(line, kNode, m)) {
-    lost_.push_back({.host = m[1].str(), .how = "node failure"});
+    Add({.host = m[1].str(), .how = "node failure"});
     return true;
   }
   if (!Matches(line, kTasks, m) || m[3].str().rfind("Exited with exit code", 0) == 0) return false;
@@ -99,7 +107,7 @@ bool LostRankParser::SrunLine(std::string_view line) {
       continue;
     }
     for (int rank = lo; rank <= hi; ++rank) {
-      lost_.push_back({.host = m[1].str(), .rank = rank, .how = m[3].str()});
+      Add({.host = m[1].str(), .rank = rank, .how = m[3].str()});
     }
   }
   return true;

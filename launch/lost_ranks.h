@@ -30,6 +30,7 @@ class LostRankParser {
   const std::vector<LostRank>& lost() const { return lost_; }
 
  private:
+  void Add(LostRank lost);  // once per host and rank
   bool OpenMpiLine(std::string_view line);
   bool ProbeLine(std::string_view line);
   bool SrunLine(std::string_view line);

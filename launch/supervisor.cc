@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -68,17 +69,26 @@ absl::StatusOr<Cluster> InitialCluster(const LaunchOptions& options) {
 // stays (the supervisor runs on it); with several, a lost rank takes its
 // host (a node failure is the common cause and a part of a node rarely helps).
 void DropLost(const std::vector<LostRank>& lost, int world, Cluster& cluster) {
+  if (cluster.hosts.size() == 1) {
+    std::set<int> ranks;  // a rank may be reported twice
+    for (const LostRank& l : lost) {
+      if (l.rank >= 0) ranks.insert(l.rank);
+    }
+    cluster.hosts[0].slots -= static_cast<int>(ranks.size());
+    if (cluster.hosts[0].slots <= 0) cluster.hosts.clear();
+    return;
+  }
+  std::set<std::string> gone;  // resolved on the placement the job ran with
   for (const LostRank& l : lost) {
-    if (cluster.hosts.size() == 1) {
-      if (l.rank >= 0 && --cluster.hosts[0].slots == 0) cluster.hosts.clear();
+    gone.insert(l.rank >= 0 && l.rank < world ? cluster.HostOfRank(l.rank) : l.host);
+  }
+  for (auto it = cluster.hosts.begin(); it != cluster.hosts.end();) {
+    if (!gone.count(it->name)) {
+      ++it;
       continue;
     }
-    const std::string host = l.rank >= 0 && l.rank < world ? cluster.HostOfRank(l.rank) : l.host;
-    const auto gone = std::remove_if(cluster.hosts.begin(), cluster.hosts.end(),
-                                     [&](const Host& h) { return h.name == host; });
-    if (gone == cluster.hosts.end()) continue;
-    cluster.hosts.erase(gone, cluster.hosts.end());
-    if (cluster.slurm) cluster.excluded.push_back(host);
+    if (cluster.slurm) cluster.excluded.push_back(it->name);
+    it = cluster.hosts.erase(it);
   }
 }
 
@@ -146,12 +156,13 @@ absl::Status ReportRestart(int restart, const LaunchOptions& options, const std:
   AppendJsonString(lost, &line);
   absl::StrAppend(&line, ", \"world_size\": ", plan.world, ", \"data\": ", plan.data,
                   ", \"resumed_step\": ", resumed, ", \"steps_lost\": ", lost_steps, "}\n");
-  std::fstream file(metrics, std::ios::in | std::ios::out | std::ios::ate);
-  if (file && file.tellp() > 0) {  // a rank killed mid-line left no newline
-    file.seekg(-1, std::ios::end);
-    if (file.get() != '\n') line.insert(0, "\n");
+  std::ifstream written(metrics, std::ios::ate);
+  bool mid_line = false;  // a rank killed mid-line left no newline
+  if (written && written.tellg() > 0) {
+    written.seekg(-1, std::ios::end);
+    mid_line = written.get() != '\n';
   }
-  std::ofstream(metrics, std::ios::app) << line;
+  std::ofstream(metrics, std::ios::app) << (mid_line ? "\n" : "") << line;
   return absl::OkStatus();
 }
 
@@ -190,7 +201,8 @@ absl::StatusOr<std::vector<LostRank>> UnreachableHosts(const Cluster& cluster, d
     }
     argv.push_back("true");
     ASSIGN_OR_RETURN(const ChildExit exit,
-                     RunWatched(argv, {}, [](std::string_view) { return false; }, timeout_s));
+                     RunWatched(
+                         argv, {}, [](std::string_view) { return false; }, timeout_s));
     if (!exit.ok()) {
       lost.push_back({.host = host.name,
                       .how = absl::StrCat("it started no process within ", timeout_s, " s")});
@@ -237,8 +249,9 @@ absl::StatusOr<std::vector<LostRank>> RunOnce(const LaunchOptions& options, cons
                    UnreachableHosts(cluster, plan.config.parallel().comm_timeout_s(), log));
   // Nothing lost that a probe can see: a transient failure, restarted as it was.
   if (lost.empty()) {
-    lost.push_back({.host = "none", .how = absl::StrCat("the launcher exited with status ",
-                                                        exit.exit_code, ", signal ", exit.signal)});
+    lost.push_back({.host = "none",
+                    .how = absl::StrCat("the launcher exited with status ", exit.exit_code,
+                                        ", signal ", exit.signal)});
   }
   return lost;
 }

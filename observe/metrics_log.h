@@ -76,10 +76,10 @@ struct StepMetrics {
   // Multi-token prediction: the mean over depths of each depth's mean
   // cross-entropy (the objective adds train.mtp_loss_scaling_factor times it).
   std::optional<double> mtp_loss;
-  // Seconds the step's main thread spent on checkpoints after the step (the
-  // whole save when synchronous; with checkpoint.async the snapshot, waits
-  // for a save in flight, and commits), the largest over ranks; steps that
-  // did none have none.
+  // Seconds the main thread spent on checkpoints after the previous step,
+  // before this one began (the whole save when synchronous; with
+  // checkpoint.async the snapshot, waits for a save in flight, and commits),
+  // the largest over ranks; absent after steps that did none.
   std::optional<double> checkpoint_stall_s;
   // Multi-rank runs: the world rank whose compute (StepTiming::ComputeSeconds)
   // took longest, and its time over the median rank's

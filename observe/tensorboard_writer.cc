@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/crc32c.h"
+#include "core/logging.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "proto/tensorboard_event.pb.h"
@@ -40,10 +41,8 @@ std::string TfRecord(const std::string& data) {
 absl::StatusOr<TensorBoardWriter> TensorBoardWriter::Open(const std::string& dir) {
   std::error_code ignored;  // fopen reports a directory that could not be made
   std::filesystem::create_directories(dir, ignored);
-  char host[256] = "localhost";
-  gethostname(host, sizeof(host) - 1);
   const std::string path =
-      absl::StrCat(dir, "/events.out.tfevents.", static_cast<int64_t>(WallTime()), ".", host);
+      absl::StrCat(dir, "/events.out.tfevents.", static_cast<int64_t>(WallTime()), ".", HostName());
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) {
     return UserError(

@@ -15,7 +15,7 @@ CheckpointPolicy::CheckpointPolicy(const TrainerConfig& config, const ParallelSt
   if (!config.checkpoint().dir().empty()) stop_request_.emplace();
 }
 
-absl::StatusOr<bool> CheckpointPolicy::AfterStep(int64_t step, TrainingRun& run, StepMetrics& m) {
+absl::StatusOr<bool> CheckpointPolicy::AfterStep(int64_t step, TrainingRun& run) {
   const bool stop = stop_request_ && stop_request_->Agreed(parallel_.world());
   const bool due = stop || CheckpointDue(config_.checkpoint(), step, config_.train().steps());
   // Every rank takes the same branch: saves are due on the same steps and
@@ -24,7 +24,7 @@ absl::StatusOr<bool> CheckpointPolicy::AfterStep(int64_t step, TrainingRun& run,
     const Timer stall;
     if (in_flight_ != nullptr) RETURN_IF_ERROR(CommitInFlight(/*wait=*/due));
     if (due) RETURN_IF_ERROR(Save(step, run, /*wait=*/stop || step == config_.train().steps()));
-    m.checkpoint_stall_s = MaxOverRanks(parallel_.world(), stall.Seconds());
+    stall_ = MaxOverRanks(parallel_.world(), stall.Seconds());
   }
   if (stop) {
     progress_ << "tetra: stopped by " << stop_request_->SignalName() << " after step " << step

@@ -16,10 +16,10 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/background_checkpoint_write.h"
-#include "observe/metrics_log.h"
 #include "parallel/parallel_state.h"
 #include "proto/config.pb.h"
 #include "train/stop_request.h"
@@ -33,11 +33,13 @@ class CheckpointPolicy {
   CheckpointPolicy(const TrainerConfig& config, const ParallelState& parallel,
                    std::ostream& progress);
 
-  // After step `step`: saves when due (or commits a save in flight), sets
-  // m.checkpoint_stall_s when it did either, and returns whether the run
-  // must stop (a signal arrived: saved, with a line saying how to resume).
-  // Collective over the world.
-  absl::StatusOr<bool> AfterStep(int64_t step, TrainingRun& run, StepMetrics& m);
+  // After step `step`: saves when due (or commits a save in flight), and
+  // returns whether the run must stop (a signal arrived: saved, with a line
+  // saying how to resume). Collective over the world.
+  absl::StatusOr<bool> AfterStep(int64_t step, TrainingRun& run);
+  // The seconds the last AfterStep spent saving or committing, the largest
+  // over ranks (none when it did neither), once: the next step's metrics.
+  std::optional<double> TakeStall() { return std::exchange(stall_, std::nullopt); }
 
  private:
   // The synchronous save, or the start of a background one (waited for when `wait`).
@@ -51,6 +53,7 @@ class CheckpointPolicy {
   std::ostream& progress_;
   std::optional<StopRequest> stop_request_;
   std::unique_ptr<BackgroundCheckpointWrite> in_flight_;
+  std::optional<double> stall_;
 };
 
 }  // namespace tetra

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/file_type.h"
+#include "core/logging.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "parallel/parallel_state.h"
@@ -47,10 +48,8 @@ absl::Status CreateDirectory(const std::string& field, const std::string& path,
 
 absl::Status CheckWritableDirectory(const std::string& field, const std::string& dir) {
   RETURN_IF_ERROR(CreateDirectory(field, dir, dir));
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
   // Named by host and pid: ranks probing one shared directory never collide.
-  const std::string probe = absl::StrCat(dir, "/.tetra_write_probe.", host, ".", getpid());
+  const std::string probe = absl::StrCat(dir, "/.tetra_write_probe.", HostName(), ".", getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return NotWritable(field, dir, absl::StrCat("creating a file in it: ", std::strerror(errno)));

@@ -55,10 +55,12 @@ absl::StatusOr<TrainResult> Train(const TrainerConfig& config, const ParallelSta
     if (EvaluationDue(config, *run, step)) {
       ASSIGN_OR_RETURN(m.val_loss, run->step->Evaluate(*run->data.validation));
     }
-    // Before the step is logged: its line carries the checkpoint's stall.
-    ASSIGN_OR_RETURN(const bool stop, checkpoints.AfterStep(step, *run, m));
+    // The step's line is written before its checkpoint, so a checkpoint's
+    // step always has its line; the save's stall goes on the next step's.
+    m.checkpoint_stall_s = checkpoints.TakeStall();
     RETURN_IF_ERROR(reporter.Log(m));
     result.steps.push_back(m);
+    ASSIGN_OR_RETURN(const bool stop, checkpoints.AfterStep(step, *run));
     if (stop) return result;
   }
   reporter.Summary(result.steps);

@@ -7,9 +7,9 @@ On one rank and on two (data 2, ZeRO-1: each rank writes its own moments):
     the same manifest once its copy of checkpoint.async is cleared (protoc
     decodes both); the async checkpoints verify with `tetra checkpoint
     inspect`, the losses are written identically, checkpoint_stall_s is
-    reported on the saving steps of both, and the async saves of steps 4 and
-    8 are committed after a later step (their "checkpoint saved" line after
-    the step's progress line), the sync ones and the last before;
+    reported on the steps after the saving ones, and the async saves of steps
+    4 and 8 are committed after a later step (their "checkpoint saved" line
+    after the next step's progress line), the sync ones and the last before;
   - a run resumed from the async step-4 checkpoint writes steps 5..12's
     losses as the uninterrupted run does.
 SIGTERM to a 2-rank run saving after every step (keep 2) stops it with the
@@ -115,29 +115,31 @@ def check_stalls(name, metrics, expected):
 
 
 def check_commit_steps(name, out, ckpt, asynchronous):
-    """A save's "checkpoint saved" line comes before its step's progress line
-    when synchronous (the step is logged after its save), after it when
-    asynchronous (committed after a later step), except the last step's."""
+    """A step is logged before its save. The save's "checkpoint saved" line
+    comes before the next step's progress line when synchronous, after it
+    when asynchronous (committed after a later step); the last step's is
+    waited for."""
     for step in (4, 8, 12):
         saved = out.find(f"checkpoint saved to {ckpt}/step_{step:08d}\n")
-        logged = out.find(f"step {step}/12 ")
+        logged, next_logged = out.find(f"step {step}/12 "), out.find(f"step {step + 1}/12 ")
         after = asynchronous and step != 12
-        if saved < 0 or logged < 0 or (saved > logged) != after:
-            failures.append(f"{name}: step {step}'s save should be committed "
-                            f"{'after' if after else 'before'} its step is logged:\n{out}")
+        if saved < 0 or logged < 0 or saved < logged or \
+                (step != 12 and (next_logged < 0 or (saved > next_logged) != after)):
+            failures.append(f"{name}: step {step}'s save should be committed after it is logged "
+                            f"and {'after' if after else 'before'} the next step is:\n{out}")
 
 
 def same_as_sync(work, ranks):
     name = f"{ranks} rank(s)"
     ckpt, metrics = f"{work}/ckpt_{ranks}", f"{work}/metrics_{ranks}.jsonl"
     sync, out = train(ranks, [], ckpt, metrics)
-    check_stalls(f"{name} sync", sync, [4, 8, 12])
+    check_stalls(f"{name} sync", sync, [5, 9])
     check_commit_steps(f"{name} sync", out, ckpt, False)
     sync_losses = loss_texts(metrics)
     # The same paths, so that the manifests' configs differ only in checkpoint.async.
     os.rename(ckpt, f"{ckpt}_sync")
     asynchronous, out = train(ranks, ["checkpoint.async=true"], ckpt, metrics)
-    check_stalls(f"{name} async", asynchronous, [4, 8, 12])
+    check_stalls(f"{name} async", asynchronous, [5, 9])
     check_commit_steps(f"{name} async", out, ckpt, True)
     if loss_texts(metrics) != sync_losses:
         failures.append(f"{name}: async run's losses differ from the sync run's")

@@ -16,7 +16,6 @@
     the relaunch excludes node02 (srun --exclude) and runs 2 tasks, data 2.
 usage: check_elastic_launch.py TETRA_BINARY
 """
-import json
 import os
 import signal
 import subprocess
@@ -25,7 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
-from tetra_runs import ENV, Checker, run_tetra  # noqa: E402
+from tetra_runs import ENV, Checker, metrics_so_far, run_tetra  # noqa: E402
 
 TETRA = sys.argv[1]
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "tiny_dense.textproto")
@@ -36,18 +35,6 @@ SETS = ["train.micro_batch_size=2", f"train.steps={STEPS}", "train.threads=1",
 
 def sets_args(sets):
     return [arg for s in sets for arg in ("--set", s)]
-
-
-def metrics_lines(path):
-    if not os.path.exists(path):
-        return []
-    lines = []
-    for text in open(path):
-        try:
-            lines.append(json.loads(text))
-        except json.JSONDecodeError:  # a line being written
-            pass
-    return lines
 
 
 def rank_pid(marker, rank):
@@ -75,7 +62,7 @@ def lost_rank_case(check, work):
         env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killed = None
     while launch.poll() is None and killed is None:
-        if any(line.get("step", 0) >= 6 for line in metrics_lines(metrics)):
+        if any(line.get("step", 0) >= 6 for line in metrics_so_far(metrics)):
             pid = rank_pid(ckpt, 1)
             if pid is not None:
                 os.kill(pid, signal.SIGKILL)
@@ -84,7 +71,7 @@ def lost_rank_case(check, work):
     output = launch.communicate(timeout=600)[0]
     check("the launch finishes after the kill", killed is not None and launch.returncode == 0,
           output[-3000:])
-    lines = metrics_lines(metrics)
+    lines = metrics_so_far(metrics)
     events = [line for line in lines if "event" in line]
     steps = [line for line in lines if "step" in line]
     check("one restart event naming rank 1, going on with data 2 from a checkpoint",
@@ -93,7 +80,7 @@ def lost_rank_case(check, work):
           and events[0]["resumed_step"] >= 4, events)
     check("the launch log names the lost rank and the new layout",
           "lost rank 1 on host" in output and "x data 2)" in output, output[-3000:])
-    want = [line["loss"] for line in metrics_lines(reference)]
+    want = [line["loss"] for line in metrics_so_far(reference)]
     got = [line["loss"] for line in steps]
     check(f"steps 1..{STEPS} each once", [line["step"] for line in steps] == list(range(1, STEPS + 1)),
           [line["step"] for line in steps])

@@ -18,9 +18,7 @@ Needs root and network namespaces (`ip netns`); where they are not allowed
 the test says so and exits 77 (skipped).
 usage: check_multi_host.py TETRA_BINARY
 """
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "testing"))
-from tetra_runs import ENV, Checker, run_tetra  # noqa: E402
+from tetra_runs import ENV, Checker, metrics_so_far, run_tetra  # noqa: E402
 
 TETRA = sys.argv[1]
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "tiny_dense.textproto")
@@ -97,17 +95,6 @@ def processes_in(ns):
     return pids
 
 
-def metrics_lines(path):
-    lines = []
-    if os.path.exists(path):
-        for text in open(path):
-            try:
-                lines.append(json.loads(text))
-            except json.JSONDecodeError:  # a line being written
-                pass
-    return lines
-
-
 def launch_env(work):
     agent = f"{work}/netns_agent"
     cases = "\n".join(f"  {a}) ns={ns}; name={name} ;;" for a, (ns, _, name) in HOSTS.items())
@@ -116,7 +103,7 @@ def launch_env(work):
     os.chmod(agent, 0o755)
     with open(f"{work}/hostfile", "w") as f:
         f.write("".join(f"{address} slots=2\n" for address in HOSTS))
-    return dict(ENV, OMPI_MCA_plm_rsh_agent=agent, OMPI_MCA_btl="self,tcp",
+    return dict(ENV, OMPI_MCA_plm_rsh_agent=agent, OMPI_MCA_btl="self,vader,tcp",
                 OMPI_MCA_btl_tcp_if_include="10.77.0.0/24", OMPI_MCA_oob_tcp_if_include="10.77.0.0/24")
 
 
@@ -134,7 +121,7 @@ def run_case(check, work, name, fault, reference):
         env=launch_env(work), stdout=log, stderr=subprocess.STDOUT)
     faulted = False
     while launch.poll() is None and not faulted:
-        if any(line.get("step", 0) >= 6 for line in metrics_lines(metrics)):
+        if any(line.get("step", 0) >= 6 for line in metrics_so_far(metrics)):
             fault()
             faulted = True
         time.sleep(0.01)
@@ -145,13 +132,11 @@ def run_case(check, work, name, fault, reference):
         launch.wait()
     log.seek(0)
     output = log.read()
-    with open(f"/tmp/check_multi_host_{name}.log", "w") as f:  # debugging aid, removed later
-        f.write(output)
     check(f"{name}: the launch finishes on host a", faulted and launch.returncode == 0, output[-4000:])
-    events = [line for line in metrics_lines(metrics) if "event" in line]
+    events = [line for line in metrics_so_far(metrics) if "event" in line]
     check(f"{name}: one restart, going on with data 2",
           len(events) == 1 and events[0]["data"] == 2 and events[0]["world_size"] == 2, events)
-    steps = [line for line in metrics_lines(metrics) if "step" in line]
+    steps = [line for line in metrics_so_far(metrics) if "step" in line]
     got, want = [line["loss"] for line in steps], [line["loss"] for line in reference]
     worst = max((abs(a - b) for a, b in zip(got, want)), default=float("inf"))
     check(f"{name}: steps 1..{STEPS}, each loss within 1e-6 of the uninterrupted run's "
@@ -180,7 +165,7 @@ def main():
             run_tetra([TETRA, "train", "--config", CONFIG] +
                       [a for s in SETS + [f"log.metrics_path={reference}"] for a in ("--set", s)],
                       ranks=4)
-            reference = metrics_lines(reference)
+            reference = metrics_so_far(reference)
 
             def power_off_host_b():  # its processes killed, and it answers no more
                 open(f"{work}/tetra_hb.down", "w").close()
@@ -192,8 +177,8 @@ def main():
                   output[-3000:])
             os.remove(f"{work}/tetra_hb.down")
             make_hosts()
-            output = run_case(check, work, "cut", lambda: ip("-n", "tetra_ha", "link", "set",
-                                                              "tetra_va", "down"), reference)
+            output = run_case(check, work, "cut", lambda: ip("-n", "tetra_hb", "link", "set",
+                                                              "tetra_vb", "down"), reference)
             check("cut: the ranks on host a name host b's ranks, which did not answer",
                   "ranks 2, 3 on host hb did not answer a liveness probe" in output, output[-3000:])
     finally:

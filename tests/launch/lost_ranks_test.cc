@@ -54,11 +54,14 @@ TEST(LostRanksTest, SrunNamesKilledTasksAndFailedNodesButNotRanksThatExited) {
   EXPECT_EQ(lost[2].host, "node05");
 }
 
+// Every rank that timed out names them; each is lost once.
 TEST(LostRanksTest, ATimedOutRankNamesThoseThatDidNotAnswerItsProbe) {
   const auto lost = Parse(
       {"tetra: error: rank 0 (world) waited 10.0 s for all_reduce (sum) of 1 F32 on group world "
        "(world ranks 0-3) without completing; rank 1 on host ha; ranks 2, 3 on host hb did not "
-       "answer a liveness probe within 2 s: lost, or stuck outside communication"});
+       "answer a liveness probe within 2 s: lost, or stuck outside communication",
+       "tetra: error: rank 1 (world) waited 10.0 s ...; ranks 2, 3 on host hb did not answer a "
+       "liveness probe within 2 s: lost, or stuck outside communication"});
   ASSERT_EQ(lost.size(), 3u);
   EXPECT_EQ(lost[0].rank, 1);
   EXPECT_EQ(lost[0].host, "ha");

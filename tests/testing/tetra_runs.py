@@ -48,6 +48,19 @@ def train(tetra, out, ranks, sets):
     return [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
 
 
+def metrics_so_far(path):
+    """The lines of a metrics file a run may still be writing (a line being
+    written is left out), [] before it exists."""
+    lines = []
+    if os.path.exists(path):
+        for text in open(path):
+            try:
+                lines.append(json.loads(text))
+            except json.JSONDecodeError:
+                pass
+    return lines
+
+
 def write_llmc_shard(path, tokens):
     """An llm.c token shard (magic 20240520, version 1, uint16 tokens)."""
     header = [20240520, 1, len(tokens)] + [0] * 253

@@ -6,9 +6,9 @@
 # save included), once with each. Prints, over steps 2-30, the mean
 # step_time_s (the step's compute, which the background writer competes
 # with for cores), checkpoint_stall_s (time the training thread spent on
-# checkpoints): in all, the mean at the saves of steps 5-25, the sum over the
-# steps between (async: agreeing whether the writes ended, and commits) and at
-# the last step (whose save both wait for), the mean time per step with both,
+# checkpoints, on the line of the step after it): in all, the mean after the
+# saves of steps 5-25, the sum over the other steps (async: agreeing whether
+# the writes ended, and commits), the mean time per step with both,
 # and the whole run's wall time. Checkpoints go to a fresh directory under
 # TMPDIR (default /tmp), written with fsync as every save is.
 # usage: tools/bench/bench_async_checkpoint.sh [BUILD_DIR]
@@ -39,12 +39,13 @@ for mode in ("sync", "async"):
     per_step = step + stall / len(lines)
     start, end = map(float, open(f"{out}/{mode}.wall").read().split())
     wall = end - start
-    saves = [l.get("checkpoint_stall_s", 0) for l in lines if l["step"] % 5 == 0 and l["step"] < 30]
-    others = sum(l.get("checkpoint_stall_s", 0) for l in lines if l["step"] % 5)
+    # A save's stall is on the next step's line; the last step's save (waited
+    # for in both modes) is on none and counts in the wall time only.
+    saves = [l.get("checkpoint_stall_s", 0) for l in lines if l["step"] % 5 == 1]
+    others = sum(l.get("checkpoint_stall_s", 0) for l in lines if l["step"] % 5 != 1)
     print(f"{mode:5s}: step_time_s {step:.3f} s mean, checkpoint_stall_s {stall:.2f} s total: "
-          f"{sum(saves) / len(saves):.3f} s mean at steps 5-25's saves, {others:.3f} s on the "
-          f"steps between, {lines[-1].get('checkpoint_stall_s', 0):.3f} s at the last step's; "
-          f"step + stall {per_step:.3f} s mean, run {wall:.1f} s wall")
+          f"{sum(saves) / len(saves):.3f} s mean after steps 5-25's saves, {others:.3f} s on "
+          f"the other steps; step + stall {per_step:.3f} s mean, run {wall:.1f} s wall")
 same = [json.loads(l)["loss"] for l in open(f"{out}/sync.jsonl")] == \
        [json.loads(l)["loss"] for l in open(f"{out}/async.jsonl")]
 print(f"losses {'bit-identical' if same else 'DIFFER'}")
