@@ -85,53 +85,84 @@ class LineReader {
   bool failed() const { return failed_; }
 
  private:
-  void Hand(std::string_view line) { failed_ = on_line_(line) || failed_; }
+  void Hand(std::string_view line) {
+    if (on_line_ && on_line_(line)) failed_ = true;
+  }
 
   const std::function<bool(std::string_view)>& on_line_;
   std::string pending_;
   bool failed_ = false;
 };
 
-// Waits for the child, reading its standard error, ending it when it
-// outlives its grace after a failure; returns its wait status.
-int Watch(pid_t pid, int fd, LineReader& reader, double grace_s, bool& ended) {
-  std::optional<Timer> since_failure, since_term;
-  bool open = true;
-  int status = 0;
-  for (;;) {
-    if (open) {
-      pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
-      if (poll(&p, 1, kPollMs) > 0) open = reader.ReadFrom(fd);
-    } else {
-      usleep(kPollMs * 1000);
-    }
-    // Orphans of a lost host may hold the pipe open: the child's exit decides.
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      for (pollfd p = {.fd = fd, .events = POLLIN, .revents = 0}; open && poll(&p, 1, 0) > 0;) {
-        open = reader.ReadFrom(fd);
+// The child, watched: ends it when it outlives its grace after a failure,
+// or asks it to stop when the job may grow.
+class Watcher {
+ public:
+  Watcher(pid_t pid, const WatchRules& rules, ChildExit& exit)
+      : pid_(pid), rules_(rules), exit_(exit) {}
+
+  // Reads the child's standard error from `fd` until the child has exited;
+  // returns its wait status.
+  int Run(int fd, LineReader& reader) {
+    bool open = true;
+    int status = 0;
+    for (;;) {
+      if (open) {
+        pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
+        if (poll(&p, 1, kPollMs) > 0) open = reader.ReadFrom(fd);
+      } else {
+        usleep(kPollMs * 1000);
       }
-      return status;
+      // Orphans of a lost host may hold the pipe open: the child's exit decides.
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        for (pollfd p = {.fd = fd, .events = POLLIN, .revents = 0}; open && poll(&p, 1, 0) > 0;) {
+          open = reader.ReadFrom(fd);
+        }
+        return status;
+      }
+      if (reader.failed() && !since_failure_) since_failure_.emplace();
+      EndAfterGrace();
+      AskToGrow();
     }
-    if (reader.failed() && !since_failure) since_failure.emplace();
-    if (since_failure && !since_term && since_failure->Seconds() > grace_s) {
+  }
+
+ private:
+  void EndAfterGrace() {
+    if (since_failure_ && !since_term_ && since_failure_->Seconds() > rules_.grace_s) {
       std::fprintf(stderr,
                    "tetra launch: the job failed and the launcher is still running %.0f s "
                    "later (waiting for a host it lost?): ending it\n",
-                   grace_s);
-      kill(pid, SIGTERM);
-      since_term.emplace();
-      ended = true;
+                   rules_.grace_s);
+      kill(pid_, SIGTERM);
+      since_term_.emplace();
+      exit_.ended = true;
     }
-    if (since_term && since_term->Seconds() > kKillAfterTermS) kill(pid, SIGKILL);
+    if (since_term_ && since_term_->Seconds() > kKillAfterTermS) kill(pid_, SIGKILL);
   }
-}
+
+  void AskToGrow() {
+    if (!rules_.stop_to_grow || exit_.to_grow || since_failure_ ||
+        since_check_.Seconds() < rules_.check_interval_s) {
+      return;
+    }
+    since_check_.Reset();
+    if (!rules_.stop_to_grow()) return;
+    exit_.to_grow = true;
+    kill(pid_, SIGTERM);
+  }
+
+  const pid_t pid_;
+  const WatchRules& rules_;
+  ChildExit& exit_;
+  std::optional<Timer> since_failure_, since_term_;
+  Timer since_check_;
+};
 
 }  // namespace
 
 absl::StatusOr<ChildExit> RunWatched(const std::vector<std::string>& argv,
                                      const std::vector<std::string>& environment,
-                                     const std::function<bool(std::string_view)>& on_error_line,
-                                     double grace_s) {
+                                     const WatchRules& rules) {
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   ForwardStopSignals forward;
@@ -147,9 +178,9 @@ absl::StatusOr<ChildExit> RunWatched(const std::vector<std::string>& argv,
   close(fds[1]);
   // A stop asked for before the child existed is passed on now.
   if (stop_signal != 0) kill(pid, SIGTERM);
-  LineReader reader(on_error_line);
+  LineReader reader(rules.failed_line);
   ChildExit exit;
-  const int status = Watch(pid, fds[0], reader, grace_s, exit.ended);
+  const int status = Watcher(pid, rules, exit).Run(fds[0], reader);
   close(fds[0]);
   exit.stopped = stop_signal != 0;
   if (WIFEXITED(status)) exit.exit_code = WEXITSTATUS(status);

@@ -15,11 +15,13 @@ namespace {
 
 constexpr int kMaxSlots = 1 << 16;
 
+constexpr char kHostfileHint[] = "write one host per line, e.g. \"node1 slots=8\"";
+constexpr char kDiscoveryHint[] = "make the script print one host per line, e.g. \"node1:8\"";
+
 absl::Status BadHostLine(const std::string& source, int number, absl::string_view line,
-                         absl::string_view why) {
+                         absl::string_view why, const char* hint) {
   return UserError(
-      absl::StrCat(source, " line ", number, " (", UserText(std::string(line)), ") ", why),
-      "write one host per line, e.g. \"node1 slots=8\"");
+      absl::StrCat(source, " line ", number, " (", UserText(std::string(line)), ") ", why), hint);
 }
 
 // "lo-hi" or "n" inside brackets, the padding of lo kept: "01-03" is 01 02 03.
@@ -54,17 +56,44 @@ absl::StatusOr<std::vector<Host>> ParseHostfile(absl::string_view text, const st
       absl::string_view word = words[i];
       if (!absl::ConsumePrefix(&word, "slots=") || !absl::SimpleAtoi(word, &host.slots) ||
           host.slots < 1 || host.slots > kMaxSlots) {
-        return BadHostLine(source, number, content, "is not \"HOST [slots=N]\" with N >= 1");
+        return BadHostLine(source, number, content, "is not \"HOST [slots=N]\" with N >= 1",
+                           kHostfileHint);
       }
     }
     const bool repeated =
         std::any_of(hosts.begin(), hosts.end(), [&](const Host& h) { return h.name == host.name; });
-    if (repeated) return BadHostLine(source, number, content, "names a host a second time");
+    if (repeated) {
+      return BadHostLine(source, number, content, "names a host a second time", kHostfileHint);
+    }
     hosts.push_back(std::move(host));
   }
-  if (hosts.empty()) {
-    return UserError(absl::StrCat(source, " names no host"),
-                     "write one host per line, e.g. \"node1 slots=8\"");
+  if (hosts.empty()) return UserError(absl::StrCat(source, " names no host"), kHostfileHint);
+  return hosts;
+}
+
+absl::StatusOr<std::vector<Host>> ParseDiscoveredHosts(absl::string_view text,
+                                                       const std::string& source) {
+  std::vector<Host> hosts;
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++number;
+    const absl::string_view content = absl::StripAsciiWhitespace(line);
+    if (content.empty()) continue;
+    const size_t colon = content.rfind(':');
+    Host host{.name = std::string(content.substr(0, colon))};
+    if (colon != absl::string_view::npos &&
+        (!absl::SimpleAtoi(content.substr(colon + 1), &host.slots) || host.slots < 1 ||
+         host.slots > kMaxSlots)) {
+      return BadHostLine(source, number, content, "is not \"HOST[:SLOTS]\" with SLOTS >= 1",
+                         kDiscoveryHint);
+    }
+    const bool repeated =
+        std::any_of(hosts.begin(), hosts.end(), [&](const Host& h) { return h.name == host.name; });
+    if (host.name.empty() || repeated) {
+      return BadHostLine(source, number, content, "names no host, or one a second time",
+                         kDiscoveryHint);
+    }
+    hosts.push_back(std::move(host));
   }
   return hosts;
 }

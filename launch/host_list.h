@@ -21,6 +21,12 @@ struct Host {
 // one), '#' comments, blank lines.
 absl::StatusOr<std::vector<Host>> ParseHostfile(absl::string_view text, const std::string& source);
 
+// A host-discovery script's output (Horovod's convention): a host per line,
+// "node1:4" or "node1" (one slot), blank lines ignored; no host is an
+// empty list, not an error (every host may be away for a while).
+absl::StatusOr<std::vector<Host>> ParseDiscoveredHosts(absl::string_view text,
+                                                       const std::string& source);
+
 // Slurm's compressed node list: "gpu[01-03,07],login2" is gpu01, gpu02,
 // gpu03, gpu07 and login2, with the ranges' zero padding kept.
 absl::StatusOr<std::vector<std::string>> ExpandSlurmNodelist(absl::string_view list);

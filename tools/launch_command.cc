@@ -41,9 +41,10 @@ absl::Status LaunchCommand(int argc, char** argv) {
     return UserError("tetra launch needs the job after \"--\": -- train --config FILE [--set ...]",
                      kExample);
   }
-  ASSIGN_OR_RETURN(
-      const ParsedFlags flags,
-      ParseFlags(dashes, argv, 2, "launch", {"np", "min-np", "hostfile", "max-restarts"}));
+  ASSIGN_OR_RETURN(const ParsedFlags flags,
+                   ParseFlags(dashes, argv, 2, "launch",
+                              {"np", "min-np", "hostfile", "max-restarts", "host-discovery-script",
+                               "discovery-interval-s"}));
   ASSIGN_OR_RETURN(const ParsedFlags train,
                    ParseFlags(argc, argv, dashes + 2, "train", {"config", "set"}));
   if (!flags.values.count("np") || !train.values.count("config")) {
@@ -59,6 +60,21 @@ absl::Status LaunchCommand(int argc, char** argv) {
         "--min-np is the fewest ranks worth going on with, at most --np");
   }
   options.hostfile = flags.values.count("hostfile") ? flags.values.at("hostfile") : "";
+  if (flags.values.count("host-discovery-script")) {
+    options.host_discovery_script = flags.values.at("host-discovery-script");
+  }
+  if (!options.hostfile.empty() && !options.host_discovery_script.empty()) {
+    return UserError("tetra launch takes --hostfile or --host-discovery-script, not both",
+                     "a discovery script lists the hosts available now; drop the hostfile");
+  }
+  if (auto it = flags.values.find("discovery-interval-s"); it != flags.values.end()) {
+    if (!absl::SimpleAtod(it->second, &options.discovery_interval_s) ||
+        !(options.discovery_interval_s > 0 && options.discovery_interval_s <= 86400)) {
+      return UserError(absl::StrCat("tetra launch: --discovery-interval-s ", UserText(it->second),
+                                    " is not a number of seconds in (0, 86400]"),
+                       "check for hosts every 30 s: --discovery-interval-s 30");
+    }
+  }
   options.config_path = train.values.at("config");
   options.overrides = train.sets;
   std::error_code error;

@@ -2,7 +2,7 @@
 //   tetra train  --config FILE.textproto [--set path.to.field=value ...]
 //   tetra export --config FILE.textproto --out DIR [--dtype f32|bf16] [--set ...]
 //   tetra plan   --config FILE.textproto --world N [--json] ...
-//   tetra launch --np N [--min-np M] [--hostfile F] [--max-restarts K] -- train --config FILE ...
+//   tetra launch --np N [--min-np M] [--hostfile F | --host-discovery-script S] ... -- train ...
 //   tetra checkpoint inspect DIR | export DIR --out MODEL_DIR
 //   mpirun -np N tetra commbench ...
 // Exit code 0 only on success; errors are one sentence plus a hint on stderr.
@@ -47,8 +47,8 @@ constexpr char kUsage[] =
     "  tetra plan   --config FILE.textproto --world N [--json] [--gpus-per-node G] [--set ...]\n"
     "  tetra plan   --config FILE.textproto --cluster CLUSTER.textproto [--world N] [--json] "
     "[--set ...]\n"
-    "  tetra launch --np N [--min-np M] [--hostfile F] [--max-restarts K] -- train --config "
-    "FILE [--set ...]\n"
+    "  tetra launch --np N [--min-np M] [--hostfile F | --host-discovery-script S "
+    "[--discovery-interval-s T]] [--max-restarts K] -- train --config FILE [--set ...]\n"
     "  tetra report --out DIR [--config F --cluster C] RUN.jsonl ...\n"
     "  tetra checkpoint inspect DIR | export DIR --out MODEL_DIR [--dtype f32|bf16]\n"
     "  mpirun -np N tetra commbench [--op all_reduce|...|all] [--group world|even_odd|pairs] ...\n";

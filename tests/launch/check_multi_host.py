@@ -13,7 +13,12 @@ the machine). A 4-rank job, 2 ranks per host, checkpoints every 4 steps:
     liveness probe; the supervisor ends the launcher (which waits for b's
     daemon forever), drops b and goes on on host a.
 
-In both every step's loss equals an uninterrupted 4-rank run's within 1e-6.
+  - with the hosts from a discovery script instead of a hostfile, host b
+    powered off (and no longer listed) and then back on (listed again): the
+    supervisor goes on on a, then stops the job and grows it back onto b
+    (data 4).
+
+In each every step's loss equals an uninterrupted 4-rank run's within 1e-6.
 Needs root and network namespaces (`ip netns`); where they are not allowed
 the test says so and exits 77 (skipped).
 usage: check_multi_host.py TETRA_BINARY
@@ -34,6 +39,10 @@ STEPS = 40
 SETS = ["train.micro_batch_size=2", f"train.steps={STEPS}", "train.threads=1",
         "log.interval=1000", "model.hidden_size=32", "model.intermediate_size=64",
         "parallel.comm_timeout_s=10", "checkpoint.interval=4"]
+# Host b coming back is seen by a check every 0.2 s: a job long enough to be
+# still running then (a loaded machine only slows it).
+LONG_STEPS = 100
+LONG_SETS = [s for s in SETS if not s.startswith("train.steps")] + [f"train.steps={LONG_STEPS}"]
 HOSTS = {"10.77.0.1": ("tetra_ha", "tetra_va", "ha"), "10.77.0.2": ("tetra_hb", "tetra_vb", "hb")}
 AGENT = """#!/bin/sh
 # Open MPI's remote agent: "HOST COMMAND..." runs COMMAND in HOST's namespace, as ssh would.
@@ -107,11 +116,25 @@ def launch_env(work):
                 OMPI_MCA_btl_tcp_if_include="10.77.0.0/24", OMPI_MCA_oob_tcp_if_include="10.77.0.0/24")
 
 
-def run_case(check, work, name, fault, reference):
+def reached_step(step):
+    return lambda lines: any(line.get("step", 0) >= step for line in lines)
+
+
+def restarted(lines):
+    return any("event" in line for line in lines)
+
+
+def run_case(check, work, name, script, reference, expected, discovery=False, sets=SETS):
+    """Runs the 4-rank launch from host a; `script` holds (trigger, action)
+    pairs done in order as the metrics reach each trigger; `expected` the
+    restarts' (cause, data) in order."""
     metrics, ckpt = f"{work}/{name}.jsonl", f"{work}/{name}_ckpt"
-    sets = SETS + [f"log.metrics_path={metrics}", f"checkpoint.dir={ckpt}"]
-    command = [TETRA, "launch", "--np", "4", "--min-np", "2", "--hostfile", f"{work}/hostfile",
-               "--max-restarts", "2", "--", "train", "--config", CONFIG]
+    steps = len(reference)
+    sets = sets + [f"log.metrics_path={metrics}", f"checkpoint.dir={ckpt}"]
+    hosts = (["--host-discovery-script", f"{work}/discover", "--discovery-interval-s", "0.2"]
+             if discovery else ["--hostfile", f"{work}/hostfile"])
+    command = [TETRA, "launch", "--np", "4", "--min-np", "2"] + hosts + [
+        "--max-restarts", "2", "--", "train", "--config", CONFIG]
     command += [arg for s in sets for arg in ("--set", s)]
     # Output to a file: processes left on a cut-off host may hold a pipe open for good.
     log = open(f"{work}/{name}.log", "w+")
@@ -119,11 +142,10 @@ def run_case(check, work, name, fault, reference):
         ["ip", "netns", "exec", "tetra_ha", "unshare", "--uts", "/bin/sh", "-c",
          'hostname ha; exec "$@"', "sh"] + command,
         env=launch_env(work), stdout=log, stderr=subprocess.STDOUT)
-    faulted = False
-    while launch.poll() is None and not faulted:
-        if any(line.get("step", 0) >= 6 for line in metrics_so_far(metrics)):
-            fault()
-            faulted = True
+    pending = list(script)
+    while launch.poll() is None and pending:
+        if pending[0][0](metrics_so_far(metrics)):
+            pending.pop(0)[1]()
         time.sleep(0.01)
     try:
         launch.wait(timeout=500)
@@ -132,16 +154,19 @@ def run_case(check, work, name, fault, reference):
         launch.wait()
     log.seek(0)
     output = log.read()
-    check(f"{name}: the launch finishes on host a", faulted and launch.returncode == 0, output[-4000:])
-    events = [line for line in metrics_so_far(metrics) if "event" in line]
-    check(f"{name}: one restart, going on with data 2",
-          len(events) == 1 and events[0]["data"] == 2 and events[0]["world_size"] == 2, events)
-    steps = [line for line in metrics_so_far(metrics) if "step" in line]
-    got, want = [line["loss"] for line in steps], [line["loss"] for line in reference]
+    check(f"{name}: the launch finishes", not pending and launch.returncode == 0, output[-4000:])
+    events = [(line["cause"], line["data"]) for line in metrics_so_far(metrics) if "event" in line]
+    check(f"{name}: restarts {expected}",
+          len(events) == len(expected) and
+          all(want in cause and data == want_data
+              for (cause, data), (want, want_data) in zip(events, expected)),
+          f"{events}\n{output[-3000:]}")
+    logged = [line for line in metrics_so_far(metrics) if "step" in line]
+    got, want = [line["loss"] for line in logged], [line["loss"] for line in reference]
     worst = max((abs(a - b) for a, b in zip(got, want)), default=float("inf"))
-    check(f"{name}: steps 1..{STEPS}, each loss within 1e-6 of the uninterrupted run's "
+    check(f"{name}: steps 1..{steps}, each loss within 1e-6 of the uninterrupted run's "
           f"(worst {worst:.2e})",
-          [line["step"] for line in steps] == list(range(1, STEPS + 1)) and worst <= 1e-6)
+          [line["step"] for line in logged] == list(range(1, steps + 1)) and worst <= 1e-6)
     return output
 
 
@@ -161,26 +186,50 @@ def main():
 
     try:
         with tempfile.TemporaryDirectory() as work:
-            reference = f"{work}/reference.jsonl"
-            run_tetra([TETRA, "train", "--config", CONFIG] +
-                      [a for s in SETS + [f"log.metrics_path={reference}"] for a in ("--set", s)],
-                      ranks=4)
-            reference = metrics_so_far(reference)
+            def uninterrupted(name, sets):
+                path = f"{work}/{name}.jsonl"
+                run_tetra([TETRA, "train", "--config", CONFIG] +
+                          [a for s in sets + [f"log.metrics_path={path}"] for a in ("--set", s)],
+                          ranks=4)
+                return metrics_so_far(path)
+
+            reference = uninterrupted("reference", SETS)
+
+            def list_hosts(addresses):  # what the discovery script prints
+                with open(f"{work}/hosts_now", "w") as f:
+                    f.write("".join(f"{a}:2\n" for a in addresses))
 
             def power_off_host_b():  # its processes killed, and it answers no more
+                list_hosts(["10.77.0.1"])
                 open(f"{work}/tetra_hb.down", "w").close()
                 for pid in processes_in("tetra_hb"):
                     os.kill(pid, signal.SIGKILL)
 
-            output = run_case(check, work, "killed", power_off_host_b, reference)
+            def power_on_host_b():
+                os.remove(f"{work}/tetra_hb.down")
+                list_hosts(HOSTS)
+
+            lost_b = ("lost host 10.77.0.2 (", 2)
+            output = run_case(check, work, "killed", [(reached_step(6), power_off_host_b)],
+                              reference, [lost_b])
             check("killed: the supervisor names host b", "lost host 10.77.0.2 (" in output,
                   output[-3000:])
             os.remove(f"{work}/tetra_hb.down")
             make_hosts()
-            output = run_case(check, work, "cut", lambda: ip("-n", "tetra_hb", "link", "set",
-                                                              "tetra_vb", "down"), reference)
+            cut_b = lambda: ip("-n", "tetra_hb", "link", "set", "tetra_vb", "down")  # noqa: E731
+            output = run_case(check, work, "cut", [(reached_step(6), cut_b)], reference,
+                              [("lost rank 2 on host hb", 2)])
             check("cut: the ranks on host a name host b's ranks, which did not answer",
                   "ranks 2, 3 on host hb did not answer a liveness probe" in output, output[-3000:])
+            make_hosts()
+            list_hosts(HOSTS)
+            with open(f"{work}/discover", "w") as f:
+                f.write(f"#!/bin/sh\ncat {work}/hosts_now\n")
+            os.chmod(f"{work}/discover", 0o755)
+            run_case(check, work, "back", [(reached_step(6), power_off_host_b),
+                                           (restarted, power_on_host_b)],
+                     uninterrupted("long_reference", LONG_SETS),
+                     [lost_b, ("hosts came back: 10.77.0.2", 4)], discovery=True, sets=LONG_SETS)
     finally:
         remove_hosts()
     checker.exit("tetra launch survives a lost host and a cut link on the same loss curve")

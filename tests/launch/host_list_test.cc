@@ -33,6 +33,23 @@ TEST(HostListTest, BadHostfilesAreRefusedNamingTheLine) {
   EXPECT_THAT(ParseHostfile("# nothing\n", "h").status().message(), HasSubstr("names no host"));
 }
 
+TEST(HostListTest, DiscoveredHostsAreHostColonSlotsLines) {
+  auto hosts = ParseDiscoveredHosts("node1:4\n\n node2 \n10.0.0.3:2\n", "script");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  ASSERT_EQ(hosts->size(), 3u);
+  EXPECT_EQ((*hosts)[0].name, "node1");
+  EXPECT_EQ((*hosts)[0].slots, 4);
+  EXPECT_EQ((*hosts)[1].name, "node2");
+  EXPECT_EQ((*hosts)[1].slots, 1);
+  EXPECT_EQ((*hosts)[2].name, "10.0.0.3");
+  EXPECT_EQ((*hosts)[2].slots, 2);
+  EXPECT_TRUE(ParseDiscoveredHosts("\n", "script")->empty());  // every host away for now
+  EXPECT_THAT(ParseDiscoveredHosts("a:0\n", "script").status().message(),
+              HasSubstr("script line 1"));
+  EXPECT_THAT(ParseDiscoveredHosts("a:2\na:3\n", "script").status().message(), HasSubstr("line 2"));
+  EXPECT_FALSE(ParseDiscoveredHosts(":4\n", "script").ok());
+}
+
 TEST(HostListTest, SlurmNodelistsExpandWithTheirPadding) {
   auto nodes = ExpandSlurmNodelist("gpu[01-03,07],login2,a[9-10]");
   ASSERT_TRUE(nodes.ok()) << nodes.status();
