@@ -102,6 +102,13 @@ set_tests_properties(reference.hf_directories_match_transformers reference.hf_fa
 add_test(NAME structure.includes_point_up
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/structure/check_include_layers.py)
 set_tests_properties(structure.includes_point_up PROPERTIES LABELS unit TIMEOUT 60)
+# Hostile command lines through the real binary (issue 32 item 6's classes: outputs
+# naming a FIFO, directory or device; absurd weights; a renamed checkpoint step;
+# bad configs, --set values and launch flags): each refused with one error and a
+# hint, none hangs (120 s each), nothing at the paths lost. About 10-20 s here.
+add_test(NAME fuzz.hostile_command_lines
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/fuzz/check_hostile_command_lines.py $<TARGET_FILE:tetra>)
+set_tests_properties(fuzz.hostile_command_lines PROPERTIES LABELS unit TIMEOUT 300)
 # Every library and tool function is under 60 lines.
 add_test(NAME structure.functions_under_60_lines
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tests/structure/check_function_length.py)
