@@ -14,6 +14,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/weight_files.h"
 #include "core/atomic_file.h"
+#include "core/file_type.h"
 #include "core/input_file.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
@@ -269,10 +270,24 @@ absl::StatusOr<std::vector<std::string>> CopyOriginFiles(const std::string& orig
 
 }  // namespace
 
+absl::Status CheckExportFiles(const std::string& dir, const std::string& what,
+                              const std::string& hint) {
+  for (const char* name : {"model.safetensors", "config.json"}) {
+    RETURN_IF_ERROR(CheckOutputPath(absl::StrCat(dir, "/", name), what, hint));
+  }
+  for (const char* name : kOriginFiles) {
+    RETURN_IF_ERROR(CheckOutputPath(absl::StrCat(dir, "/", name), what, hint));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<std::string>> WriteHfModelDirectory(
     const std::string& dir, const std::vector<NamedTensor>& tensors, const ModelConfig& model,
     int64_t seq_length, DType dtype, const HfExportExtras& extras) {
   RETURN_IF_ERROR(CheckHfExportable(model));
+  // Every file checked before the first is written: never half an export.
+  RETURN_IF_ERROR(CheckExportFiles(dir, "the export's file",
+                                   "remove it or choose another export_path / --out directory"));
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {

@@ -62,6 +62,13 @@ struct HfExportExtras {
   std::string origin;
 };
 
+// OK when every file an export writes into `dir` (the weights, config.json,
+// what it may copy from init_from) is absent or a regular file; else
+// CheckOutputPath's error naming `what` and ending with `hint`. Run before
+// any is written, and by train before its first step.
+absl::Status CheckExportFiles(const std::string& dir, const std::string& what,
+                              const std::string& hint);
+
 // Writes the Hugging Face model directory `dir` (created if needed):
 // model.safetensors holding `tensors` (global, fp32) as `dtype` (kF32 or
 // kBF16), config.json (max_position_embeddings the model's, else

@@ -21,10 +21,10 @@ absl::Status CheckOutputPath(const std::string& path, const std::string& what,
   struct stat info;
   // Nothing there (or a dangling link, which the write replaces): a new file.
   if (::stat(path.c_str(), &info) != 0 || S_ISREG(info.st_mode)) return absl::OkStatus();
-  return UserError(
-      absl::StrCat(what, " ", path, " is ", FileTypeName(info.st_mode), ", not a regular file"),
-      absl::StrCat(hint, " (tetra writes regular files only, never over a ",
-                   "directory, pipe or device)"));
+  return UserError(absl::StrCat(what, " ", UserPath(path), " is ", FileTypeName(info.st_mode),
+                                ", not a regular file"),
+                   absl::StrCat(hint, " (tetra writes regular files only, never over a ",
+                                "directory, pipe or device)"));
 }
 
 }  // namespace tetra

@@ -1,8 +1,19 @@
 #include "core/user_error.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace tetra {
+
+std::string UserPath(std::string_view path) {
+  constexpr size_t kMaxShown = 256;
+  const bool printable = std::all_of(path.begin(), path.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c >= 0x20 && c < 0x7f;
+  });
+  return printable && path.size() <= kMaxShown ? std::string(path) : UserText(path, kMaxShown);
+}
 
 std::string UserText(std::string_view text, size_t max_chars) {
   const std::string_view shown = text.substr(0, max_chars);

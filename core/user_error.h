@@ -24,6 +24,10 @@ inline absl::Status UserError(const std::string& what, const std::string& hint,
 // so what is printed is one short line whatever the input holds.
 std::string UserText(std::string_view text, size_t max_chars = 64);
 
+// A path the user gave, for a message: as it is when it is printable and at
+// most 256 bytes, else as UserText cuts it (a 100 kB path is one short line).
+std::string UserPath(std::string_view path);
+
 }  // namespace tetra
 
 #endif  // TETRA_CORE_USER_ERROR_H_

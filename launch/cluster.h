@@ -16,8 +16,8 @@
 namespace tetra {
 
 struct ClusterSource {
-  int np = 0;                   // ranks asked for: this machine's slots when nothing else is named
-  std::string hostfile;         // Open MPI's syntax
+  int np = 0;                    // ranks asked for: this machine's slots when nothing else is named
+  std::string hostfile;          // Open MPI's syntax
   std::string discovery_script;  // prints "HOST[:SLOTS]" lines, the hosts available now
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/weights_io.h"
 #include "core/file_type.h"
 #include "core/logging.h"
 #include "core/status_macros.h"
@@ -29,7 +30,7 @@ std::string WritableHint(const std::string& field) {
 
 absl::Status NotWritable(const std::string& field, const std::string& path,
                          const std::string& cause) {
-  return UserError(absl::StrCat(field, " ", path, " cannot be written: ", cause),
+  return UserError(absl::StrCat(field, " ", UserPath(path), " cannot be written: ", cause),
                    WritableHint(field));
 }
 
@@ -40,7 +41,7 @@ absl::Status CreateDirectory(const std::string& field, const std::string& path,
   if (!dir.empty()) fs::create_directories(dir, error);
   if (error)
     return NotWritable(field, path,
-                       absl::StrCat("creating directory ", dir, ": ", error.message()));
+                       absl::StrCat("creating directory ", UserPath(dir), ": ", error.message()));
   return absl::OkStatus();
 }
 
@@ -95,6 +96,11 @@ absl::Status CheckOutputsWritable(const TrainerConfig& config, Communicator& wor
   }
   for (const auto& [field, path] : files) {
     if (status.ok() && !path->empty()) status = CheckWritableFile(field, *path);
+  }
+  // The export's own files too: a pipe among them would be found after the last step.
+  if (status.ok() && world.rank() == 0 && !config.export_path().empty()) {
+    status =
+        CheckExportFiles(config.export_path(), "export_path's file", WritableHint("export_path"));
   }
   return AgreeOnStatus(world, std::move(status));
 }

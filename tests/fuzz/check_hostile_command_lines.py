@@ -30,15 +30,12 @@ the same kind of file with the same contents afterwards (hashed before and
 after). Two controls (weights of exactly +-65504, the genuine checkpoint)
 must be accepted, so the refusals are not blanket ones.
 
-A case marked KNOWN DEFECT states what tetra does wrong today; it fails
-until the defect is fixed, then says to drop the mark. Found when this test
-was written (so it fails on main until they are fixed):
-  - a FIFO at export_path/model.safetensors or export_path/config.json is
-    refused only after the last step, so the run's export is lost (and with
-    config.json, model.safetensors is already written beside the FIFO);
-    start-up checks export_path itself, not the files it will hold;
-  - an output path is quoted whole in its error: a 100 kB log.trace_path
-    gives a 100 kB error line (core/user_error.h's UserText cuts user text).
+Two defects it found are fixed: a FIFO among export_path's files was found
+only after the last step (now at start-up, and `tetra export` checks every
+file before it writes the first), and a 100 kB output path was quoted whole
+in its error (now cut as core/user_error.h's UserPath says). A case marked
+KNOWN DEFECT states what tetra does wrong; it fails until the defect is
+fixed, then says to drop the mark.
 Standard library only. usage: check_hostile_command_lines.py TETRA_BINARY
 """
 import hashlib
@@ -237,9 +234,7 @@ def output_cases(cases):
         os.mkfifo(os.path.join(out, name))
         args, metrics = train_args(cases, f"export_path_{name}", [f"export_path={out}"])
         cases.refused(f"train export_path holding a FIFO {name}", args, [os.path.join(out, name)],
-                      [f"{out}/{name} is a FIFO (named pipe)"], metrics=metrics,
-                      defect="the files under export_path are not checked at start-up: the "
-                      "run trains to the end, then its export is refused")
+                      [f"{out}/{name} is a FIFO (named pipe)"], metrics=metrics)
     cases.refused("tetra export --out /dev/null",
                   ["export", "--config", CONFIG, "--out", "/dev/null"] + sets_args(SETS),
                   ["/dev/null"], ["/dev/null"])
@@ -361,13 +356,11 @@ def other_cases(cases):
             ("a 100 kB integer", "model.hidden_size=" + "9" * big, "(100000 bytes)"),
             ("a 100 kB string", "data.path=" + "\u00e9" * (big // 2), "(100000 bytes)"),
             ("a 100 kB output path", f"log.trace_path={where}/" + "a" * big, "log.trace_path")]:
-        defect = ("the output-path check quotes the path whole: a 100 kB error line"
-                  if "output path" in what else None)
         cases.refused(f"--set with {what}",
                       ["train", "--config", CONFIG] + sets_args(SETS) +
                       ["--set", f"log.metrics_path={metrics}",
                        "--set", "log.trace_steps=1", "--set", assignment], keep, [expect],
-                      metrics=metrics, defect=defect)
+                      metrics=metrics)
     job = ["train", "--config", CONFIG]
     for what, args, expect in [
             ("--np 0", ["--np", "0", "--"] + job, '--np "0" is not a whole number'),
