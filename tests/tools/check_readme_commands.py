@@ -39,7 +39,8 @@ in docs/) runs once. Each part meets the first rule that matches:
     a scratch directory holding configs/ and build/tetra, `tetra` on PATH,
     both the binary under test, and build/tetra_emu, the emulated GPU's
     (commands that run it are skipped when it is not given); `tetra train`
-    shortened to 2 steps (a recipe's longer warmup then warns and runs) on
+    (and the job of `tetra launch ... -- train`) shortened to 2 steps (a
+    recipe's longer warmup then warns and runs) on
     one thread per rank (with a core taken by another job, two OpenMP
     threads stall at every barrier);
   - anything else: an error, so a new kind of command gets a rule here and is
@@ -66,9 +67,12 @@ SYNOPSIS = {
     "tetra plan   --config FILE.textproto --cluster CLUSTER.textproto [--world N] [--json]",
     "tetra report --out DIR [--config F --cluster C] RUN.jsonl ...",
     "tetra checkpoint inspect DIR | export DIR --out MODEL_DIR [--dtype f32|bf16]",
+    "tetra launch --np N [--min-np M] [--hostfile F | --host-discovery-script S "
+    "[--discovery-interval-s T]] [--max-restarts K] -- train --config FILE [--set ...]",
     "mpirun -np N tetra commbench [--op all_reduce|reduce_scatter|all_gather|all_to_all|broadcast|send_recv|all]",
 }
 NAMES = {"tetra", "mpirun", "tetra train", "tetra export", "tetra plan", "tetra commbench", "tetra report",
+         "tetra launch", "srun", "srun --exclude",
          "tetra checkpoint", "tetra checkpoint inspect", "tetra checkpoint export", "build/tetra",
          "build/tetra_emu", "build/tetra_gpu_tests_emu", "tools/data/prepare.py", "tools/check_moe_balance.py"}
 # In the order they run.
@@ -151,7 +155,10 @@ def classify(part):
 def shortened(part):
     words = shlex.split(part)
     binary = next(i for i, w in enumerate(words) if w in ("tetra", "build/tetra", "build/tetra_emu"))
-    is_train = binary + 1 < len(words) and words[binary + 1] == "train"
+    job = binary + 1
+    if job < len(words) and words[job] == "launch" and "--" in words:  # tetra launch ... -- train
+        job = words.index("--") + 1
+    is_train = job < len(words) and words[job] == "train"
     return part + SHORTEN_TRAIN if is_train else part
 
 
