@@ -91,21 +91,26 @@ void Cluster::DropLost(const std::vector<LostRank>& lost, int world) {
   }
 }
 
-absl::Status Cluster::Rediscover() {
-  if (discovery_script_.empty()) return absl::OkStatus();
+absl::StatusOr<std::vector<Host>> Cluster::Discover() {
+  if (discovery_script_.empty()) return hosts_;
   ASSIGN_OR_RETURN(const std::string text, OutputOf(discovery_script_));
   ASSIGN_OR_RETURN(const std::vector<Host> listed,
                    ParseDiscoveredHosts(text, "the host-discovery script's output"));
   std::set<std::string> still_listed;
-  hosts_.clear();
+  std::vector<Host> available;
   for (const Host& host : listed) {
     if (held_out_.count(host.name)) {
       still_listed.insert(host.name);
     } else {
-      hosts_.push_back(host);
+      available.push_back(host);
     }
   }
   held_out_ = std::move(still_listed);
+  return available;
+}
+
+absl::Status Cluster::Rediscover() {
+  ASSIGN_OR_RETURN(hosts_, Discover());
   return absl::OkStatus();
 }
 

@@ -43,8 +43,11 @@ class Cluster {
   // listed again it has come back.
   void DropLost(const std::vector<LostRank>& lost, int world);
 
-  // With a discovery script: runs it and takes the hosts it lists, less
-  // those held out. Otherwise nothing changes.
+  // With a discovery script: runs it and returns the hosts it lists, less
+  // those held out (releasing the held-out hosts it no longer lists);
+  // hosts() stays the placement the running job has. Without: hosts().
+  absl::StatusOr<std::vector<Host>> Discover();
+  // hosts() becomes Discover()'s.
   absl::Status Rediscover();
 
  private:

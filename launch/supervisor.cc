@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -12,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_directory.h"
-#include "core/input_file.h"
 #include "core/json.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
@@ -152,16 +150,16 @@ struct Outcome {
 
 // Whether the hosts the discovery script lists now would take a larger job
 // than `plan`'s; the new hosts' names are left in `came_back`.
-bool HostsCameBack(const LaunchOptions& options, const Cluster& cluster, const ElasticPlan& plan,
+bool HostsCameBack(const LaunchOptions& options, Cluster& cluster, const ElasticPlan& plan,
                    std::vector<std::string>& came_back) {
-  Cluster now = cluster;
-  if (!now.Rediscover().ok()) return false;  // tried again at the next check
+  const absl::StatusOr<std::vector<Host>> now = cluster.Discover();
+  if (!now.ok()) return false;  // tried again at the next check
   const absl::StatusOr<ElasticPlan> larger =
-      PlanElastic(options.config_path, options.overrides,
-                  std::min(options.np, TotalSlots(now.hosts())), options.min_np);
+      PlanElastic(options.config_path, options.overrides, std::min(options.np, TotalSlots(*now)),
+                  options.min_np);
   if (!larger.ok() || larger->world <= plan.world) return false;
   came_back.clear();
-  for (const Host& host : now.hosts()) {
+  for (const Host& host : *now) {
     const auto& old = cluster.hosts();
     const bool known = std::any_of(old.begin(), old.end(), [&](const Host& h) {
       return h.name == host.name && h.slots >= host.slots;
@@ -192,7 +190,7 @@ absl::StatusOr<std::string> AttemptDir(const ElasticPlan& plan, int attempt) {
 }
 
 // One run of the launcher: how it ended, or the reason not to go on.
-absl::StatusOr<Outcome> RunOnce(const LaunchOptions& options, const Cluster& cluster,
+absl::StatusOr<Outcome> RunOnce(const LaunchOptions& options, Cluster& cluster,
                                 const ElasticPlan& plan, int attempt, std::ostream& log) {
   ASSIGN_OR_RETURN(const std::string dir, AttemptDir(plan, attempt));
   log << "tetra launch: starting " << DescribePlan(plan) << " with "

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake g++ ninja-build pkg-config libabsl-dev libprotobuf-dev protobuf-compiler
           libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
           libopenblas-openmp-dev libboost-context-dev python3-torch python3-numpy python3-pil
-          python3-venv clang-format-14
+          python3-venv clang-format-14 iproute2
           chromium-headless-shell)
 missing=()
 for p in "${packages[@]}"; do

@@ -24,6 +24,7 @@ the test says so and exits 77 (skipped).
 usage: check_multi_host.py TETRA_BINARY
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -171,8 +172,8 @@ def run_case(check, work, name, script, reference, expected, discovery=False, se
 
 
 def main():
-    if os.geteuid() != 0:
-        print("SKIP: network namespaces need root")
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare"):
+        print("SKIP: network namespaces need root, ip (iproute2) and unshare (util-linux)")
         sys.exit(77)
     why = make_hosts()
     if why:
