@@ -1,8 +1,7 @@
 #include "launch/supervisor.h"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -54,10 +53,10 @@ std::vector<std::string> LaunchCommand(const LaunchOptions& options, const Clust
 
 // The last step the metrics file records (0: none, or no file).
 int64_t LastLoggedStep(const std::string& metrics_path) {
-  int64_t last = 0, step = 0;
+  int64_t last = 0;
   std::ifstream file(metrics_path);
   for (std::string line; std::getline(file, line);) {
-    if (std::sscanf(line.c_str(), "{\"step\": %" SCNd64, &step) == 1) last = std::max(last, step);
+    last = std::max(last, StepOfMetricsLine(line).value_or(0));
   }
   return last;
 }
@@ -192,12 +191,17 @@ absl::StatusOr<std::string> AttemptDir(const ElasticPlan& plan, int attempt) {
 // One run of the launcher: how it ended, or the reason not to go on.
 absl::StatusOr<Outcome> RunOnce(const LaunchOptions& options, Cluster& cluster,
                                 const ElasticPlan& plan, int attempt, std::ostream& log) {
+  Outcome outcome;
+  // Hosts may have come back while the job was down: no smaller job then.
+  if (!options.host_discovery_script.empty() &&
+      HostsCameBack(options, cluster, plan, outcome.came_back)) {
+    return outcome;
+  }
   ASSIGN_OR_RETURN(const std::string dir, AttemptDir(plan, attempt));
   log << "tetra launch: starting " << DescribePlan(plan) << " with "
       << (cluster.slurm() ? "srun" : "mpirun") << "\n"
       << std::flush;
   LostRankParser parser;
-  Outcome outcome;
   // After a failure the launcher has the job's own patience to end it.
   WatchRules rules{.failed_line = [&](std::string_view line) { return parser.Line(line); },
                    .grace_s = plan.config.parallel().comm_timeout_s(),
@@ -254,6 +258,8 @@ absl::Status Supervise(const LaunchOptions& options, std::ostream& log) {
                                                  discovered ? options.min_np : options.np));
   RETURN_IF_ERROR(CheckRecipe(options, cluster, plan));
   for (int attempt = 0, failures = 0;; ++attempt) {
+    // What the discovery script may read: the restarts so far.
+    setenv("TETRA_LAUNCH_RESTARTS", absl::StrCat(attempt).c_str(), 1);
     ASSIGN_OR_RETURN(const Outcome outcome, RunOnce(options, cluster, plan, attempt, log));
     if (outcome.finished) {
       log << "tetra launch: the run finished (" << attempt << " restarts)\n" << std::flush;

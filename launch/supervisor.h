@@ -25,8 +25,9 @@ struct LaunchOptions {
   int max_restarts = 3;
   std::string hostfile;  // Open MPI's syntax; empty: this machine, or the Slurm allocation
   // Prints the hosts available now, "HOST[:SLOTS]" per line (Horovod's
-  // convention): run before each relaunch and every discovery_interval_s
-  // while the job runs; when hosts that came back allow a larger job, the job
+  // convention): run before each launch and every discovery_interval_s
+  // while the job runs (TETRA_LAUNCH_RESTARTS in its environment: the
+  // restarts so far); when hosts that came back allow a larger job, the job
   // is stopped (it saves) and relaunched on them.
   std::string host_discovery_script;
   double discovery_interval_s = 30;

@@ -114,16 +114,20 @@ std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s) {
   return line;
 }
 
+std::optional<int64_t> StepOfMetricsLine(const std::string& line) {
+  int64_t step = 0;
+  if (std::sscanf(line.c_str(), "{\"step\": %" SCNd64, &step) != 1) return std::nullopt;
+  return step;
+}
+
 absl::StatusOr<MetricsLog> MetricsLog::Open(const std::string& path, int64_t resumed_step) {
   std::error_code ignored;  // fopen reports a directory that could not be made
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ignored);
   std::string kept;
   if (std::ifstream previous(path); resumed_step > 0 && previous) {
-    int64_t step = 0;
     for (std::string line; std::getline(previous, line);) {
-      const bool earlier_step =
-          std::sscanf(line.c_str(), "{\"step\": %" SCNd64, &step) == 1 && step <= resumed_step;
-      if (earlier_step || IsMetricsEvent(line)) {
+      const std::optional<int64_t> step = StepOfMetricsLine(line);
+      if ((step && *step <= resumed_step) || IsMetricsEvent(line)) {
         absl::StrAppend(&kept, line, "\n");
       }
     }

@@ -3,6 +3,7 @@
 #ifndef TETRA_OBSERVE_METRICS_LOG_H_
 #define TETRA_OBSERVE_METRICS_LOG_H_
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -108,6 +109,10 @@ std::string ProgressLine(const StepMetrics& m, int total_steps, double eta_s);
 // tetra launch) start with this; they outlive a resume's rewrite of the file.
 inline constexpr std::string_view kMetricsEventPrefix = "{\"event\": ";
 inline bool IsMetricsEvent(std::string_view line) { return line.starts_with(kMetricsEventPrefix); }
+
+// The step a line of the metrics file records; none for an event line or a
+// line that is not a step's.
+std::optional<int64_t> StepOfMetricsLine(const std::string& line);
 
 class MetricsLog {
  public:
