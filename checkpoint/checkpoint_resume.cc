@@ -7,6 +7,8 @@
 #include "checkpoint/checkpoint_compatibility.h"
 #include "checkpoint/checkpoint_directory.h"
 #include "checkpoint/checkpoint_format.h"
+#include "checkpoint/local_checkpoint.h"
+#include "comm/host_names.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 
@@ -75,6 +77,42 @@ absl::Status RestoreMoments(const CheckpointReader& reader, const ParameterStore
   return absl::OkStatus();
 }
 
+// Loads `entry` on every rank and returns its step. Collective over the world.
+absl::StatusOr<int64_t> RestoreFrom(const TrainerConfig& config, const CheckpointEntry& entry,
+                                    ParameterStore& store, const DistributedOptimizer& optimizer,
+                                    const DistributedOptimizer* experts,
+                                    const ParallelState& parallel, std::ostream& progress) {
+  // Each pipeline stage holds its own tensors, and each expert-parallel rank
+  // its own routed experts: the model's count sums over both, a tied
+  // embedding's two stage copies counting once.
+  double stage_weights = 0, stage_experts = 0;
+  for (const Parameter& p : store.all()) {
+    (p.expert ? stage_experts : stage_weights) += 1.0 / p.stage_copies;
+  }
+  const int64_t model_weights = std::llround(SumOverRanks(
+      parallel.pipeline(), stage_weights + SumOverRanks(parallel.expert(), stage_experts)));
+  absl::Status status = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(entry.path));
+    RETURN_IF_ERROR(CheckResumable(config, reader.manifest(), entry.step, entry.path));
+    int64_t weights = 0;
+    for (const TensorRecord& tensor : reader.manifest().tensors()) {
+      weights += tensor.kind() == TensorRecord::WEIGHT || tensor.kind() == TensorRecord::BUFFER;
+    }
+    if (weights != model_weights) {
+      return UserError(
+          absl::StrCat("checkpoint manifest ", entry.path, "/", kManifestFileName, " holds ",
+                       weights, " weight and buffer tensors but the model has ", model_weights,
+                       ": it was written for another model"),
+          kSameModelHint);
+    }
+    return RestoreCheckpoint(reader, store, optimizer, experts);
+  }();
+  RETURN_IF_ERROR(AgreeOnStatus(parallel.world(), std::move(status)));
+  progress << "tetra: resumed from " << entry.path << " (step " << entry.step << ")\n"
+           << std::flush;
+  return entry.step;
+}
+
 }  // namespace
 
 absl::Status RestoreCheckpoint(const CheckpointReader& reader, ParameterStore& store,
@@ -116,36 +154,20 @@ absl::StatusOr<int64_t> ResumeFromCheckpoint(const TrainerConfig& config, Parame
                                " in ", checkpoint.dir(), " but another rank finds a newer one"),
                   "checkpoint.dir must be one directory shared by every rank"));
   }
-  if (!entry) return 0;
-
-  // Each pipeline stage holds its own tensors, and each expert-parallel rank
-  // its own routed experts: the model's count sums over both, a tied
-  // embedding's two stage copies counting once.
-  double stage_weights = 0, stage_experts = 0;
-  for (const Parameter& p : store.all()) {
-    (p.expert ? stage_experts : stage_weights) += 1.0 / p.stage_copies;
+  std::optional<CheckpointEntry> source = entry;
+  if (!checkpoint.local_dir().empty()) {
+    // The copy in memory when it is at least as new: no shared file system to wait for.
+    ASSIGN_OR_RETURN(std::optional<CheckpointEntry> local,
+                     GatherLocalCheckpoint(checkpoint, step, parallel.world(),
+                                           HostNames(parallel.world()), progress));
+    if (local) {
+      RETURN_IF_ERROR(
+          AgreeOnStatus(parallel.world(), CheckResumeStep(config, local->step, local->path)));
+      source = std::move(local);
+    }
   }
-  const int64_t model_weights = std::llround(SumOverRanks(
-      parallel.pipeline(), stage_weights + SumOverRanks(parallel.expert(), stage_experts)));
-  absl::Status status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(entry->path));
-    RETURN_IF_ERROR(CheckResumable(config, reader.manifest(), entry->step, entry->path));
-    int64_t weights = 0;
-    for (const TensorRecord& tensor : reader.manifest().tensors()) {
-      weights += tensor.kind() == TensorRecord::WEIGHT || tensor.kind() == TensorRecord::BUFFER;
-    }
-    if (weights != model_weights) {
-      return UserError(
-          absl::StrCat("checkpoint manifest ", entry->path, "/", kManifestFileName, " holds ",
-                       weights, " weight and buffer tensors but the model has ", model_weights,
-                       ": it was written for another model"),
-          kSameModelHint);
-    }
-    return RestoreCheckpoint(reader, store, optimizer, experts);
-  }();
-  RETURN_IF_ERROR(AgreeOnStatus(parallel.world(), std::move(status)));
-  progress << "tetra: resumed from " << entry->path << " (step " << step << ")\n" << std::flush;
-  return step;
+  if (!source) return 0;
+  return RestoreFrom(config, *source, store, optimizer, experts, parallel, progress);
 }
 
 }  // namespace tetra

@@ -112,26 +112,6 @@ RankShards CollectShards(const TrainerConfig& config, const ParameterStore& stor
   return shards;
 }
 
-// Every rank's serialized records, on every rank (collective over `world`).
-std::vector<std::string> GatherRecords(Communicator& world, const std::string& mine) {
-  const int n = world.size();
-  // Bytes travel as I32 words: lengths first, then every record padded to the longest.
-  int32_t length = static_cast<int32_t>(mine.size());
-  std::vector<int32_t> lengths(n);
-  world.AllGather(Tensor::View(&length, {1}, DType::kI32),
-                  Tensor::View(lengths.data(), {n}, DType::kI32));
-  const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 3) / 4;
-  std::vector<int32_t> send(words, 0), all(words * n);
-  std::copy(mine.begin(), mine.end(), reinterpret_cast<char*>(send.data()));
-  world.AllGather(Tensor::View(send.data(), {words}, DType::kI32),
-                  Tensor::View(all.data(), {words * n}, DType::kI32));
-  std::vector<std::string> records;
-  for (int r = 0; r < n; ++r) {
-    records.emplace_back(reinterpret_cast<const char*>(all.data() + r * words), lengths[r]);
-  }
-  return records;
-}
-
 CheckpointManifest BuildManifest(const TrainerConfig& config, int64_t step,
                                  const ParallelState& parallel,
                                  const std::vector<std::string>& rank_records) {
@@ -185,14 +165,31 @@ absl::StatusOr<CheckpointSnapshot> SnapshotCheckpoint(const TrainerConfig& confi
   absl::StatusOr<std::string> tmp_dir = TemporaryStepDir(root, step);
   if (world.rank() == 0) tmp_dir = CreateTemporaryStepDir(root, step);
   RETURN_IF_ERROR(AgreeOnStatus(world, tmp_dir.status()));
+  CheckpointSnapshot snapshot =
+      CollectCheckpointShards(config, step, store, optimizer, experts, parallel);
+  snapshot.tmp_dir = *tmp_dir;
+  snapshot.data_path = absl::StrCat(*tmp_dir, "/", RankFileName(world.rank()));
+  return snapshot;
+}
+
+CheckpointSnapshot CollectCheckpointShards(const TrainerConfig& config, int64_t step,
+                                           const ParameterStore& store,
+                                           const DistributedOptimizer& optimizer,
+                                           const DistributedOptimizer* experts,
+                                           const ParallelState& parallel) {
   RankShards shards = CollectShards(config, store, optimizer, experts, parallel);
   CheckpointSnapshot snapshot;
   snapshot.step = step;
-  snapshot.tmp_dir = *tmp_dir;
-  snapshot.data_path = absl::StrCat(*tmp_dir, "/", RankFileName(world.rank()));
   snapshot.data = std::move(shards.data);
   snapshot.records = std::move(shards.records);
   return snapshot;
+}
+
+std::string GatherManifest(const TrainerConfig& config, const CheckpointSnapshot& snapshot,
+                           const ParallelState& parallel) {
+  const std::vector<std::string> records =
+      AllGatherStrings(parallel.world(), snapshot.records.SerializeAsString());
+  return BuildManifest(config, snapshot.step, parallel, records).SerializeAsString();
 }
 
 absl::Status WriteCheckpointData(CheckpointSnapshot& snapshot) {
@@ -209,15 +206,12 @@ absl::StatusOr<std::string> CommitCheckpoint(const TrainerConfig& config,
   Communicator& world = parallel.world();
   // Every rank's data file is on disk (fsynced) before rank 0 writes the manifest.
   RETURN_IF_ERROR(AgreeOnStatus(world, std::move(written)));
-  const std::vector<std::string> records =
-      GatherRecords(world, snapshot.records.SerializeAsString());
+  const std::string manifest = GatherManifest(config, snapshot, parallel);
   const std::string& root = config.checkpoint().dir();
   const int64_t step = snapshot.step;
   absl::StatusOr<std::string> final_dir = StepDir(root, step);
   if (world.rank() == 0) {
     final_dir = [&]() -> absl::StatusOr<std::string> {
-      const std::string manifest =
-          BuildManifest(config, step, parallel, records).SerializeAsString();
       RETURN_IF_ERROR(WriteFileDurably(absl::StrCat(snapshot.tmp_dir, "/", kManifestFileName),
                                        manifest.data(), manifest.size()));
       const std::string marker = CompleteMarkerText(step, manifest);

@@ -60,6 +60,13 @@ struct CheckpointSnapshot {
   CheckpointManifest records;  // only `tensors`, with this rank's shards
 };
 
+// This rank's shards of the state after `step`, in host memory: `records`
+// and `data` set, no directory yet. Calls no collective.
+CheckpointSnapshot CollectCheckpointShards(const TrainerConfig& config, int64_t step,
+                                           const ParameterStore& store,
+                                           const DistributedOptimizer& optimizer,
+                                           const DistributedOptimizer* experts,
+                                           const ParallelState& parallel);
 // The snapshot phase of SaveCheckpoint. Collective over the world.
 absl::StatusOr<CheckpointSnapshot> SnapshotCheckpoint(const TrainerConfig& config, int64_t step,
                                                       const ParameterStore& store,
@@ -70,6 +77,10 @@ absl::StatusOr<CheckpointSnapshot> SnapshotCheckpoint(const TrainerConfig& confi
 // frees snapshot.data.
 // Calls no collective, so it may run on another thread.
 absl::Status WriteCheckpointData(CheckpointSnapshot& snapshot);
+// The serialized manifest of the save of `snapshot` (written, so its CRCs
+// set) on every rank: every rank's records gathered. Collective over the world.
+std::string GatherManifest(const TrainerConfig& config, const CheckpointSnapshot& snapshot,
+                           const ParallelState& parallel);
 // The commit phase, given this rank's write status: the same failure on
 // every rank when any rank's write failed, else rank 0 commits and keeps the
 // newest checkpoint.keep. Returns the directory. Collective over the world.

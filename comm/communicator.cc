@@ -154,6 +154,25 @@ double MaxOverRanks(Communicator& group, double value) {
   return *std::max_element(values.begin(), values.end());
 }
 
+std::vector<std::string> AllGatherStrings(Communicator& group, const std::string& mine) {
+  const int n = group.size();
+  // Bytes travel as I32 words: lengths first, then every string padded to the longest.
+  int32_t length = static_cast<int32_t>(mine.size());
+  std::vector<int32_t> lengths(n);
+  group.AllGather(Tensor::View(&length, {1}, DType::kI32),
+                  Tensor::View(lengths.data(), {n}, DType::kI32));
+  const int64_t words = (*std::max_element(lengths.begin(), lengths.end()) + 3) / 4;
+  std::vector<int32_t> send(words, 0), all(words * n);
+  std::copy(mine.begin(), mine.end(), reinterpret_cast<char*>(send.data()));
+  group.AllGather(Tensor::View(send.data(), {words}, DType::kI32),
+                  Tensor::View(all.data(), {words * n}, DType::kI32));
+  std::vector<std::string> strings;
+  for (int r = 0; r < n; ++r) {
+    strings.emplace_back(reinterpret_cast<const char*>(all.data() + r * words), lengths[r]);
+  }
+  return strings;
+}
+
 absl::Status AgreeOnStatus(Communicator& group, absl::Status status) {
   // The lowest failed rank, as -max(-rank); group.size() when none failed.
   const int failed =

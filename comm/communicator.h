@@ -212,6 +212,9 @@ double SumOverRanks(Communicator& group, double value);
 // The largest of every rank's `value` (e.g. the peak memory of any rank).
 double MaxOverRanks(Communicator& group, double value);
 
+// Every rank's `mine` (any bytes), by rank, on every rank.
+std::vector<std::string> AllGatherStrings(Communicator& group, const std::string& mine);
+
 // Every rank of `group` ends with an error when any rank had one: its own
 // `status`, or one naming the first failed rank. Collective over `group`, so a
 // failure on one rank never leaves the others waiting in a later collective.

@@ -10,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_directory.h"
+#include "checkpoint/local_checkpoint.h"
 #include "core/json.h"
+#include "core/logging.h"
 #include "core/status_macros.h"
 #include "core/user_error.h"
 #include "launch/child_process.h"
@@ -73,7 +75,12 @@ absl::Status ReportRestart(int restart, const std::string& cause, const ElasticP
   std::ostringstream notes;
   ASSIGN_OR_RETURN(const std::optional<CheckpointEntry> newest,
                    NewestCompleteCheckpoint(plan.config.checkpoint().dir(), notes));
-  const int64_t resumed = newest ? newest->step : 0;
+  int64_t resumed = newest ? newest->step : 0;
+  // The copy in memory on this host, when newer, is what the job will take
+  // (the job's own line says so where the copies on other hosts decide).
+  if (!plan.config.checkpoint().local_dir().empty()) {
+    resumed = std::max(resumed, NewestLocalStep(plan.config.checkpoint(), HostName()).value_or(0));
+  }
   const std::string& metrics = plan.config.log().metrics_path();
   const int64_t lost_steps =
       metrics.empty() ? 0 : std::max<int64_t>(0, LastLoggedStep(metrics) - resumed);

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/local_checkpoint.h"
+#include "comm/host_names.h"
 #include "core/status_macros.h"
 #include "core/timer.h"
 
@@ -13,6 +15,7 @@ CheckpointPolicy::CheckpointPolicy(const TrainerConfig& config, const ParallelSt
                                    std::ostream& progress)
     : config_(config), parallel_(parallel), progress_(progress) {
   if (!config.checkpoint().dir().empty()) stop_request_.emplace();
+  if (!config.checkpoint().local_dir().empty()) hosts_ = HostNames(parallel.world());
 }
 
 absl::StatusOr<bool> CheckpointPolicy::AfterStep(int64_t step, TrainingRun& run) {
@@ -20,10 +23,23 @@ absl::StatusOr<bool> CheckpointPolicy::AfterStep(int64_t step, TrainingRun& run)
   const bool due = stop || CheckpointDue(config_.checkpoint(), step, config_.train().steps());
   // Every rank takes the same branch: saves are due on the same steps and
   // the one in flight is committed on a step all agree on.
-  if (due || in_flight_ != nullptr) {
+  const CheckpointConfig& checkpoint = config_.checkpoint();
+  const bool last = step == config_.train().steps();
+  // The last step's save ends the run: its copies in memory are freed instead.
+  const bool copy_due =
+      !checkpoint.local_dir().empty() && !last && (due || step % checkpoint.local_interval() == 0);
+  if (due || copy_due || in_flight_ != nullptr) {
     const Timer stall;
+    if (copy_due) {
+      RETURN_IF_ERROR(SaveLocalCheckpoint(config_, step, run.model->parameters(),
+                                          run.optimizer->dense(), run.optimizer->experts(),
+                                          parallel_, hosts_));
+    }
     if (in_flight_ != nullptr) RETURN_IF_ERROR(CommitInFlight(/*wait=*/due));
-    if (due) RETURN_IF_ERROR(Save(step, run, /*wait=*/stop || step == config_.train().steps()));
+    if (due) RETURN_IF_ERROR(Save(step, run, /*wait=*/stop || last));
+    if (last && !hosts_.empty()) {
+      RETURN_IF_ERROR(RemoveLocalCheckpoints(checkpoint, parallel_.world(), hosts_));
+    }
     stall_ = MaxOverRanks(parallel_.world(), stall.Seconds());
   }
   if (stop) {

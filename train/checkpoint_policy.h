@@ -1,6 +1,9 @@
 // When a run saves: every checkpoint.interval steps and at its last step
 // (CheckpointDue), and, with somewhere to save, after the step in which any
-// rank was sent SIGTERM or SIGINT, which then stops the run cleanly.
+// rank was sent SIGTERM or SIGINT, which then stops the run cleanly. With
+// checkpoint.local_dir, a copy in memory (checkpoint/local_checkpoint.h)
+// every checkpoint.local_interval steps and with each of those saves, so the
+// copy is never older than the newest save and a restart prefers it.
 //
 // With checkpoint.async each rank's data file is written by a background
 // thread (checkpoint/background_checkpoint_write.h) while the next steps run;
@@ -16,7 +19,9 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/background_checkpoint_write.h"
@@ -50,6 +55,8 @@ class CheckpointPolicy {
 
   const TrainerConfig& config_;
   const ParallelState& parallel_;
+  // Each rank's host, for the copies in memory (checkpoint.local_dir); empty without.
+  std::vector<std::string> hosts_;
   std::ostream& progress_;
   std::optional<StopRequest> stop_request_;
   std::unique_ptr<BackgroundCheckpointWrite> in_flight_;

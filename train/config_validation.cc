@@ -646,6 +646,21 @@ absl::Status ValidateLog(const LogConfig& log, const CheckpointConfig& checkpoin
                      checkpoint.keep(), " must be >= 0"),
         "save every N steps (0: only at the end and on SIGTERM) and keep the newest K (0: all)");
   }
+  if (!checkpoint.local_dir().empty() && checkpoint.dir().empty()) {
+    return Invalid("checkpoint.local_dir is set but checkpoint.dir is not",
+                   "the copies in memory come between saves to checkpoint.dir: set it too");
+  }
+  if (!checkpoint.local_dir().empty() && checkpoint.local_interval() < 1) {
+    return Invalid(absl::StrCat("checkpoint.local_interval is ", checkpoint.local_interval(),
+                                " but must be >= 1 with checkpoint.local_dir set"),
+                   "copy the state to memory every N >= 1 steps, e.g. a tenth of "
+                   "checkpoint.interval");
+  }
+  if (checkpoint.local_dir().empty() && checkpoint.local_interval() != 0) {
+    return Invalid(absl::StrCat("checkpoint.local_interval is ", checkpoint.local_interval(),
+                                " but checkpoint.local_dir is not set"),
+                   "set checkpoint.local_dir to node-local memory, e.g. /dev/shm/tetra");
+  }
   if (log.eval_interval() < 0 || log.eval_batches() < 1) {
     return Invalid(absl::StrCat("log.eval_interval ", log.eval_interval(), " and log.eval_batches ",
                                 log.eval_batches(), " must be >= 0 and >= 1"),

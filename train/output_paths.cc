@@ -90,6 +90,7 @@ absl::Status CheckOutputsWritable(const TrainerConfig& config, Communicator& wor
     files = {{"log.metrics_path", &log.metrics_path()}, {"log.trace_path", &log.trace_path()}};
   }
   directories.emplace_back("checkpoint.dir", &config.checkpoint().dir());
+  directories.emplace_back("checkpoint.local_dir", &config.checkpoint().local_dir());
   absl::Status status;
   for (const auto& [field, dir] : directories) {
     if (status.ok() && !dir->empty()) status = CheckWritableDirectory(field, *dir);

@@ -243,6 +243,11 @@ def output_cases(cases):
                                    [f"checkpoint.dir={path}", "checkpoint.interval=1"])
         cases.refused(f"checkpoint.dir = {os.path.basename(path)}", args, keep,
                       [f"checkpoint.dir {path}: Not a directory"], metrics=metrics)
+        args, metrics = train_args(cases, f"local{cases.count}",
+                                   [f"checkpoint.dir={cases.scratch(f'local_ckpt{cases.count}')}",
+                                    f"checkpoint.local_dir={path}", "checkpoint.local_interval=1"])
+        cases.refused(f"checkpoint.local_dir = {os.path.basename(path)}", args, keep,
+                      [f"checkpoint.local_dir {path} cannot be written"], metrics=metrics)
     ckpt = cases.scratch("ckpt_with_fifo_step")
     os.mkfifo(os.path.join(ckpt, "step_00000002"))
     args, metrics = train_args(cases, "ckpt_fifo", [f"checkpoint.dir={ckpt}", "checkpoint.interval=1"])

@@ -5,9 +5,11 @@ TCP (its remote agent a script that enters the namespace, as ssh would enter
 the machine). A 4-rank job, 2 ranks per host, checkpoints every 4 steps:
 
   - host b is powered off once step 6 is logged: its processes are killed
-    (SIGKILL) and the agent no longer reaches it; the supervisor finds b
-    gone (as mpirun tells, or else by probing each host), drops it and goes
-    on on host a (data 2);
+    (SIGKILL), its memory is lost and the agent no longer reaches it; the
+    supervisor finds b gone (as mpirun tells, or else by probing each host),
+    drops it and goes on on host a (data 2), from the copy in memory
+    (checkpoint.local_dir, every 2 steps; the file system's saves are 20
+    steps apart) that host a keeps of b's ranks' state;
   - host b's link is cut once step 6 is logged: the ranks on a time out
     (parallel.comm_timeout_s 10), naming b's ranks that did not answer their
     liveness probe; the supervisor ends the launcher (which waits for b's
@@ -17,7 +19,7 @@ the machine). A 4-rank job, 2 ranks per host, checkpoints every 4 steps:
     powered off (and no longer listed), and back once the job has restarted
     (the script reads TETRA_LAUNCH_RESTARTS): the supervisor plans to go on
     on a, then, checking before it launches, grows the job back onto b
-    (data 4).
+    (data 4), whose memory is empty: host a sends it the copy in memory.
 
 In each every step's loss equals an uninterrupted 4-rank run's within 1e-6.
 Needs root and network namespaces (`ip netns`); where they are not allowed
@@ -130,13 +132,19 @@ def reached_step(step):
     return lambda lines: any(line.get("step", 0) >= step for line in lines)
 
 
-def run_case(check, work, name, script, reference, expected, discovery=False):
+# Copies in memory: each host's under work/shm/HOST, lost with it.
+IN_MEMORY = ["checkpoint.interval=20", "checkpoint.local_dir={work}/shm", "checkpoint.local_interval=2"]
+
+
+def run_case(check, work, name, script, reference, expected, discovery=False, in_memory=False):
     """Runs the 4-rank launch from host a; `script` holds (trigger, action)
     pairs done in order as the metrics reach each trigger; `expected` the
-    restarts' (cause, data) in order."""
+    restarts' (cause, data) in order. Returns the output and the restarts'
+    metrics events."""
     metrics, ckpt = f"{work}/{name}.jsonl", f"{work}/{name}_ckpt"
     steps = len(reference)
     sets = SETS + [f"log.metrics_path={metrics}", f"checkpoint.dir={ckpt}"]
+    sets += [s.format(work=work) for s in IN_MEMORY] if in_memory else []
     hosts = (["--host-discovery-script", f"{work}/discover", "--discovery-interval-s", "30"]
              if discovery else ["--hostfile", f"{work}/hostfile"])
     command = [TETRA, "launch", "--np", "4", "--min-np", "2"] + hosts + [
@@ -161,7 +169,8 @@ def run_case(check, work, name, script, reference, expected, discovery=False):
     log.seek(0)
     output = log.read()
     check(f"{name}: the launch finishes", not pending and launch.returncode == 0, output[-4000:])
-    events = [(line["cause"], line["data"]) for line in metrics_so_far(metrics) if "event" in line]
+    restarts = [line for line in metrics_so_far(metrics) if "event" in line]
+    events = [(line["cause"], line["data"]) for line in restarts]
     check(f"{name}: restarts {expected}",
           len(events) == len(expected) and
           all(want in cause and data == want_data
@@ -173,7 +182,7 @@ def run_case(check, work, name, script, reference, expected, discovery=False):
     check(f"{name}: steps 1..{steps}, each loss within 1e-6 of the uninterrupted run's "
           f"(worst {worst:.2e})",
           [line["step"] for line in logged] == list(range(1, steps + 1)) and worst <= 1e-6)
-    return output
+    return output, restarts
 
 
 def main():
@@ -201,31 +210,41 @@ def main():
 
             reference = uninterrupted("reference", SETS)
 
-            def power_off_host_b():  # its processes killed, and it answers no more
+            def power_off_host_b():  # its processes and memory gone, and it answers no more
                 open(f"{work}/b_off", "w").close()
                 open(f"{work}/tetra_hb.down", "w").close()
                 for pid in processes_in("tetra_hb"):
                     os.kill(pid, signal.SIGKILL)
+                shutil.rmtree(f"{work}/shm/hb", ignore_errors=True)
 
             lost_b = ("lost host 10.77.0.2 (", 2)
-            output = run_case(check, work, "killed", [(reached_step(6), power_off_host_b)],
-                              reference, [lost_b])
+            output, restarts = run_case(check, work, "killed", [(reached_step(6), power_off_host_b)],
+                                        reference, [lost_b], in_memory=True)
             check("killed: the supervisor names host b", "lost host 10.77.0.2 (" in output,
+                  output[-3000:])
+            resumed = [line["resumed_step"] for line in restarts]
+            check(f"killed: host a resumes from its copy in memory of step 4 or later "
+                  f"(resumed {resumed}; the file system's first save is at step 20)",
+                  resumed and resumed[0] >= 4 and f"resumed from {work}/shm/ha/run-" in output,
                   output[-3000:])
             os.remove(f"{work}/b_off")
             os.remove(f"{work}/tetra_hb.down")
             make_hosts()
             cut_b = lambda: ip("-n", "tetra_hb", "link", "set", "tetra_vb", "down")  # noqa: E731
-            output = run_case(check, work, "cut", [(reached_step(6), cut_b)], reference,
-                              [("lost rank 2 on host hb", 2)])
+            output, _ = run_case(check, work, "cut", [(reached_step(6), cut_b)], reference,
+                                 [("lost rank 2 on host hb", 2)])
             check("cut: the ranks on host a name host b's ranks, which did not answer",
                   "ranks 2, 3 on host hb did not answer a liveness probe" in output, output[-3000:])
             make_hosts()
             with open(f"{work}/discover", "w") as f:
                 f.write(DISCOVER.format(work=work))
             os.chmod(f"{work}/discover", 0o755)
-            run_case(check, work, "back", [(reached_step(6), power_off_host_b)], reference,
-                     [lost_b, ("hosts came back: 10.77.0.2", 4)], discovery=True)
+            output, _ = run_case(check, work, "back", [(reached_step(6), power_off_host_b)],
+                                 reference, [lost_b, ("hosts came back: 10.77.0.2", 4)],
+                                 discovery=True, in_memory=True)
+            check("back: host b, back with empty memory, receives the copy in memory from host a",
+                  "sent to host hb, which lacked them" in output and
+                  f"resumed from {work}/shm/ha/run-" in output, output[-3000:])
     finally:
         remove_hosts()
     checker.exit("tetra launch survives a lost host and a cut link on the same loss curve")

@@ -294,6 +294,16 @@ TEST(ConfigValidationTest, HostileValuesAreUserErrorsNamingTheField) {
       {{"log.straggler_threshold=nan"}, 1, "log.straggler_threshold is nan"},
       {{"log.straggler_threshold=inf"}, 1, "log.straggler_threshold is inf"},
       {{"log.straggler_steps=0"}, 1, "log.straggler_steps is 0"},
+      // Copies in memory come between saves to checkpoint.dir, at an interval.
+      {{"checkpoint.local_dir=/dev/shm/t", "checkpoint.local_interval=5"},
+       1,
+       "checkpoint.local_dir is set but checkpoint.dir is not"},
+      {{"checkpoint.dir=ckpt", "checkpoint.local_dir=/dev/shm/t"},
+       1,
+       "checkpoint.local_interval is 0 but must be >= 1"},
+      {{"checkpoint.dir=ckpt", "checkpoint.local_interval=5"},
+       1,
+       "checkpoint.local_interval is 5 but checkpoint.local_dir is not set"},
       // Every moe field whenever model.moe is present, routed experts or not.
       {{"model.moe.n_routed_experts=-5"}, 1, "model.moe.n_routed_experts is -5"},
       {{"model.moe.num_experts_per_tok=-1"}, 1, "model.moe.num_experts_per_tok is -1"},
@@ -326,6 +336,8 @@ TEST(ConfigValidationTest, BoundsLeaveRealSettingsAlone) {
            {"parallel.comm_timeout_s=604800", "parallel.dp_bucket_mb=1048576"},
            {"log.straggler_threshold=0", "log.straggler_steps=1"},  // no warning
            {"log.straggler_threshold=1.05", "log.straggler_steps=2147483647"},
+           {"checkpoint.dir=ckpt", "checkpoint.local_dir=/dev/shm/t",
+            "checkpoint.local_interval=1"},
            {"model.moe.n_routed_experts=0", "model.moe.num_experts_per_tok=0"},  // a dense model
            With(kMoe, {"model.moe.capacity_factor=8"}),
        }) {
