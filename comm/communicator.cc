@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "comm/backend_util.h"
+#include "core/device_work.h"
 #include "core/logging.h"
 #include "core/timer.h"
 #include "kernels/ops.h"
@@ -376,6 +377,7 @@ bool CommHandle::Test() {
 
 void CommHandle::Wait() {
   if (done_) return;
+  CountDeviceWork(DeviceWork::kHostWait);
   Timer timer;
   auto sleep = kFirstSleep;
   for (int polls = 0; !Test(); ++polls) {

@@ -80,7 +80,7 @@ class Profile {
 // Waits for the device's queued work when `device` is one.
 void WaitFor(DeviceType device) {
 #if TETRA_HAVE_CUDA
-  if (device == DeviceType::kCUDA) cuda::Synchronize();
+  if (device == DeviceType::kCUDA) cuda::SynchronizeUncounted();
 #else
   (void)device;
 #endif

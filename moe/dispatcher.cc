@@ -105,6 +105,10 @@ void TokenDispatcher::Exchange(const Tensor& from, const std::vector<int64_t>& f
 }
 
 void TokenDispatcher::ToExperts(const DispatchPlan& plan, const Tensor& send, Tensor* grouped) {
+  if (!exchanges()) {
+    *grouped = send;  // one rank: arrival and grouped orders are the send order
+    return;
+  }
   const int64_t rows =
       plan.recv_offsets.empty() ? 0 : plan.recv_offsets.back() + plan.recv_counts.back();
   EnsureShape(&received_, {rows, send.dim(1)}, send.dtype(), send.device());
@@ -118,6 +122,10 @@ void TokenDispatcher::ToExperts(const DispatchPlan& plan, const Tensor& send, Te
 }
 
 void TokenDispatcher::FromExperts(const DispatchPlan& plan, const Tensor& grouped, Tensor* send) {
+  if (!exchanges()) {
+    *send = grouped;
+    return;
+  }
   EnsureShape(&received_, grouped.shape(), grouped.dtype(), grouped.device());
   EnsureShape(send, {plan.rows, grouped.dim(1)}, grouped.dtype(), grouped.device());
   for (const DispatchPlan::RowBlock& b : plan.blocks) {

@@ -52,6 +52,9 @@ class TokenDispatcher {
   TokenDispatcher(int num_experts, int top_k, double capacity_factor, Communicator& ep);
 
   int local_experts() const { return local_experts_; }
+  // Whether rows travel between ranks; without, ToExperts and FromExperts
+  // only name their input as their output (no copy).
+  bool exchanges() const { return ep_.size() > 1; }
   int first_expert() const { return ep_.rank() * local_experts_; }
 
   // The router's choice. Collective over ep (the per-expert counts are exchanged).
@@ -60,9 +63,11 @@ class TokenDispatcher {
   void Permute(const DispatchPlan& plan, const Tensor& x, Tensor* send) const;
   // dsend (M, C) -> dx (N, C), written: the sum over each token's pairs (Permute's adjoint).
   void Unpermute(const DispatchPlan& plan, const Tensor& dsend, const Tensor& dx) const;
-  // send (M, C) -> *grouped (R, C), rows of this rank's experts (collective over ep).
+  // send (M, C) -> *grouped (R, C), rows of this rank's experts (collective
+  // over ep; without exchanges *grouped becomes send itself).
   void ToExperts(const DispatchPlan& plan, const Tensor& send, Tensor* grouped);
-  // grouped (R, C) -> *send (M, C), ToExperts' inverse (collective over ep).
+  // grouped (R, C) -> *send (M, C), ToExperts' inverse (collective over ep;
+  // without exchanges *send becomes grouped itself).
   void FromExperts(const DispatchPlan& plan, const Tensor& grouped, Tensor* send);
   // out (N, C) = sum over kept pairs j of weights[t, j] y[send_row], written.
   void Combine(const DispatchPlan& plan, const Tensor& weights, const Tensor& y,

@@ -52,6 +52,9 @@ std::vector<std::pair<const char*, double>> StepFields(const StepMetrics& m) {
   add("optimizer_bytes", m.optimizer_bytes);
   add("peak_memory_bytes", m.peak_memory_bytes);
   add("device_mallocs", m.device_mallocs);
+  add("device_launches", m.device_launches);
+  add("host_waits", m.host_waits);
+  add("device_allocations", m.device_allocations);
   fields.emplace_back("step_time_s", m.step_time_s);
   add("fwd_s", m.fwd_s);
   add("bwd_s", m.bwd_s);

@@ -67,6 +67,10 @@ struct StepMetrics {
   // Device runs: cudaMalloc and cudaFree calls the step made (each waits for
   // the device), largest over ranks; 0 where memory comes from the pool.
   std::optional<double> device_mallocs;
+  // Device runs: the step's launches (kernels, library calls, copies), host
+  // waits (on the device or a collective) and device allocations, largest
+  // over ranks (core/device_work.h).
+  std::optional<double> device_launches, host_waits, device_allocations;
   std::optional<RunLayout> run;  // the first line of a run only
   // Mixture-of-experts models: the balance term as added to the objective
   // (alpha included, summed over layers), the max over layers of max / mean

@@ -32,7 +32,8 @@ double PeakResidentBytes() {
 
 namespace {
 
-constexpr int kFields = 9, kMeans = 7;  // the first kMeans are averaged, the rest the largest taken
+constexpr int kFields = 12,
+              kMeans = 7;  // the first kMeans are averaged, the rest the largest taken
 
 // The slowest rank from every rank's fields as AddStepTiming gathers them.
 void AddStraggler(const std::vector<double>& all, StepMetrics& m) {
@@ -62,17 +63,20 @@ void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTimin
                                       local.comm_pp_s,
                                       local.comm_ep_s,
                                       local.peak_memory_bytes,
-                                      local.device_mallocs.value_or(-1)};
+                                      local.device_mallocs.value_or(-1),
+                                      local.device_launches.value_or(-1),
+                                      local.host_waits.value_or(-1),
+                                      local.device_allocations.value_or(-1)};
   // Every rank's fields, one F64 gather per step.
   std::vector<double> all(kFields * world.size());
   world.AllGather(Tensor::View(mine.data(), {kFields}, DType::kF64),
                   Tensor::View(all.data(), {kFields * world.size()}, DType::kF64));
   std::array<double, kFields> mean{};
-  double peak = 0, mallocs = -1;
+  std::array<double, kFields> largest;
+  largest.fill(-1);
   for (int r = 0; r < world.size(); ++r) {
     for (int f = 0; f < kMeans; ++f) mean[f] += all[r * kFields + f] / world.size();
-    peak = std::max(peak, all[r * kFields + kMeans]);
-    mallocs = std::max(mallocs, all[r * kFields + kMeans + 1]);
+    for (int f = kMeans; f < kFields; ++f) largest[f] = std::max(largest[f], all[r * kFields + f]);
   }
   m.fwd_s = mean[0];
   m.bwd_s = mean[1];
@@ -82,8 +86,15 @@ void AddStepTiming(Communicator& world, const MeshShape& layout, const StepTimin
   if (layout.world > 1) m.comm_exposed_s_dp = mean[4];
   if (layout.pp > 1) m.comm_exposed_s_pp = mean[5];
   if (mean[6] > 0) m.comm_exposed_s_ep = mean[6];
-  m.peak_memory_bytes = peak;
-  if (mallocs >= 0) m.device_mallocs = mallocs;
+  m.peak_memory_bytes = std::max(0.0, largest[kMeans]);
+  // -1: a count the ranks do not keep (a CPU run).
+  const auto count = [&](int f) {
+    return largest[f] >= 0 ? std::optional(largest[f]) : std::nullopt;
+  };
+  m.device_mallocs = count(kMeans + 1);
+  m.device_launches = count(kMeans + 2);
+  m.host_waits = count(kMeans + 3);
+  m.device_allocations = count(kMeans + 4);
   if (world.size() > 1) AddStraggler(all, m);
 }
 

@@ -26,6 +26,9 @@ struct StepTiming {
   // Device runs: the device-memory calls of the step that waited for the
   // device (SynchronizingDeviceAllocations, core/tensor.h); none should.
   std::optional<double> device_mallocs;
+  // Device runs: the step's launches, host waits and device allocations
+  // (core/device_work.h).
+  std::optional<double> device_launches, host_waits, device_allocations;
 
   // This rank's breakdown of the step the profiler has measured since its
   // last BeginStep.
@@ -44,7 +47,7 @@ struct StepTiming {
 double PeakResidentBytes();
 
 // Fills m's breakdown with the mean over `world`'s ranks of each rank's
-// `local` times and the largest peak memory and device_mallocs; the layout decides which
+// `local` times and the largest peak memory and device counts; the layout decides which
 // per-group fields a step reports. With several ranks, also the slowest rank
 // by ComputeSeconds and its ratio to the median (from the same gather).
 // Collective over `world`.

@@ -54,6 +54,7 @@ void RunReporter::BeginStep(int64_t step) {
   step_span_.emplace(SpanKind::kStep, nullptr, step);
   step_timer_.Reset();
   mallocs_before_ = SynchronizingDeviceAllocations();
+  work_before_ = DeviceWorkSoFar();
 }
 
 absl::Status RunReporter::EndStep(StepMetrics& m) {
@@ -65,6 +66,10 @@ absl::Status RunReporter::EndStep(StepMetrics& m) {
   StepTiming timing = StepTiming::FromProfiler();
   if (CurrentPlacement().device == DeviceType::kCUDA) {
     timing.device_mallocs = SynchronizingDeviceAllocations() - mallocs_before_;
+    const DeviceWorkCounts work = DeviceWorkSoFar() - work_before_;
+    timing.device_launches = work.launches;
+    timing.host_waits = work.host_waits;
+    timing.device_allocations = work.allocations;
   }
   AddStepTiming(parallel.world(), mesh, timing, m);
   if (m.step == run_.resumed + 1) {  // a report reads the run's layout from its first line

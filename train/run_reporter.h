@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/device_work.h"
 #include "core/profiler.h"
 #include "core/timer.h"
 #include "observe/metrics_log.h"
@@ -61,6 +62,7 @@ class RunReporter {
   Timer run_timer_, step_timer_;
   std::optional<ScopedSpan> step_span_;
   int64_t mallocs_before_ = 0;
+  DeviceWorkCounts work_before_;
   StragglerDetector straggler_;
   std::vector<std::string> hosts_;  // by world rank
 };

@@ -7,6 +7,7 @@
 #include "comm/backend_util.h"
 #include "comm/cuda/nccl_library.h"
 #include "comm/self_communicator.h"
+#include "core/device_work.h"
 #include "core/logging.h"
 
 // Failed CUDA and NCCL calls are broken invariants: fatal, with file:line.
@@ -96,6 +97,7 @@ void NcclCommunicator::AfterCurrentStream() {
 }
 
 CommHandle NcclCommunicator::Watch(std::function<std::string()> describe) {
+  CountDeviceWork(DeviceWork::kLaunch);  // the operation just enqueued
   cudaEvent_t raw_event;
   TETRA_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&raw_event, cudaEventDisableTiming));
   std::shared_ptr<std::remove_pointer_t<cudaEvent_t>> event(raw_event, cudaEventDestroy);

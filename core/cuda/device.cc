@@ -1,6 +1,7 @@
 #include "core/cuda/device.h"
 
 #include "core/cuda/cuda_check.h"
+#include "core/device_work.h"
 
 namespace tetra::cuda {
 
@@ -38,6 +39,11 @@ DeviceMemory CurrentDeviceMemory() {
   return memory;
 }
 
-void Synchronize() { TETRA_CUDA_CHECK(cudaDeviceSynchronize()); }
+void Synchronize() {
+  CountDeviceWork(DeviceWork::kHostWait);
+  SynchronizeUncounted();
+}
+
+void SynchronizeUncounted() { TETRA_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 }  // namespace tetra::cuda

@@ -26,8 +26,11 @@ struct DeviceMemory {
 };
 DeviceMemory CurrentDeviceMemory();
 
-// Waits for all work on the current device (checked: reports kernel faults).
+// Waits for all work on the current device (checked: reports kernel faults),
+// a host wait (core/device_work.h).
 void Synchronize();
+// The same, not counted: the op profile's own waits are not the step's.
+void SynchronizeUncounted();
 
 }  // namespace tetra::cuda
 

@@ -7,6 +7,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
+#include "core/device_work.h"
 #include "core/logging.h"
 
 namespace tetra::cuda {
@@ -47,6 +48,7 @@ bool PoolReady() {
 void* AllocateDeviceBuffer(size_t bytes) {
   void* p = nullptr;
   if (bytes == 0) bytes = 256;  // a distinct address, as cudaMalloc's smallest
+  CountDeviceWork(DeviceWork::kAllocation);
   if (PoolReady()) {
     TETRA_CUDA_CHECK(cudaMallocAsync(&p, bytes, CurrentStream()));
   } else {
@@ -84,12 +86,16 @@ int64_t SynchronizingAllocations() { return g_synchronizing.load(std::memory_ord
 
 void CopyBytes(void* dst, const void* src, size_t bytes, bool wait) {
   if (bytes == 0) return;
+  CountDeviceWork(DeviceWork::kLaunch);
   TETRA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, CurrentStream()));
-  if (wait) TETRA_CUDA_CHECK(cudaStreamSynchronize(CurrentStream()));
+  if (!wait) return;
+  CountDeviceWork(DeviceWork::kHostWait);
+  TETRA_CUDA_CHECK(cudaStreamSynchronize(CurrentStream()));
 }
 
 void ZeroBytes(void* dst, size_t bytes) {
   if (bytes == 0) return;
+  CountDeviceWork(DeviceWork::kLaunch);
   TETRA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, CurrentStream()));
 }
 

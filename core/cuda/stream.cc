@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/cuda/cuda_check.h"
+#include "core/device_work.h"
 
 namespace tetra::cuda {
 namespace {
@@ -25,7 +26,10 @@ Stream& Stream::operator=(Stream&& other) noexcept {
   return *this;
 }
 
-void Stream::Synchronize() const { TETRA_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void Stream::Synchronize() const {
+  CountDeviceWork(DeviceWork::kHostWait);
+  TETRA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 Event::Event(bool timing) {
   TETRA_CUDA_CHECK(
@@ -52,7 +56,10 @@ void Event::Wait(cudaStream_t stream) const {
   TETRA_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
 }
 
-void Event::Synchronize() const { TETRA_CUDA_CHECK(cudaEventSynchronize(event_)); }
+void Event::Synchronize() const {
+  CountDeviceWork(DeviceWork::kHostWait);
+  TETRA_CUDA_CHECK(cudaEventSynchronize(event_));
+}
 
 bool Event::Done() const {
   const cudaError_t status = cudaEventQuery(event_);

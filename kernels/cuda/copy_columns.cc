@@ -4,6 +4,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/stream.h"
+#include "core/device_work.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/expect_device.h"
 
@@ -16,6 +17,7 @@ void CopyColumns(const Tensor& src, int64_t src_column, const Tensor& dst, int64
   const size_t element = DTypeSize(src.dtype());
   const int64_t rows = src.numel() / src.dim(-1);
   if (rows == 0 || columns == 0) return;
+  CountDeviceWork(DeviceWork::kLaunch);
   TETRA_CUDA_CHECK(cudaMemcpy2DAsync(
       static_cast<char*>(dst.raw()) + dst_column * element, dst.dim(-1) * element,
       static_cast<const char*>(src.raw()) + src_column * element, src.dim(-1) * element,

@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "core/cuda/stream.h"
+#include "core/device_work.h"
 #include "core/logging.h"
 #include "kernels/cuda/context.h"
 
@@ -269,6 +270,7 @@ void Execute(const CachedGraph& graph, std::unordered_map<int64_t, void*> pointe
   const cudnnHandle_t handle = Handle();
   TETRA_CHECK(fe::detail::set_stream(handle, CurrentStream()) == CUDNN_STATUS_SUCCESS);
   void* workspace = graph.workspace_bytes > 0 ? Scratch(graph.workspace_bytes) : nullptr;
+  CountDeviceWork(DeviceWork::kLaunch);
   fe::error_t status = graph.graph->execute(handle, pointers, workspace);
   TETRA_CHECK(status.is_good()) << "cuDNN attention failed to launch: " << status.get_message();
 }

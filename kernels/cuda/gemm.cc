@@ -20,6 +20,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
 #include "core/cuda/stream.h"
+#include "core/device_work.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/expect_device.h"
@@ -197,6 +198,7 @@ void Matmul(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int
   // The statuses of refused algorithms; words only if every one is refused
   // (a stream built on every call would cost the hot path).
   cublasStatus_t refused[kMaxAlgorithms];
+  CountDeviceWork(DeviceWork::kLaunch);
   for (size_t i = first; i < plan.algos.size(); ++i) {
     const cublasStatus_t status =
         cublasLtMatmul(CublasLtHandle(), plan.desc, &alpha, a.raw(), plan.a, b.raw(), plan.b, &beta,

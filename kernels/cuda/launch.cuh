@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/cuda/cuda_check.h"
+#include "core/device_work.h"
 
 #if TETRA_EMULATED_GPU
 #include <type_traits>
@@ -32,6 +33,7 @@ void LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t share
   kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
 #endif
   TETRA_CUDA_CHECK_LAUNCH();
+  CountDeviceWork(DeviceWork::kLaunch);
 }
 
 }  // namespace tetra::cuda

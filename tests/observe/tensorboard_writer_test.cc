@@ -123,7 +123,7 @@ TEST(TensorBoardWriterTest, ReaderGetsBackEveryScalarAndRejectsACorruptByte) {
 TEST(TensorBoardWriterTest, EveryNumberOfTheMetricsLineIsAScalar) {
   // A new StepMetrics field changes its size: set it below, so this test
   // checks it reaches TensorBoard, then update the size.
-  static_assert(sizeof(StepMetrics) == 504, "StepMetrics has a new field: set it in this test");
+  static_assert(sizeof(StepMetrics) == 552, "StepMetrics has a new field: set it in this test");
   const std::string dir = ::testing::TempDir() + "tensorboard_every_metric";
   std::filesystem::remove_all(dir);
   auto writer = TensorBoardWriter::Open(dir);
@@ -154,6 +154,9 @@ TEST(TensorBoardWriterTest, EveryNumberOfTheMetricsLineIsAScalar) {
                                    &m.dropped_tokens,
                                    &m.all_to_all_bytes,
                                    &m.device_mallocs,
+                                   &m.device_launches,
+                                   &m.host_waits,
+                                   &m.device_allocations,
                                    &m.mtp_loss,
                                    &m.checkpoint_stall_s,
                                    &m.straggler_ratio}) {
@@ -181,7 +184,7 @@ TEST(TensorBoardWriterTest, EveryNumberOfTheMetricsLineIsAScalar) {
   }
   EXPECT_EQ(numbers.size(), scalars.size());
   // Every field StepMetrics has, set above, and the layout's 11 numbers.
-  EXPECT_EQ(numbers.size(), 31u + 11u);
+  EXPECT_EQ(numbers.size(), 34u + 11u);
   EXPECT_EQ(scalars["virtual_stages"], 2);
 }
 
