@@ -1,9 +1,27 @@
 #include "moe/grouped_experts.h"
 
+#include <functional>
+
 #include "core/logging.h"
 #include "kernels/ops.h"
 
 namespace tetra {
+namespace {
+
+// Calls `each(e, begin, end)` for every expert e with rows [begin, end) of
+// the grouped buffer (none for an expert without rows); returns the rows in all.
+int64_t ForEachExpert(const std::vector<int64_t>& rows,
+                      const std::function<void(size_t, int64_t, int64_t)>& each) {
+  int64_t begin = 0;
+  for (size_t e = 0; e < rows.size(); ++e) {
+    const int64_t end = begin + rows[e];
+    if (end > begin && each) each(e, begin, end);
+    begin = end;
+  }
+  return begin;
+}
+
+}  // namespace
 
 void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
                           const std::vector<int64_t>& rows, const Tensor& x, GroupedActivations* a,
@@ -17,21 +35,18 @@ void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
   EnsureShape(&a->act, {total, width});
   EnsureShape(y, x.shape());
   a->rows = rows;
-  int64_t begin = 0;
-  for (size_t e = 0; e < experts.size(); ++e) {
-    const int64_t end = begin + rows[e];
-    if (end > begin) {
-      const ExpertWeights& w = experts[e];
-      const Tensor gate = a->gate.Slice(begin, end), up = a->up.Slice(begin, end),
-                   act = a->act.Slice(begin, end);
-      ops::Linear(a->x.Slice(begin, end), w.gate_proj, gate);
-      ops::Linear(a->x.Slice(begin, end), w.up_proj, up);
-      ops::Swiglu(gate, up, act);
-      ops::Linear(act, w.down_proj, y->Slice(begin, end));
-    }
-    begin = end;
-  }
-  TETRA_CHECK(begin == total) << "expert row counts sum to " << begin << ", not " << total;
+  // The SwiGLU is row by row: one pass over every expert's rows between the GEMMs.
+  ForEachExpert(rows, [&](size_t e, int64_t begin, int64_t end) {
+    const Tensor x_rows = a->x.Slice(begin, end);
+    ops::Linear(x_rows, experts[e].gate_proj, a->gate.Slice(begin, end));
+    ops::Linear(x_rows, experts[e].up_proj, a->up.Slice(begin, end));
+  });
+  TETRA_CHECK(ForEachExpert(rows, nullptr) == total)
+      << "expert row counts sum to " << ForEachExpert(rows, nullptr) << ", not " << total;
+  if (total > 0) ops::Swiglu(a->gate, a->up, a->act);
+  ForEachExpert(rows, [&](size_t e, int64_t begin, int64_t end) {
+    ops::Linear(a->act.Slice(begin, end), experts[e].down_proj, y->Slice(begin, end));
+  });
   if (!keep_activation) a->act = Tensor();
 }
 
@@ -48,25 +63,22 @@ void GroupedSwigluBackward(const std::vector<ExpertWeights>& experts, const Grou
   if (!a.act.defined()) recomputed = Tensor::Empty(a.gate.shape(), a.gate.dtype(), a.gate.device());
   EnsureShape(dgate, a.gate.shape());
   EnsureShape(dup, a.up.shape());
-  int64_t begin = 0;
-  for (size_t e = 0; e < experts.size(); ++e) {
-    const int64_t end = begin + a.rows[e];
-    if (end > begin) {
-      const ExpertWeights& weights = experts[e];
-      const Tensor x = a.x.Slice(begin, end), gate = a.gate.Slice(begin, end),
-                   up = a.up.Slice(begin, end);
-      const Tensor act = (a.act.defined() ? a.act : recomputed).Slice(begin, end);
-      if (!a.act.defined()) ops::Swiglu(gate, up, act);
-      const Tensor da = dact->Slice(begin, end), dg = dgate->Slice(begin, end),
-                   du = dup->Slice(begin, end), d_in = dx->Slice(begin, end);
-      w.LinearBackward(kept_dy.Slice(begin, end), act, weights.down_proj, da, weights.down_grad);
-      ops::SwigluBackward(da, gate, up, dg, du);
-      w.LinearBackward(w.Keep(dg), x, weights.gate_proj, d_in, weights.gate_grad);
-      w.LinearBackward(w.Keep(du), x, weights.up_proj, d_in, weights.up_grad,
-                       /*accumulate_dx=*/true);
-    }
-    begin = end;
-  }
+  const Tensor act = a.act.defined() ? a.act : recomputed;
+  const bool any = a.x.dim(0) > 0;
+  if (!a.act.defined() && any) ops::Swiglu(a.gate, a.up, act);
+  ForEachExpert(a.rows, [&](size_t e, int64_t begin, int64_t end) {
+    w.LinearBackward(kept_dy.Slice(begin, end), act.Slice(begin, end), experts[e].down_proj,
+                     dact->Slice(begin, end), experts[e].down_grad);
+  });
+  if (any) ops::SwigluBackward(*dact, a.gate, a.up, *dgate, *dup);
+  const Tensor kept_dgate = w.Keep(*dgate), kept_dup = w.Keep(*dup);
+  ForEachExpert(a.rows, [&](size_t e, int64_t begin, int64_t end) {
+    const ExpertWeights& weights = experts[e];
+    const Tensor x = a.x.Slice(begin, end), d_in = dx->Slice(begin, end);
+    w.LinearBackward(kept_dgate.Slice(begin, end), x, weights.gate_proj, d_in, weights.gate_grad);
+    w.LinearBackward(kept_dup.Slice(begin, end), x, weights.up_proj, d_in, weights.up_grad,
+                     /*accumulate_dx=*/true);
+  });
 }
 
 }  // namespace tetra
