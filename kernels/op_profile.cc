@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_work.h"
 #include "kernels/op_list.h"
 
 #if TETRA_HAVE_CUDA
@@ -67,6 +68,15 @@ class Profile {
     for (const auto& [kind, seconds] : by_kind) {
       std::fprintf(stderr, "  %-26s %10.4f s %6.1f%%\n", kind.c_str(), seconds,
                    100.0 * seconds / total);
+    }
+    const DeviceWorkCounts work = DeviceWorkSoFar();
+    if (work.launches > 0) {
+      std::fprintf(stderr,
+                   "tetra device work of the process: %lld launches, %lld host waits, %lld "
+                   "device allocations (each step's are its metrics device_launches, "
+                   "host_waits and device_allocations)\n",
+                   static_cast<long long>(work.launches), static_cast<long long>(work.host_waits),
+                   static_cast<long long>(work.allocations));
     }
   }
 
