@@ -56,6 +56,22 @@ const std::vector<ExpertWeights>& MoeMlpLayer::Experts() {
   return experts_;
 }
 
+void MoeMlpLayer::RunExperts(Activations& a, const Tensor& x, bool recompute) {
+  dispatcher_.Plan(a.routing, &a.plan);
+  if (!recompute) dropped_ += a.plan.dropped;
+  // With one expert-parallel rank the send order is the experts' order: the
+  // permutation writes the micro-batch's grouped rows, and the experts its
+  // output rows, with no exchange and no copy.
+  const bool exchanges = dispatcher_.exchanges();
+  Tensor& send = exchanges ? send_ : a.grouped;
+  dispatcher_.Permute(a.plan, x, &send);
+  dispatcher_.ToExperts(a.plan, send, &a.grouped);
+  Tensor& y_grouped = exchanges ? y_grouped_ : a.y_send;
+  GroupedSwigluForward(Experts(), a.plan.expert_rows, a.grouped, &a.experts, &y_grouped,
+                       /*keep_activation=*/!recompute_activation_);
+  dispatcher_.FromExperts(a.plan, experts_region_.Exit(y_grouped), &a.y_send);
+}
+
 Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t seq, float grad_scale,
                             bool recompute) {
   Activations& a = slots_.ForForward(slot);
@@ -98,19 +114,7 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
                                                    seq, whole_seq, aux_scale, a.daux);
     if (!recompute) aux_loss_sum_ += aux / cp_.size();
   }
-  dispatcher_.Plan(a.routing, &a.plan);
-  if (!recompute) dropped_ += a.plan.dropped;
-  // With one expert-parallel rank the send order is the experts' order: the
-  // permutation writes the micro-batch's grouped rows, and the experts its
-  // output rows, with no exchange and no copy.
-  const bool exchanges = dispatcher_.exchanges();
-  Tensor& send = exchanges ? send_ : a.grouped;
-  dispatcher_.Permute(a.plan, x, &send);
-  dispatcher_.ToExperts(a.plan, send, &a.grouped);
-  Tensor& y_grouped = exchanges ? y_grouped_ : a.y_send;
-  GroupedSwigluForward(Experts(), a.plan.expert_rows, a.grouped, &a.experts, &y_grouped,
-                       /*keep_activation=*/!recompute_activation_);
-  dispatcher_.FromExperts(a.plan, experts_region_.Exit(y_grouped), &a.y_send);
+  RunExperts(a, x, recompute);
   EnsureShape(&out_, x.shape());
   dispatcher_.Combine(a.plan, a.routing.weights, a.y_send, out_);
   if (shared_) ops::Add(shared_->Forward(slot, x), out_);

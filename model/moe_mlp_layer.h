@@ -94,6 +94,9 @@ class MoeMlpLayer : public Sublayer {
   RouterBalance* balance_;
   Tensor no_bias_;  // (E) zeros, the routing's bias without one
   WeightGradients& weight_gradients_;
+  // x's routed rows to the experts and back: a.plan, a.grouped, a.experts
+  // and a.y_send (the experts' output rows in send order).
+  void RunExperts(Activations& a, const Tensor& x, bool recompute);
   // Views of this rank's experts' parameters, in expert order (made after
   // ParameterStore::Pack has moved them).
   const std::vector<ExpertWeights>& Experts();
