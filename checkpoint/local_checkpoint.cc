@@ -58,33 +58,37 @@ std::string RecvBytes(Communicator& world, double length, int from) {
   return bytes;
 }
 
-// Sends this rank's data file (`data`) to its backup and returns the data files of
-// the ranks it backs up, by rank. Sizes first, so each receive is sized.
+// Sends this rank's data file (`data`) to its backup and returns the data
+// files of the ranks it backs up, by rank: one all-to-all-v over the world
+// (sizes gathered first), so it keeps NCCL's rules on every backend.
 std::vector<std::pair<int, std::string>> ExchangeBackups(Communicator& world,
                                                          const std::vector<int>& backup,
                                                          std::string& data) {
-  const int rank = world.rank(), to = backup[rank];
-  std::vector<std::pair<int, std::string>> kept;
-  for (int r = 0; r < world.size(); ++r) {
-    if (backup[r] == rank) kept.emplace_back(r, std::string());
-  }
-  double length = static_cast<double>(data.size());
-  std::vector<double> lengths(kept.size());
-  std::vector<CommHandle> pending;
-  if (to >= 0) pending.push_back(world.SendAsync(Tensor::View(&length, {1}, DType::kF64), to));
-  for (size_t i = 0; i < kept.size(); ++i) {
-    pending.push_back(world.RecvAsync(Tensor::View(&lengths[i], {1}, DType::kF64), kept[i].first));
-  }
-  for (CommHandle& handle : pending) handle.Wait();
-  pending.clear();
+  const int n = world.size(), rank = world.rank();
+  double mine = static_cast<double>(data.size());
+  std::vector<double> sizes(n);
+  world.AllGather(Tensor::View(&mine, {1}, DType::kF64),
+                  Tensor::View(sizes.data(), {n}, DType::kF64));
   // Data files hold fp32 values: whole words, which Words leaves as they are.
   TETRA_CHECK(data.size() % 4 == 0) << "a data file of " << data.size() << " bytes";
-  if (to >= 0 && !data.empty()) pending.push_back(world.SendAsync(Words(data), to));
-  for (size_t i = 0; i < kept.size(); ++i) {
-    kept[i].second.resize(static_cast<size_t>(lengths[i]));
-    if (lengths[i] > 0) pending.push_back(world.RecvAsync(Words(kept[i].second), kept[i].first));
+  std::vector<int64_t> send_counts(n, 0), send_offsets(n, 0), recv_counts(n, 0), recv_offsets(n, 0);
+  if (backup[rank] >= 0) send_counts[backup[rank]] = static_cast<int64_t>(data.size() / 4);
+  std::vector<std::pair<int, std::string>> kept;
+  int64_t words = 0;
+  for (int r = 0; r < n; ++r) {
+    if (backup[r] != rank) continue;
+    recv_offsets[r] = words;
+    recv_counts[r] = static_cast<int64_t>(sizes[r]) / 4;
+    words += recv_counts[r];
+    kept.emplace_back(r, std::string());
   }
-  for (CommHandle& handle : pending) handle.Wait();
+  std::vector<int32_t> received(std::max<int64_t>(words, 1));  // never a null buffer
+  world.AllToAllV(Words(data), send_counts, send_offsets,
+                  Tensor::View(received.data(), {words}, DType::kI32), recv_counts, recv_offsets);
+  for (auto& [from, bytes] : kept) {
+    bytes.assign(reinterpret_cast<const char*>(received.data() + recv_offsets[from]),
+                 recv_counts[from] * 4);
+  }
   return kept;
 }
 
