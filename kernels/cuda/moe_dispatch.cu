@@ -1,14 +1,14 @@
 // Token dispatch of a mixture-of-experts layer on the device, with the CPU
 // reference's results (kernels/cpu/moe_dispatch.cc), deterministically.
 //
-// DispatchOrder is a counting sort of the (token, choice) pairs by expert:
-// each thread counts a chunk of pairs per expert, a scan turns the counts
-// into every chunk's first row per expert, and the chunks place their pairs
-// in pair order. With a capacity, an MSB-first radix select finds, for each
-// overflowing expert, the key of its first dropped pair in the CPU's order
-// (weight descending, then pair), and the sort runs again on the kept pairs.
-// The row moves (gather, combine and its backward) add in fp32 in the CPU's
-// order, with no atomics.
+// DispatchOrder is a counting sort of the (token, choice) pairs by expert,
+// parallel over tiles of pairs: each block counts its tile's pairs per expert,
+// a block per expert scans its tiles' counts into each tile's first row, and
+// each block places its pairs in pair order (a pair's rank among its expert's
+// earlier pairs of the tile, counted in shared memory). With a capacity, an MSB-first radix select
+// finds, for each overflowing expert, the key of its first dropped pair in the CPU's order (weight
+// descending, then pair), and the sort runs again on the kept pairs. The row moves (gather, combine
+// and its backward) add in fp32 in the CPU's order, with no atomics.
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_memory.h"
@@ -21,7 +21,7 @@ namespace tetra::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kChunk = 1024;  // pairs per thread of the counting sort
+constexpr int kTile = kThreads;  // pairs per block of the counting sort, one per thread
 
 // Pair p's place in the capacity order as one key, smaller first: higher
 // weight first, then the earlier pair (the CPU's stable sort by weight).
@@ -40,64 +40,91 @@ __device__ __forceinline__ bool Kept(const float* weights, const uint64_t* bound
   return bound == nullptr || CapacityKey(weights[p], p) < bound[e];
 }
 
-// A thread per chunk of kChunk pairs: counts (E, chunks) column c = the kept
-// pairs of chunk c of each expert.
-__global__ void ChunkCountKernel(const int32_t* expert, const float* weights, const uint64_t* bound,
-                                 int64_t pairs, int num_experts, int64_t chunks, int32_t* counts) {
-  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (c >= chunks) return;
-  for (int e = 0; e < num_experts; ++e) counts[e * chunks + c] = 0;
-  const int64_t end = min(pairs, (c + 1) * kChunk);
-  for (int64_t p = c * kChunk; p < end; ++p) {
+// A block per tile of kTile pairs: counts (E, tiles) column b = the kept
+// pairs of tile b of each expert (a shared histogram of E ints).
+__global__ void TileCountKernel(const int32_t* expert, const float* weights, const uint64_t* bound,
+                                int64_t pairs, int num_experts, int64_t tiles, int32_t* counts) {
+  TETRA_DYNAMIC_SHARED(int32_t, histogram);
+  const int64_t b = blockIdx.x, p = b * kTile + threadIdx.x;
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) histogram[e] = 0;
+  __syncthreads();
+  if (p < pairs) {
     const auto e = static_cast<int32_t>(CheckedIndex(expert, p, num_experts, "expert"));
-    if (Kept(weights, bound, e, p)) ++counts[e * chunks + c];
-  }
-}
-
-// One block: counts (E, chunks) becomes each chunk's first row within each
-// expert; expert_counts (E) = the experts' kept pairs; offsets (E + 1) = the
-// experts' first rows, then M.
-__global__ void ScanKernel(int32_t* counts, int num_experts, int64_t chunks, int32_t* expert_counts,
-                           int32_t* offsets) {
-  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
-    int32_t* row = counts + e * chunks;
-    int32_t total = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int32_t n = row[c];
-      row[c] = total;
-      total += n;
-    }
-    expert_counts[e] = total;
+    if (Kept(weights, bound, e, p)) atomicAdd(&histogram[e], 1);
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  int32_t first = 0;
-  for (int e = 0; e < num_experts; ++e) {
-    offsets[e] = first;
-    first += expert_counts[e];
-  }
-  offsets[num_experts] = first;
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) counts[e * tiles + b] = histogram[e];
 }
 
-// A thread per chunk, after ScanKernel: send_row (pairs) = each kept pair's
-// row, in pair order within its expert, -1 for a dropped pair; row_out
-// (M) = each row's pair divided by per_row (1: the pair, k: its token).
-__global__ void PlaceKernel(const int32_t* expert, const float* weights, const uint64_t* bound,
-                            int64_t pairs, int64_t chunks, int32_t* counts, const int32_t* offsets,
-                            int per_row, int32_t* send_row, int32_t* row_out) {
-  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (c >= chunks) return;
-  const int64_t end = min(pairs, (c + 1) * kChunk);
-  for (int64_t p = c * kChunk; p < end; ++p) {
-    const int32_t e = expert[p];  // checked by ChunkCountKernel
-    if (!Kept(weights, bound, e, p)) {
-      send_row[p] = -1;
-      continue;
+// A block per expert e: row e of counts (E, tiles) becomes each tile's first
+// row within the expert (an exclusive scan, kThreads tiles per pass);
+// expert_counts[e] = the expert's kept pairs.
+__global__ void ExpertScanKernel(int32_t* counts, int64_t tiles, int32_t* expert_counts) {
+  __shared__ int32_t scan[kThreads];
+  __shared__ int32_t carry;  // the tiles of the earlier passes
+  int32_t* row = counts + blockIdx.x * tiles;
+  if (threadIdx.x == 0) carry = 0;
+  for (int64_t base = 0; base < tiles; base += kThreads) {
+    const int64_t i = base + threadIdx.x;
+    const int32_t n = i < tiles ? row[i] : 0;
+    scan[threadIdx.x] = n;
+    __syncthreads();
+    for (int offset = 1; offset < kThreads; offset *= 2) {  // inclusive, Hillis-Steele
+      const int32_t left = threadIdx.x >= offset ? scan[threadIdx.x - offset] : 0;
+      __syncthreads();
+      scan[threadIdx.x] += left;
+      __syncthreads();
     }
-    const int32_t row = offsets[e] + counts[e * chunks + c]++;
-    send_row[p] = row;
-    row_out[row] = static_cast<int32_t>(p / per_row);
+    if (i < tiles) row[i] = carry + scan[threadIdx.x] - n;
+    __syncthreads();
+    if (threadIdx.x == 0) carry += scan[kThreads - 1];
+    __syncthreads();
   }
+  if (threadIdx.x == 0) expert_counts[blockIdx.x] = carry;
+}
+
+// A block per tile, after ExpertScanKernel: send_row (pairs) = each kept
+// pair's row (its expert's first row, its tile's first row within the
+// expert, then the expert's kept pairs before it in the tile), -1 for a
+// dropped pair; row_out (M) = each row's pair divided by per_row (1: the
+// pair, k: its token). Block 0 also writes offsets (E + 1): the experts'
+// first rows, then M. Shared: the experts' first rows (E + 1 ints), then
+// the tile's experts (kTile ints, -1 where dropped).
+__global__ void TilePlaceKernel(const int32_t* expert, const float* weights, const uint64_t* bound,
+                                int64_t pairs, int num_experts, int64_t tiles,
+                                const int32_t* counts, const int32_t* expert_counts, int per_row,
+                                int32_t* offsets, int32_t* send_row, int32_t* row_out) {
+  TETRA_DYNAMIC_SHARED(int32_t, first);
+  int32_t* tile_expert = first + num_experts + 1;
+  const int64_t b = blockIdx.x, p = b * kTile + threadIdx.x;
+  if (threadIdx.x == 0) {
+    int32_t rows = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      first[e] = rows;
+      rows += expert_counts[e];
+    }
+    first[num_experts] = rows;
+  }
+  int32_t e = -1;
+  if (p < pairs) {
+    e = expert[p];  // checked by TileCountKernel
+    if (!Kept(weights, bound, e, p)) e = -1;
+  }
+  tile_expert[threadIdx.x] = e;
+  __syncthreads();
+  if (b == 0) {
+    for (int i = threadIdx.x; i <= num_experts; i += blockDim.x) offsets[i] = first[i];
+  }
+  if (p >= pairs) return;
+  if (e < 0) {
+    send_row[p] = -1;
+    return;
+  }
+  int32_t before = 0;
+  for (int j = 0; j < static_cast<int>(threadIdx.x); ++j) before += tile_expert[j] == e;
+  const int32_t row = first[e] + counts[e * tiles + b] + before;
+  send_row[p] = row;
+  row_out[row] = static_cast<int32_t>(p / per_row);
 }
 
 // A block per expert: bound (E) = the key of rank `capacity` among the
@@ -209,25 +236,29 @@ int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capac
     return 0;
   }
   const int k = static_cast<int>(expert.dim(1));
-  const int64_t chunks = CeilDiv(pairs, kChunk);
-  // Scratch: bound (E) uint64, counts (E, chunks), offsets (E + 1) and, with
+  const int64_t tiles = CeilDiv(pairs, kTile);
+  // Scratch: bound (E) uint64, counts (E, tiles), offsets (E + 1) and, with
   // a capacity, row_pair (pairs) int32.
-  const size_t ints = num_experts * chunks + num_experts + 1 + (capacity >= 0 ? pairs : 0);
+  const size_t ints = num_experts * tiles + num_experts + 1 + (capacity >= 0 ? pairs : 0);
   uint64_t* bound =
       static_cast<uint64_t*>(Scratch(num_experts * sizeof(uint64_t) + ints * sizeof(int32_t)));
   int32_t* counts = reinterpret_cast<int32_t*>(bound + num_experts);
-  int32_t* offsets = counts + num_experts * chunks;
+  int32_t* offsets = counts + num_experts * tiles;
   int32_t* row_pair = offsets + num_experts + 1;
-  const unsigned grid = static_cast<unsigned>(CeilDiv(chunks, kThreads));
+  const unsigned grid = static_cast<unsigned>(tiles);
+  const size_t count_shared = num_experts * sizeof(int32_t);
+  const size_t place_shared = (num_experts + 1 + kTile) * sizeof(int32_t);
   // The counting sort of the pairs that `kept_bound` keeps (null: all).
   const auto sort = [&](const uint64_t* kept_bound, int per_row, int32_t* row_out) {
-    LaunchKernel(ChunkCountKernel, grid, kThreads, 0, CurrentStream(), expert.data<int32_t>(),
-                 weights.f32(), kept_bound, pairs, num_experts, chunks, counts);
-    LaunchKernel(ScanKernel, 1, kThreads, 0, CurrentStream(), counts, num_experts, chunks,
-                 expert_counts.data<int32_t>(), offsets);
-    LaunchKernel(PlaceKernel, grid, kThreads, 0, CurrentStream(), expert.data<int32_t>(),
-                 weights.f32(), kept_bound, pairs, chunks, counts, offsets, per_row,
-                 send_row.data<int32_t>(), row_out);
+    LaunchKernel(TileCountKernel, grid, kThreads, count_shared, CurrentStream(),
+                 expert.data<int32_t>(), weights.f32(), kept_bound, pairs, num_experts, tiles,
+                 counts);
+    LaunchKernel(ExpertScanKernel, num_experts, kThreads, 0, CurrentStream(), counts, tiles,
+                 expert_counts.data<int32_t>());
+    LaunchKernel(TilePlaceKernel, grid, kThreads, place_shared, CurrentStream(),
+                 expert.data<int32_t>(), weights.f32(), kept_bound, pairs, num_experts, tiles,
+                 counts, expert_counts.data<int32_t>(), per_row, offsets, send_row.data<int32_t>(),
+                 row_out);
   };
   if (capacity >= 0) {
     // Every pair grouped by expert first, to find each expert's bound.

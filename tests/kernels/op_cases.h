@@ -881,53 +881,57 @@ inline void AddDispatchCases(std::vector<OpCase>* cases) {
   constexpr Tolerance kCombineTol{1e-6, 1e-6,
                                   "k fp32 products summed in the same order; FMA contraction"};
   constexpr Tolerance kDotTol{1e-5, 1e-5, "fp32 dot products of 24 terms in other orders"};
-  constexpr int64_t kTokens = 40, kWidth = 24;
+  constexpr int64_t kWidth = 24;
   constexpr int kK = 3, kExperts = 7;
-  std::vector<int32_t> choice(kTokens * kK);
-  for (int64_t p = 0; p < kTokens * kK; ++p)
-    choice[p] = static_cast<int32_t>((p * 5 + p / 7) % kExperts);
-  const Tensor experts = HostInts(choice, {kTokens, kK});
-  for (int64_t capacity : {int64_t{-1}, int64_t{12}}) {
-    for (DType dtype : {DType::kF32, DType::kBF16}) {
-      cases->push_back(
-          {CaseName("dispatch", dtype,
-                    absl::StrCat(kTokens, "x", kK, " pairs over ", kExperts, " experts, ",
-                                 capacity < 0 ? "dropless" : "capacity 12")),
-           [=](const Backend& b, Outputs* out) {
-             const Tensor expert = b.Exact(experts);
-             // Weights rounded to bf16 (8 significant bits), so some are equal
-             // and capacity ties go to the earlier pair.
-             const Tensor weights =
-                 b.In(RoundTo(HostRandom({kTokens, kK}, 1, 0.25f), DType::kBF16));
-             const Tensor send_row = b.Out({kTokens, kK}, DType::kI32),
-                          send_token = b.Out({kTokens * kK}, DType::kI32),
-                          counts = b.Out({kExperts}, DType::kI32);
-             const int64_t rows =
-                 ops::DispatchOrder(expert, weights, capacity, send_row, send_token, counts);
-             out->Add("rows", static_cast<double>(rows), kExact);
-             out->Add("send_row", send_row, kExact);
-             out->Add("send_token", send_token.Slice(0, rows), kExact);
-             out->Add("counts", counts, kExact);
-             const Tensor x = b.In(HostRandom({kTokens, kWidth}, 2), dtype);
-             const Tensor send = b.Out({rows, kWidth}, dtype);
-             ops::GatherRows(x, send_token.Slice(0, rows), send);
-             out->Add("gathered", send, kExact);
-             const Tensor y = b.In(HostRandom({rows, kWidth}, 3), dtype),
-                          combined = b.Out({kTokens, kWidth}, dtype),
-                          summed = b.Out({kTokens, kWidth}, dtype);
-             ops::CombineRows(y, send_row, weights, combined);
-             ops::CombineRows(y, send_row, Tensor(), summed);
-             const Tolerance tol = dtype == DType::kF32 ? kCombineTol
-                                                        : Tolerance{1e-6, kBf16Rounding,
-                                                                    "combine, one bf16 rounding"};
-             out->Add("combined", combined, tol);
-             out->Add("summed", summed, tol);
-             const Tensor dy = b.Out({rows, kWidth}, dtype), dweights = b.Out({kTokens, kK});
-             ops::CombineRowsBackward(b.In(HostRandom({kTokens, kWidth}, 4), dtype), y, send_row,
-                                      weights, dy, dweights);
-             out->Add("dy", dy, tol);
-             out->Add("dweights", dweights, kDotTol);
-           }});
+  // 400 tokens: 1200 pairs, several of the device's 256-pair tiles.
+  for (const int64_t tokens : {int64_t{40}, int64_t{400}}) {
+    std::vector<int32_t> choice(tokens * kK);
+    for (int64_t p = 0; p < tokens * kK; ++p)
+      choice[p] = static_cast<int32_t>((p * 5 + p / 7) % kExperts);
+    const Tensor experts = HostInts(choice, {tokens, kK});
+    for (int64_t capacity : {int64_t{-1}, tokens * 3 / 10}) {
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        cases->push_back(
+            {CaseName(
+                 "dispatch", dtype,
+                 absl::StrCat(tokens, "x", kK, " pairs over ", kExperts, " experts, ",
+                              capacity < 0 ? "dropless" : absl::StrCat("capacity ", capacity))),
+             [=](const Backend& b, Outputs* out) {
+               const Tensor expert = b.Exact(experts);
+               // Weights rounded to bf16 (8 significant bits), so some are equal
+               // and capacity ties go to the earlier pair.
+               const Tensor weights =
+                   b.In(RoundTo(HostRandom({tokens, kK}, 1, 0.25f), DType::kBF16));
+               const Tensor send_row = b.Out({tokens, kK}, DType::kI32),
+                            send_token = b.Out({tokens * kK}, DType::kI32),
+                            counts = b.Out({kExperts}, DType::kI32);
+               const int64_t rows =
+                   ops::DispatchOrder(expert, weights, capacity, send_row, send_token, counts);
+               out->Add("rows", static_cast<double>(rows), kExact);
+               out->Add("send_row", send_row, kExact);
+               out->Add("send_token", send_token.Slice(0, rows), kExact);
+               out->Add("counts", counts, kExact);
+               const Tensor x = b.In(HostRandom({tokens, kWidth}, 2), dtype);
+               const Tensor send = b.Out({rows, kWidth}, dtype);
+               ops::GatherRows(x, send_token.Slice(0, rows), send);
+               out->Add("gathered", send, kExact);
+               const Tensor y = b.In(HostRandom({rows, kWidth}, 3), dtype),
+                            combined = b.Out({tokens, kWidth}, dtype),
+                            summed = b.Out({tokens, kWidth}, dtype);
+               ops::CombineRows(y, send_row, weights, combined);
+               ops::CombineRows(y, send_row, Tensor(), summed);
+               const Tolerance tol = dtype == DType::kF32 ? kCombineTol
+                                                          : Tolerance{1e-6, kBf16Rounding,
+                                                                      "combine, one bf16 rounding"};
+               out->Add("combined", combined, tol);
+               out->Add("summed", summed, tol);
+               const Tensor dy = b.Out({rows, kWidth}, dtype), dweights = b.Out({tokens, kK});
+               ops::CombineRowsBackward(b.In(HostRandom({tokens, kWidth}, 4), dtype), y, send_row,
+                                        weights, dy, dweights);
+               out->Add("dy", dy, tol);
+               out->Add("dweights", dweights, kDotTol);
+             }});
+      }
     }
   }
 }
