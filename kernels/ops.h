@@ -205,10 +205,11 @@ void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias);
 // Token dispatch (kernels/cpu/moe_dispatch.h): pairs p = t k + j.
 // expert, weights (N, k) -> send_row (N, k) int32 (-1: dropped), send_token
 // (N k) int32 of which the first M rows are used, expert_counts (E) int32;
-// capacity < 0: every pair kept. Returns M.
-int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
-                      const Tensor& send_row, const Tensor& send_token,
-                      const Tensor& expert_counts);
+// capacity < 0: every pair kept. M, the pairs kept, is the sum of
+// expert_counts: on a device the caller reads the counts once, so the op
+// itself never waits for the device.
+void DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
+                   const Tensor& send_row, const Tensor& send_token, const Tensor& expert_counts);
 // dst (M, C) row i = src row index[i], index (M) int32.
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst);
 // dst (N, C) row t = sum over kept pairs of weights[t, j] x src row index[t, j]

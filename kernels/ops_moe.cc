@@ -111,21 +111,22 @@ void UpdateRouterBias(const Tensor& loads, double speed, const Tensor& bias) {
   cpu::UpdateRouterBias(loads.data<int32_t>(), static_cast<int>(bias.numel()), speed, bias.f32());
 }
 
-int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
-                      const Tensor& send_row, const Tensor& send_token,
-                      const Tensor& expert_counts) {
+void DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
+                   const Tensor& send_row, const Tensor& send_token, const Tensor& expert_counts) {
   CheckDispatchOrder(expert, weights, send_row, send_token, expert_counts);
   const OpTimer op_timer(__func__, expert.device());
-  if (OnDevice(expert))
-    return OnCuda<int64_t>([&](auto) {
-      return cuda::DispatchOrder(expert, weights, capacity, send_row, send_token, expert_counts);
+  if (OnDevice(expert)) {
+    OnCuda([&](auto) {
+      cuda::DispatchOrder(expert, weights, capacity, send_row, send_token, expert_counts);
     });
+    return;
+  }
   ExpectHost(expert, weights, send_row, send_token, expert_counts);
   HostF32 f32;
-  return cpu::DispatchOrder(
-      expert.data<int32_t>(), f32.In(weights), expert.dim(0), static_cast<int>(expert.dim(1)),
-      static_cast<int>(expert_counts.numel()), capacity, send_row.data<int32_t>(),
-      send_token.data<int32_t>(), expert_counts.data<int32_t>());
+  cpu::DispatchOrder(expert.data<int32_t>(), f32.In(weights), expert.dim(0),
+                     static_cast<int>(expert.dim(1)), static_cast<int>(expert_counts.numel()),
+                     capacity, send_row.data<int32_t>(), send_token.data<int32_t>(),
+                     expert_counts.data<int32_t>());
 }
 
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {

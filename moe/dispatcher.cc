@@ -1,6 +1,7 @@
 #include "moe/dispatcher.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "core/logging.h"
 #include "core/profiler.h"
@@ -38,13 +39,14 @@ void TokenDispatcher::Plan(const Routing& routing, DispatchPlan* plan) {
   EnsureShape(&plan->send_row, routing.expert.shape(), DType::kI32, device);
   EnsureShape(&plan->send_token, {pairs}, DType::kI32, device);
   EnsureShape(&plan->expert_counts, {num_experts_}, DType::kI32, device);
-  plan->rows = ops::DispatchOrder(routing.expert, routing.weights, capacity, plan->send_row,
-                                  plan->send_token, plan->expert_counts);
-  plan->dropped = pairs - plan->rows;
-
-  // The counts steer the all-to-all: they live on the host.
+  ops::DispatchOrder(routing.expert, routing.weights, capacity, plan->send_row, plan->send_token,
+                     plan->expert_counts);
+  // The counts steer the all-to-all and size the rows: the one read of the
+  // device per plan.
   const Tensor counts = OnHost(plan->expert_counts);
   const int32_t* expert_counts = counts.data<int32_t>();
+  plan->rows = std::accumulate(expert_counts, expert_counts + num_experts_, int64_t{0});
+  plan->dropped = pairs - plan->rows;
   const int ranks = ep_.size(), local = local_experts_;
   plan->send_counts.assign(ranks, 0);
   for (int e = 0; e < num_experts_; ++e) plan->send_counts[e / local] += expert_counts[e];

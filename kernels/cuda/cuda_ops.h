@@ -9,7 +9,7 @@
 // dtype, fp32 or bf16 (mixed precision); statistics (RMSNorm rstd, attention
 // lse), losses and parameter gradients are fp32. Work is enqueued on
 // cuda::CurrentStream(); the ops that return a number (the cross-entropies,
-// the balance loss, DispatchOrder, the sums of squares) wait for it.
+// the balance loss, the sums of squares) wait for it.
 #ifndef TETRA_KERNELS_CUDA_CUDA_OPS_H_
 #define TETRA_KERNELS_CUDA_CUDA_OPS_H_
 
@@ -81,7 +81,7 @@ decltype(ops::SequenceBalanceStats) SequenceBalanceStats;
 decltype(ops::SequenceBalanceLoss) SequenceBalanceLoss;
 decltype(ops::CountExpertLoads) CountExpertLoads;
 decltype(ops::UpdateRouterBias) UpdateRouterBias;
-// Token dispatch; DispatchOrder's row count goes to the host.
+// Token dispatch.
 decltype(ops::DispatchOrder) DispatchOrder;
 decltype(ops::GatherRows) GatherRows;
 decltype(ops::CombineRows) CombineRows;

@@ -223,9 +223,8 @@ __global__ void CombineRowsBackwardKernel(const T* ddst, const T* src, int64_t s
 
 }  // namespace
 
-int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
-                      const Tensor& send_row, const Tensor& send_token,
-                      const Tensor& expert_counts) {
+void DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capacity,
+                   const Tensor& send_row, const Tensor& send_token, const Tensor& expert_counts) {
   for (const Tensor* t : {&expert, &weights, &send_row, &send_token, &expert_counts}) {
     ExpectDevice(*t, "DispatchOrder", "an operand");
   }
@@ -233,7 +232,7 @@ int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capac
   const int num_experts = static_cast<int>(expert_counts.numel());
   if (pairs == 0) {
     ZeroBytes(expert_counts.raw(), expert_counts.nbytes());
-    return 0;
+    return;
   }
   const int k = static_cast<int>(expert.dim(1));
   const int64_t tiles = CeilDiv(pairs, kTile);
@@ -269,9 +268,6 @@ int64_t DispatchOrder(const Tensor& expert, const Tensor& weights, int64_t capac
   } else {
     sort(nullptr, k, send_token.data<int32_t>());
   }
-  int32_t rows = 0;
-  CopyBytes(&rows, offsets + num_experts, sizeof(int32_t));
-  return rows;
 }
 
 void GatherRows(const Tensor& src, const Tensor& index, const Tensor& dst) {

@@ -40,7 +40,8 @@ struct Order {
 Order DispatchOf(const Tensor& expert, const Tensor& weights, int experts, int64_t capacity) {
   Order o{Tensor::Empty(expert.shape(), DType::kI32), Tensor::Empty({expert.numel()}, DType::kI32),
           Tensor::Empty({experts}, DType::kI32)};
-  o.rows = ops::DispatchOrder(expert, weights, capacity, o.send_row, o.send_token, o.counts);
+  ops::DispatchOrder(expert, weights, capacity, o.send_row, o.send_token, o.counts);
+  for (int e = 0; e < experts; ++e) o.rows += o.counts.data<int32_t>()[e];
   return o;
 }
 

@@ -905,8 +905,10 @@ inline void AddDispatchCases(std::vector<OpCase>* cases) {
                const Tensor send_row = b.Out({tokens, kK}, DType::kI32),
                             send_token = b.Out({tokens * kK}, DType::kI32),
                             counts = b.Out({kExperts}, DType::kI32);
-               const int64_t rows =
-                   ops::DispatchOrder(expert, weights, capacity, send_row, send_token, counts);
+               ops::DispatchOrder(expert, weights, capacity, send_row, send_token, counts);
+               const Tensor host_counts = OnHost(counts);
+               int64_t rows = 0;
+               for (int e = 0; e < kExperts; ++e) rows += host_counts.data<int32_t>()[e];
                out->Add("rows", static_cast<double>(rows), kExact);
                out->Add("send_row", send_row, kExact);
                out->Add("send_token", send_token.Slice(0, rows), kExact);
