@@ -78,9 +78,11 @@ Tensor MoeMlpLayer::Forward(int slot, const Tensor& x, int64_t batch, int64_t se
   a.x = x;
   const int64_t n = x.dim(0), e = router_.num_experts;
   // The router runs in fp32 (docs/architecture.md): on its fp32 weight and the input
-  // cast to fp32 once, which the gate's gradient reads again.
-  a.x_router = x;
-  if (x.dtype() != DType::kF32) {
+  // cast to fp32 once, which the gate's gradient reads again (into the slot's
+  // own buffer, reused from micro-batch to micro-batch).
+  if (x.dtype() == DType::kF32) {
+    a.x_router = x;
+  } else {
     EnsureShape(&a.x_router, x.shape(), DType::kF32, x.device());
     ops::Cast(x, a.x_router);
   }

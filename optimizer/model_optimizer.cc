@@ -54,7 +54,7 @@ FinalizedGradients ModelOptimizer::FinalizeGradients() {
   const std::vector<MoeMlpLayer*> moe_layers = model_.moe_layers();
   // Every stage joins the sums, MoE layers or not.
   if (model_.config().moe().n_routed_experts() > 0)
-    result.moe = SumMoeLoads(moe_layers, global_batch_, parallel_);
+    result.moe = SumMoeLoads(moe_layers, global_batch_, parallel_, &moe_loads_);
   result.grad_norm =
       experts_ ? std::sqrt(SumOverRanks(parallel_.model(), dense_.LocalGradSquaredSum() +
                                                                experts_->LocalGradSquaredSum()))

@@ -73,6 +73,7 @@ class ModelOptimizer {
   DistributedOptimizer dense_;
   std::unique_ptr<ExpertOptimizer> experts_;
   PartialGradientSums partial_sums_;
+  Tensor moe_loads_;  // every MoE layer's summed loads (SumMoeLoads), kept across steps
 };
 
 }  // namespace tetra

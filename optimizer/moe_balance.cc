@@ -11,7 +11,7 @@ void StartMoeStep(const std::vector<MoeMlpLayer*>& layers) {
 }
 
 MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_batch,
-                     const ParallelState& parallel) {
+                     const ParallelState& parallel, Tensor* buffer) {
   // Every layer's int32 loads packed on their device, summed over the grad
   // group in one call, then read on the host. The grad group holds one
   // stage's replicas: without MoE layers, none of its ranks has loads to sum.
@@ -20,7 +20,8 @@ MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_bat
   std::vector<int32_t> loads(total);
   MoeLoads result;
   if (!layers.empty()) {
-    result.summed = Tensor::Empty({total}, DType::kI32, layers.front()->loads().device());
+    EnsureShape(buffer, {total}, DType::kI32, layers.front()->loads().device());
+    result.summed = *buffer;
     int64_t offset = 0;
     for (MoeMlpLayer* layer : layers) {
       const Tensor& mine = layer->loads();

@@ -34,10 +34,12 @@ void StartMoeStep(const std::vector<MoeMlpLayer*>& layers);
 // `layers`: this rank's MoE layers. Loads are summed over the grad group (the
 // ranks that routed other tokens through the same layers; tensor-parallel
 // ranks see the same ones and count once), statistics over the loss group
-// and the pipeline (the stages' other layers). Collective over those groups;
-// global_batch sequences make up the step.
+// and the pipeline (the stages' other layers), the loads into `buffer`
+// (kept by the caller across steps, so a step allocates none; MoeLoads.summed
+// shares it). Collective over those groups; global_batch sequences make up
+// the step.
 MoeLoads SumMoeLoads(const std::vector<MoeMlpLayer*>& layers, int64_t global_batch,
-                     const ParallelState& parallel);
+                     const ParallelState& parallel, Tensor* buffer);
 
 // bias_i += speed x sign(mean load - load_i) in every layer: every rank moves
 // its biases the same way.

@@ -8,9 +8,9 @@
 
 namespace tetra::cpu {
 
-int64_t DispatchOrder(const int32_t* expert, const float* weights, int64_t n, int k,
-                      int num_experts, int64_t capacity, int32_t* send_row, int32_t* send_token,
-                      int32_t* expert_counts) {
+void DispatchOrder(const int32_t* expert, const float* weights, int64_t n, int k, int num_experts,
+                   int64_t capacity, int32_t* send_row, int32_t* send_token,
+                   int32_t* expert_counts) {
   const int64_t pairs = n * k;
   // The pairs of each expert, in pair order.
   std::vector<std::vector<int64_t>> by_expert(num_experts);
@@ -38,7 +38,6 @@ int64_t DispatchOrder(const int32_t* expert, const float* weights, int64_t n, in
       send_token[rows++] = static_cast<int32_t>(p / k);
     }
   }
-  return rows;
 }
 
 namespace {

@@ -14,10 +14,10 @@ namespace tetra::cpu {
 // weight (the earlier pair on ties). expert, weights (n, k) ->
 // send_row (n, k): each pair's row in that order, -1 when dropped;
 // send_token (M): the token of each row; expert_counts (num_experts): rows of
-// each expert (M in all). Returns M.
-int64_t DispatchOrder(const int32_t* expert, const float* weights, int64_t n, int k,
-                      int num_experts, int64_t capacity, int32_t* send_row, int32_t* send_token,
-                      int32_t* expert_counts);
+// each expert (M in all).
+void DispatchOrder(const int32_t* expert, const float* weights, int64_t n, int k, int num_experts,
+                   int64_t capacity, int32_t* send_row, int32_t* send_token,
+                   int32_t* expert_counts);
 
 // dst (m, c) row i = src (src_rows, c) row index[i]; an index outside
 // [0, src_rows) is a bug (checked), here and below.

@@ -65,7 +65,7 @@ constexpr char kMoe[] = R"pb(
 // but a wrong gradient shows in its norm at once.
 struct Steps {
   std::vector<double> loss, grad_norm;
-  std::vector<double> device_mallocs;  // device runs
+  std::vector<double> device_mallocs, device_allocations;  // device runs
 };
 
 Steps RunSteps(const std::string& device, const std::string& precision, int steps = 3,
@@ -95,6 +95,7 @@ Steps RunSteps(const std::string& device, const std::string& precision, int step
       run.loss.push_back(m.loss);
       run.grad_norm.push_back(m.grad_norm);
       if (m.device_mallocs) run.device_mallocs.push_back(*m.device_mallocs);
+      if (m.device_allocations) run.device_allocations.push_back(*m.device_allocations);
     }
   }
   return run;
@@ -140,6 +141,20 @@ TEST(TrainStepGpuTest, NoStepWaitsForADeviceAllocation) {
     ASSERT_EQ(run.device_mallocs.size(), 3u);
     for (size_t s = 0; s < run.device_mallocs.size(); ++s) {
       EXPECT_EQ(run.device_mallocs[s], 0) << (moe ? "MoE" : "dense") << " step " << s + 1;
+    }
+  }
+}
+
+// After the first step, which sizes every buffer, a step allocates no
+// device memory at all, not even from the pool (core/device_work.h).
+TEST(TrainStepGpuTest, OnlyTheFirstStepAllocatesDeviceMemory) {
+  TETRA_SKIP_WITHOUT_GPU();
+  for (bool moe : {false, true}) {
+    const Steps run = RunSteps("CUDA", "BF16", 3, moe);
+    ASSERT_EQ(run.device_allocations.size(), 3u);
+    EXPECT_GT(run.device_allocations[0], 0) << (moe ? "MoE" : "dense");
+    for (size_t s = 1; s < run.device_allocations.size(); ++s) {
+      EXPECT_EQ(run.device_allocations[s], 0) << (moe ? "MoE" : "dense") << " step " << s + 1;
     }
   }
 }
