@@ -15,7 +15,7 @@ int64_t ForEachExpert(const std::vector<int64_t>& rows,
   int64_t begin = 0;
   for (size_t e = 0; e < rows.size(); ++e) {
     const int64_t end = begin + rows[e];
-    if (end > begin && each) each(e, begin, end);
+    if (end > begin) each(e, begin, end);
     begin = end;
   }
   return begin;
@@ -36,13 +36,12 @@ void GroupedSwigluForward(const std::vector<ExpertWeights>& experts,
   EnsureShape(y, x.shape());
   a->rows = rows;
   // The SwiGLU is row by row: one pass over every expert's rows between the GEMMs.
-  ForEachExpert(rows, [&](size_t e, int64_t begin, int64_t end) {
+  const int64_t summed = ForEachExpert(rows, [&](size_t e, int64_t begin, int64_t end) {
     const Tensor x_rows = a->x.Slice(begin, end);
     ops::Linear(x_rows, experts[e].gate_proj, a->gate.Slice(begin, end));
     ops::Linear(x_rows, experts[e].up_proj, a->up.Slice(begin, end));
   });
-  TETRA_CHECK(ForEachExpert(rows, nullptr) == total)
-      << "expert row counts sum to " << ForEachExpert(rows, nullptr) << ", not " << total;
+  TETRA_CHECK(summed == total) << "expert row counts sum to " << summed << ", not " << total;
   if (total > 0) ops::Swiglu(a->gate, a->up, a->act);
   ForEachExpert(rows, [&](size_t e, int64_t begin, int64_t end) {
     ops::Linear(a->act.Slice(begin, end), experts[e].down_proj, y->Slice(begin, end));
